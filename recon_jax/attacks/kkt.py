@@ -1,0 +1,221 @@
+"""KKT / margin reconstruction (Haim et al. 2022) and its DecoReco extension.
+
+Gradient descent on a homogeneous ReLU network converges in direction to a KKT
+point of margin maximisation, so the trained parameters satisfy
+
+.. math::
+  \\theta^* \\approx \\sum_i \\lambda_i \\nabla_\\theta g_i(\\theta^*; x_i),
+  \\qquad \\lambda_i \\ge 0 .
+
+The attack searches candidates ``x_1..x_m`` and multipliers ``lambda`` that
+satisfy it, minimising
+
+.. math::
+  w_{stat} \\| \\theta^* - \\tfrac{1}{m} \\sum_i \\lambda_i \\nabla_\\theta g_i \\|^2
+  + w_\\lambda \\sum_i \\max(\\lambda_{min} - \\lambda_i, 0)^2
+  + w_{prior} L_{box}(x)
+
+with the network's ReLU replaced by ``surrogate_relu`` (forward ReLU, every
+derivative sigmoid(alpha x)).  The margins ``g_i``:
+
+* ``binary``: ``y_i Phi(x_i)``, ``y_i = +-1`` (Haim et al. eq. 6);
+* ``multiclass``: ``Phi_{y_i}(x_i) - max_{j != y_i} Phi_j(x_i)`` (Buzaglo et al.);
+* ``general`` (regression or weight-decay-trained victims, Buzaglo et al.):
+  ``sum_c lambda_ic Phi_c(x_i)`` with free real ``lambda`` (no hinge): with
+  weight decay the stationarity of ``E + wd/2 ||theta||^2`` reads
+  ``theta = -(1/wd) sum_i dl/dPhi_i grad Phi_i``, the same residual with lambda
+  standing for the loss derivatives.
+
+Normalisation: the sum is scaled by ``1/m`` (``normalize='mean'``, default),
+as the public PyTorch implementation of Haim et al. does, so that its
+published learning-rate and lambda_min ranges transfer; the multipliers then
+absorb a factor m (``lambda = m * lambda_KKT``).  ``normalize='sum'`` gives the
+paper's eq. (6) literally.
+
+References:
+  Haim, Vardi, Yehudai, Shamir, Irani. Reconstructing Training Data from
+  Trained Neural Networks. NeurIPS 2022.
+  Buzaglo et al. Deconstructing Data Reconstruction: Multiclass, Weight Decay
+  and General Losses. NeurIPS 2023.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from recon_jax import priors
+from recon_jax.models import surrogate_relu
+from recon_jax.types import Attack, HParams, Target
+
+PROBLEMS = ("binary", "multiclass", "general")
+HPARAMS = ("lr_x", "lr_lam", "alpha", "lam_min")
+
+
+class KKTState(NamedTuple):
+  x: jax.Array            # [m, *input_shape] candidates
+  lam: jax.Array          # [m] multipliers ([m, C] for 'general')
+  opt_state: optax.OptState
+
+
+def tree_sq_norm(tree) -> jax.Array:
+  return sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(tree))
+
+
+def margins(problem: str, out: jax.Array, labels: jax.Array) -> jax.Array:
+  """Per-candidate margins g_i from outputs ``out`` [m, C] (see module docstring)."""
+  if problem == "binary":
+    return labels * out[:, 0]
+  if problem == "multiclass":
+    yi = labels.astype(jnp.int32)
+    onehot = jax.nn.one_hot(yi, out.shape[1], dtype=bool)
+    fy = jnp.sum(jnp.where(onehot, out, 0), axis=1)
+    return fy - jnp.max(jnp.where(onehot, -jnp.inf, out), axis=1)
+  if problem == "general":
+    return out
+  raise ValueError(f"unknown problem {problem!r}; choose from {PROBLEMS}.")
+
+
+def weighted_output(apply_fn, problem: str, params, x, lam, labels, act, normalize="mean"):
+  """``(1/m) sum_i lambda_i g_i(params; x_i)``: its gradient in params is the KKT sum."""
+  g = margins(problem, apply_fn(params, x, act), labels)
+  total = jnp.sum(lam * g)
+  return total / x.shape[0] if normalize == "mean" else total
+
+
+def stationarity(apply_fn, problem, params, x, lam, labels, act, normalize="mean"):
+  """``||theta* - grad_theta weighted_output||^2`` summed over parameter leaves."""
+  grads = jax.grad(weighted_output, argnums=2)(apply_fn, problem, params, x, lam, labels, act,
+                                               normalize)
+  residual = jax.tree_util.tree_map(jnp.subtract, params, grads)
+  return tree_sq_norm(residual)
+
+
+def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
+               momentum: float = 0.9, w_stat: float = 1.0, w_lam: float = 1.0,
+               w_prior: float = 1.0, normalize: str = "mean", num_outputs: int = 1) -> Attack:
+  """The KKT (binary/multiclass) and DecoReco (general) attack.
+
+  Args:
+    apply_fn: ``apply_fn(params, x, act) -> [m, C]``, the victim network with a
+      pluggable activation (see :func:`recon_jax.models.make_apply_fn`).
+    problem: 'binary', 'multiclass' or 'general'.
+    optimizer: 'sgd' (momentum SGD, as the reference) or 'adam'.
+    momentum: SGD momentum.
+    w_stat, w_lam, w_prior: weights alpha_1..3 of eq. (8).
+    normalize: 'mean' (1/m, reference code) or 'sum' (paper eq. 6).
+    num_outputs: C, the width of lambda for 'general'.
+
+  Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
+  (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
+
+  Returns:
+    An :class:`Attack`; metrics per step: ``loss``, ``stat`` (stationarity),
+    ``stat_rel`` (stationarity / ||theta*||^2), ``lam_pen``, ``prior``.
+  """
+  if problem not in PROBLEMS:
+    raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
+  if normalize not in ("mean", "sum"):
+    raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
+  if optimizer == "sgd":
+    base = optax.sgd(1.0, momentum=momentum or None)
+  elif optimizer == "adam":
+    base = optax.adam(1.0)
+  else:
+    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}.")
+
+  def loss_fn(xl, hp: HParams, target: Target):
+    x, lam = xl
+    act = functools.partial(surrogate_relu, alpha=hp["alpha"])
+    stat = stationarity(apply_fn, problem, target.params, x, lam, target.labels, act, normalize)
+    lam_pen = (priors.lambda_prior(lam, hp["lam_min"]) if problem != "general"
+               else jnp.zeros((), stat.dtype))
+    prior = priors.box_prior(x, target.box_lo, target.box_hi)
+    loss = w_stat * stat + w_lam * lam_pen + w_prior * prior
+    return loss, {"stat": stat, "lam_pen": lam_pen, "prior": prior}
+
+  def init(key, hp, target, x0):
+    m = target.labels.shape[0]
+    if problem == "general":
+      lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
+    else:
+      lam = jax.random.uniform(key, (m,), x0.dtype)
+    return KKTState(x0, lam, base.init((x0, lam)))
+
+  def step(state: KKTState, hp, target):
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (state.x, state.lam), hp, target)
+    updates, opt_state = base.update(grads, state.opt_state, (state.x, state.lam))
+    # The base optimiser runs at rate 1; the per-restart rates scale its updates
+    # (exact for SGD-momentum and Adam), so rates vmap as ordinary arrays.
+    ux, ul = updates
+    x = state.x + hp["lr_x"].astype(ux.dtype) * ux
+    lam = state.lam + hp["lr_lam"].astype(ul.dtype) * ul
+    norm = tree_sq_norm(target.params)
+    return KKTState(x, lam, opt_state), {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
+
+  def candidates(state: KKTState):
+    w = state.lam if state.lam.ndim == 1 else jnp.linalg.norm(state.lam, axis=-1)
+    return state.x, w
+
+  return Attack(init, step, candidates, name=f"kkt[{problem}]")
+
+
+def check_hparams(hparams: dict) -> None:
+  """Raises ValueError naming the first hyperparameter outside its domain."""
+  for name in ("lr_x", "lr_lam", "alpha"):
+    if name in hparams and np.any(np.asarray(hparams[name]) <= 0):
+      raise ValueError(f"--{name} must be > 0, got {np.min(hparams[name])}.")
+  for name in ("lam_min", "sigma_x"):
+    if name in hparams and np.any(np.asarray(hparams[name]) < 0):
+      raise ValueError(f"--{name} must be >= 0, got {np.min(hparams[name])}.")
+
+
+def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
+  """Best fit of the stationarity equations by the TRUE training set.
+
+  Solves ``min_{lambda >= 0} ||theta* - sum_i lambda_i grad g_i(x_i)||^2`` (a
+  non-negative least-squares problem; unconstrained for 'general') with the
+  network's true ReLU derivative, and reports the residual as a fraction of
+  ``||theta*||^2``.  If other inputs fit the equations better than the truth,
+  the attack cannot single out the training data: a cheap go/no-go
+  diagnostic for a victim.
+
+  Returns:
+    dict with ``residual_rel`` (float), ``lam`` [n] (or [n, C]) in the paper's
+    eq. (6) normalisation (no 1/m), ``n_active``.
+  """
+  import scipy.optimize  # host-side solver; sizes here are P x n
+
+  flat_params, unravel = jax.flatten_util.ravel_pytree(params)
+  x_train = jnp.asarray(x_train)
+  labels = jnp.asarray(labels)
+
+  def per_sample_grad(xi, yi, lam_i):
+    def f(p):
+      return weighted_output(apply_fn, problem, unravel(p), xi[None], lam_i[None],
+                             yi[None], None, "sum")
+    return jax.grad(f)(flat_params)
+
+  n = x_train.shape[0]
+  if problem == "general":
+    c = apply_fn(params, x_train[:1], None).shape[1]
+    cols = []
+    for j in range(c):
+      lam_j = jnp.zeros((n, c)).at[:, j].set(1.0)
+      cols.append(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, lam_j))
+    v = np.concatenate([np.asarray(cc) for cc in cols], axis=0).T
+    sol, *_ = np.linalg.lstsq(v.astype(np.float64), np.asarray(flat_params, np.float64),
+                              rcond=None)
+  else:
+    v = np.asarray(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, jnp.ones(n))).T
+    sol, _ = scipy.optimize.nnls(v.astype(np.float64), np.asarray(flat_params, np.float64),
+                                 maxiter=50 * n)
+  theta = np.asarray(flat_params, np.float64)
+  resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta ** 2))
+  return {"residual_rel": resid, "lam": sol, "n_active": int(np.sum(np.abs(sol) > 0))}

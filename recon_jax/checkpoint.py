@@ -1,0 +1,97 @@
+"""Checkpoints: parameters + architecture + provenance in one msgpack file, no pickle.
+
+A checkpoint is a flax msgpack blob of ``{'params': <pytree of arrays>,
+'meta': <JSON string>}``.  ``meta`` holds the architecture (what
+:func:`recon_jax.models.build_model` needs), the data provenance (dataset,
+task, seed, training indices, mean subtraction) and training metrics.
+Writes are atomic: a temp file in the same folder, fsync, then rename.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+import jax
+import numpy as np
+from flax import serialization
+
+FORMAT = "recon_jax.checkpoint.v1"
+
+
+class CheckpointError(ValueError):
+  """A checkpoint could not be read or does not match what was asked for."""
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+  """Writes ``data`` to ``path`` so a crash leaves the old or the new file, never half."""
+  folder = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def atomic_write_text(path: str, text: str) -> None:
+  atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def save(path: str, params: Any, meta: dict) -> None:
+  """Saves ``params`` (a flax variable dict) and JSON-able ``meta`` atomically."""
+  blob = {"format": FORMAT,
+          "params": jax.tree_util.tree_map(np.asarray, serialization.to_state_dict(params)),
+          "meta": json.dumps(meta, sort_keys=True)}
+  atomic_write_bytes(path, serialization.msgpack_serialize(blob))
+
+
+def load(path: str) -> tuple[dict, dict]:
+  """Loads ``(params, meta)``; raises CheckpointError with a one-line reason."""
+  if not os.path.isfile(path):
+    raise CheckpointError(f"{path}: checkpoint file not found.")
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    blob = serialization.msgpack_restore(data)
+  except Exception as e:  # msgpack raises several types on garbage/truncation
+    raise CheckpointError(f"{path}: not a recon_jax checkpoint or truncated "
+                          f"({type(e).__name__}).") from None
+  if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+    raise CheckpointError(f"{path}: not a recon_jax checkpoint (format tag missing).")
+  try:
+    meta = json.loads(blob["meta"])
+  except (KeyError, TypeError, ValueError):
+    raise CheckpointError(f"{path}: checkpoint metadata is missing or corrupt.") from None
+  params = blob.get("params")
+  leaves = jax.tree_util.tree_leaves(params)
+  if not leaves:
+    raise CheckpointError(f"{path}: checkpoint holds no parameters.")
+  for leaf_path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    if not np.all(np.isfinite(leaf)):
+      raise CheckpointError(f"{path}: parameter {jax.tree_util.keystr(leaf_path)} holds NaN/Inf.")
+  return params, meta
+
+
+def check_matches(params: Any, template: Any, path: str = "checkpoint") -> None:
+  """Raises CheckpointError naming the first leaf whose name or shape differs from ``template``."""
+  got = {jax.tree_util.keystr(p): np.shape(v)
+         for p, v in jax.tree_util.tree_leaves_with_path(params)}
+  want = {jax.tree_util.keystr(p): np.shape(v)
+          for p, v in jax.tree_util.tree_leaves_with_path(template)}
+  missing = sorted(set(want) - set(got))
+  extra = sorted(set(got) - set(want))
+  if missing or extra:
+    raise CheckpointError(
+        f"{path}: architecture mismatch: missing {missing[:3]}, unexpected {extra[:3]}.")
+  for name, shape in want.items():
+    if got[name] != shape:
+      raise CheckpointError(
+          f"{path}: architecture mismatch at {name}: checkpoint has shape {got[name]}, "
+          f"the requested architecture needs {shape}.")

@@ -1,0 +1,192 @@
+"""The one optimisation loop every attack runs in: restarts batched, steps scanned.
+
+R restarts, each with its own PRNG key, x-initialisation and hyperparameters,
+are one compiled program: ``vmap`` over restarts (or ``lax.map`` where a
+backend prefers it, e.g. batched L-BFGS on a CPU) around a ``lax.scan`` over
+steps.  The host only sees the state between chunks (progress, checkpoints).
+
+A restart whose state or loss turns non-finite is frozen at its last finite
+state and flagged ``diverged``; the others carry on untouched.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from recon_jax.types import Attack, HParams, Target
+
+XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
+
+
+class RestartState(NamedTuple):
+  inner: Any               # the attack's own state
+  loss: jax.Array          # last finite loss, scalar
+  diverged: jax.Array      # bool scalar: frozen after a non-finite step
+  diverged_at: jax.Array   # int32 step of divergence, -1 if none
+  step: jax.Array          # int32 loop steps run (frozen restarts count too)
+
+
+def _all_finite(tree) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(tree)
+            if jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def tree_where(cond, a, b):
+  return jax.tree_util.tree_map(lambda u, v: jnp.where(cond, u, v), a, b)
+
+
+def init_one(attack: Attack, x_init: XInitFn, key, hparams: HParams, target: Target):
+  """Initial :class:`RestartState` of one restart."""
+  kx, ka = jax.random.split(key)
+  inner = attack.init(ka, hparams, target, x_init(kx, hparams))
+  return RestartState(inner, jnp.asarray(jnp.inf, _float_dtype()), jnp.asarray(False),
+                      jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32))
+
+
+def _float_dtype():
+  return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
+def scan_one(attack: Attack, state: RestartState, hparams: HParams, target: Target,
+             num_steps: int):
+  """``num_steps`` steps of one restart in ``lax.scan``; returns (state, last metrics)."""
+  def body(s: RestartState, _):
+    inner, metrics = attack.step(s.inner, hparams, target)
+    loss = metrics["loss"]
+    ok = jnp.isfinite(loss) & _all_finite(inner)
+    frozen = s.diverged | ~ok
+    new = RestartState(
+        inner=tree_where(frozen, s.inner, inner),
+        loss=jnp.where(frozen, s.loss, loss.astype(s.loss.dtype)),
+        diverged=frozen,
+        diverged_at=jnp.where(s.diverged, s.diverged_at,
+                              jnp.where(ok, -1, s.step)).astype(jnp.int32),
+        step=s.step + 1)
+    return new, metrics
+
+  state, metrics = jax.lax.scan(body, state, None, length=num_steps)
+  last = jax.tree_util.tree_map(lambda a: a[-1], metrics)
+  return state, last
+
+
+def _batched(fn, batching: str):
+  if batching == "vmap":
+    return jax.vmap(fn)
+  if batching == "map":
+    return lambda *args: jax.lax.map(lambda a: fn(*a), args)
+  raise ValueError(f"batching must be 'vmap' or 'map', got {batching!r}.")
+
+
+def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "vmap"):
+  """Compiled ``(init_fn, chunk_fn)`` over a leading restart axis.
+
+  ``init_fn(keys [R], hparams {[R]}, target) -> RestartState [R]`` and
+  ``chunk_fn(state, hparams, target, num_steps) -> (state, metrics {[R]})``.
+  The target is shared (broadcast) across restarts.
+  """
+  def init_b(keys, hparams, target):
+    return _batched(lambda k, h: init_one(attack, x_init, k, h, target), batching)(keys, hparams)
+
+  def chunk_b(state, hparams, target, num_steps):
+    return _batched(lambda s, h: scan_one(attack, s, h, target, num_steps), batching)(
+        state, hparams)
+
+  return jax.jit(init_b), jax.jit(chunk_b, static_argnames="num_steps", donate_argnums=0)
+
+
+def restart_sharding(num_restarts: int):
+  """NamedSharding splitting the restart axis over all devices, or None on one device.
+
+  Restarts are independent, so the only change across devices is placement:
+  θ* and the data are replicated, the results are the same as on one device.
+  """
+  devices = jax.devices()
+  if len(devices) <= 1:
+    return None
+  if num_restarts % len(devices):
+    logging.warning("%d restarts do not divide over %d devices; running unsharded.",
+                    num_restarts, len(devices))
+    return None
+  mesh = jax.sharding.Mesh(np.array(devices), ("restarts",))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("restarts"))
+
+
+class RunResult(NamedTuple):
+  state: RestartState        # final batched state
+  history: list              # per chunk: {'step': int, metric: np.ndarray [R], 'time_s': float}
+  compile_s: float           # ahead-of-time compile time of the chunk program(s), seconds
+  run_s: float               # wall time of running all chunks (compilation excluded)
+
+
+def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target, *,
+        num_steps: int, chunk_steps: int = 500, batching: str = "vmap", shard: bool = True,
+        state: Optional[RestartState] = None, progress: Optional[Callable] = None,
+        log: bool = True) -> RunResult:
+  """Runs R restarts for ``num_steps`` steps, in compiled chunks of ``chunk_steps``.
+
+  Args:
+    attack: the attack (pure init/step).
+    x_init: x-initialisation ``(key, hparams) -> x0``.
+    keys: [R] PRNG keys, one per restart.
+    hparams: dict of [R] arrays (per-restart hyperparameters).
+    target: what the attacker sees (shared by all restarts).
+    num_steps: total steps (counted from ``state.step`` when resuming).
+    chunk_steps: steps per compiled chunk; the host logs between chunks.
+    batching: 'vmap' or 'map' over restarts.
+    shard: split restarts across local devices when more than one.
+    state: a state to resume from (e.g. loaded from a checkpoint).
+    progress: ``progress(state, record)`` called on the host after each chunk.
+    log: log one line per chunk.
+
+  Returns:
+    RunResult.
+  """
+  if num_steps <= 0:
+    raise ValueError(f"--steps must be > 0, got {num_steps}.")
+  if chunk_steps <= 0:
+    raise ValueError(f"chunk_steps must be > 0, got {chunk_steps}.")
+  init_fn, chunk_fn = make_runner(attack, x_init, batching=batching)
+  num_restarts = int(np.shape(keys)[0])
+  hparams = {k: jnp.asarray(v) for k, v in hparams.items()}
+  sharding = restart_sharding(num_restarts) if shard else None
+  if sharding is not None:
+    keys = jax.device_put(keys, sharding)
+    hparams = jax.device_put(hparams, sharding)
+  t0 = time.time()
+  if state is None:
+    state = init_fn(keys, hparams, target)
+  elif sharding is not None:
+    state = jax.device_put(state, sharding)
+  done = int(np.max(np.asarray(state.step))) if num_restarts else 0
+  history, compiled = [], {}
+  compile_s, run_s = 0.0, 0.0
+  while done < num_steps:
+    n = min(chunk_steps, num_steps - done)
+    if n not in compiled:  # ahead-of-time compile, so compile and run times are separate
+      tc = time.time()
+      compiled[n] = chunk_fn.lower(state, hparams, target, num_steps=n).compile()
+      compile_s += time.time() - tc
+    t1 = time.time()
+    state, metrics = compiled[n](state, hparams, target)
+    metrics = jax.tree_util.tree_map(np.asarray, metrics)  # blocks until the chunk is done
+    run_s += time.time() - t1
+    done += n
+    rec = {"step": done, "time_s": time.time() - t0, **metrics,
+           "diverged": np.asarray(state.diverged)}
+    history.append(rec)
+    if log:
+      loss = np.asarray(state.loss)
+      fin = loss[np.isfinite(loss)]
+      logging.info("%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
+                   attack.name, done, num_steps, fin.min() if fin.size else np.nan,
+                   np.median(fin) if fin.size else np.nan, int(rec["diverged"].sum()),
+                   num_restarts, rec["time_s"])
+    if progress is not None:
+      progress(state, rec)
+  return RunResult(state, history, compile_s, run_s)

@@ -1,0 +1,26 @@
+"""Priors and penalties: each a tiny pure function of the candidates."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def box_prior(x: jax.Array, lo, hi) -> jax.Array:
+  """Squared hinge outside the pixel box, averaged over pixels, summed over candidates.
+
+  ``lo``/``hi`` broadcast to one candidate (per-pixel bounds, e.g. ``-mean`` and
+  ``1 - mean`` after mean subtraction).
+  """
+  over = jax.nn.relu(x - hi) + jax.nn.relu(lo - x)
+  per_sample = jnp.mean(jnp.square(over).reshape(x.shape[0], -1), axis=1)
+  return jnp.sum(per_sample)
+
+
+def lambda_prior(lam: jax.Array, lam_min) -> jax.Array:
+  """Squared hinge keeping every multiplier at or above ``lam_min`` (dual feasibility)."""
+  return jnp.sum(jnp.square(jax.nn.relu(lam_min - lam)))
+
+
+def project_box(x: jax.Array, lo, hi) -> jax.Array:
+  """Projection onto the pixel box (an alternative to the soft prior)."""
+  return jnp.clip(x, lo, hi)

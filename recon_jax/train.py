@@ -1,0 +1,182 @@
+"""Victim training: pure steps in ``lax.scan`` chunks, host logging between chunks.
+
+Losses (per-sample, averaged):
+  * ``logistic`` -- binary, labels in {-1, +1}: ``softplus(-y f(x))`` (BCE on logits).
+  * ``ce``       -- multiclass, integer labels: softmax cross-entropy.
+  * ``mse``      -- regression: ``0.5 (f(x) - y)^2``.
+Weight decay adds ``(wd / 2) ||theta||^2``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+
+LOSSES = ("logistic", "ce", "mse")
+
+
+class TrainError(RuntimeError):
+  """Training failed (e.g. NaN); ``params`` holds the last finite parameters."""
+
+  def __init__(self, msg, params=None, history=None):
+    super().__init__(msg)
+    self.params = params
+    self.history = history
+
+
+def per_sample_loss(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
+  """Per-sample loss for network outputs ``out`` [m, out_dim] and labels ``y`` [m]."""
+  if loss == "logistic":
+    return jax.nn.softplus(-y * out[:, 0])
+  if loss == "ce":
+    return optax.softmax_cross_entropy_with_integer_labels(out, y.astype(jnp.int32))
+  if loss == "mse":
+    target = y.reshape(out.shape) if y.ndim == out.ndim else y[:, None]
+    return 0.5 * jnp.sum((out - target) ** 2, axis=-1)
+  raise ValueError(f"unknown loss {loss!r}; choose from {LOSSES}.")
+
+
+def sq_norm(tree) -> jax.Array:
+  return sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(tree))
+
+
+def objective(apply_fn, loss: str, weight_decay: float = 0.0):
+  """``E(theta; x, y) = mean_i loss(f(x_i), y_i) + wd/2 ||theta||^2`` as a pure function."""
+  def energy(params, x, y):
+    data = jnp.mean(per_sample_loss(loss, apply_fn(params, x), y))
+    return data + 0.5 * weight_decay * sq_norm(params)
+  return energy
+
+
+def predictions(loss: str, out: jax.Array) -> jax.Array:
+  if loss == "logistic":
+    return jnp.where(out[:, 0] >= 0, 1.0, -1.0).astype(out.dtype)
+  if loss == "ce":
+    return jnp.argmax(out, axis=-1)
+  return out[:, 0]
+
+
+def error_rate(loss: str, out, y) -> jax.Array:
+  if loss == "mse":
+    return jnp.mean((out[:, 0] - y) ** 2)
+  return jnp.mean(predictions(loss, out) != y)
+
+
+def margins(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
+  """Per-sample margin: ``y f(x)`` (binary), ``f_y - max_{j!=y} f_j`` (multiclass), ``f`` (regression)."""
+  if loss == "logistic":
+    return y * out[:, 0]
+  if loss == "ce":
+    yi = y.astype(jnp.int32)
+    fy = jnp.take_along_axis(out, yi[:, None], axis=1)[:, 0]
+    others = jnp.where(jax.nn.one_hot(yi, out.shape[1], dtype=bool), -jnp.inf, out)
+    return fy - jnp.max(others, axis=1)
+  return out[:, 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  loss: str = "logistic"
+  lr: float = 0.01
+  epochs: int = 10_000
+  weight_decay: float = 0.0
+  momentum: float = 0.0
+  batch_size: Optional[int] = None  # None: full batch GD
+  chunk: int = 1000                 # steps per compiled scan between host logs
+  loss_threshold: float = 0.0       # stop once train loss <= threshold
+  seed: int = 0
+
+
+class TrainState(NamedTuple):
+  params: optax.Params
+  opt_state: optax.OptState
+  step: jax.Array  # int32 scalar
+
+
+def make_optimizer(cfg: TrainConfig):
+  return optax.sgd(cfg.lr, momentum=cfg.momentum or None)
+
+
+def make_train_chunk(apply_fn, cfg: TrainConfig):
+  """Returns ``(tx, chunk)``: jitted ``chunk(state, x, y, key) -> (state, losses[chunk])``."""
+  energy = objective(apply_fn, cfg.loss, cfg.weight_decay)
+  tx = make_optimizer(cfg)
+
+  def chunk(state, x, y, key, length):
+    def batch(k):
+      if not cfg.batch_size or cfg.batch_size >= x.shape[0]:
+        return x, y
+      idx = jax.random.choice(k, x.shape[0], (cfg.batch_size,), replace=False)
+      return x[idx], y[idx]
+
+    def step(state: TrainState, k):
+      loss, grads = jax.value_and_grad(energy)(state.params, *batch(k))
+      updates, opt_state = tx.update(grads, state.opt_state, state.params)
+      return TrainState(optax.apply_updates(state.params, updates), opt_state,
+                        state.step + 1), loss
+
+    return jax.lax.scan(step, state, jax.random.split(key, length))
+
+  return tx, jax.jit(chunk, static_argnames="length")
+
+
+def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
+          log_every_chunk: bool = True, callback: Optional[Callable] = None):
+  """Trains ``params`` on ``(x, y)``; returns ``(params, history)``.
+
+  Runs ``cfg.epochs`` steps in compiled chunks of ``cfg.chunk`` steps; between
+  chunks the host logs epoch, loss, train error and test accuracy, checks for
+  NaN and the loss threshold.
+
+  Raises:
+    TrainError: when the loss or parameters become non-finite; ``.params``
+      holds the last finite parameters (end of the previous chunk).
+  """
+  if cfg.lr <= 0:
+    raise ValueError(f"--lr must be > 0, got {cfg.lr}.")
+  if cfg.epochs <= 0:
+    raise ValueError(f"--epochs must be > 0, got {cfg.epochs}.")
+  tx, chunk_fn = make_train_chunk(apply_fn, cfg)
+  state = TrainState(params, tx.init(params), jnp.zeros([], jnp.int32))
+  x, y = jnp.asarray(x), jnp.asarray(y)
+  eval_fn = jax.jit(lambda p, xx, yy: (jnp.mean(per_sample_loss(cfg.loss, apply_fn(p, xx), yy)),
+                                       error_rate(cfg.loss, apply_fn(p, xx), yy)))
+  key = jax.random.PRNGKey(cfg.seed)
+  history = []
+  n_chunks = math.ceil(cfg.epochs / cfg.chunk)
+  t0 = time.time()
+  for c in range(n_chunks):
+    key, sub = jax.random.split(key)
+    length = min(cfg.chunk, cfg.epochs - c * cfg.chunk)
+    new_state, losses = chunk_fn(state, x, y, sub, length=length)
+    losses = np.asarray(losses)
+    finite = bool(np.all(np.isfinite(losses))) and all(
+        bool(jnp.all(jnp.isfinite(a))) for a in jax.tree_util.tree_leaves(new_state.params))
+    if not finite:
+      raise TrainError(
+          f"training diverged (non-finite loss) in steps {c * cfg.chunk}-{(c + 1) * cfg.chunk}; "
+          "lower --lr. The last finite parameters were kept.", state.params, history)
+    state = new_state
+    train_loss, train_err = (float(v) for v in eval_fn(state.params, x, y))
+    rec = {"epoch": int(state.step), "loss": train_loss, "train_error": train_err,
+           "time_s": time.time() - t0}
+    if x_test is not None:
+      _, test_err = eval_fn(state.params, jnp.asarray(x_test), jnp.asarray(y_test))
+      rec["test_accuracy" if cfg.loss != "mse" else "test_mse"] = (
+          1.0 - float(test_err) if cfg.loss != "mse" else float(test_err))
+    history.append(rec)
+    if log_every_chunk:
+      logging.info("train: %s", " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                           for k, v in rec.items()))
+    if callback is not None:
+      callback(state, rec)
+    if train_loss <= cfg.loss_threshold:
+      break
+  return state.params, history

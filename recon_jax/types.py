@@ -1,0 +1,50 @@
+"""Types shared by every attack: what the attacker sees and what an attack is.
+
+An attack sees only a :class:`Target` (the trained parameters, the labels it
+assumes for its candidates, and the pixel box); only the evaluation touches
+the training set.  An attack is a pair of pure functions over its own
+NamedTuple state (the optax ``GradientTransformation`` pattern), driven by the
+one shared loop in :mod:`recon_jax.loop`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, NamedTuple
+
+import jax
+
+Params = Any            # a flax variable dict {'params': ...}
+PRNGKey = jax.Array
+HParams = Mapping[str, jax.Array]  # per-restart hyperparameters, scalars (vmapped to [R])
+
+
+class Target(NamedTuple):
+  """What the attacker observes and assumes.
+
+  Attributes:
+    params: trained parameters theta* (flax variable dict).
+    labels: [m] labels assumed for the m candidates: +-1 floats (binary),
+      integer classes (multiclass) or zeros (general/regression, unused).
+    box_lo: lower pixel bound, broadcastable to one candidate ``[*input_shape]``
+      (e.g. ``0 - mean`` after mean subtraction).
+    box_hi: upper pixel bound, likewise.
+  """
+  params: Params
+  labels: jax.Array
+  box_lo: jax.Array
+  box_hi: jax.Array
+
+
+# init(key, hparams, target, x0) -> state ; x0: [m, *input_shape] from an x-initialisation.
+InitFn = Callable[[PRNGKey, HParams, Target, jax.Array], Any]
+# step(state, hparams, target) -> (state, metrics); metrics: dict of scalars, with 'loss'.
+StepFn = Callable[[Any, HParams, Target], tuple[Any, dict]]
+# candidates(state) -> (x [m, *input_shape], weights [m]) ; weights: lambda for KKT, ones otherwise.
+CandidatesFn = Callable[[Any], tuple[jax.Array, jax.Array]]
+
+
+class Attack(NamedTuple):
+  """An attack: pure ``init`` and ``step`` plus a reader for its candidates."""
+  init: InitFn
+  step: StepFn
+  candidates: CandidatesFn
+  name: str = "attack"

@@ -1,0 +1,235 @@
+"""The main job: victim -> attack sweep (one compiled call) -> evaluation -> report."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from experiments import common
+from recon_jax import data, evaluation, inits, loop, plotting, sweep, victim
+from recon_jax.attacks import inversion, kkt
+from recon_jax.types import Target
+
+ATTACKS = ("kkt", "inversion", "weights")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  """Everything a reconstruction run needs; every field is a flag of reconstruct.py."""
+  victim: victim.VictimConfig = victim.VictimConfig()
+  checkpoint: str = ""          # attack this victim checkpoint instead of training one
+  data_dir: Optional[str] = None
+  attack: str = "kkt"
+  problem: str = "auto"         # binary | multiclass | general; auto from the victim's loss
+  num_restarts: int = 16
+  steps: int = 4000
+  chunk_steps: int = 1000
+  m: int = 0                    # candidates per restart; 0 -> 2n
+  init: str = "gaussian"
+  sweep: str = "random"         # random (ranges below) | paper (Haim App. B ranges)
+  lr_x: str = "0.03:0.6:log"
+  lr_lam: str = "1e-4:1e-2:log"
+  sigma_x: str = "1e-4:1e-2:log"
+  alpha: str = "10:40:lin"
+  lam_min: str = "0.2:0.7:lin"
+  optimizer: str = "sgd"
+  w_lam: float = 1.0
+  w_prior: float = 1.0
+  normalize: str = "mean"
+  batching: str = "vmap"
+  ssim_threshold: Optional[float] = None
+  seed: int = 0
+  use_cache: bool = True
+
+
+PRESETS = {
+    # The main job: faces vs non-faces, 10 per class (see README for the numbers).
+    "lfw": dict(),
+    "digits": dict(victim=victim.VictimConfig(dataset="digits", n_per_class=25),
+                   steps=6000),
+    "tiny": dict(victim=victim.VictimConfig(dataset="digits", n_per_class=3, widths=(32, 32),
+                                            epochs=400),
+                 num_restarts=2, steps=20, chunk_steps=10),
+}
+
+
+def problem_for(cfg: Config) -> str:
+  if cfg.problem != "auto":
+    return cfg.problem
+  return {"logistic": "binary", "ce": "multiclass", "mse": "general"}[cfg.victim.loss]
+
+
+def validate(cfg: Config) -> None:
+  if cfg.attack not in ATTACKS:
+    raise common.UserError(f"--attack must be one of {ATTACKS}, got {cfg.attack!r}.")
+  if cfg.num_restarts <= 0:
+    raise common.UserError(f"--num_restarts must be > 0, got {cfg.num_restarts}.")
+  if cfg.steps <= 0:
+    raise common.UserError(f"--steps must be > 0, got {cfg.steps}.")
+  if cfg.chunk_steps <= 0:
+    raise common.UserError(f"--chunk_steps must be > 0, got {cfg.chunk_steps}.")
+  if cfg.m < 0:
+    raise common.UserError(f"--m must be >= 0 (0 means 2n), got {cfg.m}.")
+  problem = problem_for(cfg)
+  if problem not in kkt.PROBLEMS:
+    raise common.UserError(f"--problem must be auto or one of {kkt.PROBLEMS}, got {problem!r}.")
+  if cfg.attack == "inversion" and problem != "binary":
+    raise common.UserError("--attack=inversion is defined for binary victims only.")
+  if cfg.sweep not in ("random", "paper"):
+    raise common.UserError(f"--sweep must be random or paper, got {cfg.sweep!r}.")
+
+
+def hparams_for(cfg: Config) -> dict:
+  if cfg.sweep == "paper":
+    ranges = dict(sweep.PAPER_RANGES if cfg.attack == "kkt" else sweep.INVERSION_RANGES)
+  else:
+    ranges = {name: sweep.parse_range(name, getattr(cfg, name), "log")
+              for name in ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")}
+  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
+  kkt.check_hparams(hp)
+  return hp
+
+
+def candidate_labels(problem: str, ds: data.Dataset, m: int) -> np.ndarray:
+  """Balanced labels of the m candidates: m/2 per sign (binary), m/C per class."""
+  if problem == "binary":
+    if m % 2:
+      raise common.UserError(f"--m must be even for a binary victim, got {m}.")
+    return np.concatenate([np.ones(m // 2), -np.ones(m // 2)]).astype(np.float32)
+  if problem == "multiclass":
+    c = ds.num_classes
+    if m < c or m % c:
+      raise common.UserError(f"--m={m} must be a positive multiple of the {c} classes.")
+    return np.repeat(np.arange(c), m // c).astype(np.int32)
+  return np.zeros(m, np.float32)
+
+
+def load_victim(cfg: Config, ds: data.Dataset):
+  """(params, summary): from --checkpoint, or trained (and cached)."""
+  if cfg.checkpoint:
+    params, _, meta = victim.load(cfg.checkpoint, cfg.victim, ds)
+    return params, meta.get("summary", {})
+  params, summary, _ = victim.get_or_train(cfg.victim, ds, use_cache=cfg.use_cache)
+  return params, summary
+
+
+def run(cfg: Config, workdir: str) -> dict:
+  """Runs one reconstruction experiment; writes config, metrics, arrays and figures."""
+  validate(cfg)
+  t_start = time.time()
+  problem = problem_for(cfg)
+  ds = victim.load_data(cfg.victim, cfg.data_dir)
+  module, apply_fn = victim.build(cfg.victim, ds)
+  t0 = time.time()
+  params, vsummary = load_victim(cfg, ds)
+  t_victim = time.time() - t0
+  dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+  params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
+  n = len(ds.x_train)
+  m = cfg.m or 2 * n
+  shape = ds.x_train.shape[1:]
+  labels = candidate_labels(problem, ds, m)
+  target = Target(params, jnp.asarray(labels), jnp.asarray(-ds.mean, dtype),
+                  jnp.asarray(1.0 - ds.mean, dtype))
+  common.write_json(workdir, "config.json", {"config": cfg, "problem": problem, "m": m,
+                                             "environment": common.environment()})
+
+  t0 = time.time()
+  oracle = kkt.oracle_residual(apply_fn, problem, params, jnp.asarray(ds.x_train, dtype),
+                               jnp.asarray(ds.y_train))
+  t_oracle = time.time() - t0
+  logging.info("KKT oracle residual (true training set): %.4f of ||theta*||^2",
+               oracle["residual_rel"])
+
+  timing = {"victim_s": t_victim, "oracle_s": t_oracle}
+  run_res = None
+  if cfg.attack == "weights":
+    w = np.asarray(inversion.first_layer_images(params, shape))
+    cands, weights = w[None], np.ones((1, len(w)))
+    final_loss = np.zeros(1)
+    hp = {}
+  else:
+    hp = hparams_for(cfg)
+    if cfg.attack == "kkt":
+      attack = kkt.kkt_attack(apply_fn, problem, optimizer=cfg.optimizer, w_lam=cfg.w_lam,
+                              w_prior=cfg.w_prior, normalize=cfg.normalize,
+                              num_outputs=1 if problem != "multiclass" else ds.num_classes)
+    else:
+      attack = inversion.inversion_attack(apply_fn, w_prior=cfg.w_prior)
+    x_init = inits.make_x_init(cfg.init, m=m, input_shape=shape, x_train=ds.x_train,
+                               x_part=ds.x_part, offset=ds.mean, dtype=dtype)
+    keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
+    run_res = loop.run(attack, x_init, keys, hp, target, num_steps=cfg.steps,
+                       chunk_steps=cfg.chunk_steps, batching=cfg.batching)
+    cx, w = jax.vmap(attack.candidates)(run_res.state.inner)
+    cands, weights = np.asarray(cx), np.asarray(w)
+    final_loss = np.where(np.asarray(run_res.state.diverged), np.nan,
+                          np.asarray(run_res.state.loss))
+    timing.update(compile_s=run_res.compile_s, attack_run_s=run_res.run_s,
+                  restart_steps_per_s=cfg.num_restarts * cfg.steps / max(run_res.run_s, 1e-9))
+
+  t0 = time.time()
+  ev = evaluation.evaluate_candidates(cands, weights, final_loss, ds,
+                                      train_margins=vsummary.get("margins"),
+                                      ssim_threshold=cfg.ssim_threshold, seed=cfg.seed,
+                                      figdir=workdir)
+  timing["evaluation_s"] = time.time() - t0
+  result = ev.pop("_result")
+  timing["total_s"] = time.time() - t_start
+
+  metrics = {
+      "attack": cfg.attack, "problem": problem, "dataset": cfg.victim.dataset,
+      "n_train": n, "m": m, "num_restarts": cfg.num_restarts if cfg.attack != "weights" else 1,
+      "recovered_strict": ev["attack"]["recovered_strict"],
+      "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
+      "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
+      "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
+      "baseline_heldout_recovered_strict": ev["baselines"].get("heldout", {}).get(
+          "recovered_strict"),
+      "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
+      "oracle_residual_rel": oracle["residual_rel"],
+      "victim": {k: v for k, v in vsummary.items() if k not in ("margins", "outputs")},
+      "evaluation": ev["attack"], "baselines": ev["baselines"], "selection": ev["selection"],
+      "per_restart": ev["per_restart"], "timing": timing,
+  }
+  if run_res is not None:
+    last = run_res.history[-1]
+    metrics["final_stat_rel"] = [float(v) if np.isfinite(v) else None
+                                 for v in np.asarray(last.get("stat_rel", last["loss"]))]
+    for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
+      row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
+      if "stat_rel" in last:
+        row["stat_rel"] = float(np.asarray(last["stat_rel"])[i])
+  common.write_json(workdir, "metrics.json", metrics)
+  common.write_npz(workdir, "reconstructions.npz", candidates=cands, weights=weights,
+                   final_loss=final_loss, recon=result.recon, ssim=result.ssim,
+                   train_idx=ds.train_idx, mean=ds.mean,
+                   **{f"hp_{k}": v for k, v in hp.items()})
+  write_restart_table(workdir, metrics["per_restart"])
+  logging.info("recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
+               "baseline strict %s); oracle residual %.3f; total %.1fs",
+               metrics["recovered_strict"], n, metrics["n_ssim_gt_0.4"],
+               metrics["baseline_mean_image_n_ssim_gt_0.4"],
+               metrics["baseline_heldout_recovered_strict"], oracle["residual_rel"],
+               timing["total_s"])
+  return metrics
+
+
+def write_restart_table(workdir: str, rows: list) -> None:
+  if not rows:
+    return
+  keys = sorted({k for r in rows for k in r})
+  keys = ["restart"] + [k for k in keys if k != "restart"]
+  lines = ["\t".join(keys)]
+  for r in rows:
+    lines.append("\t".join("" if r.get(k) is None else
+                           (f"{r[k]:.5g}" if isinstance(r.get(k), float) else str(r[k]))
+                           for k in keys))
+  from recon_jax import checkpoint
+  checkpoint.atomic_write_text(common.inside(workdir, "restarts.tsv"), "\n".join(lines) + "\n")

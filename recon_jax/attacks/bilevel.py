@@ -1,0 +1,187 @@
+"""Bilevel reconstruction (Runkel et al. 2024): find inputs whose training optimum is theta*.
+
+.. math::
+  \\min_x \\; \\|\\theta^* - \\theta(x)\\|^2 + w_{prior} L_{box}(x)
+  \\quad \\text{s.t.} \\quad
+  \\theta(x) = \\arg\\min_\\theta E(x, y; \\theta),\\qquad
+  E = \\tfrac{1}{m} \\sum_i \\ell(\\Phi(x_i; \\theta), y_i) + \\tfrac{wd}{2} \\|\\theta\\|^2 .
+
+Each outer step solves the inner problem with jaxopt (L-BFGS by default),
+warm-started from the previous step's theta (the paper's update, eq. 7), and
+differentiates through it implicitly (:mod:`recon_jax.implicit`): CG on the
+Hessian, or the paper's quasi-Newton reuse of the L-BFGS memory.
+
+Caveats (see the issue and ``experiments/init_study.py``):
+
+* ``wd > 0`` is required for 'logistic'/'ce': with separable data and no
+  regulariser the inner problem has no minimiser (Runkel et al. footnote 1), the
+  inner solve drifts and the Hessian is singular.
+* The implicit function theorem needs ``E`` to be C^2; eq. (9) uses ReLU, for
+  which the inner solve stalls and the implicit gradient is unreliable.  Pass a
+  smooth ``act`` (softplus, gelu, tanh) for a sound attack; ReLU still runs.
+* Where the first inner solve starts matters (several basins): ``theta0='target'``
+  (theta*, known to the attacker) is the default; 'uniform' (U(0,1), the paper)
+  and 'gaussian' (N(0, 1/fan_in) kernels, zero biases, times ``theta0_scale``).
+
+References:
+  Runkel, Ehrhardt, Schönlieb, Goldblum, Mannelli. Training Data Reconstruction:
+  Privacy due to Uncertainty? 2024.
+"""
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from recon_jax import implicit, priors
+from recon_jax.models import get_activation
+from recon_jax.train import LOSSES, per_sample_loss
+from recon_jax.types import Attack, HParams, Target
+
+THETA0 = ("target", "uniform", "gaussian")
+HPARAMS = ("lr_x",)
+
+
+class BilevelState(NamedTuple):
+  x: jax.Array              # [m, *input_shape] candidates
+  theta: Any                # warm start: theta(x) of the last inner solve
+  theta0: Any               # where a non-warm-started inner solve begins
+  opt_state: optax.OptState
+  inner_grad_norm: jax.Array  # ||grad_theta E|| after the last inner solve
+  inner_iters: jax.Array      # iterations of the last inner solve
+
+
+def tree_sq_dist(a, b) -> jax.Array:
+  return sum(jnp.sum(jnp.square(u - v)) for u, v in zip(jax.tree_util.tree_leaves(a),
+                                                         jax.tree_util.tree_leaves(b)))
+
+
+def make_energy(apply_fn, loss: str, wd: float, act=None):
+  """``E(theta, x, y)``; ``y`` arrives as floats (class ids are cast back for 'ce')."""
+  def energy(theta, x, y):
+    out = apply_fn(theta, x, act)
+    data = jnp.mean(per_sample_loss(loss, out, y))
+    reg = sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(theta))
+    return data + 0.5 * wd * reg
+  return energy
+
+
+def _theta0(kind: str, key, params, scale: float):
+  leaves, treedef = jax.tree_util.tree_flatten(params)
+  keys = jax.random.split(key, len(leaves))
+  out = []
+  for k, a in zip(keys, leaves):
+    if kind == "uniform":
+      out.append(jax.random.uniform(k, a.shape, a.dtype))
+    elif a.ndim >= 2:  # gaussian: N(0, scale^2 / fan_in) kernels
+      out.append(scale * jax.random.normal(k, a.shape, a.dtype) / jnp.sqrt(a.shape[0]))
+    else:
+      out.append(jnp.zeros_like(a))
+  return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
+                   act: Union[None, str, Any] = None, inner: str = "lbfgs",
+                   inner_maxiter: int = 100, inner_tol: float = 1e-7,
+                   history_size: int = 10, inner_stepsize: float = 0.0,
+                   hessian_solve: str = "cg", cg_tol: float = 1e-10, cg_maxiter: int = 500,
+                   theta0: str = "target", theta0_scale: float = 1.0,
+                   warm_start: bool = True, restart_from_target_each_step: bool = False,
+                   optimizer: str = "sgd", momentum: float = 0.9, w_prior: float = 1.0,
+                   project_box: bool = False, allow_zero_wd: bool = False) -> Attack:
+  """The bilevel attack of Runkel et al. (2024).
+
+  Args:
+    apply_fn: ``apply_fn(params, x, act) -> [m, C]``.
+    loss: inner loss: 'logistic' (labels +-1), 'ce' (class ids), 'mse' (targets).
+    wd: weight decay of the inner energy; must equal the victim's.
+    act: activation for ``apply_fn`` (name or callable); None keeps the model's.
+    inner: 'lbfgs' or 'gd' (jaxopt).
+    inner_maxiter, inner_tol, history_size, inner_stepsize: inner solver settings.
+    hessian_solve: 'cg' or 'lbfgs' (quasi-Newton, reuses the inner memory).
+    cg_tol, cg_maxiter: CG settings.
+    theta0: 'target', 'uniform' or 'gaussian': where the first inner solve starts.
+    theta0_scale: multiplier of the 'gaussian' theta0.
+    warm_start: start each inner solve from the previous theta(x) (eq. 7);
+      otherwise from theta0 every step.
+    restart_from_target_each_step: start every inner solve from theta*.
+    optimizer: 'sgd' (momentum) or 'adam', run at rate 1 and scaled per restart
+      by ``hparams['lr_x']``.
+    momentum: SGD momentum.
+    w_prior: weight of the box prior.
+    project_box: project x onto the box after each step (instead of, or with,
+      the prior).
+    allow_zero_wd: permit wd = 0 with a classification loss (expert use).
+
+  Returns:
+    An :class:`Attack`.  Step metrics: ``loss``, ``param_dist``
+    (``||theta* - theta(x)||^2`` before the step), ``prior``,
+    ``inner_grad_norm``, ``inner_iters``.
+
+  Raises:
+    ValueError: on wd <= 0 with 'logistic'/'ce' (unless ``allow_zero_wd``), or
+      an unknown option.
+  """
+  if loss not in LOSSES:
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+  if wd < 0 or (wd == 0 and loss != "mse" and not allow_zero_wd):
+    raise ValueError(
+        f"wd must be > 0 for loss {loss!r}, got {wd}: with separable data and no weight "
+        "decay the training problem has no minimiser (Runkel et al. 2024, footnote 1) and "
+        "its Hessian degenerates, so theta(x) and its implicit gradient are undefined. "
+        "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3.")
+  if theta0 not in THETA0:
+    raise ValueError(f"theta0 must be one of {THETA0}, got {theta0!r}.")
+  if optimizer == "sgd":
+    base = optax.sgd(1.0, momentum=momentum or None)
+  elif optimizer == "adam":
+    base = optax.adam(1.0)
+  else:
+    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}.")
+  act_fn = get_activation(act) if isinstance(act, str) else act
+  energy = make_energy(apply_fn, loss, wd, act_fn)
+  solve = implicit.make_inner_solve(
+      energy, inner=inner, hessian_solve=hessian_solve, maxiter=inner_maxiter,
+      tol=inner_tol, history_size=history_size, stepsize=inner_stepsize, cg_tol=cg_tol,
+      cg_maxiter=cg_maxiter)
+
+  def outer_loss(x, theta_start, target: Target):
+    y = target.labels.astype(x.dtype)
+    theta, info = solve(theta_start, x, y)
+    dist = tree_sq_dist(theta, target.params)
+    prior = priors.box_prior(x, target.box_lo, target.box_hi)
+    return dist + w_prior * prior, (theta, info, dist, prior)
+
+  def init(key, hp: HParams, target: Target, x0):
+    del hp
+    if theta0 == "target":
+      th0 = target.params
+    else:
+      th0 = _theta0(theta0, key, target.params, theta0_scale)
+    zero = jnp.zeros((), x0.dtype)
+    return BilevelState(x0, th0, th0, base.init(x0), zero + jnp.inf, zero)
+
+  def step(state: BilevelState, hp: HParams, target: Target):
+    if restart_from_target_each_step:
+      start = target.params
+    elif warm_start:
+      start = state.theta
+    else:
+      start = state.theta0
+    (val, (theta, info, dist, prior)), gx = jax.value_and_grad(
+        outer_loss, has_aux=True)(state.x, start, target)
+    updates, opt_state = base.update(gx, state.opt_state, state.x)
+    x = state.x + hp["lr_x"].astype(updates.dtype) * updates
+    if project_box:
+      x = priors.project_box(x, target.box_lo, target.box_hi)
+    new = BilevelState(x, theta, state.theta0, opt_state, info.grad_norm, info.iters)
+    return new, {"loss": val, "param_dist": dist, "prior": prior,
+                 "inner_grad_norm": info.grad_norm, "inner_iters": info.iters,
+                 "grad_x_norm": jnp.sqrt(jnp.sum(jnp.square(gx)))}
+
+  def candidates(state: BilevelState):
+    return state.x, jnp.ones(state.x.shape[:1], state.x.dtype)
+
+  return Attack(init, step, candidates, name=f"bilevel[{loss},{hessian_solve}]")

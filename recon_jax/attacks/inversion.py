@@ -1,0 +1,56 @@
+"""Model inversion baseline (Haim et al. 2022, §5.4): maximise y * Phi(x) from random starts.
+
+Half the candidates maximise the output (label +1), half minimise it (-1),
+with the same box prior as the KKT attack.  It finds class representatives,
+not training samples; the report shows it beside the attack for that reason.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from recon_jax import priors
+from recon_jax.types import Attack
+
+
+class InversionState(NamedTuple):
+  x: jax.Array             # [m, *input_shape]
+  opt_state: optax.OptState
+
+
+def inversion_attack(apply_fn, *, w_prior: float = 1.0, momentum: float = 0.9) -> Attack:
+  """Model inversion as an Attack; hparams: ``lr_x`` (and ``sigma_x`` for the init)."""
+  base = optax.sgd(1.0, momentum=momentum or None)
+
+  def loss_fn(x, target):
+    out = apply_fn(target.params, x, None)[:, 0]
+    margin = target.labels * out
+    prior = priors.box_prior(x, target.box_lo, target.box_hi)
+    return -jnp.mean(margin) + w_prior * prior, {"margin": jnp.mean(margin), "prior": prior}
+
+  def init(key, hp, target, x0):
+    del key, hp, target
+    return InversionState(x0, base.init(x0))
+
+  def step(state, hp, target):
+    (loss, aux), g = jax.value_and_grad(loss_fn, has_aux=True)(state.x, target)
+    upd, opt_state = base.update(g, state.opt_state, state.x)
+    x = state.x + hp["lr_x"].astype(upd.dtype) * upd
+    return InversionState(x, opt_state), {"loss": loss, **aux}
+
+  def candidates(state):
+    return state.x, jnp.ones(state.x.shape[0], state.x.dtype)
+
+  return Attack(init, step, candidates, name="inversion")
+
+
+def first_layer_images(params, input_shape):
+  """First-layer weight vectors read as images (Haim et al. §5.4, Fig. 5b): [h, *input_shape]."""
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  for path, leaf in leaves:
+    if leaf.ndim == 2 and leaf.shape[0] == int(jnp.prod(jnp.array(input_shape))):
+      return jnp.asarray(leaf).T.reshape(leaf.shape[1], *input_shape)
+  raise ValueError("no dense first layer whose input size matches the images.")

@@ -1,0 +1,119 @@
+"""The one evaluation every attack's candidates go through (Haim et al. App. B.3).
+
+Candidates from all restarts are pooled, put back into pixel space (training
+mean added), stretched, matched to training images by NCC with voting, and
+scored by SSIM.  Next to the paper's counts it reports the evidence a privacy
+audit needs: strict recovery (closer to the training image than to every
+held-out image, above a by-eye threshold), the same pipeline run on two
+baselines (the training-mean image; unseen held-out images), and the
+attacker-side view: how well the attacker's own loss ranks restarts and its
+lambda ranks candidates, measured against the truth (Spearman).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+from recon_jax import data, metrics, plotting
+
+
+def pixel_space(x, ds: data.Dataset) -> np.ndarray:
+  return np.asarray(x, np.float32) + np.asarray(ds.mean, np.float32)
+
+
+def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
+                        train_margins=None, ssim_threshold: Optional[float] = None,
+                        filter_size: Optional[int] = None, seed: int = 0,
+                        figdir: Optional[str] = None, prefix: str = "") -> dict:
+  """Scores an attack's candidates against the training set and the baselines.
+
+  Args:
+    cands: [R, m, H, W, C] candidates of R restarts (attack input space).
+    weights: [R, m] attacker-side confidence per candidate (lambda for KKT).
+    final_loss: [R] attacker-side final loss per restart (NaN/inf if diverged).
+    ds: the dataset (ground truth; only the evaluation sees it).
+    train_margins: [n] margins y Phi(x) of the training samples (Haim Fig. 4).
+    ssim_threshold: strict-recovery SSIM threshold; default by image height.
+    filter_size: SSIM filter size; default by image height.
+    seed: seed of the held-out baseline draw.
+    figdir: where to write PNG figures (None: no figures).
+    prefix: file-name prefix of the figures.
+
+  Returns:
+    JSON-serialisable dict: ``attack`` (the pooled evaluation), ``baselines``,
+    ``per_restart`` and ``selection`` entries, plus the EvalResult under
+    ``_result`` (not serialisable; pop it before writing JSON).
+  """
+  cands = np.asarray(cands)
+  r, m = cands.shape[:2]
+  img_shape = cands.shape[2:]
+  height = img_shape[0]
+  thr = ssim_threshold if ssim_threshold is not None else metrics.strict_threshold_for(height)
+  x_train = pixel_space(ds.x_train, ds)
+  x_held = pixel_space(ds.x_test, ds) if len(ds.x_test) else None
+  final_loss = np.asarray(final_loss, np.float64)
+  ok = np.isfinite(final_loss)
+  pooled = pixel_space(cands[ok].reshape(-1, *img_shape), ds)
+  kw = dict(ssim_threshold=thr, filter_size=filter_size)
+  res = metrics.evaluate(pooled, x_train, x_held, **kw)
+
+  out = {"attack": res.summary(), "per_sample": res.to_dict()}
+  base_mean = metrics.mean_image_baseline(x_train, x_held, pixel_space(np.zeros(img_shape), ds),
+                                          **kw)
+  out["baselines"] = {"mean_image": base_mean.summary()}
+  if x_held is not None:
+    # Half the held-out split at most, so the rest stays as the strict reference.
+    num = int(min(len(pooled), len(x_held) // 2))
+    base_held = metrics.heldout_baseline(seed, x_train, x_held, num, **kw)
+    out["baselines"]["heldout"] = base_held.summary()
+
+  # Per restart: the truth (mean best SSIM over the training set) against the
+  # attacker's own ranking (final loss), and per candidate lambda against SSIM.
+  per = []
+  for i in range(r):
+    if not ok[i]:
+      per.append({"restart": i, "diverged": True, "final_loss": None})
+      continue
+    ri = metrics.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
+    per.append({"restart": i, "diverged": False, "final_loss": float(final_loss[i]),
+                "mean_ssim": float(np.mean(ri.ssim)), "recovered_strict": int(ri.recovered_strict),
+                "n_ssim_gt_0.4": int(ri.n_ssim_gt_04)})
+  out["per_restart"] = per
+  good = [p for p in per if not p["diverged"]]
+  sel = {"n_restarts": r, "n_diverged": int(np.sum(~ok)),
+         "diverged_restarts": [int(i) for i in np.flatnonzero(~ok)]}
+  if good:
+    losses = np.array([p["final_loss"] for p in good])
+    quality = np.array([p["mean_ssim"] for p in good])
+    best_by_loss = good[int(np.argmin(losses))]
+    best_true = good[int(np.argmax(quality))]
+    sel.update({
+        "spearman_neg_loss_vs_mean_ssim": metrics.spearman(-losses, quality),
+        "best_by_loss_restart": best_by_loss["restart"],
+        "best_by_loss_mean_ssim": best_by_loss["mean_ssim"],
+        "best_by_loss_recovered_strict": best_by_loss["recovered_strict"],
+        "best_true_restart": best_true["restart"],
+        "best_true_mean_ssim": best_true["mean_ssim"],
+        "best_true_recovered_strict": best_true["recovered_strict"],
+    })
+    # Candidate level: does a larger lambda mean closer to some training image?
+    flat_w = np.asarray(weights)[ok].reshape(-1)
+    cs = metrics.ssim_matrix(metrics.stretch(pooled), metrics.stretch(x_train), filter_size)
+    cand_best = np.asarray(cs).max(axis=1)
+    sel["spearman_weight_vs_candidate_ssim"] = metrics.spearman(flat_w, cand_best)
+  out["selection"] = sel
+
+  if figdir is not None:
+    os.makedirs(figdir, exist_ok=True)
+    x_train_disp = np.asarray(metrics.stretch(x_train))
+    x_held_disp = np.asarray(metrics.stretch(x_held)) if x_held is not None else None
+    plotting.reconstruction_figure(os.path.join(figdir, f"{prefix}reconstructions.png"), res,
+                                   x_train_disp, x_held_disp, k=min(45, len(x_train)))
+    if train_margins is not None:
+      plotting.ssim_vs_margin(os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
+                              np.asarray(train_margins), res.ssim,
+                              threshold_lines=(0.4, thr), strict_mask=res.recovered_strict_mask)
+  out["_result"] = res
+  return out

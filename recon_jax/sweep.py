@@ -1,0 +1,78 @@
+"""Hyperparameter sweeps as arrays: one row per restart, vmapped in one program.
+
+A range is ``(lo, hi, 'log'|'lin')``; random search draws each restart's
+values independently, a grid takes the Cartesian product.  The result is a
+dict of [R] arrays fed to :func:`recon_jax.loop.run` as per-restart
+hyperparameters: the W&B sweep of the reference becomes one compiled call.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Mapping, Sequence, Tuple
+
+import numpy as np
+
+Range = Tuple[float, float, str]
+
+# Haim et al. 2022, Appendix B.2.
+PAPER_RANGES: dict[str, Range] = {
+    "lr_x": (1e-5, 1.0, "log"),
+    "sigma_x": (1e-6, 1.0, "log"),
+    "alpha": (10.0, 500.0, "lin"),
+    "lam_min": (1e-4, 1.0, "log"),
+    "lr_lam": (1e-5, 1.0, "log"),
+}
+# Model inversion (Haim et al. App. B.2).
+INVERSION_RANGES: dict[str, Range] = {
+    "lr_x": (1e-6, 1.0, "log"),
+    "sigma_x": (1e-7, 1.0, "log"),
+}
+
+
+def _check(name: str, rng: Range) -> None:
+  lo, hi, kind = rng
+  if kind not in ("log", "lin"):
+    raise ValueError(f"--{name}: range kind must be 'log' or 'lin', got {kind!r}.")
+  if hi < lo:
+    raise ValueError(f"--{name}: range upper end {hi} is below the lower end {lo}.")
+  if kind == "log" and lo <= 0:
+    raise ValueError(f"--{name}: a log-uniform range needs a positive lower end, got {lo}.")
+
+
+def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.float32):
+  """``num`` independent draws from ``ranges`` (log- or linear-uniform)."""
+  if num <= 0:
+    raise ValueError(f"--num_restarts must be > 0, got {num}.")
+  rng = np.random.default_rng(seed)
+  out = {}
+  for name in sorted(ranges):
+    lo, hi, kind = ranges[name]
+    _check(name, ranges[name])
+    if kind == "log":
+      out[name] = np.exp(rng.uniform(np.log(lo), np.log(hi), num))
+    else:
+      out[name] = rng.uniform(lo, hi, num)
+    out[name] = out[name].astype(dtype)
+  return out
+
+
+def grid(values: Mapping[str, Sequence[float]], dtype=np.float32):
+  """Cartesian product of explicit values: R = prod of the list lengths."""
+  names = sorted(values)
+  rows = list(itertools.product(*[list(values[n]) for n in names]))
+  return {n: np.array([r[i] for r in rows], dtype) for i, n in enumerate(names)}
+
+
+def parse_range(name: str, text: str, default_kind: str) -> Range:
+  """``'0.01'`` (a fixed value), ``'0.01:0.5'`` or ``'0.01:0.5:log'`` -> Range."""
+  parts = [p for p in str(text).split(":") if p != ""]
+  try:
+    if len(parts) == 1:
+      v = float(parts[0])
+      return (v, v, "lin")
+    if len(parts) in (2, 3):
+      kind = parts[2] if len(parts) == 3 else default_kind
+      return (float(parts[0]), float(parts[1]), kind)
+  except ValueError:
+    pass
+  raise ValueError(f"--{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.")

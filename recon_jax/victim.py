@@ -1,0 +1,168 @@
+"""Victims: data -> trained parameters theta* -> checkpoint, with provenance.
+
+One :class:`VictimConfig` says everything needed to rebuild a victim (data
+sampling, architecture, training recipe).  Its hash keys a cache, so the main
+job trains each victim once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from recon_jax import checkpoint, data, models, train
+
+
+@dataclasses.dataclass(frozen=True)
+class VictimConfig:
+  """Data, architecture and training recipe of a victim model."""
+  dataset: str = "lfw"
+  task: str = "binary"
+  n_per_class: int = 10
+  subtract_mean: bool = True
+  data_seed: int = 0
+  arch: str = "mlp"
+  widths: Sequence[int] = (256, 256)
+  bias: str = "first"
+  init: str = "normal"
+  init_std: Optional[float] = 0.003
+  first_layer_std: Optional[float] = 1e-4
+  activation: str = "relu"
+  loss: str = "logistic"
+  lr: float = 0.05
+  epochs: int = 10_000
+  weight_decay: float = 0.0
+  # Optional second phase (e.g. a short weight-decay phase that pulls theta*
+  # towards the KKT direction); 0 epochs disables it.
+  wd_epochs: int = 0
+  wd: float = 0.0
+  momentum: float = 0.0
+  batch_size: Optional[int] = None
+  loss_threshold: float = 0.0
+  seed: int = 0
+
+  def to_dict(self):
+    d = dataclasses.asdict(self)
+    d["widths"] = [int(w) for w in self.widths]
+    return d
+
+  def key(self) -> str:
+    blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def out_dim(cfg: VictimConfig, ds: data.Dataset) -> int:
+  return ds.num_classes if cfg.loss == "ce" else 1
+
+
+def build(cfg: VictimConfig, ds: data.Dataset):
+  """(module, apply_fn) for ``cfg`` on data ``ds``."""
+  module = models.build_model(cfg.arch, out_dim=out_dim(cfg, ds), widths=cfg.widths,
+                              bias=cfg.bias, init=cfg.init, init_std=cfg.init_std,
+                              first_layer_std=cfg.first_layer_std, activation=cfg.activation)
+  return module, models.make_apply_fn(module)
+
+
+def load_data(cfg: VictimConfig, data_dir: Optional[str] = None) -> data.Dataset:
+  task = "multiclass" if cfg.loss == "ce" else "binary"
+  return data.load_dataset(cfg.dataset, task=task, n_per_class=cfg.n_per_class,
+                           seed=cfg.data_seed, subtract_mean=cfg.subtract_mean,
+                           data_dir=data_dir)
+
+
+def train_labels(cfg: VictimConfig, ds: data.Dataset):
+  return ds.y_train
+
+
+def fit(cfg: VictimConfig, ds: data.Dataset, dtype=jnp.float32):
+  """Trains the victim; returns ``(params, history, summary)``."""
+  module, apply_fn = build(cfg, ds)
+  params = models.init_params(module, jax.random.PRNGKey(cfg.seed), ds.x_train.shape[1:], dtype)
+  x, y = jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
+  if cfg.loss != "ce":
+    y = y.astype(dtype)
+  tcfg = train.TrainConfig(loss=cfg.loss, lr=cfg.lr, epochs=cfg.epochs,
+                           weight_decay=cfg.weight_decay, momentum=cfg.momentum,
+                           batch_size=cfg.batch_size, loss_threshold=cfg.loss_threshold,
+                           seed=cfg.seed, chunk=min(2000, cfg.epochs))
+  xt, yt = ds.x_test, ds.y_test
+  if len(xt) == 0:
+    xt = yt = None
+  params, history = train.train(apply_fn, params, x, y, tcfg, x_test=xt, y_test=yt)
+  if cfg.wd_epochs > 0:
+    tcfg2 = dataclasses.replace(tcfg, epochs=cfg.wd_epochs, weight_decay=cfg.wd,
+                                chunk=min(2000, cfg.wd_epochs), loss_threshold=0.0)
+    params, h2 = train.train(apply_fn, params, x, y, tcfg2, x_test=xt, y_test=yt)
+    history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in h2]
+  out = apply_fn(params, x, None)
+  summary = dict(history[-1])
+  summary["epochs_run"] = summary.pop("epoch")
+  summary["margins"] = np.asarray(train.margins(cfg.loss, out, y)).tolist()
+  summary["outputs"] = np.asarray(out).tolist()
+  return params, history, summary
+
+
+def save(path: str, cfg: VictimConfig, ds: data.Dataset, params, summary: dict) -> None:
+  meta = {"victim": cfg.to_dict(), "train_idx": np.asarray(ds.train_idx).tolist(),
+          "summary": {k: v for k, v in summary.items() if k not in ("outputs",)}}
+  checkpoint.save(path, params, meta)
+
+
+def load(path: str, cfg: Optional[VictimConfig] = None, ds: Optional[data.Dataset] = None):
+  """Loads a victim checkpoint; returns ``(params, VictimConfig, meta)``.
+
+  When ``cfg`` is given the checkpoint must match its architecture
+  (CheckpointError names the parameter that does not).
+  """
+  params, meta = checkpoint.load(path)
+  try:
+    stored = meta["victim"]
+    stored["widths"] = tuple(stored["widths"])
+    ck_cfg = VictimConfig(**stored)
+  except (KeyError, TypeError) as e:
+    raise checkpoint.CheckpointError(f"{path}: checkpoint has no victim config ({e}).") from None
+  want = cfg or ck_cfg
+  if ds is None:
+    return params, ck_cfg, meta
+  module, _ = build(want, ds)
+  template = jax.eval_shape(lambda: models.init_params(module, jax.random.PRNGKey(0),
+                                                       ds.x_train.shape[1:]))
+  checkpoint.check_matches(params, template, path)
+  params = jax.tree_util.tree_map(jnp.asarray, params)
+  return params, ck_cfg, meta
+
+
+def cache_dir() -> str:
+  return os.environ.get("RECON_JAX_CACHE",
+                        os.path.join(os.path.expanduser("~"), ".cache", "recon_jax"))
+
+
+def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True):
+  """Loads the cached victim for ``cfg`` or trains and caches it.
+
+  Returns:
+    ``(params, summary, cache_path or None)``.
+  """
+  path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}.msgpack")
+  if use_cache and os.path.isfile(path):
+    try:
+      params, _, meta = load(path, cfg, ds)
+      logging.info("victim loaded from cache %s", path)
+      return params, meta["summary"], path
+    except checkpoint.CheckpointError as e:
+      logging.warning("ignoring unusable cached victim: %s", e)
+  params, _, summary = fit(cfg, ds)
+  if use_cache:
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      save(path, cfg, ds, params, summary)
+    except OSError as e:
+      logging.warning("could not cache the victim at %s: %s", path, e)
+  return params, summary, path if use_cache else None

@@ -58,7 +58,7 @@ def build_config() -> reconstruct_lib.Config:
     if f.name in FLAGS and FLAGS[f.name].value is not None and (
         FLAGS[f.name].present or f.name in ("checkpoint", "data_dir")):
       over[f.name] = FLAGS[f.name].value
-  over["victim"] = victim_config_from_flags(base.victim)
+  over["victim"] = victim_config_from_flags(base.victim, FLAGS.checkpoint)
   over["use_cache"] = FLAGS.cache
   return dataclasses.replace(base, **over)
 

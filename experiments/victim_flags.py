@@ -19,6 +19,8 @@ _VICTIM_FLAGS = {
     "victim_init": ("init", "string", "kaiming | normal | uniform."),
     "init_std": ("init_std", "float", "Std of init=normal (or He override)."),
     "first_layer_std": ("first_layer_std", "float", "Std of the first layer (Haim: 1e-4)."),
+    "init_gain": ("init_gain", "float", "Multiplier of He's std (init=kaiming)."),
+    "adaptive": ("adaptive", "string", "Normalised GD: none | loss | grad."),
     "loss": ("loss", "string", "logistic (binary) | ce (multiclass) | mse (regression)."),
     "victim_lr": ("lr", "float", "Victim learning rate."),
     "epochs": ("epochs", "integer", "Victim training epochs (full-batch GD steps)."),
@@ -38,7 +40,35 @@ def define_victim_flags():
       getattr(flags, f"DEFINE_{kind}")(name, None, helptext)
 
 
-def victim_config_from_flags(base: victim.VictimConfig) -> victim.VictimConfig:
+def victim_config_from_flags(base: victim.VictimConfig,
+                             checkpoint_path: str = "") -> victim.VictimConfig:
+  """The victim config: ``base`` with the flags given, or the checkpoint's own.
+
+  With a checkpoint, its stored config (architecture and data provenance) is
+  used, and a victim flag given on the command line that contradicts it is an
+  error naming the flag.
+  """
+  over = _overrides()
+  if checkpoint_path:
+    from recon_jax import checkpoint
+    _, meta = checkpoint.load(checkpoint_path)
+    try:
+      stored = dict(meta["victim"])
+      stored["widths"] = tuple(stored["widths"])
+      ck = victim.VictimConfig(**stored)
+    except (KeyError, TypeError):
+      raise checkpoint.CheckpointError(
+          f"{checkpoint_path}: not a victim checkpoint (no victim config).") from None
+    for field, value in over.items():
+      if getattr(ck, field) != value:
+        flag = next(n for n, (f, _, _) in _VICTIM_FLAGS.items() if f == field)
+        raise ValueError(f"--{flag}={value} contradicts --checkpoint {checkpoint_path}, "
+                         f"which was trained with {field}={getattr(ck, field)}.")
+    return ck
+  return dataclasses.replace(base, **over)
+
+
+def _overrides() -> dict:
   over = {}
   for name, (field, kind, _) in _VICTIM_FLAGS.items():
     value = FLAGS[name].value
@@ -54,4 +84,4 @@ def victim_config_from_flags(base: victim.VictimConfig) -> victim.VictimConfig:
     if k in over and over[k] <= 0:
       flag = {"lr": "victim_lr"}.get(k, k)
       raise ValueError(f"--{flag} must be > 0, got {over[k]}.")
-  return dataclasses.replace(base, **over)
+  return over

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from recon_jax import distributed
 from recon_jax.types import Attack, HParams, Target
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
@@ -158,12 +159,18 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
   if sharding is not None:
     keys = jax.device_put(keys, sharding)
     hparams = jax.device_put(hparams, sharding)
+    target = jax.device_put(target, jax.sharding.NamedSharding(
+        sharding.mesh, jax.sharding.PartitionSpec()))  # theta* replicated
   t0 = time.time()
   if state is None:
     state = init_fn(keys, hparams, target)
-  elif sharding is not None:
+  if sharding is not None:
+    # Every leaf has the leading restart axis; constant leaves of a fresh state
+    # (zeros, inf) would otherwise come out replicated, and each chunk would be
+    # compiled for (and all-gather into) a replicated state.
     state = jax.device_put(state, sharding)
-  done = int(np.max(np.asarray(state.step))) if num_restarts else 0
+  # gather_restarts: np.asarray in one process; an allgather when the restarts span hosts.
+  done = int(np.max(distributed.gather_restarts(state.step))) if num_restarts else 0
   history, compiled = [], {}
   compile_s, run_s = 0.0, 0.0
   while done < num_steps:
@@ -174,14 +181,16 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
       compile_s += time.time() - tc
     t1 = time.time()
     state, metrics = compiled[n](state, hparams, target)
-    metrics = jax.tree_util.tree_map(np.asarray, metrics)  # blocks until the chunk is done
+    if sharding is not None:  # a no-op unless the compiler chose another output layout
+      state = jax.device_put(state, sharding)
+    metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
     run_s += time.time() - t1
     done += n
     rec = {"step": done, "time_s": time.time() - t0, **metrics,
-           "diverged": np.asarray(state.diverged)}
+           "diverged": distributed.gather_restarts(state.diverged)}
     history.append(rec)
     if log:
-      loss = np.asarray(state.loss)
+      loss = distributed.gather_restarts(state.loss)
       fin = loss[np.isfinite(loss)]
       logging.info("%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
                    attack.name, done, num_steps, fin.min() if fin.size else np.nan,

@@ -108,7 +108,7 @@ def get_activation(name: str, alpha: Optional[float] = None) -> Activation:
 # --------------------------------------------------------------------------
 # Initialisers.
 # --------------------------------------------------------------------------
-def weight_init(scheme: str, std: Optional[float] = None):
+def weight_init(scheme: str, std: Optional[float] = None, gain: float = 1.0):
   """Kernel initialiser.
 
   Args:
@@ -116,11 +116,13 @@ def weight_init(scheme: str, std: Optional[float] = None):
       kaiming_normal_), 'normal' (N(0, std^2)) or 'uniform' (U(0, 1), Runkel et
       al. 2024).
     std: standard deviation for 'normal'; for 'kaiming' it overrides He's std.
+    gain: multiplies He's std (a small gain puts training in the rich regime,
+      where theta* is dominated by what training added, not by the init).
   """
   if scheme == "kaiming":
     if std is not None:
       return nn.initializers.normal(std)
-    return nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+    return nn.initializers.variance_scaling(2.0 * gain ** 2, "fan_in", "normal")
   if scheme == "normal":
     if std is None or std <= 0:
       raise ValueError(f"init 'normal' needs std > 0, got {std}.")
@@ -145,6 +147,7 @@ class MLP(nn.Module):
     init_scheme: weight scheme for all layers (see :func:`weight_init`).
     init_std: std for init='normal' (or override of He's std).
     first_layer_std: separate std for the first layer (Haim et al.: 1e-4).
+    init_gain: multiplies He's std for init='kaiming'.
     activation: default activation; attacks pass ``act=`` instead.
   """
   widths: Sequence[int] = (256, 256)
@@ -153,6 +156,7 @@ class MLP(nn.Module):
   init_scheme: str = "kaiming"
   init_std: Optional[float] = None
   first_layer_std: Optional[float] = None
+  init_gain: float = 1.0
   activation: Activation = jax.nn.relu
 
   @nn.compact
@@ -164,7 +168,7 @@ class MLP(nn.Module):
       if i == 0 and self.first_layer_std is not None:
         kinit = nn.initializers.normal(self.first_layer_std)
       else:
-        kinit = weight_init(self.init_scheme, self.init_std)
+        kinit = weight_init(self.init_scheme, self.init_std, self.init_gain)
       use_bias = self.bias == "all" or (self.bias == "first" and i == 0)
       binit = (nn.initializers.uniform(1.0) if self.init_scheme == "uniform"
                else nn.initializers.zeros)
@@ -244,7 +248,8 @@ def make_apply_fn(module: nn.Module) -> ApplyFn:
 
 def build_model(arch: str, *, out_dim: int = 1, widths: Sequence[int] = (256, 256),
                 bias: str = "first", init: str = "kaiming", init_std=None,
-                first_layer_std=None, activation: str = "relu") -> nn.Module:
+                first_layer_std=None, activation: str = "relu",
+                init_gain: float = 1.0) -> nn.Module:
   """Builds a model from plain config values (what the binaries and checkpoints store)."""
   act = get_activation(activation) if activation != "surrogate_relu" else jax.nn.relu
   if bias not in BIAS_MODES:
@@ -253,7 +258,8 @@ def build_model(arch: str, *, out_dim: int = 1, widths: Sequence[int] = (256, 25
     if any(int(w) <= 0 for w in widths):
       raise ValueError(f"widths must be positive, got {list(widths)}.")
     return MLP(widths=tuple(int(w) for w in widths), out_dim=out_dim, bias=bias, init_scheme=init,
-               init_std=init_std, first_layer_std=first_layer_std, activation=act)
+               init_std=init_std, first_layer_std=first_layer_std, activation=act,
+               init_gain=init_gain)
   if arch == "affine":
     return Affine(out_dim=out_dim, init_scheme=init, init_std=init_std)
   if arch == "one_hidden":

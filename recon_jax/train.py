@@ -91,6 +91,12 @@ class TrainConfig:
   batch_size: Optional[int] = None  # None: full batch GD
   chunk: int = 1000                 # steps per compiled scan between host logs
   loss_threshold: float = 0.0       # stop once train loss <= threshold
+  # Normalised GD: the step is lr / loss ('loss') or lr / ||grad|| ('grad'), so
+  # training escapes a small initialisation quickly and keeps moving once the
+  # loss is tiny; the parameters grow far from their initialisation, towards
+  # the KKT direction of margin maximisation.
+  adaptive: str = "none"            # none | loss (lr / loss) | grad (lr / ||grad||)
+  loss_floor: float = 1e-30
   seed: int = 0
 
 
@@ -118,6 +124,10 @@ def make_train_chunk(apply_fn, cfg: TrainConfig):
 
     def step(state: TrainState, k):
       loss, grads = jax.value_and_grad(energy)(state.params, *batch(k))
+      if cfg.adaptive != "none":
+        denom = loss if cfg.adaptive == "loss" else jnp.sqrt(sq_norm(grads))
+        scale = 1.0 / jnp.maximum(denom, cfg.loss_floor)
+        grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
       updates, opt_state = tx.update(grads, state.opt_state, state.params)
       return TrainState(optax.apply_updates(state.params, updates), opt_state,
                         state.step + 1), loss
@@ -143,6 +153,8 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
     raise ValueError(f"--lr must be > 0, got {cfg.lr}.")
   if cfg.epochs <= 0:
     raise ValueError(f"--epochs must be > 0, got {cfg.epochs}.")
+  if cfg.adaptive not in ("none", "loss", "grad"):
+    raise ValueError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
   tx, chunk_fn = make_train_chunk(apply_fn, cfg)
   state = TrainState(params, tx.init(params), jnp.zeros([], jnp.int32))
   x, y = jnp.asarray(x), jnp.asarray(y)

@@ -34,6 +34,7 @@ class VictimConfig:
   init: str = "normal"
   init_std: Optional[float] = 0.003
   first_layer_std: Optional[float] = 1e-4
+  init_gain: float = 1.0
   activation: str = "relu"
   loss: str = "logistic"
   lr: float = 0.05
@@ -44,6 +45,7 @@ class VictimConfig:
   wd_epochs: int = 0
   wd: float = 0.0
   momentum: float = 0.0
+  adaptive: str = "none"           # normalised GD: none | loss | grad (see train.TrainConfig)
   batch_size: Optional[int] = None
   loss_threshold: float = 0.0
   seed: int = 0
@@ -66,7 +68,8 @@ def build(cfg: VictimConfig, ds: data.Dataset):
   """(module, apply_fn) for ``cfg`` on data ``ds``."""
   module = models.build_model(cfg.arch, out_dim=out_dim(cfg, ds), widths=cfg.widths,
                               bias=cfg.bias, init=cfg.init, init_std=cfg.init_std,
-                              first_layer_std=cfg.first_layer_std, activation=cfg.activation)
+                              first_layer_std=cfg.first_layer_std, activation=cfg.activation,
+                              init_gain=cfg.init_gain)
   return module, models.make_apply_fn(module)
 
 
@@ -81,8 +84,10 @@ def train_labels(cfg: VictimConfig, ds: data.Dataset):
   return ds.y_train
 
 
-def fit(cfg: VictimConfig, ds: data.Dataset, dtype=jnp.float32):
-  """Trains the victim; returns ``(params, history, summary)``."""
+def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None):
+  """Trains the victim (float64 when x64 is on); returns ``(params, history, summary)``."""
+  if dtype is None:
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
   module, apply_fn = build(cfg, ds)
   params = models.init_params(module, jax.random.PRNGKey(cfg.seed), ds.x_train.shape[1:], dtype)
   x, y = jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
@@ -91,14 +96,15 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=jnp.float32):
   tcfg = train.TrainConfig(loss=cfg.loss, lr=cfg.lr, epochs=cfg.epochs,
                            weight_decay=cfg.weight_decay, momentum=cfg.momentum,
                            batch_size=cfg.batch_size, loss_threshold=cfg.loss_threshold,
-                           seed=cfg.seed, chunk=min(2000, cfg.epochs))
+                           seed=cfg.seed, chunk=min(2000, cfg.epochs), adaptive=cfg.adaptive)
   xt, yt = ds.x_test, ds.y_test
   if len(xt) == 0:
     xt = yt = None
   params, history = train.train(apply_fn, params, x, y, tcfg, x_test=xt, y_test=yt)
   if cfg.wd_epochs > 0:
     tcfg2 = dataclasses.replace(tcfg, epochs=cfg.wd_epochs, weight_decay=cfg.wd,
-                                chunk=min(2000, cfg.wd_epochs), loss_threshold=0.0)
+                                chunk=min(2000, cfg.wd_epochs), loss_threshold=0.0,
+                                adaptive="none")
     params, h2 = train.train(apply_fn, params, x, y, tcfg2, x_test=xt, y_test=yt)
     history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in h2]
   out = apply_fn(params, x, None)
@@ -150,7 +156,8 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
   Returns:
     ``(params, summary, cache_path or None)``.
   """
-  path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}.msgpack")
+  prec = "f64" if jax.config.jax_enable_x64 else "f32"
+  path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{prec}.msgpack")
   if use_cache and os.path.isfile(path):
     try:
       params, _, meta = load(path, cfg, ds)

@@ -29,7 +29,7 @@ References:
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Union
 
 import jax
 import jax.numpy as jnp

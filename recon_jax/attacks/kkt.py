@@ -218,4 +218,5 @@ def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
                                  maxiter=50 * n)
   theta = np.asarray(flat_params, np.float64)
   resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta ** 2))
-  return {"residual_rel": resid, "lam": sol, "n_active": int(np.sum(np.abs(sol) > 0))}
+  lam = sol.reshape(-1, n).T if problem == "general" else sol  # columns were stacked per class
+  return {"residual_rel": resid, "lam": lam, "n_active": int(np.sum(np.abs(sol) > 0))}

@@ -1,0 +1,741 @@
+r"""Benchmarks: one JSON line per measurement, against the machine's own matmul ceiling.
+
+  python benchmarks/bench.py                      # everything, float32 and float64 (minutes)
+  python benchmarks/bench.py --quick              # CI smoke run (seconds)
+  python benchmarks/bench.py --only=matmul,kkt --no-x64 --out=benchmarks/RESULTS_cpu.json
+
+Selections (``--only``, comma-separated; default all):
+
+* ``matmul``   the ceiling: GFLOP/s of a large square matmul per dtype (measured
+  first and again before each dtype block; utilisation uses the best seen).
+* ``kkt``      the KKT attack step of the d-h-h-1 MLP (bias='first', binary) through
+  the product code path, ``recon_jax.loop.make_runner``'s compiled lax.scan
+  chunk: steps/s, GFLOP/s (10 m d h + 14 m h^2 per restart-step) and
+  utilisation, for R = 1, 8, 32 restarts (vmap).
+* ``batching`` the batching ratio R=8 restart-steps/s / (8 x R=1 steps/s) for
+  vmap and lax.map (and R=32 for vmap).
+* ``breakdown`` where the KKT step's time goes: every dot of the compiled step
+  timed alone (same shapes and contracting dims) against the whole step.
+* ``train``    victim training (recon_jax.train, full-batch GD): epochs/s.
+* ``e2e``      the main job's tiny preset as a subprocess: wall, compile, run time.
+* ``bilevel``  Runkel et al.'s outer step (implicit differentiation): time, split
+  into inner solve and Hessian solve, CG vs quasi-Newton, and compiled temp
+  memory of implicit vs unrolled differentiation as inner iterations grow.
+* ``memory``   memory per restart of the KKT step at paper scale (m=1000,
+  3072-1000-1000-1): analytic and from XLA's ``memory_analysis()`` of the compiled
+  chunk (compiled from shapes only, nothing allocated), and the largest R that fits
+  on an 80 GB and a 141 GB device.
+
+Timings are the best (minimum) of several runs after a warm-up call: the
+machine may be shared, and the minimum is the least disturbed estimate.
+Targets are reported as true/false, never asserted.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import itertools
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ALL = ("matmul", "kkt", "batching", "breakdown", "train", "e2e", "bilevel", "memory")
+KKT_SIZES = ((64, 1000, 100), (784, 1000, 200), (3072, 1000, 200))
+QUICK_KKT_SIZES = ((64, 64, 16),)
+PAPER = dict(d=3072, h=1000, m=1000)
+TARGET_UTIL_BIG = 0.85       # (3072, 1000, 200) float32
+TARGET_UTIL = 0.80           # every other size and dtype
+TARGET_BATCHING = 0.90       # R=8 restart-steps/s >= 0.9 x 8 x R=1 steps/s (CPU)
+DEVICE_GB = (80, 141)
+USABLE_FRACTION = 0.95       # of device memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.95)
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--quick", action="store_true", help="tiny sizes: a CI smoke run of seconds")
+  p.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {ALL}")
+  p.add_argument("--x64", action=argparse.BooleanOptionalAction, default=None,
+                 help="also run the float64 variants (default: on, off with --quick)")
+  p.add_argument("--out", default="", help="also append the JSON lines to this file")
+  p.add_argument("--repeats", type=int, default=None, help="timed runs per measurement")
+  p.add_argument("--restarts", default=None, help="R values for vmap (default 1,8,32)")
+  p.add_argument("--chunk_s", type=float, default=None,
+                 help="target seconds per timed KKT chunk (sets the steps per chunk)")
+  args = p.parse_args(argv)
+  args.only = [s.strip() for s in args.only.split(",") if s.strip()]
+  bad = [s for s in args.only if s not in ALL]
+  if bad:
+    p.error(f"--only: unknown {bad}; choose from {ALL}")
+  if args.x64 is None:
+    args.x64 = not args.quick
+  if args.repeats is None:
+    args.repeats = 2 if args.quick else 3
+  if args.repeats < 1:
+    p.error("--repeats must be >= 1")
+  if args.restarts is None:
+    args.restarts = "1,2" if args.quick else "1,8,32"
+  args.restarts = [int(r) for r in args.restarts.split(",")]
+  if args.chunk_s is None:
+    args.chunk_s = 0.05 if args.quick else 0.3
+  return args
+
+
+class Emitter:
+  """Prints one JSON line per record to stdout (flushed) and appends it to ``--out``."""
+
+  def __init__(self, out: str):
+    self.out = out
+    self.records = []
+
+  def __call__(self, rec: dict) -> dict:
+    rec = {k: _clean(v) for k, v in rec.items()}
+    line = json.dumps(rec, sort_keys=False, allow_nan=False)
+    print(line, flush=True)
+    if self.out:
+      with open(self.out, "a") as f:
+        f.write(line + "\n")
+    self.records.append(rec)
+    return rec
+
+
+def _clean(v):
+  if isinstance(v, float):
+    if not math.isfinite(v):
+      return None
+    return float(f"{v:.6g}")
+  if isinstance(v, dict):
+    return {k: _clean(u) for k, u in v.items()}
+  if isinstance(v, (list, tuple)):
+    return [_clean(u) for u in v]
+  try:
+    import numpy as np
+    if isinstance(v, np.generic):
+      return _clean(v.item())
+  except ImportError:  # pragma: no cover
+    pass
+  return v
+
+
+# ----------------------------------------------------------------------------
+# Shared helpers.
+# ----------------------------------------------------------------------------
+@contextlib.contextmanager
+def precision(dtype: str):
+  """float64 needs jax_enable_x64; float32 runs with it off, exactly as the product does."""
+  import jax
+  old = jax.config.read("jax_enable_x64")
+  jax.config.update("jax_enable_x64", dtype == "float64")
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_x64", old)
+
+
+def block(tree):
+  import jax
+  return jax.block_until_ready(tree)
+
+
+def best_of(fn, repeats: int, warmup: int = 1):
+  """(min seconds, all seconds) of ``fn()`` (blocked) after ``warmup`` untimed calls."""
+  for _ in range(warmup):
+    block(fn())
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    block(fn())
+    times.append(time.perf_counter() - t)
+  return min(times), times
+
+
+class Ceiling:
+  """Best matmul GFLOP/s seen per dtype (the utilisation denominator)."""
+
+  def __init__(self):
+    self.best = {}
+
+  def measure(self, dtype: str, n: int, repeats: int, emit=None, label="ceiling"):
+    import jax
+    import jax.numpy as jnp
+    with precision(dtype):
+      ka, kb = jax.random.split(jax.random.PRNGKey(0))
+      a = jax.random.normal(ka, (n, n), dtype)
+      b = jax.random.normal(kb, (n, n), dtype)
+      f = jax.jit(jnp.matmul)
+      best, times = best_of(lambda: f(a, b), repeats)
+    gflops = 2 * n ** 3 / best / 1e9
+    self.best[dtype] = max(self.best.get(dtype, 0.0), gflops)
+    if emit is not None:
+      emit({"bench": "matmul", "what": label, "dtype": dtype, "n": n, "best_s": best,
+            "gflops": gflops, "best_gflops_so_far": self.best[dtype], "runs": len(times)})
+    return gflops
+
+  def get(self, dtype: str) -> float:
+    return self.best.get(dtype, float("nan"))
+
+
+def kkt_flops(d: int, h: int, m: int) -> int:
+  """FLOPs of one KKT step of one restart (issue 5): the big matmuls of loss and gradient."""
+  return 10 * m * d * h + 14 * m * h * h
+
+
+def kkt_problem(d: int, h: int, m: int, dtype: str, seed: int = 0):
+  """(attack, x_init, target) of the binary KKT attack on a d-h-h-1 MLP with bias='first'."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from recon_jax import inits, models
+  from recon_jax.attacks import kkt
+  from recon_jax.types import Target
+  module = models.MLP(widths=(h, h), out_dim=1, bias="first")
+  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), dtype)
+  attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
+  labels = jnp.asarray(np.r_[np.ones(m // 2), -np.ones(m - m // 2)], dtype)
+  mean = jnp.full((d,), 0.45, dtype)  # per-pixel box as after mean subtraction
+  target = Target(params, labels, -mean, 1.0 - mean)
+  return attack, inits.gaussian(m, (d,), dtype), target
+
+
+def kkt_hparams(num_restarts: int, dtype: str, seed: int = 0) -> dict:
+  """Per-restart hyperparameters drawn from the default sweep ranges (reconstruct.py)."""
+  import numpy as np
+  rng = np.random.default_rng(seed)
+  logu = lambda lo, hi: np.exp(rng.uniform(np.log(lo), np.log(hi), num_restarts))
+  hp = {"lr_x": logu(0.03, 0.6), "lr_lam": logu(1e-4, 1e-2), "sigma_x": logu(1e-4, 1e-2),
+        "alpha": rng.uniform(10, 40, num_restarts), "lam_min": rng.uniform(0.2, 0.7, num_restarts)}
+  return {k: v.astype(dtype) for k, v in hp.items()}
+
+
+# ----------------------------------------------------------------------------
+# KKT step.
+# ----------------------------------------------------------------------------
+def time_kkt(d, h, m, dtype, num_restarts, batching, ceiling: Ceiling, args):
+  """Times the compiled chunk of ``loop.make_runner``; returns a record."""
+  import jax
+  import jax.numpy as jnp
+  from recon_jax import loop
+  with precision(dtype):
+    attack, x_init, target = kkt_problem(d, h, m, dtype)
+    hp = {k: jnp.asarray(v) for k, v in kkt_hparams(num_restarts, dtype).items()}
+    keys = jax.random.split(jax.random.PRNGKey(1), num_restarts)
+    init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
+    state = init_fn(keys, hp, target)
+    flops = kkt_flops(d, h, m)
+    ceil = ceiling.get(dtype)
+    est_step = num_restarts * flops / (0.7 * ceil * 1e9) if ceil == ceil else 0.1
+    k = int(min(50, max(1, math.ceil(args.chunk_s / max(est_step, 1e-6)))))
+    repeats = args.repeats if est_step * k < 2.0 else max(1, min(args.repeats, 2))
+    t = time.perf_counter()
+    compiled = chunk_fn.lower(state, hp, target, num_steps=k).compile()
+    compile_s = time.perf_counter() - t
+    holder = [state]
+
+    def call():
+      holder[0], metrics = compiled(holder[0], hp, target)
+      return holder[0], metrics
+
+    best, times = best_of(call, repeats)
+    loss = float(jnp.nanmin(holder[0].loss))
+  step_s = best / k
+  gflops = num_restarts * flops / step_s / 1e9
+  return {"bench": "kkt", "dtype": dtype, "d": d, "h": h, "m": m, "R": num_restarts,
+          "batching": batching, "steps_per_chunk": k, "timed_chunks": len(times),
+          "step_s": step_s, "steps_per_s": 1.0 / step_s,
+          "restart_steps_per_s": num_restarts / step_s,
+          "gflop_per_restart_step": flops / 1e9, "gflops": gflops,
+          "ceiling_gflops": ceil, "utilisation": gflops / ceil, "compile_s": compile_s,
+          "chunk_times_s": times, "final_loss_min": loss}
+
+
+def util_target(d, h, m, dtype):
+  return TARGET_UTIL_BIG if (d, h, m, dtype) == (3072, 1000, 200, "float32") else TARGET_UTIL
+
+
+def run_kkt(args, dtypes, ceiling, emit):
+  sizes = QUICK_KKT_SIZES if args.quick else KKT_SIZES
+  plan = []
+  if "kkt" in args.only:
+    plan += [("vmap", r) for r in args.restarts]
+  if "batching" in args.only:
+    small = [r for r in args.restarts if r <= 8] or [1]
+    for r in ([1, max(small)] if max(small) > 1 else [1]):
+      if ("vmap", r) not in plan:
+        plan.append(("vmap", r))
+      if not args.quick:  # --quick: vmap only (every compile costs seconds)
+        plan.append(("map", r))
+  results = []
+  for dtype in dtypes:
+    if "matmul" in args.only or "kkt" in args.only:  # fresh ceiling right before the block
+      ceiling.measure(dtype, 512 if args.quick else 2048, args.repeats + 2, emit,
+                      label="ceiling_recheck")
+    for (d, h, m) in sizes:
+      rows = {}
+      for batching, r in plan:
+        rec = time_kkt(d, h, m, dtype, r, batching, ceiling, args)
+        tgt = util_target(d, h, m, dtype)
+        rec.update(util_target=tgt, util_target_met=bool(rec["utilisation"] >= tgt))
+        rows[(batching, r)] = emit(rec)
+        results.append(rec)
+      if "batching" in args.only or "kkt" in args.only:
+        for batching in ("vmap", "map"):
+          if (batching, 1) not in rows:
+            continue
+          single = rows[(batching, 1)]["steps_per_s"]
+          for (b, r), rec in rows.items():
+            if b != batching or r == 1:
+              continue
+            ratio = rec["restart_steps_per_s"] / (r * single)
+            emit({"bench": "batching", "dtype": dtype, "d": d, "h": h, "m": m,
+                  "batching": batching, "R": r, "restart_steps_per_s": rec["restart_steps_per_s"],
+                  "single_steps_per_s": single, "ratio": ratio,
+                  "target": TARGET_BATCHING if r == 8 else None,
+                  "target_met": bool(ratio >= TARGET_BATCHING) if r == 8 else None})
+  return results
+
+
+# ----------------------------------------------------------------------------
+# Breakdown: every dot of the compiled step timed alone.
+# ----------------------------------------------------------------------------
+_DEF = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(\w+)\[([\d,]*)\]")
+_DOT = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*\w+\[[\d,]*\][^ ]*\s+dot\((%[\w.\-]+),\s*"
+                  r"(%[\w.\-]+)\),\s*lhs_(?:batch_dims=\{([\d,]*)\},\s*lhs_)?contracting_dims="
+                  r"\{([\d,]*)\},\s*rhs_(?:batch_dims=\{([\d,]*)\},\s*rhs_)?contracting_dims="
+                  r"\{([\d,]*)\}")
+
+
+def hlo_dots(hlo_text: str):
+  """(lhs shape, rhs shape, dimension numbers) of every dot in an optimised HLO module."""
+  dots, shapes = [], {}
+  for line in hlo_text.splitlines():
+    if line.rstrip().endswith("{") and ("computation" in line or line.lstrip().startswith(
+        ("%", "ENTRY"))):
+      shapes = {}  # a new computation: names are local to it
+    m = _DEF.match(line)
+    if m:
+      shapes[m.group(1)] = tuple(int(s) for s in m.group(3).split(",") if s)
+    m = _DOT.match(line)
+    if m:
+      lhs, rhs = m.group(1), m.group(2)
+      if lhs not in shapes or rhs not in shapes:
+        continue
+      ints = lambda g: tuple(int(s) for s in g.split(",") if s) if g else ()
+      dn = ((ints(m.group(4)), ints(m.group(6))), (ints(m.group(3)), ints(m.group(5))))
+      dots.append((shapes[lhs], shapes[rhs], dn))
+  return dots
+
+
+def run_breakdown(args, dtypes, ceiling, emit):
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax import lax
+  from recon_jax import loop
+  sizes = QUICK_KKT_SIZES if args.quick else ((3072, 1000, 200), (64, 1000, 100))
+  batchings = ("vmap",) if args.quick else ("vmap", "map")
+  for dtype, (d, h, m), batching in itertools.product(dtypes, sizes, batchings):
+    if True:
+      with precision(dtype):
+        attack, x_init, target = kkt_problem(d, h, m, dtype)
+        hp = {k: jnp.asarray(v) for k, v in kkt_hparams(1, dtype).items()}
+        keys = jax.random.split(jax.random.PRNGKey(1), 1)
+        init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
+        state = init_fn(keys, hp, target)
+        k = 1 if args.quick else 4
+        compiled = chunk_fn.lower(state, hp, target, num_steps=k).compile()
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        holder = [state]
+
+        def call():
+          holder[0], mt = compiled(holder[0], hp, target)
+          return holder[0], mt
+        step_best, _ = best_of(call, args.repeats)
+        step_s = step_best / k
+        hlo = compiled.as_text()
+        dots = hlo_dots(hlo)
+        rows, dot_total, dot_flops = [], 0.0, 0.0
+        for lhs, rhs, dn in dots:
+          (lc, rc), (lb, rb) = dn
+          a = jnp.ones(lhs, dtype)
+          b = jnp.ones(rhs, dtype)
+          f = jax.jit(lambda a, b, dn=dn: lax.dot_general(a, b, dn))
+          t, _ = best_of(lambda: f(a, b), max(3, args.repeats))
+          contract = int(np.prod([lhs[i] for i in lc])) if lc else 1
+          out = f.eval_shape(a, b).shape
+          fl = 2.0 * contract * float(np.prod(out))
+          dot_total += t
+          dot_flops += fl
+          rows.append({"lhs": list(lhs), "rhs": list(rhs), "contract": [list(lc), list(rc)],
+                       "s": t, "gflops": fl / t / 1e9})
+      ceil = ceiling.get(dtype)
+      emit({"bench": "breakdown", "dtype": dtype, "d": d, "h": h, "m": m, "R": 1,
+            "batching": batching, "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
+            "hlo_copies": len(re.findall(r" copy\(", hlo)),
+            "step_s": step_s, "formula_gflop": kkt_flops(d, h, m) / 1e9,
+            # XLA counts the scanned step (the while body) once, whatever k is.
+            "xla_gflop": float(cost.get("flops", float("nan"))) / 1e9,
+            "xla_transcendentals": float(cost.get("transcendentals", float("nan"))),
+            "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
+            "n_dots": len(rows), "dots_gflop": dot_flops / 1e9,
+            "dots_alone_s": dot_total, "dots_alone_gflops": dot_flops / dot_total / 1e9,
+            "dots_alone_utilisation": dot_flops / dot_total / 1e9 / ceil,
+            "non_dot_s": step_s - dot_total, "non_dot_fraction": (step_s - dot_total) / step_s,
+            "ceiling_gflops": ceil,
+            "dots": sorted(rows, key=lambda r: -r["s"])[:12]})
+
+
+# ----------------------------------------------------------------------------
+# Victim training.
+# ----------------------------------------------------------------------------
+def run_train(args, dtypes, emit):
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from recon_jax import models, train
+  cases = ([("digits_tiny", 64, (32, 32), 20, 20)] if args.quick else
+           [("digits", 64, (256, 256), 50, 200), ("cifar", 3072, (1000, 1000), 500, 5)])
+  for dtype in dtypes:
+    for name, d, widths, n, k in cases:
+      with precision(dtype):
+        module = models.build_model("mlp", widths=widths, bias="first")
+        params = models.init_params(module, jax.random.PRNGKey(0), (d,), dtype)
+        apply_fn = models.make_apply_fn(module)
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.uniform(-0.5, 0.5, (n, d)), dtype)
+        y = jnp.asarray(np.where(np.arange(n) % 2, 1.0, -1.0), dtype)
+        cfg = train.TrainConfig(loss="logistic", lr=0.01, epochs=k, chunk=k)
+        tx, chunk = train.make_train_chunk(apply_fn, cfg)
+        state = train.TrainState(params, tx.init(params), jnp.zeros([], jnp.int32))
+        key = jax.random.PRNGKey(0)
+        t = time.perf_counter()
+        block(chunk(state, x, y, key, length=k))
+        first_s = time.perf_counter() - t
+        best, times = best_of(lambda: chunk(state, x, y, key, length=k), args.repeats, warmup=0)
+      p = d * widths[0] + widths[0] + widths[0] * widths[1] + widths[1]
+      flops = 4 * n * p + 2 * n * (widths[0] * widths[1] + widths[1])
+      emit({"bench": "train", "name": name, "dtype": dtype, "d": d, "widths": list(widths),
+            "n": n, "epochs_per_chunk": k, "epochs_per_s": k / best,
+            "gflop_per_epoch": flops / 1e9, "gflops": flops * k / best / 1e9,
+            "first_call_s": first_s, "runs": len(times)})
+
+
+# ----------------------------------------------------------------------------
+# End to end.
+# ----------------------------------------------------------------------------
+def run_e2e(args, emit):
+  if args.quick:
+    emit({"bench": "e2e", "skipped": "--quick (the tiny preset takes ~20 s)"})
+    return
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with tempfile.TemporaryDirectory() as tmp:
+    work = os.path.join(tmp, "work")
+    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
+               RECON_JAX_CACHE=os.path.join(tmp, "cache"), MPLBACKEND="Agg")
+    env.pop("XLA_FLAGS", None)
+    cmd = [sys.executable, "-m", "experiments.reconstruct", "--preset=tiny",
+           f"--workdir={work}", "--overwrite", "--nocache"]
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if proc.returncode:
+      emit({"bench": "e2e", "preset": "tiny", "error": proc.stderr.strip().splitlines()[-1:],
+            "wall_s": wall})
+      return
+    with open(os.path.join(work, "metrics.json")) as f:
+      timing = json.load(f)["timing"]
+  emit({"bench": "e2e", "preset": "tiny", "command": " ".join(cmd[1:3] + cmd[3:4]),
+        "wall_s": wall, **{k: timing.get(k) for k in (
+            "compile_s", "attack_run_s", "victim_s", "oracle_s", "evaluation_s", "total_s",
+            "restart_steps_per_s")},
+        "startup_and_import_s": wall - (timing.get("total_s") or 0.0)})
+
+
+# ----------------------------------------------------------------------------
+# Bilevel (Runkel et al.): implicit vs unrolled.
+# ----------------------------------------------------------------------------
+def _tree_sq_dist(a, b):
+  import jax
+  import jax.numpy as jnp
+  return sum(jnp.sum(jnp.square(u - v)) for u, v in zip(jax.tree_util.tree_leaves(a),
+                                                         jax.tree_util.tree_leaves(b)))
+
+
+def run_bilevel(args, dtypes, emit):
+  try:
+    from recon_jax import implicit
+    from recon_jax.attacks import bilevel
+  except ImportError as e:
+    emit({"bench": "bilevel", "skipped": f"recon_jax.attacks.bilevel / implicit missing ({e})"})
+    return
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from recon_jax import models, priors
+  wd = 1e-3
+  if args.quick:
+    d, n, width, iters, nets = 16, 6, 8, (2, 8), ("affine",)
+  else:
+    d, n, width, iters, nets = 64, 20, 256, (10, 30, 100, 300), ("affine", "one_hidden")
+  for dtype in dtypes:
+    for net in nets:
+      with precision(dtype):
+        if net == "affine":
+          module, act = models.Affine(out_dim=1, init_scheme="kaiming"), None
+        else:
+          module = models.OneHidden(width=width, out_dim=1, init_scheme="kaiming")
+          act = models.get_activation("softplus")
+        apply_fn = models.make_apply_fn(module)
+        theta_star = models.init_params(module, jax.random.PRNGKey(0), (d,), dtype)
+        rng = np.random.default_rng(0)
+        x = jnp.asarray(rng.uniform(0, 1, (n, d)), dtype)
+        y = jnp.asarray(np.where(np.arange(n) % 2, 1.0, -1.0), dtype)
+        lo, hi = jnp.zeros((d,), dtype), jnp.ones((d,), dtype)
+        energy = bilevel.make_energy(apply_fn, "logistic", wd, act)
+        n_params = sum(a.size for a in jax.tree_util.tree_leaves(theta_star))
+
+        def outer_of(solve):
+          def outer(xx):
+            theta, info = solve(theta_star, xx, y)
+            return _tree_sq_dist(theta, theta_star) + priors.box_prior(xx, lo, hi), info
+          return outer
+
+        # 1. The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations) from theta*:
+        #    inner solve alone vs the whole outer step, CG vs the quasi-Newton Hessian solve.
+        # (--quick: a 5-step GD inner solve instead; L-BFGS takes seconds to compile.)
+        inner_kw = (dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5) if args.quick else
+                    dict(inner="lbfgs", maxiter=100, tol=1e-7))
+        for hsolve in (("cg",) if args.quick else ("cg", "lbfgs")):
+          solve = implicit.make_inner_solve(energy, hessian_solve=hsolve, **inner_kw)
+          outer = outer_of(solve)
+          fwd = jax.jit(lambda xx: solve(theta_star, xx, y)).lower(x).compile()
+          step = jax.jit(jax.value_and_grad(outer, has_aux=True)).lower(x).compile()
+          inner_s, _ = best_of(lambda: fwd(x), args.repeats)
+          outer_s, _ = best_of(lambda: step(x), args.repeats)
+          (_, info), gx = step(x)
+          mem = step.memory_analysis()
+          emit({"bench": "bilevel", "what": "outer_step", "net": net, "dtype": dtype, "d": d,
+                "n": n, "width": width if net != "affine" else None, "params": n_params,
+                "inner": inner_kw["inner"], "hessian_solve": hsolve, "inner_iters": float(info.iters),
+                "inner_grad_norm": float(info.grad_norm), "inner_solve_s": inner_s,
+                "outer_step_s": outer_s, "hessian_solve_s": max(outer_s - inner_s, 0.0),
+                "outer_over_inner": outer_s / inner_s, "target_ratio": 3.0,
+                "target_met": bool(outer_s / inner_s <= 3.0),
+                "temp_bytes": getattr(mem, "temp_size_in_bytes", None),
+                "grad_finite": bool(jnp.all(jnp.isfinite(gx)))})
+
+        # 2. Memory and time vs inner iterations T (fixed-step GD, tol 0: exactly T steps):
+        #    implicit differentiation (custom_root + CG) against reverse mode through the loop.
+        lr_inner = 0.5 if net == "affine" else 0.1
+        for T in iters:
+          solve = implicit.make_inner_solve(energy, inner="gd", hessian_solve="cg", maxiter=T,
+                                            tol=0.0, stepsize=lr_inner)
+
+          def unrolled(theta0, xx, yy, T=T):
+            def body(th, _):
+              g = jax.grad(energy)(th, xx, yy)
+              return jax.tree_util.tree_map(lambda a, b: a - lr_inner * b, th, g), None
+            th, _ = jax.lax.scan(body, theta0, None, length=T)
+            return th, None
+
+          for kind, s in (("implicit", solve), ("unrolled", unrolled)):
+            outer = outer_of(s)
+            step = jax.jit(jax.value_and_grad(outer, has_aux=True))
+            compiled = step.lower(x).compile()
+            mem = compiled.memory_analysis()
+            t, _ = best_of(lambda: compiled(x), args.repeats)
+            emit({"bench": "bilevel", "what": "memory_vs_iters", "net": net, "dtype": dtype,
+                  "d": d, "n": n, "params": n_params, "inner": "gd", "inner_iters": T,
+                  "diff": kind, "outer_step_s": t,
+                  "temp_bytes": getattr(mem, "temp_size_in_bytes", None)})
+    # flatness: implicit temp bytes at the largest T over the smallest
+  _bilevel_summary(emit)
+
+
+def _bilevel_summary(emit):
+  rows = [r for r in emit.records if r.get("bench") == "bilevel"
+          and r.get("what") == "memory_vs_iters"]
+  groups = {}
+  for r in rows:
+    groups.setdefault((r["net"], r["dtype"], r["diff"]), []).append(r)
+  for (net, dtype, diff), rs in groups.items():
+    rs = sorted(rs, key=lambda r: r["inner_iters"])
+    a, b = rs[0], rs[-1]
+    if not a["temp_bytes"]:
+      continue
+    growth = b["temp_bytes"] / a["temp_bytes"]
+    emit({"bench": "bilevel", "what": "memory_growth", "net": net, "dtype": dtype, "diff": diff,
+          "iters_from": a["inner_iters"], "iters_to": b["inner_iters"],
+          "temp_bytes_from": a["temp_bytes"], "temp_bytes_to": b["temp_bytes"],
+          "growth": growth,
+          **({"flat_target_met": bool(growth <= 1.1)} if diff == "implicit" else {})})
+
+
+# ----------------------------------------------------------------------------
+# Memory per restart at paper scale.
+# ----------------------------------------------------------------------------
+def kkt_memory_analytic(d: int, h: int, m: int, bytes_per: int) -> dict:
+  """Bytes per restart of the KKT step (SGD-momentum), counted by array.
+
+  * state: x, momentum of x [m, d]; lambda and its momentum [m];
+  * the KKT sum's parameter-shaped arrays: grad_theta of the weighted output
+    and the residual theta* - grad (its cotangent reuses it): 2 P, with
+    P = d h + h + h^2 + h (bias on the first layer only, one output);
+  * activations kept for the double backward, [m, h] each: the two
+    pre-activations, two ReLU outputs, two surrogate slopes sigmoid(alpha z),
+    the two backward signals delta_1, delta_2, and ~6 cotangents of those in
+    the outer backward: ~14 m h;
+  * [m, d] transients: the x-gradient and a transposed copy of x for x^T delta_1.
+  theta* itself is shared by all restarts (not counted).
+  """
+  p = d * h + h + h * h + h
+  state = 2 * m * d + 2 * m
+  kkt_sum = 2 * p
+  acts = 14 * m * h
+  xtmp = 2 * m * d
+  total = state + kkt_sum + acts + xtmp
+  return {"state": state * bytes_per, "kkt_sum_params": kkt_sum * bytes_per,
+          "activations": acts * bytes_per, "x_transients": xtmp * bytes_per,
+          "total": total * bytes_per, "theta_star_shared": p * bytes_per}
+
+
+def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
+  """XLA's memory_analysis of the KKT chunk, compiled from shapes only (nothing allocated)."""
+  import jax
+  import jax.numpy as jnp
+  from recon_jax import loop
+  with precision(dtype):
+    attack, x_init, target = kkt_problem(d, h, m, dtype)
+    target_s = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), target)
+    hp = {k_: jax.ShapeDtypeStruct((num_restarts,), jnp.dtype(dtype))
+          for k_ in ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")}
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), num_restarts))
+    init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
+    state = jax.eval_shape(init_fn, keys, hp, target_s)
+    t = time.perf_counter()
+    compiled = chunk_fn.lower(state, hp, target_s, num_steps=k).compile()
+    compile_s = time.perf_counter() - t
+    ma = compiled.memory_analysis()
+  out = {f: int(getattr(ma, f)) for f in ("temp_size_in_bytes", "argument_size_in_bytes",
+                                          "output_size_in_bytes", "alias_size_in_bytes")
+         if hasattr(ma, f)}
+  # Peak ~ arguments + temporaries + outputs not aliased to (donated) arguments.
+  out["peak_bytes"] = (out.get("argument_size_in_bytes", 0) + out.get("temp_size_in_bytes", 0)
+                       + out.get("output_size_in_bytes", 0) - out.get("alias_size_in_bytes", 0))
+  out["compile_s"] = compile_s
+  return out
+
+
+def run_memory(args, dtypes, emit):
+  d, h, m = (64, 64, 32) if args.quick else (PAPER["d"], PAPER["h"], PAPER["m"])
+  scale = "quick (not paper scale)" if args.quick else "paper (Haim et al. App. B)"
+  for dtype in dtypes:
+    nbytes = 8 if dtype == "float64" else 4
+    ana = kkt_memory_analytic(d, h, m, nbytes)
+    emit({"bench": "memory", "what": "analytic", "scale": scale, "dtype": dtype, "d": d, "h": h,
+          "m": m, "bytes_per_restart": ana["total"], "parts": ana,
+          **{f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - ana["theta_star_shared"])
+                                 // ana["total"]) for g in DEVICE_GB},
+          "usable_fraction": USABLE_FRACTION})
+    plan = (("vmap", (1, 2)),) if args.quick else (("vmap", (1, 2, 4)), ("map", (1, 4)))
+    for batching, rs in plan:
+      pts = []
+      for r in rs:
+        try:
+          mem = compiled_kkt_memory(d, h, m, dtype, r, batching)
+        except Exception as e:  # e.g. out of host memory while compiling
+          emit({"bench": "memory", "what": "compiled", "batching": batching, "dtype": dtype,
+                "R": r, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+          continue
+        pts.append((r, mem["peak_bytes"]))
+        emit({"bench": "memory", "what": "compiled", "scale": scale, "batching": batching,
+              "dtype": dtype, "d": d, "h": h, "m": m, "R": r, **mem})
+      if len(pts) >= 2:
+        (r0, b0), (r1, b1) = pts[0], pts[-1]
+        per = (b1 - b0) / (r1 - r0)
+        fixed = b0 - per * r0
+        emit({"bench": "memory", "what": "per_restart", "scale": scale, "batching": batching,
+              "dtype": dtype, "d": d, "h": h, "m": m, "from_R": [r0, r1],
+              "bytes_per_restart": per, "fixed_bytes": fixed,
+              **{f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - fixed) // per)
+                 for g in DEVICE_GB},
+              "usable_fraction": USABLE_FRACTION,
+              "note": "XLA CPU buffer assignment; a GPU's fusion and allocator differ"})
+
+
+# ----------------------------------------------------------------------------
+def summary(emit, ceiling: Ceiling):
+  """Targets against the best ceiling seen in the whole run."""
+  kkt = [r for r in emit.records if r.get("bench") == "kkt"]
+  util = []
+  for r in kkt:
+    c = ceiling.get(r["dtype"])
+    u = r["gflops"] / c
+    util.append({"dtype": r["dtype"], "d": r["d"], "h": r["h"], "m": r["m"], "R": r["R"],
+                 "batching": r["batching"], "utilisation": u, "target": r["util_target"],
+                 "met": bool(u >= r["util_target"])})
+  bat = [r for r in emit.records if r.get("bench") == "batching" and r.get("R") == 8]
+  emit({"bench": "summary", "ceiling_gflops": dict(ceiling.best),
+        "util_targets_met": sum(u["met"] for u in util), "util_targets_total": len(util),
+        "util_targets_met_R1": sum(u["met"] for u in util if u["R"] == 1),
+        "util_targets_total_R1": sum(1 for u in util if u["R"] == 1),
+        "batching_targets_met": {f"{r['batching']}:{r['dtype']}:{r['d']}": r["target_met"]
+                                 for r in bat},
+        "utilisation": util})
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  t_start = time.perf_counter()
+  import jax
+  emit = Emitter(args.out)
+  dtypes = ["float32"] + (["float64"] if args.x64 else [])
+  dev = jax.devices()[0]
+  emit({"bench": "env", "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "jax": jax.__version__, "backend": jax.default_backend(), "device_kind": dev.device_kind,
+        "devices": jax.device_count(), "cpu_count": os.cpu_count(),
+        "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "quick": args.quick, "only": args.only, "dtypes": dtypes, "repeats": args.repeats,
+        "timing": "best (min) of the timed runs after a warm-up call"})
+  ceiling = Ceiling()
+  needs_ceiling = {"matmul", "kkt", "batching", "breakdown"} & set(args.only)
+  if needs_ceiling:
+    for dtype in dtypes:
+      ceiling.measure(dtype, 512 if args.quick else 3072, args.repeats + 2,
+                      emit if "matmul" in args.only else None)
+  sections = {}
+
+  def section(name, fn, *a):
+    t = time.perf_counter()
+    fn(*a)
+    sections[name] = time.perf_counter() - t
+
+  if {"kkt", "batching"} & set(args.only):
+    section("kkt", run_kkt, args, dtypes, ceiling, emit)
+  if "breakdown" in args.only:
+    section("breakdown", run_breakdown, args, dtypes, ceiling, emit)
+  if "train" in args.only:
+    section("train", run_train, args, dtypes, emit)
+  if "bilevel" in args.only:
+    section("bilevel", run_bilevel, args, dtypes, emit)
+  if "memory" in args.only:
+    section("memory", run_memory, args, dtypes, emit)
+  if "e2e" in args.only:
+    section("e2e", run_e2e, args, emit)
+  if "matmul" in args.only and not args.quick:  # a last look at the ceiling
+    for dtype in dtypes:
+      ceiling.measure(dtype, 3072, args.repeats, emit, label="ceiling_end")
+  if {"kkt", "batching"} & set(args.only):
+    summary(emit, ceiling)
+  emit({"bench": "done", "wall_s": time.perf_counter() - t_start, "sections_s": sections})
+
+
+if __name__ == "__main__":
+  main()

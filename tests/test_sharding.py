@@ -1,0 +1,180 @@
+"""Restarts sharded across devices give the single-device results.
+
+Each test runs a child Python (the device count is fixed when JAX starts):
+``XLA_FLAGS=--xla_force_host_platform_device_count=4`` for one process with 4
+CPU devices, and two processes x 2 devices joined by ``jax.distributed`` for
+the multi-host path (restarts spread over both processes, gathered to all).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+CHILD = r"""
+import json, sys
+mode, out = sys.argv[1], sys.argv[2]
+from recon_jax import distributed
+if mode == "multiprocess":
+  distributed.maybe_initialize(True)  # JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
+import re
+import jax, jax.numpy as jnp, numpy as np
+from recon_jax import inits, loop, models
+from recon_jax.attacks import kkt
+from recon_jax.types import Target
+
+d, h, m, R = 12, 16, 6, 4
+module = models.MLP(widths=(h, h), out_dim=1, bias="first")
+params = models.init_params(module, jax.random.PRNGKey(0), (d,), jnp.float32)
+attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
+target = Target(params, jnp.asarray([1., 1., 1., -1., -1., -1.], jnp.float32),
+                jnp.full((d,), -0.5, jnp.float32), jnp.full((d,), 0.5, jnp.float32))
+x_init = inits.gaussian(m, (d,), jnp.float32)
+rng = np.random.default_rng(0)
+hp = {"lr_x": rng.uniform(0.02, 0.1, R), "lr_lam": rng.uniform(1e-3, 1e-2, R),
+      "alpha": rng.uniform(10, 40, R), "lam_min": rng.uniform(0.2, 0.7, R),
+      "sigma_x": rng.uniform(1e-3, 1e-2, R)}
+hp = {k: v.astype(np.float32) for k, v in hp.items()}
+keys = jax.random.split(jax.random.PRNGKey(1), R)
+
+def sweep(shard, batching="vmap"):
+  # two chunks: the second call reuses the compiled chunk on the first one's output
+  return loop.run(attack, x_init, keys, hp, target, num_steps=12, chunk_steps=6,
+                  batching=batching, shard=shard, log=False)
+
+def result(res):
+  st = distributed.gather_restarts(res.state)
+  return {"x": st.inner.x, "lam": st.inner.lam, "loss": st.loss, "step": st.step}
+
+info = {"device_count": jax.device_count(), "process_count": jax.process_count()}
+if mode == "single":
+  sharded = sweep(True)
+  x = sharded.state.inner.x
+  info["x_devices"] = len(x.sharding.device_set)
+  info["x_spec"] = str(getattr(x.sharding, "spec", None))
+  info["shard_shapes"] = sorted({tuple(s.data.shape) for s in x.addressable_shards})
+  # The compiled chunk of a sharded state needs no communication: restarts are independent.
+  sharding = loop.restart_sharding(R)
+  init_fn, chunk_fn = loop.make_runner(attack, x_init)
+  hps = jax.device_put({k: jnp.asarray(v) for k, v in hp.items()}, sharding)
+  state = jax.device_put(init_fn(jax.device_put(keys, sharding), hps, target), sharding)
+  hlo = chunk_fn.lower(state, hps, target, num_steps=2).compile().as_text()
+  info["collectives"] = {op: len(re.findall(op + r"(?:-start)?\(", hlo)) for op in (
+      "all-gather", "all-reduce", "all-to-all", "collective-permute", "reduce-scatter")}
+  arrays = {f"sharded_{k}": v for k, v in result(sharded).items()}
+  arrays.update({f"single_{k}": v for k, v in result(sweep(False)).items()})
+  arrays.update({f"map_{k}": v for k, v in result(sweep(True, "map")).items()})
+  np.savez(out + ".npz", **arrays)
+else:
+  res = sweep(True)
+  info["x_devices"] = len(res.state.inner.x.sharding.device_set)
+  info["process_index"] = jax.process_index()
+  if distributed.is_main_process():
+    np.savez(out + ".npz", **{f"gathered_{k}": v for k, v in result(res).items()})
+  else:
+    result(res)  # a collective: every process takes part
+with open(out + f".{jax.process_index()}.json", "w") as f:
+  json.dump(info, f)
+"""
+
+
+def _env(**extra):
+  env = {k: v for k, v in os.environ.items()
+         if not k.startswith(("XLA_", "JAX_")) or k == "JAX_PLATFORMS"}
+  env.update(JAX_PLATFORMS="cpu", **extra)
+  return env
+
+
+def _run(args, env):
+  return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait(procs, timeout=150):
+  outs = []
+  for p in procs:
+    try:
+      out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      for q in procs:
+        q.kill()
+      raise
+    outs.append(out)
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+  return outs
+
+
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory):
+  out = str(tmp_path_factory.mktemp("shard") / "single")
+  env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  _wait([_run(["single", out], env)])
+  with open(out + ".0.json") as f:
+    info = json.load(f)
+  return info, dict(np.load(out + ".npz"))
+
+
+def test_sharded_run_uses_four_devices(single_process):
+  info, _ = single_process
+  assert info["device_count"] == 4
+  assert info["x_devices"] == 4
+  assert "restarts" in info["x_spec"]
+  assert info["shard_shapes"] == [[1, 6, 12]]  # one restart of [m, d] per device
+  assert sum(info["collectives"].values()) == 0, info["collectives"]
+
+
+def test_sharded_equals_single_device(single_process):
+  _, arr = single_process
+  assert np.all(arr["sharded_step"] == 12) and np.all(arr["single_step"] == 12)
+  for k in ("x", "lam", "loss"):
+    np.testing.assert_allclose(arr[f"sharded_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
+                               err_msg=k)
+    np.testing.assert_allclose(arr[f"map_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
+                               err_msg=f"lax.map {k}")
+  assert np.all(np.isfinite(arr["single_loss"]))
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_gather_to_process_zero(single_process, tmp_path):
+  _, arr = single_process
+  out = str(tmp_path / "multi")
+  port = _free_port()
+  procs = [_run(["multiprocess", out], _env(
+      XLA_FLAGS="--xla_force_host_platform_device_count=2",
+      JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+      JAX_PROCESS_ID=str(i))) for i in range(2)]
+  _wait(procs)
+  for i in range(2):
+    with open(f"{out}.{i}.json") as f:
+      info = json.load(f)
+    assert info["process_count"] == 2 and info["device_count"] == 4
+    assert info["x_devices"] == 4  # the restarts span both processes' devices
+  got = np.load(out + ".npz")
+  for k in ("x", "lam", "loss"):
+    np.testing.assert_allclose(got[f"gathered_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
+                               err_msg=k)
+
+
+def test_distributed_helpers_single_process(monkeypatch):
+  import jax
+  from recon_jax import distributed
+  for off in (False, None, "", "0", "false", "No"):
+    assert distributed.maybe_initialize(off) is False
+  assert not jax.distributed.is_initialized()
+  monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+  with pytest.raises(ValueError, match="JAX_NUM_PROCESSES"):
+    distributed._env_int("JAX_NUM_PROCESSES")
+  tree = {"a": jax.numpy.arange(3), "b": (np.ones(2),)}
+  got = distributed.gather_restarts(tree)
+  assert isinstance(got["a"], np.ndarray) and got["a"].tolist() == [0, 1, 2]
+  assert distributed.is_main_process()
+  assert distributed.process_restart_slice(8) == slice(0, 8)

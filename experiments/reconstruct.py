@@ -23,6 +23,10 @@ flags.DEFINE_enum("preset", "lfw", sorted(reconstruct_lib.PRESETS), "Base config
 flags.DEFINE_string("workdir", "workdirs/reconstruct", "Output folder (must be empty).")
 flags.DEFINE_bool("overwrite", False, "Allow writing into a non-empty --workdir.")
 flags.DEFINE_bool("verbose", False, "Show tracebacks on errors.")
+flags.DEFINE_bool("resume", False, "Continue the run saved in --workdir (state.msgpack; same "
+                  "flags as the run that wrote it).")
+flags.DEFINE_integer("save_every", 1, "Save the full attack state to state.msgpack every N "
+                     "chunks (0: never).")
 flags.DEFINE_string("checkpoint", "", "Victim checkpoint (train_victim.py); default: train one.")
 flags.DEFINE_string("data_dir", None, "Folder with CIFAR-10/MNIST files (not downloaded).")
 flags.DEFINE_string("attack", "kkt", "kkt | inversion | weights.")
@@ -73,10 +77,14 @@ def main(argv):
     common.configure_precision(FLAGS.x64, FLAGS.matmul_precision)
     cfg = build_config()
     reconstruct_lib.validate(cfg)
-    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite)
+    if FLAGS.save_every < 0:
+      raise common.UserError(f"--save_every must be >= 0 (0: never), got {FLAGS.save_every}.")
+    if FLAGS.resume:  # before prepare_workdir, which would create a missing folder
+      reconstruct_lib.check_resumable(cfg, FLAGS.workdir)
+    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
     import jax
     logging.info("devices: %s", jax.devices())
-    reconstruct_lib.run(cfg, workdir)
+    reconstruct_lib.run(cfg, workdir, resume_run=FLAGS.resume, save_every=FLAGS.save_every)
     print(f"wrote {workdir}")
 
   common.main_guard(job, FLAGS.verbose)

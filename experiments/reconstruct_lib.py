@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from typing import Optional, Tuple
@@ -12,7 +13,7 @@ import numpy as np
 from absl import logging
 
 from experiments import common
-from recon_jax import data, evaluation, inits, loop, plotting, sweep, victim
+from recon_jax import data, evaluation, inits, loop, plotting, precision, resume, sweep, victim
 from recon_jax.attacks import inversion, kkt
 from recon_jax.types import Target
 
@@ -119,9 +120,17 @@ def load_victim(cfg: Config, ds: data.Dataset):
   return params, summary
 
 
-def run(cfg: Config, workdir: str) -> dict:
-  """Runs one reconstruction experiment; writes config, metrics, arrays and figures."""
+def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int = 1) -> dict:
+  """Runs one reconstruction experiment; writes config, metrics, arrays and figures.
+
+  Every ``save_every`` chunks (0: never) the full attack state goes to
+  ``state.msgpack`` in ``workdir``; with ``resume_run`` the run continues from it.
+  """
   validate(cfg)
+  if save_every < 0:
+    raise common.UserError(f"--save_every must be >= 0 (0: never), got {save_every}.")
+  if resume_run:
+    check_resumable(cfg, workdir)
   t_start = time.time()
   problem = problem_for(cfg)
   ds = victim.load_data(cfg.victim, cfg.data_dir)
@@ -165,8 +174,13 @@ def run(cfg: Config, workdir: str) -> dict:
     x_init = inits.make_x_init(cfg.init, m=m, input_shape=shape, x_train=ds.x_train,
                                x_part=ds.x_part, offset=ds.mean, dtype=dtype)
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
+    state0, chunks = None, []
+    if resume_run:
+      state0, chunks = load_run_state(cfg, workdir, attack, x_init, keys, hp, target)
+    progress = _saver(cfg, workdir, keys, hp, chunks, save_every)
     run_res = loop.run(attack, x_init, keys, hp, target, num_steps=cfg.steps,
-                       chunk_steps=cfg.chunk_steps, batching=cfg.batching)
+                       chunk_steps=cfg.chunk_steps, batching=cfg.batching, state=state0,
+                       progress=progress)
     cx, w = jax.vmap(attack.candidates)(run_res.state.inner)
     cands, weights = np.asarray(cx), np.asarray(w)
     final_loss = np.where(np.asarray(run_res.state.diverged), np.nan,
@@ -199,13 +213,17 @@ def run(cfg: Config, workdir: str) -> dict:
       "per_restart": ev["per_restart"], "timing": timing,
   }
   if run_res is not None:
-    last = run_res.history[-1]
+    last = chunks[-1]
+    warning = precision.float32_floor_warning(chunks, dtype)
+    metrics["precision_warning"] = warning
+    if warning:
+      logging.warning("precision: %s", warning)
     metrics["final_stat_rel"] = [float(v) if np.isfinite(v) else None
                                  for v in np.asarray(last.get("stat_rel", last["loss"]))]
     for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
       row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
       if "stat_rel" in last:
-        row["stat_rel"] = float(np.asarray(last["stat_rel"])[i])
+        row["stat_rel"] = float(np.asarray(last["stat_rel"], np.float64)[i])
   common.write_json(workdir, "metrics.json", metrics)
   common.write_npz(workdir, "reconstructions.npz", candidates=cands, weights=weights,
                    final_loss=final_loss, recon=result.recon, ssim=result.ssim,
@@ -219,6 +237,89 @@ def run(cfg: Config, workdir: str) -> dict:
                metrics["baseline_heldout_recovered_strict"], oracle["residual_rel"],
                timing["total_s"])
   return metrics
+
+
+STATE_FILE = "state.msgpack"
+_NOT_COMPARED = ("use_cache",)  # config fields that cannot change the results
+
+
+def check_resumable(cfg: Config, workdir: str) -> None:
+  """Raises UserError unless ``workdir`` holds a state file and the same config."""
+  workdir = os.path.abspath(workdir)
+  if not os.path.isdir(workdir):
+    raise common.UserError(f"--resume: --workdir {workdir} does not exist; nothing to resume.")
+  state_path = common.inside(workdir, STATE_FILE)
+  cfg_path = common.inside(workdir, "config.json")
+  if not os.path.isfile(state_path):
+    raise common.UserError(f"--resume: {state_path} not found; nothing to resume "
+                           "(run without --resume).")
+  try:
+    with open(cfg_path) as f:
+      stored = json.load(f)["config"]
+  except FileNotFoundError:
+    raise common.UserError(f"--resume: {cfg_path} not found.") from None
+  except (OSError, ValueError, KeyError, TypeError):
+    raise common.UserError(f"--resume: {cfg_path} is unreadable or corrupt.") from None
+  want = json.loads(json.dumps(common._jsonable(cfg)))
+  diff = []
+  for k in sorted(set(want) | set(stored)):
+    a, b = want.get(k), stored.get(k)
+    if k in _NOT_COMPARED or a == b:
+      continue
+    if isinstance(a, dict) and isinstance(b, dict):
+      diff += [f"{k}.{j}" for j in sorted(set(a) | set(b)) if a.get(j) != b.get(j)]
+    else:
+      diff.append(k)
+  if diff:
+    raise common.UserError(f"--resume: the configuration differs from {cfg_path} in "
+                           f"{', '.join(diff[:5])}; resume with the same flags.")
+
+
+def _resume_tree(state, keys, hp) -> dict:
+  return {"run": state, "keys": keys, "hparams": {k: jnp.asarray(v) for k, v in hp.items()}}
+
+
+def _chunk_record(rec: dict) -> dict:
+  """JSON-able summary of one chunk (kept in the state file, so resumed runs report all)."""
+  out = {"step": int(rec["step"])}
+  for k in ("loss", "stat_rel"):
+    if k in rec:
+      out[k] = [float(v) if np.isfinite(v) else None
+                for v in np.asarray(rec[k], np.float64).ravel()]
+  return out
+
+
+def _saver(cfg: Config, workdir: str, keys, hp: dict, chunks: list, save_every: int):
+  """loop.run progress callback: records each chunk, saves the state every N chunks."""
+  path = common.inside(workdir, STATE_FILE)
+
+  def progress(state, rec):
+    chunks.append(_chunk_record(rec))
+    if save_every and (len(chunks) % save_every == 0 or chunks[-1]["step"] >= cfg.steps):
+      resume.save(path, _resume_tree(state, keys, hp),
+                  {"config": common._jsonable(cfg), "chunks": chunks})
+  return progress
+
+
+def load_run_state(cfg: Config, workdir: str, attack, x_init, keys, hp: dict, target):
+  """(batched RestartState, chunk records) from ``workdir``'s state file, validated."""
+  path = common.inside(workdir, STATE_FILE)
+  init_fn, _ = loop.make_runner(attack, x_init, batching=cfg.batching)
+  hpj = {k: jnp.asarray(v) for k, v in hp.items()}
+  template = _resume_tree(jax.eval_shape(init_fn, keys, hpj, target), keys, hp)
+  tree, meta = resume.load(path, template)
+  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
+      not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hpj.items()):
+    raise common.UserError(f"--resume: {path} was written with other PRNG keys or "
+                           "hyperparameters than this configuration gives.")
+  bad = resume.nonfinite_leaves(tree["run"].inner)
+  if bad:
+    raise common.UserError(f"--resume: {path} holds NaN/Inf in {bad[0]}.")
+  chunks = list(meta.get("chunks", []))
+  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
+                                 tree["run"])
+  logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
+  return state, chunks
 
 
 def write_restart_table(workdir: str, rows: list) -> None:

@@ -252,6 +252,10 @@ def test_kaiming_std_is_he():
                                rtol=0.1)
     np.testing.assert_allclose(np.asarray(p["layer_1"]["kernel"]).std(), np.sqrt(2 / 32),
                                rtol=0.3)
+    small = models.build_model("mlp", widths=(32,), bias="none", init="kaiming", init_gain=0.1)
+    q = models.init_params(small, jax.random.PRNGKey(3), (16,))["params"]
+    np.testing.assert_allclose(np.asarray(q["layer_0"]["kernel"]),
+                               0.1 * np.asarray(p["layer_0"]["kernel"]), rtol=1e-6)
 
 
 @pytest.mark.parametrize("arch", ["mlp", "affine", "one_hidden"])

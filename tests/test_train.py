@@ -99,6 +99,21 @@ def test_one_step_is_sgd_on_the_objective():
     assert len(history) == 1 and history[0]["epoch"] == 1
 
 
+@pytest.mark.parametrize("adaptive", ["loss", "grad"])
+def test_normalised_step_by_hand(adaptive):
+    apply_fn, params = _mlp(widths=(8,))
+    x, y = _blobs(2)
+    cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
+    new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+    loss, g = jax.value_and_grad(train.objective(apply_fn, "logistic"))(params, x, y)
+    gnorm = np.sqrt(sum(np.sum(a ** 2) for a in _leaves(g)))
+    rate = 0.3 / (float(loss) if adaptive == "loss" else gnorm)
+    for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
+        np.testing.assert_allclose(n, p - rate * gg, rtol=1e-12, atol=1e-15)
+    with pytest.raises(ValueError, match="adaptive"):
+        train.train(apply_fn, params, x, y, dataclasses.replace(cfg, adaptive="adam"))
+
+
 def test_momentum_two_steps_by_hand():
     apply_fn, params = _mlp(widths=(8,))
     x, y = _blobs(2)

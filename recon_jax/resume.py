@@ -1,0 +1,122 @@
+"""Resumable runs: a full run state saved atomically as msgpack, no pickle.
+
+A resume file is a flax msgpack blob of ``{'format', 'state', 'meta'}``:
+``state`` is the state dict (:func:`flax.serialization.to_state_dict`) of any
+pytree of arrays -- e.g. ``{'run': RestartState [R] (attack state incl. the
+optimiser state, loss, divergence flags, step), 'keys': [R] PRNG keys,
+'hparams': {name: [R]}}`` -- and ``meta`` a JSON string (config, chunk
+history, ...).  Loading restores the pytree against a *template* of the same
+structure (so NamedTuples such as ``RestartState`` or optax states come back as
+themselves) after checking every leaf's name, shape and dtype; any mismatch,
+truncation or foreign file is a :class:`~recon_jax.checkpoint.CheckpointError`
+with a one-line message.
+
+Writes reuse :func:`recon_jax.checkpoint.atomic_write_bytes` (temp file in the
+same folder, fsync, rename), so a run killed while saving leaves either the
+previous or the new state file, never half of one.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Tuple
+
+import jax
+import numpy as np
+from flax import serialization
+
+from recon_jax.checkpoint import CheckpointError, atomic_write_bytes
+
+FORMAT = "recon_jax.resume.v1"
+
+
+def _host(tree: Any) -> Any:
+  """State dict of ``tree`` with every leaf a host numpy copy (typed keys unwrapped)."""
+  def to_np(a):
+    if isinstance(a, jax.Array) and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+      a = jax.random.key_data(a)
+    return np.array(a, copy=True)  # a copy: the device buffer may be donated next chunk
+  return jax.tree_util.tree_map(to_np, serialization.to_state_dict(tree))
+
+
+def to_bytes(tree: Any, meta: dict) -> bytes:
+  blob = {"format": FORMAT, "state": _host(tree),
+          "meta": json.dumps(meta, sort_keys=True, allow_nan=False)}
+  return serialization.msgpack_serialize(blob)
+
+
+def save(path: str, tree: Any, meta: dict) -> None:
+  """Saves a pytree of arrays and a JSON-able ``meta`` dict to ``path`` atomically."""
+  atomic_write_bytes(path, to_bytes(tree, meta))
+
+
+def _signature(state_dict: Any) -> dict:
+  return {jax.tree_util.keystr(p): (tuple(np.shape(v)), np.dtype(getattr(v, "dtype", None)
+                                                              or np.asarray(v).dtype).name)
+          for p, v in jax.tree_util.tree_leaves_with_path(state_dict)}
+
+
+def from_bytes(data: bytes, template: Any, path: str = "state file") -> Tuple[Any, dict]:
+  try:
+    blob = serialization.msgpack_restore(data)
+  except Exception as e:  # msgpack raises several types on garbage/truncation
+    raise CheckpointError(f"{path}: not a recon_jax state file or truncated "
+                          f"({type(e).__name__}).") from None
+  if not isinstance(blob, dict) or blob.get("format") != FORMAT:
+    raise CheckpointError(f"{path}: not a recon_jax state file (format tag missing).")
+  try:
+    meta = json.loads(blob["meta"])
+  except (KeyError, TypeError, ValueError):
+    raise CheckpointError(f"{path}: state metadata is missing or corrupt.") from None
+  got = _signature(blob.get("state"))
+  want = _signature(_host_template(template))
+  missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+  if missing or extra:
+    raise CheckpointError(f"{path}: state does not match this run: missing {missing[:3]}, "
+                          f"unexpected {extra[:3]}.")
+  for name, (shape, dtype) in want.items():
+    if got[name] != (shape, dtype):
+      raise CheckpointError(f"{path}: state does not match this run at {name}: file has "
+                            f"{got[name][1]}{list(got[name][0])}, the run needs "
+                            f"{dtype}{list(shape)}.")
+  try:
+    tree = serialization.from_state_dict(template, blob["state"])
+  except (KeyError, ValueError, TypeError) as e:
+    raise CheckpointError(f"{path}: state does not match this run ({e}).") from None
+  return tree, meta
+
+
+def _host_template(template: Any) -> Any:
+  """State dict of the template without copying (shapes/dtypes only are read)."""
+  def sig(a):
+    if hasattr(a, "dtype") and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+      a = jax.random.key_data(a)
+    return jax.ShapeDtypeStruct(np.shape(a), np.dtype(a.dtype))
+  return jax.tree_util.tree_map(sig, serialization.to_state_dict(template))
+
+
+def load(path: str, template: Any) -> Tuple[Any, dict]:
+  """Loads ``(tree, meta)`` saved by :func:`save`; the tree is restored against ``template``.
+
+  ``template`` may hold arrays or ``jax.ShapeDtypeStruct`` leaves (e.g. from
+  :func:`jax.eval_shape`).  Leaves come back as numpy arrays.
+
+  Raises:
+    CheckpointError: file missing, truncated, not a state file, or a leaf
+      whose name, shape or dtype differs from the template (one-line message).
+  """
+  if not os.path.isfile(path):
+    raise CheckpointError(f"{path}: state file not found.")
+  with open(path, "rb") as f:
+    data = f.read()
+  return from_bytes(data, template, path)
+
+
+def nonfinite_leaves(tree: Any) -> list:
+  """Names of float leaves holding NaN/Inf (a diverged restart's *loss* may be inf)."""
+  out = []
+  for p, v in jax.tree_util.tree_leaves_with_path(serialization.to_state_dict(tree)):
+    v = np.asarray(v)
+    if np.issubdtype(v.dtype, np.inexact) and not np.all(np.isfinite(v)):
+      out.append(jax.tree_util.keystr(p))
+  return out

@@ -244,15 +244,16 @@ class KKTProgram:
       t = time.perf_counter()
       self.compiled = chunk_fn.lower(self.state, self.hp, self.target, num_steps=self.k).compile()
       self.compile_s = time.perf_counter() - t
-    self.times = []
+    self.times, self.cpu_times = [], []
 
   def call(self, timed=True):
     with precision(self.dtype):
-      t = time.perf_counter()
+      t, c = time.perf_counter(), time.process_time()
       self.state, metrics = self.compiled(self.state, self.hp, self.target)
       block((self.state, metrics))
       if timed:
         self.times.append(time.perf_counter() - t)
+        self.cpu_times.append(time.process_time() - c)
 
   def record(self, ceiling: Ceiling) -> dict:
     import numpy as np
@@ -268,6 +269,10 @@ class KKTProgram:
             "gflop_per_restart_step": self.flops / 1e9, "gflops": gflops,
             "ceiling_gflops": ceil, "utilisation": gflops / ceil, "compile_s": self.compile_s,
             "chunk_times_s": self.times,
+            # CPU time of all the process's threads: insensitive to how much of the machine
+            # other processes took (but blind to idle cores in serial sections).
+            "cpu_s_per_step": min(self.cpu_times) / self.k,
+            "gflop_per_cpu_s": self.num_restarts * self.flops * self.k / min(self.cpu_times) / 1e9,
             "final_loss_min": float(np.nanmin(loss)) if np.isfinite(loss).any() else None}
 
 
@@ -313,14 +318,16 @@ def run_kkt(args, dtypes, ceiling, emit):
       for p in progs.values():  # warm-up (first-call allocations); skipped for long chunks
         if not p.long:
           p.call(timed=False)
-      local = []
+      local, local_cpu = [], []
       for _ in range(rounds):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         block(mm())
         local.append(time.perf_counter() - t)
+        local_cpu.append(time.process_time() - c)
         for p in progs.values():
           p.call()
       local_gflops = mm_flops / min(local) / 1e9  # the ceiling under this block's load
+      mm_per_cpu_s = mm_flops / min(local_cpu) / 1e9
       ceiling.best[dtype] = max(ceiling.best.get(dtype, 0.0), local_gflops)
       rows = {}
       for (b, r), p in progs.items():
@@ -328,6 +335,8 @@ def run_kkt(args, dtypes, ceiling, emit):
         tgt = util_target(d, h, m, dtype)
         rec.update(ceiling_local_gflops=local_gflops,
                    utilisation_local=rec["gflops"] / local_gflops,
+                   ceiling_gflop_per_cpu_s=mm_per_cpu_s,
+                   utilisation_cpu=rec["gflop_per_cpu_s"] / mm_per_cpu_s,
                    util_target=tgt, util_target_met=bool(rec["utilisation"] >= tgt),
                    util_target_met_local=bool(rec["gflops"] / local_gflops >= tgt))
         rows[(b, r)] = emit(rec)
@@ -384,63 +393,75 @@ def hlo_dots(hlo_text: str):
 
 
 def run_breakdown(args, dtypes, ceiling, emit):
+  """Times the R=1 step and every dot of its optimised HLO alone, interleaved by rounds."""
   import jax
   import jax.numpy as jnp
   import numpy as np
   from jax import lax
-  from recon_jax import loop
   sizes = QUICK_KKT_SIZES if args.quick else ((3072, 1000, 200), (64, 1000, 100))
   batchings = ("vmap",) if args.quick else ("vmap", "map")
   for dtype, (d, h, m), batching in itertools.product(dtypes, sizes, batchings):
-    if True:
-      with precision(dtype):
-        attack, x_init, target = kkt_problem(d, h, m, dtype)
-        hp = {k: jnp.asarray(v) for k, v in kkt_hparams(1, dtype).items()}
-        keys = jax.random.split(jax.random.PRNGKey(1), 1)
-        init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
-        state = init_fn(keys, hp, target)
-        k = 1 if args.quick else 4
-        compiled = chunk_fn.lower(state, hp, target, num_steps=k).compile()
-        cost = compiled.cost_analysis()
-        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-        holder = [state]
-
-        def call():
-          holder[0], mt = compiled(holder[0], hp, target)
-          return holder[0], mt
-        step_best, _ = best_of(call, args.repeats)
-        step_s = step_best / k
-        hlo = compiled.as_text()
-        dots = hlo_dots(hlo)
-        rows, dot_total, dot_flops = [], 0.0, 0.0
-        for lhs, rhs, dn in dots:
-          (lc, rc), (lb, rb) = dn
-          a = jnp.ones(lhs, dtype)
-          b = jnp.ones(rhs, dtype)
-          f = jax.jit(lambda a, b, dn=dn: lax.dot_general(a, b, dn))
-          t, _ = best_of(lambda: f(a, b), max(3, args.repeats))
-          contract = int(np.prod([lhs[i] for i in lc])) if lc else 1
-          out = f.eval_shape(a, b).shape
-          fl = 2.0 * contract * float(np.prod(out))
-          dot_total += t
-          dot_flops += fl
-          rows.append({"lhs": list(lhs), "rhs": list(rhs), "contract": [list(lc), list(rc)],
-                       "s": t, "gflops": fl / t / 1e9})
-      ceil = ceiling.get(dtype)
-      emit({"bench": "breakdown", "dtype": dtype, "d": d, "h": h, "m": m, "R": 1,
-            "batching": batching, "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
-            "hlo_copies": len(re.findall(r" copy\(", hlo)),
-            "step_s": step_s, "formula_gflop": kkt_flops(d, h, m) / 1e9,
-            # XLA counts the scanned step (the while body) once, whatever k is.
-            "xla_gflop": float(cost.get("flops", float("nan"))) / 1e9,
-            "xla_transcendentals": float(cost.get("transcendentals", float("nan"))),
-            "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
-            "n_dots": len(rows), "dots_gflop": dot_flops / 1e9,
-            "dots_alone_s": dot_total, "dots_alone_gflops": dot_flops / dot_total / 1e9,
-            "dots_alone_utilisation": dot_flops / dot_total / 1e9 / ceil,
-            "non_dot_s": step_s - dot_total, "non_dot_fraction": (step_s - dot_total) / step_s,
-            "ceiling_gflops": ceil,
-            "dots": sorted(rows, key=lambda r: -r["s"])[:12]})
+    prog = KKTProgram(d, h, m, dtype, 1, batching, ceiling, args)
+    cost = prog.compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    hlo = prog.compiled.as_text()
+    dots = []
+    with precision(dtype):
+      for lhs, rhs, dn in hlo_dots(hlo):
+        (lc, _), _ = dn
+        a, b = jnp.ones(lhs, dtype), jnp.ones(rhs, dtype)
+        f = jax.jit(lambda a, b, dn=dn: lax.dot_general(a, b, dn)).lower(a, b).compile()
+        out = jax.eval_shape(lambda a, b, dn=dn: lax.dot_general(a, b, dn), a, b).shape
+        fl = 2.0 * float(np.prod([lhs[i] for i in lc])) * float(np.prod(out))
+        dots.append({"lhs": list(lhs), "rhs": list(rhs), "dn": dn, "f": f, "a": a, "b": b,
+                     "flops": fl, "times": [], "cpu": []})
+      mm, mm_flops = _matmul_fn(dtype, 256 if args.quick else 2048)
+      prog.call(timed=False)
+      for dt in dots:
+        block(dt["f"](dt["a"], dt["b"]))
+      local, local_cpu = [], []
+      for _ in range(max(3, args.repeats)):
+        t, c = time.perf_counter(), time.process_time()
+        block(mm())
+        local.append(time.perf_counter() - t)
+        local_cpu.append(time.process_time() - c)
+        prog.call()
+        for dt in dots:
+          t, c = time.perf_counter(), time.process_time()
+          block(dt["f"](dt["a"], dt["b"]))
+          dt["times"].append(time.perf_counter() - t)
+          dt["cpu"].append(time.process_time() - c)
+    local_gflops = mm_flops / min(local) / 1e9
+    step_cpu = min(prog.cpu_times) / prog.k
+    dots_cpu = sum(min(dt["cpu"]) for dt in dots)
+    step_s = min(prog.times) / prog.k
+    dot_total = sum(min(dt["times"]) for dt in dots)
+    dot_flops = sum(dt["flops"] for dt in dots)
+    rows = [{"lhs": dt["lhs"], "rhs": dt["rhs"], "contract": [list(dt["dn"][0][0]),
+                                                               list(dt["dn"][0][1])],
+             "batch": [list(dt["dn"][1][0]), list(dt["dn"][1][1])], "s": min(dt["times"]),
+             "gflops": dt["flops"] / min(dt["times"]) / 1e9,
+             "gflop_per_cpu_s": dt["flops"] / min(dt["cpu"]) / 1e9} for dt in dots]
+    emit({"bench": "breakdown", "dtype": dtype, "d": d, "h": h, "m": m, "R": 1,
+          "batching": batching, "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
+          "hlo_copies": len(re.findall(r" copy\(", hlo)),
+          "step_s": step_s, "formula_gflop": kkt_flops(d, h, m) / 1e9,
+          # XLA counts the scanned step (the while body) once, whatever k is.
+          "xla_gflop": float(cost.get("flops", float("nan"))) / 1e9,
+          "xla_transcendentals": float(cost.get("transcendentals", float("nan"))),
+          "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
+          "n_dots": len(rows), "dots_gflop": dot_flops / 1e9,
+          "dots_alone_s": dot_total, "dots_alone_gflops": dot_flops / dot_total / 1e9,
+          "step_gflops": kkt_flops(d, h, m) / step_s / 1e9,
+          "ceiling_local_gflops": local_gflops,
+          "dots_alone_utilisation_local": dot_flops / dot_total / 1e9 / local_gflops,
+          "step_utilisation_local": kkt_flops(d, h, m) / step_s / 1e9 / local_gflops,
+          "non_dot_s": step_s - dot_total, "non_dot_fraction": (step_s - dot_total) / step_s,
+          "step_cpu_s": step_cpu, "dots_alone_cpu_s": dots_cpu,
+          "non_dot_fraction_cpu": (step_cpu - dots_cpu) / step_cpu,
+          "step_utilisation_cpu": (kkt_flops(d, h, m) / step_cpu) / (mm_flops / min(local_cpu)),
+          "dots_alone_utilisation_cpu": (dot_flops / dots_cpu) / (mm_flops / min(local_cpu)),
+          "dots": sorted(rows, key=lambda r: -r["s"])[:12]})
 
 
 # ----------------------------------------------------------------------------
@@ -568,8 +589,17 @@ def run_bilevel(args, dtypes, emit):
           outer = outer_of(solve)
           fwd = jax.jit(lambda xx: solve(theta_star, xx, y)).lower(x).compile()
           step = jax.jit(jax.value_and_grad(outer, has_aux=True)).lower(x).compile()
-          inner_s, _ = best_of(lambda: fwd(x), args.repeats)
-          outer_s, _ = best_of(lambda: step(x), args.repeats)
+          block(fwd(x))
+          block(step(x))
+          ti, to = [], []
+          for _ in range(max(3, args.repeats)):  # interleaved: the same load for both
+            t = time.perf_counter()
+            block(fwd(x))
+            ti.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            block(step(x))
+            to.append(time.perf_counter() - t)
+          inner_s, outer_s = min(ti), min(to)
           (_, info), gx = step(x)
           mem = step.memory_analysis()
           emit({"bench": "bilevel", "what": "outer_step", "net": net, "dtype": dtype, "d": d,
@@ -732,11 +762,14 @@ def summary(emit, ceiling: Ceiling):
     util.append({"dtype": r["dtype"], "d": r["d"], "h": r["h"], "m": r["m"], "R": r["R"],
                  "batching": r["batching"], "utilisation": u, "target": r["util_target"],
                  "met": bool(u >= r["util_target"]), "utilisation_local": r["utilisation_local"],
-                 "met_local": r["util_target_met_local"]})
+                 "met_local": r["util_target_met_local"],
+                 "utilisation_cpu": r.get("utilisation_cpu"),
+                 "met_cpu": bool((r.get("utilisation_cpu") or 0) >= r["util_target"])})
   bat = [r for r in emit.records if r.get("bench") == "batching" and r.get("R") == 8]
   emit({"bench": "summary", "ceiling_gflops": dict(ceiling.best),
         "util_targets_met": sum(u["met"] for u in util), "util_targets_total": len(util),
         "util_targets_met_local": sum(u["met_local"] for u in util),
+        "util_targets_met_cpu": sum(u["met_cpu"] for u in util),
         "util_targets_met_R1": sum(u["met"] for u in util if u["R"] == 1),
         "util_targets_total_R1": sum(1 for u in util if u["R"] == 1),
         "batching_targets_met": {f"{r['batching']}:{r['dtype']}:{r['d']}": r["target_met"]

@@ -46,6 +46,14 @@ def fmt(v, nd=3):
   return str(v)
 
 
+def _met(r, tgt):
+  if not tgt:
+    return None
+  loc = r.get("utilisation_local")
+  cpu = r.get("utilisation_cpu")
+  return "/".join(fmt(v >= tgt) if v is not None else "–" for v in (loc, cpu))
+
+
 def table(header, rows):
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
@@ -64,9 +72,14 @@ def report(recs) -> str:
                f"({e.get('backend')}), jax {e.get('jax')}; runs: "
                + ", ".join(x["date"] for x in envs) + ". Timings: best (min) of the timed "
                "runs; the machine was shared, so the figures are lower bounds.")
-  ceil = defaultdict(float)
+  ceil = defaultdict(float)  # every matmul timed in the run, local ones included
   for r in by.get("matmul", []):
-    ceil[r["dtype"]] = max(ceil[r["dtype"]], r["gflops"])
+    ceil[r["dtype"]] = max(ceil[r["dtype"]], r["gflops"], r.get("best_gflops_so_far") or 0)
+  for r in by.get("kkt", []) + by.get("breakdown", []):
+    ceil[r["dtype"]] = max(ceil[r["dtype"]], r.get("ceiling_local_gflops") or 0)
+  for r in by.get("summary", []):
+    for dt, v in r.get("ceiling_gflops", {}).items():
+      ceil[dt] = max(ceil[dt], v)
   if ceil:
     out.append("\n**Ceiling** (square matmul, best seen): " + ", ".join(
         f"{d} {v:.0f} GFLOP/s" for d, v in sorted(ceil.items())))
@@ -81,13 +94,13 @@ def report(recs) -> str:
       tgt = r.get("util_target")
       rows.append([r["dtype"], f"({r['d']}, {r['h']}, {r['m']})", r["batching"], r["R"],
                    r["steps_per_s"], r["restart_steps_per_s"], r["gflops"], u,
-                   r.get("utilisation_local"), tgt,
-                   (u is not None and u >= tgt) if tgt else None, r.get("compile_s")])
+                   r.get("utilisation_local"), r.get("utilisation_cpu"), tgt,
+                   _met(r, tgt), r.get("compile_s")])
     out.append("\n**KKT step** (d-h-h-1 MLP, bias='first'; FLOPs 10mdh + 14mh^2 per "
                "restart-step; compiled chunk of loop.make_runner)\n")
     out.append(table(["dtype", "(d, h, m)", "batching", "R", "steps/s", "restart-steps/s",
-                      "GFLOP/s", "util vs best", "util vs local", "target", "met",
-                      "compile s"], rows))
+                      "GFLOP/s", "util vs best", "util vs local", "util (CPU time)", "target",
+                      "met (local / CPU)", "compile s"], rows))
   bat = [r for r in by.get("batching", [])]
   if bat and kkt:
     rows = []
@@ -112,14 +125,15 @@ def report(recs) -> str:
                lambda a, b: a["step_s"] < b["step_s"])
   if bd:
     rows = [[r["dtype"], f"({r['d']}, {r['h']}, {r['m']})", r.get("batching"), r["step_s"],
-             r["dots_alone_s"], r["non_dot_fraction"], r["dots_alone_gflops"],
+             r["dots_alone_s"], r["non_dot_fraction"], r.get("non_dot_fraction_cpu"),
+             r.get("dots_alone_utilisation_cpu"), r.get("step_utilisation_cpu"),
              r.get("hlo_transposes"), r["xla_gflop"], r["formula_gflop"]]
             for r in bd.values()]
     out.append("\n**Where a KKT step's time goes** (R=1; every dot of the compiled step "
                "timed alone)\n")
     out.append(table(["dtype", "(d, h, m)", "batching", "step s", "dots alone s",
-                      "non-dot share", "dots GFLOP/s", "transposes", "XLA GFLOP",
-                      "formula GFLOP"], rows))
+                      "non-dot share", "non-dot share (CPU)", "dots util (CPU)",
+                      "step util (CPU)", "transposes", "XLA GFLOP", "formula GFLOP"], rows))
   tr = best_by(by.get("train", []), lambda r: (r["dtype"], r["name"]),
                lambda a, b: a["epochs_per_s"] > b["epochs_per_s"])
   if tr:

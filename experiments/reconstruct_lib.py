@@ -84,6 +84,10 @@ def validate(cfg: Config) -> None:
     raise common.UserError("--attack=inversion is defined for binary victims only.")
   if cfg.sweep not in ("random", "paper"):
     raise common.UserError(f"--sweep must be random or paper, got {cfg.sweep!r}.")
+  if cfg.init not in inits.INIT_SCHEMES:
+    raise common.UserError(f"--init must be one of {inits.INIT_SCHEMES}, got {cfg.init!r}.")
+  if cfg.attack != "weights":
+    hparams_for(cfg)  # bad --lr_x/--sigma_x/... ranges fail here, before any training
 
 
 def hparams_for(cfg: Config) -> dict:
@@ -135,6 +139,7 @@ def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int 
   problem = problem_for(cfg)
   ds = victim.load_data(cfg.victim, cfg.data_dir)
   module, apply_fn = victim.build(cfg.victim, ds)
+  candidate_labels(problem, ds, cfg.m or 2 * len(ds.x_train))  # bad --m fails before training
   t0 = time.time()
   params, vsummary = load_victim(cfg, ds)
   t_victim = time.time() - t0

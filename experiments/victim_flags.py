@@ -80,6 +80,12 @@ def _overrides() -> dict:
       except ValueError:
         raise ValueError(f"--{name} must be comma-separated integers, got {value}.") from None
     over[field] = value
+  from recon_jax import models, train
+  for flag, field, choices in (("arch", "arch", ("mlp", "affine", "one_hidden", "cnn")),
+                               ("loss", "loss", train.LOSSES), ("bias", "bias", models.BIAS_MODES),
+                               ("victim_init", "init", models.INIT_SCHEMES)):
+    if field in over and over[field] not in choices:
+      raise ValueError(f"--{flag} must be one of {', '.join(choices)}, got {over[field]!r}.")
   for k in ("lr", "epochs", "n_per_class"):
     if k in over and over[k] <= 0:
       flag = {"lr": "victim_lr"}.get(k, k)

@@ -1,0 +1,195 @@
+"""Resume and determinism of the main job, with real subprocesses (one killed by SIGKILL).
+
+A run of ``experiments.reconstruct`` killed mid-way and resumed with ``--resume``
+must end with exactly the arrays of an uninterrupted run (bitwise, on CPU), and
+the same config and seed twice must give identical arrays.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import serialization
+
+from recon_jax import checkpoint, loop, precision, resume
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Many short chunks, a state file after each: the kill lands between two saves.
+FLAGS = ["--preset=tiny", "--steps=2000", "--chunk_steps=10", "--save_every=1"]
+
+
+def _env(cache):
+  env = dict(os.environ, RECON_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
+def _run(workdir, cache, *extra):
+  proc = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
+                         f"--workdir={workdir}", *extra], cwd=ROOT, env=_env(cache),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc
+
+
+def _arrays(workdir):
+  with np.load(os.path.join(workdir, "reconstructions.npz")) as z:
+    return {k: z[k] for k in z.files}
+
+
+def _assert_same(a, b):
+  assert sorted(a) == sorted(b)
+  for k in a:
+    assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+    assert np.array_equal(a[k], b[k], equal_nan=True), f"{k} differs"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp("resume")
+  cache = tmp / "cache"
+  _run(tmp / "full", cache)  # also trains and caches the tiny victim
+  return tmp, cache
+
+
+def test_kill_and_resume_is_bitwise_equal(uninterrupted):
+  tmp, cache = uninterrupted
+  work = tmp / "killed"
+  state = work / "state.msgpack"
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
+                           f"--workdir={work}"], cwd=ROOT, env=_env(cache),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 240
+    while not state.exists():
+      assert proc.poll() is None, "the run ended before writing state.msgpack"
+      assert time.time() < deadline, "no state.msgpack after 240 s"
+      time.sleep(0.02)
+    time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+  finally:
+    proc.wait(timeout=60)
+  assert proc.returncode == -signal.SIGKILL
+  assert not (work / "reconstructions.npz").exists()
+  blob = serialization.msgpack_restore(state.read_bytes())
+  saved = json.loads(blob["meta"])["chunks"]
+  killed_at = saved[-1]["step"]
+  assert 0 < killed_at < 2000, f"the kill did not land mid-way (step {killed_at})"
+  x_mid = np.asarray(blob["state"]["run"]["inner"]["x"])
+
+  # Without --resume the non-empty workdir is refused (and the state is kept).
+  refused = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
+                            f"--workdir={work}"], cwd=ROOT, env=_env(cache),
+                           capture_output=True, text=True, timeout=120)
+  assert refused.returncode == 1 and "--overwrite" in refused.stderr
+  assert state.exists()
+
+  res = _run(work, cache, "--resume")
+  assert f"resuming from {state} at step {killed_at}" in res.stderr
+  full, resumed = _arrays(tmp / "full"), _arrays(work)
+  _assert_same(full, resumed)
+  # The state moved on after the kill, so equality is not a triviality.
+  assert not np.array_equal(x_mid.reshape(full["candidates"].shape), full["candidates"])
+  m_full = json.loads((tmp / "full" / "metrics.json").read_text())
+  m_res = json.loads((work / "metrics.json").read_text())
+  assert m_full["final_stat_rel"] == m_res["final_stat_rel"]
+
+
+def test_resume_refuses_other_config(uninterrupted):
+  tmp, cache = uninterrupted
+  proc = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
+                         f"--workdir={tmp / 'full'}", "--resume", "--seed=5"], cwd=ROOT,
+                        env=_env(cache), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 1
+  lines = proc.stderr.strip().splitlines()
+  assert lines[-1].startswith("error: --resume:") and "seed" in lines[-1], proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+
+
+def test_same_config_and_seed_is_deterministic(uninterrupted):
+  tmp, cache = uninterrupted
+  # Same flags except --save_every=0: saving must not change the results either.
+  _run(tmp / "again", cache, "--save_every=0")
+  assert not (tmp / "again" / "state.msgpack").exists()
+  _assert_same(_arrays(tmp / "full"), _arrays(tmp / "again"))
+  cfg = json.loads((tmp / "again" / "config.json").read_text())
+  env = cfg["environment"]
+  for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax"):
+    assert env["versions"][pkg], pkg
+  assert env["device_kind"] and env["x64"] is False
+  assert cfg["config"]["seed"] == 0 and cfg["config"]["steps"] == 2000
+
+
+# ---------------------------------------------------------------------------
+# recon_jax.resume in-process
+
+
+def _state():
+  opt = optax.adam(1.0)
+  x = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+  inner = (x, opt.init(x))
+  return {"run": loop.RestartState(inner, jnp.float32(0.5), jnp.asarray(True),
+                                   jnp.int32(7), jnp.int32(40)),
+          "keys": jax.random.split(jax.random.PRNGKey(3), 2),
+          "hparams": {"lr_x": jnp.asarray([0.1, 0.2], jnp.float32)}}
+
+
+def test_roundtrip_keeps_namedtuples_and_dtypes(tmp_path):
+  st = _state()
+  path = str(tmp_path / "s.msgpack")
+  resume.save(path, st, {"step": 40})
+  got, meta = resume.load(path, jax.eval_shape(lambda: st))
+  assert meta == {"step": 40}
+  assert isinstance(got["run"], loop.RestartState)
+  assert type(got["run"].inner[1][0]) is type(st["run"].inner[1][0])  # ScaleByAdamState
+  for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(st)):
+    assert np.asarray(a).dtype == np.asarray(b).dtype
+    assert np.array_equal(a, b)
+  assert [f for f in os.listdir(tmp_path) if f.startswith(".tmp")] == []
+
+
+def test_load_rejects_bad_files(tmp_path):
+  st = _state()
+  path = tmp_path / "s.msgpack"
+  resume.save(str(path), st, {})
+  data = path.read_bytes()
+  path.write_bytes(data[: len(data) // 2])
+  with pytest.raises(checkpoint.CheckpointError, match="truncated"):
+    resume.load(str(path), st)
+  path.write_bytes(os.urandom(300))
+  with pytest.raises(checkpoint.CheckpointError, match="not a recon_jax state file"):
+    resume.load(str(path), st)
+  other = dict(st, hparams={"lr_x": jnp.zeros(3, jnp.float32)})
+  resume.save(str(path), other, {})
+  with pytest.raises(checkpoint.CheckpointError, match=r"lr_x.*float32\[3\].*float32\[2\]"):
+    resume.load(str(path), st)
+  resume.save(str(path), dict(st, hparams={"lr_x": jnp.zeros(2, jnp.int32)}), {})
+  with pytest.raises(checkpoint.CheckpointError, match="int32"):
+    resume.load(str(path), st)
+  with pytest.raises(checkpoint.CheckpointError, match="not found"):
+    resume.load(str(tmp_path / "missing"), st)
+  # A victim checkpoint is not a state file.
+  checkpoint.save(str(path), {"w": np.ones(2)}, {})
+  with pytest.raises(checkpoint.CheckpointError, match="format tag"):
+    resume.load(str(path), st)
+
+
+def test_float32_floor_warning():
+  stalled = [{"loss": np.array([1e-3, 2.0]), "stat_rel": np.array([1e-7, 1.0])}] * 4
+  assert "float32" in precision.float32_floor_warning(stalled, np.float32)
+  assert precision.float32_floor_warning(stalled, np.float64) is None
+  moving = [{"loss": np.array([1e-3 * 0.9 ** i])} for i in range(4)]
+  assert precision.float32_floor_warning(moving, np.float32) is None
+  assert precision.float32_floor_warning(stalled[:1], np.float32) is None
+  # Stuck far from stationarity (lambda collapsed to 0): not a precision problem.
+  collapsed = [{"loss": np.array([0.01]), "stat_rel": np.array([1.0])}] * 4
+  assert precision.float32_floor_warning(collapsed, np.float32) is None
+  nan = [{"loss": np.array([np.nan])}] * 4
+  assert precision.float32_floor_warning(nan, np.float32) is None

@@ -11,8 +11,10 @@ smooth activation (``act``, default softplus: the implicit function theorem need
 C^2, see :mod:`recon_jax.implicit`), plus, if ``run_relu``, the paper's ReLU on the
 three settings.  Victims are trained with L-BFGS on the same ``E`` and ``wd`` as the
 attack assumes, and ``||grad E(theta*)||`` is recorded.  The KKT attack (§4.4) runs
-on its own victim (a one-hidden ReLU net trained by GD without weight decay, the
-setting of Haim et al.), with the surrogate ReLU.
+on its own victim: a homogeneous ReLU MLP (default d-256-256-1) trained like the
+main job (:class:`recon_jax.victim.VictimConfig` defaults, GD without weight
+decay, training mean subtracted, the setting of Haim et al.), with the main
+job's KKT hyperparameter ranges (one seeded draw per grid point).
 """
 from __future__ import annotations
 
@@ -27,12 +29,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from recon_jax import implicit, inits, loop, metrics, plotting
+from recon_jax import implicit, inits, loop, metrics, plotting, sweep
+from recon_jax import victim as victim_lib
 from recon_jax.attacks.bilevel import bilevel_attack
 from recon_jax.attacks.kkt import kkt_attack
 from recon_jax.data import load_dataset
 from recon_jax.models import build_model, get_activation, init_params, make_apply_fn
-from recon_jax.train import TrainConfig, train
 from recon_jax.types import Target
 
 SETTINGS = {"random": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
@@ -58,13 +60,18 @@ class Config:
   inner_maxiter: int = 100
   inner_tol: float = 1e-7
   victim_tol: float = 1e-7
+  # §4.4 KKT victim: a homogeneous MLP d-w-w-1 trained like the main job
+  # (recon_jax.victim.VictimConfig defaults: bias='first', N(0, 0.003) init with
+  # first layer N(0, 1e-4), GD lr 0.05, logistic loss, training mean subtracted).
   kkt_width: int = 256
-  kkt_train_epochs: int = 20_000
+  kkt_depth: int = 2
+  kkt_train_epochs: int = 10_000
   kkt_steps: int = 2000
-  kkt_lr_x: float = 0.01
-  kkt_lr_lam: float = 0.01
-  kkt_alpha: float = 30.0
-  kkt_lam_min: float = 0.05
+  # The main job's KKT ranges; one random draw per grid point (seeded).
+  kkt_lr_x: str = "0.03:0.6:log"
+  kkt_lr_lam: str = "1e-4:1e-2:log"
+  kkt_alpha: str = "10:40:lin"
+  kkt_lam_min: str = "0.2:0.7:lin"
   grid: bool = True               # the 21-point eq. (10) grid (else the 3 settings)
   batching: str = "auto"          # vmap | map | auto (map on CPU, vmap elsewhere)
 
@@ -235,32 +242,40 @@ def run(cfg: Config, workdir: str) -> dict:
     _figures(workdir, name, x_rec, rows, sub_idx, ds, l1[sel], l2[sel], use_grid)
     logging.info("%s done in %.1fs (victim |grad E| %.2e)", name, time.time() - t0, gnorm)
 
-  # §4.4: the KKT attack on a GD-trained one-hidden ReLU victim (wd = 0).
+  # §4.4: the KKT attack on a homogeneous MLP victim trained like the main job
+  # (GD, no weight decay, the setting of Haim et al.), in mean-subtracted space.
   t0 = time.time()
-  module = build_model("mlp", widths=(cfg.kkt_width,), bias="first", init="kaiming")
-  apply_fn = make_apply_fn(module)
-  p0 = init_params(module, keys[6], shape, dtype)
-  tcfg = TrainConfig(loss="logistic", lr=0.01, epochs=cfg.kkt_train_epochs,
-                     chunk=min(1000, cfg.kkt_train_epochs), seed=cfg.seed)
-  pk, thist = train(apply_fn, p0, jnp.asarray(ds.x_train, dtype), labels, tcfg,
-                    log_every_chunk=False)
+  vcfg = victim_lib.VictimConfig(dataset=cfg.dataset, n_per_class=cfg.n_per_class,
+                                 data_seed=cfg.seed, seed=cfg.seed,
+                                 widths=(cfg.kkt_width,) * cfg.kkt_depth,
+                                 epochs=cfg.kkt_train_epochs)
+  mean = ds.x_train.mean(0)
+  ds_c = ds._replace(x_train=ds.x_train - mean, x_part=ds.x_part - mean,
+                     x_test=ds.x_test - mean, mean=mean)
+  _, apply_fn = victim_lib.build(vcfg, ds_c)
+  pk, thist, vsum = victim_lib.fit(vcfg, ds_c, dtype=dtype)
   attack = kkt_attack(apply_fn, "binary")
   sel = np.arange(len(l1))
   r = len(sel)
-  hp = dict(mix_hp, lr_x=jnp.full((r,), cfg.kkt_lr_x, dtype),
-            lr_lam=jnp.full((r,), cfg.kkt_lr_lam, dtype),
-            alpha=jnp.full((r,), cfg.kkt_alpha, dtype),
-            lam_min=jnp.full((r,), cfg.kkt_lam_min, dtype))
-  res, x_rec = _run_attack(attack, x_init, hp, Target(pk, labels, *box), cfg, cfg.kkt_steps,
-                           cfg.seed + 7)
+  ranges = {k: sweep.parse_range(k, getattr(cfg, f"kkt_{k}"), "log")
+            for k in ("lr_x", "lr_lam", "alpha", "lam_min")}
+  draws = sweep.random_search(cfg.seed, r, ranges)
+  hp = dict(mix_hp, **{k: jnp.asarray(v, dtype) for k, v in draws.items()})
+  x_init_c = inits.mix(ds_c.x_train, ds_c.x_part, n, offset=mean[None], dtype=dtype)
+  mean_j = jnp.asarray(mean, dtype)
+  res, x_rec = _run_attack(attack, x_init_c, hp, Target(pk, labels, -mean_j, 1 - mean_j), cfg,
+                           cfg.kkt_steps, cfg.seed + 7)
+  x_rec = x_rec + mean[None, None]
   last = res.history[-1]
   rows = []
   for j in range(r):
     row = _evaluate(x_rec[j], ds, noise)
     row.update(l1=float(l1[j]), l2=float(l2[j]), stat_rel=float(last["stat_rel"][j]),
-               diverged=bool(last["diverged"][j]))
+               diverged=bool(last["diverged"][j]),
+               **{k: float(np.asarray(v)[j]) for k, v in draws.items()})
     rows.append(row)
   results["kkt_mlp_relu"] = {
+      "victim": {k: v for k, v in vsum.items() if k not in ("margins", "outputs")},
       "victim_train_loss": thist[-1]["loss"] if thist else None,
       "settings": {k: rows[v] for k, v in idx.items()},
       "grid": rows if cfg.grid else None,

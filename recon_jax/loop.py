@@ -141,7 +141,8 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
     chunk_steps: steps per compiled chunk; the host logs between chunks.
     batching: 'vmap' or 'map' over restarts.
     shard: split restarts across local devices when more than one.
-    state: a state to resume from (e.g. loaded from a checkpoint).
+    state: a state to resume from (e.g. loaded from a checkpoint). Its buffers
+      are donated to the compiled chunk, so the caller's copy is consumed.
     progress: ``progress(state, record)`` called on the host after each chunk.
     log: log one line per chunk.
 

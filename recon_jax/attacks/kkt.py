@@ -170,10 +170,10 @@ def check_hparams(hparams: dict) -> None:
   """Raises ValueError naming the first hyperparameter outside its domain."""
   for name in ("lr_x", "lr_lam", "alpha"):
     if name in hparams and np.any(np.asarray(hparams[name]) <= 0):
-      raise ValueError(f"--{name} must be > 0, got {np.min(hparams[name])}.")
+      raise ValueError(f"--{name} must be > 0, got {float(np.min(hparams[name])):g}.")
   for name in ("lam_min", "sigma_x"):
     if name in hparams and np.any(np.asarray(hparams[name]) < 0):
-      raise ValueError(f"--{name} must be >= 0, got {np.min(hparams[name])}.")
+      raise ValueError(f"--{name} must be >= 0, got {float(np.min(hparams[name])):g}.")
 
 
 def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:

@@ -11,7 +11,13 @@ Selections (``--only``, comma-separated; default all):
 * ``kkt``      the KKT attack step of the d-h-h-1 MLP (bias='first', binary) through
   the product code path, ``recon_jax.loop.make_runner``'s compiled lax.scan
   chunk: steps/s, GFLOP/s (10 m d h + 14 m h^2 per restart-step) and
-  utilisation, for R = 1, 8, 32 restarts (vmap).
+  utilisation, for R = 1, 8, 32 restarts (vmap) and R = 1, 8 (lax.map).  The
+  programs of one size are compiled first and then timed in interleaved rounds,
+  each round with one chunk of every program and one matmul (the "local"
+  ceiling, under the same load).  Utilisation is reported three ways: against the
+  best ceiling seen in the run, against the local ceiling, and per CPU-second
+  (``process_time``; insensitive to what other processes take, blind to idle
+  cores in serial sections).
 * ``batching`` the batching ratio: restart-steps/s at R=8 over steps/s of a single
   restart (1.0: batching costs nothing; R: the extra restarts come free), for vmap
   and lax.map (and R=32 for vmap).  ``ratio_as_written`` divides by R once more,
@@ -31,7 +37,8 @@ Selections (``--only``, comma-separated; default all):
 
 Timings are the best (minimum) of several runs after a warm-up call: the
 machine may be shared, and the minimum is the least disturbed estimate.
-Targets are reported as true/false, never asserted.
+Targets are reported as true/false, never asserted.  ``benchmarks/report.py``
+turns one or more result files into the markdown tables of BUILD.md.
 """
 from __future__ import annotations
 

@@ -223,15 +223,15 @@ def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int 
     metrics["precision_warning"] = warning
     if warning:
       logging.warning("precision: %s", warning)
-    metrics["final_stat_rel"] = [float(v) if np.isfinite(v) else None
-                                 for v in np.asarray(last.get("stat_rel", last["loss"]))]
+    metrics["final_stat_rel"] = list(last.get("stat_rel", last["loss"]))  # None: non-finite
     for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
       row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
       if "stat_rel" in last:
-        row["stat_rel"] = float(np.asarray(last["stat_rel"], np.float64)[i])
+        row["stat_rel"] = last["stat_rel"][i]
   common.write_json(workdir, "metrics.json", metrics)
   common.write_npz(workdir, "reconstructions.npz", candidates=cands, weights=weights,
-                   final_loss=final_loss, recon=result.recon, ssim=result.ssim,
+                   final_loss=final_loss,
+                   **({} if result is None else {"recon": result.recon, "ssim": result.ssim}),
                    train_idx=ds.train_idx, mean=ds.mean,
                    **{f"hp_{k}": v for k, v in hp.items()})
   write_restart_table(workdir, metrics["per_restart"])

@@ -57,9 +57,17 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
   ok = np.isfinite(final_loss)
   pooled = pixel_space(cands[ok].reshape(-1, *img_shape), ds)
   kw = dict(ssim_threshold=thr, filter_size=filter_size)
-  res = metrics.evaluate(pooled, x_train, x_held, **kw)
-
-  out = {"attack": res.summary(), "per_sample": res.to_dict()}
+  if len(pooled) == 0:
+    # Every restart diverged: nothing to score, and nothing is recovered.
+    res = None
+    out = {"attack": {"n_train": len(x_train), "n_candidates": 0, "recovered_strict": 0,
+                      "n_ssim_gt_0.4": 0, "n_ssim_gt_0.5": 0, "n_ssim_gt_0.6": 0,
+                      "mean_ssim_top10": None, "mean_ssim_top45": None,
+                      "ssim_threshold": thr, "all_restarts_diverged": True},
+           "per_sample": {}}
+  else:
+    res = metrics.evaluate(pooled, x_train, x_held, **kw)
+    out = {"attack": res.summary(), "per_sample": res.to_dict()}
   base_mean = metrics.mean_image_baseline(x_train, x_held, pixel_space(np.zeros(img_shape), ds),
                                           **kw)
   out["baselines"] = {"mean_image": base_mean.summary()}
@@ -84,7 +92,7 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
   good = [p for p in per if not p["diverged"]]
   sel = {"n_restarts": r, "n_diverged": int(np.sum(~ok)),
          "diverged_restarts": [int(i) for i in np.flatnonzero(~ok)]}
-  if good:
+  if good and res is not None:
     losses = np.array([p["final_loss"] for p in good])
     quality = np.array([p["mean_ssim"] for p in good])
     best_by_loss = good[int(np.argmin(losses))]
@@ -105,7 +113,7 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
     sel["spearman_weight_vs_candidate_ssim"] = metrics.spearman(flat_w, cand_best)
   out["selection"] = sel
 
-  if figdir is not None:
+  if figdir is not None and res is not None:
     os.makedirs(figdir, exist_ok=True)
     x_train_disp = np.asarray(metrics.stretch(x_train))
     x_held_disp = np.asarray(metrics.stretch(x_held)) if x_held is not None else None

@@ -32,7 +32,7 @@ def gaussian(m: int, input_shape: Sequence[int], dtype=jnp.float32):
 
 def uniform(m: int, input_shape: Sequence[int], offset=0.0, dtype=jnp.float32):
   """x ~ U(0, 1) in pixel space, minus ``offset`` (the training mean, if subtracted)."""
-  offset = jnp.asarray(offset, dtype)
+  offset = jnp.broadcast_to(jnp.asarray(offset, dtype), tuple(input_shape))[None]
   def init(key, hparams):
     del hparams
     return jax.random.uniform(key, (m, *input_shape), dtype) - offset

@@ -5,12 +5,18 @@ import jax
 import jax.numpy as jnp
 
 
+def _per_sample(bound, x):
+  """``bound`` (scalar or one candidate's shape) as [1, *x.shape[1:]], explicitly."""
+  return jnp.broadcast_to(jnp.asarray(bound, x.dtype), x.shape[1:])[None]
+
+
 def box_prior(x: jax.Array, lo, hi) -> jax.Array:
   """Squared hinge outside the pixel box, averaged over pixels, summed over candidates.
 
   ``lo``/``hi`` broadcast to one candidate (per-pixel bounds, e.g. ``-mean`` and
   ``1 - mean`` after mean subtraction).
   """
+  lo, hi = _per_sample(lo, x), _per_sample(hi, x)
   over = jax.nn.relu(x - hi) + jax.nn.relu(lo - x)
   per_sample = jnp.mean(jnp.square(over).reshape(x.shape[0], -1), axis=1)
   return jnp.sum(per_sample)
@@ -23,4 +29,4 @@ def lambda_prior(lam: jax.Array, lam_min) -> jax.Array:
 
 def project_box(x: jax.Array, lo, hi) -> jax.Array:
   """Projection onto the pixel box (an alternative to the soft prior)."""
-  return jnp.clip(x, lo, hi)
+  return jnp.clip(x, _per_sample(lo, x), _per_sample(hi, x))

@@ -261,8 +261,8 @@ def run(cfg: Config, workdir: str) -> dict:
             for k in ("lr_x", "lr_lam", "alpha", "lam_min")}
   draws = sweep.random_search(cfg.seed, r, ranges)
   hp = dict(mix_hp, **{k: jnp.asarray(v, dtype) for k, v in draws.items()})
-  x_init_c = inits.mix(ds_c.x_train, ds_c.x_part, n, offset=mean[None], dtype=dtype)
-  mean_j = jnp.asarray(mean[None], dtype)  # [1, H, W, C]: broadcasts over candidates
+  x_init_c = inits.mix(ds_c.x_train, ds_c.x_part, n, offset=mean, dtype=dtype)
+  mean_j = jnp.asarray(mean, dtype)  # per-pixel bounds of one candidate
   res, x_rec = _run_attack(attack, x_init_c, hp, Target(pk, labels, -mean_j, 1 - mean_j), cfg,
                            cfg.kkt_steps, cfg.seed + 7)
   x_rec = x_rec + mean[None, None]

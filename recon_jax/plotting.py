@@ -29,343 +29,343 @@ _POINT_COLOURS = ("tab:green", "magenta")
 
 
 def _save(fig: Any, path: Union[str, os.PathLike], dpi: int = 100) -> None:
-    """Writes the figure to `path` and closes it."""
-    parent = os.path.dirname(os.fspath(path))
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    try:
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    finally:
-        plt.close(fig)
+  """Writes the figure to `path` and closes it."""
+  parent = os.path.dirname(os.fspath(path))
+  if parent:
+    os.makedirs(parent, exist_ok=True)
+  try:
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+  finally:
+    plt.close(fig)
 
 
 def _to_display(img: Any) -> tuple[np.ndarray, Optional[str]]:
-    """Converts [H, W], [H, W, 1] or [H, W, 3] to an imshow-ready array."""
-    arr = np.asarray(img, dtype=np.float64)
-    if arr.ndim == 3 and arr.shape[-1] == 1:
-        arr = arr[..., 0]
-    if arr.ndim not in (2, 3):
-        raise ValueError(f"expected an image [H, W(, C)], got shape {arr.shape}")
-    # Non-finite pixels would make imshow complain; show them as black.
-    arr = np.clip(np.nan_to_num(arr, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
-    return arr, ("gray" if arr.ndim == 2 else None)
+  """Converts [H, W], [H, W, 1] or [H, W, 3] to an imshow-ready array."""
+  arr = np.asarray(img, dtype=np.float64)
+  if arr.ndim == 3 and arr.shape[-1] == 1:
+    arr = arr[..., 0]
+  if arr.ndim not in (2, 3):
+    raise ValueError(f"expected an image [H, W(, C)], got shape {arr.shape}")
+  # Non-finite pixels would make imshow complain; show them as black.
+  arr = np.clip(np.nan_to_num(arr, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+  return arr, ("gray" if arr.ndim == 2 else None)
 
 
 def _label_colours(labels: Any, palette: Sequence[str]) -> list[str]:
-    """Maps labels in {-1, +1} or {0, 1} to two colours (positive -> second)."""
-    return [palette[1] if float(v) > 0 else palette[0] for v in np.asarray(labels).reshape(-1)]
+  """Maps labels in {-1, +1} or {0, 1} to two colours (positive -> second)."""
+  return [palette[1] if float(v) > 0 else palette[0] for v in np.asarray(labels).reshape(-1)]
 
 
 def image_grid(
-    path: Union[str, os.PathLike],
-    rows: Sequence[Any],
-    row_labels: Optional[Sequence[str]] = None,
-    col_titles: Optional[Sequence[Any]] = None,
-    title: Optional[str] = None,
-    max_cols: int = DEFAULT_MAX_COLS,
+  path: Union[str, os.PathLike],
+  rows: Sequence[Any],
+  row_labels: Optional[Sequence[str]] = None,
+  col_titles: Optional[Sequence[Any]] = None,
+  title: Optional[str] = None,
+  max_cols: int = DEFAULT_MAX_COLS,
 ) -> None:
-    """Draws rows of images, wrapping long rows into stacked blocks.
+  """Draws rows of images, wrapping long rows into stacked blocks.
 
-    With k images per row and more than `max_cols` columns, the rows are cut
-    into ceil(k / max_cols) blocks and each block repeats all rows (Haim
-    Fig. 3: reconstructions above their nearest neighbours).
+  With k images per row and more than `max_cols` columns, the rows are cut
+  into ceil(k / max_cols) blocks and each block repeats all rows (Haim
+  Fig. 3: reconstructions above their nearest neighbours).
 
-    Args:
-        path: Output PNG path.
-        rows: List of image arrays [k, H, W, C] (C = 1 or 3) or [k, H, W],
-            values in [0, 1] (clipped). Rows may differ in k; gaps stay blank.
-        row_labels: Optional label per row, shown at the left of each block.
-        col_titles: Optional titles: a list of k strings (shown above the
-            first row), or a list with one entry per row, each None or a list
-            of k strings.
-        title: Optional figure title.
-        max_cols: Maximum number of columns per block.
-    """
-    rows = [np.asarray(r) for r in rows]
-    n_rows = len(rows)
-    if n_rows == 0:
-        raise ValueError("image_grid needs at least one row")
-    k_max = max(int(r.shape[0]) for r in rows)
-    if k_max == 0:
-        raise ValueError("image_grid needs at least one image")
-    n_cols = min(k_max, max_cols)
-    n_blocks = math.ceil(k_max / n_cols)
+  Args:
+    path: Output PNG path.
+    rows: List of image arrays [k, H, W, C] (C = 1 or 3) or [k, H, W],
+      values in [0, 1] (clipped). Rows may differ in k; gaps stay blank.
+    row_labels: Optional label per row, shown at the left of each block.
+    col_titles: Optional titles: a list of k strings (shown above the
+      first row), or a list with one entry per row, each None or a list
+      of k strings.
+    title: Optional figure title.
+    max_cols: Maximum number of columns per block.
+  """
+  rows = [np.asarray(r) for r in rows]
+  n_rows = len(rows)
+  if n_rows == 0:
+    raise ValueError("image_grid needs at least one row")
+  k_max = max(int(r.shape[0]) for r in rows)
+  if k_max == 0:
+    raise ValueError("image_grid needs at least one image")
+  n_cols = min(k_max, max_cols)
+  n_blocks = math.ceil(k_max / n_cols)
 
-    per_row_titles: list[Optional[Sequence[str]]] = [None] * n_rows
-    if col_titles is not None and len(col_titles) > 0:
-        if isinstance(col_titles[0], str):
-            per_row_titles[0] = col_titles
-        else:
-            for i, t in enumerate(col_titles[:n_rows]):
-                per_row_titles[i] = t
+  per_row_titles: list[Optional[Sequence[str]]] = [None] * n_rows
+  if col_titles is not None and len(col_titles) > 0:
+    if isinstance(col_titles[0], str):
+      per_row_titles[0] = col_titles
+    else:
+      for i, t in enumerate(col_titles[:n_rows]):
+        per_row_titles[i] = t
 
-    cell = 1.0
-    fig, axes = plt.subplots(
-        n_blocks * n_rows,
-        n_cols,
-        figsize=(cell * n_cols + 1.0, cell * n_blocks * n_rows * 1.15 + 0.5),
-        squeeze=False,
-    )
-    for b in range(n_blocks):
-        for r in range(n_rows):
-            for c in range(n_cols):
-                ax = axes[b * n_rows + r, c]
-                j = b * n_cols + c
-                # Spines and ticks hidden (not axis('off')) so ylabel still shows.
-                ax.set_xticks([])
-                ax.set_yticks([])
-                for spine in ax.spines.values():
-                    spine.set_visible(False)
-                if j < rows[r].shape[0]:
-                    img, cmap = _to_display(rows[r][j])
-                    ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
-                    titles = per_row_titles[r]
-                    if titles is not None and j < len(titles) and titles[j]:
-                        ax.set_title(str(titles[j]), fontsize=7, pad=2)
-                if c == 0 and row_labels is not None and r < len(row_labels):
-                    ax.set_ylabel(str(row_labels[r]), fontsize=8, rotation=90)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.subplots_adjust(wspace=0.05, hspace=0.35)
-    _save(fig, path)
+  cell = 1.0
+  fig, axes = plt.subplots(
+    n_blocks * n_rows,
+    n_cols,
+    figsize=(cell * n_cols + 1.0, cell * n_blocks * n_rows * 1.15 + 0.5),
+    squeeze=False,
+  )
+  for b in range(n_blocks):
+    for r in range(n_rows):
+      for c in range(n_cols):
+        ax = axes[b * n_rows + r, c]
+        j = b * n_cols + c
+        # Spines and ticks hidden (not axis('off')) so ylabel still shows.
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for spine in ax.spines.values():
+          spine.set_visible(False)
+        if j < rows[r].shape[0]:
+          img, cmap = _to_display(rows[r][j])
+          ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+          titles = per_row_titles[r]
+          if titles is not None and j < len(titles) and titles[j]:
+            ax.set_title(str(titles[j]), fontsize=7, pad=2)
+        if c == 0 and row_labels is not None and r < len(row_labels):
+          ax.set_ylabel(str(row_labels[r]), fontsize=8, rotation=90)
+  if title:
+    fig.suptitle(title, fontsize=10)
+  fig.subplots_adjust(wspace=0.05, hspace=0.35)
+  _save(fig, path)
 
 
 def reconstruction_figure(
-    path: Union[str, os.PathLike],
-    result: EvalResult,
-    x_train_disp: Any,
-    x_heldout_disp: Optional[Any],
-    k: int = 45,
-    title: Optional[str] = None,
+  path: Union[str, os.PathLike],
+  result: EvalResult,
+  x_train_disp: Any,
+  x_heldout_disp: Optional[Any],
+  k: int = 45,
+  title: Optional[str] = None,
 ) -> None:
-    """Haim Fig. 3 layout from an `EvalResult`, plus the held-out check.
+  """Haim Fig. 3 layout from an `EvalResult`, plus the held-out check.
 
-    Row 1: the k best reconstructions (by SSIM), titled with their SSIM and a
-    '*' when strictly recovered; row 2: their training images; row 3: the
-    nearest held-out image of each reconstruction, titled with that SSIM.
+  Row 1: the k best reconstructions (by SSIM), titled with their SSIM and a
+  '*' when strictly recovered; row 2: their training images; row 3: the
+  nearest held-out image of each reconstruction, titled with that SSIM.
 
-    Args:
-        path: Output PNG path.
-        result: Output of `recon_jax.metrics.evaluate`.
-        x_train_disp: Training images for display [n, H, W, C] in [0, 1].
-        x_heldout_disp: Held-out images for display [h, H, W, C] in [0, 1],
-            or None to omit row 3.
-        k: Number of reconstructions shown (capped at n).
-        title: Optional figure title; a default with the strict count is used.
-    """
-    order = np.asarray(result.order)[: max(1, min(int(k), int(result.n_train)))]
-    x_train_disp = np.asarray(x_train_disp)
-    rows = [np.asarray(result.recon)[order], x_train_disp[order]]
-    titles: list[Optional[list[str]]] = [
-        [
-            f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}"
-            for i in order
-        ],
-        None,
-    ]
-    labels = ["recon", "train"]
-    near = np.asarray(result.nearest_heldout_idx)[order]
-    if x_heldout_disp is not None and np.all(near >= 0):
-        rows.append(np.asarray(x_heldout_disp)[near])
-        titles.append([f"{result.ssim_heldout_max[i]:.2f}" for i in order])
-        labels.append("held-out")
-    if title is None:
-        title = (
-            f"top {len(order)} by SSIM; strict recovered "
-            f"{result.recovered_strict}/{result.n_train} "
-            f"(SSIM >= {result.ssim_threshold:.2f} and > nearest held-out; '*')"
-        )
-    image_grid(path, rows, row_labels=labels, col_titles=titles, title=title)
+  Args:
+    path: Output PNG path.
+    result: Output of `recon_jax.metrics.evaluate`.
+    x_train_disp: Training images for display [n, H, W, C] in [0, 1].
+    x_heldout_disp: Held-out images for display [h, H, W, C] in [0, 1],
+      or None to omit row 3.
+    k: Number of reconstructions shown (capped at n).
+    title: Optional figure title; a default with the strict count is used.
+  """
+  order = np.asarray(result.order)[: max(1, min(int(k), int(result.n_train)))]
+  x_train_disp = np.asarray(x_train_disp)
+  rows = [np.asarray(result.recon)[order], x_train_disp[order]]
+  titles: list[Optional[list[str]]] = [
+    [
+      f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}"
+      for i in order
+    ],
+    None,
+  ]
+  labels = ["recon", "train"]
+  near = np.asarray(result.nearest_heldout_idx)[order]
+  if x_heldout_disp is not None and np.all(near >= 0):
+    rows.append(np.asarray(x_heldout_disp)[near])
+    titles.append([f"{result.ssim_heldout_max[i]:.2f}" for i in order])
+    labels.append("held-out")
+  if title is None:
+    title = (
+      f"top {len(order)} by SSIM; strict recovered "
+      f"{result.recovered_strict}/{result.n_train} "
+      f"(SSIM >= {result.ssim_threshold:.2f} and > nearest held-out; '*')"
+    )
+  image_grid(path, rows, row_labels=labels, col_titles=titles, title=title)
 
 
 def ssim_vs_margin(
-    path: Union[str, os.PathLike],
-    margins: Any,
-    ssim: Any,
-    threshold_lines: Sequence[float] = (0.4,),
-    strict_mask: Optional[Any] = None,
-    title: Optional[str] = None,
+  path: Union[str, os.PathLike],
+  margins: Any,
+  ssim: Any,
+  threshold_lines: Sequence[float] = (0.4,),
+  strict_mask: Optional[Any] = None,
+  title: Optional[str] = None,
 ) -> None:
-    """Scatter of per-sample SSIM against the margin y * Phi(x) (Haim Fig. 4).
+  """Scatter of per-sample SSIM against the margin y * Phi(x) (Haim Fig. 4).
 
-    Args:
-        path: Output PNG path.
-        margins: [n] margins y_i * Phi(theta; x_i).
-        ssim: [n] best SSIM per training sample.
-        threshold_lines: SSIM values drawn as dashed horizontal lines.
-        strict_mask: Optional [n] bool; strictly recovered samples highlighted.
-        title: Optional axes title.
-    """
-    margins = np.asarray(margins, dtype=np.float64).reshape(-1)
-    ssim = np.asarray(ssim, dtype=np.float64).reshape(-1)
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
-    if strict_mask is None:
-        ax.scatter(margins, ssim, s=10, c="tab:blue", label="train sample")
-    else:
-        strict_mask = np.asarray(strict_mask, dtype=bool).reshape(-1)
-        ax.scatter(margins[~strict_mask], ssim[~strict_mask], s=10, c="tab:gray",
-                   label="not strictly recovered")
-        ax.scatter(margins[strict_mask], ssim[strict_mask], s=14, c="tab:red",
-                   label="strictly recovered")
-    for t in threshold_lines:
-        ax.axhline(float(t), ls="--", lw=0.8, c="k")
-    ax.set_xlabel(r"margin $y\,\Phi(\theta; x)$")
-    ax.set_ylabel("SSIM of best reconstruction")
-    if title:
-        ax.set_title(title)
-    ax.legend(fontsize=7, loc="best")
-    _save(fig, path, dpi=120)
+  Args:
+    path: Output PNG path.
+    margins: [n] margins y_i * Phi(theta; x_i).
+    ssim: [n] best SSIM per training sample.
+    threshold_lines: SSIM values drawn as dashed horizontal lines.
+    strict_mask: Optional [n] bool; strictly recovered samples highlighted.
+    title: Optional axes title.
+  """
+  margins = np.asarray(margins, dtype=np.float64).reshape(-1)
+  ssim = np.asarray(ssim, dtype=np.float64).reshape(-1)
+  fig, ax = plt.subplots(figsize=(4.5, 3.5))
+  if strict_mask is None:
+    ax.scatter(margins, ssim, s=10, c="tab:blue", label="train sample")
+  else:
+    strict_mask = np.asarray(strict_mask, dtype=bool).reshape(-1)
+    ax.scatter(margins[~strict_mask], ssim[~strict_mask], s=10, c="tab:gray",
+          label="not strictly recovered")
+    ax.scatter(margins[strict_mask], ssim[strict_mask], s=14, c="tab:red",
+          label="strictly recovered")
+  for t in threshold_lines:
+    ax.axhline(float(t), ls="--", lw=0.8, c="k")
+  ax.set_xlabel(r"margin $y\,\Phi(\theta; x)$")
+  ax.set_ylabel("SSIM of best reconstruction")
+  if title:
+    ax.set_title(title)
+  ax.legend(fontsize=7, loc="best")
+  _save(fig, path, dpi=120)
 
 
 def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str, Any]]) -> None:
-    """A row of 2-D scatter panels for the toy experiment (Haim Fig. 2).
+  """A row of 2-D scatter panels for the toy experiment (Haim Fig. 2).
 
-    Each panel is a dict with optional keys:
-        'title': str.
-        'train' [n, 2] and 'train_labels' [n]: training points, drawn as 'x'.
-        'points' [k, 2] with 'colors' (k colour specs) or 'labels' [k].
-        'field': (xs [gx], ys [gy], values [gy, gx]) drawn with contourf,
-            plus the zero level as the decision boundary.
+  Each panel is a dict with optional keys:
+    'title': str.
+    'train' [n, 2] and 'train_labels' [n]: training points, drawn as 'x'.
+    'points' [k, 2] with 'colors' (k colour specs) or 'labels' [k].
+    'field': (xs [gx], ys [gy], values [gy, gx]) drawn with contourf,
+      plus the zero level as the decision boundary.
 
-    Args:
-        path: Output PNG path.
-        panels: The panel dicts, drawn left to right.
-    """
-    n = len(panels)
-    if n == 0:
-        raise ValueError("points_2d_panels needs at least one panel")
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.3), squeeze=False)
-    for ax, panel in zip(axes[0], panels):
-        field = panel.get("field")
-        if field is not None:
-            xs, ys, values = (np.asarray(v, dtype=np.float64) for v in field)
-            lim = float(np.nanmax(np.abs(values))) if values.size else 1.0
-            lim = lim if np.isfinite(lim) and lim > 0 else 1.0
-            ax.contourf(xs, ys, values, levels=21, cmap="bwr", vmin=-lim, vmax=lim, alpha=0.6)
-            # The zero level only exists if the field changes sign.
-            if np.nanmin(values) < 0 < np.nanmax(values):
-                ax.contour(xs, ys, values, levels=[0.0], colors="k", linewidths=0.8)
-        pts = panel.get("points")
-        if pts is not None and len(pts):
-            pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
-            if panel.get("colors") is not None:
-                colours = list(panel["colors"])
-            elif panel.get("labels") is not None:
-                colours = _label_colours(panel["labels"], _POINT_COLOURS)
-            else:
-                colours = ["tab:green"] * len(pts)
-            ax.scatter(pts[:, 0], pts[:, 1], s=8, c=colours, zorder=2)
-        train = panel.get("train")
-        if train is not None and len(train):
-            train = np.asarray(train, dtype=np.float64).reshape(-1, 2)
-            labels = panel.get("train_labels")
-            colours = (
-                _label_colours(labels, _TRAIN_COLOURS)
-                if labels is not None
-                else ["k"] * len(train)
-            )
-            ax.scatter(train[:, 0], train[:, 1], s=40, marker="x", c=colours,
-                       linewidths=1.5, zorder=3)
-        ax.set_aspect("equal", adjustable="datalim")
-        if panel.get("title"):
-            ax.set_title(str(panel["title"]), fontsize=9)
-        ax.tick_params(labelsize=7)
-    # subplots_adjust rather than tight_layout: the latter can warn with
-    # equal-aspect axes, and warnings are errors under the test config.
-    fig.subplots_adjust(wspace=0.25)
-    _save(fig, path, dpi=120)
+  Args:
+    path: Output PNG path.
+    panels: The panel dicts, drawn left to right.
+  """
+  n = len(panels)
+  if n == 0:
+    raise ValueError("points_2d_panels needs at least one panel")
+  fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.3), squeeze=False)
+  for ax, panel in zip(axes[0], panels):
+    field = panel.get("field")
+    if field is not None:
+      xs, ys, values = (np.asarray(v, dtype=np.float64) for v in field)
+      lim = float(np.nanmax(np.abs(values))) if values.size else 1.0
+      lim = lim if np.isfinite(lim) and lim > 0 else 1.0
+      ax.contourf(xs, ys, values, levels=21, cmap="bwr", vmin=-lim, vmax=lim, alpha=0.6)
+      # The zero level only exists if the field changes sign.
+      if np.nanmin(values) < 0 < np.nanmax(values):
+        ax.contour(xs, ys, values, levels=[0.0], colors="k", linewidths=0.8)
+    pts = panel.get("points")
+    if pts is not None and len(pts):
+      pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+      if panel.get("colors") is not None:
+        colours = list(panel["colors"])
+      elif panel.get("labels") is not None:
+        colours = _label_colours(panel["labels"], _POINT_COLOURS)
+      else:
+        colours = ["tab:green"] * len(pts)
+      ax.scatter(pts[:, 0], pts[:, 1], s=8, c=colours, zorder=2)
+    train = panel.get("train")
+    if train is not None and len(train):
+      train = np.asarray(train, dtype=np.float64).reshape(-1, 2)
+      labels = panel.get("train_labels")
+      colours = (
+        _label_colours(labels, _TRAIN_COLOURS)
+        if labels is not None
+        else ["k"] * len(train)
+      )
+      ax.scatter(train[:, 0], train[:, 1], s=40, marker="x", c=colours,
+            linewidths=1.5, zorder=3)
+    ax.set_aspect("equal", adjustable="datalim")
+    if panel.get("title"):
+      ax.set_title(str(panel["title"]), fontsize=9)
+    ax.tick_params(labelsize=7)
+  # subplots_adjust rather than tight_layout: the latter can warn with
+  # equal-aspect axes, and warnings are errors under the test config.
+  fig.subplots_adjust(wspace=0.25)
+  _save(fig, path, dpi=120)
 
 
 def heatmap(
-    path: Union[str, os.PathLike],
-    values: Any,
-    xticks: Sequence[Any],
-    yticks: Sequence[Any],
-    xlabel: str,
-    ylabel: str,
-    title: str,
-    annotate: bool = True,
-    fmt: str = "{:.2f}",
-    cmap: str = "viridis",
+  path: Union[str, os.PathLike],
+  values: Any,
+  xticks: Sequence[Any],
+  yticks: Sequence[Any],
+  xlabel: str,
+  ylabel: str,
+  title: str,
+  annotate: bool = True,
+  fmt: str = "{:.2f}",
+  cmap: str = "viridis",
 ) -> None:
-    """Heat map of a 2-D table (rows = y ticks, columns = x ticks).
+  """Heat map of a 2-D table (rows = y ticks, columns = x ticks).
 
-    Args:
-        path: Output PNG path.
-        values: [a, b] table; values[i, j] belongs to yticks[i], xticks[j].
-        xticks: b column labels.
-        yticks: a row labels.
-        xlabel: x-axis label.
-        ylabel: y-axis label.
-        title: Axes title.
-        annotate: Write each value into its cell.
-        fmt: Format for the annotations.
-        cmap: Matplotlib colour map.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if values.ndim != 2:
-        raise ValueError(f"heatmap expects a 2-D table, got shape {values.shape}")
-    a, b = values.shape
-    fig, ax = plt.subplots(figsize=(1.0 + 0.7 * b, 1.0 + 0.5 * a))
-    finite = values[np.isfinite(values)]
-    vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    if vmin == vmax:
-        vmin, vmax = vmin - 0.5, vmax + 0.5
-    im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
-    ax.set_xticks(np.arange(b))
-    ax.set_xticklabels([str(t) for t in xticks], fontsize=7)
-    ax.set_yticks(np.arange(a))
-    ax.set_yticklabels([str(t) for t in yticks], fontsize=7)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    if annotate:
-        mid = 0.5 * (vmin + vmax)
-        for i in range(a):
-            for j in range(b):
-                v = values[i, j]
-                text = fmt.format(v) if np.isfinite(v) else "-"
-                colour = "k" if np.isfinite(v) and v > mid else "w"
-                ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
-    fig.colorbar(im, ax=ax)
-    _save(fig, path, dpi=120)
+  Args:
+    path: Output PNG path.
+    values: [a, b] table; values[i, j] belongs to yticks[i], xticks[j].
+    xticks: b column labels.
+    yticks: a row labels.
+    xlabel: x-axis label.
+    ylabel: y-axis label.
+    title: Axes title.
+    annotate: Write each value into its cell.
+    fmt: Format for the annotations.
+    cmap: Matplotlib colour map.
+  """
+  values = np.asarray(values, dtype=np.float64)
+  if values.ndim != 2:
+    raise ValueError(f"heatmap expects a 2-D table, got shape {values.shape}")
+  a, b = values.shape
+  fig, ax = plt.subplots(figsize=(1.0 + 0.7 * b, 1.0 + 0.5 * a))
+  finite = values[np.isfinite(values)]
+  vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+  if vmin == vmax:
+    vmin, vmax = vmin - 0.5, vmax + 0.5
+  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
+  ax.set_xticks(np.arange(b))
+  ax.set_xticklabels([str(t) for t in xticks], fontsize=7)
+  ax.set_yticks(np.arange(a))
+  ax.set_yticklabels([str(t) for t in yticks], fontsize=7)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=9)
+  if annotate:
+    mid = 0.5 * (vmin + vmax)
+    for i in range(a):
+      for j in range(b):
+        v = values[i, j]
+        text = fmt.format(v) if np.isfinite(v) else "-"
+        colour = "k" if np.isfinite(v) and v > mid else "w"
+        ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
+  fig.colorbar(im, ax=ax)
+  _save(fig, path, dpi=120)
 
 
 def line_plot(
-    path: Union[str, os.PathLike],
-    xs: Union[Sequence[float], Mapping[str, Sequence[float]]],
-    ys_dict: Mapping[str, Sequence[float]],
-    xlabel: str,
-    ylabel: str,
-    title: str,
-    logx: bool = False,
-    logy: bool = False,
+  path: Union[str, os.PathLike],
+  xs: Union[Sequence[float], Mapping[str, Sequence[float]]],
+  ys_dict: Mapping[str, Sequence[float]],
+  xlabel: str,
+  ylabel: str,
+  title: str,
+  logx: bool = False,
+  logy: bool = False,
 ) -> None:
-    """One line per entry of `ys_dict` against shared (or per-line) x values.
+  """One line per entry of `ys_dict` against shared (or per-line) x values.
 
-    Args:
-        path: Output PNG path.
-        xs: Shared x values, or a mapping with the same keys as `ys_dict`.
-        ys_dict: Mapping label -> y values.
-        xlabel: x-axis label.
-        ylabel: y-axis label.
-        title: Axes title.
-        logx: Logarithmic x axis.
-        logy: Logarithmic y axis.
-    """
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
-    for label, ys in ys_dict.items():
-        x = xs[label] if isinstance(xs, Mapping) else xs
-        ax.plot(np.asarray(x, dtype=np.float64), np.asarray(ys, dtype=np.float64),
-                marker="o", ms=3, label=str(label))
-    if logx:
-        ax.set_xscale("log")
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    if ys_dict:
-        ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
-    _save(fig, path, dpi=120)
+  Args:
+    path: Output PNG path.
+    xs: Shared x values, or a mapping with the same keys as `ys_dict`.
+    ys_dict: Mapping label -> y values.
+    xlabel: x-axis label.
+    ylabel: y-axis label.
+    title: Axes title.
+    logx: Logarithmic x axis.
+    logy: Logarithmic y axis.
+  """
+  fig, ax = plt.subplots(figsize=(4.5, 3.5))
+  for label, ys in ys_dict.items():
+    x = xs[label] if isinstance(xs, Mapping) else xs
+    ax.plot(np.asarray(x, dtype=np.float64), np.asarray(ys, dtype=np.float64),
+        marker="o", ms=3, label=str(label))
+  if logx:
+    ax.set_xscale("log")
+  if logy:
+    ax.set_yscale("log")
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title, fontsize=9)
+  if ys_dict:
+    ax.legend(fontsize=7, loc="best")
+  ax.grid(alpha=0.3)
+  _save(fig, path, dpi=120)

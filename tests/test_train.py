@@ -11,234 +11,234 @@ from recon_jax import models, train
 
 
 def _blobs(num_classes, n_per_class=4, d=4, seed=0, scale=3.0):
-    """Well separated Gaussian blobs; labels +-1 for two classes, ints otherwise."""
-    rng = np.random.default_rng(seed)
-    centers = scale * np.eye(d)[:num_classes]
-    x = np.concatenate([c + 0.3 * rng.normal(size=(n_per_class, d)) for c in centers])
-    cls = np.repeat(np.arange(num_classes), n_per_class)
-    y = np.where(cls == 0, 1.0, -1.0) if num_classes == 2 else cls.astype(np.int32)
-    return jnp.asarray(x), jnp.asarray(y)
+  """Well separated Gaussian blobs; labels +-1 for two classes, ints otherwise."""
+  rng = np.random.default_rng(seed)
+  centers = scale * np.eye(d)[:num_classes]
+  x = np.concatenate([c + 0.3 * rng.normal(size=(n_per_class, d)) for c in centers])
+  cls = np.repeat(np.arange(num_classes), n_per_class)
+  y = np.where(cls == 0, 1.0, -1.0) if num_classes == 2 else cls.astype(np.int32)
+  return jnp.asarray(x), jnp.asarray(y)
 
 
 def _mlp(out_dim=1, widths=(16, 16), bias="first", d=4, seed=0):
-    module = models.build_model("mlp", out_dim=out_dim, widths=widths, bias=bias)
-    params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
-    return models.make_apply_fn(module), params
+  module = models.build_model("mlp", out_dim=out_dim, widths=widths, bias=bias)
+  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
+  return models.make_apply_fn(module), params
 
 
 def _leaves(tree):
-    return [np.asarray(a) for a in jax.tree_util.tree_leaves(tree)]
+  return [np.asarray(a) for a in jax.tree_util.tree_leaves(tree)]
 
 
 # ---------------------------------------------------------------- losses and margins
 
 
 def test_per_sample_losses_by_hand():
-    out = jnp.array([[2.0, -1.0, 0.5], [0.0, 1.0, 3.0]])
-    y = jnp.array([1.0, -1.0])
-    np.testing.assert_allclose(np.asarray(train.per_sample_loss("logistic", out[:, :1], y)),
-                               [np.log1p(np.exp(-2.0)), np.log(2.0)], rtol=1e-14)
-    labels = jnp.array([0, 2])
-    o = np.asarray(out)
-    want = [np.log(np.exp(o[0]).sum()) - o[0, 0], np.log(np.exp(o[1]).sum()) - o[1, 2]]
-    np.testing.assert_allclose(np.asarray(train.per_sample_loss("ce", out, labels)), want,
-                               rtol=1e-14)
-    np.testing.assert_allclose(
-        np.asarray(train.per_sample_loss("mse", out[:, :1], jnp.array([1.5, -2.0]))),
-        [0.5 * 0.25, 0.5 * 4.0], rtol=1e-14)
-    with pytest.raises(ValueError, match="unknown loss"):
-        train.per_sample_loss("hinge", out, y)
+  out = jnp.array([[2.0, -1.0, 0.5], [0.0, 1.0, 3.0]])
+  y = jnp.array([1.0, -1.0])
+  np.testing.assert_allclose(np.asarray(train.per_sample_loss("logistic", out[:, :1], y)),
+                [np.log1p(np.exp(-2.0)), np.log(2.0)], rtol=1e-14)
+  labels = jnp.array([0, 2])
+  o = np.asarray(out)
+  want = [np.log(np.exp(o[0]).sum()) - o[0, 0], np.log(np.exp(o[1]).sum()) - o[1, 2]]
+  np.testing.assert_allclose(np.asarray(train.per_sample_loss("ce", out, labels)), want,
+                rtol=1e-14)
+  np.testing.assert_allclose(
+    np.asarray(train.per_sample_loss("mse", out[:, :1], jnp.array([1.5, -2.0]))),
+    [0.5 * 0.25, 0.5 * 4.0], rtol=1e-14)
+  with pytest.raises(ValueError, match="unknown loss"):
+    train.per_sample_loss("hinge", out, y)
 
 
 def test_margins_by_hand():
-    out = jnp.array([[1.0, 3.0, 2.0], [1.0, 3.0, 2.0], [5.0, 5.0, -1.0], [0.0, -1.0, 4.0]])
-    y = jnp.array([1, 0, 1, 2])
-    # f_y - max_{j != y} f_j: 3-2, 1-3, 5-5 (tie), 4-0.
-    np.testing.assert_allclose(np.asarray(train.margins("ce", out, y)), [1.0, -2.0, 0.0, 4.0])
-    b = jnp.array([[2.0], [-0.5], [1.5]])
-    np.testing.assert_allclose(np.asarray(train.margins("logistic", b, jnp.array([1., 1., -1.]))),
-                               [2.0, -0.5, -1.5])
-    np.testing.assert_allclose(np.asarray(train.margins("mse", b, jnp.zeros(3))), [2.0, -0.5, 1.5])
+  out = jnp.array([[1.0, 3.0, 2.0], [1.0, 3.0, 2.0], [5.0, 5.0, -1.0], [0.0, -1.0, 4.0]])
+  y = jnp.array([1, 0, 1, 2])
+  # f_y - max_{j != y} f_j: 3-2, 1-3, 5-5 (tie), 4-0.
+  np.testing.assert_allclose(np.asarray(train.margins("ce", out, y)), [1.0, -2.0, 0.0, 4.0])
+  b = jnp.array([[2.0], [-0.5], [1.5]])
+  np.testing.assert_allclose(np.asarray(train.margins("logistic", b, jnp.array([1., 1., -1.]))),
+                [2.0, -0.5, -1.5])
+  np.testing.assert_allclose(np.asarray(train.margins("mse", b, jnp.zeros(3))), [2.0, -0.5, 1.5])
 
 
 def test_error_rate_and_predictions():
-    out = jnp.array([[0.3], [-0.2], [0.0], [-1.0]])
-    y = jnp.array([1.0, 1.0, -1.0, -1.0])
-    # Predictions: +1, -1, +1 (0 counts as +1), -1 -> two wrong.
-    np.testing.assert_allclose(float(train.error_rate("logistic", out, y)), 0.5)
-    out_c = jnp.array([[0.1, 0.9], [0.8, 0.2], [0.4, 0.6]])
-    np.testing.assert_allclose(float(train.error_rate("ce", out_c, jnp.array([1, 1, 1]))), 1 / 3)
+  out = jnp.array([[0.3], [-0.2], [0.0], [-1.0]])
+  y = jnp.array([1.0, 1.0, -1.0, -1.0])
+  # Predictions: +1, -1, +1 (0 counts as +1), -1 -> two wrong.
+  np.testing.assert_allclose(float(train.error_rate("logistic", out, y)), 0.5)
+  out_c = jnp.array([[0.1, 0.9], [0.8, 0.2], [0.4, 0.6]])
+  np.testing.assert_allclose(float(train.error_rate("ce", out_c, jnp.array([1, 1, 1]))), 1 / 3)
 
 
 def test_weight_decay_term_and_gradient():
-    apply_fn, params = _mlp(widths=(8,))
-    x, y = _blobs(2)
-    wd = 0.37
-    e0 = train.objective(apply_fn, "logistic", 0.0)
-    e1 = train.objective(apply_fn, "logistic", wd)
-    sq = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in _leaves(params))
-    np.testing.assert_allclose(float(e1(params, x, y) - e0(params, x, y)), wd / 2 * sq,
-                               rtol=1e-12)
-    g0 = jax.grad(e0)(params, x, y)
-    g1 = jax.grad(e1)(params, x, y)
-    for a, b, p in zip(_leaves(g1), _leaves(g0), _leaves(params)):
-        np.testing.assert_allclose(a - b, wd * p, rtol=1e-10, atol=1e-14)
+  apply_fn, params = _mlp(widths=(8,))
+  x, y = _blobs(2)
+  wd = 0.37
+  e0 = train.objective(apply_fn, "logistic", 0.0)
+  e1 = train.objective(apply_fn, "logistic", wd)
+  sq = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in _leaves(params))
+  np.testing.assert_allclose(float(e1(params, x, y) - e0(params, x, y)), wd / 2 * sq,
+                rtol=1e-12)
+  g0 = jax.grad(e0)(params, x, y)
+  g1 = jax.grad(e1)(params, x, y)
+  for a, b, p in zip(_leaves(g1), _leaves(g0), _leaves(params)):
+    np.testing.assert_allclose(a - b, wd * p, rtol=1e-10, atol=1e-14)
 
 
 # ---------------------------------------------------------------- training
 
 
 def test_one_step_is_sgd_on_the_objective():
-    apply_fn, params = _mlp(widths=(8,))
-    x, y = _blobs(2)
-    cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, weight_decay=0.1)
-    new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    g = jax.grad(train.objective(apply_fn, "logistic", 0.1))(params, x, y)
-    for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
-        np.testing.assert_allclose(n, p - 0.3 * gg, rtol=1e-13, atol=1e-15)
-    assert len(history) == 1 and history[0]["epoch"] == 1
+  apply_fn, params = _mlp(widths=(8,))
+  x, y = _blobs(2)
+  cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, weight_decay=0.1)
+  new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  g = jax.grad(train.objective(apply_fn, "logistic", 0.1))(params, x, y)
+  for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
+    np.testing.assert_allclose(n, p - 0.3 * gg, rtol=1e-13, atol=1e-15)
+  assert len(history) == 1 and history[0]["epoch"] == 1
 
 
 @pytest.mark.parametrize("adaptive", ["loss", "grad"])
 def test_normalised_step_by_hand(adaptive):
-    apply_fn, params = _mlp(widths=(8,))
-    x, y = _blobs(2)
-    cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
-    new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    loss, g = jax.value_and_grad(train.objective(apply_fn, "logistic"))(params, x, y)
-    gnorm = np.sqrt(sum(np.sum(a ** 2) for a in _leaves(g)))
-    rate = 0.3 / (float(loss) if adaptive == "loss" else gnorm)
-    for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
-        np.testing.assert_allclose(n, p - rate * gg, rtol=1e-12, atol=1e-15)
-    with pytest.raises(ValueError, match="adaptive"):
-        train.train(apply_fn, params, x, y, dataclasses.replace(cfg, adaptive="adam"))
+  apply_fn, params = _mlp(widths=(8,))
+  x, y = _blobs(2)
+  cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
+  new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  loss, g = jax.value_and_grad(train.objective(apply_fn, "logistic"))(params, x, y)
+  gnorm = np.sqrt(sum(np.sum(a ** 2) for a in _leaves(g)))
+  rate = 0.3 / (float(loss) if adaptive == "loss" else gnorm)
+  for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
+    np.testing.assert_allclose(n, p - rate * gg, rtol=1e-12, atol=1e-15)
+  with pytest.raises(ValueError, match="adaptive"):
+    train.train(apply_fn, params, x, y, dataclasses.replace(cfg, adaptive="adam"))
 
 
 def test_momentum_two_steps_by_hand():
-    apply_fn, params = _mlp(widths=(8,))
-    x, y = _blobs(2)
-    lr, mu = 0.2, 0.9
-    cfg = train.TrainConfig(loss="logistic", lr=lr, epochs=2, chunk=2, momentum=mu)
-    new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    grad = jax.grad(train.objective(apply_fn, "logistic"))
-    g0 = grad(params, x, y)
-    p1 = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, g0)
-    g1 = grad(p1, x, y)
-    p2 = jax.tree_util.tree_map(lambda p, a, b: p - lr * (a + mu * b), p1, g1, g0)
-    for a, b in zip(_leaves(new), _leaves(p2)):
-        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+  apply_fn, params = _mlp(widths=(8,))
+  x, y = _blobs(2)
+  lr, mu = 0.2, 0.9
+  cfg = train.TrainConfig(loss="logistic", lr=lr, epochs=2, chunk=2, momentum=mu)
+  new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  grad = jax.grad(train.objective(apply_fn, "logistic"))
+  g0 = grad(params, x, y)
+  p1 = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, g0)
+  g1 = grad(p1, x, y)
+  p2 = jax.tree_util.tree_map(lambda p, a, b: p - lr * (a + mu * b), p1, g1, g0)
+  for a, b in zip(_leaves(new), _leaves(p2)):
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
 def test_logistic_reaches_zero_train_error():
-    apply_fn, params = _mlp()
-    x, y = _blobs(2)
-    x_test, y_test = _blobs(2, seed=1)
-    cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=200, chunk=100)
-    init_loss = float(train.objective(apply_fn, "logistic")(params, x, y))
-    new, history = train.train(apply_fn, params, x, y, cfg, x_test=x_test, y_test=y_test,
-                               log_every_chunk=False)
-    assert [r["epoch"] for r in history] == [100, 200]
-    assert history[-1]["train_error"] == 0.0
-    assert history[-1]["test_accuracy"] == 1.0
-    assert history[-1]["loss"] < 0.1 * init_loss
-    assert np.all(np.asarray(train.margins("logistic", apply_fn(new, x), y)) > 0)
+  apply_fn, params = _mlp()
+  x, y = _blobs(2)
+  x_test, y_test = _blobs(2, seed=1)
+  cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=200, chunk=100)
+  init_loss = float(train.objective(apply_fn, "logistic")(params, x, y))
+  new, history = train.train(apply_fn, params, x, y, cfg, x_test=x_test, y_test=y_test,
+                log_every_chunk=False)
+  assert [r["epoch"] for r in history] == [100, 200]
+  assert history[-1]["train_error"] == 0.0
+  assert history[-1]["test_accuracy"] == 1.0
+  assert history[-1]["loss"] < 0.1 * init_loss
+  assert np.all(np.asarray(train.margins("logistic", apply_fn(new, x), y)) > 0)
 
 
 def test_cross_entropy_three_classes():
-    apply_fn, params = _mlp(out_dim=3)
-    x, y = _blobs(3)
-    cfg = train.TrainConfig(loss="ce", lr=0.1, epochs=200, chunk=200)
-    new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    assert history[-1]["train_error"] == 0.0
-    assert np.all(np.asarray(train.margins("ce", apply_fn(new, x), y)) > 0)
-    np.testing.assert_array_equal(np.asarray(jnp.argmax(apply_fn(new, x), -1)), np.asarray(y))
+  apply_fn, params = _mlp(out_dim=3)
+  x, y = _blobs(3)
+  cfg = train.TrainConfig(loss="ce", lr=0.1, epochs=200, chunk=200)
+  new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  assert history[-1]["train_error"] == 0.0
+  assert np.all(np.asarray(train.margins("ce", apply_fn(new, x), y)) > 0)
+  np.testing.assert_array_equal(np.asarray(jnp.argmax(apply_fn(new, x), -1)), np.asarray(y))
 
 
 def test_mse_regression_loss_decreases():
-    apply_fn, params = _mlp(widths=(16,), bias="all")
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.normal(size=(8, 4)))
-    y = jnp.asarray(np.sin(np.asarray(x)[:, 0]) + 0.5 * np.asarray(x)[:, 1])
-    cfg = train.TrainConfig(loss="mse", lr=0.05, epochs=300, chunk=100)
-    init_loss = float(train.objective(apply_fn, "mse")(params, x, y))
-    _, history = train.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y,
-                             log_every_chunk=False)
-    losses = [r["loss"] for r in history]
-    assert losses == sorted(losses, reverse=True)
-    assert losses[-1] < 0.2 * init_loss
-    # On the training points the test MSE is twice the mean 0.5 (f - y)^2 loss.
-    np.testing.assert_allclose(history[-1]["test_mse"], 2 * losses[-1], rtol=1e-10)
+  apply_fn, params = _mlp(widths=(16,), bias="all")
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(8, 4)))
+  y = jnp.asarray(np.sin(np.asarray(x)[:, 0]) + 0.5 * np.asarray(x)[:, 1])
+  cfg = train.TrainConfig(loss="mse", lr=0.05, epochs=300, chunk=100)
+  init_loss = float(train.objective(apply_fn, "mse")(params, x, y))
+  _, history = train.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y,
+               log_every_chunk=False)
+  losses = [r["loss"] for r in history]
+  assert losses == sorted(losses, reverse=True)
+  assert losses[-1] < 0.2 * init_loss
+  # On the training points the test MSE is twice the mean 0.5 (f - y)^2 loss.
+  np.testing.assert_allclose(history[-1]["test_mse"], 2 * losses[-1], rtol=1e-10)
 
 
 def test_loss_threshold_stops_early():
-    apply_fn, params = _mlp()
-    x, y = _blobs(2)
-    cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=2000, chunk=20, loss_threshold=0.2)
-    _, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    assert len(history) < 100
-    assert history[-1]["loss"] <= 0.2
-    assert all(r["loss"] > 0.2 for r in history[:-1])
+  apply_fn, params = _mlp()
+  x, y = _blobs(2)
+  cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=2000, chunk=20, loss_threshold=0.2)
+  _, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  assert len(history) < 100
+  assert history[-1]["loss"] <= 0.2
+  assert all(r["loss"] > 0.2 for r in history[:-1])
 
 
 def test_minibatches_are_seeded():
-    apply_fn, params = _mlp(widths=(8,))
-    x, y = _blobs(2)
-    cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=10, chunk=10, batch_size=3)
-    a, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    b, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    c, _ = train.train(apply_fn, params, x, y, dataclasses.replace(cfg, seed=1),
-                       log_every_chunk=False)
-    full, _ = train.train(apply_fn, params, x, y, dataclasses.replace(cfg, batch_size=None),
-                          log_every_chunk=False)
-    for u, v in zip(_leaves(a), _leaves(b)):
-        np.testing.assert_array_equal(u, v)
-    assert any(not np.array_equal(u, v) for u, v in zip(_leaves(a), _leaves(c)))
-    assert any(not np.array_equal(u, v) for u, v in zip(_leaves(a), _leaves(full)))
+  apply_fn, params = _mlp(widths=(8,))
+  x, y = _blobs(2)
+  cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=10, chunk=10, batch_size=3)
+  a, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  b, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  c, _ = train.train(apply_fn, params, x, y, dataclasses.replace(cfg, seed=1),
+            log_every_chunk=False)
+  full, _ = train.train(apply_fn, params, x, y, dataclasses.replace(cfg, batch_size=None),
+             log_every_chunk=False)
+  for u, v in zip(_leaves(a), _leaves(b)):
+    np.testing.assert_array_equal(u, v)
+  assert any(not np.array_equal(u, v) for u, v in zip(_leaves(a), _leaves(c)))
+  assert any(not np.array_equal(u, v) for u, v in zip(_leaves(a), _leaves(full)))
 
 
 def _affine_regression():
-    module = models.build_model("affine", init="normal", init_std=0.1)
-    params = models.init_params(module, jax.random.PRNGKey(0), (4,), jnp.float64)
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(8, 4))
-    y = x @ np.array([1.0, -1.0, 0.5, 0.0])
-    xa = np.concatenate([x, np.ones((8, 1))], axis=1)
-    lam_max = np.linalg.eigvalsh(xa.T @ xa / 8).max()  # Hessian of the mse objective
-    return models.make_apply_fn(module), params, jnp.asarray(x), jnp.asarray(y), lam_max
+  module = models.build_model("affine", init="normal", init_std=0.1)
+  params = models.init_params(module, jax.random.PRNGKey(0), (4,), jnp.float64)
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(8, 4))
+  y = x @ np.array([1.0, -1.0, 0.5, 0.0])
+  xa = np.concatenate([x, np.ones((8, 1))], axis=1)
+  lam_max = np.linalg.eigvalsh(xa.T @ xa / 8).max()  # Hessian of the mse objective
+  return models.make_apply_fn(module), params, jnp.asarray(x), jnp.asarray(y), lam_max
 
 
 def test_divergence_raises_and_keeps_last_finite_chunk():
-    apply_fn, params, x, y, lam_max = _affine_regression()
-    # GD on a quadratic with lr = 10 / lam_max multiplies the top error component by
-    # -9 each step: the loss (81^t) overflows after ~160 steps, i.e. in chunk 7.
-    cfg = train.TrainConfig(loss="mse", lr=10.0 / lam_max, epochs=300, chunk=25)
-    seen = []
-    with pytest.raises(train.TrainError, match="diverged") as err:
-        train.train(apply_fn, params, x, y, cfg, log_every_chunk=False,
-                    callback=lambda state, rec: seen.append(state.params))
-    assert len(seen) >= 2  # some chunks finished before the blow-up
-    assert len(err.value.history) == len(seen)
-    got = _leaves(err.value.params)
-    assert all(np.all(np.isfinite(a)) for a in got)
-    for a, b in zip(got, _leaves(seen[-1])):
-        np.testing.assert_array_equal(a, b)
-    assert max(np.max(np.abs(a)) for a in got) > 1e10  # it was on its way out
+  apply_fn, params, x, y, lam_max = _affine_regression()
+  # GD on a quadratic with lr = 10 / lam_max multiplies the top error component by
+  # -9 each step: the loss (81^t) overflows after ~160 steps, i.e. in chunk 7.
+  cfg = train.TrainConfig(loss="mse", lr=10.0 / lam_max, epochs=300, chunk=25)
+  seen = []
+  with pytest.raises(train.TrainError, match="diverged") as err:
+    train.train(apply_fn, params, x, y, cfg, log_every_chunk=False,
+          callback=lambda state, rec: seen.append(state.params))
+  assert len(seen) >= 2  # some chunks finished before the blow-up
+  assert len(err.value.history) == len(seen)
+  got = _leaves(err.value.params)
+  assert all(np.all(np.isfinite(a)) for a in got)
+  for a, b in zip(got, _leaves(seen[-1])):
+    np.testing.assert_array_equal(a, b)
+  assert max(np.max(np.abs(a)) for a in got) > 1e10  # it was on its way out
 
 
 def test_divergence_in_first_chunk_returns_initial_params():
-    apply_fn, params, x, y, _ = _affine_regression()
-    cfg = train.TrainConfig(loss="mse", lr=1e200, epochs=20, chunk=10)
-    with pytest.raises(train.TrainError) as err:
-        train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-    assert err.value.history == []
-    for a, b in zip(_leaves(err.value.params), _leaves(params)):
-        np.testing.assert_array_equal(a, b)
+  apply_fn, params, x, y, _ = _affine_regression()
+  cfg = train.TrainConfig(loss="mse", lr=1e200, epochs=20, chunk=10)
+  with pytest.raises(train.TrainError) as err:
+    train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  assert err.value.history == []
+  for a, b in zip(_leaves(err.value.params), _leaves(params)):
+    np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("field, value", [("lr", 0.0), ("lr", -1.0), ("epochs", 0)])
 def test_bad_config_rejected(field, value):
-    apply_fn, params = _mlp(widths=(4,))
-    x, y = _blobs(2)
-    cfg = dataclasses.replace(train.TrainConfig(), **{field: value})
-    with pytest.raises(ValueError, match=field):
-        train.train(apply_fn, params, x, y, cfg)
+  apply_fn, params = _mlp(widths=(4,))
+  x, y = _blobs(2)
+  cfg = dataclasses.replace(train.TrainConfig(), **{field: value})
+  with pytest.raises(ValueError, match=field):
+    train.train(apply_fn, params, x, y, cfg)

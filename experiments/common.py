@@ -67,8 +67,16 @@ def _jsonable(obj: Any):
   return obj
 
 
+def _main_process() -> bool:
+  from recon_jax import distributed
+  return distributed.is_main_process()
+
+
 def write_json(workdir: str, name: str, obj: Any) -> str:
+  """Atomic JSON write (on process 0 only in a multi-host run)."""
   path = inside(workdir, name)
+  if not _main_process():
+    return path
   checkpoint.atomic_write_text(path, json.dumps(_jsonable(obj), indent=2, sort_keys=True,
                                                 allow_nan=False))
   return path
@@ -77,6 +85,8 @@ def write_json(workdir: str, name: str, obj: Any) -> str:
 def write_npz(workdir: str, name: str, **arrays) -> str:
   import io
   path = inside(workdir, name)
+  if not _main_process():
+    return path
   buf = io.BytesIO()
   np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
   checkpoint.atomic_write_bytes(path, buf.getvalue())

@@ -44,11 +44,14 @@ for _name, _help in [("lr_x", "learning rate of x"), ("lr_lam", "learning rate o
 flags.DEFINE_string("optimizer", None, "sgd (momentum 0.9) | adam.")
 flags.DEFINE_float("w_lam", None, "Weight of the lambda hinge.")
 flags.DEFINE_float("w_prior", None, "Weight of the pixel-box prior.")
-flags.DEFINE_string("batching", None, "vmap | map over restarts.")
+flags.DEFINE_string("batching", None, "auto (map on CPU, vmap on GPU/TPU) | vmap | map.")
 flags.DEFINE_float("ssim_threshold", None, "Strict-recovery SSIM threshold (default by size).")
 flags.DEFINE_integer("seed", None, "Seed of the sweep and the inits.")
 flags.DEFINE_bool("x64", False, "Run in float64.")
 flags.DEFINE_string("matmul_precision", "default", "default | high | highest.")
+flags.DEFINE_bool("distributed", False,
+                  "Call jax.distributed.initialize() first: a multi-host sweep "
+                  "(see recon_jax/distributed.py); process 0 writes the workdir.")
 flags.DEFINE_bool("cache", True, "Cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax).")
 define_victim_flags()
 
@@ -74,6 +77,8 @@ def main(argv):
   logging.set_verbosity(logging.INFO)
 
   def job():
+    from recon_jax import distributed
+    distributed.maybe_initialize(FLAGS.distributed)  # before any other JAX call
     common.configure_precision(FLAGS.x64, FLAGS.matmul_precision)
     cfg = build_config()
     reconstruct_lib.validate(cfg)

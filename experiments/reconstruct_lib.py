@@ -13,7 +13,7 @@ import numpy as np
 from absl import logging
 
 from experiments import common
-from recon_jax import data, evaluation, inits, loop, plotting, precision, resume, sweep, victim
+from recon_jax import data, distributed, evaluation, inits, loop, plotting, precision, resume, sweep, victim
 from recon_jax.attacks import inversion, kkt
 from recon_jax.types import Target
 
@@ -43,7 +43,7 @@ class Config:
   w_lam: float = 1.0
   w_prior: float = 1.0
   normalize: str = "mean"
-  batching: str = "vmap"
+  batching: str = "auto"        # map on CPU, vmap on accelerators (see loop.resolve_batching)
   ssim_threshold: Optional[float] = None
   seed: int = 0
   use_cache: bool = True
@@ -82,6 +82,8 @@ def validate(cfg: Config) -> None:
     raise common.UserError(f"--problem must be auto or one of {kkt.PROBLEMS}, got {problem!r}.")
   if cfg.attack == "inversion" and problem != "binary":
     raise common.UserError("--attack=inversion is defined for binary victims only.")
+  if cfg.batching not in loop.BATCHINGS:
+    raise common.UserError(f"--batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.")
   if cfg.sweep not in ("random", "paper"):
     raise common.UserError(f"--sweep must be random or paper, got {cfg.sweep!r}.")
   if cfg.init not in inits.INIT_SCHEMES:
@@ -186,10 +188,10 @@ def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int 
     run_res = loop.run(attack, x_init, keys, hp, target, num_steps=cfg.steps,
                        chunk_steps=cfg.chunk_steps, batching=cfg.batching, state=state0,
                        progress=progress)
-    cx, w = jax.vmap(attack.candidates)(run_res.state.inner)
+    cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(run_res.state.inner))
     cands, weights = np.asarray(cx), np.asarray(w)
-    final_loss = np.where(np.asarray(run_res.state.diverged), np.nan,
-                          np.asarray(run_res.state.loss))
+    final_loss = np.where(distributed.gather_restarts(run_res.state.diverged), np.nan,
+                          distributed.gather_restarts(run_res.state.loss))
     timing.update(compile_s=run_res.compile_s, attack_run_s=run_res.run_s,
                   restart_steps_per_s=cfg.num_restarts * cfg.steps / max(run_res.run_s, 1e-9))
 

@@ -76,15 +76,51 @@ def scan_one(attack: Attack, state: RestartState, hparams: HParams, target: Targ
   return state, last
 
 
-def _batched(fn, batching: str):
+BATCHINGS = ("auto", "vmap", "map")
+
+
+def resolve_batching(batching: str) -> str:
+  """'auto' is lax.map on a CPU and vmap elsewhere.
+
+  On a CPU one restart already keeps the cores busy with its matmuls, and the
+  vmapped program adds transposes and copies (benchmarks/: 7-17% of a step) and
+  outgrows the cache at large R, so a sequential map is as fast or faster; on a
+  GPU one small restart cannot fill the device and vmap wins.
+  """
+  if batching not in BATCHINGS:
+    raise ValueError(f"batching must be one of {BATCHINGS}, got {batching!r}.")
+  if batching == "auto":
+    return "map" if jax.default_backend() == "cpu" else "vmap"
+  return batching
+
+
+def _batched(fn, batching: str, num_shards: int = 1):
+  """``fn`` over a leading restart axis, by vmap or lax.map.
+
+  With ``num_shards`` > 1 (restarts split across devices) the map runs inside
+  a vmap over shards, so each device maps over its own restarts and the
+  program needs no collective.
+  """
+  batching = resolve_batching(batching)
   if batching == "vmap":
     return jax.vmap(fn)
-  if batching == "map":
-    return lambda *args: jax.lax.map(lambda a: fn(*a), args)
-  raise ValueError(f"batching must be 'vmap' or 'map', got {batching!r}.")
+
+  def mapped(*args):
+    return jax.lax.map(lambda a: fn(*a), args)
+
+  if num_shards <= 1:
+    return mapped
+
+  def sharded(*args):
+    split = jax.tree_util.tree_map(
+        lambda a: a.reshape(num_shards, a.shape[0] // num_shards, *a.shape[1:]), args)
+    out = jax.vmap(mapped)(*split)
+    return jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), out)
+  return sharded
 
 
-def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "vmap"):
+def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "auto",
+                num_shards: int = 1):
   """Compiled ``(init_fn, chunk_fn)`` over a leading restart axis.
 
   ``init_fn(keys [R], hparams {[R]}, target) -> RestartState [R]`` and
@@ -92,11 +128,12 @@ def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "vmap"):
   The target is shared (broadcast) across restarts.
   """
   def init_b(keys, hparams, target):
-    return _batched(lambda k, h: init_one(attack, x_init, k, h, target), batching)(keys, hparams)
+    return _batched(lambda k, h: init_one(attack, x_init, k, h, target), batching,
+                    num_shards)(keys, hparams)
 
   def chunk_b(state, hparams, target, num_steps):
-    return _batched(lambda s, h: scan_one(attack, s, h, target, num_steps), batching)(
-        state, hparams)
+    return _batched(lambda s, h: scan_one(attack, s, h, target, num_steps), batching,
+                    num_shards)(state, hparams)
 
   return jax.jit(init_b), jax.jit(chunk_b, static_argnames="num_steps", donate_argnums=0)
 
@@ -126,7 +163,7 @@ class RunResult(NamedTuple):
 
 
 def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target, *,
-        num_steps: int, chunk_steps: int = 500, batching: str = "vmap", shard: bool = True,
+        num_steps: int, chunk_steps: int = 500, batching: str = "auto", shard: bool = True,
         state: Optional[RestartState] = None, progress: Optional[Callable] = None,
         log: bool = True) -> RunResult:
   """Runs R restarts for ``num_steps`` steps, in compiled chunks of ``chunk_steps``.
@@ -139,7 +176,8 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
     target: what the attacker sees (shared by all restarts).
     num_steps: total steps (counted from ``state.step`` when resuming).
     chunk_steps: steps per compiled chunk; the host logs between chunks.
-    batching: 'vmap' or 'map' over restarts.
+    batching: 'vmap' or 'map' over restarts, or 'auto' (map on CPU, vmap
+      elsewhere; see :func:`resolve_batching`). Results do not depend on it.
     shard: split restarts across local devices when more than one.
     state: a state to resume from (e.g. loaded from a checkpoint). Its buffers
       are donated to the compiled chunk, so the caller's copy is consumed.
@@ -153,10 +191,12 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
     raise ValueError(f"--steps must be > 0, got {num_steps}.")
   if chunk_steps <= 0:
     raise ValueError(f"chunk_steps must be > 0, got {chunk_steps}.")
-  init_fn, chunk_fn = make_runner(attack, x_init, batching=batching)
   num_restarts = int(np.shape(keys)[0])
   hparams = {k: jnp.asarray(v) for k, v in hparams.items()}
   sharding = restart_sharding(num_restarts) if shard else None
+  init_fn, chunk_fn = make_runner(
+      attack, x_init, batching=batching,
+      num_shards=len(sharding.mesh.devices.ravel()) if sharding is not None else 1)
   if sharding is not None:
     keys = jax.device_put(keys, sharding)
     hparams = jax.device_put(hparams, sharding)

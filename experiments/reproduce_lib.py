@@ -69,7 +69,7 @@ def _victim(scale: str, dataset: str, **kw) -> victim.VictimConfig:
 
 def _attack(scale: str) -> dict:
   return {"quick": dict(num_restarts=2, steps=50, chunk_steps=25),
-          "default": dict(num_restarts=8, steps=1500, chunk_steps=500),
+          "default": dict(num_restarts=8, steps=3000, chunk_steps=1000),
           "paper": dict(num_restarts=16, steps=50_000, chunk_steps=5000)}[scale]
 
 
@@ -102,10 +102,10 @@ def _init_cfg(scale: str, data_dir=None) -> init_study_lib.Config:
                                        chunk_steps=3, kkt_steps=10, kkt_train_epochs=200,
                                        inner_maxiter=20, run_relu=False)
   if scale == "default":
-    # Reduced from Config(): n = 10 (5/class), width 32, 60 bilevel steps, no ReLU
-    # bilevel run (CPU budget); the KKT part uses the main job's d-256-256-1 victim.
-    return init_study_lib.Config(n_per_class=5, width=32, steps=60, chunk_steps=30,
-                                 kkt_steps=1500, run_relu=False)
+    # Reduced from Config(): n = 10 (5/class), width 64, 100 bilevel steps (CPU
+    # budget); the KKT part uses the main job's d-256-256-1 victim.
+    return init_study_lib.Config(n_per_class=5, width=64, steps=100, chunk_steps=50,
+                                 kkt_steps=3000)
   return init_study_lib.Config(dataset="cifar10", data_dir=data_dir, n_per_class=250,
                                width=6144, steps=2000, kkt_width=1000, kkt_steps=50_000)
 
@@ -147,6 +147,17 @@ class _Ctx:
 
 def _yn(b):
   return "yes" if b else "no"
+
+
+def _held(m):
+  """Strict recoveries of the held-out baseline (unseen images as 'reconstructions')."""
+  v = m.get("baseline_heldout_recovered_strict")
+  return 0 if v is None else v
+
+
+def _leaks(m):
+  """A-priori leak criterion: more strict recoveries than the held-out-image baseline."""
+  return m["recovered_strict"] > _held(m)
 
 
 def _recon_row(name, cfg, m):
@@ -209,10 +220,12 @@ def exp_main(ctx):
               f"(mean image {m['baseline_mean_image_n_ssim_gt_0.4']}, held-out strict "
               f"{m['baseline_heldout_recovered_strict']}); oracle residual "
               f"{m['oracle_residual_rel']:.3f}",
-              _yn(m["recovered_strict"] >= max(1, n // 4)
+              _yn(m["recovered_strict"] >= max(1, n // 4) and _leaks(m)
                   and m["n_ssim_gt_0.4"] > m["baseline_mean_image_n_ssim_gt_0.4"]))
   out += ["", "Criterion 'reproduced': at least a quarter of the training set strictly "
-          "recovered and more SSIM > 0.4 than the mean-image baseline.", ""]
+          "recovered, more strict recoveries than the held-out baseline (unseen images "
+          "scored as if they were reconstructions) and more SSIM > 0.4 than the mean-image "
+          "baseline.", ""]
   for name in ("main_" + faces, "main_" + digits):
     out += [f"**{name}**: {_recon_figs(ctx, name)}", ""]
   return out
@@ -233,7 +246,9 @@ def _ablations(scale):
             ("widths=256-256-256", dict(widths=(256, 256, 256))),
             ("init=kaiming (all layers)", dict(init="kaiming", init_std=None,
                                                first_layer_std=None)),
-            ("epochs=1000", dict(epochs=1000)),
+            # 3000 epochs: zero training error but loss ~1e-2 (1000 epochs do not fit
+            # the data from this small init at all).
+            ("epochs=3000", dict(epochs=3000)),
             ("bias=all (non-homogeneous)", dict(bias="all"))]
   else:
     rows = [("n_per_class=5", dict(n_per_class=5)), ("n_per_class=25", dict(n_per_class=25)),
@@ -273,13 +288,21 @@ def exp_ablations(ctx):
             f"{b['n_train']}; top-10 SSIM {kai['evaluation']['mean_ssim_top10']:.3f} vs "
             f"{b['evaluation']['mean_ssim_top10']:.3f}",
             _yn(kai["evaluation"]["mean_ssim_top10"] <= b["evaluation"]["mean_ssim_top10"]
-                and b["recovered_strict"] > 0))
+                and kai["n_ssim_gt_0.4"] > kai["baseline_mean_image_n_ssim_gt_0.4"]))
+  arch = {k: m for k, m in res.items() if k == "base" or k.startswith("widths")}
+  if len(arch) > 1:
+    ctx.claim("3", "reconstruction works across widths/depths (Fig. 4 bottom)",
+              "good reconstructions for every architecture shown",
+              ", ".join(f"{k}: strict {m['recovered_strict']}/{m['n_train']} (held-out "
+                        f"{_held(m)})"
+                        for k, m in arch.items()),
+              _yn(all(_leaks(m) for m in arch.values())))
   nh = res["bias=all (non-homogeneous)"]
   ctx.claim("3", "non-homogeneous victim (biases in all layers) still leaks (Fig. 4 bottom "
             "right)", "high-quality reconstructions",
-            f"strict {nh['recovered_strict']}/{nh['n_train']}, SSIM > 0.4: "
+            f"strict {nh['recovered_strict']}/{nh['n_train']} (held-out {_held(nh)}), SSIM > 0.4: "
             f"{nh['n_ssim_gt_0.4']} (mean image {nh['baseline_mean_image_n_ssim_gt_0.4']})",
-            _yn(nh["recovered_strict"] > 0))
+            _yn(_leaks(nh)))
   short = [m for k, m in res.items() if k.startswith("epochs")]
   if not short:
     ctx.claim("3", "shorter training still reconstructs (App. C)", "reconstructions remain",
@@ -288,13 +311,15 @@ def exp_ablations(ctx):
     short = short[0]
     ctx.claim("3", "shorter training (App. C, Fig. 16 d-e: 1e4 instead of 1e6 epochs) still "
               "reconstructs", "reconstructions remain (lower quality)",
-              f"strict {short['recovered_strict']}/{short['n_train']} (victim loss "
+              f"strict {short['recovered_strict']}/{short['n_train']} (held-out "
+              f"{_held(short)}; victim loss "
               f"{short['victim'].get('loss', float('nan')):.2g}) vs base "
-              f"{b['recovered_strict']}/{b['n_train']}", _yn(short["recovered_strict"] > 0))
+              f"{b['recovered_strict']}/{b['n_train']}", _yn(_leaks(short)))
   return out + ["", "Criteria: n: the strict fraction does not increase with n and drops from "
-                "the smallest to the largest n; Kaiming: top-10 SSIM not above the base and the "
-                "base recovers something; biases / short training: at least one strict "
-                "recovery.", ""]
+                "the smallest to the largest n; Kaiming: top-10 SSIM not above the base, and "
+                "more SSIM > 0.4 than the mean-image baseline (some signal); widths/depths, "
+                "biases, short training ('leaks'): more strict recoveries than the held-out "
+                "baseline.", ""]
 
 
 def exp_baselines(ctx):
@@ -338,11 +363,11 @@ def exp_decoreco(ctx):
                                                   "decay 1e-3), DecoReco 'general' loss")):
     ctx.claim("5", f"{what}: training samples are reconstructed (Buzaglo et al.; paper not in "
               "shared/papers)", "reconstructions of training samples",
-              f"strict {m['recovered_strict']}/{m['n_train']}, SSIM > 0.4 "
+              f"strict {m['recovered_strict']}/{m['n_train']} (held-out {_held(m)}), SSIM > 0.4 "
               f"{m['n_ssim_gt_0.4']} (mean image {m['baseline_mean_image_n_ssim_gt_0.4']}); "
               f"oracle residual {m['oracle_residual_rel']:.3f}",
-              _yn(m["recovered_strict"] > 0))
-  out += ["", "Criterion: at least one strict recovery.", ""]
+              _yn(_leaks(m)))
+  out += ["", "Criterion: more strict recoveries than the held-out baseline.", ""]
   for name in ("multiclass_ce", "regression_mse_wd"):
     out += [f"**{name}**: {_recon_figs(ctx, name)}", ""]
   return out
@@ -523,7 +548,8 @@ def _run(ctx, scale, workdir, only, t0):
       raise
     except Exception as e:  # one failing experiment must not hide the others' results
       logging.exception("experiment %s failed", key)
-      sections[key] = [f"**FAILED**: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
+      first = str(e).splitlines()[0] if str(e) else ""
+      sections[key] = [f"**FAILED**: {type(e).__name__}: {first}"]
       ctx.claim(key, title, "-", f"experiment failed: {type(e).__name__}", "not run")
     timing[key] = time.time() - t
     logging.info("reproduce: %s took %.1f s", key, timing[key])
@@ -558,10 +584,10 @@ def _markdown(ctx, sections, timing, total, partial=False):
     lines += ["Default scale: embedded LFW (25x25 faces vs non-faces) and sklearn digits "
               "(8x8, odd vs even) instead of CIFAR-10/MNIST; victims d-256-256-1 instead of "
               "d-1000-1000-1, n = 20-50 instead of 500, 10^4 training epochs instead of 10^6, "
-              "8 restarts x 1500 attack steps; the 2-D toy 2 restarts x 1000 steps. A 'no' "
+              "8 restarts x 3000 attack steps; the 2-D toy 2 restarts x 1000 steps. A 'no' "
               "here is a 'no' at this scale.", ""]
   lines += ["## Claims", "", "| # | claim | paper | ours | reproduced |", "|---|---|---|---|---|"]
-  for c in ctx.claims:
+  for c in sorted(ctx.claims, key=lambda c: c["exp"]):  # stable: run order within one
     lines.append(f"| {c['exp']} | {c['claim']} | {c['paper']} | {c['ours']} | "
                  f"**{c['reproduced']}** |")
   lines.append("")

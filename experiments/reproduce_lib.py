@@ -550,7 +550,8 @@ def _run(ctx, scale, workdir, only, t0):
       logging.exception("experiment %s failed", key)
       first = str(e).splitlines()[0] if str(e) else ""
       sections[key] = [f"**FAILED**: {type(e).__name__}: {first}"]
-      ctx.claim(key, title, "-", f"experiment failed: {type(e).__name__}", "not run")
+      ctx.claim(title.split(".")[0], title, "-", f"experiment failed: {type(e).__name__}",
+                "not run")
     timing[key] = time.time() - t
     logging.info("reproduce: %s took %.1f s", key, timing[key])
     with open(os.path.join(workdir, "RESULTS.md"), "w") as fh:  # partial results survive

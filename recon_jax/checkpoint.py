@@ -52,23 +52,33 @@ def save(path: str, params: Any, meta: dict) -> None:
   atomic_write_bytes(path, serialization.msgpack_serialize(blob))
 
 
+def read_blob(data: bytes, path: str, fmt: str, kind: str) -> tuple[dict, dict]:
+  """Decodes a ``{'format', 'meta', ...}`` msgpack blob; returns ``(blob, meta)``.
+
+  Raises CheckpointError naming ``path`` when the bytes are not msgpack, are
+  truncated, carry another format tag or lack readable JSON metadata.
+  """
+  try:
+    blob = serialization.msgpack_restore(data)
+  except Exception as e:  # msgpack raises several types on garbage/truncation
+    raise CheckpointError(f"{path}: not a recon_jax {kind} or truncated "
+                          f"({type(e).__name__}).") from None
+  if not isinstance(blob, dict) or blob.get("format") != fmt:
+    raise CheckpointError(f"{path}: not a recon_jax {kind} (format tag missing).")
+  try:
+    meta = json.loads(blob["meta"])
+  except (KeyError, TypeError, ValueError):
+    raise CheckpointError(f"{path}: {kind} metadata is missing or corrupt.") from None
+  return blob, meta
+
+
 def load(path: str) -> tuple[dict, dict]:
   """Loads ``(params, meta)``; raises CheckpointError with a one-line reason."""
   if not os.path.isfile(path):
     raise CheckpointError(f"{path}: checkpoint file not found.")
   with open(path, "rb") as f:
     data = f.read()
-  try:
-    blob = serialization.msgpack_restore(data)
-  except Exception as e:  # msgpack raises several types on garbage/truncation
-    raise CheckpointError(f"{path}: not a recon_jax checkpoint or truncated "
-                          f"({type(e).__name__}).") from None
-  if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-    raise CheckpointError(f"{path}: not a recon_jax checkpoint (format tag missing).")
-  try:
-    meta = json.loads(blob["meta"])
-  except (KeyError, TypeError, ValueError):
-    raise CheckpointError(f"{path}: checkpoint metadata is missing or corrupt.") from None
+  blob, meta = read_blob(data, path, FORMAT, "checkpoint")
   params = blob.get("params")
   leaves = jax.tree_util.tree_leaves(params)
   if not leaves:

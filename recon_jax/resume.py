@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-from recon_jax.checkpoint import CheckpointError, atomic_write_bytes
+from recon_jax.checkpoint import CheckpointError, atomic_write_bytes, read_blob
 
 FORMAT = "recon_jax.resume.v1"
 
@@ -57,17 +57,7 @@ def _signature(state_dict: Any) -> dict:
 
 
 def from_bytes(data: bytes, template: Any, path: str = "state file") -> Tuple[Any, dict]:
-  try:
-    blob = serialization.msgpack_restore(data)
-  except Exception as e:  # msgpack raises several types on garbage/truncation
-    raise CheckpointError(f"{path}: not a recon_jax state file or truncated "
-                          f"({type(e).__name__}).") from None
-  if not isinstance(blob, dict) or blob.get("format") != FORMAT:
-    raise CheckpointError(f"{path}: not a recon_jax state file (format tag missing).")
-  try:
-    meta = json.loads(blob["meta"])
-  except (KeyError, TypeError, ValueError):
-    raise CheckpointError(f"{path}: state metadata is missing or corrupt.") from None
+  blob, meta = read_blob(data, path, FORMAT, "state file")
   got = _signature(blob.get("state"))
   want = _signature(_host_template(template))
   missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))

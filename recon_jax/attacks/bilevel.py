@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax import implicit, priors
+from recon_jax import implicit, optim, priors
 from recon_jax.models import get_activation
 from recon_jax.train import LOSSES, per_sample_loss
 from recon_jax.types import Attack, HParams, Target
@@ -134,12 +134,7 @@ def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
         "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3.")
   if theta0 not in THETA0:
     raise ValueError(f"theta0 must be one of {THETA0}, got {theta0!r}.")
-  if optimizer == "sgd":
-    base = optax.sgd(1.0, momentum=momentum or None)
-  elif optimizer == "adam":
-    base = optax.adam(1.0)
-  else:
-    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}.")
+  base = optim.base_optimizer(optimizer, momentum)
   act_fn = get_activation(act) if isinstance(act, str) else act
   energy = make_energy(apply_fn, loss, wd, act_fn)
   solve = implicit.make_inner_solve(
@@ -173,7 +168,7 @@ def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
     (val, (theta, info, dist, prior)), gx = jax.value_and_grad(
         outer_loss, has_aux=True)(state.x, start, target)
     updates, opt_state = base.update(gx, state.opt_state, state.x)
-    x = state.x + hp["lr_x"].astype(updates.dtype) * updates
+    x = optim.scaled(state.x, updates, hp["lr_x"])
     if project_box:
       x = priors.project_box(x, target.box_lo, target.box_hi)
     new = BilevelState(x, theta, state.theta0, opt_state, info.grad_norm, info.iters)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax import priors
+from recon_jax import optim, priors
 from recon_jax.types import Attack
 
 
@@ -23,7 +23,7 @@ class InversionState(NamedTuple):
 
 def inversion_attack(apply_fn, *, w_prior: float = 1.0, momentum: float = 0.9) -> Attack:
   """Model inversion as an Attack; hparams: ``lr_x`` (and ``sigma_x`` for the init)."""
-  base = optax.sgd(1.0, momentum=momentum or None)
+  base = optim.base_optimizer("sgd", momentum)
 
   def loss_fn(x, target):
     out = apply_fn(target.params, x, None)[:, 0]
@@ -38,7 +38,7 @@ def inversion_attack(apply_fn, *, w_prior: float = 1.0, momentum: float = 0.9) -
   def step(state, hp, target):
     (loss, aux), g = jax.value_and_grad(loss_fn, has_aux=True)(state.x, target)
     upd, opt_state = base.update(g, state.opt_state, state.x)
-    x = state.x + hp["lr_x"].astype(upd.dtype) * upd
+    x = optim.scaled(state.x, upd, hp["lr_x"])
     return InversionState(x, opt_state), {"loss": loss, **aux}
 
   def candidates(state):

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recon_jax import priors
+from recon_jax import optim, priors
 from recon_jax.models import surrogate_relu
 from recon_jax.types import Attack, HParams, Target
 
@@ -122,12 +122,7 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
     raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
   if normalize not in ("mean", "sum"):
     raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
-  if optimizer == "sgd":
-    base = optax.sgd(1.0, momentum=momentum or None)
-  elif optimizer == "adam":
-    base = optax.adam(1.0)
-  else:
-    raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}.")
+  base = optim.base_optimizer(optimizer, momentum)
 
   def loss_fn(xl, hp: HParams, target: Target):
     x, lam = xl
@@ -154,8 +149,8 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
     # The base optimiser runs at rate 1; the per-restart rates scale its updates
     # (exact for SGD-momentum and Adam), so rates vmap as ordinary arrays.
     ux, ul = updates
-    x = state.x + hp["lr_x"].astype(ux.dtype) * ux
-    lam = state.lam + hp["lr_lam"].astype(ul.dtype) * ul
+    x = optim.scaled(state.x, ux, hp["lr_x"])
+    lam = optim.scaled(state.lam, ul, hp["lr_lam"])
     norm = tree_sq_norm(target.params)
     return KKTState(x, lam, opt_state), {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
 

@@ -1,0 +1,26 @@
+"""The attacks' optimiser: a base optax transformation at rate 1, scaled per restart.
+
+Per-restart learning rates are ordinary arrays in the restart's hyperparameters,
+so a sweep over them vmaps: the base optimiser runs at rate 1 and its updates
+are multiplied by the restart's rate, which is exact for SGD-momentum and Adam.
+"""
+from __future__ import annotations
+
+import jax
+import optax
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def base_optimizer(name: str, momentum: float = 0.9) -> optax.GradientTransformation:
+  """SGD with momentum (as the PyTorch reference) or Adam, at rate 1."""
+  if name == "sgd":
+    return optax.sgd(1.0, momentum=momentum or None)
+  if name == "adam":
+    return optax.adam(1.0)
+  raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}.")
+
+
+def scaled(x: jax.Array, update: jax.Array, lr) -> jax.Array:
+  """``x + lr * update`` in ``update``'s dtype (``lr`` a per-restart scalar)."""
+  return x + lr.astype(update.dtype) * update

@@ -137,13 +137,22 @@ def make_train_chunk(apply_fn, cfg: TrainConfig):
   return tx, jax.jit(chunk, static_argnames="length")
 
 
+def init_state(params, cfg: TrainConfig) -> TrainState:
+  """A fresh :class:`TrainState` (step 0) for ``params``."""
+  return TrainState(params, make_optimizer(cfg).init(params), jnp.zeros([], jnp.int32))
+
+
 def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
-          log_every_chunk: bool = True, callback: Optional[Callable] = None):
+          log_every_chunk: bool = True, callback: Optional[Callable] = None,
+          state: Optional[TrainState] = None, history: Optional[list] = None):
   """Trains ``params`` on ``(x, y)``; returns ``(params, history)``.
 
   Runs ``cfg.epochs`` steps in compiled chunks of ``cfg.chunk`` steps; between
   chunks the host logs epoch, loss, train error and test accuracy, checks for
-  NaN and the loss threshold.
+  NaN and the loss threshold, and calls ``callback(state, record)`` (e.g. to
+  save the state).  Passing a saved ``state`` (and its ``history``) resumes:
+  chunk c always uses ``fold_in(PRNGKey(seed), c)``, so a resumed run takes
+  exactly the steps of an uninterrupted one.
 
   Raises:
     TrainError: when the loss or parameters become non-finite; ``.params``
@@ -155,27 +164,31 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
     raise ValueError(f"--epochs must be > 0, got {cfg.epochs}.")
   if cfg.adaptive not in ("none", "loss", "grad"):
     raise ValueError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
-  tx, chunk_fn = make_train_chunk(apply_fn, cfg)
-  state = TrainState(params, tx.init(params), jnp.zeros([], jnp.int32))
+  _, chunk_fn = make_train_chunk(apply_fn, cfg)
+  if state is None:
+    state = init_state(params, cfg)
   x, y = jnp.asarray(x), jnp.asarray(y)
   eval_fn = jax.jit(lambda p, xx, yy: (jnp.mean(per_sample_loss(cfg.loss, apply_fn(p, xx), yy)),
                                        error_rate(cfg.loss, apply_fn(p, xx), yy)))
-  key = jax.random.PRNGKey(cfg.seed)
-  history = []
-  n_chunks = math.ceil(cfg.epochs / cfg.chunk)
+  base_key = jax.random.PRNGKey(cfg.seed)
+  history = list(history or [])
   t0 = time.time()
-  for c in range(n_chunks):
-    key, sub = jax.random.split(key)
-    length = min(cfg.chunk, cfg.epochs - c * cfg.chunk)
-    new_state, losses = chunk_fn(state, x, y, sub, length=length)
+  done = int(state.step)
+  if history and history[-1]["loss"] <= cfg.loss_threshold:
+    return state.params, history
+  while done < cfg.epochs:
+    c = done // cfg.chunk
+    length = min(cfg.chunk, cfg.epochs - done)
+    new_state, losses = chunk_fn(state, x, y, jax.random.fold_in(base_key, c), length=length)
     losses = np.asarray(losses)
     finite = bool(np.all(np.isfinite(losses))) and all(
         bool(jnp.all(jnp.isfinite(a))) for a in jax.tree_util.tree_leaves(new_state.params))
     if not finite:
       raise TrainError(
-          f"training diverged (non-finite loss) in steps {c * cfg.chunk}-{(c + 1) * cfg.chunk}; "
+          f"training diverged (non-finite loss) in steps {done}-{done + length}; "
           "lower --lr. The last finite parameters were kept.", state.params, history)
     state = new_state
+    done += length
     train_loss, train_err = (float(v) for v in eval_fn(state.params, x, y))
     rec = {"epoch": int(state.step), "loss": train_loss, "train_error": train_err,
            "time_s": time.time() - t0}

@@ -84,8 +84,33 @@ def train_labels(cfg: VictimConfig, ds: data.Dataset):
   return ds.y_train
 
 
-def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None):
-  """Trains the victim (float64 when x64 is on); returns ``(params, history, summary)``."""
+def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
+  """The training phases: plain training, then the optional weight-decay phase."""
+  tcfg = train.TrainConfig(loss=cfg.loss, lr=cfg.lr, epochs=cfg.epochs,
+                           weight_decay=cfg.weight_decay, momentum=cfg.momentum,
+                           batch_size=cfg.batch_size, loss_threshold=cfg.loss_threshold,
+                           seed=cfg.seed, chunk=min(chunk, cfg.epochs), adaptive=cfg.adaptive)
+  phases = [tcfg]
+  if cfg.wd_epochs > 0:
+    phases.append(dataclasses.replace(tcfg, epochs=cfg.wd_epochs, weight_decay=cfg.wd,
+                                      chunk=min(chunk, cfg.wd_epochs), loss_threshold=0.0,
+                                      adaptive="none"))
+  return phases
+
+
+def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
+        on_chunk=None, resume_from: Optional[dict] = None):
+  """Trains the victim (float64 when x64 is on); returns ``(params, history, summary)``.
+
+  Args:
+    cfg: the victim.
+    ds: its data.
+    dtype: parameter dtype (default: float64 under x64, else float32).
+    chunk: epochs per compiled chunk.
+    on_chunk: ``on_chunk(phase, train_state, histories)`` after every chunk
+      (the binary saves its state there).
+    resume_from: ``{'phase', 'state', 'histories'}`` as saved by ``on_chunk``.
+  """
   if dtype is None:
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
   module, apply_fn = build(cfg, ds)
@@ -93,20 +118,27 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None):
   x, y = jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
   if cfg.loss != "ce":
     y = y.astype(dtype)
-  tcfg = train.TrainConfig(loss=cfg.loss, lr=cfg.lr, epochs=cfg.epochs,
-                           weight_decay=cfg.weight_decay, momentum=cfg.momentum,
-                           batch_size=cfg.batch_size, loss_threshold=cfg.loss_threshold,
-                           seed=cfg.seed, chunk=min(2000, cfg.epochs), adaptive=cfg.adaptive)
   xt, yt = ds.x_test, ds.y_test
   if len(xt) == 0:
     xt = yt = None
-  params, history = train.train(apply_fn, params, x, y, tcfg, x_test=xt, y_test=yt)
-  if cfg.wd_epochs > 0:
-    tcfg2 = dataclasses.replace(tcfg, epochs=cfg.wd_epochs, weight_decay=cfg.wd,
-                                chunk=min(2000, cfg.wd_epochs), loss_threshold=0.0,
-                                adaptive="none")
-    params, h2 = train.train(apply_fn, params, x, y, tcfg2, x_test=xt, y_test=yt)
-    history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in h2]
+  phases = phase_configs(cfg, chunk)
+  start, state, hists = 0, None, [[] for _ in phases]
+  if resume_from is not None:
+    start, state = int(resume_from["phase"]), resume_from["state"]
+    hists = [list(h) for h in resume_from["histories"]]
+    params = state.params
+  for ph in range(start, len(phases)):
+    def callback(st, rec, ph=ph):
+      hists[ph].append(rec)
+      if on_chunk is not None:
+        on_chunk(ph, st, hists)
+    prior = list(hists[ph])
+    params, hists[ph] = train.train(apply_fn, params, x, y, phases[ph], x_test=xt, y_test=yt,
+                                    callback=callback, state=state if ph == start else None,
+                                    history=prior)
+  history = list(hists[0])
+  if len(phases) > 1:
+    history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in hists[1]]
   out = apply_fn(params, x, None)
   summary = dict(history[-1])
   summary["epochs_run"] = summary.pop("epoch")

@@ -1,0 +1,75 @@
+"""train_victim killed by SIGKILL mid-way and resumed ends with bitwise the same victim."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+from flax import serialization
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Many short chunks, a state file after each, and a weight-decay phase so the
+# resume may land in either phase.
+FLAGS = ["--dataset=digits", "--n_per_class=3", "--widths=16,16", "--epochs=60000",
+         "--wd_epochs=20000", "--wd=0.01", "--chunk_epochs=200", "--save_every=1"]
+
+
+def _env():
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
+def _cmd(workdir, *extra):
+  return [sys.executable, "-m", "experiments.train_victim", *FLAGS, f"--workdir={workdir}",
+          *extra]
+
+
+def _params(workdir):
+  with open(os.path.join(workdir, "victim.msgpack"), "rb") as f:
+    blob = serialization.msgpack_restore(f.read())
+  return blob["params"]
+
+
+def _flat(tree, prefix=""):
+  if isinstance(tree, dict):
+    out = {}
+    for k, v in tree.items():
+      out.update(_flat(v, f"{prefix}/{k}"))
+    return out
+  return {prefix: np.asarray(tree)}
+
+
+def test_kill_and_resume_train_victim(tmp_path):
+  full = subprocess.run(_cmd(tmp_path / "full"), cwd=ROOT, env=_env(), capture_output=True,
+                        text=True, timeout=300)
+  assert full.returncode == 0, full.stderr[-2000:]
+  work = tmp_path / "killed"
+  state = work / "train_state.msgpack"
+  proc = subprocess.Popen(_cmd(work), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.time() + 240
+    while not state.exists():
+      assert proc.poll() is None, "the run ended before writing train_state.msgpack"
+      assert time.time() < deadline
+      time.sleep(0.02)
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+  finally:
+    proc.wait(timeout=60)
+  assert proc.returncode == -signal.SIGKILL
+  assert not (work / "victim.msgpack").exists()
+  # Without --resume the workdir is refused and the state kept.
+  again = subprocess.run(_cmd(work), cwd=ROOT, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+  assert again.returncode == 1 and "not empty" in again.stderr and state.exists()
+  resumed = subprocess.run(_cmd(work, "--resume"), cwd=ROOT, env=_env(), capture_output=True,
+                           text=True, timeout=300)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert "resuming phase" in resumed.stderr  # it continued, it did not start over
+  a, b = _flat(_params(tmp_path / "full")), _flat(_params(work))
+  assert sorted(a) == sorted(b)
+  for k in a:
+    assert np.array_equal(a[k], b[k]), k

@@ -29,7 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from recon_jax import implicit, inits, loop, metrics, plotting, sweep
+from experiments import common
+from recon_jax import implicit, inits, loop, metrics, plotting, resume, sweep
+from recon_jax.checkpoint import atomic_write_text
 from recon_jax import victim as victim_lib
 from recon_jax.attacks.bilevel import bilevel_attack
 from recon_jax.attacks.kkt import kkt_attack
@@ -143,13 +145,88 @@ def _train_victim(arch, cfg, ds, act_name, key, dtype):
   return apply_fn, params, gnorm
 
 
-def _run_attack(attack, x_init, hparams, target, cfg, steps, seed):
+def _run_attack(attack, x_init, hparams, target, cfg, steps, seed, *, workdir, name,
+                resume_run=False, save_every=1):
+  """One attack run; its state goes to ``state_<name>.msgpack`` every ``save_every`` chunks.
+
+  Returns (last chunk record {metric: np [R]}, compile_s, run_s, candidates [R, m, ...]).
+  With ``resume_run`` and a state file present, the run continues from it.
+  """
   r = len(next(iter(hparams.values())))
   keys = jax.random.split(jax.random.PRNGKey(seed), r)
-  res = loop.run(attack, x_init, keys, hparams, target, num_steps=steps,
-                 chunk_steps=min(cfg.chunk_steps, steps), batching=_batching(cfg), log=True)
+  hpj = {k: jnp.asarray(v) for k, v in hparams.items()}
+  batching = _batching(cfg)
+  path = common.inside(workdir, f"state_{name}.msgpack")
+  state0, last = None, [None]
+  if resume_run and os.path.isfile(path):
+    state0, last[0] = _load_state(path, attack, x_init, keys, hpj, target, batching)
+
+  def progress(state, rec):
+    last[0] = {k: np.asarray(v) for k, v in rec.items() if k != "time_s"}
+    done = int(rec["step"])
+    if save_every and (done // min(cfg.chunk_steps, steps) % save_every == 0 or done >= steps):
+      _save_state(path, {"run": state, "keys": keys, "hparams": hpj},
+                  {"name": name, "last": {k: _encode(v) for k, v in last[0].items()}})
+
+  res = loop.run(attack, x_init, keys, hpj, target, num_steps=steps,
+                 chunk_steps=min(cfg.chunk_steps, steps), batching=batching, log=True,
+                 state=state0, progress=progress)
   x, _ = jax.vmap(attack.candidates)(res.state.inner)
-  return res, np.asarray(x, np.float64)
+  return last[0], res.compile_s, res.run_s, np.asarray(x, np.float64)
+
+
+def _encode(a):
+  """Bit-exact JSON form of a small array (NaN/Inf included)."""
+  a = np.ascontiguousarray(a)
+  return {"dtype": a.dtype.str, "shape": list(a.shape), "hex": a.tobytes().hex()}
+
+
+def _decode(d):
+  return np.frombuffer(bytes.fromhex(d["hex"]), np.dtype(d["dtype"])).reshape(d["shape"])
+
+
+def _save_state(path, tree, meta):
+  resume.save(path, tree, meta)
+
+
+def _load_state(path, attack, x_init, keys, hpj, target, batching):
+  """(batched RestartState, last chunk record) from a state file, validated."""
+  init_fn, _ = loop.make_runner(attack, x_init, batching=batching)
+  template = {"run": jax.eval_shape(init_fn, keys, hpj, target), "keys": keys, "hparams": hpj}
+  tree, meta = resume.load(path, template)
+  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
+      not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hpj.items()):
+    raise common.UserError(f"--resume: {path} was written with other PRNG keys or "
+                           "hyperparameters than this configuration gives.")
+  bad = resume.nonfinite_leaves(tree["run"].inner)
+  if bad:
+    raise common.UserError(f"--resume: {path} holds NaN/Inf in {bad[0]}.")
+  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
+                                 tree["run"])
+  last = {k: _decode(v) for k, v in meta["last"].items()}
+  logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
+  return state, last
+
+
+def _load_done(workdir, name):
+  """(results entry, reconstructions) of a finished sub-run, or None."""
+  jpath = common.inside(workdir, f"done_{name}.json")
+  if not os.path.isfile(jpath):
+    return None
+  try:
+    with open(jpath) as fh:
+      entry = json.load(fh)
+    with np.load(common.inside(workdir, f"done_{name}.npz")) as z:
+      x_rec = z["x"]
+  except (OSError, ValueError, KeyError) as e:
+    raise common.UserError(f"--resume: {jpath} (or its .npz) is unreadable ({e}).") from None
+  logging.info("%s: finished before, loaded from %s", name, jpath)
+  return entry, x_rec
+
+
+def _save_done(workdir, name, entry, x_rec):
+  common.write_npz(workdir, f"done_{name}.npz", x=x_rec)
+  atomic_write_text(common.inside(workdir, f"done_{name}.json"), json.dumps(entry, indent=2))
 
 
 def _findings(rows, idx, grid_l1, grid_l2, norm_sq, kind):
@@ -178,13 +255,27 @@ def _findings(rows, idx, grid_l1, grid_l2, norm_sq, kind):
   return f
 
 
-def run(cfg: Config, workdir: str) -> dict:
-  """Runs the study, writes config/metrics/npz/figures/summary into ``workdir``."""
+def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int = 1) -> dict:
+  """Runs the study, writes config/metrics/npz/figures/summary into ``workdir``.
+
+  Each attack sub-run saves its full state to ``state_<name>.msgpack`` every
+  ``save_every`` chunks (0: never) and, once finished, its results to
+  ``done_<name>.json``/``.npz``.  With ``resume_run`` finished sub-runs are
+  loaded and the interrupted one continues from its state file (victims are
+  deterministic and retrained).
+  """
+  validate(cfg)
+  if save_every < 0:
+    raise common.UserError(f"--save_every must be >= 0 (0: never), got {save_every}.")
+  if resume_run:
+    check_resumable(cfg, workdir)
   os.makedirs(workdir, exist_ok=True)
   t_start = time.time()
   dtype = _dtype()
-  with open(os.path.join(workdir, "config.json"), "w") as fh:
-    json.dump(dataclasses.asdict(cfg), fh, indent=2)
+  if not resume_run:
+    atomic_write_text(common.inside(workdir, "config.json"),
+                      json.dumps(dataclasses.asdict(cfg), indent=2))
+  sub = dict(workdir=workdir, resume_run=resume_run, save_every=save_every)
   ds = load_dataset(cfg.dataset, task="binary", n_per_class=cfg.n_per_class,
                     n_part_per_class=cfg.n_per_class, seed=cfg.seed, data_dir=cfg.data_dir)
   n, shape = ds.x_train.shape[0], ds.x_train.shape[1:]
@@ -204,6 +295,10 @@ def run(cfg: Config, workdir: str) -> dict:
   if cfg.run_relu:
     runs.append(("bilevel_one_hidden_relu", "one_hidden", "relu", False))
   for i, (name, arch, act, use_grid) in enumerate(runs):
+    done = _load_done(workdir, name) if resume_run else None
+    if done is not None:
+      results[name], arrays[f"{name}_x"] = done
+      continue
     t0 = time.time()
     apply_fn, pstar, gnorm = _train_victim(arch, cfg, ds, act or "relu", keys[i], dtype)
     norm_sq = float(sum(jnp.sum(a ** 2) for a in jax.tree_util.tree_leaves(pstar)))
@@ -218,9 +313,9 @@ def run(cfg: Config, workdir: str) -> dict:
       sel = np.array(sorted(idx.values()))
     hp = {k: v[sel] for k, v in mix_hp.items()}
     hp["lr_x"] = jnp.full((len(sel),), cfg.lr_x, dtype)
-    res, x_rec = _run_attack(attack, x_init, hp, Target(pstar, labels, *box), cfg, cfg.steps,
-                             cfg.seed + i)
-    last = res.history[-1]
+    last, compile_s, run_s, x_rec = _run_attack(
+        attack, x_init, hp, Target(pstar, labels, *box), cfg, cfg.steps, cfg.seed + i,
+        name=name, **sub)
     rows = []
     for j in range(len(sel)):
       row = _evaluate(x_rec[j], ds, noise)
@@ -235,15 +330,27 @@ def run(cfg: Config, workdir: str) -> dict:
         "victim_grad_norm": gnorm, "theta_star_sq_norm": norm_sq,
         "settings": {k: rows[v] for k, v in sub_idx.items()},
         "grid": rows if use_grid else None,
-        "compile_s": res.compile_s, "run_s": res.run_s, "wall_s": time.time() - t0,
+        "compile_s": compile_s, "run_s": run_s, "wall_s": time.time() - t0,
         "findings": _findings(rows, sub_idx, l1[sel], l2[sel], norm_sq, "bilevel"),
     }
     arrays[f"{name}_x"] = x_rec
     _figures(workdir, name, x_rec, rows, sub_idx, ds, l1[sel], l2[sel], use_grid)
+    _save_done(workdir, name, results[name], x_rec)
     logging.info("%s done in %.1fs (victim |grad E| %.2e)", name, time.time() - t0, gnorm)
 
   # §4.4: the KKT attack on a homogeneous MLP victim trained like the main job
   # (GD, no weight decay, the setting of Haim et al.), in mean-subtracted space.
+  done = _load_done(workdir, "kkt_mlp_relu") if resume_run else None
+  if done is not None:
+    results["kkt_mlp_relu"], arrays["kkt_mlp_relu_x"] = done
+  else:
+    _run_kkt(cfg, ds, dtype, l1, l2, idx, mix_hp, labels, noise, results, arrays, sub)
+  return _finish(cfg, workdir, results, arrays, t_start)
+
+
+def _run_kkt(cfg, ds, dtype, l1, l2, idx, mix_hp, labels, noise, results, arrays, sub):
+  workdir = sub["workdir"]
+  n = ds.x_train.shape[0]
   t0 = time.time()
   vcfg = victim_lib.VictimConfig(dataset=cfg.dataset, n_per_class=cfg.n_per_class,
                                  data_seed=cfg.seed, seed=cfg.seed,
@@ -263,10 +370,10 @@ def run(cfg: Config, workdir: str) -> dict:
   hp = dict(mix_hp, **{k: jnp.asarray(v, dtype) for k, v in draws.items()})
   x_init_c = inits.mix(ds_c.x_train, ds_c.x_part, n, offset=mean, dtype=dtype)
   mean_j = jnp.asarray(mean, dtype)  # per-pixel bounds of one candidate
-  res, x_rec = _run_attack(attack, x_init_c, hp, Target(pk, labels, -mean_j, 1 - mean_j), cfg,
-                           cfg.kkt_steps, cfg.seed + 7)
+  last, compile_s, run_s, x_rec = _run_attack(
+      attack, x_init_c, hp, Target(pk, labels, -mean_j, 1 - mean_j), cfg, cfg.kkt_steps,
+      cfg.seed + 7, name="kkt_mlp_relu", **sub)
   x_rec = x_rec + mean[None, None]
-  last = res.history[-1]
   rows = []
   for j in range(r):
     row = _evaluate(x_rec[j], ds, noise)
@@ -279,12 +386,15 @@ def run(cfg: Config, workdir: str) -> dict:
       "victim_train_loss": thist[-1]["loss"] if thist else None,
       "settings": {k: rows[v] for k, v in idx.items()},
       "grid": rows if cfg.grid else None,
-      "compile_s": res.compile_s, "run_s": res.run_s, "wall_s": time.time() - t0,
+      "compile_s": compile_s, "run_s": run_s, "wall_s": time.time() - t0,
       "findings": _findings(rows, idx, l1, l2, 1.0, "kkt"),
   }
   arrays["kkt_mlp_relu_x"] = x_rec
   _figures(workdir, "kkt_mlp_relu", x_rec, rows, idx, ds, l1, l2, cfg.grid)
+  _save_done(workdir, "kkt_mlp_relu", results["kkt_mlp_relu"], x_rec)
 
+
+def _finish(cfg, workdir, results, arrays, t_start):
   results["wall_s"] = time.time() - t_start
   results["backend"] = jax.default_backend()
   results["batching"] = _batching(cfg)
@@ -294,6 +404,53 @@ def run(cfg: Config, workdir: str) -> dict:
   with open(os.path.join(workdir, "summary.md"), "w") as fh:
     fh.write(_summary(cfg, results))
   return results
+
+
+_STRINGS = {"theta0": ("target", "uniform", "gaussian"), "hessian_solve": ("cg", "lbfgs"),
+            "batching": ("vmap", "map", "auto")}
+
+
+def validate(cfg: Config) -> None:
+  """Bad flags -> UserError (one line), before any training."""
+  for k in ("wd", "lr_x", "inner_tol", "victim_tol"):
+    v = getattr(cfg, k)
+    if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+      raise common.UserError(f"--{k} must be > 0, got {v}.")
+  for k in ("n_per_class", "width", "steps", "chunk_steps", "inner_maxiter", "kkt_width",
+            "kkt_depth", "kkt_train_epochs", "kkt_steps"):
+    if getattr(cfg, k) < 1:
+      raise common.UserError(f"--{k} must be >= 1, got {getattr(cfg, k)}.")
+  for k in ("theta0", "hessian_solve", "batching"):
+    if getattr(cfg, k) not in _STRINGS[k]:
+      raise common.UserError(f"--{k} must be one of {', '.join(_STRINGS[k])}, got "
+                             f"{getattr(cfg, k)!r}.")
+  try:
+    get_activation(cfg.act)
+  except (ValueError, KeyError):
+    raise common.UserError(f"--act {cfg.act!r} is not a known activation.") from None
+
+
+def check_resumable(cfg: Config, workdir: str) -> None:
+  """Raises UserError unless ``workdir`` holds this configuration's config.json."""
+  workdir = os.path.abspath(workdir)
+  if not os.path.isdir(workdir):
+    raise common.UserError(f"--resume: --workdir {workdir} does not exist; nothing to resume.")
+  cfg_path = common.inside(workdir, "config.json")
+  try:
+    with open(cfg_path) as fh:
+      stored = json.load(fh)
+  except FileNotFoundError:
+    raise common.UserError(f"--resume: {cfg_path} not found; nothing to resume "
+                           "(run without --resume).") from None
+  except (OSError, ValueError):
+    raise common.UserError(f"--resume: {cfg_path} is unreadable or corrupt.") from None
+  want = json.loads(json.dumps(dataclasses.asdict(cfg)))
+  if not isinstance(stored, dict):
+    raise common.UserError(f"--resume: {cfg_path} is unreadable or corrupt.")
+  diff = [k for k in sorted(set(want) | set(stored)) if want.get(k) != stored.get(k)]
+  if diff:
+    raise common.UserError(f"--resume: the configuration differs from {cfg_path} in "
+                           f"{', '.join(diff[:5])}; resume with the same flags.")
 
 
 def _figures(workdir, name, x_rec, rows, idx, ds, l1, l2, use_grid):

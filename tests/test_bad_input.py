@@ -92,7 +92,7 @@ def _check(proc, must_name):
 
 
 # (id, binary, flags, substrings the error line must contain). {d} is the tmp folder.
-R, T = "reconstruct", "train_victim"
+R, T, I, TOY = "reconstruct", "train_victim", "init_study", "toy_2d"
 TINY = ["--preset=tiny", "--nocache"]
 CASES = [
     ("unknown_dataset", T, ["--dataset=imagenet"], ["--dataset", "imagenet"]),
@@ -144,6 +144,13 @@ CASES = [
     ("resume_missing_workdir", R, TINY + ["--resume", "--workdir={d}/nowhere"],
      ["--resume", "nowhere"]),
     ("workdir_not_empty", R, TINY + ["--workdir={d}/full"], ["--workdir", "--overwrite"]),
+    ("toy_n_train_odd", TOY, ["--n_train=3"], ["--n_train", "3"]),
+    ("init_study_wd_zero", I, ["--quick", "--wd=0"], ["--wd"]),
+    ("init_study_wd_negative", I, ["--quick", "--wd=-1"], ["--wd"]),
+    ("init_study_unknown_dataset", I, ["--quick", "--dataset=imagenet"],
+     ["--dataset", "imagenet"]),
+    ("init_study_resume_without_config", I, ["--quick", "--resume", "--workdir={d}/full"],
+     ["--resume", "config.json"]),
     ("workdir_is_a_file", T, ["--dataset=digits", "--workdir={d}/full/keep.txt"],
      ["--workdir", "keep.txt"]),
 ]

@@ -165,7 +165,7 @@ def _run_attack(attack, x_init, hparams, target, cfg, steps, seed, *, workdir, n
     last[0] = {k: np.asarray(v) for k, v in rec.items() if k != "time_s"}
     done = int(rec["step"])
     if save_every and (done // min(cfg.chunk_steps, steps) % save_every == 0 or done >= steps):
-      _save_state(path, {"run": state, "keys": keys, "hparams": hpj},
+      resume.save(path, resume.run_tree(state, keys, hpj),
                   {"name": name, "last": {k: _encode(v) for k, v in last[0].items()}})
 
   res = loop.run(attack, x_init, keys, hpj, target, num_steps=steps,
@@ -185,24 +185,9 @@ def _decode(d):
   return np.frombuffer(bytes.fromhex(d["hex"]), np.dtype(d["dtype"])).reshape(d["shape"])
 
 
-def _save_state(path, tree, meta):
-  resume.save(path, tree, meta)
-
-
 def _load_state(path, attack, x_init, keys, hpj, target, batching):
   """(batched RestartState, last chunk record) from a state file, validated."""
-  init_fn, _ = loop.make_runner(attack, x_init, batching=batching)
-  template = {"run": jax.eval_shape(init_fn, keys, hpj, target), "keys": keys, "hparams": hpj}
-  tree, meta = resume.load(path, template)
-  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
-      not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hpj.items()):
-    raise common.UserError(f"--resume: {path} was written with other PRNG keys or "
-                           "hyperparameters than this configuration gives.")
-  bad = resume.nonfinite_leaves(tree["run"].inner)
-  if bad:
-    raise common.UserError(f"--resume: {path} holds NaN/Inf in {bad[0]}.")
-  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
-                                 tree["run"])
+  state, meta = resume.load_run(path, attack, x_init, keys, hpj, target, batching)
   last = {k: _decode(v) for k, v in meta["last"].items()}
   logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
   return state, last

@@ -282,10 +282,6 @@ def check_resumable(cfg: Config, workdir: str) -> None:
                            f"{', '.join(diff[:5])}; resume with the same flags.")
 
 
-def _resume_tree(state, keys, hp) -> dict:
-  return {"run": state, "keys": keys, "hparams": {k: jnp.asarray(v) for k, v in hp.items()}}
-
-
 def _chunk_record(rec: dict) -> dict:
   """JSON-able summary of one chunk (kept in the state file, so resumed runs report all)."""
   out = {"step": int(rec["step"])}
@@ -303,7 +299,7 @@ def _saver(cfg: Config, workdir: str, keys, hp: dict, chunks: list, save_every: 
   def progress(state, rec):
     chunks.append(_chunk_record(rec))
     if save_every and (len(chunks) % save_every == 0 or chunks[-1]["step"] >= cfg.steps):
-      resume.save(path, _resume_tree(state, keys, hp),
+      resume.save(path, resume.run_tree(state, keys, hp),
                   {"config": common._jsonable(cfg), "chunks": chunks})
   return progress
 
@@ -311,22 +307,9 @@ def _saver(cfg: Config, workdir: str, keys, hp: dict, chunks: list, save_every: 
 def load_run_state(cfg: Config, workdir: str, attack, x_init, keys, hp: dict, target):
   """(batched RestartState, chunk records) from ``workdir``'s state file, validated."""
   path = common.inside(workdir, STATE_FILE)
-  init_fn, _ = loop.make_runner(attack, x_init, batching=cfg.batching)
-  hpj = {k: jnp.asarray(v) for k, v in hp.items()}
-  template = _resume_tree(jax.eval_shape(init_fn, keys, hpj, target), keys, hp)
-  tree, meta = resume.load(path, template)
-  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
-      not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hpj.items()):
-    raise common.UserError(f"--resume: {path} was written with other PRNG keys or "
-                           "hyperparameters than this configuration gives.")
-  bad = resume.nonfinite_leaves(tree["run"].inner)
-  if bad:
-    raise common.UserError(f"--resume: {path} holds NaN/Inf in {bad[0]}.")
-  chunks = list(meta.get("chunks", []))
-  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
-                                 tree["run"])
+  state, meta = resume.load_run(path, attack, x_init, keys, hp, target, cfg.batching)
   logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
-  return state, chunks
+  return state, list(meta.get("chunks", []))
 
 
 def write_restart_table(workdir: str, rows: list) -> None:

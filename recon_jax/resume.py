@@ -110,3 +110,43 @@ def nonfinite_leaves(tree: Any) -> list:
     if np.issubdtype(v.dtype, np.inexact) and not np.all(np.isfinite(v)):
       out.append(jax.tree_util.keystr(p))
   return out
+
+
+def run_tree(state: Any, keys, hparams: dict) -> dict:
+  """What a resumable sweep saves: the batched loop state, its PRNG keys and hyperparameters."""
+  import jax.numpy as jnp
+  return {"run": state, "keys": keys, "hparams": {k: jnp.asarray(v) for k, v in hparams.items()}}
+
+
+def load_run(path: str, attack, x_init, keys, hparams: dict, target, batching: str):
+  """Restores a :func:`recon_jax.loop.run` sweep saved with :func:`run_tree`.
+
+  The template comes from ``jax.eval_shape`` of the sweep's own init, so a state
+  of another size, architecture or dtype is refused; so are other PRNG keys or
+  hyperparameters (the resumed run would not be the run that was started) and
+  NaN/Inf in the attack state.
+
+  Returns:
+    ``(state, meta)``: the batched RestartState (arrays cast to the template's
+    dtypes) and the JSON metadata saved with it.
+
+  Raises:
+    CheckpointError: with a one-line reason naming ``path``.
+  """
+  import jax.numpy as jnp
+  from recon_jax import loop
+  init_fn, _ = loop.make_runner(attack, x_init, batching=batching)
+  template = run_tree(jax.eval_shape(init_fn, keys, {k: jnp.asarray(v) for k, v in
+                                                     hparams.items()}, target), keys, hparams)
+  tree, meta = load(path, template)
+  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
+      not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v))
+      for k, v in hparams.items()):
+    raise CheckpointError(f"--resume: {path} was written with other PRNG keys or "
+                          "hyperparameters than this configuration gives.")
+  bad = nonfinite_leaves(tree["run"].inner)
+  if bad:
+    raise CheckpointError(f"--resume: {path} holds NaN/Inf in {bad[0]}.")
+  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
+                                 tree["run"])
+  return state, meta

@@ -44,16 +44,16 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
   # Interrupt the second attack (one-hidden softplus) right after its first save
   # (step 2 of 4): the affine attack has finished, the KKT one has not started.
   victim = "state_bilevel_one_hidden_softplus.msgpack"
-  save = init_study_lib._save_state
+  save = init_study_lib.resume.save
 
   def save_then_die(path, tree, meta):
     save(path, tree, meta)
     if path.endswith(victim):
       raise Interrupted(path)
-  monkeypatch.setattr(init_study_lib, "_save_state", save_then_die)
+  monkeypatch.setattr(init_study_lib.resume, "save", save_then_die)
   with pytest.raises(Interrupted):
     init_study_lib.run(CFG, str(wd))
-  monkeypatch.setattr(init_study_lib, "_save_state", save)
+  monkeypatch.setattr(init_study_lib.resume, "save", save)
   assert (wd / "done_bilevel_affine.json").exists()
   assert (wd / victim).exists() and not (wd / "metrics.json").exists()
   assert not (wd / "done_bilevel_one_hidden_softplus.json").exists()

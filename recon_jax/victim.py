@@ -80,10 +80,6 @@ def load_data(cfg: VictimConfig, data_dir: Optional[str] = None) -> data.Dataset
                            data_dir=data_dir)
 
 
-def train_labels(cfg: VictimConfig, ds: data.Dataset):
-  return ds.y_train
-
-
 def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
   """The training phases: plain training, then the optional weight-decay phase."""
   tcfg = train.TrainConfig(loss=cfg.loss, lr=cfg.lr, epochs=cfg.epochs,

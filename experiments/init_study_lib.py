@@ -92,9 +92,7 @@ def _dtype():
 
 
 def _batching(cfg):
-  if cfg.batching != "auto":
-    return cfg.batching
-  return "map" if jax.default_backend() == "cpu" else "vmap"
+  return loop.resolve_batching(cfg.batching)
 
 
 def _grid(cfg):

@@ -19,27 +19,34 @@ from recon_jax.types import Target
 class Config:
   n_train: int = 20
   width: int = 1000
-  # Victim recipe (see README): a homogeneous net (no biases) from a small
-  # init, trained by normalised GD in float64, so that theta* is what training
-  # added rather than the random init.
-  init_gain: float = 0.05
-  bias: str = "none"
+  # Victim recipe (see README): PyTorch's default nn.Linear init (weights and
+  # biases U(+-1/sqrt(fan_in))), biases in every layer, plain full-batch GD.
+  # With biases only in the first layer (or none) the trained net is almost
+  # homogeneous in x, its decision regions are wedges through the origin, and
+  # a candidate's radius is not identifiable: those victims gave 0-4 of 20.
+  init: str = "torch"
+  init_gain: float = 1.0
+  bias: str = "all"
   victim_lr: float = 0.01
-  victim_epochs: int = 30_000
-  adaptive: str = "grad"
-  # The attack sees theta* rescaled to this norm: for a homogeneous network the
-  # KKT conditions are invariant to the scale of theta (only lambda rescales), and
-  # a victim trained to loss 1e-25 has weights too large for any fixed learning rate.
-  theta_norm: float = 1.0
+  victim_epochs: int = 20_000
+  adaptive: str = "none"
+  # > 0: the attack sees theta* rescaled to this norm (homogeneous victims only:
+  # there the KKT conditions do not depend on the scale of theta).
+  theta_norm: float = 0.0
   m: int = 100
   num_restarts: int = 4
   steps: int = 5000
   chunk_steps: int = 1000
-  lr_x: str = "0.01:0.1:log"
-  lr_lam: str = "1e-3:1e-2:log"
-  sigma_x: str = "0.1:0.5:log"
-  alpha: str = "10:100:lin"
-  lam_min: str = "0.01:0.1:log"
+  lr_x: str = "3e-4:1e-3:log"
+  lr_lam: str = "5e-3:3e-2:log"
+  sigma_x: str = "0.3:0.5:log"
+  alpha: str = "4:10:lin"
+  lam_min: str = "0.3:0.5:log"
+  # Refinement stage (loop.run_stages): a sharp surrogate at a lower rate pulls
+  # the candidates onto the ReLU kinks where the training points sit.
+  refine_steps: int = 3000
+  refine_alpha: float = 200.0
+  refine_lr_scale: float = 0.1
   lam_filter_frac: float = 0.1   # keep candidates with lambda >= frac * max lambda of their restart
   dedup_radius: float = 0.03      # Haim §4
   tol: float = 0.05               # a training point is recovered if a kept candidate is this close
@@ -49,9 +56,26 @@ class Config:
 def victim_config(cfg: Config) -> victim.VictimConfig:
   return victim.VictimConfig(dataset="toy2d", n_per_class=cfg.n_train // 2, subtract_mean=False,
                              data_seed=cfg.seed, arch="mlp", widths=(cfg.width, cfg.width),
-                             bias=cfg.bias, init="kaiming", init_std=None, first_layer_std=None,
+                             bias=cfg.bias, init=cfg.init, init_std=None, first_layer_std=None,
                              init_gain=cfg.init_gain, lr=cfg.victim_lr, epochs=cfg.victim_epochs,
                              adaptive=cfg.adaptive, seed=cfg.seed)
+
+
+def kink_fraction(params, x_train, rel_tol: float = 1e-3) -> float:
+  """Fraction of first-layer ReLUs whose kink passes through a training point.
+
+  A unit counts when ``|w.x_i + b| <= rel_tol * max_i |w.x_i + b|`` for some
+  training point.  For random hyperplanes this is about ``2 n rel_tol``; when
+  training puts kinks on the data, the ReLU derivative at those points is not
+  defined, and the oracle residual (which uses ``1{z > 0}``) overstates how far
+  the victim is from a (Clarke) KKT point.
+  """
+  layer = params["params"]["layer_0"]
+  z = np.asarray(x_train) @ np.asarray(layer["kernel"])
+  if "bias" in layer:
+    z = z + np.asarray(layer["bias"])
+  a = np.abs(z)
+  return float(np.mean(np.any(a <= rel_tol * (a.max(axis=0, keepdims=True) + 1e-30), axis=0)))
 
 
 def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
@@ -59,6 +83,8 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
     raise common.UserError(f"--n_train must be even and >= 2, got {cfg.n_train}.")
   if cfg.m < 2 or cfg.m % 2:
     raise common.UserError(f"--m must be even and >= 2, got {cfg.m}.")
+  if cfg.refine_steps < 0:
+    raise common.UserError(f"--refine_steps must be >= 0, got {cfg.refine_steps}.")
   vcfg = victim_config(cfg)
   from recon_jax import data
   ds = data.load_dataset("toy2d", toy_n=cfg.n_train, seed=cfg.seed)
@@ -70,7 +96,9 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
   params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
   oracle = kkt.oracle_residual(apply_fn, "binary", params, jnp.asarray(ds.x_train, dtype),
                                jnp.asarray(ds.y_train))
-  logging.info("toy victim: loss %.3g, oracle residual %.4f", vsum["loss"], oracle["residual_rel"])
+  kinks = kink_fraction(params, ds.x_train)
+  logging.info("toy victim: loss %.3g, oracle residual %.4f, first-layer kinks on data %.2f",
+               vsum["loss"], oracle["residual_rel"], kinks)
 
   if cfg.theta_norm > 0:
     if cfg.bias == "all":
@@ -89,8 +117,11 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
   init_state = jax.jit(jax.vmap(lambda k, h: loop.init_one(attack, x_init, k, h, target)))(
       keys, {k: jnp.asarray(v) for k, v in hp.items()})
   x0 = np.asarray(init_state.inner.x)
-  res = loop.run(attack, x_init, keys, hp, target, num_steps=cfg.steps,
-                 chunk_steps=cfg.chunk_steps)
+  stages = [(cfg.steps, hp)]
+  if cfg.refine_steps > 0:
+    stages.append((cfg.refine_steps,
+                   sweep.refine(hp, cfg.refine_alpha, cfg.refine_lr_scale)))
+  res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=cfg.chunk_steps)
   xs = np.asarray(res.state.inner.x)
   lam = np.asarray(res.state.inner.lam)
   ok = ~np.asarray(res.state.diverged)
@@ -106,8 +137,11 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
     kept = pts[dd]
     rec, _ = metrics.points_recovered(kept, ds.x_train, cfg.tol)
     rec_all, _ = metrics.points_recovered(xs[r], ds.x_train, cfg.tol)
+    dist = (np.sqrt(((ds.x_train[:, None] - kept[None]) ** 2).sum(-1)).min(1) if len(kept)
+            else np.full(len(ds.x_train), np.inf))
     per.append({"restart": r, "diverged": False, "recovered": int(rec),
                 "recovered_unfiltered": int(rec_all), "n_kept": int(len(kept)),
+                "median_distance": float(np.median(dist)),
                 "final_loss": float(np.asarray(res.state.loss)[r]),
                 "stat_rel": float(np.asarray(res.history[-1]["stat_rel"])[r])})
     kept_all.append((r, keep, dd, kept))
@@ -121,6 +155,8 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
   out = {"n_train": cfg.n_train, "recovered": best["recovered"] if best else 0,
          "recovered_best_restart": best_true["recovered"] if best_true else 0,
          "recovered_pooled": int(pooled_rec), "oracle_residual_rel": oracle["residual_rel"],
+         "kink_fraction": kinks,
+         "median_distance": best["median_distance"] if best else None,
          "selected_restart": best["restart"] if best else None,
          "victim": {k: v for k, v in vsum.items() if k not in ("margins", "outputs")},
          "per_restart": per, "timing": {"compile_s": res.compile_s, "run_s": res.run_s}}

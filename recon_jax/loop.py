@@ -11,7 +11,7 @@ state and flagged ``diverged``; the others carry on untouched.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -239,4 +239,40 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
                    num_restarts, rec["time_s"])
     if progress is not None:
       progress(state, rec)
+  return RunResult(state, history, compile_s, run_s)
+
+
+def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int, HParams]],
+               target: Target, *, state: Optional[RestartState] = None, **kwargs) -> RunResult:
+  """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
+
+  Each stage continues the previous one's state (x, lambda, optimiser buffers)
+  with its own per-restart hyperparameters, e.g. a coarse-to-fine schedule of
+  the surrogate sharpness alpha (see :func:`recon_jax.sweep.refine`).  Only the
+  hyperparameter values change between stages, so each stage reuses the same
+  compiled chunk shapes.  Resuming from ``state`` skips the stages it has
+  already finished (stage boundaries are counted in steps).
+
+  Args:
+    attack, x_init, keys, target: as :func:`run`.
+    stages: (steps in this stage, hparams) pairs; every hparams dict has the
+      same keys and [R] shapes.
+    state: a state to resume from.
+    **kwargs: passed to :func:`run` (chunk_steps, batching, progress, ...).
+
+  Returns:
+    RunResult with the histories of all stages and their summed times.
+  """
+  if not stages:
+    raise ValueError("run_stages needs at least one stage.")
+  history, compile_s, run_s, end = [], 0.0, 0.0, 0
+  for steps, hparams in stages:
+    if steps <= 0:
+      raise ValueError(f"every stage needs > 0 steps, got {steps}.")
+    end += steps
+    res = run(attack, x_init, keys, hparams, target, num_steps=end, state=state, **kwargs)
+    state = res.state
+    history += res.history
+    compile_s += res.compile_s
+    run_s += res.run_s
   return RunResult(state, history, compile_s, run_s)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 Activation = Callable[[jax.Array], jax.Array]
 
 BIAS_MODES = ("first", "all", "none")
-INIT_SCHEMES = ("kaiming", "normal", "uniform")
+INIT_SCHEMES = ("kaiming", "normal", "uniform", "torch")
 
 
 # --------------------------------------------------------------------------
@@ -114,10 +114,11 @@ def weight_init(scheme: str, std: Optional[float] = None, gain: float = 1.0):
   Args:
     scheme: 'kaiming' (He normal, std sqrt(2/fan_in), as PyTorch's
       kaiming_normal_), 'normal' (N(0, std^2)) or 'uniform' (U(0, 1), Runkel et
-      al. 2024).
+      al. 2024) or 'torch' (PyTorch's nn.Linear default, U(+-1/sqrt(fan_in))).
     std: standard deviation for 'normal'; for 'kaiming' it overrides He's std.
-    gain: multiplies He's std (a small gain puts training in the rich regime,
-      where theta* is dominated by what training added, not by the init).
+    gain: multiplies He's std or torch's bound (a small gain puts training in
+      the rich regime, where theta* is dominated by what training added, not by
+      the init).
   """
   if scheme == "kaiming":
     if std is not None:
@@ -129,7 +130,22 @@ def weight_init(scheme: str, std: Optional[float] = None, gain: float = 1.0):
     return nn.initializers.normal(std)
   if scheme == "uniform":
     return nn.initializers.uniform(1.0)
+  if scheme == "torch":  # U(-b, b), b = gain / sqrt(fan_in): variance b^2 / 3
+    return nn.initializers.variance_scaling(gain ** 2 / 3.0, "fan_in", "uniform")
   raise ValueError(f"unknown init scheme {scheme!r}; choose from {INIT_SCHEMES}.")
+
+
+def bias_init(scheme: str, fan_in: int, gain: float = 1.0):
+  """Bias initialiser matching :func:`weight_init` (zeros unless 'uniform' or 'torch')."""
+  if scheme == "uniform":
+    return nn.initializers.uniform(1.0)
+  if scheme == "torch":
+    bound = gain / fan_in ** 0.5
+
+    def init(key, shape, dtype=jnp.float32):
+      return jax.random.uniform(key, shape, dtype, -bound, bound)
+    return init
+  return nn.initializers.zeros
 
 
 def _flatten(x):
@@ -170,8 +186,7 @@ class MLP(nn.Module):
       else:
         kinit = weight_init(self.init_scheme, self.init_std, self.init_gain)
       use_bias = self.bias == "all" or (self.bias == "first" and i == 0)
-      binit = (nn.initializers.uniform(1.0) if self.init_scheme == "uniform"
-               else nn.initializers.zeros)
+      binit = bias_init(self.init_scheme, h.shape[-1], self.init_gain)
       h = nn.Dense(width, use_bias=use_bias, kernel_init=kinit, bias_init=binit,
                    name=f"layer_{i}")(h)
       if i < n_layers - 1:

@@ -63,6 +63,28 @@ def grid(values: Mapping[str, Sequence[float]], dtype=np.float32):
   return {n: np.array([r[i] for r in rows], dtype) for i, n in enumerate(names)}
 
 
+def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> dict:
+  """The hyperparameters of a refinement stage (see :func:`recon_jax.loop.run_stages`).
+
+  A small surrogate sharpness alpha smooths the ReLU derivative, so the
+  candidates find the right region, but it also blurs where they settle: a
+  training point that sits on a ReLU kink is pulled off it.  The refinement
+  stage sets every restart's alpha to ``alpha`` (sharper, closer to the true
+  derivative) and multiplies its learning rates by ``lr_scale``.
+  """
+  if alpha <= 0:
+    raise ValueError(f"--refine_alpha must be > 0, got {alpha}.")
+  if lr_scale <= 0:
+    raise ValueError(f"--refine_lr_scale must be > 0, got {lr_scale}.")
+  out = {k: np.array(v, copy=True) for k, v in hparams.items()}
+  if "alpha" in out:
+    out["alpha"] = np.full_like(out["alpha"], alpha)
+  for k in ("lr_x", "lr_lam"):
+    if k in out:
+      out[k] = out[k] * np.asarray(lr_scale, out[k].dtype)
+  return out
+
+
 def parse_range(name: str, text: str, default_kind: str) -> Range:
   """``'0.01'`` (a fixed value), ``'0.01:0.5'`` or ``'0.01:0.5:log'`` -> Range."""
   parts = [p for p in str(text).split(":") if p != ""]

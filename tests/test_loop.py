@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits, loop, models
+from recon_jax import inits, loop, models, sweep
 from recon_jax.attacks import kkt
 from recon_jax.types import Attack, Target
 
@@ -80,6 +80,48 @@ def test_toy_run_matches_closed_form():
   np.testing.assert_allclose(res.history[-1]["loss"], want_loss, rtol=1e-8)
   np.testing.assert_allclose(np.asarray(res.state.loss), want_loss, rtol=1e-8)
   assert res.history[-1]["loss"].shape == (3,)
+
+
+def test_stages_continue_with_each_stages_hyperparameters():
+  """Two stages: 6 steps at lr a, then 5 at lr b: x = p + (1-b)^5 (1-a)^6 (x0 - p)."""
+  target = _toy_target()
+  keys = jax.random.split(jax.random.PRNGKey(1), 2)
+  hp1 = {"lr_x": jnp.array([0.1, 0.3]), "sigma_x": jnp.array([1.0, 2.0])}
+  hp2 = {"lr_x": jnp.array([0.5, 0.05]), "sigma_x": hp1["sigma_x"]}
+  x_init = inits.gaussian(M, (D,), jnp.float64)
+  res = loop.run_stages(toy_attack(), x_init, keys, [(6, hp1), (5, hp2)], target,
+                        chunk_steps=4, log=False)
+  x0, p = _x0s(keys, hp1), np.asarray(target.params)
+  a, b = (np.asarray(h["lr_x"])[:, None, None] for h in (hp1, hp2))
+  want = p + (1 - b) ** 5 * (1 - a) ** 6 * (x0 - p)
+  np.testing.assert_allclose(np.asarray(res.state.inner.x), want, rtol=1e-12, atol=1e-14)
+  assert [r["step"] for r in res.history] == [4, 6, 10, 11]  # chunks restart at a stage edge
+  # Resuming after the first stage skips it and runs only the second.
+  mid = loop.run(toy_attack(), x_init, keys, hp1, target, num_steps=6, chunk_steps=6, log=False)
+  again = loop.run_stages(toy_attack(), x_init, keys, [(6, hp1), (5, hp2)], target,
+                          state=mid.state, chunk_steps=4, log=False)
+  np.testing.assert_allclose(np.asarray(again.state.inner.x), want, rtol=1e-12, atol=1e-14)
+  assert [r["step"] for r in again.history] == [10, 11]
+  with pytest.raises(ValueError, match="stage"):
+    loop.run_stages(toy_attack(), x_init, keys, [], target)
+  with pytest.raises(ValueError, match="stage"):
+    loop.run_stages(toy_attack(), x_init, keys, [(0, hp1)], target)
+
+
+def test_refine_sets_alpha_and_scales_rates():
+  hp = {"lr_x": np.array([0.1, 0.2], np.float32), "lr_lam": np.array([1e-2, 2e-2], np.float32),
+        "alpha": np.array([5.0, 9.0], np.float32), "lam_min": np.array([0.3, 0.4], np.float32)}
+  out = sweep.refine(hp, alpha=200.0, lr_scale=0.1)
+  np.testing.assert_allclose(out["alpha"], [200.0, 200.0])
+  np.testing.assert_allclose(out["lr_x"], [0.01, 0.02], rtol=1e-6)
+  np.testing.assert_allclose(out["lr_lam"], [1e-3, 2e-3], rtol=1e-6)
+  np.testing.assert_array_equal(out["lam_min"], hp["lam_min"])
+  np.testing.assert_allclose(hp["alpha"], [5.0, 9.0])  # the input is not modified
+  assert out["alpha"].dtype == np.float32
+  with pytest.raises(ValueError, match="--refine_alpha"):
+    sweep.refine(hp, alpha=0.0, lr_scale=0.1)
+  with pytest.raises(ValueError, match="--refine_lr_scale"):
+    sweep.refine(hp, alpha=10.0, lr_scale=-1.0)
 
 
 def test_jit_equals_no_jit():

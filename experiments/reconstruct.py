@@ -41,6 +41,9 @@ for _name, _help in [("lr_x", "learning rate of x"), ("lr_lam", "learning rate o
                      ("sigma_x", "init scale of x"), ("alpha", "surrogate ReLU sharpness"),
                      ("lam_min", "lambda lower bound")]:
   flags.DEFINE_string(_name, None, f"{_help}: VALUE or LO:HI[:log|lin] sampled per restart.")
+flags.DEFINE_integer("refine_steps", None, "Steps of a refinement stage after --steps (0: off).")
+flags.DEFINE_float("refine_alpha", None, "Surrogate alpha of every restart in the refinement stage.")
+flags.DEFINE_float("refine_lr_scale", None, "Learning-rate factor in the refinement stage.")
 flags.DEFINE_string("optimizer", None, "sgd (momentum 0.9) | adam.")
 flags.DEFINE_float("w_lam", None, "Weight of the lambda hinge.")
 flags.DEFINE_float("w_prior", None, "Weight of the pixel-box prior.")

@@ -39,6 +39,11 @@ class Config:
   sigma_x: str = "1e-4:1e-2:log"
   alpha: str = "10:40:lin"
   lam_min: str = "0.2:0.7:lin"
+  # Optional refinement stage after --steps (loop.run_stages): every restart's
+  # alpha set to refine_alpha, its rates times refine_lr_scale. 0 steps: off.
+  refine_steps: int = 0
+  refine_alpha: float = 200.0
+  refine_lr_scale: float = 0.1
   optimizer: str = "sgd"
   w_lam: float = 1.0
   w_prior: float = 1.0
@@ -60,6 +65,10 @@ PRESETS = {
 }
 
 
+def total_steps(cfg: Config) -> int:
+  return cfg.steps + (cfg.refine_steps if cfg.attack == "kkt" else 0)
+
+
 def problem_for(cfg: Config) -> str:
   if cfg.problem != "auto":
     return cfg.problem
@@ -75,6 +84,14 @@ def validate(cfg: Config) -> None:
     raise common.UserError(f"--steps must be > 0, got {cfg.steps}.")
   if cfg.chunk_steps <= 0:
     raise common.UserError(f"--chunk_steps must be > 0, got {cfg.chunk_steps}.")
+  if cfg.refine_steps < 0:
+    raise common.UserError(f"--refine_steps must be >= 0, got {cfg.refine_steps}.")
+  if cfg.refine_steps and cfg.attack != "kkt":
+    raise common.UserError("--refine_steps sharpens the surrogate alpha: --attack=kkt only.")
+  if cfg.refine_alpha <= 0:
+    raise common.UserError(f"--refine_alpha must be > 0, got {cfg.refine_alpha}.")
+  if cfg.refine_lr_scale <= 0:
+    raise common.UserError(f"--refine_lr_scale must be > 0, got {cfg.refine_lr_scale}.")
   if cfg.m < 0:
     raise common.UserError(f"--m must be >= 0 (0 means 2n), got {cfg.m}.")
   problem = problem_for(cfg)
@@ -185,15 +202,18 @@ def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int 
     if resume_run:
       state0, chunks = load_run_state(cfg, workdir, attack, x_init, keys, hp, target)
     progress = _saver(cfg, workdir, keys, hp, chunks, save_every)
-    run_res = loop.run(attack, x_init, keys, hp, target, num_steps=cfg.steps,
-                       chunk_steps=cfg.chunk_steps, batching=cfg.batching, state=state0,
-                       progress=progress)
+    stages = [(cfg.steps, hp)]
+    if cfg.refine_steps:
+      stages.append((cfg.refine_steps, sweep.refine(hp, cfg.refine_alpha, cfg.refine_lr_scale)))
+    run_res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=cfg.chunk_steps,
+                              batching=cfg.batching, state=state0, progress=progress)
     cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(run_res.state.inner))
     cands, weights = np.asarray(cx), np.asarray(w)
     final_loss = np.where(distributed.gather_restarts(run_res.state.diverged), np.nan,
                           distributed.gather_restarts(run_res.state.loss))
     timing.update(compile_s=run_res.compile_s, attack_run_s=run_res.run_s,
-                  restart_steps_per_s=cfg.num_restarts * cfg.steps / max(run_res.run_s, 1e-9))
+                  restart_steps_per_s=cfg.num_restarts * total_steps(cfg)
+                  / max(run_res.run_s, 1e-9))
 
   t0 = time.time()
   ev = evaluation.evaluate_candidates(cands, weights, final_loss, ds,
@@ -298,7 +318,7 @@ def _saver(cfg: Config, workdir: str, keys, hp: dict, chunks: list, save_every: 
 
   def progress(state, rec):
     chunks.append(_chunk_record(rec))
-    if save_every and (len(chunks) % save_every == 0 or chunks[-1]["step"] >= cfg.steps):
+    if save_every and (len(chunks) % save_every == 0 or chunks[-1]["step"] >= total_steps(cfg)):
       resume.save(path, resume.run_tree(state, keys, hp),
                   {"config": common._jsonable(cfg), "chunks": chunks})
   return progress

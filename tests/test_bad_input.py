@@ -131,6 +131,8 @@ CASES = [
     ("victim_lr_zero", T, ["--dataset=digits", "--victim_lr=0"], ["--victim_lr"]),
     ("steps_zero", R, TINY + ["--steps=0"], ["--steps"]),
     ("steps_negative", R, TINY + ["--steps=-5"], ["--steps"]),
+    ("refine_steps_negative", R, TINY + ["--refine_steps=-1"], ["--refine_steps"]),
+    ("refine_alpha_zero", R, TINY + ["--refine_steps=5", "--refine_alpha=0"], ["--refine_alpha"]),
     ("epochs_negative", T, ["--dataset=digits", "--epochs=-1"], ["--epochs"]),
     ("num_restarts_zero", R, TINY + ["--num_restarts=0"], ["--num_restarts"]),
     ("m_negative", R, TINY + ["--m=-4"], ["--m"]),

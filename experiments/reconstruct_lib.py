@@ -66,7 +66,7 @@ PRESETS = {
 
 
 def total_steps(cfg: Config) -> int:
-  return cfg.steps + (cfg.refine_steps if cfg.attack == "kkt" else 0)
+  return cfg.steps + cfg.refine_steps  # validate() allows refine_steps for kkt only
 
 
 def problem_for(cfg: Config) -> str:
@@ -84,14 +84,8 @@ def validate(cfg: Config) -> None:
     raise common.UserError(f"--steps must be > 0, got {cfg.steps}.")
   if cfg.chunk_steps <= 0:
     raise common.UserError(f"--chunk_steps must be > 0, got {cfg.chunk_steps}.")
-  if cfg.refine_steps < 0:
-    raise common.UserError(f"--refine_steps must be >= 0, got {cfg.refine_steps}.")
   if cfg.refine_steps and cfg.attack != "kkt":
     raise common.UserError("--refine_steps sharpens the surrogate alpha: --attack=kkt only.")
-  if cfg.refine_alpha <= 0:
-    raise common.UserError(f"--refine_alpha must be > 0, got {cfg.refine_alpha}.")
-  if cfg.refine_lr_scale <= 0:
-    raise common.UserError(f"--refine_lr_scale must be > 0, got {cfg.refine_lr_scale}.")
   if cfg.m < 0:
     raise common.UserError(f"--m must be >= 0 (0 means 2n), got {cfg.m}.")
   problem = problem_for(cfg)
@@ -106,7 +100,11 @@ def validate(cfg: Config) -> None:
   if cfg.init not in inits.INIT_SCHEMES:
     raise common.UserError(f"--init must be one of {inits.INIT_SCHEMES}, got {cfg.init!r}.")
   if cfg.attack != "weights":
-    hparams_for(cfg)  # bad --lr_x/--sigma_x/... ranges fail here, before any training
+    stages_for(cfg, hparams_for(cfg))  # bad ranges or --refine_* fail here, before training
+
+
+def stages_for(cfg: Config, hp: dict) -> list:
+  return sweep.stages(hp, cfg.steps, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
 
 
 def hparams_for(cfg: Config) -> dict:
@@ -202,10 +200,8 @@ def run(cfg: Config, workdir: str, *, resume_run: bool = False, save_every: int 
     if resume_run:
       state0, chunks = load_run_state(cfg, workdir, attack, x_init, keys, hp, target)
     progress = _saver(cfg, workdir, keys, hp, chunks, save_every)
-    stages = [(cfg.steps, hp)]
-    if cfg.refine_steps:
-      stages.append((cfg.refine_steps, sweep.refine(hp, cfg.refine_alpha, cfg.refine_lr_scale)))
-    run_res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=cfg.chunk_steps,
+    run_res = loop.run_stages(attack, x_init, keys, stages_for(cfg, hp), target,
+                              chunk_steps=cfg.chunk_steps,
                               batching=cfg.batching, state=state0, progress=progress)
     cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(run_res.state.inner))
     cands, weights = np.asarray(cx), np.asarray(w)

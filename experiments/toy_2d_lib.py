@@ -83,8 +83,13 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
     raise common.UserError(f"--n_train must be even and >= 2, got {cfg.n_train}.")
   if cfg.m < 2 or cfg.m % 2:
     raise common.UserError(f"--m must be even and >= 2, got {cfg.m}.")
-  if cfg.refine_steps < 0:
-    raise common.UserError(f"--refine_steps must be >= 0, got {cfg.refine_steps}.")
+  if cfg.theta_norm > 0 and cfg.bias == "all":
+    raise common.UserError("--theta_norm needs a homogeneous victim (--bias=none or first).")
+  # Bad ranges or --refine_* fail here, before the victim is trained.
+  ranges = {k: sweep.parse_range(k, getattr(cfg, k), "log")
+            for k in ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")}
+  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
+  stages = sweep.stages(hp, cfg.steps, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
   vcfg = victim_config(cfg)
   from recon_jax import data
   ds = data.load_dataset("toy2d", toy_n=cfg.n_train, seed=cfg.seed)
@@ -101,26 +106,17 @@ def run(cfg: Config, workdir: str, use_cache: bool = True) -> dict:
                vsum["loss"], oracle["residual_rel"], kinks)
 
   if cfg.theta_norm > 0:
-    if cfg.bias == "all":
-      raise common.UserError("--theta_norm needs a homogeneous victim (--bias=none or first).")
     norm = jnp.sqrt(kkt.tree_sq_norm(params))
     params = jax.tree_util.tree_map(lambda a: a * (cfg.theta_norm / norm), params)
   labels = np.concatenate([np.ones(cfg.m // 2), -np.ones(cfg.m // 2)]).astype(np.float32)
   inf = jnp.full((2,), jnp.inf, dtype)
   target = Target(params, jnp.asarray(labels), -inf, inf)  # no prior: L_prior = 0 (Haim §4)
-  ranges = {k: sweep.parse_range(k, getattr(cfg, k), "log")
-            for k in ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")}
-  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
   attack = kkt.kkt_attack(apply_fn, "binary", w_prior=0.0)
   x_init = inits.gaussian(cfg.m, (2,), dtype)
   keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
   init_state = jax.jit(jax.vmap(lambda k, h: loop.init_one(attack, x_init, k, h, target)))(
       keys, {k: jnp.asarray(v) for k, v in hp.items()})
   x0 = np.asarray(init_state.inner.x)
-  stages = [(cfg.steps, hp)]
-  if cfg.refine_steps > 0:
-    stages.append((cfg.refine_steps,
-                   sweep.refine(hp, cfg.refine_alpha, cfg.refine_lr_scale)))
   res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=cfg.chunk_steps)
   xs = np.asarray(res.state.inner.x)
   lam = np.asarray(res.state.inner.lam)

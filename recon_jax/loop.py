@@ -189,22 +189,54 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
   """
   if num_steps <= 0:
     raise ValueError(f"--steps must be > 0, got {num_steps}.")
+  return run_stages(attack, x_init, keys, [(num_steps, hparams)], target,
+                    chunk_steps=chunk_steps, batching=batching, shard=shard, state=state,
+                    progress=progress, log=log)
+
+
+def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int, HParams]],
+               target: Target, *, chunk_steps: int = 500, batching: str = "auto",
+               shard: bool = True, state: Optional[RestartState] = None,
+               progress: Optional[Callable] = None, log: bool = True) -> RunResult:
+  """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
+
+  Each stage continues the previous one's state (x, lambda, optimiser buffers)
+  with its own per-restart hyperparameters, e.g. a coarse-to-fine schedule of
+  the surrogate sharpness alpha (see :func:`recon_jax.sweep.stages`).  The
+  hyperparameters are arguments of the compiled chunk, so every stage runs the
+  same compiled programs.  Resuming from ``state`` skips the steps it has
+  already taken (stage boundaries are counted in steps); the x-initialisation
+  of a fresh state reads the first stage's hyperparameters.
+
+  Args:
+    attack, x_init, keys, target, chunk_steps, batching, shard, state,
+      progress, log: as :func:`run`.
+    stages: (steps in this stage, hparams) pairs; every hparams dict has the
+      same keys, [R] shapes and dtypes.
+
+  Returns:
+    RunResult with the chunks of all stages.
+  """
+  if not stages:
+    raise ValueError("run_stages needs at least one stage.")
+  if any(steps <= 0 for steps, _ in stages):
+    raise ValueError(f"every stage needs > 0 steps, got {[steps for steps, _ in stages]}.")
   if chunk_steps <= 0:
     raise ValueError(f"chunk_steps must be > 0, got {chunk_steps}.")
   num_restarts = int(np.shape(keys)[0])
-  hparams = {k: jnp.asarray(v) for k, v in hparams.items()}
+  stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
   sharding = restart_sharding(num_restarts) if shard else None
   init_fn, chunk_fn = make_runner(
       attack, x_init, batching=batching,
       num_shards=len(sharding.mesh.devices.ravel()) if sharding is not None else 1)
   if sharding is not None:
     keys = jax.device_put(keys, sharding)
-    hparams = jax.device_put(hparams, sharding)
+    stage_hps = [jax.device_put(hp, sharding) for hp in stage_hps]
     target = jax.device_put(target, jax.sharding.NamedSharding(
         sharding.mesh, jax.sharding.PartitionSpec()))  # theta* replicated
   t0 = time.time()
   if state is None:
-    state = init_fn(keys, hparams, target)
+    state = init_fn(keys, stage_hps[0], target)
   if sharding is not None:
     # Every leaf has the leading restart axis; constant leaves of a fresh state
     # (zeros, inf) would otherwise come out replicated, and each chunk would be
@@ -212,67 +244,34 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
     state = jax.device_put(state, sharding)
   # gather_restarts: np.asarray in one process; an allgather when the restarts span hosts.
   done = int(np.max(distributed.gather_restarts(state.step))) if num_restarts else 0
+  total = sum(steps for steps, _ in stages)
   history, compiled = [], {}
-  compile_s, run_s = 0.0, 0.0
-  while done < num_steps:
-    n = min(chunk_steps, num_steps - done)
-    if n not in compiled:  # ahead-of-time compile, so compile and run times are separate
-      tc = time.time()
-      compiled[n] = chunk_fn.lower(state, hparams, target, num_steps=n).compile()
-      compile_s += time.time() - tc
-    t1 = time.time()
-    state, metrics = compiled[n](state, hparams, target)
-    if sharding is not None:  # a no-op unless the compiler chose another output layout
-      state = jax.device_put(state, sharding)
-    metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
-    run_s += time.time() - t1
-    done += n
-    rec = {"step": done, "time_s": time.time() - t0, **metrics,
-           "diverged": distributed.gather_restarts(state.diverged)}
-    history.append(rec)
-    if log:
-      loss = distributed.gather_restarts(state.loss)
-      fin = loss[np.isfinite(loss)]
-      logging.info("%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
-                   attack.name, done, num_steps, fin.min() if fin.size else np.nan,
-                   np.median(fin) if fin.size else np.nan, int(rec["diverged"].sum()),
-                   num_restarts, rec["time_s"])
-    if progress is not None:
-      progress(state, rec)
-  return RunResult(state, history, compile_s, run_s)
-
-
-def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int, HParams]],
-               target: Target, *, state: Optional[RestartState] = None, **kwargs) -> RunResult:
-  """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
-
-  Each stage continues the previous one's state (x, lambda, optimiser buffers)
-  with its own per-restart hyperparameters, e.g. a coarse-to-fine schedule of
-  the surrogate sharpness alpha (see :func:`recon_jax.sweep.refine`).  Only the
-  hyperparameter values change between stages, so each stage reuses the same
-  compiled chunk shapes.  Resuming from ``state`` skips the stages it has
-  already finished (stage boundaries are counted in steps).
-
-  Args:
-    attack, x_init, keys, target: as :func:`run`.
-    stages: (steps in this stage, hparams) pairs; every hparams dict has the
-      same keys and [R] shapes.
-    state: a state to resume from.
-    **kwargs: passed to :func:`run` (chunk_steps, batching, progress, ...).
-
-  Returns:
-    RunResult with the histories of all stages and their summed times.
-  """
-  if not stages:
-    raise ValueError("run_stages needs at least one stage.")
-  history, compile_s, run_s, end = [], 0.0, 0.0, 0
-  for steps, hparams in stages:
-    if steps <= 0:
-      raise ValueError(f"every stage needs > 0 steps, got {steps}.")
+  compile_s, run_s, end = 0.0, 0.0, 0
+  for (steps, _), hparams in zip(stages, stage_hps):
     end += steps
-    res = run(attack, x_init, keys, hparams, target, num_steps=end, state=state, **kwargs)
-    state = res.state
-    history += res.history
-    compile_s += res.compile_s
-    run_s += res.run_s
+    while done < end:
+      n = min(chunk_steps, end - done)
+      if n not in compiled:  # ahead-of-time compile, so compile and run times are separate
+        tc = time.time()
+        compiled[n] = chunk_fn.lower(state, hparams, target, num_steps=n).compile()
+        compile_s += time.time() - tc
+      t1 = time.time()
+      state, metrics = compiled[n](state, hparams, target)
+      if sharding is not None:  # a no-op unless the compiler chose another output layout
+        state = jax.device_put(state, sharding)
+      metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
+      run_s += time.time() - t1
+      done += n
+      rec = {"step": done, "time_s": time.time() - t0, **metrics,
+             "diverged": distributed.gather_restarts(state.diverged)}
+      history.append(rec)
+      if log:
+        loss = distributed.gather_restarts(state.loss)
+        fin = loss[np.isfinite(loss)]
+        logging.info("%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
+                     attack.name, done, total, fin.min() if fin.size else np.nan,
+                     np.median(fin) if fin.size else np.nan, int(rec["diverged"].sum()),
+                     num_restarts, rec["time_s"])
+      if progress is not None:
+        progress(state, rec)
   return RunResult(state, history, compile_s, run_s)

@@ -64,7 +64,7 @@ def grid(values: Mapping[str, Sequence[float]], dtype=np.float32):
 
 
 def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> dict:
-  """The hyperparameters of a refinement stage (see :func:`recon_jax.loop.run_stages`).
+  """The hyperparameters of a refinement stage (see :func:`stages`).
 
   A small surrogate sharpness alpha smooths the ReLU derivative, so the
   candidates find the right region, but it also blurs where they settle: a
@@ -83,6 +83,19 @@ def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> 
     if k in out:
       out[k] = out[k] * np.asarray(lr_scale, out[k].dtype)
   return out
+
+
+def stages(hparams: Mapping[str, np.ndarray], steps: int, refine_steps: int = 0,
+           refine_alpha: float = 200.0, refine_lr_scale: float = 0.1) -> list:
+  """The stages of a run for :func:`recon_jax.loop.run_stages`.
+
+  ``[(steps, hparams)]``, followed by ``(refine_steps, refine(hparams, ...))``
+  when ``refine_steps > 0``.  The refinement settings are checked either way.
+  """
+  if refine_steps < 0:
+    raise ValueError(f"--refine_steps must be >= 0, got {refine_steps}.")
+  refined = refine(hparams, refine_alpha, refine_lr_scale)
+  return [(steps, hparams)] + ([(refine_steps, refined)] if refine_steps else [])
 
 
 def parse_range(name: str, text: str, default_kind: str) -> Range:

@@ -540,13 +540,6 @@ def run_e2e(args, emit):
 # ----------------------------------------------------------------------------
 # Bilevel (Runkel et al.): implicit vs unrolled.
 # ----------------------------------------------------------------------------
-def _tree_sq_dist(a, b):
-  import jax
-  import jax.numpy as jnp
-  return sum(jnp.sum(jnp.square(u - v)) for u, v in zip(jax.tree_util.tree_leaves(a),
-                                                         jax.tree_util.tree_leaves(b)))
-
-
 def run_bilevel(args, dtypes, emit):
   try:
     from recon_jax import implicit
@@ -557,7 +550,7 @@ def run_bilevel(args, dtypes, emit):
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from recon_jax import models, priors
+  from recon_jax import losses, models, priors
   wd = 1e-3
   if args.quick:
     d, n, width, iters, nets = 16, 6, 8, (2, 8), ("affine",)
@@ -577,13 +570,13 @@ def run_bilevel(args, dtypes, emit):
         x = jnp.asarray(rng.uniform(0, 1, (n, d)), dtype)
         y = jnp.asarray(np.where(np.arange(n) % 2, 1.0, -1.0), dtype)
         lo, hi = jnp.zeros((d,), dtype), jnp.ones((d,), dtype)
-        energy = bilevel.make_energy(apply_fn, "logistic", wd, act)
+        energy = losses.energy(apply_fn, "logistic", wd, act)
         n_params = sum(a.size for a in jax.tree_util.tree_leaves(theta_star))
 
         def outer_of(solve):
           def outer(xx):
             theta, info = solve(theta_star, xx, y)
-            return _tree_sq_dist(theta, theta_star) + priors.box_prior(xx, lo, hi), info
+            return losses.tree_sq_dist(theta, theta_star) + priors.box_prior(xx, lo, hi), info
           return outer
 
         # 1. The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations) from theta*:

@@ -30,7 +30,8 @@ import numpy as np
 from absl import logging
 
 from experiments import common
-from recon_jax import implicit, inits, loop, metrics, plotting, resume, sweep
+from recon_jax import implicit, inits, loop, plotting, resume, sweep
+from recon_jax.eval import images as metrics
 from recon_jax.checkpoint import atomic_write_text
 from recon_jax import victim as victim_lib
 from recon_jax.attacks.bilevel import bilevel_attack

@@ -27,7 +27,8 @@ import numpy as np
 from absl import logging
 
 from experiments import common, init_study_lib, reconstruct_lib, toy_2d_lib
-from recon_jax import data, metrics, victim
+from recon_jax import data, victim
+from recon_jax.eval import images as metrics
 
 SCALES = ("quick", "default", "paper")
 SECTIONS = (

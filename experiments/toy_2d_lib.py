@@ -10,7 +10,8 @@ import numpy as np
 from absl import logging
 
 from experiments import common
-from recon_jax import inits, loop, metrics, plotting, sweep, victim
+from recon_jax import inits, loop, plotting, sweep, victim
+from recon_jax.eval import images as metrics
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
 

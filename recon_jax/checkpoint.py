@@ -20,7 +20,9 @@ from flax import serialization
 FORMAT = "recon_jax.checkpoint.v1"
 
 
-class CheckpointError(ValueError):
+from recon_jax.errors import Error
+
+class CheckpointError(Error, ValueError):
   """A checkpoint could not be read or does not match what was asked for."""
 
 

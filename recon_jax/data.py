@@ -67,7 +67,9 @@ _IDX_IMAGES_MAGIC = 0x00000803
 _IDX_LABELS_MAGIC = 0x00000801
 
 
-class DataError(ValueError):
+from recon_jax.errors import Error
+
+class DataError(Error, ValueError):
   """One-line, user-facing error naming the offending file or argument."""
 
 
@@ -268,31 +270,31 @@ def load_dataset(name: str,
   """
   if not isinstance(name, str) or name.strip().lower() not in DATASETS:
     raise DataError(
-      f'--dataset {name!r} is unknown; valid: {", ".join(DATASETS)}')
+      f'dataset {name!r} is unknown; valid: {", ".join(DATASETS)}')
   name = name.strip().lower()
   if task not in TASKS:
     raise DataError(
-      f'--task {task!r} is unknown; valid: {", ".join(TASKS)}')
+      f'task {task!r} is unknown; valid: {", ".join(TASKS)}')
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or (
       seed < 0):
-    raise DataError(f'--seed must be a non-negative integer, got {seed!r}')
+    raise DataError(f'seed must be a non-negative integer, got {seed!r}')
   rng = np.random.default_rng(int(seed))
 
   if name == 'toy2d':
     return _load_toy2d(task=task, toy_n=toy_n,
               n_test=_toy_split_size(n_test_per_class,
-                         '--n_test_per_class'),
+                         'n_test_per_class'),
               n_part=_toy_split_size(n_part_per_class,
-                         '--n_part_per_class'),
+                         'n_part_per_class'),
               rng=rng, subtract_mean=subtract_mean)
 
-  n_per_class = _check_count(n_per_class, '--n_per_class', allow_zero=False)
-  n_test_per_class = _check_count(n_test_per_class, '--n_test_per_class')
-  n_part_per_class = _check_count(n_part_per_class, '--n_part_per_class')
+  n_per_class = _check_count(n_per_class, 'n_per_class', allow_zero=False)
+  n_test_per_class = _check_count(n_test_per_class, 'n_test_per_class')
+  n_part_per_class = _check_count(n_part_per_class, 'n_part_per_class')
 
   if name == 'cifar100' and task == 'binary':
     raise DataError(
-      '--dataset cifar100 has no binary task; use --task multiclass')
+      'dataset cifar100 has no binary task; use task=multiclass')
 
   if name in _EMBEDDED:
     pool = _embedded_pool(name, task)
@@ -373,7 +375,7 @@ def _too_many(flag: str, wanted: int, available: int, name: str,
        what: str) -> DataError:
   return DataError(
     f'{flag}={wanted} is more than the {available} samples available per '
-    f'class {what} of --dataset {name}')
+    f'class {what} of dataset {name}')
 
 
 def _resolve_part(n_part: Optional[int], n_train: int, remaining: int,
@@ -381,7 +383,7 @@ def _resolve_part(n_part: Optional[int], n_train: int, remaining: int,
   if n_part is None:
     return min(n_train, remaining)
   if n_part > remaining:
-    raise _too_many('--n_part_per_class', n_part, remaining, name,
+    raise _too_many('n_part_per_class', n_part, remaining, name,
             'after drawing the training set')
   return n_part
 
@@ -396,14 +398,14 @@ def _split_single_pool(y, classes, n_train, n_part, n_test, rng, name):
   perms = _per_class_perms(y, classes, rng)
   available = min(len(p) for p in perms)
   if n_train > available:
-    raise _too_many('--n_per_class', n_train, available, name,
+    raise _too_many('n_per_class', n_train, available, name,
             '(smallest class)')
   n_part = _resolve_part(n_part, n_train, available - n_train, name)
   remaining = available - n_train - n_part
   if n_test is None:
     n_test = remaining
   elif n_test > remaining:
-    raise _too_many('--n_test_per_class', n_test, remaining, name,
+    raise _too_many('n_test_per_class', n_test, remaining, name,
             'after drawing the training and partition sets')
   return (_take(perms, 0, n_train), _take(perms, n_train, n_part),
       _take(perms, n_train + n_part, n_test))
@@ -413,7 +415,7 @@ def _split_train_pool(y, classes, n_train, n_part, rng, name):
   perms = _per_class_perms(y, classes, rng)
   available = min(len(p) for p in perms)
   if n_train > available:
-    raise _too_many('--n_per_class', n_train, available, name,
+    raise _too_many('n_per_class', n_train, available, name,
             'in the training pool (smallest class)')
   n_part = _resolve_part(n_part, n_train, available - n_train, name)
   return _take(perms, 0, n_train), _take(perms, n_train, n_part)
@@ -425,7 +427,7 @@ def _split_test_pool(y, classes, n_test, rng, name):
   if n_test is None:
     n_test = min(available, _FILE_TEST_CAP)
   elif n_test > available:
-    raise _too_many('--n_test_per_class', n_test, available, name,
+    raise _too_many('n_test_per_class', n_test, available, name,
             'in the test pool (smallest class)')
   return _take(perms, 0, n_test)
 
@@ -486,7 +488,7 @@ def _load_toy2d(*, task, toy_n, n_test, n_part, rng, subtract_mean) -> Dataset:
   """Haim et al. (2022) Sec. 4: equally spaced points on the unit circle."""
   if isinstance(toy_n, bool) or not isinstance(toy_n, (int, np.integer)) or (
       toy_n < 2 or toy_n % 2):
-    raise DataError(f'--toy_n must be an even integer >= 2, got {toy_n!r}')
+    raise DataError(f'toy_n must be an even integer >= 2, got {toy_n!r}')
   toy_n = int(toy_n)
   step = 2.0 * np.pi / toy_n
   offset = rng.uniform(0.0, step)
@@ -539,12 +541,12 @@ def _load_toy2d(*, task, toy_n, n_test, n_part, rng, subtract_mean) -> Dataset:
 def _require_dir(name: str, data_dir, expected: str) -> str:
   if data_dir is None or (isinstance(data_dir, str) and not data_dir):
     raise DataError(
-      f'--dataset {name} is read from files: pass --data_dir, a '
+      f'dataset {name} is read from files: pass data_dir, a '
       f'directory with {expected}')
   data_dir = os.fspath(data_dir)
   if not os.path.isdir(data_dir):
     raise DataError(
-      f'--data_dir {data_dir}: no such directory (expected {expected})')
+      f'data_dir {data_dir}: no such directory (expected {expected})')
   return data_dir
 
 
@@ -640,7 +642,7 @@ def _mnist_split(dirs, prefix: str, expected: str):
     if path is None:
       raise DataError(
         f'{os.path.join(dirs[0], base)}: missing file (also tried .gz '
-        f'and {dotted}); --data_dir must hold the {expected}')
+        f'and {dotted}); data_dir must hold the {expected}')
     return path
 
   img_path = locate('images', 3)
@@ -805,7 +807,7 @@ def _load_cifar10(data_dir):
     if py_dir is None:
       raise DataError(
         f'{os.path.join(data_dir, "data_batch_1.bin")}: missing file; '
-        f'--data_dir must hold the {expected}')
+        f'data_dir must hold the {expected}')
     def read(n):
       return _cifar_py_batch(
         _existing(os.path.join(py_dir, n), expected), 'labels', 9)
@@ -831,7 +833,7 @@ def _load_cifar100(data_dir):
     if not os.path.isfile(os.path.join(py_dir, 'train')):
       raise DataError(
         f'{os.path.join(data_dir, "train.bin")}: missing file; '
-        f'--data_dir must hold the {expected}')
+        f'data_dir must hold the {expected}')
     def read(n):
       return _cifar_py_batch(
         _existing(os.path.join(py_dir, n), expected), 'fine_labels',
@@ -842,5 +844,5 @@ def _load_cifar100(data_dir):
 def _existing(path: str, expected: str) -> str:
   if not os.path.isfile(path):
     raise DataError(
-      f'{path}: missing file; --data_dir must hold the {expected}')
+      f'{path}: missing file; data_dir must hold the {expected}')
   return path

@@ -62,6 +62,8 @@ import jax
 import numpy as np
 from absl import logging
 
+from recon_jax.errors import ConfigError
+
 _FALSE = ("", "0", "false", "no", "off", "none")
 
 
@@ -72,7 +74,7 @@ def _env_int(name: str) -> Optional[int]:
   try:
     return int(value)
   except ValueError:
-    raise ValueError(f"${name} must be an integer, got {value!r}.") from None
+    raise ConfigError(f"${name} must be an integer, got {value!r}.") from None
 
 
 def maybe_initialize(flag_value: Union[bool, str, None]) -> bool:
@@ -156,6 +158,6 @@ def process_restart_slice(num_restarts: int) -> slice:
   """
   p, i = jax.process_count(), jax.process_index()
   if num_restarts % p:
-    raise ValueError(f"{num_restarts} restarts do not divide over {p} processes.")
+    raise ConfigError(f"{num_restarts} restarts do not divide over {p} processes.")
   per = num_restarts // p
   return slice(i * per, (i + 1) * per)

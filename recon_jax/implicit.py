@@ -39,6 +39,9 @@ import jaxopt
 from jaxopt import linear_solve
 from jaxopt._src.lbfgs import inv_hessian_product  # the two-loop recursion
 
+from recon_jax.errors import ConfigError
+from recon_jax import losses
+
 INNER_SOLVERS = ("lbfgs", "gd")
 HESSIAN_SOLVES = ("cg", "lbfgs")
 
@@ -46,11 +49,6 @@ HESSIAN_SOLVES = ("cg", "lbfgs")
 class InnerInfo(NamedTuple):
   grad_norm: jax.Array   # ||grad_theta E|| at the returned theta
   iters: jax.Array       # inner iterations run (float, so it vmaps/differentiates freely)
-
-
-def _tree_dot(a, b):
-  return sum(jnp.vdot(u, v) for u, v in zip(jax.tree_util.tree_leaves(a),
-                                             jax.tree_util.tree_leaves(b)))
 
 
 def _zero_cotangent(a):
@@ -68,7 +66,7 @@ def _make_solver(energy, inner, maxiter, tol, history_size, stepsize, implicit_d
     return jaxopt.GradientDescent(fun=energy, maxiter=maxiter, tol=tol, stepsize=stepsize,
                                   acceleration=False, implicit_diff=implicit_diff,
                                   implicit_diff_solve=solve, jit=True)
-  raise ValueError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
+  raise ConfigError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
 
 
 def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: str = "cg",
@@ -91,14 +89,14 @@ def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: s
     ``theta_init``, as at an exact minimiser; none in ``y``).
   """
   if inner not in INNER_SOLVERS:
-    raise ValueError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
+    raise ConfigError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
   if hessian_solve not in HESSIAN_SOLVES:
-    raise ValueError(f"hessian_solve must be one of {HESSIAN_SOLVES}, got {hessian_solve!r}.")
+    raise ConfigError(f"hessian_solve must be one of {HESSIAN_SOLVES}, got {hessian_solve!r}.")
   if hessian_solve == "lbfgs" and inner != "lbfgs":
-    raise ValueError("hessian_solve='lbfgs' reuses the inner L-BFGS memory; it needs "
+    raise ConfigError("hessian_solve='lbfgs' reuses the inner L-BFGS memory; it needs "
                      "inner='lbfgs'.")
   if maxiter < 1:
-    raise ValueError(f"inner maxiter must be >= 1, got {maxiter}.")
+    raise ConfigError(f"inner maxiter must be >= 1, got {maxiter}.")
 
   def info_of(state):
     return InnerInfo(jnp.asarray(state.error), jnp.asarray(state.iter_num).astype(
@@ -132,7 +130,7 @@ def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: s
     # p ~= H^{-1} v from the L-BFGS memory (Nocedal & Wright, Alg. 7.4).
     p = inv_hessian_product(v, s_h, y_h, rho_h, gamma, start)
     # dl/dx = -d/dx <grad_theta E(theta; x, y), p>
-    gx = jax.grad(lambda xx: _tree_dot(jax.grad(energy)(theta, xx, y), p))(x)
+    gx = jax.grad(lambda xx: losses.tree_dot(jax.grad(energy)(theta, xx, y), p))(x)
     return (jax.tree_util.tree_map(jnp.zeros_like, theta_init),
             jax.tree_util.tree_map(jnp.negative, gx),
             jax.tree_util.tree_map(_zero_cotangent, y))
@@ -155,7 +153,7 @@ def train_to_convergence(apply_fn, params, x, y, loss: str, wd: float, *, tol: f
   Args:
     apply_fn: ``apply_fn(params, x, act) -> [n, C]``.
     params: initial parameters.
-    x, y: training inputs and labels (see :func:`recon_jax.train.per_sample_loss`).
+    x, y: training inputs and labels (see :func:`recon_jax.losses.per_sample_loss`).
     loss: 'logistic', 'ce' or 'mse'.
     wd: weight decay (> 0 for 'logistic'/'ce': otherwise no minimiser exists on
       separable data).
@@ -167,19 +165,14 @@ def train_to_convergence(apply_fn, params, x, y, loss: str, wd: float, *, tol: f
     ``(params, grad_norm)``; ``grad_norm`` (a float) is ``||grad E(theta)||`` at the
     returned parameters, recomputed.
   """
-  from recon_jax.train import per_sample_loss, sq_norm  # no cycle: train imports no jaxopt
-
   if wd < 0:
-    raise ValueError(f"wd must be >= 0, got {wd}.")
-
-  def energy(p, xx, yy):
-    return (jnp.mean(per_sample_loss(loss, apply_fn(p, xx, act), yy))
-            + 0.5 * wd * sq_norm(p))
+    raise ConfigError(f"wd must be >= 0, got {wd}.")
+  energy = losses.energy(apply_fn, loss, wd, act)
 
   solver = jaxopt.LBFGS(fun=energy, maxiter=maxiter, tol=tol, history_size=history_size,
                         jit=True)
   run = jax.jit(solver.run)
   params, _ = run(params, jnp.asarray(x), jnp.asarray(y))
   g = jax.grad(energy)(params, jnp.asarray(x), jnp.asarray(y))
-  gnorm = float(jnp.sqrt(sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(g))))
+  gnorm = float(jnp.sqrt(losses.tree_sq_norm(g)))
   return params, gnorm

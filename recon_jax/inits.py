@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.errors import ConfigError
+
 INIT_SCHEMES = ("gaussian", "uniform", "ground_truth", "partition", "mix")
 
 
@@ -84,14 +86,14 @@ def make_x_init(scheme: str, *, m: int, input_shape, x_train=None, x_part=None,
     return uniform(m, input_shape, offset, dtype)
   if scheme == "ground_truth":
     if x_train is None:
-      raise ValueError("--init=ground_truth needs the training images.")
+      raise ConfigError("init=ground_truth needs the training images.")
     return fixed(x_train, m, dtype)
   if scheme == "partition":
     if x_part is None:
-      raise ValueError("--init=partition needs the disjoint partition images.")
+      raise ConfigError("init=partition needs the disjoint partition images.")
     return fixed(x_part, m, dtype)
   if scheme == "mix":
     if x_train is None or x_part is None:
-      raise ValueError("--init=mix needs the training and the partition images.")
+      raise ConfigError("init=mix needs the training and the partition images.")
     return mix(x_train, x_part, m, offset, dtype)
-  raise ValueError(f"unknown --init {scheme!r}; choose from {INIT_SCHEMES}.")
+  raise ConfigError(f"init must be one of {INIT_SCHEMES}, got {scheme!r}.")

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from recon_jax.errors import ConfigError
 from recon_jax import distributed
 from recon_jax.types import Attack, HParams, Target
 
@@ -88,7 +89,7 @@ def resolve_batching(batching: str) -> str:
   GPU one small restart cannot fill the device and vmap wins.
   """
   if batching not in BATCHINGS:
-    raise ValueError(f"batching must be one of {BATCHINGS}, got {batching!r}.")
+    raise ConfigError(f"batching must be one of {BATCHINGS}, got {batching!r}.")
   if batching == "auto":
     return "map" if jax.default_backend() == "cpu" else "vmap"
   return batching
@@ -165,7 +166,7 @@ class RunResult(NamedTuple):
 def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target, *,
         num_steps: int, chunk_steps: int = 500, batching: str = "auto", shard: bool = True,
         state: Optional[RestartState] = None, progress: Optional[Callable] = None,
-        log: bool = True) -> RunResult:
+        log: bool = True, checkpoint: Optional["Checkpoint"] = None) -> RunResult:
   """Runs R restarts for ``num_steps`` steps, in compiled chunks of ``chunk_steps``.
 
   Args:
@@ -183,21 +184,23 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
       are donated to the compiled chunk, so the caller's copy is consumed.
     progress: ``progress(state, record)`` called on the host after each chunk.
     log: log one line per chunk.
+    checkpoint: save the run for a resume (:class:`Checkpoint`).
 
   Returns:
     RunResult.
   """
   if num_steps <= 0:
-    raise ValueError(f"--steps must be > 0, got {num_steps}.")
+    raise ConfigError(f"num_steps must be > 0, got {num_steps}.")
   return run_stages(attack, x_init, keys, [(num_steps, hparams)], target,
                     chunk_steps=chunk_steps, batching=batching, shard=shard, state=state,
-                    progress=progress, log=log)
+                    progress=progress, log=log, checkpoint=checkpoint)
 
 
 def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int, HParams]],
                target: Target, *, chunk_steps: int = 500, batching: str = "auto",
                shard: bool = True, state: Optional[RestartState] = None,
-               progress: Optional[Callable] = None, log: bool = True) -> RunResult:
+               progress: Optional[Callable] = None, log: bool = True,
+               checkpoint: Optional["Checkpoint"] = None) -> RunResult:
   """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
 
   Each stage continues the previous one's state (x, lambda, optimiser buffers)
@@ -211,6 +214,8 @@ def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int
   Args:
     attack, x_init, keys, target, chunk_steps, batching, shard, state,
       progress, log: as :func:`run`.
+    checkpoint: where and how often to save the run for a later resume
+      (:class:`Checkpoint`); the one resumable-run mechanism of every attack.
     stages: (steps in this stage, hparams) pairs; every hparams dict has the
       same keys, [R] shapes and dtypes.
 
@@ -218,11 +223,11 @@ def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int
     RunResult with the chunks of all stages.
   """
   if not stages:
-    raise ValueError("run_stages needs at least one stage.")
+    raise ConfigError("run_stages needs at least one stage.")
   if any(steps <= 0 for steps, _ in stages):
-    raise ValueError(f"every stage needs > 0 steps, got {[steps for steps, _ in stages]}.")
+    raise ConfigError(f"every stage needs > 0 steps, got {[steps for steps, _ in stages]}.")
   if chunk_steps <= 0:
-    raise ValueError(f"chunk_steps must be > 0, got {chunk_steps}.")
+    raise ConfigError(f"chunk_steps must be > 0, got {chunk_steps}.")
   num_restarts = int(np.shape(keys)[0])
   stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
   sharding = restart_sharding(num_restarts) if shard else None
@@ -272,6 +277,55 @@ def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int
                      attack.name, done, total, fin.min() if fin.size else np.nan,
                      np.median(fin) if fin.size else np.nan, int(rec["diverged"].sum()),
                      num_restarts, rec["time_s"])
+      if checkpoint is not None:
+        checkpoint.chunks.append(chunk_record(rec))
+        if checkpoint.every and (len(checkpoint.chunks) % checkpoint.every == 0 or done >= total):
+          checkpoint.save(state, keys, stages[0][1])
       if progress is not None:
         progress(state, rec)
   return RunResult(state, history, compile_s, run_s)
+
+
+def chunk_record(rec: dict) -> dict:
+  """JSON form of one chunk's record: the step and every per-restart metric (None: non-finite)."""
+  out = {"step": int(rec["step"])}
+  for k, v in rec.items():
+    if k in ("step", "time_s"):
+      continue
+    v = np.asarray(v)
+    if v.dtype == bool:
+      out[k] = [bool(b) for b in v.ravel()]
+    else:
+      out[k] = [float(f) if np.isfinite(f) else None for f in v.astype(np.float64).ravel()]
+  return out
+
+
+class Checkpoint:
+  """Saves a running sweep to ``path`` every ``every`` chunks (and at its end).
+
+  The file (:mod:`recon_jax.resume`) holds the batched state, the PRNG keys,
+  the first stage's hyperparameters and ``meta`` plus the JSON records of
+  every chunk so far (``chunks``), so a resumed run reports the whole run.
+  :func:`resume_state` reads it back.
+  """
+
+  def __init__(self, path: str, every: int = 1, meta: Optional[dict] = None,
+               chunks: Optional[list] = None):
+    if every < 0:
+      raise ConfigError(f"every must be >= 0 (0: never), got {every}.")
+    self.path, self.every, self.meta = path, every, dict(meta or {})
+    self.chunks = list(chunks or [])
+
+  def save(self, state, keys, hparams) -> None:
+    from recon_jax import resume
+    resume.save(self.path, resume.run_tree(state, keys, hparams),
+                {**self.meta, "chunks": self.chunks})
+
+
+def resume_state(path: str, attack: Attack, x_init: XInitFn, keys, hparams: HParams,
+                 target: Target, batching: str = "auto"):
+  """``(state, chunk records, meta)`` of a sweep saved by :class:`Checkpoint`, validated."""
+  from recon_jax import resume
+  state, meta = resume.load_run(path, attack, x_init, keys, hparams, target, batching)
+  logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
+  return state, list(meta.get("chunks", [])), meta

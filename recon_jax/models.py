@@ -15,6 +15,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from recon_jax.errors import ConfigError
+
 Activation = Callable[[jax.Array], jax.Array]
 
 BIAS_MODES = ("first", "all", "none")
@@ -97,10 +99,10 @@ def get_activation(name: str, alpha: Optional[float] = None) -> Activation:
   }
   if name == "surrogate_relu":
     if alpha is None or alpha <= 0:
-      raise ValueError(f"surrogate_relu needs alpha > 0, got {alpha}.")
+      raise ConfigError(f"surrogate_relu needs alpha > 0, got {alpha}.")
     return functools.partial(surrogate_relu, alpha=alpha)
   if name not in table:
-    raise ValueError(
+    raise ConfigError(
         f"unknown activation {name!r}; choose from {sorted(table) + ['surrogate_relu']}.")
   return table[name]
 
@@ -126,13 +128,13 @@ def weight_init(scheme: str, std: Optional[float] = None, gain: float = 1.0):
     return nn.initializers.variance_scaling(2.0 * gain ** 2, "fan_in", "normal")
   if scheme == "normal":
     if std is None or std <= 0:
-      raise ValueError(f"init 'normal' needs std > 0, got {std}.")
+      raise ConfigError(f"init 'normal' needs std > 0, got {std}.")
     return nn.initializers.normal(std)
   if scheme == "uniform":
     return nn.initializers.uniform(1.0)
   if scheme == "torch":  # U(-b, b), b = gain / sqrt(fan_in): variance b^2 / 3
     return nn.initializers.variance_scaling(gain ** 2 / 3.0, "fan_in", "uniform")
-  raise ValueError(f"unknown init scheme {scheme!r}; choose from {INIT_SCHEMES}.")
+  raise ConfigError(f"unknown init scheme {scheme!r}; choose from {INIT_SCHEMES}.")
 
 
 def bias_init(scheme: str, fan_in: int, gain: float = 1.0):
@@ -268,10 +270,10 @@ def build_model(arch: str, *, out_dim: int = 1, widths: Sequence[int] = (256, 25
   """Builds a model from plain config values (what the binaries and checkpoints store)."""
   act = get_activation(activation) if activation != "surrogate_relu" else jax.nn.relu
   if bias not in BIAS_MODES:
-    raise ValueError(f"bias must be one of {BIAS_MODES}, got {bias!r}.")
+    raise ConfigError(f"bias must be one of {BIAS_MODES}, got {bias!r}.")
   if arch == "mlp":
     if any(int(w) <= 0 for w in widths):
-      raise ValueError(f"widths must be positive, got {list(widths)}.")
+      raise ConfigError(f"widths must be positive, got {list(widths)}.")
     return MLP(widths=tuple(int(w) for w in widths), out_dim=out_dim, bias=bias, init_scheme=init,
                init_std=init_std, first_layer_std=first_layer_std, activation=act,
                init_gain=init_gain)
@@ -283,7 +285,7 @@ def build_model(arch: str, *, out_dim: int = 1, widths: Sequence[int] = (256, 25
   if arch == "cnn":
     return SmallCNN(channels=tuple(int(w) for w in widths), out_dim=out_dim, bias=bias,
                     activation=act)
-  raise ValueError(f"unknown architecture {arch!r}; choose from mlp, affine, one_hidden, cnn.")
+  raise ConfigError(f"unknown architecture {arch!r}; choose from mlp, affine, one_hidden, cnn.")
 
 
 def init_params(module: nn.Module, key, input_shape, dtype=jnp.float32):

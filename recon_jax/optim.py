@@ -9,6 +9,8 @@ from __future__ import annotations
 import jax
 import optax
 
+from recon_jax.errors import ConfigError
+
 OPTIMIZERS = ("sgd", "adam")
 
 
@@ -18,7 +20,7 @@ def base_optimizer(name: str, momentum: float = 0.9) -> optax.GradientTransforma
     return optax.sgd(1.0, momentum=momentum or None)
   if name == "adam":
     return optax.adam(1.0)
-  raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}.")
+  raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}.")
 
 
 def scaled(x: jax.Array, update: jax.Array, lr) -> jax.Array:

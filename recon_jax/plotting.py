@@ -17,7 +17,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from recon_jax.metrics import EvalResult  # noqa: E402
+from recon_jax.errors import ConfigError
+from recon_jax.eval.images import EvalResult  # noqa: E402
 
 # Haim et al. show at most 15 images per row (45 = 3 blocks of 15).
 DEFAULT_MAX_COLS = 15
@@ -45,7 +46,7 @@ def _to_display(img: Any) -> tuple[np.ndarray, Optional[str]]:
   if arr.ndim == 3 and arr.shape[-1] == 1:
     arr = arr[..., 0]
   if arr.ndim not in (2, 3):
-    raise ValueError(f"expected an image [H, W(, C)], got shape {arr.shape}")
+    raise ConfigError(f"expected an image [H, W(, C)], got shape {arr.shape}")
   # Non-finite pixels would make imshow complain; show them as black.
   arr = np.clip(np.nan_to_num(arr, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
   return arr, ("gray" if arr.ndim == 2 else None)
@@ -84,10 +85,10 @@ def image_grid(
   rows = [np.asarray(r) for r in rows]
   n_rows = len(rows)
   if n_rows == 0:
-    raise ValueError("image_grid needs at least one row")
+    raise ConfigError("image_grid needs at least one row")
   k_max = max(int(r.shape[0]) for r in rows)
   if k_max == 0:
-    raise ValueError("image_grid needs at least one image")
+    raise ConfigError("image_grid needs at least one image")
   n_cols = min(k_max, max_cols)
   n_blocks = math.ceil(k_max / n_cols)
 
@@ -146,7 +147,7 @@ def reconstruction_figure(
 
   Args:
     path: Output PNG path.
-    result: Output of `recon_jax.metrics.evaluate`.
+    result: Output of `recon_jax.eval.images.evaluate`.
     x_train_disp: Training images for display [n, H, W, C] in [0, 1].
     x_heldout_disp: Held-out images for display [h, H, W, C] in [0, 1],
       or None to omit row 3.
@@ -233,7 +234,7 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
   """
   n = len(panels)
   if n == 0:
-    raise ValueError("points_2d_panels needs at least one panel")
+    raise ConfigError("points_2d_panels needs at least one panel")
   fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.3), squeeze=False)
   for ax, panel in zip(axes[0], panels):
     field = panel.get("field")
@@ -304,7 +305,7 @@ def heatmap(
   """
   values = np.asarray(values, dtype=np.float64)
   if values.ndim != 2:
-    raise ValueError(f"heatmap expects a 2-D table, got shape {values.shape}")
+    raise ConfigError(f"heatmap expects a 2-D table, got shape {values.shape}")
   a, b = values.shape
   fig, ax = plt.subplots(figsize=(1.0 + 0.7 * b, 1.0 + 0.5 * a))
   finite = values[np.isfinite(values)]
@@ -369,3 +370,25 @@ def line_plot(
     ax.legend(fontsize=7, loc="best")
   ax.grid(alpha=0.3)
   _save(fig, path, dpi=120)
+
+
+def reconstruction_report(figdir: Union[str, os.PathLike], result: Any, x_train: np.ndarray,
+                          x_held: Optional[np.ndarray], train_margins: Optional[Any],
+                          ssim_threshold: float, prefix: str = "") -> None:
+  """The two figures of a reconstruction run (pixel-space images in, PNGs out).
+
+  ``reconstructions.png``: each training image under its best reconstruction
+  (and the nearest held-out image); ``ssim_vs_margin.png`` (when the training
+  margins are known): SSIM of each training image's reconstruction against its
+  margin, Haim et al. Fig. 4.
+  """
+  from recon_jax.eval import images as metrics
+  os.makedirs(figdir, exist_ok=True)
+  x_train_disp = np.asarray(metrics.stretch(x_train))
+  x_held_disp = np.asarray(metrics.stretch(x_held)) if x_held is not None else None
+  reconstruction_figure(os.path.join(figdir, f"{prefix}reconstructions.png"), result,
+                        x_train_disp, x_held_disp, k=min(45, len(x_train)))
+  if train_margins is not None:
+    ssim_vs_margin(os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
+                   np.asarray(train_margins), result.ssim, threshold_lines=(0.4, ssim_threshold),
+                   strict_mask=result.recovered_strict_mask)

@@ -142,11 +142,11 @@ def load_run(path: str, attack, x_init, keys, hparams: dict, target, batching: s
   if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
       not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v))
       for k, v in hparams.items()):
-    raise CheckpointError(f"--resume: {path} was written with other PRNG keys or "
+    raise CheckpointError(f"{path} was written with other PRNG keys or "
                           "hyperparameters than this configuration gives.")
   bad = nonfinite_leaves(tree["run"].inner)
   if bad:
-    raise CheckpointError(f"--resume: {path} holds NaN/Inf in {bad[0]}.")
+    raise CheckpointError(f"{path} holds NaN/Inf in {bad[0]}.")
   state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
                                  tree["run"])
   return state, meta

@@ -12,6 +12,8 @@ from typing import Mapping, Sequence, Tuple
 
 import numpy as np
 
+from recon_jax.errors import ConfigError
+
 Range = Tuple[float, float, str]
 
 # Haim et al. 2022, Appendix B.2.
@@ -32,17 +34,17 @@ INVERSION_RANGES: dict[str, Range] = {
 def _check(name: str, rng: Range) -> None:
   lo, hi, kind = rng
   if kind not in ("log", "lin"):
-    raise ValueError(f"--{name}: range kind must be 'log' or 'lin', got {kind!r}.")
+    raise ConfigError(f"{name}: range kind must be 'log' or 'lin', got {kind!r}.")
   if hi < lo:
-    raise ValueError(f"--{name}: range upper end {hi} is below the lower end {lo}.")
+    raise ConfigError(f"{name}: range upper end {hi} is below the lower end {lo}.")
   if kind == "log" and lo <= 0:
-    raise ValueError(f"--{name}: a log-uniform range needs a positive lower end, got {lo}.")
+    raise ConfigError(f"{name}: a log-uniform range needs a positive lower end, got {lo}.")
 
 
 def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.float32):
   """``num`` independent draws from ``ranges`` (log- or linear-uniform)."""
   if num <= 0:
-    raise ValueError(f"--num_restarts must be > 0, got {num}.")
+    raise ConfigError(f"num_restarts must be > 0, got {num}.")
   rng = np.random.default_rng(seed)
   out = {}
   for name in sorted(ranges):
@@ -73,9 +75,9 @@ def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> 
   derivative) and multiplies its learning rates by ``lr_scale``.
   """
   if alpha <= 0:
-    raise ValueError(f"--refine_alpha must be > 0, got {alpha}.")
+    raise ConfigError(f"refine_alpha must be > 0, got {alpha}.")
   if lr_scale <= 0:
-    raise ValueError(f"--refine_lr_scale must be > 0, got {lr_scale}.")
+    raise ConfigError(f"refine_lr_scale must be > 0, got {lr_scale}.")
   out = {k: np.array(v, copy=True) for k, v in hparams.items()}
   if "alpha" in out:
     out["alpha"] = np.full_like(out["alpha"], alpha)
@@ -93,7 +95,7 @@ def stages(hparams: Mapping[str, np.ndarray], steps: int, refine_steps: int = 0,
   when ``refine_steps > 0``.  The refinement settings are checked either way.
   """
   if refine_steps < 0:
-    raise ValueError(f"--refine_steps must be >= 0, got {refine_steps}.")
+    raise ConfigError(f"refine_steps must be >= 0, got {refine_steps}.")
   refined = refine(hparams, refine_alpha, refine_lr_scale)
   return [(steps, hparams)] + ([(refine_steps, refined)] if refine_steps else [])
 
@@ -110,4 +112,4 @@ def parse_range(name: str, text: str, default_kind: str) -> Range:
       return (float(parts[0]), float(parts[1]), kind)
   except ValueError:
     pass
-  raise ValueError(f"--{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.")
+  raise ConfigError(f"{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.")

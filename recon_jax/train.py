@@ -1,10 +1,7 @@
-"""Victim training: pure steps in ``lax.scan`` chunks, host logging between chunks.
+"""Victim training by gradient descent: pure steps in ``lax.scan`` chunks, host logging between.
 
-Losses (per-sample, averaged):
-  * ``logistic`` -- binary, labels in {-1, +1}: ``softplus(-y f(x))`` (BCE on logits).
-  * ``ce``       -- multiclass, integer labels: softmax cross-entropy.
-  * ``mse``      -- regression: ``0.5 (f(x) - y)^2``.
-Weight decay adds ``(wd / 2) ||theta||^2``.
+The energy minimised is :func:`recon_jax.losses.energy` (mean per-sample loss
+plus ``wd/2 ||theta||^2``).
 """
 from __future__ import annotations
 
@@ -19,66 +16,18 @@ import numpy as np
 import optax
 from absl import logging
 
-LOSSES = ("logistic", "ce", "mse")
+from recon_jax.errors import ConfigError, Error
+from recon_jax import losses
+from recon_jax.losses import error_rate, per_sample_loss
 
 
-class TrainError(RuntimeError):
+class TrainError(Error, RuntimeError):
   """Training failed (e.g. NaN); ``params`` holds the last finite parameters."""
 
   def __init__(self, msg, params=None, history=None):
     super().__init__(msg)
     self.params = params
     self.history = history
-
-
-def per_sample_loss(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
-  """Per-sample loss for network outputs ``out`` [m, out_dim] and labels ``y`` [m]."""
-  if loss == "logistic":
-    return jax.nn.softplus(-y * out[:, 0])
-  if loss == "ce":
-    return optax.softmax_cross_entropy_with_integer_labels(out, y.astype(jnp.int32))
-  if loss == "mse":
-    target = y.reshape(out.shape) if y.ndim == out.ndim else y[:, None]
-    return 0.5 * jnp.sum((out - target) ** 2, axis=-1)
-  raise ValueError(f"unknown loss {loss!r}; choose from {LOSSES}.")
-
-
-def sq_norm(tree) -> jax.Array:
-  return sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(tree))
-
-
-def objective(apply_fn, loss: str, weight_decay: float = 0.0):
-  """``E(theta; x, y) = mean_i loss(f(x_i), y_i) + wd/2 ||theta||^2`` as a pure function."""
-  def energy(params, x, y):
-    data = jnp.mean(per_sample_loss(loss, apply_fn(params, x), y))
-    return data + 0.5 * weight_decay * sq_norm(params)
-  return energy
-
-
-def predictions(loss: str, out: jax.Array) -> jax.Array:
-  if loss == "logistic":
-    return jnp.where(out[:, 0] >= 0, 1.0, -1.0).astype(out.dtype)
-  if loss == "ce":
-    return jnp.argmax(out, axis=-1)
-  return out[:, 0]
-
-
-def error_rate(loss: str, out, y) -> jax.Array:
-  if loss == "mse":
-    return jnp.mean((out[:, 0] - y) ** 2)
-  return jnp.mean(predictions(loss, out) != y)
-
-
-def margins(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
-  """Per-sample margin: ``y f(x)`` (binary), ``f_y - max_{j!=y} f_j`` (multiclass), ``f`` (regression)."""
-  if loss == "logistic":
-    return y * out[:, 0]
-  if loss == "ce":
-    yi = y.astype(jnp.int32)
-    fy = jnp.take_along_axis(out, yi[:, None], axis=1)[:, 0]
-    others = jnp.where(jax.nn.one_hot(yi, out.shape[1], dtype=bool), -jnp.inf, out)
-    return fy - jnp.max(others, axis=1)
-  return out[:, 0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +61,7 @@ def make_optimizer(cfg: TrainConfig):
 
 def make_train_chunk(apply_fn, cfg: TrainConfig):
   """Returns ``(tx, chunk)``: jitted ``chunk(state, x, y, key) -> (state, losses[chunk])``."""
-  energy = objective(apply_fn, cfg.loss, cfg.weight_decay)
+  energy = losses.energy(apply_fn, cfg.loss, cfg.weight_decay)
   tx = make_optimizer(cfg)
 
   def chunk(state, x, y, key, length):
@@ -125,7 +74,7 @@ def make_train_chunk(apply_fn, cfg: TrainConfig):
     def step(state: TrainState, k):
       loss, grads = jax.value_and_grad(energy)(state.params, *batch(k))
       if cfg.adaptive != "none":
-        denom = loss if cfg.adaptive == "loss" else jnp.sqrt(sq_norm(grads))
+        denom = loss if cfg.adaptive == "loss" else jnp.sqrt(losses.tree_sq_norm(grads))
         scale = 1.0 / jnp.maximum(denom, cfg.loss_floor)
         grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
       updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -159,11 +108,11 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
       holds the last finite parameters (end of the previous chunk).
   """
   if cfg.lr <= 0:
-    raise ValueError(f"--lr must be > 0, got {cfg.lr}.")
+    raise ConfigError(f"lr must be > 0, got {cfg.lr}.")
   if cfg.epochs <= 0:
-    raise ValueError(f"--epochs must be > 0, got {cfg.epochs}.")
+    raise ConfigError(f"epochs must be > 0, got {cfg.epochs}.")
   if cfg.adaptive not in ("none", "loss", "grad"):
-    raise ValueError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
+    raise ConfigError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
   _, chunk_fn = make_train_chunk(apply_fn, cfg)
   if state is None:
     state = init_state(params, cfg)
@@ -186,7 +135,7 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
     if not finite:
       raise TrainError(
           f"training diverged (non-finite loss) in steps {done}-{done + length}; "
-          "lower --lr. The last finite parameters were kept.", state.params, history)
+          "lower the learning rate (lr). The last finite parameters were kept.", state.params, history)
     state = new_state
     done += length
     train_loss, train_err = (float(v) for v in eval_fn(state.params, x, y))

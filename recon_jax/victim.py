@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from recon_jax import checkpoint, data, models, train
+from recon_jax import checkpoint, data, losses, models, train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class VictimConfig:
 
 
 def out_dim(cfg: VictimConfig, ds: data.Dataset) -> int:
-  return ds.num_classes if cfg.loss == "ce" else 1
+  return losses.num_outputs(cfg.loss, ds.num_classes)
 
 
 def build(cfg: VictimConfig, ds: data.Dataset):
@@ -138,7 +138,8 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
   out = apply_fn(params, x, None)
   summary = dict(history[-1])
   summary["epochs_run"] = summary.pop("epoch")
-  summary["margins"] = np.asarray(train.margins(cfg.loss, out, y)).tolist()
+  margins = np.asarray(losses.margins(cfg.loss, out, y))
+  summary["margins"] = (margins[:, 0] if margins.ndim == 2 else margins).tolist()
   summary["outputs"] = np.asarray(out).tolist()
   return params, history, summary
 
@@ -201,3 +202,36 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
     except OSError as e:
       logging.warning("could not cache the victim at %s: %s", path, e)
   return params, summary, path if use_cache else None
+
+
+def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int):
+  module, _ = build(cfg, ds)
+  dtype = "float64" if jax.config.jax_enable_x64 else "float32"
+  params = jax.eval_shape(lambda: models.init_params(module, jax.random.PRNGKey(0),
+                                                     ds.x_train.shape[1:], dtype))
+  tcfg = phase_configs(cfg, chunk)[phase]
+  return {"state": jax.eval_shape(lambda: train.init_state(params, tcfg))}
+
+
+def save_training(path: str, phase: int, state, histories, chunk: int) -> None:
+  """Saves a training run between chunks (``fit``'s ``on_chunk``) for :func:`load_training`."""
+  from recon_jax import resume
+  resume.save(path, {"state": state}, {"phase": phase, "histories": histories, "chunk": chunk})
+
+
+def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) -> dict:
+  """The ``resume_from`` of :func:`fit` saved by :func:`save_training`, checked against ``cfg``.
+
+  Raises CheckpointError (file missing, foreign, of another architecture) or
+  ConfigError (``chunk`` differs from the saved run's).
+  """
+  from recon_jax import resume
+  from recon_jax.errors import ConfigError
+  if not os.path.isfile(path):
+    raise checkpoint.CheckpointError(f"{path}: training state not found; nothing to resume.")
+  with open(path, "rb") as f:
+    _, meta = checkpoint.read_blob(f.read(), path, resume.FORMAT, "state file")
+  if meta.get("chunk") != chunk:
+    raise ConfigError(f"chunk_epochs={chunk} differs from the saved run's {meta.get('chunk')}.")
+  tree, meta = resume.load(path, _train_template(cfg, ds, int(meta["phase"]), chunk))
+  return {"phase": meta["phase"], "state": tree["state"], "histories": meta["histories"]}

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from recon_jax import implicit, loop
-from recon_jax.attacks.bilevel import bilevel_attack, make_energy, tree_sq_dist
+from recon_jax.attacks.bilevel import bilevel_attack
+from recon_jax.losses import energy as make_energy, tree_sq_dist
 from recon_jax.inits import fixed
 from recon_jax.models import Affine, OneHidden, init_params, make_apply_fn
 from recon_jax.types import Target

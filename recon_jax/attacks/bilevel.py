@@ -35,13 +35,12 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax import implicit, optim, priors
+from recon_jax.errors import ConfigError
+from recon_jax import implicit, losses, optim, priors
 from recon_jax.models import get_activation
-from recon_jax.train import LOSSES, per_sample_loss
 from recon_jax.types import Attack, HParams, Target
 
 THETA0 = ("target", "uniform", "gaussian")
-HPARAMS = ("lr_x",)
 
 
 class BilevelState(NamedTuple):
@@ -51,21 +50,6 @@ class BilevelState(NamedTuple):
   opt_state: optax.OptState
   inner_grad_norm: jax.Array  # ||grad_theta E|| after the last inner solve
   inner_iters: jax.Array      # iterations of the last inner solve
-
-
-def tree_sq_dist(a, b) -> jax.Array:
-  return sum(jnp.sum(jnp.square(u - v)) for u, v in zip(jax.tree_util.tree_leaves(a),
-                                                         jax.tree_util.tree_leaves(b)))
-
-
-def make_energy(apply_fn, loss: str, wd: float, act=None):
-  """``E(theta, x, y)``; ``y`` arrives as floats (class ids are cast back for 'ce')."""
-  def energy(theta, x, y):
-    out = apply_fn(theta, x, act)
-    data = jnp.mean(per_sample_loss(loss, out, y))
-    reg = sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(theta))
-    return data + 0.5 * wd * reg
-  return energy
 
 
 def _theta0(kind: str, key, params, scale: float):
@@ -124,19 +108,18 @@ def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
     ValueError: on wd <= 0 with 'logistic'/'ce' (unless ``allow_zero_wd``), or
       an unknown option.
   """
-  if loss not in LOSSES:
-    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+  losses.check_loss(loss)
   if wd < 0 or (wd == 0 and loss != "mse" and not allow_zero_wd):
-    raise ValueError(
+    raise ConfigError(
         f"wd must be > 0 for loss {loss!r}, got {wd}: with separable data and no weight "
         "decay the training problem has no minimiser (Runkel et al. 2024, footnote 1) and "
         "its Hessian degenerates, so theta(x) and its implicit gradient are undefined. "
         "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3.")
   if theta0 not in THETA0:
-    raise ValueError(f"theta0 must be one of {THETA0}, got {theta0!r}.")
+    raise ConfigError(f"theta0 must be one of {THETA0}, got {theta0!r}.")
   base = optim.base_optimizer(optimizer, momentum)
   act_fn = get_activation(act) if isinstance(act, str) else act
-  energy = make_energy(apply_fn, loss, wd, act_fn)
+  energy = losses.energy(apply_fn, loss, wd, act_fn)
   solve = implicit.make_inner_solve(
       energy, inner=inner, hessian_solve=hessian_solve, maxiter=inner_maxiter,
       tol=inner_tol, history_size=history_size, stepsize=inner_stepsize, cg_tol=cg_tol,
@@ -145,7 +128,7 @@ def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
   def outer_loss(x, theta_start, target: Target):
     y = target.labels.astype(x.dtype)
     theta, info = solve(theta_start, x, y)
-    dist = tree_sq_dist(theta, target.params)
+    dist = losses.tree_sq_dist(theta, target.params)
     prior = priors.box_prior(x, target.box_lo, target.box_hi)
     return dist + w_prior * prior, (theta, info, dist, prior)
 

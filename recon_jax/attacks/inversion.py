@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from recon_jax.errors import ConfigError
 from recon_jax import optim, priors
 from recon_jax.types import Attack
 
@@ -53,4 +54,4 @@ def first_layer_images(params, input_shape):
   for path, leaf in leaves:
     if leaf.ndim == 2 and leaf.shape[0] == int(jnp.prod(jnp.array(input_shape))):
       return jnp.asarray(leaf).T.reshape(leaf.shape[1], *input_shape)
-  raise ValueError("no dense first layer whose input size matches the images.")
+  raise ConfigError("no dense first layer whose input size matches the images.")

@@ -44,41 +44,22 @@ import functools
 from typing import Any, NamedTuple
 
 import jax
-import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from recon_jax.errors import ConfigError
 from recon_jax import optim, priors
+from recon_jax.losses import PROBLEMS, margins, tree_sq_norm
 from recon_jax.models import surrogate_relu
 from recon_jax.types import Attack, HParams, Target
 
-PROBLEMS = ("binary", "multiclass", "general")
-HPARAMS = ("lr_x", "lr_lam", "alpha", "lam_min")
 
 
 class KKTState(NamedTuple):
   x: jax.Array            # [m, *input_shape] candidates
   lam: jax.Array          # [m] multipliers ([m, C] for 'general')
   opt_state: optax.OptState
-
-
-def tree_sq_norm(tree) -> jax.Array:
-  return sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(tree))
-
-
-def margins(problem: str, out: jax.Array, labels: jax.Array) -> jax.Array:
-  """Per-candidate margins g_i from outputs ``out`` [m, C] (see module docstring)."""
-  if problem == "binary":
-    return labels * out[:, 0]
-  if problem == "multiclass":
-    yi = labels.astype(jnp.int32)
-    onehot = jax.nn.one_hot(yi, out.shape[1], dtype=bool)
-    fy = jnp.sum(jnp.where(onehot, out, 0), axis=1)
-    return fy - jnp.max(jnp.where(onehot, -jnp.inf, out), axis=1)
-  if problem == "general":
-    return out
-  raise ValueError(f"unknown problem {problem!r}; choose from {PROBLEMS}.")
 
 
 def weighted_output(apply_fn, problem: str, params, x, lam, labels, act, normalize="mean"):
@@ -119,9 +100,9 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
     ``stat_rel`` (stationarity / ||theta*||^2), ``lam_pen``, ``prior``.
   """
   if problem not in PROBLEMS:
-    raise ValueError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
+    raise ConfigError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
   if normalize not in ("mean", "sum"):
-    raise ValueError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
+    raise ConfigError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
   base = optim.base_optimizer(optimizer, momentum)
 
   def loss_fn(xl, hp: HParams, target: Target):
@@ -165,53 +146,7 @@ def check_hparams(hparams: dict) -> None:
   """Raises ValueError naming the first hyperparameter outside its domain."""
   for name in ("lr_x", "lr_lam", "alpha"):
     if name in hparams and np.any(np.asarray(hparams[name]) <= 0):
-      raise ValueError(f"--{name} must be > 0, got {float(np.min(hparams[name])):g}.")
+      raise ConfigError(f"{name} must be > 0, got {float(np.min(hparams[name])):g}.")
   for name in ("lam_min", "sigma_x"):
     if name in hparams and np.any(np.asarray(hparams[name]) < 0):
-      raise ValueError(f"--{name} must be >= 0, got {float(np.min(hparams[name])):g}.")
-
-
-def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
-  """Best fit of the stationarity equations by the TRUE training set.
-
-  Solves ``min_{lambda >= 0} ||theta* - sum_i lambda_i grad g_i(x_i)||^2`` (a
-  non-negative least-squares problem; unconstrained for 'general') with the
-  network's true ReLU derivative, and reports the residual as a fraction of
-  ``||theta*||^2``.  If other inputs fit the equations better than the truth,
-  the attack cannot single out the training data: a cheap go/no-go
-  diagnostic for a victim.
-
-  Returns:
-    dict with ``residual_rel`` (float), ``lam`` [n] (or [n, C]) in the paper's
-    eq. (6) normalisation (no 1/m), ``n_active``.
-  """
-  import scipy.optimize  # host-side solver; sizes here are P x n
-
-  flat_params, unravel = jax.flatten_util.ravel_pytree(params)
-  x_train = jnp.asarray(x_train)
-  labels = jnp.asarray(labels)
-
-  def per_sample_grad(xi, yi, lam_i):
-    def f(p):
-      return weighted_output(apply_fn, problem, unravel(p), xi[None], lam_i[None],
-                             yi[None], None, "sum")
-    return jax.grad(f)(flat_params)
-
-  n = x_train.shape[0]
-  if problem == "general":
-    c = apply_fn(params, x_train[:1], None).shape[1]
-    cols = []
-    for j in range(c):
-      lam_j = jnp.zeros((n, c)).at[:, j].set(1.0)
-      cols.append(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, lam_j))
-    v = np.concatenate([np.asarray(cc) for cc in cols], axis=0).T
-    sol, *_ = np.linalg.lstsq(v.astype(np.float64), np.asarray(flat_params, np.float64),
-                              rcond=None)
-  else:
-    v = np.asarray(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, jnp.ones(n))).T
-    sol, _ = scipy.optimize.nnls(v.astype(np.float64), np.asarray(flat_params, np.float64),
-                                 maxiter=50 * n)
-  theta = np.asarray(flat_params, np.float64)
-  resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta ** 2))
-  lam = sol.reshape(-1, n).T if problem == "general" else sol  # columns were stacked per class
-  return {"residual_rel": resid, "lam": lam, "n_active": int(np.sum(np.abs(sol) > 0))}
+      raise ConfigError(f"{name} must be >= 0, got {float(np.min(hparams[name])):g}.")

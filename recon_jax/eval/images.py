@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.errors import ConfigError
+
 Array = Any
 KeyOrSeed = Union[int, jax.Array]
 
@@ -103,7 +105,7 @@ def _as_key(key_or_seed: KeyOrSeed) -> jax.Array:
 
 def _check_images(x: Array, name: str) -> None:
   if x.ndim != 4:
-    raise ValueError(f"{name} must be [N, H, W, C], got shape {tuple(x.shape)}")
+    raise ConfigError(f"{name} must be [N, H, W, C], got shape {tuple(x.shape)}")
 
 
 def _bucket(n: int) -> int:
@@ -131,7 +133,7 @@ def _resolve_filter_size(filter_size: Optional[int], height: int, width: int) ->
     return default_filter_size(height, width)
   filter_size = int(filter_size)
   if filter_size < 1 or filter_size > min(height, width):
-    raise ValueError(
+    raise ConfigError(
       f"filter_size={filter_size} must be in [1, min(H, W)={min(height, width)}]"
     )
   return filter_size
@@ -168,7 +170,7 @@ def stretch(x: Array) -> jax.Array:
   """
   x = _as_float(x)
   if x.ndim < 2:
-    raise ValueError(f"stretch expects a batch [N, ...], got shape {tuple(x.shape)}")
+    raise ConfigError(f"stretch expects a batch [N, ...], got shape {tuple(x.shape)}")
   return _stretch(x)
 
 
@@ -202,7 +204,7 @@ def ncc_matrix(a: Array, b: Array) -> jax.Array:
   """
   a, b = _as_float(a), _as_float(b)
   if a.shape[1:] != b.shape[1:]:
-    raise ValueError(f"sample shapes differ: {a.shape[1:]} vs {b.shape[1:]}")
+    raise ConfigError(f"sample shapes differ: {a.shape[1:]} vs {b.shape[1:]}")
   dtype = jnp.result_type(a.dtype, b.dtype)
   return _ncc_matrix(a.astype(dtype), b.astype(dtype))
 
@@ -227,7 +229,7 @@ def ssim(a: Array, b: Array, *, filter_size: Optional[int] = None) -> jax.Array:
   _check_images(a, "a")
   _check_images(b, "b")
   if a.shape != b.shape:
-    raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    raise ConfigError(f"shapes differ: {a.shape} vs {b.shape}")
   fs = _resolve_filter_size(filter_size, a.shape[1], a.shape[2])
   dtype = jnp.result_type(a.dtype, b.dtype)
   n = a.shape[0]
@@ -266,7 +268,7 @@ def ssim_matrix(a: Array, b: Array, filter_size: Optional[int] = None) -> jax.Ar
   _check_images(a, "a")
   _check_images(b, "b")
   if a.shape[1:] != b.shape[1:]:
-    raise ValueError(f"image shapes differ: {a.shape[1:]} vs {b.shape[1:]}")
+    raise ConfigError(f"image shapes differ: {a.shape[1:]} vs {b.shape[1:]}")
   dtype = jnp.result_type(a.dtype, b.dtype)
   if a.shape[0] == 0 or b.shape[0] == 0:
     return jnp.zeros((a.shape[0], b.shape[0]), dtype=dtype)
@@ -325,9 +327,9 @@ def match_and_vote(
   """
   x_train, cands = _as_float(x_train), _as_float(cands)
   if x_train.shape[1:] != cands.shape[1:]:
-    raise ValueError(f"sample shapes differ: {x_train.shape[1:]} vs {cands.shape[1:]}")
+    raise ConfigError(f"sample shapes differ: {x_train.shape[1:]} vs {cands.shape[1:]}")
   if cands.shape[0] == 0:
-    raise ValueError("match_and_vote needs at least one candidate")
+    raise ConfigError("match_and_vote needs at least one candidate")
   dtype = jnp.result_type(x_train.dtype, cands.dtype)
   n, m = x_train.shape[0], cands.shape[0]
   m_pad = _bucket(m)
@@ -488,7 +490,7 @@ def evaluate(
   _check_images(cands, "cands")
   _check_images(x_train, "x_train")
   if cands.shape[1:] != x_train.shape[1:]:
-    raise ValueError(f"image shapes differ: {cands.shape[1:]} vs {x_train.shape[1:]}")
+    raise ConfigError(f"image shapes differ: {cands.shape[1:]} vs {x_train.shape[1:]}")
   height, width = x_train.shape[1], x_train.shape[2]
   fs = _resolve_filter_size(filter_size, height, width)
   n = int(x_train.shape[0])
@@ -504,14 +506,14 @@ def evaluate(
     x_heldout = _as_float(x_heldout)
     _check_images(x_heldout, "x_heldout")
     if x_heldout.shape[1:] != x_train.shape[1:]:
-      raise ValueError(
+      raise ConfigError(
         f"held-out shape {x_heldout.shape[1:]} differs from {x_train.shape[1:]}"
       )
     n_heldout = int(x_heldout.shape[0])
   else:
     n_heldout = 0
   if excluded.size and (excluded.min() < 0 or excluded.max() >= n_heldout):
-    raise ValueError("heldout_exclude contains indices outside the held-out set")
+    raise ConfigError("heldout_exclude contains indices outside the held-out set")
   keep = np.setdiff1d(np.arange(n_heldout), excluded)
 
   if keep.size:
@@ -623,7 +625,7 @@ def heldout_baseline(
   x_heldout = _as_float(x_heldout)
   h = int(x_heldout.shape[0])
   if h == 0:
-    raise ValueError("heldout_baseline needs at least one held-out image")
+    raise ConfigError("heldout_baseline needs at least one held-out image")
   num = int(min(max(int(num), 1), h))
   perm = np.asarray(jax.random.permutation(_as_key(key_or_seed), h))
   drawn = np.sort(perm[:num])
@@ -756,7 +758,7 @@ def spearman(a: Array, b: Array) -> float:
   a = np.asarray(a, dtype=np.float64).reshape(-1)
   b = np.asarray(b, dtype=np.float64).reshape(-1)
   if a.shape != b.shape:
-    raise ValueError(f"lengths differ: {a.shape} vs {b.shape}")
+    raise ConfigError(f"lengths differ: {a.shape} vs {b.shape}")
   ok = np.isfinite(a) & np.isfinite(b)
   a, b = a[ok], b[ok]
   if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):

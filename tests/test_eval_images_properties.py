@@ -1,10 +1,10 @@
-"""Property tests (hypothesis) of recon_jax.metrics on small 8x8x1 images."""
+"""Property tests (hypothesis) of recon_jax.eval.images on small 8x8x1 images."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from recon_jax import metrics
+from recon_jax.eval import images as metrics
 
 SETTINGS = settings(max_examples=20, deadline=None, derandomize=True)
 TOL = 1e-6  # tests run with x64 on, so float64 arithmetic

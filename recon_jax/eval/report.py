@@ -11,12 +11,12 @@ lambda ranks candidates, measured against the truth (Spearman).
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import numpy as np
 
-from recon_jax import data, metrics, plotting
+from recon_jax import data
+from recon_jax.eval import images as metrics
 
 
 def pixel_space(x, ds: data.Dataset) -> np.ndarray:
@@ -24,9 +24,8 @@ def pixel_space(x, ds: data.Dataset) -> np.ndarray:
 
 
 def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
-                        train_margins=None, ssim_threshold: Optional[float] = None,
-                        filter_size: Optional[int] = None, seed: int = 0,
-                        figdir: Optional[str] = None, prefix: str = "") -> dict:
+                        ssim_threshold: Optional[float] = None,
+                        filter_size: Optional[int] = None, seed: int = 0) -> dict:
   """Scores an attack's candidates against the training set and the baselines.
 
   Args:
@@ -34,12 +33,9 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
     weights: [R, m] attacker-side confidence per candidate (lambda for KKT).
     final_loss: [R] attacker-side final loss per restart (NaN/inf if diverged).
     ds: the dataset (ground truth; only the evaluation sees it).
-    train_margins: [n] margins y Phi(x) of the training samples (Haim Fig. 4).
     ssim_threshold: strict-recovery SSIM threshold; default by image height.
     filter_size: SSIM filter size; default by image height.
     seed: seed of the held-out baseline draw.
-    figdir: where to write PNG figures (None: no figures).
-    prefix: file-name prefix of the figures.
 
   Returns:
     JSON-serialisable dict: ``attack`` (the pooled evaluation), ``baselines``,
@@ -113,15 +109,5 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
     sel["spearman_weight_vs_candidate_ssim"] = metrics.spearman(flat_w, cand_best)
   out["selection"] = sel
 
-  if figdir is not None and res is not None:
-    os.makedirs(figdir, exist_ok=True)
-    x_train_disp = np.asarray(metrics.stretch(x_train))
-    x_held_disp = np.asarray(metrics.stretch(x_held)) if x_held is not None else None
-    plotting.reconstruction_figure(os.path.join(figdir, f"{prefix}reconstructions.png"), res,
-                                   x_train_disp, x_held_disp, k=min(45, len(x_train)))
-    if train_margins is not None:
-      plotting.ssim_vs_margin(os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
-                              np.asarray(train_margins), res.ssim,
-                              threshold_lines=(0.4, thr), strict_mask=res.recovered_strict_mask)
   out["_result"] = res
   return out

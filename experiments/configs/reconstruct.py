@@ -1,0 +1,66 @@
+"""The main job: victim -> KKT attack sweep (one compiled call) -> evaluation -> report.
+
+Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
+  lfw     10 faces + 10 non-faces of scikit-image's LFW subset, 625-256-256-1 victim (default)
+  digits  25 + 25 scikit-learn digits (0 vs 1..9 halves), 64-256-256-1 victim, 6000 steps
+  tiny    3 + 3 digits, 64-32-32-1 victim, 2 restarts x 20 steps (a smoke test, seconds)
+  paper   Haim et al. App. B: d-1000-1000-1 victim, 100 restarts of their hyperparameter
+          ranges (set victim.dataset and data_dir to your MNIST/CIFAR-10 folder)
+
+Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.
+"""
+import ml_collections
+from ml_collections import config_dict
+
+from experiments.configs.victim import victim_section
+
+PRESETS = {
+    "lfw": dict(),
+    "digits": dict(victim=dict(dataset="digits", n_per_class=25), steps=6000),
+    "tiny": dict(victim=dict(dataset="digits", n_per_class=3, widths=(32, 32), epochs=400),
+                 num_restarts=2, steps=20, chunk_steps=10),
+    "paper": dict(victim=dict(dataset="cifar10", n_per_class=250, widths=(1000, 1000),
+                              init="kaiming", init_std=None, first_layer_std=1e-4, lr=0.01,
+                              epochs=100_000),
+                  num_restarts=100, steps=50_000, chunk_steps=5000, sweep="paper"),
+}
+
+
+def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
+  if preset not in PRESETS:
+    raise KeyError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+  over = dict(PRESETS[preset])
+  c = ml_collections.ConfigDict()
+  c.victim = victim_section(**over.pop("victim", {}))
+  c.checkpoint = ""        # attack this victim file instead of training one
+  c.data_dir = ""          # folder with MNIST/CIFAR files (never downloaded)
+  c.attack = "kkt"         # kkt | inversion | weights
+  c.problem = "auto"       # auto (from victim.loss) | binary | multiclass | general
+  c.num_restarts = 16      # restarts R, batched in one compiled program
+  c.steps = 4000           # optimisation steps per restart
+  c.chunk_steps = 1000     # steps per compiled chunk, between progress lines and saves
+  c.m = 0                  # candidates per restart (0: 2n)
+  c.init = "gaussian"      # x-init: gaussian | uniform | ground_truth | partition | mix
+  c.sweep = "random"       # random (the ranges below) | paper (Haim et al. App. B ranges)
+  c.lr_x = "0.03:0.6:log"
+  c.lr_lam = "1e-4:1e-2:log"
+  c.sigma_x = "1e-4:1e-2:log"
+  c.alpha = "10:40:lin"    # surrogate ReLU sharpness
+  c.lam_min = "0.2:0.7:lin"
+  c.refine_steps = 0       # a sharp-alpha refinement stage after `steps` (0: off)
+  c.refine_alpha = 200.0
+  c.refine_lr_scale = 0.1
+  c.optimizer = "sgd"      # sgd (momentum 0.9) | adam
+  c.w_lam = 1.0
+  c.w_prior = 1.0
+  c.normalize = "mean"     # mean (1/m, the reference code) | sum (the paper's eq. 6)
+  c.batching = "auto"      # auto (map on CPU, vmap on GPU/TPU) | vmap | map
+  c.ssim_threshold = config_dict.placeholder(float)  # strict recovery; default by image size
+  c.seed = 0
+  c.use_cache = True       # cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)
+  c.x64 = False
+  c.matmul_precision = "default"  # default | high | highest
+  c.save_every = 1         # save state.msgpack every N chunks (0: never)
+  c.distributed = False    # jax.distributed.initialize() first (multi-host sweeps)
+  c.update(over)
+  return c

@@ -1,0 +1,611 @@
+"""Importing PyTorch / safetensors victims, so users can attack their own models.
+
+A foreign checkpoint is read as a flat state dict of numpy arrays (no torch
+needed for safetensors; ``torch.load(..., weights_only=True)`` for PyTorch
+files, which refuses pickles that would run code), then mapped onto a flax
+network with the library's calling convention ``module.apply(params, x,
+act=None)`` on NHWC inputs, so :func:`recon_jax.models.make_apply_fn` and every
+attack work on it unchanged.
+
+What is inferred from tensor names and shapes:
+
+* the layers: each ``<prefix>.weight`` (with an optional ``<prefix>.bias``) is
+  a layer; a 2-D weight ``[out, in]`` is a Linear layer, a 4-D weight
+  ``[out, in, kh, kw]`` (OIHW) a Conv2d layer;
+* their order: natural sort of the prefixes (``layers.2`` before
+  ``layers.10``), convolutions before Linear layers (a small CNN is a stack of
+  convolutions followed by Linear layers); ``layer_order=`` overrides it;
+* widths, output size, conv kernel sizes and channels, and which layers have a
+  bias.
+
+What must be given: ``input_shape`` (H, W, C) for convolutional networks (for
+MLPs it is checked against the first layer's in-features), the conv
+``stride``/``padding`` (PyTorch's defaults 1 and 0 unless told), and
+``input_layout``, the order in which the original network flattened features
+into its first Linear layer ('nchw', PyTorch's ``x.flatten(1)`` of an NCHW
+tensor, is the default).  Pooling, normalisation layers, dilation, groups and
+activations other than ReLU cannot be expressed and are refused or caught as
+shape mismatches.
+
+MLPs whose bias layout is 'first', 'all' or 'none' become
+:class:`recon_jax.models.MLP` parameters (names ``layer_i``), so everything in
+the library that knows that class works on them; other bias layouts become an
+:class:`ImportedMLP`, convolutional networks an :class:`ImportedCNN`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import struct
+import sys
+import zipfile
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from recon_jax import models
+from recon_jax.checkpoint import CheckpointError
+
+FORMATS = ("msgpack", "safetensors", "torch")
+INPUT_LAYOUTS = ("nchw", "nhwc")
+# Keys under which training scripts commonly nest the model's state dict.
+NESTED_KEYS = ("state_dict", "model_state_dict", "model", "net", "network", "module")
+# safetensors refuses headers above 100 MB; so do we when sniffing.
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+
+
+class Imported(NamedTuple):
+  """A foreign network mapped onto flax.
+
+  Attributes:
+    params: flax variable dict ``{'params': ...}``.
+    module: flax module; ``models.make_apply_fn(module)`` gives the
+      ``apply_fn(params, x, act=None)`` the attacks take, on NHWC inputs.
+    format: 'safetensors', 'torch' or 'state_dict' (from :func:`from_state_dict`).
+    arch: JSON-able description of what was inferred and assumed.
+    source_names: the state-dict tensor names used, in layer order.
+  """
+  params: dict
+  module: nn.Module
+  format: str
+  arch: dict
+  source_names: tuple
+
+
+class ImportedMLP(nn.Module):
+  """Fully connected network with a bias on any subset of its layers.
+
+  Attributes:
+    features: output width of each layer, the last being the output size.
+    use_bias: one flag per layer.
+    activation: default activation between layers; attacks pass ``act=``.
+  """
+  features: Sequence[int]
+  use_bias: Sequence[bool]
+  activation: models.Activation = jax.nn.relu
+
+  @nn.compact
+  def __call__(self, x, act: Optional[models.Activation] = None):
+    act = act or self.activation
+    h = x.reshape((x.shape[0], -1))
+    for i, (width, bias) in enumerate(zip(self.features, self.use_bias)):
+      h = nn.Dense(width, use_bias=bias, name=f"layer_{i}")(h)
+      if i < len(self.features) - 1:
+        h = act(h)
+    return h
+
+
+class ImportedCNN(nn.Module):
+  """Conv2d layers, then Linear layers, with ReLU (or ``act``) between them.
+
+  Inputs are NHWC.  The feature map is flattened in NHWC order before the
+  first Linear layer (the importer permutes that layer's columns to match).
+
+  Attributes:
+    convs: per conv layer ``(features, (kh, kw), (sh, sw), ((top, bottom),
+      (left, right)), use_bias)``.
+    dense: per Linear layer ``(features, use_bias)``; the last gives the output.
+    activation: default activation; attacks pass ``act=``.
+  """
+  convs: Sequence[tuple]
+  dense: Sequence[tuple]
+  activation: models.Activation = jax.nn.relu
+
+  @nn.compact
+  def __call__(self, x, act: Optional[models.Activation] = None):
+    act = act or self.activation
+    h = x
+    for i, (features, kernel, strides, padding, bias) in enumerate(self.convs):
+      h = act(nn.Conv(features, tuple(kernel), strides=tuple(strides),
+                      padding=tuple(tuple(p) for p in padding), use_bias=bias,
+                      name=f"conv_{i}")(h))
+    h = h.reshape((h.shape[0], -1))
+    for j, (features, bias) in enumerate(self.dense):
+      h = nn.Dense(features, use_bias=bias, name=f"layer_{j}")(h)
+      if j < len(self.dense) - 1:
+        h = act(h)
+    return h
+
+
+# --------------------------------------------------------------------------
+# Reading files.
+# --------------------------------------------------------------------------
+def _head(path: str, n: int = 64) -> tuple[bytes, int]:
+  """First ``n`` bytes and the size of ``path``; CheckpointError if unreadable."""
+  if not os.path.isfile(path):
+    raise CheckpointError(f"{path}: checkpoint file not found.")
+  try:
+    with open(path, "rb") as f:
+      head = f.read(n)
+    return head, os.path.getsize(path)
+  except OSError as e:
+    raise CheckpointError(f"{path}: cannot read the file ({e.strerror}).") from None
+
+
+def _one_line(e: BaseException, limit: int = 200) -> str:
+  """An exception's message squeezed onto one short line."""
+  text = " ".join(str(e).split()) or type(e).__name__
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def detect_format(path: str) -> str:
+  """Tells a checkpoint's format from its content, never from its extension.
+
+  Returns:
+    'msgpack' (a recon_jax checkpoint: a msgpack map with string keys),
+    'safetensors' (8-byte little-endian header length, then a JSON header) or
+    'torch' (a PyTorch >= 1.6 zip archive holding ``data.pkl``, or a legacy
+    pickle-based ``torch.save`` file).
+
+  Raises:
+    CheckpointError naming the file for anything else (images, text, empty or
+    random files, zip archives that are not PyTorch checkpoints).
+  """
+  head, size = _head(path)
+  if size == 0:
+    raise CheckpointError(f"{path}: empty file, not a checkpoint.")
+  if head[:4] == b"PK\x03\x04":
+    try:
+      with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+      raise CheckpointError(f"{path}: malformed or truncated zip archive "
+                            f"({_one_line(e)}).") from None
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+      return "torch"
+    raise CheckpointError(f"{path}: a zip archive without data.pkl, not a PyTorch checkpoint.")
+  # Pickle protocol 2..5 opens with PROTO (0x80) then the protocol number;
+  # legacy torch.save files are such pickles.
+  if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+    return "torch"
+  if len(head) >= 9 and head[8:9] == b"{":
+    (n,) = struct.unpack("<Q", head[:8])
+    if 0 < n <= _MAX_SAFETENSORS_HEADER:
+      return "safetensors"  # a header longer than the file is caught when read
+  # recon_jax checkpoints: a msgpack map (fixmap or map16/32) whose first key
+  # is a string (fixstr or str8/16/32).
+  if len(head) >= 2:
+    is_map = 0x81 <= head[0] <= 0x8F or head[0] in (0xDE, 0xDF)
+    key_at = {0xDE: 3, 0xDF: 5}.get(head[0], 1)
+    if is_map and len(head) > key_at and (
+        0xA0 <= head[key_at] <= 0xBF or head[key_at] in (0xD9, 0xDA, 0xDB)):
+      return "msgpack"
+  raise CheckpointError(
+      f"{path}: not a recognised checkpoint (expected safetensors, a PyTorch file "
+      f"or a recon_jax msgpack checkpoint).")
+
+
+def _is_tensor(v) -> bool:
+  torch = sys.modules.get("torch")
+  return torch is not None and isinstance(v, torch.Tensor)
+
+
+def _tensor_entries(obj) -> dict:
+  """The tensor-valued entries of a dict (non-tensor entries are ignored)."""
+  return {k: v for k, v in obj.items() if isinstance(k, str) and _is_tensor(v)}
+
+
+def _unwrap_state_dict(obj, path: str, depth: int = 0) -> dict:
+  """Finds the state dict in what ``torch.load`` returned.
+
+  A dict with tensor values is the state dict itself (non-tensor values are
+  dropped); otherwise the first of :data:`NESTED_KEYS` that holds one is
+  unwrapped (``{'state_dict': ..., 'epoch': 3}``, ``{'model': ...}``).
+  """
+  if isinstance(obj, Mapping):
+    tensors = _tensor_entries(obj)
+    if tensors:
+      return tensors
+    if depth < 3:
+      for key in NESTED_KEYS:
+        if isinstance(obj.get(key), Mapping):
+          found = _unwrap_state_dict(obj[key], path, depth + 1)
+          if found:
+            return found
+  if depth:
+    return {}
+  raise CheckpointError(
+      f"{path}: the PyTorch file holds no state dict of tensors (found "
+      f"{type(obj).__name__}; save model.state_dict()).")
+
+
+def _torch_to_numpy(t) -> np.ndarray:
+  import torch  # only reached when torch imported fine
+  t = t.detach().cpu()
+  if t.dtype in (torch.bfloat16, torch.float16):
+    t = t.float()  # numpy has no bfloat16; float16 -> float32 is exact
+  return t.numpy().copy()
+
+
+def _read_torch(path: str) -> dict:
+  try:
+    import torch
+  except ImportError:
+    raise CheckpointError(
+        f"{path}: a PyTorch checkpoint, but torch is not installed; "
+        f'run pip install -e ".[torch]" to read it.') from None
+  import pickle
+  try:
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+  except pickle.UnpicklingError as e:
+    # weights_only refuses any global outside its allow-list, i.e. any pickle
+    # that would construct arbitrary objects or call functions.
+    raise CheckpointError(
+        f"{path}: refused: the pickle needs code beyond tensors to load (weights_only=True); "
+        f"save model.state_dict() instead ({_one_line(e, 160)}).") from None
+  except Exception as e:  # torch raises RuntimeError/EOFError/... on corrupt files
+    raise CheckpointError(f"{path}: malformed or truncated PyTorch file "
+                          f"({type(e).__name__}: {_one_line(e, 160)}).") from None
+  tensors = _unwrap_state_dict(obj, path)
+  return {k: _torch_to_numpy(v) for k, v in tensors.items()}
+
+
+def _read_safetensors(path: str) -> dict:
+  from safetensors.numpy import load_file
+  try:
+    return dict(load_file(path))
+  except Exception as e:  # SafetensorError, or a numpy error on unknown dtypes
+    raise CheckpointError(f"{path}: malformed or truncated safetensors file "
+                          f"({_one_line(e, 160)}).") from None
+
+
+def read_state_dict(path: str) -> dict[str, np.ndarray]:
+  """Reads a safetensors or PyTorch file into ``{name: numpy array}``.
+
+  safetensors files need no torch.  PyTorch files are read with
+  ``torch.load(path, map_location='cpu', weights_only=True)`` (so a pickle
+  that tries to run code is refused), a state dict nested under
+  'state_dict', 'model', ... is unwrapped and non-tensor entries are dropped;
+  bfloat16/float16 tensors come back as float32.
+
+  Raises:
+    CheckpointError (one line naming the file) for recon_jax msgpack files
+    (use :func:`recon_jax.checkpoint.load`), unknown, malformed, truncated or
+    refused files, files without tensors, and torch files when torch is not
+    installed.
+  """
+  return _read(path)[1]
+
+
+def _read(path: str) -> tuple[str, dict]:
+  """``(format, state dict)`` of a file; see :func:`read_state_dict`."""
+  fmt = detect_format(path)
+  if fmt == "msgpack":
+    raise CheckpointError(f"{path}: a recon_jax msgpack checkpoint; load it with "
+                          f"recon_jax.checkpoint.load, not the importer.")
+  sd = _read_safetensors(path) if fmt == "safetensors" else _read_torch(path)
+  if not sd:
+    raise CheckpointError(f"{path}: the checkpoint holds no tensors.")
+  return fmt, sd
+
+
+# --------------------------------------------------------------------------
+# State dict -> flax.
+# --------------------------------------------------------------------------
+def _natural_key(name: str):
+  """Sort key comparing runs of digits as integers: 'layers.2' < 'layers.10'."""
+  return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _pair(v, what: str, i: int, source: str) -> tuple[int, int]:
+  if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+    return int(v), int(v)
+  if (isinstance(v, (tuple, list)) and len(v) == 2
+      and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in v)):
+    return int(v[0]), int(v[1])
+  raise CheckpointError(
+      f"{source}: {what} for conv layer {i} must be an int or an (h, w) pair, got {v!r}.")
+
+
+def _per_layer(value, n: int, what: str, source: str) -> list:
+  """``value`` for each of ``n`` conv layers: one int/str for all, or a list of n."""
+  if isinstance(value, (int, np.integer, str)):
+    return [value] * n
+  value = list(value)
+  if len(value) != n:
+    raise CheckpointError(
+        f"{source}: {what} lists {len(value)} entries, but the state dict has {n} conv "
+        f"layers; give one int for all layers or one entry (int or (h, w) pair) per layer.")
+  return value
+
+
+def _conv_padding(p, kernel, stride, i, source) -> tuple[tuple[int, int], tuple[int, int]]:
+  """PyTorch padding (int, (h, w), 'valid' or 'same') as explicit flax pads."""
+  if isinstance(p, str):
+    if p == "valid":
+      return (0, 0), (0, 0)
+    if p == "same":
+      if stride != (1, 1):
+        raise CheckpointError(f"{source}: padding 'same' needs stride 1 (as in PyTorch); "
+                              f"conv layer {i} has stride {stride}.")
+      # PyTorch pads k-1 in total, the extra one at the end.
+      return tuple(((k - 1) // 2, k - 1 - (k - 1) // 2) for k in kernel)
+    raise CheckpointError(f"{source}: padding for conv layer {i} must be an int, an (h, w) pair, "
+                          f"'valid' or 'same', got {p!r}.")
+  ph, pw = _pair(p, "padding", i, source)
+  if ph < 0 or pw < 0:
+    raise CheckpointError(f"{source}: padding for conv layer {i} must be >= 0, got {p!r}.")
+  return (ph, ph), (pw, pw)
+
+
+def _collect_layers(sd: Mapping[str, np.ndarray], source: str) -> dict:
+  """Groups ``<prefix>.weight`` / ``<prefix>.bias`` tensors into layers.
+
+  Returns ``{prefix: (weight_name, bias_name_or_None)}``; any other tensor, or
+  a weight that is neither 2-D (Linear) nor 4-D (Conv2d), is refused, since
+  dropping it would silently change the network.
+  """
+  layers, biases = {}, {}
+  for name in sd:
+    if name == "weight" or name.endswith(".weight"):
+      layers[name[:-len("weight")].rstrip(".")] = name
+    elif name == "bias" or name.endswith(".bias"):
+      biases[name[:-len("bias")].rstrip(".")] = name
+    else:
+      raise CheckpointError(
+          f"{source}: tensor {name!r} (shape {tuple(np.shape(sd[name]))}) is not a Linear/Conv2d "
+          f"weight or bias; only plain stacks of Linear and Conv2d layers can be imported.")
+  for prefix, bname in biases.items():
+    if prefix not in layers:
+      raise CheckpointError(f"{source}: tensor {bname!r} is a bias without a matching weight.")
+  if not layers:
+    raise CheckpointError(f"{source}: the state dict has no Linear or Conv2d weights.")
+  for prefix, wname in layers.items():
+    w = sd[wname]
+    if np.ndim(w) not in (2, 4):
+      raise CheckpointError(
+          f"{source}: tensor {wname!r} has shape {tuple(np.shape(w))}; only 2-D Linear and "
+          f"4-D Conv2d weights can be imported (normalisation layers cannot).")
+    if not np.issubdtype(np.asarray(w).dtype, np.floating):
+      raise CheckpointError(f"{source}: tensor {wname!r} has dtype {np.asarray(w).dtype}, "
+                            f"not floating point.")
+  return {p: (w, biases.get(p)) for p, w in layers.items()}
+
+
+def _ordered(layers: dict, sd, layer_order, source: str) -> list:
+  """Layer prefixes in network order: convs, then Linears, each naturally sorted."""
+  if layer_order is not None:
+    order = [str(p) for p in layer_order]
+    if sorted(order) != sorted(layers):
+      raise CheckpointError(
+          f"{source}: layer_order {order} must list each layer prefix once; the state dict "
+          f"has {sorted(layers, key=_natural_key)}.")
+    return order
+  convs = sorted((p for p in layers if np.ndim(sd[layers[p][0]]) == 4), key=_natural_key)
+  linears = sorted((p for p in layers if np.ndim(sd[layers[p][0]]) == 2), key=_natural_key)
+  return convs + linears
+
+
+def _check_bias(sd, wname, bname, out: int, source: str) -> None:
+  if bname is not None and tuple(np.shape(sd[bname])) != (out,):
+    raise CheckpointError(
+        f"{source}: tensor {bname!r} has shape {tuple(np.shape(sd[bname]))}, but "
+        f"{wname!r} has {out} outputs, so it needs shape ({out},).")
+
+
+def _nchw_columns_to_nhwc(w: np.ndarray, c: int, h: int, wd: int) -> np.ndarray:
+  """Linear weight [out, C*H*W] (NCHW flatten) -> flax kernel [H*W*C, out] (NHWC flatten)."""
+  out = w.shape[0]
+  return w.reshape(out, c, h, wd).transpose(2, 3, 1, 0).reshape(h * wd * c, out)
+
+
+def _bias_layout(flags: Sequence[bool]) -> str:
+  if all(flags):
+    return "all"
+  if not any(flags):
+    return "none"
+  if flags[0] and not any(flags[1:]):
+    return "first"
+  return "custom"
+
+
+def _shape(sd, name) -> tuple:
+  return tuple(int(s) for s in np.shape(sd[name]))
+
+
+def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequence[int]] = None,
+                    input_layout: str = "nchw", stride=1, padding=0, dtype=np.float32,
+                    layer_order: Optional[Sequence[str]] = None,
+                    source: str = "state dict", format: str = "state_dict") -> Imported:
+  """Maps a PyTorch-convention state dict onto a flax network (see module docstring).
+
+  Args:
+    state_dict: ``{name: array}``; Linear weights ``[out, in]``, Conv2d weights
+      ``[out, in, kh, kw]``, biases ``[out]`` (numpy or anything ``np.asarray``
+      takes, e.g. ``{k: v.numpy() for k, v in model.state_dict().items()}``).
+    input_shape: one input without the batch dimension, ``(H, W, C)`` (NHWC,
+      as the library feeds it); required for convolutional networks.  For an
+      MLP it may be ``(d,)`` or left out (then ``(d,)`` from the first layer);
+      when given, ``prod(input_shape)`` must equal the first layer's in-features.
+    input_layout: how the original network flattened features into its first
+      Linear layer: 'nchw' (PyTorch, ``x.flatten(1)`` of an NCHW tensor; the
+      first Linear layer's columns are permuted so NHWC inputs give the same
+      outputs) or 'nhwc' (already in the library's order; no permutation).
+    stride: conv strides: one int for all conv layers, or one entry (int or
+      (h, w) pair) per conv layer.  PyTorch's default is 1.
+    padding: conv zero padding, likewise; entries may also be 'valid' or
+      'same'.  PyTorch's default is 0.
+    dtype: dtype of the returned parameters.
+    layer_order: layer prefixes (names without ``.weight``) in network order,
+      when natural sorting of the names does not give it.
+    source: how errors name the state dict (the file path, for files).
+    format: recorded in the result.
+
+  Returns:
+    :class:`Imported`.
+
+  Raises:
+    CheckpointError naming the tensor and both shapes when layers do not chain,
+    when ``input_shape`` does not fit, or when a tensor cannot be mapped.
+  """
+  if input_layout not in INPUT_LAYOUTS:
+    raise CheckpointError(
+        f"{source}: input_layout must be one of {INPUT_LAYOUTS}, got {input_layout!r}.")
+  sd = {k: np.asarray(v) for k, v in state_dict.items()}
+  layers = _collect_layers(sd, source)
+  for name, a in sd.items():
+    if not np.all(np.isfinite(a)):
+      raise CheckpointError(f"{source}: tensor {name!r} holds NaN/Inf.")
+  order = _ordered(layers, sd, layer_order, source)
+  kinds = [np.ndim(sd[layers[p][0]]) for p in order]
+  n_conv = sum(1 for k in kinds if k == 4)
+  if kinds != [4] * n_conv + [2] * (len(kinds) - n_conv):
+    raise CheckpointError(
+        f"{source}: layer_order puts a Conv2d layer after a Linear layer; only convolutions "
+        f"followed by Linear layers can be imported.")
+  if n_conv and n_conv == len(kinds):
+    raise CheckpointError(f"{source}: the state dict has convolutions but no Linear layer "
+                          f"after them; the network must end in a Linear layer.")
+  if input_shape is not None:
+    input_shape = tuple(int(s) for s in input_shape)
+    if not input_shape or any(s <= 0 for s in input_shape):
+      raise CheckpointError(f"{source}: input_shape must be positive sizes, got {input_shape}.")
+  cast = lambda a: np.ascontiguousarray(a, dtype)  # noqa: E731
+  params, names = {}, []
+  convs_spec, convs_arch = [], []
+
+  # Convolutions: OIHW -> HWIO, shapes chained through input_shape.
+  if n_conv:
+    if input_shape is None or len(input_shape) != 3:
+      raise CheckpointError(
+          f"{source}: input_shape (H, W, C) is required for convolutional networks, "
+          f"got {input_shape}.")
+    h, w, c = input_shape
+    strides = _per_layer(stride, n_conv, "stride", source)
+    pads = _per_layer(padding, n_conv, "padding", source)
+    for i, prefix in enumerate(order[:n_conv]):
+      wname, bname = layers[prefix]
+      o, ci, kh, kw = _shape(sd, wname)
+      if ci != c:
+        what = "input_shape" if i == 0 else f"conv layer {order[i - 1]!r}"
+        raise CheckpointError(
+            f"{source}: tensor {wname!r} has shape {(o, ci, kh, kw)}, expecting {ci} input "
+            f"channels, but {what} gives {c} channels (feature map H, W, C = {(h, w, c)}).")
+      _check_bias(sd, wname, bname, o, source)
+      s = _pair(strides[i], "stride", i, source)
+      if s[0] <= 0 or s[1] <= 0:
+        raise CheckpointError(
+            f"{source}: stride for conv layer {i} must be >= 1, got {strides[i]!r}.")
+      pad = _conv_padding(pads[i], (kh, kw), s, i, source)
+      ho = (h + sum(pad[0]) - kh) // s[0] + 1
+      wo = (w + sum(pad[1]) - kw) // s[1] + 1
+      if ho <= 0 or wo <= 0:
+        raise CheckpointError(
+            f"{source}: tensor {wname!r} has a {kh}x{kw} kernel, larger than its padded input "
+            f"{(h + sum(pad[0]), w + sum(pad[1]))}; check input_shape and padding.")
+      p = {"kernel": cast(sd[wname].transpose(2, 3, 1, 0))}
+      if bname is not None:
+        p["bias"] = cast(sd[bname])
+      params[f"conv_{i}"] = p
+      names += [wname] + ([bname] if bname else [])
+      convs_spec.append((o, (kh, kw), s, pad, bname is not None))
+      convs_arch.append({"features": o, "in_channels": ci, "kernel_size": [kh, kw],
+                         "stride": list(s), "padding": [list(pad[0]), list(pad[1])],
+                         "bias": bname is not None, "out_shape": [ho, wo, o], "name": prefix})
+      h, w, c = ho, wo, o
+    flat_shape = (h, w, c)
+    flat_from = f"the conv stack (output H, W, C = {flat_shape}; stride, padding or pooling?)"
+  else:
+    flat_shape = input_shape
+    flat_from = f"input_shape {input_shape}"
+
+  # Linear layers: [out, in] -> [in, out]; the first one's columns follow the flatten.
+  dense_prefixes = order[n_conv:]
+  widths, flags = [], []
+  prev_out, prev_name = None, None
+  for j, prefix in enumerate(dense_prefixes):
+    wname, bname = layers[prefix]
+    out, fan_in = _shape(sd, wname)
+    if j == 0:
+      if flat_shape is None:
+        flat_shape = (fan_in,)
+      elif math.prod(flat_shape) != fan_in:
+        raise CheckpointError(
+            f"{source}: tensor {wname!r} has shape {(out, fan_in)}, {fan_in} in-features, but "
+            f"{flat_from} gives {math.prod(flat_shape)} features.")
+    elif fan_in != prev_out:
+      raise CheckpointError(
+          f"{source}: layers do not chain: tensor {wname!r} has shape {(out, fan_in)} "
+          f"({fan_in} in-features), but the previous layer {prev_name!r} has shape "
+          f"{_shape(sd, prev_name)} ({prev_out} outputs).")
+    _check_bias(sd, wname, bname, out, source)
+    weight = sd[wname]
+    if j == 0 and input_layout == "nchw" and len(flat_shape) == 3:
+      kernel = _nchw_columns_to_nhwc(weight, flat_shape[2], flat_shape[0], flat_shape[1])
+    else:
+      kernel = weight.T
+    p = {"kernel": cast(kernel)}
+    if bname is not None:
+      p["bias"] = cast(sd[bname])
+    params[f"layer_{j}"] = p
+    names += [wname] + ([bname] if bname else [])
+    widths.append(out)
+    flags.append(bname is not None)
+    prev_out, prev_name = out, wname
+
+  layout = _bias_layout(flags)
+  out_dim = widths[-1]
+  if input_shape is None:
+    input_shape = flat_shape
+  permuted = input_layout == "nchw" and len(flat_shape) == 3 and flat_shape[2] > 1
+  arch = {"kind": "cnn" if n_conv else "mlp", "input_shape": list(input_shape),
+          "input_layout": input_layout, "first_linear_permuted": bool(permuted),
+          "widths": widths[:-1], "out_dim": out_dim, "bias": layout,
+          "layer_bias": flags, "layer_names": list(dense_prefixes)}
+  if n_conv:
+    arch["convs"] = convs_arch
+    module = ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
+    arch["module"] = "recon_jax.importers.ImportedCNN"
+  elif layout in models.BIAS_MODES:
+    module = models.MLP(widths=tuple(widths[:-1]), out_dim=out_dim, bias=layout)
+    arch["module"] = "recon_jax.models.MLP"
+  else:
+    module = ImportedMLP(features=tuple(widths), use_bias=tuple(flags))
+    arch["module"] = "recon_jax.importers.ImportedMLP"
+  json.dumps(arch)  # arch must stay JSON-able
+  return Imported({"params": params}, module, format, arch, tuple(names))
+
+
+def load_foreign(path: str, *, input_shape: Optional[Sequence[int]] = None,
+                 input_layout: str = "nchw", stride=1, padding=0, dtype=np.float32,
+                 layer_order: Optional[Sequence[str]] = None) -> Imported:
+  """Loads a safetensors or PyTorch checkpoint as a flax network to attack.
+
+  Reads the file with :func:`read_state_dict` and maps it with
+  :func:`from_state_dict` (the arguments are documented there).  Example::
+
+    imp = load_foreign("victim.pth", input_shape=(32, 32, 3))
+    apply_fn = models.make_apply_fn(imp.module)
+    out = apply_fn(imp.params, x_nhwc)
+
+  Raises:
+    CheckpointError with a one-line message naming the file.
+  """
+  fmt, sd = _read(path)
+  return from_state_dict(sd, input_shape=input_shape, input_layout=input_layout, stride=stride,
+                         padding=padding, dtype=dtype, layer_order=layer_order, source=path,
+                         format=fmt)

@@ -1,0 +1,129 @@
+"""The task vocabulary: per-sample losses, margins, the training energy, tree norms.
+
+One place for what the victim's training and every attack agree on:
+
+* a victim is trained with a ``loss``: ``logistic`` (binary, labels +-1),
+  ``ce`` (multiclass, integer labels) or ``mse`` (regression);
+* the KKT attack reads the same victim as a ``problem``: ``binary``,
+  ``multiclass`` (DecoReco margins) or ``general`` (free real multipliers:
+  regression, or any loss with weight decay); :func:`problem_for_loss` maps
+  one to the other;
+* the training energy ``E(theta; x, y) = mean_i loss(Phi(x_i), y_i) + wd/2 ||theta||^2``
+  is minimised by :mod:`recon_jax.train` (gradient descent),
+  :mod:`recon_jax.implicit` (L-BFGS to convergence) and the inner problem of
+  the bilevel attack.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from recon_jax.errors import ConfigError
+
+LOSSES = ("logistic", "ce", "mse")
+PROBLEMS = ("binary", "multiclass", "general")
+_PROBLEM_OF_LOSS = {"logistic": "binary", "ce": "multiclass", "mse": "general"}
+
+
+def check_loss(loss: str) -> None:
+  if loss not in LOSSES:
+    raise ConfigError(f"loss must be one of {', '.join(LOSSES)}, got {loss!r}.")
+
+
+def problem_for_loss(loss: str) -> str:
+  """The KKT problem that matches a victim trained with ``loss``."""
+  check_loss(loss)
+  return _PROBLEM_OF_LOSS[loss]
+
+
+def num_outputs(loss: str, num_classes: int) -> int:
+  """Width of the network's output layer: C for ``ce``, else 1."""
+  return num_classes if loss == "ce" else 1
+
+
+def tree_sq_norm(tree) -> jax.Array:
+  """``sum of squares`` over every leaf of a pytree."""
+  return sum(jnp.sum(jnp.square(a)) for a in jax.tree_util.tree_leaves(tree))
+
+
+def tree_dot(a, b) -> jax.Array:
+  """``<a, b>`` summed over the leaves of two pytrees of the same structure."""
+  return sum(jnp.vdot(u, v) for u, v in zip(jax.tree_util.tree_leaves(a),
+                                             jax.tree_util.tree_leaves(b)))
+
+
+def tree_sq_dist(a, b) -> jax.Array:
+  """``||a - b||^2`` over two pytrees of the same structure."""
+  return sum(jnp.sum(jnp.square(u - v)) for u, v in zip(jax.tree_util.tree_leaves(a),
+                                                         jax.tree_util.tree_leaves(b)))
+
+
+def per_sample_loss(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
+  """Per-sample loss for outputs ``out`` [m, C] and labels ``y`` [m].
+
+  ``logistic``: ``softplus(-y f(x))``; ``ce``: softmax cross-entropy with
+  integer labels (float labels are cast); ``mse``: ``0.5 ||f(x) - y||^2``.
+  """
+  if loss == "logistic":
+    return jax.nn.softplus(-y * out[:, 0])
+  if loss == "ce":
+    return optax.softmax_cross_entropy_with_integer_labels(out, y.astype(jnp.int32))
+  if loss == "mse":
+    target = y.reshape(out.shape) if y.ndim == out.ndim else y[:, None]
+    return 0.5 * jnp.sum((out - target) ** 2, axis=-1)
+  check_loss(loss)
+
+
+def energy(apply_fn: Callable, loss: str, weight_decay: float = 0.0,
+           act: Optional[Callable] = None) -> Callable:
+  """``E(theta, x, y) = mean_i loss(Phi(theta; x_i), y_i) + wd/2 ||theta||^2``.
+
+  ``act`` replaces the network's activation (e.g. a smooth one for the
+  bilevel attack); ``None`` keeps the model's own.
+  """
+  check_loss(loss)
+
+  def e(params, x, y):
+    data = jnp.mean(per_sample_loss(loss, apply_fn(params, x, act), y))
+    return data + 0.5 * weight_decay * tree_sq_norm(params)
+  return e
+
+
+def margins(problem: str, out: jax.Array, labels: jax.Array) -> jax.Array:
+  """Per-sample margins ``g_i`` from outputs ``out`` [m, C].
+
+  ``binary``: ``y_i Phi(x_i)`` (Haim et al. eq. 6); ``multiclass``:
+  ``Phi_{y_i}(x_i) - max_{j != y_i} Phi_j(x_i)`` (Buzaglo et al.); ``general``:
+  the outputs themselves, ``[m, C]``.  A loss name is accepted for
+  ``problem`` and mapped by :func:`problem_for_loss`.
+  """
+  if problem in LOSSES:
+    problem = problem_for_loss(problem)
+  if problem == "binary":
+    return labels * out[:, 0]
+  if problem == "multiclass":
+    onehot = jax.nn.one_hot(labels.astype(jnp.int32), out.shape[1], dtype=bool)
+    fy = jnp.sum(jnp.where(onehot, out, 0), axis=1)
+    return fy - jnp.max(jnp.where(onehot, -jnp.inf, out), axis=1)
+  if problem == "general":
+    return out
+  raise ConfigError(f"problem must be one of {', '.join(PROBLEMS)}, got {problem!r}.")
+
+
+def predictions(loss: str, out: jax.Array) -> jax.Array:
+  """Predicted labels (+-1, class ids) or regression outputs."""
+  if loss == "logistic":
+    return jnp.where(out[:, 0] >= 0, 1.0, -1.0).astype(out.dtype)
+  if loss == "ce":
+    return jnp.argmax(out, axis=-1)
+  return out[:, 0]
+
+
+def error_rate(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
+  """Misclassification rate, or the mean squared error for ``mse``."""
+  if loss == "mse":
+    return jnp.mean((out[:, 0] - y) ** 2)
+  return jnp.mean(predictions(loss, out) != y)

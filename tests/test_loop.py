@@ -118,9 +118,9 @@ def test_refine_sets_alpha_and_scales_rates():
   np.testing.assert_array_equal(out["lam_min"], hp["lam_min"])
   np.testing.assert_allclose(hp["alpha"], [5.0, 9.0])  # the input is not modified
   assert out["alpha"].dtype == np.float32
-  with pytest.raises(ValueError, match="--refine_alpha"):
+  with pytest.raises(ValueError, match="refine_alpha"):
     sweep.refine(hp, alpha=0.0, lr_scale=0.1)
-  with pytest.raises(ValueError, match="--refine_lr_scale"):
+  with pytest.raises(ValueError, match="refine_lr_scale"):
     sweep.refine(hp, alpha=10.0, lr_scale=-1.0)
 
 

@@ -18,7 +18,7 @@ import optax
 import pytest
 from flax import serialization
 
-from recon_jax import checkpoint, loop, precision, resume
+from recon_jax import checkpoint, loop, resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
@@ -181,15 +181,3 @@ def test_load_rejects_bad_files(tmp_path):
     resume.load(str(path), st)
 
 
-def test_float32_floor_warning():
-  stalled = [{"loss": np.array([1e-3, 2.0]), "stat_rel": np.array([1e-7, 1.0])}] * 4
-  assert "float32" in precision.float32_floor_warning(stalled, np.float32)
-  assert precision.float32_floor_warning(stalled, np.float64) is None
-  moving = [{"loss": np.array([1e-3 * 0.9 ** i])} for i in range(4)]
-  assert precision.float32_floor_warning(moving, np.float32) is None
-  assert precision.float32_floor_warning(stalled[:1], np.float32) is None
-  # Stuck far from stationarity (lambda collapsed to 0): not a precision problem.
-  collapsed = [{"loss": np.array([0.01]), "stat_rel": np.array([1.0])}] * 4
-  assert precision.float32_floor_warning(collapsed, np.float32) is None
-  nan = [{"loss": np.array([np.nan])}] * 4
-  assert precision.float32_floor_warning(nan, np.float32) is None

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.train: losses, margins, weight decay, training and its failure mode."""
+"""Tests for recon_jax.train: gradient-descent training, its schedules, resume and failure mode."""
 
 import dataclasses
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import models, train
+from recon_jax import losses, models, train
 
 
 def _blobs(num_classes, n_per_class=4, d=4, seed=0, scale=3.0):
@@ -30,61 +30,6 @@ def _leaves(tree):
   return [np.asarray(a) for a in jax.tree_util.tree_leaves(tree)]
 
 
-# ---------------------------------------------------------------- losses and margins
-
-
-def test_per_sample_losses_by_hand():
-  out = jnp.array([[2.0, -1.0, 0.5], [0.0, 1.0, 3.0]])
-  y = jnp.array([1.0, -1.0])
-  np.testing.assert_allclose(np.asarray(train.per_sample_loss("logistic", out[:, :1], y)),
-                [np.log1p(np.exp(-2.0)), np.log(2.0)], rtol=1e-14)
-  labels = jnp.array([0, 2])
-  o = np.asarray(out)
-  want = [np.log(np.exp(o[0]).sum()) - o[0, 0], np.log(np.exp(o[1]).sum()) - o[1, 2]]
-  np.testing.assert_allclose(np.asarray(train.per_sample_loss("ce", out, labels)), want,
-                rtol=1e-14)
-  np.testing.assert_allclose(
-    np.asarray(train.per_sample_loss("mse", out[:, :1], jnp.array([1.5, -2.0]))),
-    [0.5 * 0.25, 0.5 * 4.0], rtol=1e-14)
-  with pytest.raises(ValueError, match="unknown loss"):
-    train.per_sample_loss("hinge", out, y)
-
-
-def test_margins_by_hand():
-  out = jnp.array([[1.0, 3.0, 2.0], [1.0, 3.0, 2.0], [5.0, 5.0, -1.0], [0.0, -1.0, 4.0]])
-  y = jnp.array([1, 0, 1, 2])
-  # f_y - max_{j != y} f_j: 3-2, 1-3, 5-5 (tie), 4-0.
-  np.testing.assert_allclose(np.asarray(train.margins("ce", out, y)), [1.0, -2.0, 0.0, 4.0])
-  b = jnp.array([[2.0], [-0.5], [1.5]])
-  np.testing.assert_allclose(np.asarray(train.margins("logistic", b, jnp.array([1., 1., -1.]))),
-                [2.0, -0.5, -1.5])
-  np.testing.assert_allclose(np.asarray(train.margins("mse", b, jnp.zeros(3))), [2.0, -0.5, 1.5])
-
-
-def test_error_rate_and_predictions():
-  out = jnp.array([[0.3], [-0.2], [0.0], [-1.0]])
-  y = jnp.array([1.0, 1.0, -1.0, -1.0])
-  # Predictions: +1, -1, +1 (0 counts as +1), -1 -> two wrong.
-  np.testing.assert_allclose(float(train.error_rate("logistic", out, y)), 0.5)
-  out_c = jnp.array([[0.1, 0.9], [0.8, 0.2], [0.4, 0.6]])
-  np.testing.assert_allclose(float(train.error_rate("ce", out_c, jnp.array([1, 1, 1]))), 1 / 3)
-
-
-def test_weight_decay_term_and_gradient():
-  apply_fn, params = _mlp(widths=(8,))
-  x, y = _blobs(2)
-  wd = 0.37
-  e0 = train.objective(apply_fn, "logistic", 0.0)
-  e1 = train.objective(apply_fn, "logistic", wd)
-  sq = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in _leaves(params))
-  np.testing.assert_allclose(float(e1(params, x, y) - e0(params, x, y)), wd / 2 * sq,
-                rtol=1e-12)
-  g0 = jax.grad(e0)(params, x, y)
-  g1 = jax.grad(e1)(params, x, y)
-  for a, b, p in zip(_leaves(g1), _leaves(g0), _leaves(params)):
-    np.testing.assert_allclose(a - b, wd * p, rtol=1e-10, atol=1e-14)
-
-
 # ---------------------------------------------------------------- training
 
 
@@ -93,7 +38,7 @@ def test_one_step_is_sgd_on_the_objective():
   x, y = _blobs(2)
   cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, weight_decay=0.1)
   new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-  g = jax.grad(train.objective(apply_fn, "logistic", 0.1))(params, x, y)
+  g = jax.grad(losses.energy(apply_fn, "logistic", 0.1))(params, x, y)
   for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
     np.testing.assert_allclose(n, p - 0.3 * gg, rtol=1e-13, atol=1e-15)
   assert len(history) == 1 and history[0]["epoch"] == 1
@@ -105,7 +50,7 @@ def test_normalised_step_by_hand(adaptive):
   x, y = _blobs(2)
   cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
   new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-  loss, g = jax.value_and_grad(train.objective(apply_fn, "logistic"))(params, x, y)
+  loss, g = jax.value_and_grad(losses.energy(apply_fn, "logistic"))(params, x, y)
   gnorm = np.sqrt(sum(np.sum(a ** 2) for a in _leaves(g)))
   rate = 0.3 / (float(loss) if adaptive == "loss" else gnorm)
   for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
@@ -120,7 +65,7 @@ def test_momentum_two_steps_by_hand():
   lr, mu = 0.2, 0.9
   cfg = train.TrainConfig(loss="logistic", lr=lr, epochs=2, chunk=2, momentum=mu)
   new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-  grad = jax.grad(train.objective(apply_fn, "logistic"))
+  grad = jax.grad(losses.energy(apply_fn, "logistic"))
   g0 = grad(params, x, y)
   p1 = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, g0)
   g1 = grad(p1, x, y)
@@ -134,14 +79,14 @@ def test_logistic_reaches_zero_train_error():
   x, y = _blobs(2)
   x_test, y_test = _blobs(2, seed=1)
   cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=200, chunk=100)
-  init_loss = float(train.objective(apply_fn, "logistic")(params, x, y))
+  init_loss = float(losses.energy(apply_fn, "logistic")(params, x, y))
   new, history = train.train(apply_fn, params, x, y, cfg, x_test=x_test, y_test=y_test,
                 log_every_chunk=False)
   assert [r["epoch"] for r in history] == [100, 200]
   assert history[-1]["train_error"] == 0.0
   assert history[-1]["test_accuracy"] == 1.0
   assert history[-1]["loss"] < 0.1 * init_loss
-  assert np.all(np.asarray(train.margins("logistic", apply_fn(new, x), y)) > 0)
+  assert np.all(np.asarray(losses.margins("logistic", apply_fn(new, x), y)) > 0)
 
 
 def test_cross_entropy_three_classes():
@@ -150,7 +95,7 @@ def test_cross_entropy_three_classes():
   cfg = train.TrainConfig(loss="ce", lr=0.1, epochs=200, chunk=200)
   new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   assert history[-1]["train_error"] == 0.0
-  assert np.all(np.asarray(train.margins("ce", apply_fn(new, x), y)) > 0)
+  assert np.all(np.asarray(losses.margins("ce", apply_fn(new, x), y)) > 0)
   np.testing.assert_array_equal(np.asarray(jnp.argmax(apply_fn(new, x), -1)), np.asarray(y))
 
 
@@ -160,14 +105,14 @@ def test_mse_regression_loss_decreases():
   x = jnp.asarray(rng.normal(size=(8, 4)))
   y = jnp.asarray(np.sin(np.asarray(x)[:, 0]) + 0.5 * np.asarray(x)[:, 1])
   cfg = train.TrainConfig(loss="mse", lr=0.05, epochs=300, chunk=100)
-  init_loss = float(train.objective(apply_fn, "mse")(params, x, y))
+  init_loss = float(losses.energy(apply_fn, "mse")(params, x, y))
   _, history = train.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y,
                log_every_chunk=False)
-  losses = [r["loss"] for r in history]
-  assert losses == sorted(losses, reverse=True)
-  assert losses[-1] < 0.2 * init_loss
+  trace = [r["loss"] for r in history]
+  assert trace == sorted(trace, reverse=True)
+  assert trace[-1] < 0.2 * init_loss
   # On the training points the test MSE is twice the mean 0.5 (f - y)^2 loss.
-  np.testing.assert_allclose(history[-1]["test_mse"], 2 * losses[-1], rtol=1e-10)
+  np.testing.assert_allclose(history[-1]["test_mse"], 2 * trace[-1], rtol=1e-10)
 
 
 def test_loss_threshold_stops_early():

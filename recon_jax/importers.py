@@ -49,6 +49,7 @@ import numpy as np
 
 from recon_jax import models
 from recon_jax.checkpoint import CheckpointError
+from recon_jax.errors import ConfigError
 
 FORMATS = ("msgpack", "safetensors", "torch")
 INPUT_LAYOUTS = ("nchw", "nhwc")
@@ -148,7 +149,7 @@ def _head(path: str, n: int = 64) -> tuple[bytes, int]:
 
 def _one_line(e: BaseException, limit: int = 200) -> str:
   """An exception's message squeezed onto one short line."""
-  text = " ".join(str(e).split()) or type(e).__name__
+  text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split()) or type(e).__name__
   return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -212,20 +213,21 @@ def _tensor_entries(obj) -> dict:
 def _unwrap_state_dict(obj, path: str, depth: int = 0) -> dict:
   """Finds the state dict in what ``torch.load`` returned.
 
-  A dict with tensor values is the state dict itself (non-tensor values are
-  dropped); otherwise the first of :data:`NESTED_KEYS` that holds one is
-  unwrapped (``{'state_dict': ..., 'epoch': 3}``, ``{'model': ...}``).
+  The first of :data:`NESTED_KEYS` whose value is a dict holding tensors is
+  unwrapped (``{'state_dict': ..., 'epoch': 3, 'best_acc': tensor(0.9)}``,
+  ``{'model': ...}``); otherwise a dict's own tensor values are the state
+  dict.  Non-tensor values are dropped.
   """
   if isinstance(obj, Mapping):
-    tensors = _tensor_entries(obj)
-    if tensors:
-      return tensors
     if depth < 3:
       for key in NESTED_KEYS:
         if isinstance(obj.get(key), Mapping):
           found = _unwrap_state_dict(obj[key], path, depth + 1)
           if found:
             return found
+    tensors = _tensor_entries(obj)
+    if tensors:
+      return tensors
   if depth:
     return {}
   raise CheckpointError(
@@ -244,9 +246,9 @@ def _torch_to_numpy(t) -> np.ndarray:
 def _read_torch(path: str) -> dict:
   try:
     import torch
-  except ImportError:
+  except (ImportError, OSError) as e:  # OSError: a torch whose shared libraries fail to load
     raise CheckpointError(
-        f"{path}: a PyTorch checkpoint, but torch is not installed; "
+        f"{path}: a PyTorch checkpoint, but torch cannot be imported ({_one_line(e, 80)}); "
         f'run pip install -e ".[torch]" to read it.') from None
   import pickle
   try:
@@ -254,9 +256,15 @@ def _read_torch(path: str) -> dict:
   except pickle.UnpicklingError as e:
     # weights_only refuses any global outside its allow-list, i.e. any pickle
     # that would construct arbitrary objects or call functions.
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\.?$)", str(e), re.M)
+    if found is None and "weights only" not in str(e).lower():
+      raise CheckpointError(f"{path}: malformed or truncated PyTorch file "
+                            f"(UnpicklingError: {_one_line(e, 160)}).") from None
+    reason = _one_line(found.group(1) if found else e, 160)
     raise CheckpointError(
-        f"{path}: refused: the pickle needs code beyond tensors to load (weights_only=True); "
-        f"save model.state_dict() instead ({_one_line(e, 160)}).") from None
+        f"{path}: refused by torch.load(weights_only=True): the pickle holds more than "
+        f"tensors (code to run, objects to build, or corrupt data); save model.state_dict() "
+        f"instead ({reason}).") from None
   except Exception as e:  # torch raises RuntimeError/EOFError/... on corrupt files
     raise CheckpointError(f"{path}: malformed or truncated PyTorch file "
                           f"({type(e).__name__}: {_one_line(e, 160)}).") from None
@@ -317,19 +325,19 @@ def _pair(v, what: str, i: int, source: str) -> tuple[int, int]:
   if (isinstance(v, (tuple, list)) and len(v) == 2
       and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in v)):
     return int(v[0]), int(v[1])
-  raise CheckpointError(
-      f"{source}: {what} for conv layer {i} must be an int or an (h, w) pair, got {v!r}.")
+  raise ConfigError(f"{what} for conv layer {i} must be an int or an (h, w) pair, got {v!r} "
+                    f"({source}).", argument=what)
 
 
 def _per_layer(value, n: int, what: str, source: str) -> list:
   """``value`` for each of ``n`` conv layers: one int/str for all, or a list of n."""
-  if isinstance(value, (int, np.integer, str)):
-    return [value] * n
+  if not isinstance(value, (list, tuple)):
+    return [value] * n  # one value for all layers (checked per layer)
   value = list(value)
   if len(value) != n:
-    raise CheckpointError(
-        f"{source}: {what} lists {len(value)} entries, but the state dict has {n} conv "
-        f"layers; give one int for all layers or one entry (int or (h, w) pair) per layer.")
+    raise ConfigError(
+        f"{what} lists {len(value)} entries, but {source} has {n} conv layers; give one "
+        f"int for all layers or one entry (int or (h, w) pair) per layer.", argument=what)
   return value
 
 
@@ -340,15 +348,16 @@ def _conv_padding(p, kernel, stride, i, source) -> tuple[tuple[int, int], tuple[
       return (0, 0), (0, 0)
     if p == "same":
       if stride != (1, 1):
-        raise CheckpointError(f"{source}: padding 'same' needs stride 1 (as in PyTorch); "
-                              f"conv layer {i} has stride {stride}.")
+        raise ConfigError(f"padding 'same' needs stride 1 (as in PyTorch); conv layer {i} "
+                          f"of {source} has stride {stride}.", argument="padding")
       # PyTorch pads k-1 in total, the extra one at the end.
       return tuple(((k - 1) // 2, k - 1 - (k - 1) // 2) for k in kernel)
-    raise CheckpointError(f"{source}: padding for conv layer {i} must be an int, an (h, w) pair, "
-                          f"'valid' or 'same', got {p!r}.")
+    raise ConfigError(f"padding for conv layer {i} must be an int, an (h, w) pair, 'valid' "
+                      f"or 'same', got {p!r} ({source}).", argument="padding")
   ph, pw = _pair(p, "padding", i, source)
   if ph < 0 or pw < 0:
-    raise CheckpointError(f"{source}: padding for conv layer {i} must be >= 0, got {p!r}.")
+    raise ConfigError(f"padding for conv layer {i} must be >= 0, got {p!r} ({source}).",
+                      argument="padding")
   return (ph, ph), (pw, pw)
 
 
@@ -391,9 +400,9 @@ def _ordered(layers: dict, sd, layer_order, source: str) -> list:
   if layer_order is not None:
     order = [str(p) for p in layer_order]
     if sorted(order) != sorted(layers):
-      raise CheckpointError(
-          f"{source}: layer_order {order} must list each layer prefix once; the state dict "
-          f"has {sorted(layers, key=_natural_key)}.")
+      raise ConfigError(
+          f"layer_order {order} must list each layer prefix of {source} once: "
+          f"{sorted(layers, key=_natural_key)}.", argument="layer_order")
     return order
   convs = sorted((p for p in layers if np.ndim(sd[layers[p][0]]) == 4), key=_natural_key)
   linears = sorted((p for p in layers if np.ndim(sd[layers[p][0]]) == 2), key=_natural_key)
@@ -460,11 +469,13 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
 
   Raises:
     CheckpointError naming the tensor and both shapes when layers do not chain,
-    when ``input_shape`` does not fit, or when a tensor cannot be mapped.
+    when ``input_shape`` does not fit, or when a tensor cannot be mapped;
+    ConfigError (``.argument`` names it) for an argument outside its domain
+    (``stride``, ``padding``, ``input_layout``, ``input_shape``, ``layer_order``).
   """
   if input_layout not in INPUT_LAYOUTS:
-    raise CheckpointError(
-        f"{source}: input_layout must be one of {INPUT_LAYOUTS}, got {input_layout!r}.")
+    raise ConfigError(f"input_layout must be one of {INPUT_LAYOUTS}, got {input_layout!r}.",
+                      argument="input_layout")
   sd = {k: np.asarray(v) for k, v in state_dict.items()}
   layers = _collect_layers(sd, source)
   for name, a in sd.items():
@@ -474,16 +485,17 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
   kinds = [np.ndim(sd[layers[p][0]]) for p in order]
   n_conv = sum(1 for k in kinds if k == 4)
   if kinds != [4] * n_conv + [2] * (len(kinds) - n_conv):
-    raise CheckpointError(
-        f"{source}: layer_order puts a Conv2d layer after a Linear layer; only convolutions "
-        f"followed by Linear layers can be imported.")
+    raise ConfigError(
+        f"layer_order puts a Conv2d layer of {source} after a Linear layer; only "
+        f"convolutions followed by Linear layers can be imported.", argument="layer_order")
   if n_conv and n_conv == len(kinds):
     raise CheckpointError(f"{source}: the state dict has convolutions but no Linear layer "
                           f"after them; the network must end in a Linear layer.")
   if input_shape is not None:
     input_shape = tuple(int(s) for s in input_shape)
     if not input_shape or any(s <= 0 for s in input_shape):
-      raise CheckpointError(f"{source}: input_shape must be positive sizes, got {input_shape}.")
+      raise ConfigError(f"input_shape must be positive sizes, got {input_shape}.",
+                        argument="input_shape")
   cast = lambda a: np.ascontiguousarray(a, dtype)  # noqa: E731
   params, names = {}, []
   convs_spec, convs_arch = [], []
@@ -508,8 +520,8 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
       _check_bias(sd, wname, bname, o, source)
       s = _pair(strides[i], "stride", i, source)
       if s[0] <= 0 or s[1] <= 0:
-        raise CheckpointError(
-            f"{source}: stride for conv layer {i} must be >= 1, got {strides[i]!r}.")
+        raise ConfigError(f"stride for conv layer {i} must be >= 1, got {strides[i]!r} "
+                          f"({source}).", argument="stride")
       pad = _conv_padding(pads[i], (kh, kw), s, i, source)
       ho = (h + sum(pad[0]) - kh) // s[0] + 1
       wo = (w + sum(pad[1]) - kw) // s[1] + 1
@@ -603,7 +615,8 @@ def load_foreign(path: str, *, input_shape: Optional[Sequence[int]] = None,
     out = apply_fn(imp.params, x_nhwc)
 
   Raises:
-    CheckpointError with a one-line message naming the file.
+    CheckpointError with a one-line message naming the file; ConfigError for
+    an argument outside its domain (see :func:`from_state_dict`).
   """
   fmt, sd = _read(path)
   return from_state_dict(sd, input_shape=input_shape, input_layout=input_layout, stride=stride,

@@ -1,8 +1,13 @@
-"""Tests for recon_jax.data: loaders, formats, sampling and safety."""
+"""Tests for the file datasets of recon_jax.data: MNIST IDX, CIFAR-10/100, and their hardening."""
 
+import gc
 import gzip
 import os
 import pickle
+import time
+import tracemalloc
+import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -14,8 +19,8 @@ from recon_jax.data import DataError, load_dataset
 # Fixtures: tiny on-disk datasets in the official formats.
 # --------------------------------------------------------------------------
 
-MNIST_FILES = ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte',
-        't10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte')
+MNIST_FILES = ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte', 't10k-images-idx3-ubyte',
+               't10k-labels-idx1-ubyte')
 
 
 def _mnist_arrays(n_train=40, n_test=20):
@@ -36,6 +41,10 @@ def _write_mnist(root, gz=False, dotted=False):
   for n, a in zip(names, (xtr, ytr, xte, yte)):
     D.write_idx(os.path.join(root, n + suffix), a)
   return xtr, ytr, xte, yte
+
+
+def _idx_header(magic_ndim, dims):
+  return bytes([0, 0, 8, magic_ndim]) + np.asarray(dims, '>u4').tobytes()
 
 
 def _cifar_arrays(n, label_offset=0):
@@ -71,11 +80,9 @@ def _write_cifar10_py(root, n=20, protocol=2):
   sub = os.path.join(root, 'cifar-10-batches-py')
   os.makedirs(sub, exist_ok=True)
   out = []
-  for name, off in [(f'data_batch_{i}', i) for i in range(1, 6)] + [
-    ('test_batch', 11)]:
+  for name, off in [(f'data_batch_{i}', i) for i in range(1, 6)] + [('test_batch', 11)]:
     x, y = _cifar_arrays(n, label_offset=off)
-    d = {b'data': _to_cifar_flat(x), b'labels': [int(v) for v in y],
-       b'batch_label': b'fixture'}
+    d = {b'data': _to_cifar_flat(x), b'labels': [int(v) for v in y], b'batch_label': b'fixture'}
     with open(os.path.join(sub, name), 'wb') as f:
       pickle.dump(d, f, protocol=protocol)
     out.append((x, y))
@@ -87,8 +94,7 @@ def _write_cifar10_py(root, n=20, protocol=2):
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize('gz,dotted', [(False, False), (True, False),
-                    (False, True)])
+@pytest.mark.parametrize('gz,dotted', [(False, False), (True, False), (False, True)])
 def test_mnist_idx_roundtrip(tmp_path, gz, dotted):
   xtr, ytr, _, _ = _write_mnist(str(tmp_path), gz=gz, dotted=dotted)
   ds = load_dataset('mnist', data_dir=str(tmp_path), n_per_class=3)
@@ -96,24 +102,30 @@ def test_mnist_idx_roundtrip(tmp_path, gz, dotted):
   assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.float32
   assert ds.train_idx.dtype == np.int64
   np.testing.assert_array_equal(ds.y_train, [1, 1, 1, -1, -1, -1])
-  np.testing.assert_array_equal(ds.y_train, np.where(ytr[ds.train_idx] % 2,
-                            1.0, -1.0))
+  np.testing.assert_array_equal(ds.y_train, np.where(ytr[ds.train_idx] % 2, 1.0, -1.0))
   for j in (0, 4):
     np.testing.assert_array_equal(
-      ds.x_train[j, ..., 0],
-      xtr[ds.train_idx[j]].astype(np.float32) / np.float32(255.0))
+      ds.x_train[j, ..., 0], xtr[ds.train_idx[j]].astype(np.float32) / np.float32(255.0))
   # Defaults: partition = n_per_class, test = everything in the test pool.
   assert ds.x_part.shape == (6, 28, 28, 1)
   assert ds.x_test.shape == (20, 28, 28, 1)
   assert sorted(ds.y_test.tolist()) == [-1.0] * 10 + [1.0] * 10
   assert ds.value_range == (0.0, 1.0) and ds.num_classes == 2
-  assert D.input_shape(ds) == (28, 28, 1)
+
+
+@pytest.mark.parametrize('sub', [('mnist',), ('MNIST', 'raw')])
+def test_mnist_subdirs(tmp_path, sub):
+  root = tmp_path.joinpath(*sub)
+  root.mkdir(parents=True)
+  _write_mnist(str(root), gz=True)
+  ds = load_dataset('mnist', data_dir=tmp_path, n_per_class=1)  # os.PathLike works too.
+  assert ds.x_train.shape == (2, 28, 28, 1)
 
 
 def test_mnist_multiclass(tmp_path):
   xtr, ytr, _, _ = _write_mnist(str(tmp_path))
-  ds = load_dataset('mnist', task='multiclass', data_dir=str(tmp_path),
-           n_per_class=2, n_part_per_class=1, n_test_per_class=1)
+  ds = load_dataset('mnist', task='multiclass', data_dir=str(tmp_path), n_per_class=2,
+                    n_part_per_class=1, n_test_per_class=1)
   assert ds.y_train.dtype == np.int32 and ds.num_classes == 10
   np.testing.assert_array_equal(ds.y_train, np.repeat(np.arange(10), 2))
   np.testing.assert_array_equal(ds.y_train, ytr[ds.train_idx])
@@ -121,8 +133,7 @@ def test_mnist_multiclass(tmp_path):
   # Partition drawn from the train pool, disjoint from train.
   train_rows = {xtr[i].tobytes() for i in ds.train_idx}
   for row in ds.x_part:
-    assert (np.rint(row[..., 0] * 255).astype(np.uint8).tobytes()
-        not in train_rows)
+    assert np.rint(row[..., 0] * 255).astype(np.uint8).tobytes() not in train_rows
 
 
 def test_write_idx_header(tmp_path):
@@ -147,6 +158,20 @@ def test_mnist_truncated(tmp_path):
   assert f'expected {want} bytes of image data, got {got}' in msg
 
 
+def test_mnist_truncated_header_and_trailing_bytes(tmp_path):
+  _write_mnist(str(tmp_path))
+  path = tmp_path / 't10k-images-idx3-ubyte'
+  raw = path.read_bytes()
+  path.write_bytes(raw[:10])
+  with pytest.raises(DataError, match='16-byte header, got 10 bytes') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert str(path) in str(e.value)
+  path.write_bytes(raw + b'\x00\x00')
+  with pytest.raises(DataError, match=r'got 15682 \(trailing bytes\)') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert str(path) in str(e.value)
+
+
 def test_mnist_truncated_gz(tmp_path):
   _write_mnist(str(tmp_path), gz=True)
   path = tmp_path / 't10k-labels-idx1-ubyte.gz'
@@ -157,10 +182,13 @@ def test_mnist_truncated_gz(tmp_path):
   assert str(path) in str(e.value) and 'label data' in str(e.value)
 
 
-def test_mnist_corrupt_gzip(tmp_path):
+@pytest.mark.parametrize('content', [b'not gzip at all', 'cut'])
+def test_mnist_corrupt_gzip(tmp_path, content):
   _write_mnist(str(tmp_path), gz=True)
-  path = tmp_path / 'train-labels-idx1-ubyte.gz'
-  path.write_bytes(b'not gzip at all')
+  path = tmp_path / 'train-images-idx3-ubyte.gz'
+  if content == 'cut':  # A gzip stream cut short.
+    content = path.read_bytes()[:200]
+  path.write_bytes(content)
   with pytest.raises(DataError) as e:
     load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
   assert str(path) in str(e.value)
@@ -182,23 +210,134 @@ def test_mnist_missing_file(tmp_path):
   os.remove(tmp_path / 't10k-images-idx3-ubyte')
   with pytest.raises(DataError, match='t10k-images-idx3-ubyte') as e:
     load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
-  assert 'missing' in str(e.value)
+  assert 'missing' in str(e.value) and e.value.argument == 'data_dir'
 
 
 def test_missing_data_dir(tmp_path):
-  with pytest.raises(DataError, match='--data_dir'):
-    load_dataset('mnist')
-  with pytest.raises(DataError, match='--data_dir') as e:
+  for name in ('mnist', 'cifar10', 'cifar100'):
+    for empty in (None, ''):
+      with pytest.raises(DataError, match='^data_dir is required') as e:
+        load_dataset(name, task='multiclass', data_dir=empty)
+      assert name in str(e.value) and e.value.argument == 'data_dir'
+      assert '--' not in str(e.value)
+  with pytest.raises(DataError, match='^data_dir ') as e:
     load_dataset('cifar10', data_dir=str(tmp_path / 'nope'))
-  assert str(tmp_path / 'nope') in str(e.value)
+  assert str(tmp_path / 'nope') in str(e.value) and 'no such directory' in str(e.value)
+  assert e.value.argument == 'data_dir' and '--' not in str(e.value)
 
 
 def test_mnist_label_image_count_mismatch(tmp_path):
   _write_mnist(str(tmp_path))
-  D.write_idx(tmp_path / 'train-labels-idx1-ubyte',
-        np.zeros(39, dtype=np.uint8))
+  D.write_idx(tmp_path / 'train-labels-idx1-ubyte', np.zeros(39, dtype=np.uint8))
   with pytest.raises(DataError, match='train-labels-idx1-ubyte'):
     load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+
+
+def test_mnist_label_out_of_range(tmp_path):
+  _write_mnist(str(tmp_path))
+  path = tmp_path / 't10k-labels-idx1-ubyte'
+  D.write_idx(path, np.full(20, 10, dtype=np.uint8))
+  with pytest.raises(DataError, match='label 10 out of range 0..9') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert str(path) in str(e.value)
+
+
+# --------------------------------------------------------------------------
+# MNIST hardening: gzip bombs, impossible headers, mismatched files.
+# --------------------------------------------------------------------------
+
+
+def _gzip_stream(chunks):
+  """A gzip file of the concatenated ``chunks``, compressed without holding them all."""
+  comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+  return b''.join([comp.compress(c) for c in chunks] + [comp.flush()])
+
+
+def test_mnist_gzip_bomb_refused_fast_and_small(tmp_path):
+  _write_mnist(str(tmp_path), gz=True)
+  # The header announces 40x28x28 images (31 kB); the stream inflates to 50 MB.
+  bomb = _gzip_stream([_idx_header(3, (40, 28, 28))] + [bytes(1 << 20)] * 50)
+  assert len(bomb) < 100_000
+  path = tmp_path / 'train-images-idx3-ubyte.gz'
+  path.write_bytes(bomb)
+  tracemalloc.start()
+  start = time.perf_counter()
+  try:
+    with pytest.raises(DataError, match='gzip bomb') as e:
+      load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+    elapsed = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+  finally:
+    tracemalloc.stop()
+  msg = str(e.value)
+  assert str(path) in msg and '31376 bytes' in msg  # 16-byte header + 31360.
+  assert elapsed < 0.5, elapsed
+  assert peak < 8 << 20, peak  # Reading all of it would take 50 MB.
+
+
+def test_idx_header_with_huge_dimensions(tmp_path):
+  _write_mnist(str(tmp_path))
+  path = tmp_path / 'train-images-idx3-ubyte'
+  path.write_bytes(_idx_header(3, (0xFFFFFFFF,) * 3) + bytes(100))
+  with pytest.raises(DataError, match='4294967295x4294967295x4294967295') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert str(path) in str(e.value) and 'limit' in str(e.value)
+  # Under the limit, but far more than a small gzip file can inflate to.
+  os.remove(path)
+  gz = tmp_path / 'train-images-idx3-ubyte.gz'
+  gz.write_bytes(_gzip_stream([_idx_header(3, (1_000_000, 28, 28)), bytes(1000)]))
+  start = time.perf_counter()
+  with pytest.raises(DataError, match='1000000x28x28') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert time.perf_counter() - start < 0.5
+  assert str(gz) in str(e.value) and 'gzip file can hold' in str(e.value)
+
+
+@pytest.mark.parametrize('gz', [False, True])
+def test_idx_header_with_zero_dimensions(tmp_path, gz):
+  _write_mnist(str(tmp_path), gz=gz)
+  suffix = '.gz' if gz else ''
+  path = tmp_path / ('t10k-images-idx3-ubyte' + suffix)
+  D.write_idx(path, np.zeros((0, 28, 28), np.uint8))
+  D.write_idx(tmp_path / ('t10k-labels-idx1-ubyte' + suffix), np.zeros((0,), np.uint8))
+  with pytest.raises(DataError, match='0x28x28') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert str(path) in str(e.value) and 'dimension must be >= 1' in str(e.value)
+  header = _idx_header(3, (20, 0, 28))
+  path.write_bytes(gzip.compress(header) if gz else header)
+  with pytest.raises(DataError, match='20x0x28') as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1)
+  assert str(path) in str(e.value)
+
+
+def test_mnist_train_and_test_image_sizes_differ(tmp_path):
+  _write_mnist(str(tmp_path))
+  test_images = tmp_path / 't10k-images-idx3-ubyte'
+  D.write_idx(test_images, np.zeros((20, 32, 32), np.uint8))
+  with pytest.raises(DataError) as e:
+    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1, subtract_mean=True)
+  msg = str(e.value)
+  assert str(tmp_path / 'train-images-idx3-ubyte') in msg and str(test_images) in msg
+  assert '28x28' in msg and '32x32' in msg
+
+
+def test_loading_leaves_no_open_files(tmp_path):
+  mnist, cifar = tmp_path / 'mnist', tmp_path / 'cifar'
+  mnist.mkdir()
+  cifar.mkdir()
+  _write_mnist(str(mnist), gz=True)
+  _write_cifar10_py(str(cifar))
+  (tmp_path / 'bad').mkdir()
+  _write_mnist(str(tmp_path / 'bad'), gz=True)
+  (tmp_path / 'bad' / 't10k-labels-idx1-ubyte.gz').write_bytes(b'junk')
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    load_dataset('mnist', data_dir=str(mnist), n_per_class=1)
+    load_dataset('cifar10', data_dir=str(cifar), n_per_class=1)
+    with pytest.raises(DataError):
+      load_dataset('mnist', data_dir=str(tmp_path / 'bad'), n_per_class=1)
+    gc.collect()
+  assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 # --------------------------------------------------------------------------
@@ -207,7 +346,7 @@ def test_mnist_label_image_count_mismatch(tmp_path):
 
 
 def test_cifar10_binary(tmp_path):
-  batches, (xt, yt) = _write_cifar10_bin(str(tmp_path))
+  batches, (_, yt) = _write_cifar10_bin(str(tmp_path))
   x_pool = np.concatenate([b[0] for b in batches])
   y_pool = np.concatenate([b[1] for b in batches])
   ds = load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=4)
@@ -216,8 +355,7 @@ def test_cifar10_binary(tmp_path):
   np.testing.assert_array_equal(ds.y_train, np.where(vehicles, 1.0, -1.0))
   np.testing.assert_array_equal(ds.y_train, [1] * 4 + [-1] * 4)
   for j in range(8):
-    np.testing.assert_array_equal(
-      ds.x_train[j], x_pool[ds.train_idx[j]] / np.float32(255.0))
+    np.testing.assert_array_equal(ds.x_train[j], x_pool[ds.train_idx[j]] / np.float32(255.0))
   # Test set from the official test pool, default = all of it (balanced).
   n_veh = int(np.isin(yt, [0, 1, 8, 9]).sum())
   assert ds.x_test.shape[0] == 2 * min(n_veh, len(yt) - n_veh)
@@ -225,8 +363,8 @@ def test_cifar10_binary(tmp_path):
 
 def test_cifar10_channel_order(tmp_path):
   _write_cifar10_bin(str(tmp_path))
-  ds = load_dataset('cifar10', task='multiclass', data_dir=str(tmp_path),
-           n_per_class=10, n_part_per_class=0, n_test_per_class=1)
+  ds = load_dataset('cifar10', task='multiclass', data_dir=str(tmp_path), n_per_class=10,
+                    n_part_per_class=0, n_test_per_class=1)
   # Class-balanced with 10 per class over a pool of 100: the whole pool.
   assert sorted(ds.train_idx.tolist()) == list(range(100))
   red = ds.x_train[list(ds.train_idx).index(0)]
@@ -254,6 +392,10 @@ def test_cifar10_bad_size(tmp_path):
   with pytest.raises(DataError, match='3073') as e:
     load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=2)
   assert str(path) in str(e.value)
+  path.write_bytes(b'')
+  with pytest.raises(DataError, match='size 0 bytes') as e:
+    load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=2)
+  assert str(path) in str(e.value)
 
 
 def test_cifar10_bad_label(tmp_path):
@@ -264,6 +406,16 @@ def test_cifar10_bad_label(tmp_path):
   with pytest.raises(DataError, match='label 12') as e:
     load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=2)
   assert str(path) in str(e.value)
+
+
+def test_write_cifar10_bin_checks(tmp_path):
+  x, y = _cifar_arrays(2)
+  with pytest.raises(DataError, match='32, 32, 3'):
+    D.write_cifar10_bin(tmp_path / 'a.bin', x[:, :16], y)
+  with pytest.raises(DataError, match='expected 2 labels'):
+    D.write_cifar10_bin(tmp_path / 'a.bin', x, y[:1])
+  with pytest.raises(DataError, match='labels must lie'):
+    D.write_cifar10_bin(tmp_path / 'a.bin', x, np.array([0, 256]))
 
 
 def test_cifar10_missing_batch(tmp_path):
@@ -282,8 +434,7 @@ def test_cifar10_python_pickle(tmp_path, protocol):
   ds = load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=3)
   assert ds.x_train.shape == (6, 32, 32, 3)
   for j in range(6):
-    np.testing.assert_array_equal(
-      ds.x_train[j], x_pool[ds.train_idx[j]] / np.float32(255.0))
+    np.testing.assert_array_equal(ds.x_train[j], x_pool[ds.train_idx[j]] / np.float32(255.0))
 
 
 def test_cifar10_python_pickle_legacy_module_name(tmp_path):
@@ -294,20 +445,18 @@ def test_cifar10_python_pickle_legacy_module_name(tmp_path):
   for f in sub.iterdir():
     raw = f.read_bytes()
     assert b'numpy._core.multiarray' in raw
-    f.write_bytes(raw.replace(b'numpy._core.multiarray',
-                 b'numpy.core.multiarray'))
-  ds = load_dataset('cifar10', task='multiclass', data_dir=str(tmp_path),
-           n_per_class=1, n_part_per_class=0, n_test_per_class=1)
+    f.write_bytes(raw.replace(b'numpy._core.multiarray', b'numpy.core.multiarray'))
+  ds = load_dataset('cifar10', task='multiclass', data_dir=str(tmp_path), n_per_class=1,
+                    n_part_per_class=0, n_test_per_class=1)
   x_pool = np.concatenate([b[0] for b in batches[:5]])
-  np.testing.assert_array_equal(
-    ds.x_train, x_pool[ds.train_idx] / np.float32(255.0))
+  np.testing.assert_array_equal(ds.x_train, x_pool[ds.train_idx] / np.float32(255.0))
 
 
 def test_cifar10_prefers_binary(tmp_path):
   _write_cifar10_py(str(tmp_path))
   batches, _ = _write_cifar10_bin(str(tmp_path))
-  ds = load_dataset('cifar10', task='multiclass', data_dir=str(tmp_path),
-           n_per_class=10, n_part_per_class=0, n_test_per_class=1)
+  ds = load_dataset('cifar10', task='multiclass', data_dir=str(tmp_path), n_per_class=10,
+                    n_part_per_class=0, n_test_per_class=1)
   red = ds.x_train[list(ds.train_idx).index(0)]
   np.testing.assert_array_equal(red, batches[0][0][0] / np.float32(255.0))
 
@@ -338,11 +487,21 @@ def test_cifar10_pickle_wrong_content(tmp_path):
   _write_cifar10_py(str(tmp_path))
   path = tmp_path / 'cifar-10-batches-py' / 'test_batch'
   with open(path, 'wb') as f:
-    pickle.dump({b'data': np.zeros((2, 10), np.uint8),
-           b'labels': [0, 1]}, f)
+    pickle.dump({b'data': np.zeros((2, 10), np.uint8), b'labels': [0, 1]}, f)
   with pytest.raises(DataError, match='3072') as e:
     load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=1)
   assert str(path) in str(e.value)
+  for content, match in (([1, 2], 'expected a pickled dict'),
+                         ({b'data': np.zeros((2, 3072), np.uint8)}, 'lacks the data/labels'),
+                         ({b'data': np.zeros((2, 3072), np.uint8), b'labels': [0]},
+                          '1 labels for 2 images'),
+                         ({b'data': np.zeros((2, 3072), np.uint8), b'labels': [0, 10]},
+                          'out of range')):
+    with open(path, 'wb') as f:
+      pickle.dump(content, f)
+    with pytest.raises(DataError, match=match) as e:
+      load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=1)
+    assert str(path) in str(e.value)
   path.write_bytes(b'garbage')
   with pytest.raises(DataError, match='test_batch'):
     load_dataset('cifar10', data_dir=str(tmp_path), n_per_class=1)
@@ -366,165 +525,43 @@ def _write_cifar100_bin(root, n):
 
 def test_cifar100_binary_format(tmp_path):
   x, fine = _write_cifar100_bin(tmp_path, 200)
-  ds = load_dataset('cifar100', task='multiclass', data_dir=str(tmp_path),
-           n_per_class=1, n_part_per_class=1)
+  ds = load_dataset('cifar100', task='multiclass', data_dir=str(tmp_path), n_per_class=1,
+                    n_part_per_class=1)
   assert ds.num_classes == 100 and ds.x_train.shape == (100, 32, 32, 3)
   np.testing.assert_array_equal(ds.y_train, np.arange(100))
   np.testing.assert_array_equal(ds.y_train, fine[ds.train_idx])
   img = x[ds.train_idx[5]].reshape(3, 32, 32).transpose(1, 2, 0)
   np.testing.assert_array_equal(ds.x_train[5], img / np.float32(255.0))
-  with pytest.raises(DataError, match='binary'):
+  with pytest.raises(DataError, match='binary') as e:
     load_dataset('cifar100', data_dir=str(tmp_path))
+  assert e.value.argument == 'task' and str(e.value).startswith('task ')
 
 
-# --------------------------------------------------------------------------
-# Embedded datasets and sampling.
-# --------------------------------------------------------------------------
+def test_cifar100_bad_coarse_label(tmp_path):
+  _write_cifar100_bin(tmp_path, 200)
+  raw = bytearray((tmp_path / 'test.bin').read_bytes())
+  raw[0] = 20
+  (tmp_path / 'test.bin').write_bytes(bytes(raw))
+  with pytest.raises(DataError, match='coarse label 20') as e:
+    load_dataset('cifar100', task='multiclass', data_dir=str(tmp_path), n_per_class=1)
+  assert str(tmp_path / 'test.bin') in str(e.value)
 
 
-def test_digits():
-  ds = load_dataset('digits', n_per_class=5)
-  assert ds.x_train.shape == (10, 8, 8, 1) and ds.x_train.dtype == np.float32
-  np.testing.assert_array_equal(ds.y_train, [1] * 5 + [-1] * 5)
-  for x in (ds.x_train, ds.x_test, ds.x_part):
-    assert x.min() >= 0.0 and x.max() <= 1.0
-  assert ds.x_train.max() > 0.9
-  from sklearn.datasets import load_digits
-  digits = load_digits()
-  np.testing.assert_allclose(ds.x_train[..., 0],
-                digits.images[ds.train_idx] / 16.0, atol=1e-7)
-  np.testing.assert_array_equal(
-    ds.y_train, np.where(digits.target[ds.train_idx] % 2, 1.0, -1.0))
-  mc = load_dataset('digits', task='multiclass', n_per_class=3)
-  assert mc.num_classes == 10 and mc.y_train.dtype == np.int32
-  np.testing.assert_array_equal(mc.y_train, np.repeat(np.arange(10), 3))
-  np.testing.assert_array_equal(mc.y_train, digits.target[mc.train_idx])
-  assert np.bincount(mc.y_test, minlength=10).min() == np.bincount(
-    mc.y_test, minlength=10).max()
-
-
-def _row_set(x):
-  return {r.tobytes() for r in x}
-
-
-def test_lfw_and_disjoint_splits():
-  ds = load_dataset('lfw', n_per_class=10, n_part_per_class=7,
-           n_test_per_class=20)
-  assert ds.x_train.shape == (20, 25, 25, 1)
-  assert ds.x_part.shape == (14, 25, 25, 1)
-  assert ds.x_test.shape == (40, 25, 25, 1)
-  for x in (ds.x_train, ds.x_test, ds.x_part):
-    assert x.dtype == np.float32 and x.min() >= 0.0 and x.max() <= 1.0
-  np.testing.assert_array_equal(ds.y_train, [1] * 10 + [-1] * 10)
-  # First 100 images of the lfw subset are faces (+1).
-  np.testing.assert_array_equal(ds.y_train,
-                 np.where(ds.train_idx < 100, 1.0, -1.0))
-  for y, n in ((ds.y_part, 7), (ds.y_test, 20)):
-    assert (y == 1).sum() == n and (y == -1).sum() == n
-  tr, te, pa = _row_set(ds.x_train), _row_set(ds.x_test), _row_set(ds.x_part)
-  assert len(tr) == 20 and len(te) == 40 and len(pa) == 14
-  assert not tr & te and not tr & pa and not te & pa
-  # Defaults: partition = n_per_class, test = the remaining balanced rest.
-  d2 = load_dataset('lfw', n_per_class=30)
-  assert d2.x_part.shape[0] == 60 and d2.x_test.shape[0] == 80
-  mc = load_dataset('lfw', task='multiclass', n_per_class=2)
-  assert mc.num_classes == 2 and mc.y_train.dtype == np.int32
-  np.testing.assert_array_equal(mc.y_train, [0, 0, 1, 1])
-
-
-def test_digits_disjoint_by_index():
-  # Full partition of the pool: train, part and test exhaust each class.
-  ds = load_dataset('digits', task='multiclass', n_per_class=50,
-           n_part_per_class=50)
-  n_min = 174  # Smallest digit class in load_digits.
-  assert ds.x_test.shape[0] == 10 * (n_min - 100)
-  # No training image index repeats; identical train_idx for identical seeds.
-  assert len(set(ds.train_idx.tolist())) == ds.train_idx.size
-
-
-def test_determinism_and_seed():
-  a = load_dataset('digits', n_per_class=4, seed=3)
-  b = load_dataset('digits', n_per_class=4, seed=3)
-  c = load_dataset('digits', n_per_class=4, seed=4)
-  for fa, fb in zip(a, b):
-    if isinstance(fa, np.ndarray):
-      np.testing.assert_array_equal(fa, fb)
-    else:
-      assert fa == fb
-  assert not np.array_equal(a.train_idx, c.train_idx)
-  assert not np.array_equal(a.x_part, c.x_part)
-
-
-def test_sampling_errors(tmp_path):
-  with pytest.raises(DataError, match='--n_per_class') as e:
-    load_dataset('lfw', n_per_class=101)
-  assert '100' in str(e.value)
-  with pytest.raises(DataError, match='--n_per_class'):
-    load_dataset('lfw', n_per_class=0)
-  with pytest.raises(DataError, match='--n_part_per_class'):
-    load_dataset('lfw', n_per_class=60, n_part_per_class=41)
-  with pytest.raises(DataError, match='--n_test_per_class'):
-    load_dataset('lfw', n_per_class=50, n_test_per_class=1)
-  _write_mnist(str(tmp_path))
-  with pytest.raises(DataError, match='--n_per_class') as e:
-    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=21)
-  assert '20' in str(e.value)
-  with pytest.raises(DataError, match='--n_test_per_class'):
-    load_dataset('mnist', data_dir=str(tmp_path), n_per_class=1,
-           n_test_per_class=11)
-
-
-def test_name_and_task_errors():
-  with pytest.raises(DataError, match='--dataset') as e:
-    load_dataset('imagenet')
-  assert 'cifar10' in str(e.value) and 'digits' in str(e.value)
-  with pytest.raises(DataError, match='--task'):
-    load_dataset('digits', task='regression')
-  assert issubclass(DataError, ValueError)
-  assert set(D.DATASETS) == {'digits', 'lfw', 'toy2d', 'mnist', 'cifar10',
-                'cifar100'}
-
-
-def test_toy2d():
-  ds = load_dataset('toy2d', toy_n=12, seed=1)
-  assert ds.x_train.shape == (12, 2) and ds.x_train.dtype == np.float32
-  assert ds.x_test.shape == (200, 2) and ds.x_part.shape == (200, 2)
-  for x in (ds.x_train, ds.x_test, ds.x_part):
-    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-6)
-  np.testing.assert_array_equal(ds.y_train, [1] * 6 + [-1] * 6)
-  # Labels alternate around the circle (train_idx = position on the circle).
-  by_angle = np.empty(12)
-  by_angle[ds.train_idx] = ds.y_train
-  np.testing.assert_array_equal(by_angle, np.tile([1, -1], 6))
-  ang = np.sort(np.arctan2(ds.x_train[:, 1], ds.x_train[:, 0]))
-  np.testing.assert_allclose(np.diff(ang), 2 * np.pi / 12, atol=1e-5)
-  for x, y in ((ds.x_test, ds.y_test), (ds.x_part, ds.y_part)):
-    train = ds.x_train.astype(np.float64)
-    nearest = np.argmax(x.astype(np.float64) @ train.T, axis=1)
-    np.testing.assert_array_equal(y, ds.y_train[nearest])
-  assert ds.value_range == (-np.inf, np.inf)
-  small = load_dataset('toy2d', toy_n=4, n_test_per_class=5,
-             n_part_per_class=2, n_per_class=10**6)
-  assert small.x_test.shape == (10, 2) and small.x_part.shape == (4, 2)
-  mc = load_dataset('toy2d', task='multiclass', toy_n=4)
-  np.testing.assert_array_equal(mc.y_train, [0, 0, 1, 1])
-  for bad in (3, 0, 2.0):
-    with pytest.raises(DataError, match='--toy_n'):
-      load_dataset('toy2d', toy_n=bad)
-
-
-def test_subtract_mean_and_add_mean():
-  raw = load_dataset('lfw', n_per_class=5, seed=2)
-  ds = load_dataset('lfw', n_per_class=5, seed=2, subtract_mean=True)
-  np.testing.assert_array_equal(raw.mean, 0.0)
-  assert ds.mean.shape == (25, 25, 1) and ds.mean.dtype == np.float32
-  np.testing.assert_allclose(ds.x_train.mean(0), 0.0, atol=1e-6)
-  for a, b in ((ds.x_train, raw.x_train), (ds.x_test, raw.x_test),
-         (ds.x_part, raw.x_part)):
-    assert a.dtype == np.float32
-    np.testing.assert_allclose(D.add_mean(a, ds), b, atol=1e-6)
-  np.testing.assert_allclose(D.add_mean(ds.x_train[0], ds), raw.x_train[0],
-                atol=1e-6)
-  toy = load_dataset('toy2d', toy_n=6, subtract_mean=True)
-  assert toy.mean.shape == (2,)
-  np.testing.assert_allclose(toy.x_train.mean(0), 0.0, atol=1e-6)
+def test_cifar100_python_version(tmp_path):
+  sub = tmp_path / 'cifar-100-python'
+  sub.mkdir()
+  rng = np.random.default_rng(5)
+  x = rng.integers(0, 256, size=(200, 3072), dtype=np.uint8)
+  fine = [i % 100 for i in range(200)]
+  for name in ('train', 'test'):
+    with open(sub / name, 'wb') as f:
+      pickle.dump({b'data': x, b'fine_labels': fine, b'coarse_labels': [0] * 200}, f)
+  ds = load_dataset('cifar100', task='multiclass', data_dir=str(tmp_path), n_per_class=2,
+                    n_part_per_class=0, n_test_per_class=1)
+  np.testing.assert_array_equal(ds.y_train, np.repeat(np.arange(100), 2))
+  img = x[ds.train_idx[3]].reshape(3, 32, 32).transpose(1, 2, 0)
+  np.testing.assert_array_equal(ds.x_train[3], img / np.float32(255.0))
+  os.remove(sub / 'train')
+  with pytest.raises(DataError, match='train.bin: missing file') as e:
+    load_dataset('cifar100', task='multiclass', data_dir=str(tmp_path))
+  assert e.value.argument == 'data_dir'

@@ -21,6 +21,7 @@ from safetensors.numpy import save_file
 from recon_jax import checkpoint, models
 from recon_jax.attacks import kkt
 from recon_jax.checkpoint import CheckpointError
+from recon_jax.errors import ConfigError
 from recon_jax.importers import (ImportedCNN, ImportedMLP, detect_format, from_state_dict,
                                  load_foreign, read_state_dict)
 from recon_jax.types import Target
@@ -237,20 +238,34 @@ def test_cnn_needs_and_checks_input_shape(tmp_path):
   path = str(tmp_path / "cnn.safetensors")
   save_file(sd, path)
   load_foreign(path, input_shape=(7, 6, 3))  # fits
-  cases = [
+  file_errors = [
       (dict(), "input_shape (H, W, C) is required"),
       (dict(input_shape=(7, 6, 1)), "'features.0.weight' has shape (4, 3, 3, 3)"),
       (dict(input_shape=(8, 6, 3)), "'classifier.1.weight' has shape (6, 45)"),
-      (dict(input_shape=(7, 6, 3), stride=[1, 1, 1]), "stride lists 3 entries"),
-      (dict(input_shape=(7, 6, 3), padding=-1), "padding for conv layer 0 must be >= 0"),
-      (dict(input_shape=(7, 6, 3), stride=2, padding="same"), "'same' needs stride 1"),
       (dict(input_shape=(2, 2, 3)), "larger than its padded input"),
   ]
-  for kwargs, needle in cases:
+  for kwargs, needle in file_errors:
     with pytest.raises(CheckpointError) as e:
       load_foreign(path, **kwargs)
     msg = str(e.value)
     assert needle in msg and "cnn.safetensors" in msg and "\n" not in msg, (kwargs, msg)
+  # Arguments outside their domain: ConfigError naming the argument.
+  arg_errors = [
+      (dict(stride=[1, 1, 1]), "stride", "stride lists 3 entries"),
+      (dict(stride=0), "stride", "stride for conv layer 0 must be >= 1"),
+      (dict(stride=1.5), "stride", "must be an int or an (h, w) pair"),
+      (dict(padding=-1), "padding", "padding for conv layer 0 must be >= 0"),
+      (dict(padding="full"), "padding", "'valid' or 'same'"),
+      (dict(stride=2, padding="same"), "padding", "'same' needs stride 1"),
+      (dict(input_layout="chw"), "input_layout", "input_layout must be one of"),
+      (dict(input_shape=(7, 0, 3)), "input_shape", "input_shape must be positive"),
+  ]
+  for kwargs, argument, needle in arg_errors:
+    kwargs = {"input_shape": (7, 6, 3), **kwargs}
+    with pytest.raises(ConfigError) as e:
+      load_foreign(path, **kwargs)
+    msg = str(e.value)
+    assert e.value.argument == argument and needle in msg and "\n" not in msg, (kwargs, msg)
 
 
 # ------------------------------------------------------------------------------- KKT
@@ -363,9 +378,6 @@ def _bad_files(tmp_path):
       "nan.safetensors": (dict(sd, **{"layers.2.weight": np.full((1, 4), np.nan,
                                                                   np.float32)}), {}),
       "no_layers.safetensors": ({}, {}),
-      "conv_after_linear.safetensors": (
-          dict(sd, **{"layers.3.weight": np.ones((1, 1, 1, 1), np.float32)}),
-          {"layer_order": ["layers.0", "layers.1", "layers.2", "layers.3"]}),
   }
 
 
@@ -418,8 +430,12 @@ def test_from_state_dict_layer_order(tmp_path):
   x = np.random.default_rng(6).normal(size=(2, 4)).astype(np.float32)
   np.testing.assert_allclose(np.asarray(imp.module.apply(imp.params, jnp.asarray(x))),
                              _linear_stack(_f64(x), linears), **TOL)
-  with pytest.raises(CheckpointError, match="layer_order"):
+  with pytest.raises(ConfigError, match="layer_order") as e:
     from_state_dict(sd, layer_order=["out", "hidden"])
+  assert e.value.argument == "layer_order"
+  sd["conv.weight"] = np.ones((1, 1, 1, 1), np.float32)
+  with pytest.raises(ConfigError, match="Conv2d layer of state dict after a Linear layer"):
+    from_state_dict(sd, layer_order=order + ["conv"])
 
 
 # ---------------------------------------------------------------------------- torch
@@ -452,7 +468,8 @@ def test_torch_reference_network_matches_torch_forward(tmp_path):
   shape = (32, 32, 3)
   net = NeuralNetwork(int(np.prod(shape)))
   path = tmp_path / "victim.pth"
-  torch.save({"state_dict": net.state_dict(), "epoch": 7, "note": "text"}, str(path))
+  torch.save({"state_dict": net.state_dict(), "epoch": 7, "note": "text",
+              "best_acc": torch.tensor(0.9)}, str(path))
   assert detect_format(str(path)) == "torch"
   imp = load_foreign(str(path), input_shape=shape)
   assert imp.format == "torch" and type(imp.module) is models.MLP
@@ -492,6 +509,15 @@ def test_torch_cnn_matches_torch_forward(tmp_path):
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   with pytest.raises(CheckpointError, match="stride, padding or pooling"):
     load_foreign(str(path), input_shape=shape)  # stride 1 everywhere: 6*7*7 features
+  blob = path.read_bytes()
+  for cut in (100, len(blob) // 2, len(blob) - 30):
+    cut_path = tmp_path / f"cut{cut}.pt"
+    cut_path.write_bytes(blob[:cut])
+    with pytest.raises(CheckpointError, match=f"cut{cut}.pt: malformed or truncated"):
+      load_foreign(str(cut_path), input_shape=shape)
+  torch.save(net, str(tmp_path / "whole.pt"))  # a pickled module, not a state dict
+  with pytest.raises(CheckpointError, match=r"whole.pt: refused .*state_dict\(\)"):
+    load_foreign(str(tmp_path / "whole.pt"), input_shape=shape)
 
 
 class _Marker:

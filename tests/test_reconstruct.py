@@ -97,3 +97,21 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
 def test_regression_victim_with_weight_decay_runs(tmp_path):
   m = reconstruct.run(_tiny(victim=dict(loss="mse", weight_decay=1e-3), steps=10), str(tmp_path))
   assert m["problem"] == "general"
+
+
+def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
+  """config.json of the dataclass era: no x64/matmul_precision/save_every/distributed keys,
+  unset paths as null. Resuming it must be accepted and change nothing."""
+  cfg = _tiny()
+  reconstruct.run(cfg, str(tmp_path))
+  before = _npz(tmp_path / "reconstructions.npz")["candidates"]
+  stored = json.loads((tmp_path / "config.json").read_text())
+  for k in ("x64", "matmul_precision", "save_every", "distributed"):
+    stored["config"].pop(k)
+  stored["config"]["data_dir"] = None
+  stored.update(problem="binary", m=12)
+  (tmp_path / "config.json").write_text(json.dumps(stored))
+  reconstruct.run(_tiny(), str(tmp_path), resume=True)
+  np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["candidates"], before)
+  with pytest.raises(ValueError, match="seed"):
+    reconstruct.run(_tiny(seed=3), str(tmp_path), resume=True)

@@ -22,7 +22,8 @@ from recon_jax import checkpoint, loop, resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
-FLAGS = ["--preset=tiny", "--steps=2000", "--chunk_steps=10", "--save_every=1"]
+FLAGS = ["--config=experiments/configs/reconstruct.py:tiny", "--config.steps=2000",
+         "--config.chunk_steps=10", "--config.save_every=1"]
 
 
 def _env(cache):
@@ -105,7 +106,7 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
 def test_resume_refuses_other_config(uninterrupted):
   tmp, cache = uninterrupted
   proc = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
-                         f"--workdir={tmp / 'full'}", "--resume", "--seed=5"], cwd=ROOT,
+                         f"--workdir={tmp / 'full'}", "--resume", "--config.seed=5"], cwd=ROOT,
                         env=_env(cache), capture_output=True, text=True, timeout=120)
   assert proc.returncode == 1
   lines = proc.stderr.strip().splitlines()
@@ -116,7 +117,7 @@ def test_resume_refuses_other_config(uninterrupted):
 def test_same_config_and_seed_is_deterministic(uninterrupted):
   tmp, cache = uninterrupted
   # Same flags except --save_every=0: saving must not change the results either.
-  _run(tmp / "again", cache, "--save_every=0")
+  _run(tmp / "again", cache, "--config.save_every=0")
   assert not (tmp / "again" / "state.msgpack").exists()
   _assert_same(_arrays(tmp / "full"), _arrays(tmp / "again"))
   cfg = json.loads((tmp / "again" / "config.json").read_text())

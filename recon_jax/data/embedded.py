@@ -1,0 +1,105 @@
+"""Datasets that need no files: scikit-learn digits, scikit-image LFW and the 2-D toy.
+
+Nothing is downloaded: ``digits`` ships with scikit-learn, the 200-image LFW
+subset with scikit-image, and ``toy2d`` is generated.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import numpy as np
+
+from recon_jax.data.common import DataError, Pool, Splits, check_count, readonly
+
+EMBEDDED = ('digits', 'lfw', 'toy2d')
+TOY_DEFAULT_SPLIT = 200  # Default toy2d test / partition size (total).
+
+
+@functools.lru_cache(maxsize=None)
+def _digits_raw():
+  from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+  d = load_digits()
+  x = (np.asarray(d.images, np.float64) / 16.0).astype(np.float32)[..., None]
+  return readonly(x), readonly(np.asarray(d.target, np.int64))
+
+
+@functools.lru_cache(maxsize=None)
+def _lfw_raw():
+  from skimage import data as skdata  # pylint: disable=import-outside-toplevel
+  x = np.asarray(skdata.lfw_subset(), np.float64)
+  if x.max() > 1.0:  # Older releases may ship uint8 pixels.
+    x = x / 255.0
+  x = x.astype(np.float32)[..., None]
+  # The first 100 images are faces, the last 100 are not.
+  y = np.where(np.arange(x.shape[0]) < 100, 1, 0).astype(np.int64)
+  return readonly(x), readonly(y)
+
+
+def embedded_pool(name: str, task: str) -> Pool:
+  """The whole ``digits`` or ``lfw`` pool, labelled for ``task``.
+
+  Binary labels: odd digit = +1, even = -1; face = +1, non-face = -1.
+  Multiclass: the digit; face = 1, non-face = 0.
+  """
+  if name == 'digits':
+    x, digit = _digits_raw()
+    y = np.where(digit % 2 == 1, 1, -1) if task == 'binary' else digit
+  elif name == 'lfw':
+    x, face = _lfw_raw()
+    y = np.where(face == 1, 1, -1) if task == 'binary' else face
+  else:
+    raise DataError(f'dataset {name!r} has no embedded pool', 'dataset')
+  return Pool(x, y.astype(np.int64))
+
+
+def toy_split_size(n_per_class: Optional[int], argument: str) -> int:
+  """Total toy2d test / partition size: ``2 * n_per_class``, default 200."""
+  n_per_class = check_count(n_per_class, argument)
+  return TOY_DEFAULT_SPLIT if n_per_class is None else 2 * n_per_class
+
+
+def toy2d(*, task: str, toy_n, n_test: int, n_part: int, rng: np.random.Generator) -> Splits:
+  """Haim et al. (2022) Sec. 4: equally spaced points on the unit circle.
+
+  The ``toy_n`` training points sit at a random rotation of the regular
+  ``toy_n``-gon with alternating labels; test and partition points are
+  uniform on the circle, labelled like their nearest training point.
+  Multiclass labels are ``(y_binary + 1) / 2``.
+
+  Raises:
+    DataError: If ``toy_n`` is not an even integer >= 2.
+  """
+  if isinstance(toy_n, bool) or not isinstance(toy_n, (int, np.integer)) or (
+      toy_n < 2 or toy_n % 2):
+    raise DataError(f'toy_n must be an even integer >= 2, got {toy_n!r}', 'toy_n')
+  toy_n = int(toy_n)
+  step = 2.0 * np.pi / toy_n
+  offset = rng.uniform(0.0, step)
+  k = np.arange(toy_n)
+  angles = offset + step * k
+  labels = np.where(k % 2 == 0, 1, -1)
+
+  def circle(theta):
+    return np.stack([np.cos(theta), np.sin(theta)], axis=1).astype(np.float32)
+
+  def random_split(count):
+    theta = rng.uniform(0.0, 2.0 * np.pi, size=count)
+    # Nearest training point by angle (they are equally spaced, so this is
+    # rounding in units of `step`).
+    nearest = np.rint((theta - offset) / step).astype(np.int64) % toy_n
+    return circle(theta), labels[nearest]
+
+  x_test, y_test = random_split(n_test)
+  x_part, y_part = random_split(n_part)
+
+  first, second = (1, -1) if task == 'binary' else (-1, 1)
+  order = np.concatenate([k[labels == first], k[labels == second]]).astype(np.int64)
+
+  def relabel(y):
+    return y if task == 'binary' else (y + 1) // 2
+
+  return Splits(x_train=circle(angles[order]), y_train=relabel(labels[order]),
+                x_test=x_test, y_test=relabel(y_test), x_part=x_part, y_part=relabel(y_part),
+                train_idx=order)

@@ -1,0 +1,209 @@
+"""Where the file datasets live inside ``data_dir``, and their train / test pools.
+
+``mnist``, ``cifar10`` and ``cifar100`` are read from the files the user
+already has, in their official distribution layouts (see
+``docs/data_formats.md``); nothing is ever downloaded. Pixels stay uint8 in
+the pools; :func:`recon_jax.data.common.gather` scales the sampled rows.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+
+from recon_jax.data import formats
+from recon_jax.data.common import DataError, Pool
+
+FILE_DATASETS = ('mnist', 'cifar10', 'cifar100')
+CIFAR10_VEHICLES = (0, 1, 8, 9)  # airplane, automobile, ship, truck
+
+_MNIST_EXPECTED = ('MNIST IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, '
+                   't10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)')
+_CIFAR10_EXPECTED = ('CIFAR-10 binary files data_batch_1.bin..data_batch_5.bin and test_batch.bin '
+                     '(also in cifar-10-batches-bin/), or the python version '
+                     'data_batch_1..data_batch_5, test_batch in cifar-10-batches-py/')
+_CIFAR100_EXPECTED = ('CIFAR-100 binary files train.bin and test.bin (also in cifar-100-binary/), '
+                      'or the python version train, test in cifar-100-python/')
+
+
+def file_pools(name: str, task: str, data_dir):
+  """The official train and test pools of a file dataset, labelled for ``task``.
+
+  Binary labels: odd digit = +1 (mnist), vehicle = +1 (cifar10); cifar100 is
+  multiclass only (the caller checks). Multiclass: the official (fine) label.
+
+  Returns:
+    ``(train_pool, test_pool)``, :class:`Pool` with uint8 pixels and
+    ``scale=255``.
+
+  Raises:
+    DataError: On a missing ``data_dir`` or file, or a malformed file.
+  """
+  if name == 'mnist':
+    (xtr, ytr), (xte, yte) = load_mnist(data_dir)
+
+    def relabel(y):
+      return np.where(y % 2 == 1, 1, -1) if task == 'binary' else y
+  elif name == 'cifar10':
+    (xtr, ytr), (xte, yte) = load_cifar10(data_dir)
+    vehicles = np.array(CIFAR10_VEHICLES)
+
+    def relabel(y):
+      return np.where(np.isin(y, vehicles), 1, -1) if task == 'binary' else y
+  elif name == 'cifar100':
+    (xtr, ytr), (xte, yte) = load_cifar100(data_dir)
+
+    def relabel(y):
+      return y
+  else:
+    raise DataError(f'dataset {name!r} is not read from files', 'dataset')
+  return (Pool(xtr, relabel(ytr).astype(np.int64), 255.0),
+          Pool(xte, relabel(yte).astype(np.int64), 255.0))
+
+
+def require_dir(name: str, data_dir, expected: str) -> str:
+  """``data_dir`` as a string path, checked to be an existing directory."""
+  if data_dir is None or (isinstance(data_dir, (str, bytes)) and not data_dir):
+    raise DataError(f'data_dir is required for dataset {name} (read from files): a directory with '
+                    f'the {expected}', 'data_dir')
+  data_dir = os.fspath(data_dir)
+  if isinstance(data_dir, bytes):
+    data_dir = os.fsdecode(data_dir)
+  if not os.path.isdir(data_dir):
+    raise DataError(f'data_dir {data_dir}: no such directory (expected the {expected})',
+                    'data_dir')
+  return data_dir
+
+
+def _find_file(dirs: Sequence[str], names: Sequence[str]) -> Optional[str]:
+  for d in dirs:
+    for n in names:
+      p = os.path.join(d, n)
+      if os.path.isfile(p):
+        return p
+  return None
+
+
+def _existing(path: str, expected: str) -> str:
+  if not os.path.isfile(path):
+    raise DataError(f'{path}: missing file; data_dir must hold the {expected}', 'data_dir')
+  return path
+
+
+# MNIST ----------------------------------------------------------------------
+
+
+def load_mnist(data_dir):
+  """``((x_train, y_train), (x_test, y_test))`` of MNIST: uint8 ``[N, H, W, 1]``, int64 ``[N]``.
+
+  Looks in ``data_dir``, ``data_dir/mnist`` and ``data_dir/MNIST/raw`` (the
+  torchvision layout) for ``{train,t10k}-{images-idx3,labels-idx1}-ubyte``,
+  also gzipped and with ``.idx`` instead of ``-idx``.
+
+  Raises:
+    DataError: On a missing or malformed file, or train and test images of
+      different sizes.
+  """
+  data_dir = require_dir('mnist', data_dir, _MNIST_EXPECTED)
+  dirs = [data_dir, os.path.join(data_dir, 'mnist'), os.path.join(data_dir, 'MNIST', 'raw')]
+  xtr, ytr, train_path = _mnist_split(dirs, 'train')
+  xte, yte, test_path = _mnist_split(dirs, 't10k')
+  if xtr.shape[1:] != xte.shape[1:]:
+    raise DataError(
+      f'{train_path} holds {_hw(xtr)} images but {test_path} holds {_hw(xte)} images; the train '
+      'and test files must come from the same dataset')
+  return (xtr, ytr), (xte, yte)
+
+
+def _hw(x: np.ndarray) -> str:
+  return 'x'.join(str(d) for d in x.shape[1:3])
+
+
+def _mnist_split(dirs, prefix: str):
+  def locate(kind, dims):
+    base = f'{prefix}-{kind}-idx{dims}-ubyte'
+    dotted = f'{prefix}-{kind}.idx{dims}-ubyte'
+    path = _find_file(dirs, [base, base + '.gz', dotted, dotted + '.gz'])
+    if path is None:
+      raise DataError(
+        f'{os.path.join(dirs[0], base)}: missing file (also tried .gz and {dotted}); data_dir '
+        f'must hold the {_MNIST_EXPECTED}', 'data_dir')
+    return path
+
+  img_path = locate('images', 3)
+  lab_path = locate('labels', 1)
+  images = formats.read_idx(img_path, formats.IDX_IMAGES_MAGIC, 'image')
+  labels = formats.read_idx(lab_path, formats.IDX_LABELS_MAGIC, 'label')
+  if images.shape[0] != labels.shape[0]:
+    raise DataError(f'{lab_path}: {labels.shape[0]} labels but {img_path} holds '
+                    f'{images.shape[0]} images')
+  if labels.max() > 9:
+    raise DataError(f'{lab_path}: label {int(labels.max())} out of range 0..9')
+  return images[..., None], labels.astype(np.int64), img_path
+
+
+# CIFAR ----------------------------------------------------------------------
+
+
+def _concat(parts):
+  xs, ys = zip(*parts)
+  return np.concatenate(xs), np.concatenate(ys)
+
+
+def _first_dir_with(dirs: Sequence[str], name: str) -> Optional[str]:
+  return next((d for d in dirs if os.path.isfile(os.path.join(d, name))), None)
+
+
+def load_cifar10(data_dir):
+  """``((x_train, y_train), (x_test, y_test))`` of CIFAR-10: uint8 ``[N, 32, 32, 3]``, int64.
+
+  The binary version (in ``data_dir`` or ``data_dir/cifar-10-batches-bin``)
+  is preferred over the python version (``data_dir/cifar-10-batches-py`` or
+  ``data_dir``), which is unpickled with a restricted unpickler.
+  """
+  data_dir = require_dir('cifar10', data_dir, _CIFAR10_EXPECTED)
+  train_names = [f'data_batch_{i}' for i in range(1, 6)]
+  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, 'cifar-10-batches-bin')],
+                            'data_batch_1.bin')
+  if bin_dir is not None:
+    def read(n):
+      path = _existing(os.path.join(bin_dir, n + '.bin'), _CIFAR10_EXPECTED)
+      return formats.read_cifar_bin(path, 1, 9)
+  else:
+    py_dir = _first_dir_with([os.path.join(data_dir, 'cifar-10-batches-py'), data_dir],
+                             'data_batch_1')
+    if py_dir is None:
+      raise DataError(f'{os.path.join(data_dir, "data_batch_1.bin")}: missing file; data_dir '
+                      f'must hold the {_CIFAR10_EXPECTED}', 'data_dir')
+
+    def read(n):
+      path = _existing(os.path.join(py_dir, n), _CIFAR10_EXPECTED)
+      return formats.read_cifar_py(path, 'labels', 9)
+  return _concat([read(n) for n in train_names]), _concat([read('test_batch')])
+
+
+def load_cifar100(data_dir):
+  """``((x_train, y_train), (x_test, y_test))`` of CIFAR-100 with fine labels.
+
+  The binary version (``train.bin``, ``test.bin`` in ``data_dir`` or
+  ``data_dir/cifar-100-binary``) is preferred over the python version in
+  ``data_dir/cifar-100-python``.
+  """
+  data_dir = require_dir('cifar100', data_dir, _CIFAR100_EXPECTED)
+  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, 'cifar-100-binary')], 'train.bin')
+  if bin_dir is not None:
+    def read(n):
+      path = _existing(os.path.join(bin_dir, n + '.bin'), _CIFAR100_EXPECTED)
+      return formats.read_cifar_bin(path, 2, 99)
+  else:
+    py_dir = os.path.join(data_dir, 'cifar-100-python')
+    if not os.path.isfile(os.path.join(py_dir, 'train')):
+      raise DataError(f'{os.path.join(data_dir, "train.bin")}: missing file; data_dir must hold '
+                      f'the {_CIFAR100_EXPECTED}', 'data_dir')
+
+    def read(n):
+      path = _existing(os.path.join(py_dir, n), _CIFAR100_EXPECTED)
+      return formats.read_cifar_py(path, 'fine_labels', 99)
+  return _concat([read('train')]), _concat([read('test')])

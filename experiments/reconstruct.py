@@ -28,6 +28,7 @@ def prepare(cfg, requested_victim=None) -> None:
   from recon_jax import pipeline
   cfg.data_dir = common.expand(cfg.data_dir)
   cfg.checkpoint = common.expand(cfg.checkpoint)
+  cfg.foreign.data_mean = common.expand(cfg.foreign.data_mean)
   if cfg.save_every < 0:
     raise common.UserError(f"--config.save_every must be >= 0 (0: never), got {cfg.save_every}.")
   pipeline.validate(cfg)

@@ -12,6 +12,7 @@ the report without writing anything but the optional resume file.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
@@ -20,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from recon_jax import data, diagnostics, distributed, inits, loop, losses, sweep, victim
+from recon_jax import (data, diagnostics, distributed, inits, loop, losses, models, sweep,
+                       victim)
 from recon_jax.eval import report as evaluation
 from recon_jax.attacks import inversion, kkt
 from recon_jax.errors import ConfigError
@@ -98,9 +100,73 @@ class Victim(NamedTuple):
   source: str               # 'trained', 'cache' or the checkpoint path
 
 
+def is_foreign(path: str) -> bool:
+  """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
+  from recon_jax import importers
+  return importers.detect_format(path) != "msgpack"
+
+
+def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
+  """``ds`` in the input space of a model trained on ``x - mean`` (pixels in, mean recorded).
+
+  ``ds`` must hold plain pixels (loaded with ``subtract_mean=False``).
+  """
+  mean = np.asarray(mean, ds.x_train.dtype)
+  if mean.shape != ds.x_train.shape[1:]:
+    raise ConfigError(f"data_mean has shape {mean.shape}, the images {ds.x_train.shape[1:]}.")
+  sub = lambda a: a - mean if len(a) else a
+  return ds._replace(x_train=sub(ds.x_train), x_test=sub(ds.x_test), x_part=sub(ds.x_part),
+                     mean=mean)
+
+
+def load_data_mean(path: str, input_shape) -> np.ndarray:
+  """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C) or (C, H, W)."""
+  try:
+    with open(path, "rb") as f:
+      mean = np.load(f, allow_pickle=False)
+  except (OSError, ValueError) as e:
+    raise ConfigError(f"data_mean: {path} is not a readable .npy file ({e}).") from None
+  h, w, c = input_shape
+  if mean.shape == (c, h, w) and (c, h, w) != (h, w, c):
+    mean = np.transpose(mean, (1, 2, 0))
+  if mean.shape != (h, w, c):
+    raise ConfigError(f"data_mean: {path} has shape {mean.shape}; the images are {(h, w, c)} "
+                      f"(HWC) or {(c, h, w)} (CHW).")
+  return mean.astype(np.float32)
+
+
+def import_victim(path: str, cfg: victim.VictimConfig, ds: data.Dataset, *,
+                  input_layout: str = "nchw", stride=1, padding=0) -> Victim:
+  """A PyTorch or safetensors victim: its weights mapped onto a flax network.
+
+  The architecture is inferred from the tensors (see :mod:`recon_jax.importers`);
+  ``cfg.loss`` says how it was trained; its train error and margins on ``ds``
+  are computed here, since the file carries no summary.
+  """
+  from recon_jax import importers
+  imp = importers.load_foreign(path, input_shape=ds.x_train.shape[1:],
+                               input_layout=input_layout, stride=stride, padding=padding)
+  apply_fn = models.make_apply_fn(imp.module)
+  out = apply_fn(imp.params, jnp.asarray(ds.x_train, jnp.float32))
+  want = losses.num_outputs(cfg.loss, ds.num_classes)
+  if out.shape[1] != want:
+    raise ConfigError(f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has "
+                      f"{out.shape[1]}.", argument="loss")
+  y = jnp.asarray(ds.y_train)
+  margins = np.asarray(losses.margins(cfg.loss, out, y))
+  summary = {"train_error": float(losses.error_rate(cfg.loss, out, y)),
+             "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
+             "margins": (margins[:, 0] if margins.ndim == 2 else margins).tolist(),
+             "imported": {"format": imp.format, "arch": imp.arch}}
+  return Victim(imp.params, apply_fn, int(out.shape[1]), summary, path)
+
+
 def load_or_train_victim(cfg: victim.VictimConfig, ds: data.Dataset, *, checkpoint: str = "",
                          use_cache: bool = True) -> Victim:
-  """theta* for ``cfg`` on ``ds``: from ``checkpoint``, from the cache, or trained now."""
+  """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained now.
+
+  PyTorch and safetensors files go through :func:`import_victim`.
+  """
   module, apply_fn = victim.build(cfg, ds)
   if checkpoint:
     params, _, meta = victim.load(checkpoint, cfg, ds)
@@ -173,7 +239,7 @@ def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
   """
   v = dict(cfg.victim)
   v["widths"] = tuple(int(w) for w in v["widths"])
-  if not cfg.checkpoint:
+  if not cfg.checkpoint or is_foreign(cfg.checkpoint):
     return victim.VictimConfig(**v)
   _, stored, _ = victim.load(cfg.checkpoint)
   for field, value in (requested or {}).items():
@@ -229,6 +295,18 @@ def validate(cfg) -> None:
     stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
 
 
+def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
+  """What the report took as given about the victim and its data (stated in metrics.json)."""
+  out = {"dataset": vcfg.dataset, "n_per_class": vcfg.n_per_class, "data_seed": vcfg.data_seed,
+         "task_from_loss": vcfg.loss, "input_shape": list(ds.x_train.shape[1:]),
+         "pixel_range": [0.0, 1.0], "training_mean_subtracted": bool(np.any(ds.mean != 0))}
+  if foreign:
+    imp = dict(cfg.get("foreign", {}))
+    out.update(input_layout=imp.get("input_layout", "nchw"), conv_stride=imp.get("stride", 1),
+               conv_padding=imp.get("padding", 0), data_mean_file=imp.get("data_mean") or None)
+  return out
+
+
 class Reconstruction(NamedTuple):
   """A reconstruction job's outcome: the report and what the figures and arrays need."""
   metrics: dict             # JSON-able report (metrics.json)
@@ -252,12 +330,23 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
   t_start = time.time()
   vcfg = victim_config(cfg, requested_victim)
   problem = resolve_problem(cfg.problem, vcfg.loss)
-  ds = victim.load_data(vcfg, cfg.data_dir or None)
+  foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
+  if foreign:  # pixels in; the model's own training mean (or none) is subtracted here
+    ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
+    imp = cfg.get("foreign", {})
+    if imp.get("data_mean"):
+      ds = shift_dataset(ds, load_data_mean(imp["data_mean"], ds.x_train.shape[1:]))
+  else:
+    ds = victim.load_data(vcfg, cfg.data_dir or None)
   n = len(ds.x_train)
   m = cfg.m or 2 * n
   labels = candidate_labels(problem, m, ds.num_classes)  # a bad m fails before training
   t0 = time.time()
-  vic = load_or_train_victim(vcfg, ds, checkpoint=cfg.checkpoint, use_cache=cfg.use_cache)
+  if foreign:
+    vic = import_victim(cfg.checkpoint, vcfg, ds, input_layout=imp.get("input_layout", "nchw"),
+                        stride=imp.get("stride", 1), padding=imp.get("padding", 0))
+  else:
+    vic = load_or_train_victim(vcfg, ds, checkpoint=cfg.checkpoint, use_cache=cfg.use_cache)
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
   target = make_target(vic.params, labels, ds.mean, dtype=dtype)
@@ -311,6 +400,7 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
       "oracle_residual_rel": oracle["residual_rel"],
       "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
       "victim_source": vic.source,
+      "assumed": assumptions(cfg, vcfg, ds, foreign),
       "evaluation": ev["attack"], "baselines": ev["baselines"], "selection": ev["selection"],
       "per_restart": ev["per_restart"], "timing": timing,
   }

@@ -115,3 +115,49 @@ def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
   np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["candidates"], before)
   with pytest.raises(ValueError, match="seed"):
     reconstruct.run(_tiny(seed=3), str(tmp_path), resume=True)
+
+
+def _reference_layout_safetensors(path, d, widths=(32, 32), seed=0):
+  """Haim et al.'s NeuralNetwork layout (bias in the first layer only), written with numpy."""
+  from safetensors.numpy import save_file
+  rng = np.random.default_rng(seed)
+  dims = (d, *widths, 1)
+  tensors = {}
+  for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    tensors[f"layers.{i}.weight"] = (rng.normal(size=(b, a)) / np.sqrt(a)).astype(np.float32)
+  tensors["layers.0.bias"] = (0.1 * rng.normal(size=widths[0])).astype(np.float32)
+  save_file(tensors, str(path))
+  return tensors
+
+
+def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path):
+  tensors = _reference_layout_safetensors(tmp_path / "model.safetensors", d=64)
+  mean = np.full((8, 8, 1), 0.25, np.float32)
+  np.save(tmp_path / "mean.npy", mean)
+  cfg = _tiny(checkpoint=str(tmp_path / "model.safetensors"), steps=10)
+  cfg.foreign.data_mean = str(tmp_path / "mean.npy")
+  work = tmp_path / "work"
+  work.mkdir()
+  m = reconstruct.run(cfg, str(work))
+  assert m["victim_source"] == str(tmp_path / "model.safetensors")
+  assert m["victim"]["imported"]["format"] == "safetensors"
+  assert m["assumed"]["data_mean_file"] == str(tmp_path / "mean.npy")
+  assert m["assumed"]["training_mean_subtracted"] is True
+  # The imported network is the reference forward pass: relu(W0 x + b0), then W1, W2 (no bias).
+  from recon_jax import data, pipeline, victim
+  ds = data.load_dataset("digits", n_per_class=3, subtract_mean=False)
+  ds = pipeline.shift_dataset(ds, mean)
+  vic = pipeline.import_victim(str(tmp_path / "model.safetensors"),
+                               victim.VictimConfig(dataset="digits", n_per_class=3), ds)
+  x = ds.x_train.reshape(len(ds.x_train), -1)
+  h = np.maximum(x @ tensors["layers.0.weight"].T + tensors["layers.0.bias"], 0)
+  h = np.maximum(h @ tensors["layers.1.weight"].T, 0)
+  want = (h @ tensors["layers.2.weight"].T)[:, 0] * ds.y_train
+  np.testing.assert_allclose(vic.summary["margins"], want, rtol=1e-5, atol=1e-6)
+  assert 0.0 <= m["oracle_residual_rel"] <= 1.0
+
+
+def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
+  _reference_layout_safetensors(tmp_path / "model.safetensors", d=48)
+  with pytest.raises(ValueError, match="model.safetensors"):
+    reconstruct.run(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))

@@ -32,7 +32,14 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   over = dict(PRESETS[preset])
   c = ml_collections.ConfigDict()
   c.victim = victim_section(**over.pop("victim", {}))
-  c.checkpoint = ""        # attack this victim file instead of training one
+  c.checkpoint = ""        # attack this victim file instead of training one: recon_jax's
+  #                          victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors
+  # Only for PyTorch / safetensors checkpoints (see README, "Audit your own model"):
+  c.foreign = ml_collections.ConfigDict()
+  c.foreign.data_mean = ""          # .npy per-pixel mean the model was trained with ('' none)
+  c.foreign.input_layout = "nchw"   # how the model flattened conv features (PyTorch: nchw)
+  c.foreign.stride = 1              # conv stride (PyTorch's default)
+  c.foreign.padding = 0             # conv padding (PyTorch's default)
   c.data_dir = ""          # folder with MNIST/CIFAR files (never downloaded)
   c.attack = "kkt"         # kkt | inversion | weights
   c.problem = "auto"       # auto (from victim.loss) | binary | multiclass | general

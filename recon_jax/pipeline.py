@@ -162,7 +162,7 @@ def import_victim(path: str, cfg: victim.VictimConfig, ds: data.Dataset, *,
 
 
 def load_or_train_victim(cfg: victim.VictimConfig, ds: data.Dataset, *, checkpoint: str = "",
-                         use_cache: bool = True) -> Victim:
+                         use_cache: bool = True, allow_data_mismatch: bool = False) -> Victim:
   """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained now.
 
   PyTorch and safetensors files go through :func:`import_victim`.
@@ -170,10 +170,11 @@ def load_or_train_victim(cfg: victim.VictimConfig, ds: data.Dataset, *, checkpoi
   module, apply_fn = victim.build(cfg, ds)
   if checkpoint:
     params, _, meta = victim.load(checkpoint, cfg, ds)
+    victim.check_data(checkpoint, meta, ds, allow_data_mismatch)
     summary, source = meta.get("summary", {}), checkpoint
   else:
-    params, summary, path = victim.get_or_train(cfg, ds, use_cache=use_cache)
-    source = "cache" if path else "trained"
+    params, summary, _ = victim.get_or_train(cfg, ds, use_cache=use_cache)
+    source = summary.pop("source")
   return Victim(params, apply_fn, victim.out_dim(cfg, ds), summary, source)
 
 
@@ -239,7 +240,7 @@ def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
   """
   v = dict(cfg.victim)
   v["widths"] = tuple(int(w) for w in v["widths"])
-  if not cfg.checkpoint or is_foreign(cfg.checkpoint):
+  if not cfg.get("checkpoint") or is_foreign(cfg.checkpoint):
     return victim.VictimConfig(**v)
   _, stored, _ = victim.load(cfg.checkpoint)
   for field, value in (requested or {}).items():
@@ -346,7 +347,8 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
     vic = import_victim(cfg.checkpoint, vcfg, ds, input_layout=imp.get("input_layout", "nchw"),
                         stride=imp.get("stride", 1), padding=imp.get("padding", 0))
   else:
-    vic = load_or_train_victim(vcfg, ds, checkpoint=cfg.checkpoint, use_cache=cfg.use_cache)
+    vic = load_or_train_victim(vcfg, ds, checkpoint=cfg.checkpoint, use_cache=cfg.use_cache,
+                               allow_data_mismatch=cfg.get("allow_data_mismatch", False))
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
   target = make_target(vic.params, labels, ds.mean, dtype=dtype)

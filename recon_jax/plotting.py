@@ -218,8 +218,15 @@ def ssim_vs_margin(
   _save(fig, path, dpi=120)
 
 
-def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str, Any]]) -> None:
-  """A row of 2-D scatter panels for the toy experiment (Haim Fig. 2).
+def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str, Any]], *,
+                     title: Optional[str] = None, ncols: Optional[int] = None,
+                     axis_labels: tuple[str, str] = ("$x_1$", "$x_2$"),
+                     legend: bool = True) -> None:
+  """Panels of 2-D scatter plots for the toy experiment (Haim Fig. 2).
+
+  Training points are drawn as crosses (label -1 blue, +1 red), candidates as
+  dots (label -1 green, +1 magenta), a field as filled contours with its zero
+  level (the decision boundary) in black.
 
   Each panel is a dict with optional keys:
     'title': str.
@@ -230,13 +237,25 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
 
   Args:
     path: Output PNG path.
-    panels: The panel dicts, drawn left to right.
+    panels: The panel dicts, drawn left to right, top to bottom.
+    title: Figure title (suptitle), e.g. what is shown and the result.
+    ncols: Panels per row (default: all in one row).
+    axis_labels: (x label, y label) of every panel.
+    legend: Add one legend for the figure naming the kinds of points drawn.
   """
   n = len(panels)
   if n == 0:
     raise ConfigError("points_2d_panels needs at least one panel")
-  fig, axes = plt.subplots(1, n, figsize=(3.2 * n, 3.3), squeeze=False)
-  for ax, panel in zip(axes[0], panels):
+  ncols = max(1, min(int(ncols or n), n))
+  nrows = -(-n // ncols)
+  # Inches: each row of panels, the title above them, the legend below them.
+  row_h, title_h, legend_h = 3.0, (0.75 if title else 0.15), (0.7 if legend else 0.35)
+  height = row_h * nrows + title_h + legend_h
+  fig, axes = plt.subplots(nrows, ncols, figsize=(3.4 * ncols, height), squeeze=False)
+  drawn = {}  # legend label -> handle, in drawing order
+  for ax in axes.ravel()[n:]:
+    ax.set_visible(False)
+  for ax, panel in zip(axes.ravel(), panels):
     field = panel.get("field")
     if field is not None:
       xs, ys, values = (np.asarray(v, dtype=np.float64) for v in field)
@@ -246,6 +265,8 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
       # The zero level only exists if the field changes sign.
       if np.nanmin(values) < 0 < np.nanmax(values):
         ax.contour(xs, ys, values, levels=[0.0], colors="k", linewidths=0.8)
+        drawn.setdefault("decision boundary (output 0)",
+                         plt.Line2D([], [], color="k", linewidth=0.8))
     pts = panel.get("points")
     if pts is not None and len(pts):
       pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
@@ -253,6 +274,10 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
         colours = list(panel["colors"])
       elif panel.get("labels") is not None:
         colours = _label_colours(panel["labels"], _POINT_COLOURS)
+        for c, name in zip(_POINT_COLOURS, ("candidate, label -1", "candidate, label +1")):
+          if c in colours:
+            drawn.setdefault(name, plt.Line2D([], [], linestyle="", marker="o", markersize=4,
+                                              color=c))
       else:
         colours = ["tab:green"] * len(pts)
       ax.scatter(pts[:, 0], pts[:, 1], s=8, c=colours, zorder=2)
@@ -260,20 +285,35 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
     if train is not None and len(train):
       train = np.asarray(train, dtype=np.float64).reshape(-1, 2)
       labels = panel.get("train_labels")
-      colours = (
-        _label_colours(labels, _TRAIN_COLOURS)
-        if labels is not None
-        else ["k"] * len(train)
-      )
+      if labels is not None:
+        colours = _label_colours(labels, _TRAIN_COLOURS)
+        for c, name in zip(_TRAIN_COLOURS, ("training point, label -1",
+                                            "training point, label +1")):
+          if c in colours:
+            drawn.setdefault(name, plt.Line2D([], [], linestyle="", marker="x", markersize=6,
+                                              markeredgewidth=1.5, color=c))
+      else:
+        colours = ["k"] * len(train)
+        drawn.setdefault("training point", plt.Line2D([], [], linestyle="", marker="x",
+                                                      markersize=6, color="k"))
       ax.scatter(train[:, 0], train[:, 1], s=40, marker="x", c=colours,
-            linewidths=1.5, zorder=3)
+                 linewidths=1.5, zorder=3)
     ax.set_aspect("equal", adjustable="datalim")
     if panel.get("title"):
       ax.set_title(str(panel["title"]), fontsize=9)
+    if axis_labels:
+      ax.set_xlabel(axis_labels[0], fontsize=8, labelpad=1)
+      ax.set_ylabel(axis_labels[1], fontsize=8, labelpad=1)
     ax.tick_params(labelsize=7)
   # subplots_adjust rather than tight_layout: the latter can warn with
   # equal-aspect axes, and warnings are errors under the test config.
-  fig.subplots_adjust(wspace=0.25)
+  fig.subplots_adjust(wspace=0.3, hspace=0.4, top=1.0 - title_h / height,
+                      bottom=legend_h / height)
+  if title:
+    fig.suptitle(str(title), fontsize=10, y=1.0 - 0.05 / height, va="top")
+  if legend and drawn:
+    fig.legend(list(drawn.values()), list(drawn), loc="lower center", ncol=min(len(drawn), 5),
+               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
   _save(fig, path, dpi=120)
 
 
@@ -288,8 +328,15 @@ def heatmap(
   annotate: bool = True,
   fmt: str = "{:.2f}",
   cmap: str = "viridis",
+  *,
+  colorbar_label: Optional[str] = None,
+  note: Optional[str] = None,
+  origin: str = "upper",
 ) -> None:
   """Heat map of a 2-D table (rows = y ticks, columns = x ticks).
+
+  Non-finite cells are left blank (and annotated "-"); say what they mean in
+  ``note``.
 
   Args:
     path: Output PNG path.
@@ -302,23 +349,31 @@ def heatmap(
     annotate: Write each value into its cell.
     fmt: Format for the annotations.
     cmap: Matplotlib colour map.
+    colorbar_label: What the colours measure (label of the colour bar).
+    note: A line of explanation under the axes (e.g. what blank cells mean).
+    origin: 'upper' (row 0 at the top) or 'lower' (row 0 at the bottom, so
+      a y axis of increasing values points up).
   """
   values = np.asarray(values, dtype=np.float64)
   if values.ndim != 2:
     raise ConfigError(f"heatmap expects a 2-D table, got shape {values.shape}")
+  if origin not in ("upper", "lower"):
+    raise ConfigError(f"origin must be 'upper' or 'lower', got {origin!r}")
   a, b = values.shape
-  fig, ax = plt.subplots(figsize=(1.0 + 0.7 * b, 1.0 + 0.5 * a))
+  fig, ax = plt.subplots(figsize=(max(4.5, 1.6 + 0.8 * b), 1.6 + 0.55 * a + (0.4 if note else 0)))
   finite = values[np.isfinite(values)]
   vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
   if vmin == vmax:
     vmin, vmax = vmin - 0.5, vmax + 0.5
-  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
+  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax,
+                 origin=origin)
+  ax.set_facecolor("white")  # blank (non-finite) cells
   ax.set_xticks(np.arange(b))
   ax.set_xticklabels([str(t) for t in xticks], fontsize=7)
   ax.set_yticks(np.arange(a))
   ax.set_yticklabels([str(t) for t in yticks], fontsize=7)
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
+  ax.set_xlabel(xlabel, fontsize=8)
+  ax.set_ylabel(ylabel, fontsize=8)
   ax.set_title(title, fontsize=9)
   if annotate:
     mid = 0.5 * (vmin + vmax)
@@ -326,9 +381,14 @@ def heatmap(
       for j in range(b):
         v = values[i, j]
         text = fmt.format(v) if np.isfinite(v) else "-"
-        colour = "k" if np.isfinite(v) and v > mid else "w"
+        colour = ("k" if v > mid else "w") if np.isfinite(v) else "0.5"
         ax.text(j, i, text, ha="center", va="center", fontsize=6, color=colour)
-  fig.colorbar(im, ax=ax)
+  bar = fig.colorbar(im, ax=ax)
+  if colorbar_label:
+    bar.set_label(colorbar_label, fontsize=8)
+  if note:
+    fig.text(0.02, 0.005, note, fontsize=6.5, ha="left", va="bottom", wrap=True)
+    fig.subplots_adjust(bottom=0.28)
   _save(fig, path, dpi=120)
 
 
@@ -341,34 +401,42 @@ def line_plot(
   title: str,
   logx: bool = False,
   logy: bool = False,
+  *,
+  note: Optional[str] = None,
 ) -> None:
   """One line per entry of `ys_dict` against shared (or per-line) x values.
+
+  Missing values (None, NaN) leave gaps in their line.
 
   Args:
     path: Output PNG path.
     xs: Shared x values, or a mapping with the same keys as `ys_dict`.
-    ys_dict: Mapping label -> y values.
+    ys_dict: Mapping label -> y values; the labels make the legend.
     xlabel: x-axis label.
     ylabel: y-axis label.
     title: Axes title.
     logx: Logarithmic x axis.
     logy: Logarithmic y axis.
+    note: A line of explanation under the axes.
   """
-  fig, ax = plt.subplots(figsize=(4.5, 3.5))
+  fig, ax = plt.subplots(figsize=(5.0, 3.8 + (0.3 if note else 0)))
   for label, ys in ys_dict.items():
     x = xs[label] if isinstance(xs, Mapping) else xs
-    ax.plot(np.asarray(x, dtype=np.float64), np.asarray(ys, dtype=np.float64),
-        marker="o", ms=3, label=str(label))
+    y = np.array([np.nan if v is None else v for v in ys], dtype=np.float64)
+    ax.plot(np.asarray(x, dtype=np.float64), y, marker="o", ms=3, label=str(label))
   if logx:
     ax.set_xscale("log")
   if logy:
     ax.set_yscale("log")
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
+  ax.set_xlabel(xlabel, fontsize=8)
+  ax.set_ylabel(ylabel, fontsize=8)
   ax.set_title(title, fontsize=9)
   if ys_dict:
     ax.legend(fontsize=7, loc="best")
   ax.grid(alpha=0.3)
+  if note:
+    fig.text(0.02, 0.005, note, fontsize=6.5, ha="left", va="bottom", wrap=True)
+    fig.subplots_adjust(bottom=0.22)
   _save(fig, path, dpi=120)
 
 

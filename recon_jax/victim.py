@@ -145,9 +145,30 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
 
 
 def save(path: str, cfg: VictimConfig, ds: data.Dataset, params, summary: dict) -> None:
+  """Writes the victim with its config, training indices and the data's fingerprint."""
   meta = {"victim": cfg.to_dict(), "train_idx": np.asarray(ds.train_idx).tolist(),
+          "data_fingerprint": data.fingerprint(ds),
           "summary": {k: v for k, v in summary.items() if k not in ("outputs",)}}
   checkpoint.save(path, params, meta)
+
+
+def check_data(path: str, meta: dict, ds: data.Dataset, allow_mismatch: bool = False) -> None:
+  """Refuses (or, with ``allow_mismatch``, warns about) a victim trained on other data.
+
+  The fingerprint covers the selected training images and labels, so two data
+  folders with the same file names (MNIST and Fashion-MNIST) are told apart.
+  Checkpoints written before fingerprints existed pass with a warning.
+  """
+  stored, now = meta.get("data_fingerprint"), data.fingerprint(ds)
+  if stored is None:
+    logging.warning("%s has no data fingerprint (an older checkpoint): cannot check that it "
+                    "was trained on these images.", path)
+  elif stored != now:
+    msg = (f"{path} was trained on other data (fingerprint {stored}) than the images loaded "
+           f"now ({now}): another data_dir, dataset, n_per_class or data_seed?")
+    if not allow_mismatch:
+      raise checkpoint.CheckpointError(msg)
+    logging.warning("%s; attacking it anyway (allow_data_mismatch).", msg)
 
 
 def load(path: str, cfg: Optional[VictimConfig] = None, ds: Optional[data.Dataset] = None):
@@ -183,15 +204,18 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
   """Loads the cached victim for ``cfg`` or trains and caches it.
 
   Returns:
-    ``(params, summary, cache_path or None)``.
+    ``(params, summary, cache_path or None)``; ``summary['source']`` says
+    whether the parameters came from the cache or were trained now.
   """
   prec = "f64" if jax.config.jax_enable_x64 else "f32"
-  path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{prec}.msgpack")
+  path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}"
+                      f"-{prec}.msgpack")
   if use_cache and os.path.isfile(path):
     try:
       params, _, meta = load(path, cfg, ds)
+      check_data(path, meta, ds)
       logging.info("victim loaded from cache %s", path)
-      return params, meta["summary"], path
+      return params, dict(meta["summary"], source="cache"), path
     except checkpoint.CheckpointError as e:
       logging.warning("ignoring unusable cached victim: %s", e)
   params, _, summary = fit(cfg, ds)
@@ -201,7 +225,7 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
       save(path, cfg, ds, params, summary)
     except OSError as e:
       logging.warning("could not cache the victim at %s: %s", path, e)
-  return params, summary, path if use_cache else None
+  return params, dict(summary, source="trained"), path if use_cache else None
 
 
 def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int):
@@ -235,3 +259,48 @@ def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) ->
     raise ConfigError(f"chunk_epochs={chunk} differs from the saved run's {meta.get('chunk')}.")
   tree, meta = resume.load(path, _train_template(cfg, ds, int(meta["phase"]), chunk))
   return {"phase": meta["phase"], "state": tree["state"], "histories": meta["histories"]}
+
+
+def cached_params(kind: str, spec: dict, template, train_fn, *, use_cache: bool = True):
+  """Parameters trained outside :func:`fit`, from the victim cache or trained now and cached.
+
+  For victims whose recipe is not a :class:`VictimConfig`, e.g. trained to
+  convergence with L-BFGS (:func:`recon_jax.implicit.train_to_convergence`).
+
+  Args:
+    kind: file-name prefix in :func:`cache_dir`.
+    spec: JSON-able description of everything that determines the parameters
+      (data fingerprint, architecture, initialisation, recipe); its hash keys
+      the cache, and a cached file must carry the same ``spec``.
+    template: parameters of the right structure and dtype (e.g. the initial ones).
+    train_fn: ``() -> (params, summary)``, run on a cache miss; ``summary`` JSON-able.
+    use_cache: read and write the cache (else always train, write nothing).
+
+  Returns:
+    ``(params, summary, cache path or None)``; cached parameters come back
+    bit for bit as trained, cast to the template's dtypes.
+  """
+  spec = json.loads(json.dumps(spec, sort_keys=True))
+  prec = "f64" if jax.config.jax_enable_x64 else "f32"
+  digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+  path = os.path.join(cache_dir(), f"{kind}-{digest}-{prec}.msgpack")
+  if use_cache and os.path.isfile(path):
+    try:
+      params, meta = checkpoint.load(path)
+      checkpoint.check_matches(params, template, path)
+      if meta.get("spec") != spec:
+        raise checkpoint.CheckpointError(f"{path}: cached for another recipe.")
+      params = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, jnp.asarray(t).dtype),
+                                      template, params)
+      logging.info("victim loaded from cache %s", path)
+      return params, meta.get("summary", {}), path
+    except checkpoint.CheckpointError as e:
+      logging.warning("ignoring unusable cached victim: %s", e)
+  params, summary = train_fn()
+  if use_cache:
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      checkpoint.save(path, params, {"spec": spec, "summary": summary})
+    except OSError as e:
+      logging.warning("could not cache the victim at %s: %s", path, e)
+  return params, summary, path if use_cache else None

@@ -161,3 +161,30 @@ def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
   _reference_layout_safetensors(tmp_path / "model.safetensors", d=48)
   with pytest.raises(ValueError, match="model.safetensors"):
     reconstruct.run(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))
+
+
+def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
+  """MNIST and Fashion-MNIST share file names: the data fingerprint tells them apart."""
+  from experiments import train_victim
+  from experiments.configs import victim as victim_configs
+  from recon_jax import data
+  for name, seed in (("a", 0), ("b", 1)):
+    rng = np.random.default_rng(seed)
+    d = tmp_path / name
+    d.mkdir()
+    for prefix, n in (("train", 60), ("t10k", 20)):
+      data.write_idx(d / f"{prefix}-images-idx3-ubyte",
+                     rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+      data.write_idx(d / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
+  vcfg = victim_configs.get_config("tiny")
+  vcfg.victim.dataset, vcfg.data_dir, vcfg.victim.epochs = "mnist", str(tmp_path / "a"), 50
+  (tmp_path / "victim").mkdir()
+  train_victim.run(vcfg, str(tmp_path / "victim"))
+  cfg = _tiny(checkpoint=str(tmp_path / "victim" / "victim.msgpack"), steps=4, chunk_steps=4,
+              data_dir=str(tmp_path / "b"), victim=dict(dataset="mnist"))
+  (tmp_path / "w1").mkdir()
+  with pytest.raises(ValueError, match="trained on other data"):
+    reconstruct.run(cfg, str(tmp_path / "w1"))
+  assert not (tmp_path / "w1" / "metrics.json").exists()
+  cfg.allow_data_mismatch = True
+  assert reconstruct.run(cfg, str(tmp_path / "w1"))["n_train"] == 6

@@ -41,6 +41,7 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   c.foreign.stride = 1              # conv stride (PyTorch's default)
   c.foreign.padding = 0             # conv padding (PyTorch's default)
   c.data_dir = ""          # folder with MNIST/CIFAR files (never downloaded)
+  c.allow_data_mismatch = False  # attack a checkpoint trained on other images (warns)
   c.attack = "kkt"         # kkt | inversion | weights
   c.problem = "auto"       # auto (from victim.loss) | binary | multiclass | general
   c.num_restarts = 16      # restarts R, batched in one compiled program

@@ -28,7 +28,7 @@ from recon_jax.attacks import inversion, kkt
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
 
-ATTACKS = ("kkt", "inversion", "weights")
+ATTACKS = ("kkt", "closed_form", "inversion", "weights")
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 
 
@@ -270,7 +270,14 @@ def hparams_for(cfg) -> dict:
 
 
 def stages_for(cfg, hp: dict) -> list:
-  return sweep.stages(hp, cfg.steps, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
+  """The run's stages: the sweep (alpha fixed, or annealed), then the optional refinement."""
+  anneal = cfg.get("anneal_alpha", 0.0)
+  if anneal:
+    main = sweep.anneal(hp, cfg.steps, anneal, cfg.get("anneal_stages", 8))
+  else:
+    main = [(cfg.steps, hp)]
+  tail = sweep.stages(main[-1][1], 1, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
+  return main + tail[1:]
 
 
 def validate(cfg) -> None:
@@ -308,6 +315,19 @@ def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool)
   return out
 
 
+def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
+  """``theta* - theta_0`` for an attacker who knows the victim's initialisation.
+
+  theta_0 is re-created from the victim's recipe and seed (as a model
+  fine-tuned from public weights would be): the initial parameters of
+  :func:`recon_jax.victim.fit`.
+  """
+  module, _ = victim.build(vcfg, ds)
+  theta0 = models.init_params(module, jax.random.PRNGKey(vcfg.seed), ds.x_train.shape[1:],
+                              jax.tree_util.tree_leaves(params)[0].dtype)
+  return jax.tree_util.tree_map(jnp.subtract, params, theta0)
+
+
 class Reconstruction(NamedTuple):
   """A reconstruction job's outcome: the report and what the figures and arrays need."""
   metrics: dict             # JSON-able report (metrics.json)
@@ -340,7 +360,7 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
   else:
     ds = victim.load_data(vcfg, cfg.data_dir or None)
   n = len(ds.x_train)
-  m = cfg.m or 2 * n
+  m = cfg.m or cfg.get("m_per_sample", 2) * n
   labels = candidate_labels(problem, m, ds.num_classes)  # a bad m fails before training
   t0 = time.time()
   if foreign:
@@ -353,6 +373,8 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
   dtype = float_dtype()
   target = make_target(vic.params, labels, ds.mean, dtype=dtype)
   params = target.params
+  if cfg.get("known_init", False):
+    target = target._replace(reference=cast_params(known_init_reference(vcfg, ds, params), dtype))
 
   t0 = time.time()
   oracle = diagnostics.oracle_residual(vic.apply_fn, problem, params,
@@ -367,7 +389,11 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
     cands, weights, final_loss = w[None], np.ones((1, len(w))), np.zeros(1)
   else:
     hp = hparams_for(cfg)
-    if cfg.attack == "kkt":
+    if cfg.attack == "closed_form":
+      from recon_jax.attacks import closed_form
+      attack = closed_form.closed_form_attack(vic.apply_fn, problem, optimizer=cfg.optimizer,
+                                              w_prior=cfg.w_prior, num_outputs=vic.num_outputs)
+    elif cfg.attack == "kkt":
       attack = kkt.kkt_attack(vic.apply_fn, problem, optimizer=cfg.optimizer, w_lam=cfg.w_lam,
                               w_prior=cfg.w_prior, normalize=cfg.normalize,
                               num_outputs=vic.num_outputs)

@@ -360,7 +360,7 @@ def heatmap(
   if origin not in ("upper", "lower"):
     raise ConfigError(f"origin must be 'upper' or 'lower', got {origin!r}")
   a, b = values.shape
-  fig, ax = plt.subplots(figsize=(max(4.5, 1.6 + 0.8 * b), 1.6 + 0.55 * a + (0.4 if note else 0)))
+  fig, ax = plt.subplots(figsize=(max(4.5, 1.6 + 0.8 * b), 1.6 + 0.55 * a))
   finite = values[np.isfinite(values)]
   vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
   if vmin == vmax:
@@ -386,9 +386,11 @@ def heatmap(
   bar = fig.colorbar(im, ax=ax)
   if colorbar_label:
     bar.set_label(colorbar_label, fontsize=8)
-  if note:
-    fig.text(0.02, 0.005, note, fontsize=6.5, ha="left", va="bottom", wrap=True)
-    fig.subplots_adjust(bottom=0.28)
+  if note:  # a small wrapped caption under the x label (kept by the tight bounding box)
+    import textwrap
+    ax.annotate(textwrap.fill(note, 95), xy=(0.0, 0.0), xycoords="axes fraction",
+                xytext=(-30, -34), textcoords="offset points", ha="left", va="top",
+                fontsize=6.5)
   _save(fig, path, dpi=120)
 
 
@@ -419,7 +421,7 @@ def line_plot(
     logy: Logarithmic y axis.
     note: A line of explanation under the axes.
   """
-  fig, ax = plt.subplots(figsize=(5.0, 3.8 + (0.3 if note else 0)))
+  fig, ax = plt.subplots(figsize=(5.0, 3.8))
   for label, ys in ys_dict.items():
     x = xs[label] if isinstance(xs, Mapping) else xs
     y = np.array([np.nan if v is None else v for v in ys], dtype=np.float64)
@@ -434,9 +436,11 @@ def line_plot(
   if ys_dict:
     ax.legend(fontsize=7, loc="best")
   ax.grid(alpha=0.3)
-  if note:
-    fig.text(0.02, 0.005, note, fontsize=6.5, ha="left", va="bottom", wrap=True)
-    fig.subplots_adjust(bottom=0.22)
+  if note:  # a small wrapped caption under the x label (kept by the tight bounding box)
+    import textwrap
+    ax.annotate(textwrap.fill(note, 95), xy=(0.0, 0.0), xycoords="axes fraction",
+                xytext=(-30, -34), textcoords="offset points", ha="left", va="top",
+                fontsize=6.5)
   _save(fig, path, dpi=120)
 
 
@@ -460,3 +464,41 @@ def reconstruction_report(figdir: Union[str, os.PathLike], result: Any, x_train:
     ssim_vs_margin(os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
                    np.asarray(train_margins), result.ssim, threshold_lines=(0.4, ssim_threshold),
                    strict_mask=result.recovered_strict_mask)
+
+
+def efficacy_figure(path: Union[str, os.PathLike], out: Mapping[str, Any],
+                    variants: Sequence[str]) -> None:
+  """Per-draw strict counts of each variant next to its baselines, with the mean and interval.
+
+  ``out`` is the efficacy harness's report (:func:`recon_jax.efficacy.aggregate` per variant).
+  """
+  series = [("strict_pooled", "attack: strict, all restarts pooled", "tab:red", "o"),
+            ("strict_selected", "attack: strict, attacker-selected restart", "tab:orange", "s"),
+            ("baseline_heldout_strict", "baseline: unseen images scored as candidates",
+             "tab:gray", "^"),
+            ("baseline_mean_strict", "baseline: the training-mean image", "k", "x")]
+  n = out["n_train"]
+  fig, ax = plt.subplots(figsize=(2.2 + 2.0 * len(variants), 4.2))
+  width = 0.8 / len(series)
+  for i, v in enumerate(variants):
+    agg = out["variants"][v]
+    for j, (key, label, colour, marker) in enumerate(series):
+      x0 = i + (j - (len(series) - 1) / 2) * width
+      vals = np.asarray([np.nan if y is None else y for y in agg[key]["per_draw"]], float)
+      jitter = np.linspace(-0.25, 0.25, len(vals)) * width if len(vals) > 1 else np.zeros(1)
+      ax.scatter(x0 + jitter, vals, s=14, c=colour, marker=marker, alpha=0.6,
+                 label=label if i == 0 else None)
+      iv = agg[key]
+      if np.isfinite(iv["ci_low"]):
+        ax.errorbar([x0], [iv["mean"]], yerr=[[iv["mean"] - iv["ci_low"]],
+                                              [iv["ci_high"] - iv["mean"]]],
+                    fmt="_", c=colour, capsize=4, lw=1.5, ms=14)
+  ax.set_xticks(range(len(variants)))
+  ax.set_xticklabels(variants)
+  ax.set_ylabel(f"training images strictly recovered (of {n})")
+  ax.set_ylim(-0.5, n + 0.5)
+  ax.set_title(f"Strict recoveries per data draw ({len(out['draws'])} draws); bars: mean and "
+               "95% t interval", fontsize=9)
+  ax.legend(fontsize=7, loc="upper right")
+  ax.grid(axis="y", alpha=0.3)
+  _save(fig, path)

@@ -113,3 +113,28 @@ def parse_range(name: str, text: str, default_kind: str) -> Range:
   except ValueError:
     pass
   raise ConfigError(f"{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.")
+
+
+def anneal(hparams: Mapping[str, np.ndarray], steps: int, alpha_end: float,
+           num_stages: int = 8) -> list:
+  """Stages in which each restart's alpha rises geometrically to ``alpha_end``.
+
+  A generalisation of the two-stage refinement: Loo et al. (2024) anneal the
+  sharpness of their smooth ReLU from 10 towards 200.  Stage k of
+  ``num_stages`` (``steps // num_stages`` steps each, the remainder in the
+  last) uses ``alpha_0 (alpha_end / alpha_0)^(k / (num_stages - 1))``, so the
+  first stage runs at the restart's drawn alpha and the last at ``alpha_end``.
+  """
+  if not (np.isfinite(alpha_end) and alpha_end > 0):
+    raise ConfigError(f"anneal_alpha must be a finite number > 0, got {alpha_end}.")
+  if num_stages < 2 or num_stages > steps:
+    raise ConfigError(f"anneal_stages must be in [2, steps={steps}], got {num_stages}.")
+  alpha0 = np.asarray(hparams["alpha"], np.float64)
+  base = steps // num_stages
+  out = []
+  for k in range(num_stages):
+    hp = {key: np.array(v, copy=True) for key, v in hparams.items()}
+    frac = k / (num_stages - 1)
+    hp["alpha"] = (alpha0 * (alpha_end / alpha0) ** frac).astype(np.asarray(hparams["alpha"]).dtype)
+    out.append((base + (steps - base * num_stages if k == num_stages - 1 else 0), hp))
+  return out

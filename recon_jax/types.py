@@ -27,11 +27,20 @@ class Target(NamedTuple):
     box_lo: lower pixel bound, broadcastable to one candidate ``[*input_shape]``
       (e.g. ``0 - mean`` after mean subtraction).
     box_hi: upper pixel bound, likewise.
+    reference: what the KKT sum must reproduce; None means ``params``.  With a
+      known initialisation theta_0 (Loo et al. 2024) it is ``theta* - theta_0``,
+      while the gradients are still taken at theta*.
   """
   params: Params
   labels: jax.Array
   box_lo: jax.Array
   box_hi: jax.Array
+  reference: Any = None
+
+  @property
+  def fit(self) -> Params:
+    """The parameters the attack's stationarity residual is measured against."""
+    return self.params if self.reference is None else self.reference
 
 
 # init(key, hparams, target, x0) -> state ; x0: [m, *input_shape] from an x-initialisation.

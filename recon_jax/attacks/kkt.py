@@ -69,11 +69,17 @@ def weighted_output(apply_fn, problem: str, params, x, lam, labels, act, normali
   return total / x.shape[0] if normalize == "mean" else total
 
 
-def stationarity(apply_fn, problem, params, x, lam, labels, act, normalize="mean"):
-  """``||theta* - grad_theta weighted_output||^2`` summed over parameter leaves."""
+def stationarity(apply_fn, problem, params, x, lam, labels, act, normalize="mean",
+                 reference=None):
+  """``||reference - grad_theta weighted_output(params)||^2`` summed over parameter leaves.
+
+  ``reference`` defaults to ``params`` (theta*); a known-initialisation attack
+  passes ``theta* - theta_0``.
+  """
   grads = jax.grad(weighted_output, argnums=2)(apply_fn, problem, params, x, lam, labels, act,
                                                normalize)
-  residual = jax.tree_util.tree_map(jnp.subtract, params, grads)
+  ref = params if reference is None else reference
+  residual = jax.tree_util.tree_map(jnp.subtract, ref, grads)
   return tree_sq_norm(residual)
 
 
@@ -108,7 +114,8 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
   def loss_fn(xl, hp: HParams, target: Target):
     x, lam = xl
     act = functools.partial(surrogate_relu, alpha=hp["alpha"])
-    stat = stationarity(apply_fn, problem, target.params, x, lam, target.labels, act, normalize)
+    stat = stationarity(apply_fn, problem, target.params, x, lam, target.labels, act, normalize,
+                        target.reference)
     lam_pen = (priors.lambda_prior(lam, hp["lam_min"]) if problem != "general"
                else jnp.zeros((), stat.dtype))
     prior = priors.box_prior(x, target.box_lo, target.box_hi)
@@ -132,7 +139,7 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
     ux, ul = updates
     x = optim.scaled(state.x, ux, hp["lr_x"])
     lam = optim.scaled(state.lam, ul, hp["lr_lam"])
-    norm = tree_sq_norm(target.params)
+    norm = tree_sq_norm(target.fit)
     return KKTState(x, lam, opt_state), {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
 
   def candidates(state: KKTState):

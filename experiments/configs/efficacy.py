@@ -1,0 +1,31 @@
+"""The efficacy harness: one reconstruction config (a preset of reconstruct.py) over data draws.
+
+Presets name the base job (``lfw``, ``digits``, ``tiny``, as in reconstruct.py);
+``variants`` are named sets of overrides of that job, compared on the same draws
+(``--variants=default,refine``).  Add your own by copying this file.
+"""
+import ml_collections
+
+from experiments.configs import reconstruct
+
+VARIANTS = {
+    "default": {},
+    # Haim et al.'s sweep with a sharp-alpha refinement stage after it.
+    "refine": {"refine_steps": 2000},
+    # alpha rising geometrically from each restart's draw to 200 over the run (Loo et al.).
+    "anneal": {"anneal_alpha": 200.0},
+    # The attacker also knows theta_0 and fits theta* - theta_0 (Loo et al.).
+    "known_init": {"known_init": True},
+    # Twice as many candidates (4n instead of 2n).
+    "m4n": {"m_per_sample": 4},
+    # lambda eliminated in closed form at every step (Iurada et al.).
+    "closed_form": {"attack": "closed_form"},
+}
+
+
+def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.base = reconstruct.get_config(preset)
+  c.variants = ml_collections.ConfigDict(VARIANTS)
+  c.confidence = 0.95
+  return c

@@ -1,0 +1,148 @@
+r"""The efficacy harness: one attack configuration (or several, paired) over K data draws.
+
+Each draw re-draws the training images and the victim (``victim.data_seed`` =
+``victim.seed`` = the draw's number) and runs the same restart sweep; every
+variant runs on the same draws, so variants are compared pair by pair.
+
+  python -m experiments.efficacy --workdir=/tmp/eff                        # LFW, 5 draws
+  python -m experiments.efficacy --variants=default,refine --workdir=/tmp/eff_refine
+  python -m experiments.efficacy --config=experiments/configs/efficacy.py:tiny --draws=2 \
+      --workdir=/tmp/eff_tiny
+
+Writes metrics.json ({variant: {number: {mean, ci_low, ci_high, per_draw}}} and
+paired differences against the first variant), results.md (the table),
+efficacy.png (per-draw counts, attack vs baselines) and one reconstruction
+workdir per variant and draw.  --resume keeps finished draws and continues an
+interrupted one.
+"""
+import os
+
+from absl import app, flags, logging
+
+from experiments import common
+
+FLAGS = flags.FLAGS
+
+
+def variant_config(cfg, name: str):
+  """The reconstruction config of one variant: the base with the variant's overrides."""
+  import copy
+  if name not in cfg.variants:
+    raise common.UserError(f"--variants: unknown variant {name!r}; the config has "
+                           f"{', '.join(cfg.variants)}.")
+  out = copy.deepcopy(cfg.base)
+  for key, value in cfg.variants[name].items():
+    target, leaf = out, key
+    while "." in leaf:
+      head, leaf = leaf.split(".", 1)
+      target = target[head]
+    if leaf not in target:
+      raise common.UserError(f"variant {name!r} sets {key}, which the job has no setting for.")
+    target[leaf] = value
+  return out
+
+
+def run(cfg, workdir: str, variants, draws: int, first_draw: int, *,
+        resume: bool = False) -> dict:
+  """Runs every variant on draws ``first_draw .. first_draw + draws - 1``; writes the report."""
+  from experiments import reconstruct
+  from recon_jax import efficacy
+  if draws < 1:
+    raise common.UserError(f"--draws must be >= 1, got {draws}.")
+  if first_draw < 0:
+    raise common.UserError(f"--first_draw must be >= 0, got {first_draw}.")
+  configs = {v: variant_config(cfg, v) for v in variants}
+  for v, vcfg in configs.items():
+    reconstruct.prepare(vcfg)
+    if vcfg.x64 != cfg.base.x64:
+      raise common.UserError(f"variant {v!r} changes x64: run float32 and float64 separately.")
+  common.write_json(workdir, "config.json", {"config": cfg, "variants": list(variants),
+                                             "draws": draws, "first_draw": first_draw,
+                                             "environment": common.environment()})
+  per_draw = {v: [] for v in variants}
+  for draw in range(first_draw, first_draw + draws):
+    for v in variants:
+      sub = common.inside(workdir, os.path.join(v, f"draw_{draw}"))
+      done = os.path.join(sub, "metrics.json")
+      if resume and os.path.isfile(done):
+        import json
+        with open(done) as f:
+          m = json.load(f)
+      else:
+        again = resume and os.path.isfile(os.path.join(sub, reconstruct.STATE_FILE))
+        os.makedirs(sub, exist_ok=True)
+        m = reconstruct.run(efficacy.draw_config(configs[v], draw), sub, resume=again)
+      per_draw[v].append(efficacy.draw_numbers(m))
+      logging.info("efficacy: %s draw %d: strict pooled %d, selected %d", v, draw,
+                   per_draw[v][-1]["strict_pooled"], per_draw[v][-1]["strict_selected"])
+  out = {"draws": list(range(first_draw, first_draw + draws)), "n_train": m["n_train"],
+         "variants": {v: efficacy.aggregate(per_draw[v], cfg.confidence) for v in variants},
+         "paired_vs_" + variants[0]: {
+             v: {k: dict(d, verdict=efficacy.verdict(d)) for k, d in
+                 efficacy.paired(per_draw[v], per_draw[variants[0]],
+                                 confidence=cfg.confidence).items()}
+             for v in variants[1:]}}
+  common.write_json(workdir, "metrics.json", out)
+  common.write_text(workdir, "results.md", table(out, variants))
+  from recon_jax import plotting
+  plotting.efficacy_figure(common.inside(workdir, "efficacy.png"), out, variants)
+  return out
+
+
+def _fmt(iv: dict, digits: int = 1) -> str:
+  if iv["n"] < 2:
+    return f"{iv['mean']:.{digits}f}"
+  return f"{iv['mean']:.{digits}f} [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]"
+
+
+def table(out: dict, variants) -> str:
+  """results.md: means and 95% intervals over draws, attack next to its baselines."""
+  n = out["n_train"]
+  lines = [f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
+           "mean [95% t interval] over draws.", "",
+           "| variant | strict pooled | strict attacker-selected | SSIM > 0.4 | mean-image "
+           "baseline strict | held-out baseline strict | oracle residual | time per draw (s) |",
+           "|---|---|---|---|---|---|---|---|"]
+  for v in variants:
+    a = out["variants"][v]
+    lines.append(f"| {v} | {_fmt(a['strict_pooled'])} | {_fmt(a['strict_selected'])} | "
+                 f"{_fmt(a['ssim_gt_0.4'])} | {_fmt(a['baseline_mean_strict'])} | "
+                 f"{_fmt(a['baseline_heldout_strict'])} | {_fmt(a['oracle_residual_rel'], 3)} | "
+                 f"{_fmt(a['time_s'], 0)} |")
+  paired = out.get("paired_vs_" + variants[0], {})
+  if paired:
+    lines += ["", f"Paired differences against `{variants[0]}` (same draws):", "",
+              "| variant | strict pooled | strict attacker-selected | verdict (pooled) |",
+              "|---|---|---|---|"]
+    for v, d in paired.items():
+      lines.append(f"| {v} | {_fmt(d['strict_pooled'])} | {_fmt(d['strict_selected'])} | "
+                   f"{d['strict_pooled']['verdict']} |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.set_verbosity(logging.INFO)
+  cfg = FLAGS.config
+
+  def job():
+    common.configure_precision(cfg.base.x64, cfg.base.matmul_precision)
+    variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
+    for v in variants:
+      variant_config(cfg, v)
+    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+    out = run(cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume)
+    print(table(out, variants))
+    print(f"wrote {workdir}")
+
+  common.main_guard(job, cfg, FLAGS.verbose)
+
+
+if __name__ == "__main__":
+  common.define_flags("efficacy", "lfw")
+  flags.DEFINE_integer("draws", 5, "Data draws K (training images and victim re-drawn).")
+  flags.DEFINE_integer("first_draw", 0, "Number of the first draw; draws are consecutive.")
+  flags.DEFINE_string("variants", "default", "Comma-separated variants of the config to run "
+                      "on the same draws; the first is the reference of the paired differences.")
+  app.run(main)

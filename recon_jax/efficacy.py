@@ -1,0 +1,99 @@
+"""Measuring an attack over data draws: per-draw numbers, intervals, paired differences.
+
+One data draw is not a result: which training images are drawn moves the
+strict count of the same attack from 1 to 7 of 20.  A draw here re-draws the
+training images (``victim.data_seed``) and the victim's initialisation
+(``victim.seed``) from one integer; the attack's restart sweep (``seed``) stays
+the same, so two configurations run on the same draws can be compared pair by
+pair.
+
+Intervals are two-sided Student-t intervals of the mean over draws (95% by
+default): with K = 5 draws a bootstrap of five numbers would understate the
+uncertainty.  A paired comparison is the interval of the per-draw differences.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Mapping, Sequence
+
+import numpy as np
+import scipy.stats
+
+from recon_jax.errors import ConfigError
+
+# The numbers of one draw, read from a reconstruction report (pipeline.reconstruct).
+DRAW_KEYS = ("strict_pooled", "strict_selected", "ssim_gt_0.4", "baseline_mean_strict",
+             "baseline_mean_ssim_gt_0.4", "baseline_heldout_strict",
+             "baseline_heldout_ssim_gt_0.4", "oracle_residual_rel", "time_s")
+
+
+def draw_config(cfg, draw: int):
+  """A copy of a reconstruction config on data draw ``draw`` (images and victim re-drawn)."""
+  if int(draw) < 0:
+    raise ConfigError(f"draw must be >= 0, got {draw}.")
+  out = copy.deepcopy(cfg)
+  out.victim.data_seed = int(draw)
+  out.victim.seed = int(draw)
+  return out
+
+
+def draw_numbers(metrics: Mapping) -> dict:
+  """The per-draw numbers of one reconstruction report.
+
+  ``strict_selected`` is the restart the attacker picks without ground truth
+  (its lowest final loss); ``strict_pooled`` pools every restart's candidates.
+  """
+  sel = metrics.get("selection", {})
+  return {
+      "strict_pooled": metrics["recovered_strict"],
+      "strict_selected": sel.get("best_by_loss_recovered_strict", 0),
+      "ssim_gt_0.4": metrics["n_ssim_gt_0.4"],
+      "baseline_mean_strict": metrics["baseline_mean_image_recovered_strict"],
+      "baseline_mean_ssim_gt_0.4": metrics["baseline_mean_image_n_ssim_gt_0.4"],
+      "baseline_heldout_strict": metrics.get("baseline_heldout_recovered_strict"),
+      "baseline_heldout_ssim_gt_0.4": metrics.get("baseline_heldout_n_ssim_gt_0.4"),
+      "oracle_residual_rel": metrics["oracle_residual_rel"],
+      "time_s": metrics["timing"]["total_s"],
+  }
+
+
+def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
+  """Mean and two-sided Student-t interval over draws; NaN bounds with fewer than 2 draws."""
+  if not 0 < confidence < 1:
+    raise ConfigError(f"confidence must be in (0, 1), got {confidence}.")
+  v = np.asarray([np.nan if x is None else x for x in values], np.float64)
+  v = v[np.isfinite(v)]
+  n = len(v)
+  mean = float(v.mean()) if n else float("nan")
+  if n < 2:
+    lo = hi = float("nan")
+  else:
+    half = scipy.stats.t.ppf(0.5 + confidence / 2, n - 1) * v.std(ddof=1) / np.sqrt(n)
+    lo, hi = mean - half, mean + half
+  return {"mean": mean, "ci_low": float(lo), "ci_high": float(hi),
+          "per_draw": [float(x) if x is not None else None for x in values], "n": n}
+
+
+def aggregate(per_draw: Sequence[Mapping], confidence: float = 0.95) -> dict:
+  """``{key: interval}`` over draws for every key of :data:`DRAW_KEYS`."""
+  return {k: interval([d.get(k) for d in per_draw], confidence) for k in DRAW_KEYS}
+
+
+def paired(a: Sequence[Mapping], b: Sequence[Mapping], keys=("strict_pooled", "strict_selected",
+                                                             "ssim_gt_0.4"),
+           confidence: float = 0.95) -> dict:
+  """Per-draw differences ``a - b`` (same draws, same order) and their interval, per key."""
+  if len(a) != len(b):
+    raise ConfigError(f"paired comparison needs the same draws: {len(a)} vs {len(b)}.")
+  return {k: interval([x[k] - y[k] for x, y in zip(a, b)], confidence) for k in keys}
+
+
+def verdict(diff: Mapping) -> str:
+  """'better' / 'worse' when the paired interval excludes 0, else 'no difference shown'."""
+  if not np.isfinite(diff["ci_low"]):
+    return "not enough draws"
+  if diff["ci_low"] > 0:
+    return "better"
+  if diff["ci_high"] < 0:
+    return "worse"
+  return "no difference shown"

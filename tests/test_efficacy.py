@@ -1,0 +1,88 @@
+"""The efficacy harness: aggregation by hand, and a tiny configuration over 2 draws end to end."""
+import json
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from experiments import efficacy as harness
+from experiments.configs import efficacy as configs
+from recon_jax import efficacy, pipeline, sweep
+
+
+def test_interval_by_hand():
+  v = [1.0, 3.0, 2.0, 6.0, 3.0]
+  iv = efficacy.interval(v)
+  mean, sd = 3.0, np.sqrt(((np.array(v) - 3.0) ** 2).sum() / 4)
+  half = scipy.stats.t.ppf(0.975, 4) * sd / np.sqrt(5)
+  assert iv["mean"] == mean and iv["n"] == 5 and iv["per_draw"] == v
+  np.testing.assert_allclose([iv["ci_low"], iv["ci_high"]], [mean - half, mean + half])
+  one = efficacy.interval([4.0])
+  assert one["mean"] == 4.0 and np.isnan(one["ci_low"])
+
+
+def test_paired_differences_and_verdicts():
+  a = [{"strict_pooled": x, "strict_selected": 0, "ssim_gt_0.4": 0} for x in (3, 4, 5, 4, 4)]
+  b = [{"strict_pooled": x, "strict_selected": 0, "ssim_gt_0.4": 0} for x in (1, 1, 2, 1, 2)]
+  d = efficacy.paired(a, b)
+  assert d["strict_pooled"]["per_draw"] == [2, 3, 3, 3, 2]
+  assert efficacy.verdict(d["strict_pooled"]) == "better"
+  assert efficacy.verdict(efficacy.paired(b, a)["strict_pooled"]) == "worse"
+  assert efficacy.verdict(d["strict_selected"]) == "no difference shown"  # all zero
+  with pytest.raises(ValueError, match="same draws"):
+    efficacy.paired(a, b[:2])
+
+
+def test_anneal_rises_geometrically_to_the_end_value():
+  hp = {"alpha": np.array([10.0, 20.0], np.float32), "lr_x": np.array([0.1, 0.2], np.float32)}
+  stages = sweep.anneal(hp, steps=10, alpha_end=160.0, num_stages=3)
+  assert [s for s, _ in stages] == [3, 3, 4]
+  np.testing.assert_allclose(stages[0][1]["alpha"], [10.0, 20.0])
+  np.testing.assert_allclose(stages[1][1]["alpha"], [40.0, np.sqrt(20.0 * 160.0)], rtol=1e-6)
+  np.testing.assert_allclose(stages[2][1]["alpha"], [160.0, 160.0], rtol=1e-6)
+  np.testing.assert_array_equal(stages[2][1]["lr_x"], hp["lr_x"])
+  with pytest.raises(ValueError, match="anneal_stages"):
+    sweep.anneal(hp, steps=10, alpha_end=160.0, num_stages=1)
+
+
+def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
+  cfg = configs.get_config("tiny")
+  out = harness.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3)
+  assert out["draws"] == [3, 4]
+  for v in ("default", "m4n"):
+    per = []
+    for draw in (3, 4):
+      m = json.loads((tmp_path / v / f"draw_{draw}" / "metrics.json").read_text())
+      stored = json.loads((tmp_path / v / f"draw_{draw}" / "config.json").read_text())["config"]
+      assert stored["victim"]["data_seed"] == draw and stored["victim"]["seed"] == draw
+      per.append(m)
+    agg = out["variants"][v]
+    assert agg["strict_pooled"]["per_draw"] == [m["recovered_strict"] for m in per]
+    assert agg["strict_selected"]["per_draw"] == [
+        m["selection"]["best_by_loss_recovered_strict"] for m in per]
+    want = efficacy.interval([m["n_ssim_gt_0.4"] for m in per])
+    assert agg["ssim_gt_0.4"] == want
+  assert json.loads((tmp_path / "m4n" / "draw_3" / "metrics.json").read_text())["m"] == 24
+  assert "m4n" in out["paired_vs_default"]
+  assert "| default |" in (tmp_path / "results.md").read_text()
+  assert (tmp_path / "efficacy.png").stat().st_size > 0
+  # --resume keeps the finished draws (same numbers, nothing re-run).
+  again = harness.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3, resume=True)
+  assert again["variants"] == out["variants"]
+
+
+def test_unknown_variant_is_refused(tmp_path):
+  with pytest.raises(ValueError, match="unknown variant"):
+    harness.run(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
+
+
+def test_known_init_reference_is_theta_star_minus_theta0():
+  from recon_jax import data, models, victim
+  import jax
+  vcfg = victim.VictimConfig(dataset="digits", n_per_class=2, widths=(8, 8), epochs=5)
+  ds = data.load_dataset("digits", n_per_class=2)
+  module, _ = victim.build(vcfg, ds)
+  theta0 = models.init_params(module, jax.random.PRNGKey(vcfg.seed), ds.x_train.shape[1:],
+                              np.float64)
+  ref = pipeline.known_init_reference(vcfg, ds, theta0)
+  assert all(float(np.abs(a).max()) == 0 for a in jax.tree_util.tree_leaves(ref))

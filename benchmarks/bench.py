@@ -1,8 +1,8 @@
 r"""Benchmarks: one JSON line per measurement, against the machine's own matmul ceiling.
 
-  python benchmarks/bench.py                      # everything, float32 and float64 (minutes)
-  python benchmarks/bench.py --quick              # CI smoke run (seconds)
-  python benchmarks/bench.py --only=matmul,kkt --no-x64 --out=benchmarks/RESULTS_cpu.json
+  python -m benchmarks.bench                      # everything, float32 and float64 (minutes)
+  python -m benchmarks.bench --quick              # CI smoke run (seconds)
+  python -m benchmarks.bench --only=matmul,kkt --no-x64 --out=benchmarks/RESULTS_cpu.json
 
 Selections (``--only``, comma-separated; default all):
 
@@ -26,25 +26,33 @@ Selections (``--only``, comma-separated; default all):
 * ``breakdown`` where the KKT step's time goes: every dot of the compiled step
   timed alone (same shapes and contracting dims) against the whole step.
 * ``train``    victim training (recon_jax.train, full-batch GD): epochs/s.
-* ``e2e``      the main job's tiny preset as a subprocess: wall, compile, run time.
-* ``bilevel``  Runkel et al.'s outer step (implicit differentiation): time, split
-  into inner solve and Hessian solve, CG vs quasi-Newton, and compiled temp
-  memory of implicit vs unrolled differentiation as inner iterations grow.
+* ``e2e``      the main job as a subprocess, ``python -m experiments.reconstruct
+  --config=experiments/configs/reconstruct.py:tiny --config.use_cache=False``:
+  wall, compile, run time (skipped with --quick).
+* ``bilevel``  Runkel et al.'s outer step (``attacks.bilevel``, implicit
+  differentiation): time, split into inner solve and Hessian solve, CG vs
+  quasi-Newton, and compiled temp memory of implicit vs unrolled differentiation
+  as inner iterations grow.
 * ``memory``   memory per restart of the KKT step at paper scale (m=1000,
   3072-1000-1000-1): analytic and from XLA's ``memory_analysis()`` of the compiled
   chunk (compiled from shapes only, nothing allocated), and the largest R that fits
   on an 80 GB and a 141 GB device.
 
-Timings are the best (minimum) of several runs after a warm-up call: the
-machine may be shared, and the minimum is the least disturbed estimate.
-Targets are reported as true/false, never asserted.  ``benchmarks/report.py``
-turns one or more result files into the markdown tables of BUILD.md.
+Everything but the timing is the library's: the problem is built with
+``pipeline.make_target`` / ``candidate_labels`` / ``hparams_for`` (the main
+job's default sweep), arrays take ``pipeline.float_dtype()``, the step runs in
+``loop.make_runner``.  Timings are the best (minimum) of several runs after a
+warm-up call: the machine may be shared, and the minimum is the least disturbed
+estimate.  Targets are reported as true/false, never asserted.
+``benchmarks/report.py`` turns one or more result files into the markdown tables
+of BUILD.md.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import datetime
+import functools
 import itertools
 import json
 import math
@@ -65,6 +73,8 @@ TARGET_UTIL = 0.80           # every other size and dtype
 TARGET_BATCHING = 0.90       # R=8 restart-steps/s >= 0.9 x 8 x R=1 steps/s (CPU)
 DEVICE_GB = (80, 141)
 USABLE_FRACTION = 0.95       # of device memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.95)
+E2E_CONFIG = "experiments/configs/reconstruct.py"
+E2E_PRESET = "tiny"
 
 
 def parse_args(argv=None):
@@ -117,34 +127,31 @@ class Emitter:
 
 
 def _clean(v):
+  import numpy as np
+  if isinstance(v, np.generic):
+    v = v.item()
   if isinstance(v, float):
-    if not math.isfinite(v):
-      return None
-    return float(f"{v:.6g}")
+    return float(f"{v:.6g}") if math.isfinite(v) else None
   if isinstance(v, dict):
     return {k: _clean(u) for k, u in v.items()}
   if isinstance(v, (list, tuple)):
     return [_clean(u) for u in v]
-  try:
-    import numpy as np
-    if isinstance(v, np.generic):
-      return _clean(v.item())
-  except ImportError:  # pragma: no cover
-    pass
   return v
 
 
 # ----------------------------------------------------------------------------
-# Shared helpers.
+# Timing harness.
 # ----------------------------------------------------------------------------
 @contextlib.contextmanager
 def precision(dtype: str):
-  """float64 needs jax_enable_x64; float32 runs with it off, exactly as the product does."""
+  """x64 on for 'float64', off for 'float32' (as the binaries set it); yields the library's
+  float dtype of the block, ``pipeline.float_dtype()``."""
   import jax
+  from recon_jax import pipeline
   old = jax.config.read("jax_enable_x64")
   jax.config.update("jax_enable_x64", dtype == "float64")
   try:
-    yield
+    yield pipeline.float_dtype()
   finally:
     jax.config.update("jax_enable_x64", old)
 
@@ -166,6 +173,16 @@ def best_of(fn, repeats: int, warmup: int = 1):
   return min(times), times
 
 
+def _matmul_fn(dtype: str, n: int):
+  """(compiled n x n matmul thunk, its FLOPs)."""
+  import jax
+  import jax.numpy as jnp
+  with precision(dtype) as dt:
+    a, b = jax.random.normal(jax.random.PRNGKey(0), (2, n, n), dt)
+    f = jax.jit(jnp.matmul).lower(a, b).compile()
+  return lambda: f(a, b), 2 * n ** 3
+
+
 class Ceiling:
   """Best matmul GFLOP/s seen per dtype (the utilisation denominator)."""
 
@@ -173,15 +190,9 @@ class Ceiling:
     self.best = {}
 
   def measure(self, dtype: str, n: int, repeats: int, emit=None, label="ceiling"):
-    import jax
-    import jax.numpy as jnp
-    with precision(dtype):
-      ka, kb = jax.random.split(jax.random.PRNGKey(0))
-      a = jax.random.normal(ka, (n, n), dtype)
-      b = jax.random.normal(kb, (n, n), dtype)
-      f = jax.jit(jnp.matmul)
-      best, times = best_of(lambda: f(a, b), repeats)
-    gflops = 2 * n ** 3 / best / 1e9
+    mm, flops = _matmul_fn(dtype, n)
+    best, times = best_of(mm, repeats)
+    gflops = flops / best / 1e9
     self.best[dtype] = max(self.best.get(dtype, 0.0), gflops)
     if emit is not None:
       emit({"bench": "matmul", "what": label, "dtype": dtype, "n": n, "best_s": best,
@@ -192,36 +203,60 @@ class Ceiling:
     return self.best.get(dtype, float("nan"))
 
 
+@functools.lru_cache(maxsize=None)
+def _compiled_init():
+  import jax
+  from recon_jax import models
+  return jax.jit(models.init_params, static_argnums=(0, 2, 3))
+
+
+def init_params(module, d: int, seed: int = 0):
+  """``models.init_params`` for inputs [d] in the current float dtype, as one compiled
+  program (run eagerly, each op of the initialisers compiles on its own: seconds)."""
+  import jax
+  from recon_jax import pipeline
+  return _compiled_init()(module, jax.random.PRNGKey(seed), (d,), pipeline.float_dtype())
+
+
+def _shapes(tree):
+  import jax
+  return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
+
+
+# ----------------------------------------------------------------------------
+# The KKT problem, built by the library (call inside ``precision``).
+# ----------------------------------------------------------------------------
 def kkt_flops(d: int, h: int, m: int) -> int:
   """FLOPs of one KKT step of one restart (issue 5): the big matmuls of loss and gradient."""
   return 10 * m * d * h + 14 * m * h * h
 
 
-def kkt_problem(d: int, h: int, m: int, dtype: str, seed: int = 0):
-  """(attack, x_init, target) of the binary KKT attack on a d-h-h-1 MLP with bias='first'."""
-  import jax
-  import jax.numpy as jnp
+def kkt_problem(d: int, h: int, m: int, seed: int = 0):
+  """(attack, x_init, target) of the binary KKT attack on a d-h-h-1 MLP with bias='first'.
+
+  The pixel box is [0, 1] after subtracting a per-pixel mean of 0.45, as for mean-subtracted
+  data; theta*, the box and x take the current ``pipeline.float_dtype()``.
+  """
   import numpy as np
-  from recon_jax import inits, models
+  from recon_jax import inits, models, pipeline
   from recon_jax.attacks import kkt
-  from recon_jax.types import Target
-  module = models.MLP(widths=(h, h), out_dim=1, bias="first")
-  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), dtype)
+  dt = pipeline.float_dtype()
+  module = models.build_model("mlp", widths=(h, h), bias="first")
+  params = init_params(module, d, seed)
+  target = pipeline.make_target(params, pipeline.candidate_labels("binary", m),
+                                np.full((d,), 0.45))
   attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
-  labels = jnp.asarray(np.r_[np.ones(m // 2), -np.ones(m - m // 2)], dtype)
-  mean = jnp.full((d,), 0.45, dtype)  # per-pixel box as after mean subtraction
-  target = Target(params, labels, -mean, 1.0 - mean)
-  return attack, inits.gaussian(m, (d,), dtype), target
+  return attack, inits.gaussian(m, (d,), dt), target
 
 
-def kkt_hparams(num_restarts: int, dtype: str, seed: int = 0) -> dict:
-  """Per-restart hyperparameters drawn from the default sweep ranges (reconstruct.py)."""
-  import numpy as np
-  rng = np.random.default_rng(seed)
-  logu = lambda lo, hi: np.exp(rng.uniform(np.log(lo), np.log(hi), num_restarts))
-  hp = {"lr_x": logu(0.03, 0.6), "lr_lam": logu(1e-4, 1e-2), "sigma_x": logu(1e-4, 1e-2),
-        "alpha": rng.uniform(10, 40, num_restarts), "lam_min": rng.uniform(0.2, 0.7, num_restarts)}
-  return {k: v.astype(dtype) for k, v in hp.items()}
+def kkt_hparams(num_restarts: int, seed: int = 0) -> dict:
+  """Per-restart hyperparameters of the main job's default sweep, as the loop receives them."""
+  import jax.numpy as jnp
+  from experiments.configs import reconstruct as configs
+  from recon_jax import pipeline
+  cfg = configs.get_config("lfw")
+  cfg.num_restarts, cfg.seed = num_restarts, seed
+  return {k: jnp.asarray(v) for k, v in pipeline.hparams_for(cfg).items()}
 
 
 # ----------------------------------------------------------------------------
@@ -232,16 +267,15 @@ class KKTProgram:
 
   def __init__(self, d, h, m, dtype, num_restarts, batching, ceiling: Ceiling, args):
     import jax
-    import jax.numpy as jnp
     from recon_jax import loop
     self.d, self.h, self.m, self.dtype = d, h, m, dtype
-    self.num_restarts, self.batching = num_restarts, batching
+    self.num_restarts, self.batching = num_restarts, loop.resolve_batching(batching)
     self.flops = kkt_flops(d, h, m)
     with precision(dtype):
-      attack, x_init, self.target = kkt_problem(d, h, m, dtype)
-      self.hp = {k: jnp.asarray(v) for k, v in kkt_hparams(num_restarts, dtype).items()}
+      attack, x_init, self.target = kkt_problem(d, h, m)
+      self.hp = kkt_hparams(num_restarts)
       keys = jax.random.split(jax.random.PRNGKey(1), num_restarts)
-      init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
+      init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=self.batching)
       self.state = init_fn(keys, self.hp, self.target)
       ceil = ceiling.get(dtype)
       est_step = num_restarts * self.flops / (0.7 * ceil * 1e9) if ceil == ceil else 0.1
@@ -287,19 +321,21 @@ def util_target(d, h, m, dtype):
   return TARGET_UTIL_BIG if (d, h, m, dtype) == (3072, 1000, 200, "float32") else TARGET_UTIL
 
 
-def _matmul_fn(dtype, n):
-  import jax
-  import jax.numpy as jnp
-  with precision(dtype):
-    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
-    f = jax.jit(jnp.matmul).lower(a, a).compile()
-  return lambda: f(a, a), 2 * n ** 3
+def _timed(fn):
+  """(wall, CPU) seconds of ``fn()``, blocked."""
+  t, c = time.perf_counter(), time.process_time()
+  block(fn())
+  return time.perf_counter() - t, time.process_time() - c
 
 
-def run_kkt(args, dtypes, ceiling, emit):
+def run_kkt(args, dtypes, ceiling, emit, kept=None):
   """All (batching, R) programs of one size are compiled first, then timed in interleaved
   rounds (one chunk of each, and a matmul, per round): on a shared machine every
-  configuration then sees the same mix of load, and the ratios between them hold."""
+  configuration then sees the same mix of load, and the ratios between them hold.
+
+  ``kept``: {(d, h, m, dtype, R, batching): None} of the programs a later section uses
+  again (see :func:`reused_programs`); the compiled ones are stored there.
+  """
   sizes = QUICK_KKT_SIZES if args.quick else KKT_SIZES
   plan = []
   if "kkt" in args.only:
@@ -327,10 +363,9 @@ def run_kkt(args, dtypes, ceiling, emit):
           p.call(timed=False)
       local, local_cpu = [], []
       for _ in range(rounds):
-        t, c = time.perf_counter(), time.process_time()
-        block(mm())
-        local.append(time.perf_counter() - t)
-        local_cpu.append(time.process_time() - c)
+        wall, cpu = _timed(mm)
+        local.append(wall)
+        local_cpu.append(cpu)
         for p in progs.values():
           p.call()
       local_gflops = mm_flops / min(local) / 1e9  # the ceiling under this block's load
@@ -348,6 +383,8 @@ def run_kkt(args, dtypes, ceiling, emit):
                    util_target_met_local=bool(rec["gflops"] / local_gflops >= tgt))
         rows[(b, r)] = emit(rec)
         results.append(rec)
+        if kept is not None and (d, h, m, dtype, r, b) in kept:
+          kept[(d, h, m, dtype, r, b)] = p
       del progs
       for batching in ("vmap", "map"):
         if (batching, 1) not in rows:
@@ -381,93 +418,104 @@ _DOT = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*\w+\[[\d,]*\][^ ]*\s+dot\((%
 def hlo_dots(hlo_text: str):
   """(lhs shape, rhs shape, dimension numbers) of every dot in an optimised HLO module."""
   dots, shapes = [], {}
+  ints = lambda g: tuple(int(s) for s in g.split(",") if s) if g else ()
   for line in hlo_text.splitlines():
     if line.rstrip().endswith("{") and ("computation" in line or line.lstrip().startswith(
         ("%", "ENTRY"))):
       shapes = {}  # a new computation: names are local to it
     m = _DEF.match(line)
     if m:
-      shapes[m.group(1)] = tuple(int(s) for s in m.group(3).split(",") if s)
+      shapes[m.group(1)] = ints(m.group(3))
     m = _DOT.match(line)
-    if m:
-      lhs, rhs = m.group(1), m.group(2)
-      if lhs not in shapes or rhs not in shapes:
-        continue
-      ints = lambda g: tuple(int(s) for s in g.split(",") if s) if g else ()
+    if m and m.group(1) in shapes and m.group(2) in shapes:
       dn = ((ints(m.group(4)), ints(m.group(6))), (ints(m.group(3)), ints(m.group(5))))
-      dots.append((shapes[lhs], shapes[rhs], dn))
+      dots.append((shapes[m.group(1)], shapes[m.group(2)], dn))
   return dots
 
 
-def run_breakdown(args, dtypes, ceiling, emit):
-  """Times the R=1 step and every dot of its optimised HLO alone, interleaved by rounds."""
+def _dot_program(lhs, rhs, dn, dt):
+  """A compiled lax.dot_general of ones of these shapes: its timing record (FLOPs, inputs)."""
   import jax
   import jax.numpy as jnp
   import numpy as np
   from jax import lax
-  sizes = QUICK_KKT_SIZES if args.quick else ((3072, 1000, 200), (64, 1000, 100))
-  batchings = ("vmap",) if args.quick else ("vmap", "map")
+  dot = lambda a, b: lax.dot_general(a, b, dn)
+  a, b = jnp.ones(lhs, dt), jnp.ones(rhs, dt)
+  out = jax.eval_shape(dot, a, b).shape
+  flops = 2.0 * float(np.prod([lhs[i] for i in dn[0][0]])) * float(np.prod(out))
+  return {"lhs": list(lhs), "rhs": list(rhs), "dn": dn, "f": jax.jit(dot).lower(a, b).compile(),
+          "a": a, "b": b, "flops": flops, "times": [], "cpu": []}
+
+
+def breakdown_plan(args):
+  """(sizes, batchings) of the breakdown, at R=1."""
+  if args.quick:
+    return QUICK_KKT_SIZES, ("vmap",)
+  return ((3072, 1000, 200), (64, 1000, 100)), ("vmap", "map")
+
+
+def run_breakdown(args, dtypes, ceiling, emit, kept=None):
+  """Times the R=1 step and every dot of its optimised HLO alone, interleaved by rounds.
+
+  Times the programs the KKT section left in ``kept`` again rather than compiling them twice.
+  """
+  sizes, batchings = breakdown_plan(args)
   for dtype, (d, h, m), batching in itertools.product(dtypes, sizes, batchings):
-    prog = KKTProgram(d, h, m, dtype, 1, batching, ceiling, args)
+    prog = (kept or {}).get((d, h, m, dtype, 1, batching))
+    if prog is None:
+      prog = KKTProgram(d, h, m, dtype, 1, batching, ceiling, args)
+    prog.times, prog.cpu_times = [], []
     cost = prog.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     hlo = prog.compiled.as_text()
-    dots = []
-    with precision(dtype):
-      for lhs, rhs, dn in hlo_dots(hlo):
-        (lc, _), _ = dn
-        a, b = jnp.ones(lhs, dtype), jnp.ones(rhs, dtype)
-        f = jax.jit(lambda a, b, dn=dn: lax.dot_general(a, b, dn)).lower(a, b).compile()
-        out = jax.eval_shape(lambda a, b, dn=dn: lax.dot_general(a, b, dn), a, b).shape
-        fl = 2.0 * float(np.prod([lhs[i] for i in lc])) * float(np.prod(out))
-        dots.append({"lhs": list(lhs), "rhs": list(rhs), "dn": dn, "f": f, "a": a, "b": b,
-                     "flops": fl, "times": [], "cpu": []})
-      mm, mm_flops = _matmul_fn(dtype, 256 if args.quick else 2048)
-      prog.call(timed=False)
-      for dt in dots:
-        block(dt["f"](dt["a"], dt["b"]))
-      local, local_cpu = [], []
-      for _ in range(max(3, args.repeats)):
-        t, c = time.perf_counter(), time.process_time()
-        block(mm())
-        local.append(time.perf_counter() - t)
-        local_cpu.append(time.process_time() - c)
-        prog.call()
-        for dt in dots:
-          t, c = time.perf_counter(), time.process_time()
-          block(dt["f"](dt["a"], dt["b"]))
-          dt["times"].append(time.perf_counter() - t)
-          dt["cpu"].append(time.process_time() - c)
+    with precision(dtype) as dt:
+      dots = [_dot_program(lhs, rhs, dn, dt) for lhs, rhs, dn in hlo_dots(hlo)]
+    mm, mm_flops = _matmul_fn(dtype, 256 if args.quick else 2048)
+    prog.call(timed=False)
+    for dot in dots:
+      block(dot["f"](dot["a"], dot["b"]))
+    local, local_cpu = [], []
+    for _ in range(max(3, args.repeats)):
+      wall, cpu = _timed(mm)
+      local.append(wall)
+      local_cpu.append(cpu)
+      prog.call()
+      for dot in dots:
+        wall, cpu = _timed(lambda: dot["f"](dot["a"], dot["b"]))
+        dot["times"].append(wall)
+        dot["cpu"].append(cpu)
     local_gflops = mm_flops / min(local) / 1e9
+    mm_per_cpu_s = mm_flops / min(local_cpu)
+    step_flops = kkt_flops(d, h, m)
     step_cpu = min(prog.cpu_times) / prog.k
-    dots_cpu = sum(min(dt["cpu"]) for dt in dots)
+    dots_cpu = sum(min(dot["cpu"]) for dot in dots)
     step_s = min(prog.times) / prog.k
-    dot_total = sum(min(dt["times"]) for dt in dots)
-    dot_flops = sum(dt["flops"] for dt in dots)
-    rows = [{"lhs": dt["lhs"], "rhs": dt["rhs"], "contract": [list(dt["dn"][0][0]),
-                                                               list(dt["dn"][0][1])],
-             "batch": [list(dt["dn"][1][0]), list(dt["dn"][1][1])], "s": min(dt["times"]),
-             "gflops": dt["flops"] / min(dt["times"]) / 1e9,
-             "gflop_per_cpu_s": dt["flops"] / min(dt["cpu"]) / 1e9} for dt in dots]
+    dot_total = sum(min(dot["times"]) for dot in dots)
+    dot_flops = sum(dot["flops"] for dot in dots)
+    rows = [{"lhs": dot["lhs"], "rhs": dot["rhs"],
+             "contract": [list(dot["dn"][0][0]), list(dot["dn"][0][1])],
+             "batch": [list(dot["dn"][1][0]), list(dot["dn"][1][1])], "s": min(dot["times"]),
+             "gflops": dot["flops"] / min(dot["times"]) / 1e9,
+             "gflop_per_cpu_s": dot["flops"] / min(dot["cpu"]) / 1e9} for dot in dots]
     emit({"bench": "breakdown", "dtype": dtype, "d": d, "h": h, "m": m, "R": 1,
-          "batching": batching, "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
+          "batching": prog.batching, "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
           "hlo_copies": len(re.findall(r" copy\(", hlo)),
-          "step_s": step_s, "formula_gflop": kkt_flops(d, h, m) / 1e9,
+          "step_s": step_s, "formula_gflop": step_flops / 1e9,
           # XLA counts the scanned step (the while body) once, whatever k is.
           "xla_gflop": float(cost.get("flops", float("nan"))) / 1e9,
           "xla_transcendentals": float(cost.get("transcendentals", float("nan"))),
           "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
           "n_dots": len(rows), "dots_gflop": dot_flops / 1e9,
           "dots_alone_s": dot_total, "dots_alone_gflops": dot_flops / dot_total / 1e9,
-          "step_gflops": kkt_flops(d, h, m) / step_s / 1e9,
+          "step_gflops": step_flops / step_s / 1e9,
           "ceiling_local_gflops": local_gflops,
           "dots_alone_utilisation_local": dot_flops / dot_total / 1e9 / local_gflops,
-          "step_utilisation_local": kkt_flops(d, h, m) / step_s / 1e9 / local_gflops,
+          "step_utilisation_local": step_flops / step_s / 1e9 / local_gflops,
           "non_dot_s": step_s - dot_total, "non_dot_fraction": (step_s - dot_total) / step_s,
           "step_cpu_s": step_cpu, "dots_alone_cpu_s": dots_cpu,
           "non_dot_fraction_cpu": (step_cpu - dots_cpu) / step_cpu,
-          "step_utilisation_cpu": (kkt_flops(d, h, m) / step_cpu) / (mm_flops / min(local_cpu)),
-          "dots_alone_utilisation_cpu": (dot_flops / dots_cpu) / (mm_flops / min(local_cpu)),
+          "step_utilisation_cpu": step_flops / step_cpu / mm_per_cpu_s,
+          "dots_alone_utilisation_cpu": dot_flops / dots_cpu / mm_per_cpu_s,
           "dots": sorted(rows, key=lambda r: -r["s"])[:12]})
 
 
@@ -478,25 +526,21 @@ def run_train(args, dtypes, emit):
   import jax
   import jax.numpy as jnp
   import numpy as np
-  from recon_jax import models, train
-  cases = ([("digits_tiny", 64, (32, 32), 20, 20)] if args.quick else
+  from recon_jax import models, pipeline, train
+  # --quick: the quick KKT network's shapes (their eager initialisation is compiled already)
+  cases = ([("digits_tiny", 64, (64, 64), 20, 20)] if args.quick else
            [("digits", 64, (256, 256), 50, 200), ("cifar", 3072, (1000, 1000), 500, 5)])
   for dtype in dtypes:
     for name, d, widths, n, k in cases:
-      with precision(dtype):
+      with precision(dtype) as dt:
         module = models.build_model("mlp", widths=widths, bias="first")
-        params = models.init_params(module, jax.random.PRNGKey(0), (d,), dtype)
-        apply_fn = models.make_apply_fn(module)
-        rng = np.random.default_rng(0)
-        x = jnp.asarray(rng.uniform(-0.5, 0.5, (n, d)), dtype)
-        y = jnp.asarray(np.where(np.arange(n) % 2, 1.0, -1.0), dtype)
+        params = init_params(module, d)
+        x = jnp.asarray(np.random.default_rng(0).uniform(-0.5, 0.5, (n, d)), dt)
+        y = jnp.asarray(pipeline.candidate_labels("binary", n), dt)
         cfg = train.TrainConfig(loss="logistic", lr=0.01, epochs=k, chunk=k)
-        tx, chunk = train.make_train_chunk(apply_fn, cfg)
-        state = train.TrainState(params, tx.init(params), jnp.zeros([], jnp.int32))
-        key = jax.random.PRNGKey(0)
-        t = time.perf_counter()
-        block(chunk(state, x, y, key, length=k))
-        first_s = time.perf_counter() - t
+        _, chunk = train.make_train_chunk(models.make_apply_fn(module), cfg)
+        state, key = train.init_state(params, cfg), jax.random.PRNGKey(0)
+        first_s, _ = _timed(lambda: chunk(state, x, y, key, length=k))
         best, times = best_of(lambda: chunk(state, x, y, key, length=k), args.repeats, warmup=0)
       p = d * widths[0] + widths[0] + widths[0] * widths[1] + widths[1]
       flops = 4 * n * p + 2 * n * (widths[0] * widths[1] + widths[1])
@@ -509,6 +553,16 @@ def run_train(args, dtypes, emit):
 # ----------------------------------------------------------------------------
 # End to end.
 # ----------------------------------------------------------------------------
+E2E_TIMING = ("compile_s", "attack_run_s", "victim_s", "oracle_s", "evaluation_s", "total_s",
+              "restart_steps_per_s")
+
+
+def e2e_command(workdir: str, preset: str = E2E_PRESET) -> list:
+  """argv of the main job at config ``preset``, victim trained afresh (no cache)."""
+  return [sys.executable, "-m", "experiments.reconstruct", f"--config={E2E_CONFIG}:{preset}",
+          "--config.use_cache=False", f"--workdir={workdir}", "--overwrite"]
+
+
 def run_e2e(args, emit):
   if args.quick:
     emit({"bench": "e2e", "skipped": "--quick (the tiny preset takes ~20 s)"})
@@ -519,27 +573,41 @@ def run_e2e(args, emit):
     env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
                RECON_JAX_CACHE=os.path.join(tmp, "cache"), MPLBACKEND="Agg")
     env.pop("XLA_FLAGS", None)
-    cmd = [sys.executable, "-m", "experiments.reconstruct", "--preset=tiny",
-           f"--workdir={work}", "--overwrite", "--nocache"]
+    cmd = e2e_command(work)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode:
-      emit({"bench": "e2e", "preset": "tiny", "error": proc.stderr.strip().splitlines()[-1:],
-            "wall_s": wall})
+      emit({"bench": "e2e", "preset": E2E_PRESET,
+            "error": proc.stderr.strip().splitlines()[-1:], "wall_s": wall})
       return
     with open(os.path.join(work, "metrics.json")) as f:
       timing = json.load(f)["timing"]
-  emit({"bench": "e2e", "preset": "tiny", "command": " ".join(cmd[1:3] + cmd[3:4]),
-        "wall_s": wall, **{k: timing.get(k) for k in (
-            "compile_s", "attack_run_s", "victim_s", "oracle_s", "evaluation_s", "total_s",
-            "restart_steps_per_s")},
+  emit({"bench": "e2e", "preset": E2E_PRESET, "command": " ".join(cmd[1:5]), "wall_s": wall,
+        **{k: timing.get(k) for k in E2E_TIMING},
         "startup_and_import_s": wall - (timing.get("total_s") or 0.0)})
 
 
 # ----------------------------------------------------------------------------
 # Bilevel (Runkel et al.): implicit vs unrolled.
 # ----------------------------------------------------------------------------
+def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
+  """(apply_fn, activation name, target, x) of a small binary bilevel problem: theta* of an
+  affine or one-hidden-layer net, n uniform candidates in the [0, 1] box."""
+  import jax.numpy as jnp
+  import numpy as np
+  from recon_jax import models, pipeline
+  dt = pipeline.float_dtype()
+  if net == "affine":
+    module, act = models.build_model("affine", init="kaiming"), None
+  else:
+    module, act = models.build_model("one_hidden", widths=(width,), init="kaiming"), "softplus"
+  theta_star = init_params(module, d, seed)
+  target = pipeline.make_target(theta_star, pipeline.candidate_labels("binary", n))
+  x = jnp.asarray(np.random.default_rng(seed).uniform(0, 1, (n, d)), dt)
+  return models.make_apply_fn(module), act, target, x
+
+
 def run_bilevel(args, dtypes, emit):
   try:
     from recon_jax import implicit
@@ -549,103 +617,89 @@ def run_bilevel(args, dtypes, emit):
     return
   import jax
   import jax.numpy as jnp
-  import numpy as np
   from recon_jax import losses, models, priors
   wd = 1e-3
   if args.quick:
     d, n, width, iters, nets = 16, 6, 8, (2, 8), ("affine",)
   else:
     d, n, width, iters, nets = 64, 20, 256, (10, 30, 100, 300), ("affine", "one_hidden")
-  for dtype in dtypes:
-    for net in nets:
-      with precision(dtype):
-        if net == "affine":
-          module, act = models.Affine(out_dim=1, init_scheme="kaiming"), None
-        else:
-          module = models.OneHidden(width=width, out_dim=1, init_scheme="kaiming")
-          act = models.get_activation("softplus")
-        apply_fn = models.make_apply_fn(module)
-        theta_star = models.init_params(module, jax.random.PRNGKey(0), (d,), dtype)
-        rng = np.random.default_rng(0)
-        x = jnp.asarray(rng.uniform(0, 1, (n, d)), dtype)
-        y = jnp.asarray(np.where(np.arange(n) % 2, 1.0, -1.0), dtype)
-        lo, hi = jnp.zeros((d,), dtype), jnp.ones((d,), dtype)
-        energy = losses.energy(apply_fn, "logistic", wd, act)
-        n_params = sum(a.size for a in jax.tree_util.tree_leaves(theta_star))
+  # The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations); --quick: a
+  # 5-step GD inner solve (L-BFGS takes seconds to compile).
+  inner_kw = (dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5) if args.quick else
+              dict(inner="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0))
+  for dtype, net in itertools.product(dtypes, nets):
+    with precision(dtype):
+      apply_fn, act, target, x = bilevel_problem(net, d, n, width)
+      y = target.labels.astype(x.dtype)
+      energy = losses.energy(apply_fn, "logistic", wd, act and models.get_activation(act))
+      n_params = sum(a.size for a in jax.tree_util.tree_leaves(target.params))
 
-        def outer_of(solve):
-          def outer(xx):
-            theta, info = solve(theta_star, xx, y)
-            return losses.tree_sq_dist(theta, theta_star) + priors.box_prior(xx, lo, hi), info
-          return outer
+      # 1. The attack's outer step (attacks.bilevel, from theta*) against its inner solve
+      #    alone: the difference is the Hessian solve, CG vs the quasi-Newton memory.
+      for hsolve in (("cg",) if args.quick else ("cg", "lbfgs")):
+        attack = bilevel.bilevel_attack(
+            apply_fn, "logistic", wd=wd, act=act, inner=inner_kw["inner"],
+            inner_maxiter=inner_kw["maxiter"], inner_tol=inner_kw["tol"],
+            inner_stepsize=inner_kw["stepsize"], hessian_solve=hsolve)
+        solve = implicit.make_inner_solve(energy, hessian_solve=hsolve, **inner_kw)
+        hp = {"lr_x": jnp.asarray(0.01, x.dtype)}
+        state = attack.init(jax.random.PRNGKey(0), hp, target, x)
+        fwd = jax.jit(lambda xx: solve(target.params, xx, y)).lower(x).compile()
+        step = jax.jit(attack.step).lower(state, hp, target).compile()
+        inner_fn, outer_fn = (lambda: fwd(x)), (lambda: step(state, hp, target))
+        block(inner_fn())
+        block(outer_fn())
+        ti, to = [], []
+        for _ in range(max(3, args.repeats)):  # interleaved: the same load for both
+          ti.append(_timed(inner_fn)[0])
+          to.append(_timed(outer_fn)[0])
+        inner_s, outer_s = min(ti), min(to)
+        _, metrics = outer_fn()
+        emit({"bench": "bilevel", "what": "outer_step", "net": net, "dtype": dtype, "d": d,
+              "n": n, "width": width if net != "affine" else None, "params": n_params,
+              "inner": inner_kw["inner"], "hessian_solve": hsolve,
+              "inner_iters": float(metrics["inner_iters"]),
+              "inner_grad_norm": float(metrics["inner_grad_norm"]), "inner_solve_s": inner_s,
+              "outer_step_s": outer_s, "hessian_solve_s": max(outer_s - inner_s, 0.0),
+              "outer_over_inner": outer_s / inner_s, "target_ratio": 3.0,
+              "target_met": bool(outer_s / inner_s <= 3.0),
+              "temp_bytes": getattr(step.memory_analysis(), "temp_size_in_bytes", None),
+              "grad_finite": bool(jnp.isfinite(metrics["grad_x_norm"]))})
 
-        # 1. The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations) from theta*:
-        #    inner solve alone vs the whole outer step, CG vs the quasi-Newton Hessian solve.
-        # (--quick: a 5-step GD inner solve instead; L-BFGS takes seconds to compile.)
-        inner_kw = (dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5) if args.quick else
-                    dict(inner="lbfgs", maxiter=100, tol=1e-7))
-        for hsolve in (("cg",) if args.quick else ("cg", "lbfgs")):
-          solve = implicit.make_inner_solve(energy, hessian_solve=hsolve, **inner_kw)
-          outer = outer_of(solve)
-          fwd = jax.jit(lambda xx: solve(theta_star, xx, y)).lower(x).compile()
-          step = jax.jit(jax.value_and_grad(outer, has_aux=True)).lower(x).compile()
-          block(fwd(x))
-          block(step(x))
-          ti, to = [], []
-          for _ in range(max(3, args.repeats)):  # interleaved: the same load for both
-            t = time.perf_counter()
-            block(fwd(x))
-            ti.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            block(step(x))
-            to.append(time.perf_counter() - t)
-          inner_s, outer_s = min(ti), min(to)
-          (_, info), gx = step(x)
-          mem = step.memory_analysis()
-          emit({"bench": "bilevel", "what": "outer_step", "net": net, "dtype": dtype, "d": d,
-                "n": n, "width": width if net != "affine" else None, "params": n_params,
-                "inner": inner_kw["inner"], "hessian_solve": hsolve, "inner_iters": float(info.iters),
-                "inner_grad_norm": float(info.grad_norm), "inner_solve_s": inner_s,
-                "outer_step_s": outer_s, "hessian_solve_s": max(outer_s - inner_s, 0.0),
-                "outer_over_inner": outer_s / inner_s, "target_ratio": 3.0,
-                "target_met": bool(outer_s / inner_s <= 3.0),
-                "temp_bytes": getattr(mem, "temp_size_in_bytes", None),
-                "grad_finite": bool(jnp.all(jnp.isfinite(gx)))})
+      # 2. Memory and time vs inner iterations T (fixed-step GD, tol 0: exactly T steps) of
+      #    the attack's outer loss: implicit differentiation (custom_root + CG) against
+      #    reverse mode through the unrolled loop (the baseline; not in the library).
+      lr_inner = 0.5 if net == "affine" else 0.1
+      for T in iters:
+        solve = implicit.make_inner_solve(energy, inner="gd", hessian_solve="cg", maxiter=T,
+                                          tol=0.0, stepsize=lr_inner)
 
-        # 2. Memory and time vs inner iterations T (fixed-step GD, tol 0: exactly T steps):
-        #    implicit differentiation (custom_root + CG) against reverse mode through the loop.
-        lr_inner = 0.5 if net == "affine" else 0.1
-        for T in iters:
-          solve = implicit.make_inner_solve(energy, inner="gd", hessian_solve="cg", maxiter=T,
-                                            tol=0.0, stepsize=lr_inner)
+        def unrolled(theta0, xx, yy, T=T):
+          def body(th, _):
+            g = jax.grad(energy)(th, xx, yy)
+            return jax.tree_util.tree_map(lambda a, b: a - lr_inner * b, th, g), None
+          return jax.lax.scan(body, theta0, None, length=T)
 
-          def unrolled(theta0, xx, yy, T=T):
-            def body(th, _):
-              g = jax.grad(energy)(th, xx, yy)
-              return jax.tree_util.tree_map(lambda a, b: a - lr_inner * b, th, g), None
-            th, _ = jax.lax.scan(body, theta0, None, length=T)
-            return th, None
-
-          for kind, s in (("implicit", solve), ("unrolled", unrolled)):
-            outer = outer_of(s)
-            step = jax.jit(jax.value_and_grad(outer, has_aux=True))
-            compiled = step.lower(x).compile()
-            mem = compiled.memory_analysis()
-            t, _ = best_of(lambda: compiled(x), args.repeats)
-            emit({"bench": "bilevel", "what": "memory_vs_iters", "net": net, "dtype": dtype,
-                  "d": d, "n": n, "params": n_params, "inner": "gd", "inner_iters": T,
-                  "diff": kind, "outer_step_s": t,
-                  "temp_bytes": getattr(mem, "temp_size_in_bytes", None)})
-    # flatness: implicit temp bytes at the largest T over the smallest
+        for kind, s in (("implicit", solve), ("unrolled", unrolled)):
+          def outer(xx, s=s):
+            theta, _ = s(target.params, xx, y)
+            return (losses.tree_sq_dist(theta, target.params)
+                    + priors.box_prior(xx, target.box_lo, target.box_hi))
+          compiled = jax.jit(jax.value_and_grad(outer)).lower(x).compile()
+          t, _ = best_of(lambda: compiled(x), args.repeats)
+          emit({"bench": "bilevel", "what": "memory_vs_iters", "net": net, "dtype": dtype,
+                "d": d, "n": n, "params": n_params, "inner": "gd", "inner_iters": T,
+                "diff": kind, "outer_step_s": t,
+                "temp_bytes": getattr(compiled.memory_analysis(), "temp_size_in_bytes", None)})
   _bilevel_summary(emit)
 
 
 def _bilevel_summary(emit):
-  rows = [r for r in emit.records if r.get("bench") == "bilevel"
-          and r.get("what") == "memory_vs_iters"]
+  """Flatness: temp bytes at the largest T over the smallest, per (net, dtype, diff)."""
   groups = {}
-  for r in rows:
-    groups.setdefault((r["net"], r["dtype"], r["diff"]), []).append(r)
+  for r in emit.records:
+    if r.get("bench") == "bilevel" and r.get("what") == "memory_vs_iters":
+      groups.setdefault((r["net"], r["dtype"], r["diff"]), []).append(r)
   for (net, dtype, diff), rs in groups.items():
     rs = sorted(rs, key=lambda r: r["inner_iters"])
     a, b = rs[0], rs[-1]
@@ -687,23 +741,9 @@ def kkt_memory_analytic(d: int, h: int, m: int, bytes_per: int) -> dict:
           "total": total * bytes_per, "theta_star_shared": p * bytes_per}
 
 
-def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
-  """XLA's memory_analysis of the KKT chunk, compiled from shapes only (nothing allocated)."""
-  import jax
-  import jax.numpy as jnp
-  from recon_jax import loop
-  with precision(dtype):
-    attack, x_init, target = kkt_problem(d, h, m, dtype)
-    target_s = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), target)
-    hp = {k_: jax.ShapeDtypeStruct((num_restarts,), jnp.dtype(dtype))
-          for k_ in ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")}
-    keys = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), num_restarts))
-    init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
-    state = jax.eval_shape(init_fn, keys, hp, target_s)
-    t = time.perf_counter()
-    compiled = chunk_fn.lower(state, hp, target_s, num_steps=k).compile()
-    compile_s = time.perf_counter() - t
-    ma = compiled.memory_analysis()
+def program_memory(compiled, compile_s: float) -> dict:
+  """XLA's memory_analysis of a compiled program, and its estimated peak."""
+  ma = compiled.memory_analysis()
   out = {f: int(getattr(ma, f)) for f in ("temp_size_in_bytes", "argument_size_in_bytes",
                                           "output_size_in_bytes", "alias_size_in_bytes")
          if hasattr(ma, f)}
@@ -714,23 +754,51 @@ def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
   return out
 
 
-def run_memory(args, dtypes, emit):
-  d, h, m = (64, 64, 32) if args.quick else (PAPER["d"], PAPER["h"], PAPER["m"])
+def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
+  """Memory of the KKT chunk, compiled from shapes only (nothing allocated)."""
+  import jax
+  from recon_jax import loop
+  with precision(dtype):
+    attack, x_init, target = kkt_problem(d, h, m)
+    target_s, hp = _shapes(target), _shapes(kkt_hparams(num_restarts))
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.PRNGKey(0), num_restarts))
+    init_fn, chunk_fn = loop.make_runner(attack, x_init, batching=batching)
+    state = jax.eval_shape(init_fn, keys, hp, target_s)
+    t = time.perf_counter()
+    compiled = chunk_fn.lower(state, hp, target_s, num_steps=k).compile()
+    return program_memory(compiled, time.perf_counter() - t)
+
+
+def _max_restarts(fixed: float, per_restart: float) -> dict:
+  return {f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - fixed) // per_restart)
+          for g in DEVICE_GB}
+
+
+def memory_plan(args):
+  """((d, h, m), [(batching, [R])]): paper scale, or with --quick the KKT section's size,
+  whose compiled chunks (a scan of a few steps: the same buffers) are measured again."""
+  if args.quick:
+    return QUICK_KKT_SIZES[0], (("vmap", (1, 2)),)
+  return (PAPER["d"], PAPER["h"], PAPER["m"]), (("vmap", (1, 2, 4)), ("map", (1, 4)))
+
+
+def run_memory(args, dtypes, emit, kept=None):
+  import numpy as np
+  (d, h, m), plan = memory_plan(args)
   scale = "quick (not paper scale)" if args.quick else "paper (Haim et al. App. B)"
   for dtype in dtypes:
-    nbytes = 8 if dtype == "float64" else 4
-    ana = kkt_memory_analytic(d, h, m, nbytes)
+    ana = kkt_memory_analytic(d, h, m, np.dtype(dtype).itemsize)
     emit({"bench": "memory", "what": "analytic", "scale": scale, "dtype": dtype, "d": d, "h": h,
           "m": m, "bytes_per_restart": ana["total"], "parts": ana,
-          **{f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - ana["theta_star_shared"])
-                                 // ana["total"]) for g in DEVICE_GB},
+          **_max_restarts(ana["theta_star_shared"], ana["total"]),
           "usable_fraction": USABLE_FRACTION})
-    plan = (("vmap", (1, 2)),) if args.quick else (("vmap", (1, 2, 4)), ("map", (1, 4)))
     for batching, rs in plan:
       pts = []
       for r in rs:
+        prog = (kept or {}).get((d, h, m, dtype, r, batching))
         try:
-          mem = compiled_kkt_memory(d, h, m, dtype, r, batching)
+          mem = (program_memory(prog.compiled, prog.compile_s) if prog else
+                 compiled_kkt_memory(d, h, m, dtype, r, batching))
         except Exception as e:  # e.g. out of host memory while compiling
           emit({"bench": "memory", "what": "compiled", "batching": batching, "dtype": dtype,
                 "R": r, "error": f"{type(e).__name__}: {str(e)[:200]}"})
@@ -744,21 +812,31 @@ def run_memory(args, dtypes, emit):
         fixed = b0 - per * r0
         emit({"bench": "memory", "what": "per_restart", "scale": scale, "batching": batching,
               "dtype": dtype, "d": d, "h": h, "m": m, "from_R": [r0, r1],
-              "bytes_per_restart": per, "fixed_bytes": fixed,
-              **{f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - fixed) // per)
-                 for g in DEVICE_GB},
+              "bytes_per_restart": per, "fixed_bytes": fixed, **_max_restarts(fixed, per),
               "usable_fraction": USABLE_FRACTION,
               "note": "XLA CPU buffer assignment; a GPU's fusion and allocator differ"})
 
 
 # ----------------------------------------------------------------------------
+def reused_programs(args, dtypes) -> set:
+  """Keys (d, h, m, dtype, R, batching) of the KKT programs that the breakdown and memory
+  sections would compile again: the KKT section keeps them."""
+  keys = set()
+  if "breakdown" in args.only:
+    sizes, batchings = breakdown_plan(args)
+    keys |= {(*s, dt, 1, b) for dt in dtypes for s in sizes for b in batchings}
+  if "memory" in args.only:
+    size, plan = memory_plan(args)
+    keys |= {(*size, dt, r, b) for dt in dtypes for b, rs in plan for r in rs}
+  return keys
+
+
 def summary(emit, ceiling: Ceiling):
   """Targets against the best ceiling seen in the whole run."""
   kkt = [r for r in emit.records if r.get("bench") == "kkt"]
   util = []
   for r in kkt:
-    c = ceiling.get(r["dtype"])
-    u = r["gflops"] / c
+    u = r["gflops"] / ceiling.get(r["dtype"])
     util.append({"dtype": r["dtype"], "d": r["d"], "h": r["h"], "m": r["m"], "R": r["R"],
                  "batching": r["batching"], "utilisation": u, "target": r["util_target"],
                  "met": bool(u >= r["util_target"]), "utilisation_local": r["utilisation_local"],
@@ -791,8 +869,7 @@ def main(argv=None):
         "quick": args.quick, "only": args.only, "dtypes": dtypes, "repeats": args.repeats,
         "timing": "best (min) of the timed runs after a warm-up call"})
   ceiling = Ceiling()
-  needs_ceiling = {"matmul", "kkt", "batching", "breakdown"} & set(args.only)
-  if needs_ceiling:
+  if {"matmul", "kkt", "batching", "breakdown"} & set(args.only):
     for dtype in dtypes:
       ceiling.measure(dtype, 512 if args.quick else 3072, args.repeats + 2,
                       emit if "matmul" in args.only else None)
@@ -803,10 +880,11 @@ def main(argv=None):
     fn(*a)
     sections[name] = time.perf_counter() - t
 
+  kept = dict.fromkeys(reused_programs(args, dtypes))  # KKT programs compiled once
   if {"kkt", "batching"} & set(args.only):
-    section("kkt", run_kkt, args, dtypes, ceiling, emit)
+    section("kkt", run_kkt, args, dtypes, ceiling, emit, kept)
   if "breakdown" in args.only:
-    section("breakdown", run_breakdown, args, dtypes, ceiling, emit)
+    section("breakdown", run_breakdown, args, dtypes, ceiling, emit, kept)
   if "train" in args.only:
     section("train", run_train, args, dtypes, emit)
   if "bilevel" in args.only:
@@ -814,7 +892,8 @@ def main(argv=None):
     # 1e-7 that float32 cannot reach reliably), else float32.
     section("bilevel", run_bilevel, args, dtypes[-1:], emit)
   if "memory" in args.only:
-    section("memory", run_memory, args, dtypes, emit)
+    section("memory", run_memory, args, dtypes, emit, kept)
+  kept.clear()
   if "e2e" in args.only:
     section("e2e", run_e2e, args, emit)
   if "matmul" in args.only and not args.quick:  # a last look at the ceiling

@@ -1,6 +1,6 @@
 r"""Markdown tables from bench.py's JSON lines (for BUILD.md).
 
-  python benchmarks/report.py benchmarks/RESULTS_cpu.json [more.json ...]
+  python -m benchmarks.report benchmarks/RESULTS_cpu.json [more.json ...]
 
 Several files (or several runs appended to one file) are merged measurement by
 measurement, keeping the best (fastest) of each: on a shared machine the least
@@ -147,7 +147,8 @@ def report(recs) -> str:
   e2e = [r for r in by.get("e2e", []) if "wall_s" in r]
   if e2e:
     r = min(e2e, key=lambda r: r["wall_s"])
-    out.append("\n**End to end** (`python -m experiments.reconstruct --preset=tiny --nocache`)\n")
+    cmd = r.get("command") or "-m experiments.reconstruct"
+    out.append(f"\n**End to end** (`python {cmd}`)\n")
     out.append(table(["wall s", "startup+import s", "victim s", "oracle s", "compile s",
                       "attack run s", "evaluation s"],
                      [[r["wall_s"], r.get("startup_and_import_s"), r.get("victim_s"),

@@ -20,7 +20,7 @@ from absl import logging
 
 from recon_jax.errors import ConfigError
 from recon_jax import distributed
-from recon_jax.types import Attack, HParams, Target
+from recon_jax.types import Attack, HParams, Target, float_dtype
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
 
@@ -47,12 +47,8 @@ def init_one(attack: Attack, x_init: XInitFn, key, hparams: HParams, target: Tar
   """Initial :class:`RestartState` of one restart."""
   kx, ka = jax.random.split(key)
   inner = attack.init(ka, hparams, target, x_init(kx, hparams))
-  return RestartState(inner, jnp.asarray(jnp.inf, _float_dtype()), jnp.asarray(False),
+  return RestartState(inner, jnp.asarray(jnp.inf, float_dtype()), jnp.asarray(False),
                       jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32))
-
-
-def _float_dtype():
-  return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
 def scan_one(attack: Attack, state: RestartState, hparams: HParams, target: Target,

@@ -26,15 +26,10 @@ from recon_jax import (data, diagnostics, distributed, inits, loop, losses, mode
 from recon_jax.eval import report as evaluation
 from recon_jax.attacks import inversion, kkt
 from recon_jax.errors import ConfigError
-from recon_jax.types import Attack, HParams, Target
+from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 
 ATTACKS = ("kkt", "closed_form", "inversion", "weights")
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
-
-
-def float_dtype():
-  """float64 when x64 is enabled, else float32: the dtype every array of a run uses."""
-  return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
 def cast_params(params, dtype=None):
@@ -315,6 +310,20 @@ def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool)
   return out
 
 
+def make_attack(cfg, apply_fn, problem: str, num_outputs: int = 1) -> Attack:
+  """The attack a job config names (``cfg.attack``), with the config's options."""
+  if cfg.attack == "closed_form":
+    from recon_jax.attacks import closed_form
+    return closed_form.closed_form_attack(apply_fn, problem, optimizer=cfg.optimizer,
+                                          w_prior=cfg.w_prior, num_outputs=num_outputs)
+  if cfg.attack == "kkt":
+    return kkt.kkt_attack(apply_fn, problem, optimizer=cfg.optimizer, w_lam=cfg.w_lam,
+                          w_prior=cfg.w_prior, normalize=cfg.normalize, num_outputs=num_outputs)
+  if cfg.attack == "inversion":
+    return inversion.inversion_attack(apply_fn, w_prior=cfg.w_prior)
+  raise ConfigError(f"attack must be one of {ATTACKS[:3]} to run a sweep, got {cfg.attack!r}.")
+
+
 def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
   """``theta* - theta_0`` for an attacker who knows the victim's initialisation.
 
@@ -389,16 +398,7 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
     cands, weights, final_loss = w[None], np.ones((1, len(w))), np.zeros(1)
   else:
     hp = hparams_for(cfg)
-    if cfg.attack == "closed_form":
-      from recon_jax.attacks import closed_form
-      attack = closed_form.closed_form_attack(vic.apply_fn, problem, optimizer=cfg.optimizer,
-                                              w_prior=cfg.w_prior, num_outputs=vic.num_outputs)
-    elif cfg.attack == "kkt":
-      attack = kkt.kkt_attack(vic.apply_fn, problem, optimizer=cfg.optimizer, w_lam=cfg.w_lam,
-                              w_prior=cfg.w_prior, normalize=cfg.normalize,
-                              num_outputs=vic.num_outputs)
-    else:
-      attack = inversion.inversion_attack(vic.apply_fn, w_prior=cfg.w_prior)
+    attack = make_attack(cfg, vic.apply_fn, problem, vic.num_outputs)
     x_init = inits.make_x_init(cfg.init, m=m, input_shape=ds.x_train.shape[1:],
                                x_train=ds.x_train, x_part=ds.x_part, offset=ds.mean, dtype=dtype)
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)

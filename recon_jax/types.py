@@ -17,6 +17,12 @@ PRNGKey = jax.Array
 HParams = Mapping[str, jax.Array]  # per-restart hyperparameters, scalars (vmapped to [R])
 
 
+def float_dtype():
+  """float64 when x64 is enabled, else float32: the dtype every array of a run uses."""
+  import jax.numpy as jnp
+  return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+
+
 class Target(NamedTuple):
   """What the attacker observes and assumes.
 

@@ -18,6 +18,7 @@ import numpy as np
 from absl import logging
 
 from recon_jax import checkpoint, data, losses, models, train
+from recon_jax.types import float_dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +109,7 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
     resume_from: ``{'phase', 'state', 'histories'}`` as saved by ``on_chunk``.
   """
   if dtype is None:
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    dtype = float_dtype()
   module, apply_fn = build(cfg, ds)
   params = models.init_params(module, jax.random.PRNGKey(cfg.seed), ds.x_train.shape[1:], dtype)
   x, y = jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
@@ -207,7 +208,7 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
     ``(params, summary, cache_path or None)``; ``summary['source']`` says
     whether the parameters came from the cache or were trained now.
   """
-  prec = "f64" if jax.config.jax_enable_x64 else "f32"
+  prec = "f64" if float_dtype() == jnp.float64 else "f32"
   path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}"
                       f"-{prec}.msgpack")
   if use_cache and os.path.isfile(path):
@@ -230,7 +231,7 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
 
 def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int):
   module, _ = build(cfg, ds)
-  dtype = "float64" if jax.config.jax_enable_x64 else "float32"
+  dtype = float_dtype()
   params = jax.eval_shape(lambda: models.init_params(module, jax.random.PRNGKey(0),
                                                      ds.x_train.shape[1:], dtype))
   tcfg = phase_configs(cfg, chunk)[phase]
@@ -281,7 +282,7 @@ def cached_params(kind: str, spec: dict, template, train_fn, *, use_cache: bool 
     bit for bit as trained, cast to the template's dtypes.
   """
   spec = json.loads(json.dumps(spec, sort_keys=True))
-  prec = "f64" if jax.config.jax_enable_x64 else "f32"
+  prec = "f64" if float_dtype() == jnp.float64 else "f32"
   digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
   path = os.path.join(cache_dir(), f"{kind}-{digest}-{prec}.msgpack")
   if use_cache and os.path.isfile(path):

@@ -254,7 +254,7 @@ def total_steps(cfg) -> int:
 def hparams_for(cfg) -> dict:
   """The per-restart hyperparameters of a job: paper ranges or the config's ranges."""
   if cfg.sweep == "paper":
-    ranges = dict(sweep.PAPER_RANGES if cfg.attack == "kkt" else sweep.INVERSION_RANGES)
+    ranges = dict(sweep.INVERSION_RANGES if cfg.attack == "inversion" else sweep.PAPER_RANGES)
   elif cfg.sweep == "random":
     ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   else:

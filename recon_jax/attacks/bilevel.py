@@ -24,7 +24,7 @@ Caveats (see the issue and ``experiments/init_study.py``):
   and 'gaussian' (N(0, 1/fan_in) kernels, zero biases, times ``theta0_scale``).
 
 References:
-  Runkel, Ehrhardt, Schönlieb, Goldblum, Mannelli. Training Data Reconstruction:
+  Runkel, Gandikota, Geiping, Schönlieb, Moeller. Training Data Reconstruction:
   Privacy due to Uncertainty? 2024.
 """
 from __future__ import annotations

@@ -1,87 +1,100 @@
-"""init_study --resume: an interrupted study, resumed, equals the uninterrupted one."""
-import dataclasses
+"""init_study resume: an interrupted study, resumed, equals the uninterrupted one bit for bit."""
 import json
+import os
 
-import jax
 import numpy as np
 import pytest
+from test_init_study import run_tiny, tiny_run  # the session's uninterrupted tiny study
 
-from experiments import common, init_study_lib
+from experiments import common
+from experiments.configs import init_study as configs
+from recon_jax import loop, pipeline
 
-
-@pytest.fixture(autouse=True)
-def _fast_compile():
-  """Tiny, compile-bound programs: skip XLA's optimisation passes."""
-  old = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", old)
-
-
-CFG = init_study_lib.quick_config(n_per_class=2, width=8, kkt_width=8, steps=4, chunk_steps=2,
-                                  kkt_steps=4, kkt_train_epochs=200, inner_maxiter=20,
-                                  run_relu=False)
-TIMING = ("compile_s", "run_s", "wall_s", "time_s")
+INTERRUPTED = "kkt_mlp_relu"  # the last sub-run of the tiny preset
 
 
 class Interrupted(Exception):
-  pass
+  """Stands in for a kill right after a state file was written."""
 
 
-def _strip_timing(m):
-  """metrics.json without wall-clock times (at any depth)."""
+def _without_timing(m):
+  """metrics.json without wall-clock times (keys ending in _s, at any depth)."""
   if isinstance(m, dict):
-    return {k: _strip_timing(v) for k, v in m.items() if k not in TIMING}
+    return {k: _without_timing(v) for k, v in m.items() if not k.endswith("_s")}
   if isinstance(m, list):
-    return [_strip_timing(v) for v in m]
+    return [_without_timing(v) for v in m]
   return m
 
 
+def _json(path):
+  with open(path) as f:
+    return json.load(f)
+
+
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
-  ref, wd = tmp_path / "ref", tmp_path / "resumed"
-  init_study_lib.run(CFG, str(ref))
+  ref = tiny_run()
+  wd = str(tmp_path / "resumed")
+  state = f"state_{INTERRUPTED}.msgpack"
 
-  # Interrupt the second attack (one-hidden softplus) right after its first save
-  # (step 2 of 4): the affine attack has finished, the KKT one has not started.
-  victim = "state_bilevel_one_hidden_softplus.msgpack"
-  save = init_study_lib.resume.save
+  # Kill the run right after the first save of the KKT sub-run (step 2 of 4): the
+  # affine sub-run has finished, the KKT one is half done.
+  save = loop.Checkpoint.save
 
-  def save_then_die(path, tree, meta):
-    save(path, tree, meta)
-    if path.endswith(victim):
-      raise Interrupted(path)
-  monkeypatch.setattr(init_study_lib.resume, "save", save_then_die)
+  def save_then_die(self, *args):
+    save(self, *args)
+    if self.path.endswith(state):
+      raise Interrupted(self.path)
+  monkeypatch.setattr(loop.Checkpoint, "save", save_then_die)
   with pytest.raises(Interrupted):
-    init_study_lib.run(CFG, str(wd))
-  monkeypatch.setattr(init_study_lib.resume, "save", save)
-  assert (wd / "done_bilevel_affine.json").exists()
-  assert (wd / victim).exists() and not (wd / "metrics.json").exists()
-  assert not (wd / "done_bilevel_one_hidden_softplus.json").exists()
+    run_tiny(wd)
+  monkeypatch.undo()
+  files = set(os.listdir(wd))
+  assert {"config.json", "done_bilevel_affine.json", "done_bilevel_affine.npz", state} <= files
+  assert f"done_{INTERRUPTED}.json" not in files and "metrics.json" not in files
 
-  resumed_steps = []
-  run_attack = init_study_lib._run_attack
+  calls = []
+  run_attack = pipeline.run_attack
 
-  def spy(attack, *a, name, **kw):
-    resumed_steps.append(name)
-    return run_attack(attack, *a, name=name, **kw)
-  monkeypatch.setattr(init_study_lib, "_run_attack", spy)
-  init_study_lib.run(CFG, str(wd), resume_run=True)
-  assert resumed_steps == ["bilevel_one_hidden_softplus", "kkt_mlp_relu"]  # affine loaded
+  def spy(attack, *args, state_path=None, resume=False, **kw):
+    calls.append((os.path.basename(state_path), resume))
+    out = run_attack(attack, *args, state_path=state_path, resume=resume, **kw)
+    calls.append([c["step"] for c in out.chunks])
+    return out
+  monkeypatch.setattr(pipeline, "run_attack", spy)
+  run_tiny(wd, resume=True)
+  # The affine sub-run was loaded, not rerun; the KKT one continued from step 2 and
+  # reports both chunks.
+  assert calls == [(state, True), [2, 4]]
 
-  m_ref = json.loads((ref / "metrics.json").read_text())
-  m_res = json.loads((wd / "metrics.json").read_text())
-  assert _strip_timing(m_res) == _strip_timing(m_ref)
-  with np.load(ref / "reconstructions.npz") as a, np.load(wd / "reconstructions.npz") as b:
+  assert _without_timing(_json(os.path.join(wd, "metrics.json"))) == _without_timing(
+      _json(os.path.join(ref, "metrics.json")))
+  with np.load(os.path.join(ref, "reconstructions.npz")) as a, \
+      np.load(os.path.join(wd, "reconstructions.npz")) as b:
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
       np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  with open(os.path.join(ref, "summary.md")) as f, open(os.path.join(wd, "summary.md")) as g:
+    strip = lambda text: [l for l in text.splitlines() if "wall" not in l]
+    assert strip(f.read()) == strip(g.read())
 
 
 def test_resume_refuses_missing_or_different_config(tmp_path):
+  cfg = configs.get_config("tiny")
+  from experiments import init_study as binary
+  with pytest.raises(common.UserError, match="does not exist"):
+    binary.run(cfg, str(tmp_path / "nowhere"), resume=True)
   with pytest.raises(common.UserError, match="config.json not found"):
-    init_study_lib.check_resumable(CFG, str(tmp_path))
-  (tmp_path / "config.json").write_text(json.dumps(dict(dataclasses.asdict(CFG), steps=5)))
-  with pytest.raises(common.UserError, match="differs .* steps"):
-    init_study_lib.check_resumable(CFG, str(tmp_path))
-  with pytest.raises(common.UserError, match="--save_every"):
-    init_study_lib.run(CFG, str(tmp_path / "x"), save_every=-1)
+    binary.run(cfg, str(tmp_path), resume=True)
+  common.write_json(str(tmp_path), "config.json", {"config": dict(cfg.to_dict(), kkt_steps=5)})
+  with pytest.raises(common.UserError, match="differs .* kkt_steps"):
+    binary.run(cfg, str(tmp_path), resume=True)
+  assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_resume_refuses_an_unreadable_finished_sub_run(tmp_path):
+  cfg = configs.get_config("tiny")
+  from experiments import init_study as binary
+  common.write_json(str(tmp_path), "config.json", {"config": cfg})
+  (tmp_path / "done_bilevel_affine.json").write_text("{not json")
+  with pytest.raises(common.UserError, match="done_bilevel_affine.json"):
+    binary.run(cfg, str(tmp_path), resume=True)

@@ -1,39 +1,191 @@
-"""reproduce.py --scale=quick end to end: RESULTS.md with every section, figures, claims."""
+"""reproduce: verdicts from intervals (by hand), the report, one real section, refusals."""
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from experiments import common, reproduce_lib
+from experiments import common, reproduce
+from experiments.configs import reproduce as configs
+
+T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 
 
-def test_reproduce_quick(tmp_path, monkeypatch):
-  monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))  # no shared cache in CI
-  out = reproduce_lib.run("quick", str(tmp_path / "w"))
-  w = tmp_path / "w"
-  md = (w / "RESULTS.md").read_text()
-  for _, title in reproduce_lib.SECTIONS:
-    assert f"## {title}" in md, title
-  assert "Partial" not in md
-  assert "FAILED" not in md
-  assert "python -m experiments.reproduce --scale=quick" in md
-  for fig in ("toy_2d/toy_2d.png", "main_lfw/reconstructions.png",
-              "main_digits/ssim_vs_margin.png", "inversion_lfw/reconstructions.png",
-              "weights_lfw/reconstructions.png", "multiclass_ce/reconstructions.png",
-              "regression_mse_wd/reconstructions.png", "init_study/kkt_mlp_relu_partition.png",
-              "partition_init_lfw/reconstructions.png"):
-    assert (w / fig).is_file(), fig
-    assert f"]({fig})" in md or fig.startswith("init_study/"), fig
-  res = json.loads((w / "results.json").read_text())
-  assert {c["exp"] for c in res["claims"]} == {"1", "2", "3", "4", "5", "6", "7"}
-  assert all(c["reproduced"] in ("yes", "no", "not run", "n/a (new measurement)")
-             for c in res["claims"])
+def eff(strict, heldout=None, mean=None, n=20, dataset="lfw", **per_draw):
+  """An efficacy metrics.json with these per-draw counts (other numbers: zeros)."""
+  k = len(strict)
+  keys = dict(strict_pooled=strict, baseline_heldout_strict=heldout or [0] * k,
+              baseline_mean_strict=mean or [0] * k, **per_draw)
+  default = {key: {"per_draw": list(keys.get(key, [0] * k))} for key in
+             ("strict_pooled", "strict_selected", "ssim_gt_0.4", "baseline_mean_strict",
+              "baseline_mean_ssim_gt_0.4", "baseline_heldout_strict",
+              "baseline_heldout_ssim_gt_0.4", "oracle_residual_rel", "time_s")}
+  for v in default.values():
+    v.update(reproduce._iv(v["per_draw"]))
+  return {"draws": list(range(k)), "n_train": n, "variants": {"default": default},
+          "dataset": dataset, "pick_same": [True, False] * (k // 2)}
 
 
-def test_reproduce_rejects_bad_scale_and_missing_paper_data(tmp_path):
-  with pytest.raises(common.UserError, match="--scale"):
-    reproduce_lib.run("huge", str(tmp_path))
-  with pytest.raises(common.UserError, match="--data_dir"):
-    reproduce_lib.run("paper", str(tmp_path), data_dir=None)
-  with pytest.raises(common.UserError, match="--data_dir"):
-    reproduce_lib.run("paper", str(tmp_path), data_dir=str(tmp_path))
+def one(kind, *runs):
+  [row] = reproduce.evaluate(kind, list(runs), 0.95)
+  return row
+
+
+def test_leak_verdicts_come_from_the_interval_of_the_per_draw_differences():
+  # differences 5, 7, 3, 7, 5: mean 5.4, sd sqrt(2.8), half-width t * sd / sqrt(5)
+  row = one("leak_quarter", eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1]))
+  half = T4 * 2.8 ** 0.5 / 5 ** 0.5
+  assert f"5.4 [{5.4 - half:.1f}, {5.4 + half:.1f}]" in row["statistic"]  # [3.3, 7.5]
+  assert row["verdict"] == "yes" and "6.4 [" in row["attack"] and "held-out 1.0 [" in row[
+      "baselines"]
+  # above the baseline in every draw, but below n/4 = 5 on average
+  assert one("leak_quarter", eff([4] * 5))["verdict"] == "no"
+  assert one("leak", eff([4] * 5))["verdict"] == "yes"
+  # mean difference 0.8 > 0, but the interval (sd 1.79) reaches below 0
+  assert one("leak", eff([3, 0, 4, 0, 2], heldout=[1] * 5))["verdict"] == "no"
+  # the best baseline is the stronger one per draw: here the mean image
+  assert one("leak", eff([3] * 5, heldout=[0] * 5, mean=[3] * 5))["verdict"] == "no"
+  # the attacker-selected restart's count, not the pooled one
+  assert one("selected_leak", eff([9] * 5, strict_selected=[0] * 5))["verdict"] == "no"
+  assert one("leak", eff([9]))["verdict"] == "too few draws"
+
+
+def test_paired_trend_and_signal_criteria():
+  kkt, inv = eff([3, 4, 5, 4, 4]), eff([1, 1, 2, 1, 2])
+  row = one("fewer", kkt, inv)  # differences 2, 3, 3, 3, 2
+  assert row["verdict"] == "yes" and "KKT - baseline 2.6 [" in row["statistic"]
+  assert one("fewer", inv, kkt)["verdict"] == "no"
+  with pytest.raises(ValueError, match="different draws"):
+    one("fewer", kkt, eff([1, 1]))
+  small, big = eff([4, 5, 4, 6, 5], n=10), eff([2, 1, 2, 3, 2], n=50)  # 0.48 vs 0.04
+  row = one("n_trend", big, small)
+  assert row["verdict"] == "yes" and row["attack"].startswith("strict fraction n=10: 0.48")
+  assert one("n_trend", eff([1] * 5, n=10), eff([5, 5, 5, 5, 4], n=50))["verdict"] == "no"
+  base = eff([0] * 5, **{"ssim_gt_0.4": [15, 16, 14, 15, 15]})
+  kai = eff([0] * 5, **{"ssim_gt_0.4": [10, 11, 9, 10, 10],
+                        "baseline_heldout_ssim_gt_0.4": [6, 7, 5, 6, 6]})
+  assert one("lower_with_signal", base, kai)["verdict"] == "yes"
+  assert one("lower_with_signal", kai, base)["verdict"] == "no"
+  row = one("all_leak", eff([5] * 5, heldout=[1] * 5), eff([1, 0, 1, 0, 1]))
+  assert row["verdict"] == "no" and row["attack"].count("strict pooled") == 2
+  assert one("pick_rate", eff([1] * 4), eff([1] * 2))["attack"] == (
+      "the same restart in 3/6 draws")
+
+
+def test_toy_and_init_study_verdicts_over_seeds():
+  def toy(*got):
+    return [{"n_train": 20, "recovered": g, "recovered_best_restart": g, "recovered_pooled": 20,
+             "at_init": {"recovered": 0}} for g in got]
+  assert one("toy", toy(18, 5, 19))["verdict"] == "yes"  # median 18 = 0.9 n
+  assert one("toy", toy(17, 20, 10))["verdict"] == "no"
+  assert one("toy", toy(20, 20))["verdict"] == "too few seeds"
+
+  def study(*held):
+    return [{"sub_runs": {"kkt": {"findings": {
+        "ground_truth_recovered": {"reproduced": h, "evidence": f"e{i}"},
+        "grid": {"reproduced": None, "evidence": "no grid"}}}}} for i, h in enumerate(held)]
+  rows = reproduce.evaluate("findings", [study(True, True, True)], 0.95)
+  assert [(r["claim"], r["verdict"]) for r in rows] == [
+      ("kkt: ground truth recovered", "yes"), ("kkt: grid", "not run (no grid)")]
+  assert rows[0]["statistic"] == "seed 0: e0"
+  [r, _] = reproduce.evaluate("findings", [study(True, False, True)], 0.95)
+  assert r["verdict"] == "no" and r["attack"] == "holds in 2/3 seeds"
+
+
+def _results():
+  ok = lambda m: {"binary": "efficacy", "status": "ok", "results": [m], "commands": ["cmd"]}
+  return {"main_faces": ok(eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1])),
+          "main_digits": {"binary": "efficacy", "status": "FAILED (exit code 1: error: boom)",
+                          "results": [], "commands": ["python -m experiments.efficacy x"]}}
+
+
+def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tmp_path):
+  cfg = configs.get_config("default")
+  results = _results()
+  results["partition_init"] = dict(results["main_faces"], alias="main_faces")
+  rows = reproduce.claims(cfg, results, ["main", "attacker"])
+  by = {(r["criterion"], r["runs"][0]): r for r in rows}
+  assert by["leak_quarter", "main_faces"]["verdict"] == "yes"
+  assert by["leak_quarter", "main_faces"]["claim"].startswith("lfw: a substantial")
+  assert by["leak_quarter", "main_digits"]["verdict"] == "not run (main_digits FAILED)"
+  assert by["partition", "partition_init"]["verdict"] == reproduce.NEW
+  rows = reproduce.claims(cfg, {"main_faces": results["main_faces"]}, ["main"])
+  assert rows[1]["verdict"] == "not run (main_digits not in the sections)"
+
+  (tmp_path / "main_faces").mkdir()
+  (tmp_path / "main_faces" / "efficacy.png").write_bytes(b"png")
+  md = reproduce.markdown(cfg, str(tmp_path), results, reproduce.claims(
+      cfg, results, ["main", "attacker"]), ["main", "attacker"], 90.0, "python -m x", False)
+  assert "Regenerate with `python -m x` (1.5 min)" in md and "Partial" not in md
+  assert ("| 2 | lfw: a substantial fraction of the training images is reconstructed, above the "
+          "baselines (Figs 3-4) | large portion, n = 500 | strict pooled 6.4 [") in md
+  assert "| **yes** |" in md and "**not run (main_digits FAILED)**" in md
+  assert "**FAILED**: `main_digits`: FAILED (exit code 1: error: boom)" in md
+  assert "- `partition_init` (the same run as `main_faces`): `cmd`" in md
+  assert md.count("![main_faces/efficacy.png](main_faces/efficacy.png)") == 1  # figures once
+  assert "| main_faces | lfw | 20 | 5 | 6.4 [" in md
+  assert "- leak_quarter: leak, and the mean strict pooled count >= n/4" in md
+  assert md.index("## 2. Haim") < md.index("## 7. The attacker")
+
+
+def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, monkeypatch):
+  monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # the processes compile faster
+  cfg = configs.get_config("quick")
+  cfg.seeds = 1  # one toy process (the criterion then says: too few seeds)
+  cfg.runs.multiclass_ce.overrides = {"nope": 1}  # refused by efficacy in one line
+  cfg.sections.decoreco = ("multiclass_ce",)
+  w = str(tmp_path / "w")
+  out = reproduce.run(cfg, w, ["toy", "decoreco"])
+  toy = out["runs"]["toy"]
+  assert toy["status"] == "ok" and toy["commands"] == [
+      f"python -m experiments.toy_2d --config=experiments/configs/toy_2d.py:quick "
+      f"--config.seed=0 --workdir={w}/toy/seed_0"]
+  m = json.loads((tmp_path / "w" / "toy" / "seed_0" / "metrics.json").read_text())
+  assert toy["results"][0]["recovered"] == m["recovered"] and m["dtype"] == "float64"
+  failed = out["runs"]["multiclass_ce"]["status"]
+  assert failed.startswith("FAILED (exit code 1: error: --config.base.nope: no such setting")
+  verdicts = {r["runs"][0]: r["verdict"] for r in out["claims"]}
+  assert verdicts == {"toy": "too few seeds", "multiclass_ce": "not run (multiclass_ce FAILED)",
+                      "regression_mse_wd": "not run (regression_mse_wd not in the sections)"}
+  md = (tmp_path / "w" / "RESULTS.md").read_text()
+  assert f"| toy seed 0 | {m['recovered']} / 4 |" in md and "**FAILED**: `multiclass_ce`" in md
+  assert "![toy/seed_0/toy_2d.png](toy/seed_0/toy_2d.png)" in md
+  assert json.loads((tmp_path / "w" / "results.json").read_text())["claims"] == out["claims"]
+  stamp = os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json")
+  again = reproduce.run(cfg, w, ["toy"], resume=True)  # the finished toy is not run again
+  assert os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json") == stamp
+  assert again["runs"]["toy"]["results"] == out["runs"]["toy"]["results"]
+  assert "multiclass_ce" not in again["runs"] and "FAILED" not in (tmp_path / "w" / "RESULTS.md"
+                                                                  ).read_text()
+
+
+def _cli(*args):
+  p = subprocess.run([sys.executable, "-m", "experiments.reproduce", *args], cwd=common.ROOT,
+                     capture_output=True, text=True)
+  return p.returncode, p.stderr.strip().splitlines()
+
+
+def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_path):
+  w = f"--workdir={tmp_path / 'w'}"
+  rc, err = _cli("--config=experiments/configs/reproduce.py:huge", w)
+  assert rc == 1 and len(err) == 1 and "reproduce.py:huge: unknown preset (scale) 'huge'" in err[0]
+  rc, err = _cli("--config=experiments/configs/reproduce.py:paper", w)
+  assert rc == 1 and err == ["error: --config.data_dir: the paper scale reads cifar10 and mnist "
+                             "from it; got ''."]
+  assert not (tmp_path / "w").exists()
+  cfg = configs.get_config("paper")
+  cfg.data_dir = str(tmp_path / "none")
+  with pytest.raises(common.UserError, match=r"^--config.data_dir: the paper scale .* got '/"):
+    reproduce.check(cfg, "")
+  cfg.data_dir = str(tmp_path)  # a folder: the runs read it (a missing file fails that run)
+  assert reproduce.check(cfg, "main,toy,init_study") == ["toy", "main", "init_study"]
+  [(folder, args)] = reproduce.jobs(cfg, "main_faces")
+  assert folder == "main_faces" and args == [
+      "--config=experiments/configs/efficacy.py:paper", "--config.base.victim.dataset=cifar10",
+      f"--config.base.data_dir={tmp_path}", "--draws=5", "--first_draw=0"]
+  assert f"--config.data_dir={tmp_path}" in reproduce.jobs(cfg, "init_study")[2][1]
+  assert [j[1][-1] for j in reproduce.jobs(cfg, "toy")] == [f"--config.seed={s}" for s in range(3)]
+  with pytest.raises(common.UserError, match="--only: no section 'nope'; choose from toy, main"):
+    reproduce.check(configs.get_config("quick"), "toy,nope")
+  assert reproduce.check(configs.get_config("quick"), "attacker, toy") == ["toy", "attacker"]

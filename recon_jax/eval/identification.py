@@ -1,0 +1,404 @@
+"""Can the attacker tell which reconstructions are real?  Attacker scores against the truth.
+
+Runkel et al. (2024) argue that an adversary cannot tell whether a
+reconstructed image was part of the training set.  :mod:`recon_jax.attacker`
+computes per-candidate scores from what the attacker has (theta*, the
+candidates, the attack's own state); this module is the measurement: it marks
+every candidate real or not with the ground truth (:func:`candidate_truth`)
+and reports how well each score ranks the real ones first
+(:func:`identification_report`: ROC AUC and precision@k per score, and the
+candidates a fixed, a-priori chosen score trusts most).
+
+A candidate is *real* (:func:`candidate_truth`) when, after stretching each
+image to [0, 1] as the evaluation does, its best SSIM to a training image is
+at least the strict threshold AND higher than its best SSIM to every held-out
+image: the candidate-level version of strict recovery in
+:func:`recon_jax.eval.images.evaluate` (which scores the voted
+reconstruction of each training image instead).
+
+Only this function and the report's final comparison read the training set;
+the scores themselves never do.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax import attacker, data, distributed
+from recon_jax.errors import ConfigError
+from recon_jax.eval import images
+from recon_jax.models import surrogate_relu
+from recon_jax.types import Attack, HParams, Target
+
+SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
+# The score the attacker trusts, chosen before looking at any result (see
+# identification_report); ties are broken by the next available score of this list.
+TRUST_ORDER = ("agreement", "lambda", "margin")
+DEFAULT_STABILITY_CANDIDATES = 64
+STABILITY_SELECT = ("lambda", "random")
+TOP_K = 10
+
+
+class CandidateTruth(NamedTuple):
+  """Which candidates are real (ground truth), per candidate [N]."""
+  real: np.ndarray          # bool: ssim_train >= threshold and ssim_train > ssim_heldout
+  train_idx: np.ndarray     # int: the training image of highest SSIM (the one it matches)
+  ssim_train: np.ndarray    # float: that SSIM
+  ssim_heldout: np.ndarray  # float: the highest SSIM to a held-out image (-inf: none given)
+
+
+def candidate_truth(cands_pixel, x_train_pixel, x_heldout_pixel, ssim_threshold: float, *,
+                    filter_size: Optional[int] = None) -> CandidateTruth:
+  """Marks each candidate real when it is a strict recovery of some training image.
+
+  With ``s`` the per-image stretch to [0, 1] (:func:`recon_jax.eval.images.stretch`)::
+
+    ssim_train_i   = max_j SSIM(s(c_i), s(x_j))           (train_idx_i = its argmax)
+    ssim_heldout_i = max_k SSIM(s(c_i), s(h_k))           (-inf without held-out images)
+    real_i         = ssim_train_i >= threshold  and  ssim_train_i > ssim_heldout_i
+
+  So a copy of a training image is real; a held-out image (a plausible face
+  or digit that was never trained on) is not, since it matches itself better;
+  noise or a class prototype is not, since it stays below the threshold.
+
+  Args:
+    cands_pixel: [N, H, W, C] candidates in pixel space (training mean added).
+    x_train_pixel: [n, H, W, C] training images in pixel space.
+    x_heldout_pixel: [h, H, W, C] held-out images in pixel space, or None.
+    ssim_threshold: the strict SSIM threshold (e.g.
+      :func:`recon_jax.eval.images.strict_threshold_for`).
+    filter_size: SSIM window (default by image size, as the evaluation).
+
+  Returns:
+    A :class:`CandidateTruth` of numpy arrays [N].
+  """
+  cands = np.asarray(cands_pixel)
+  x_train = np.asarray(x_train_pixel)
+  if cands.ndim != 4 or x_train.ndim != 4:
+    raise ConfigError(f"cands_pixel and x_train_pixel must be images [N, H, W, C], got shapes "
+                      f"{cands.shape} and {x_train.shape}.")
+  if cands.shape[1:] != x_train.shape[1:]:
+    raise ConfigError(f"cands_pixel images are {cands.shape[1:]}, the training images "
+                      f"{x_train.shape[1:]}.")
+  if len(x_train) == 0:
+    raise ConfigError("x_train_pixel holds no training image.")
+  thr = float(ssim_threshold)
+  if not 0.0 < thr <= 1.0:
+    raise ConfigError(f"ssim_threshold must lie in (0, 1], got {ssim_threshold}.")
+  held = None if x_heldout_pixel is None else np.asarray(x_heldout_pixel)
+  if held is not None and (held.ndim != 4 or held.shape[1:] != x_train.shape[1:]):
+    raise ConfigError(f"x_heldout_pixel must be images [h, *{x_train.shape[1:]}] like the "
+                      f"training images, got shape {held.shape}.")
+  n = len(cands)
+  if n == 0:
+    empty = np.zeros((0,))
+    return CandidateTruth(np.zeros((0,), bool), np.zeros((0,), np.int64), empty, empty)
+  c = images.stretch(cands)
+  s_train = np.asarray(images.ssim_matrix(c, images.stretch(x_train), filter_size), np.float64)
+  train_idx = np.argmax(s_train, axis=1)
+  ssim_train = s_train[np.arange(n), train_idx]
+  if held is not None and len(held):
+    s_held = np.asarray(images.ssim_matrix(c, images.stretch(held), filter_size), np.float64)
+    ssim_heldout = s_held.max(axis=1)
+  else:
+    ssim_heldout = np.full(n, -np.inf)
+  real = (ssim_train >= thr) & (ssim_train > ssim_heldout)
+  return CandidateTruth(real, train_idx.astype(np.int64), ssim_train, ssim_heldout)
+
+
+# --------------------------------------------------------------------------
+# Scores over all restarts of a run
+# --------------------------------------------------------------------------
+@functools.partial(jax.jit, static_argnames=("apply_fn", "problem", "normalize", "surrogate"))
+def _leave_one_out_restarts(apply_fn, problem, target, x, lam, alpha, normalize, surrogate):
+  """[R', m] leave-one-out scores, one restart at a time (lax.map bounds the memory)."""
+  def one(args):
+    xr, lr, ar = args
+    act = functools.partial(surrogate_relu, alpha=ar) if surrogate else None
+    return attacker.leave_one_out_score(apply_fn, problem, target, xr, lr, act,
+                                        normalize=normalize)
+  return jax.lax.map(one, (x, lam, alpha))
+
+
+@functools.partial(jax.jit, static_argnames=("attack", "steps", "noise_scale"))
+def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, noise_scale):
+  """Stability of candidate ``cols[k]`` of restart ``rows[k]``, one pair at a time.
+
+  The batched state is indexed inside the map, so it is held once, not once per pair.
+  """
+  def one(args):
+    r, i, k = args
+    state = jax.tree_util.tree_map(lambda a: a[r], inner)
+    hp = {name: v[r] for name, v in hparams.items()}
+    return attacker.stability_score(attack, state, hp, target, i, k, steps=steps,
+                                    noise_scale=noise_scale)
+  return jax.lax.map(one, (rows, cols, keys))
+
+
+def _as_key(key) -> jax.Array:
+  if isinstance(key, (int, np.integer)):
+    return jax.random.PRNGKey(int(key))
+  return key
+
+
+def _normalize_for(attack: Attack, normalize: Optional[str]) -> str:
+  """The stationarity scaling of ``attack``: closed_form uses the paper's sum, kkt the mean."""
+  if normalize is not None:
+    if normalize not in ("mean", "sum"):
+      raise ConfigError(f"normalize must be 'mean', 'sum' or None, got {normalize!r}.")
+    return normalize
+  return "sum" if attack.name.startswith("closed_form") else "mean"
+
+
+def _order(primary: np.ndarray, *tie_breaks: np.ndarray) -> np.ndarray:
+  """Indices by descending ``primary``, ties by descending ``tie_breaks``, then by index.
+
+  NaN ranks lowest.
+  """
+  keys = [np.arange(len(primary))]  # np.lexsort: last key is primary
+  for s in reversed((primary,) + tie_breaks):
+    s = np.asarray(s, np.float64)
+    keys.append(-np.where(np.isnan(s), -np.inf, s))
+  return np.lexsort(keys)
+
+
+def identification_report(attack: Attack, run, hparams: HParams, target: Target, apply_fn,
+                          problem: str, ds: data.Dataset, *,
+                          ssim_threshold: Optional[float] = None,
+                          k_list: Sequence[int] = (5, 10), stability_steps: int = 30,
+                          stability_candidates: Optional[int] = None,
+                          stability_select: str = "lambda", stability_noise: float = 0.05,
+                          agreement_threshold: float = attacker.DEFAULT_NCC_THRESHOLD,
+                          normalize: Optional[str] = None, filter_size: Optional[int] = None,
+                          key: Any = 0, trust_order: Sequence[str] = TRUST_ORDER,
+                          with_arrays: bool = False) -> dict:
+  """How well each attacker score picks out the real reconstructions of one run.
+
+  The candidates of the non-diverged restarts are pooled (N = R' m, restart
+  major) and scored by every applicable score of :mod:`recon_jax.attacker`:
+
+  * ``lambda``: :func:`~recon_jax.attacker.lambda_score` (signed lambda;
+    ``||lambda_i||`` for 'general'); attacks without multipliers skip it.
+  * ``agreement``: :func:`~recon_jax.attacker.agreement_score`, the fraction
+    of the other valid restarts holding a candidate of NCC > ``agreement_threshold``,
+    on the candidates in the attack's input space (training mean subtracted:
+    the shared mean face would otherwise dominate the NCC); needs >= 2 valid
+    restarts.
+  * ``leave_one_out``: :func:`~recon_jax.attacker.leave_one_out_score` without
+    refit, per restart, with the surrogate ReLU at that restart's final
+    ``alpha`` (the residual the attack minimised) and the attack's
+    normalisation; needs multipliers.
+  * ``stability``: :func:`~recon_jax.attacker.stability_scores` (only the
+    kicked ``x_i`` moves, ``stability_steps`` steps of the attack at the
+    restart's final hyperparameters, kick ``N(0, stability_noise^2)`` per
+    input entry).  Its cost is capped: it runs on at most
+    ``stability_candidates`` candidates (None: 64), chosen by
+    ``stability_select``: 'lambda' the largest lambda (those an attacker would
+    check first; ties by pool order; an attack without multipliers falls back
+    to 'random'), 'random' a uniform draw seeded by ``key`` (an unbiased
+    sample of the pool).  Its metrics are over that subset (their ``n`` says
+    how many).  The cost is ``K * stability_steps`` attack steps of one restart.
+  * ``margin``: :func:`~recon_jax.attacker.margin_score` of the whole pool
+    (one gamma); 'general' has no margin and skips it.
+
+  Then :func:`recon_jax.attacker.identification_metrics` of each score against
+  :func:`candidate_truth`.
+
+  The trusted score is fixed a priori, not chosen by its AUC on this run
+  (which the attacker cannot know): ``agreement``, ties (it takes only R' values)
+  broken by ``lambda``, then by ``margin`` (:data:`TRUST_ORDER`; a skipped score is
+  passed over).  Why agreement: a training sample the attack can recover is
+  a solution that independent restarts from different starting points
+  converge to, while a spurious stationary point depends on its start; it
+  needs no scale of lambda or of the margin, which vary with the victim.  Its
+  blind spots: a deterministic initialisation shared by all restarts
+  ('partition', 'ground_truth'), where candidates that stay near a common start
+  agree whether or not they are real; and class prototypes (smooth, mean-like
+  images) that many restarts converge to, which agree more readily than noisy
+  reconstructions of one training image.  The report measures how much these
+  matter; pass ``trust_order`` to fix another choice (before looking).  ``top``
+  lists the ``TOP_K`` = 10 candidates it ranks highest.
+
+  Args:
+    attack: the attack that ran (:func:`recon_jax.pipeline.make_attack`).
+    run: its :class:`recon_jax.pipeline.AttackRun`.
+    hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
+      (the last stage's: ``pipeline.stages_for(cfg, hp)[-1][1]``).
+    target: what the attack saw (theta*, labels, box).
+    apply_fn: ``apply_fn(params, x, act) -> [m, C]``, the victim.
+    problem: 'binary', 'multiclass' or 'general'.
+    ds: the dataset (ground truth: x_train, x_test as the held-out reference, mean).
+    ssim_threshold: strict SSIM threshold (None: by image height, as the evaluation).
+    k_list: the k of precision@k.
+    stability_steps: attack steps of each stability re-run.
+    stability_candidates: cap on the candidates scored for stability (None: 64).
+    stability_select: 'lambda' or 'random' (see above).
+    stability_noise: per-entry std of the stability kick (attack input space).
+    agreement_threshold: NCC above which two candidates are the same image.
+    normalize: the stationarity scaling of the leave-one-out score (None: 'sum'
+      for closed_form, else 'mean'; pass ``cfg.normalize`` for kkt).
+    filter_size: SSIM window (default by image size).
+    key: int seed or PRNG key: ``k_pick, k_kick = jax.random.split(key)``; the
+      random selection is ``jax.random.permutation(k_pick, N)[:K]`` (sorted) and
+      the k-th selected candidate (pool order) is kicked with
+      ``jax.random.split(k_kick, K)[k]``.
+    trust_order: the trusted score and its tie-breakers, in order (scores of
+      :data:`SCORES`; 'stability' only covers its subset, so it is refused here);
+      fix it before looking at the results.
+    with_arrays: also return the per-candidate arrays under ``'_arrays'`` (not
+      JSON: pop it before writing), ``{'restart', 'index', 'real', 'train_idx',
+      'ssim_train', 'ssim_heldout', name: [N] score (NaN where not computed)}``.
+
+  Returns:
+    JSON-able dict (NaN where undefined, e.g. the AUC without a real candidate)::
+
+      {"scores": {name: {"auc", "precision@k"..., "n", "n_recovered", "base_rate"}},
+       "skipped": {name: why}, "trusted_score": name,
+       "top": [{"rank", "restart", "index", "score", "lambda", "recovered_strict",
+                "train_idx", "ssim"}, ...],
+       "top_distinct_recovered": distinct training images strictly recovered in top,
+       "truth": {"n_candidates", "n_real", "n_distinct_real", "ssim_threshold"},
+       "settings": {...}, "timing_s": {name: seconds}}
+
+    The ``precision@k`` keys follow ``k_list``.
+    Every process must call it in a multi-process run (the restart state is
+    gathered with :func:`recon_jax.distributed.gather_restarts`).
+  """
+  if stability_select not in STABILITY_SELECT:
+    raise ConfigError(f"stability_select must be one of {STABILITY_SELECT}, got "
+                      f"{stability_select!r}.")
+  cap = DEFAULT_STABILITY_CANDIDATES if stability_candidates is None else stability_candidates
+  if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0:
+    raise ConfigError(f"stability_candidates must be an integer >= 0 or None, got "
+                      f"{stability_candidates!r}.")
+  trust_order = tuple(trust_order)
+  bad = [s for s in trust_order if s not in SCORES or s == "stability"]
+  if not trust_order or bad:
+    raise ConfigError(f"trust_order must name scores of {SCORES} other than 'stability', got "
+                      f"{list(trust_order)}.")
+  normalize = _normalize_for(attack, normalize)
+  t_all = time.time()
+  cands = np.asarray(run.candidates)
+  num_restarts, m = cands.shape[:2]
+  img_shape = cands.shape[2:]
+  thr = (float(ssim_threshold) if ssim_threshold is not None
+         else images.strict_threshold_for(img_shape[0]))
+  ok = ~np.asarray(run.diverged, bool) & np.isfinite(np.asarray(run.final_loss, np.float64))
+  valid = np.flatnonzero(ok)
+  rows = np.repeat(valid, m)
+  cols = np.tile(np.arange(m), len(valid))
+  n_pool = len(rows)
+  mean = np.asarray(ds.mean, np.float32)
+  pixel = cands[ok].reshape(-1, *img_shape).astype(np.float32) + mean
+  timing = {}
+
+  t0 = time.time()
+  truth = candidate_truth(pixel, np.asarray(ds.x_train, np.float32) + mean,
+                          np.asarray(ds.x_test, np.float32) + mean if len(ds.x_test) else None,
+                          thr, filter_size=filter_size)
+  timing["truth"] = time.time() - t0
+
+  inner = distributed.gather_restarts(run.state.inner)
+  has_lam = hasattr(inner, "lam")
+  hp = {k: jnp.asarray(v) for k, v in hparams.items()}
+  scores, skipped, subsets = {}, {}, {}
+  select_used = stability_select
+
+  def timed(name, fn):
+    t = time.time()
+    scores[name] = np.asarray(fn(), np.float64).reshape(-1)
+    timing[name] = time.time() - t
+
+  if n_pool == 0:
+    skipped.update({name: "every restart diverged" for name in SCORES})
+  else:
+    if has_lam:
+      lam = jnp.asarray(inner.lam)[valid]
+      timed("lambda", lambda: jax.vmap(attacker.lambda_score)(lam))
+    else:
+      skipped["lambda"] = f"the attack {attack.name} has no multipliers"
+    if len(valid) >= 2:
+      timed("agreement", lambda: attacker.agreement_score(
+          cands, agreement_threshold, valid=ok)[valid])
+    else:
+      skipped["agreement"] = f"needs >= 2 valid restarts, got {len(valid)}"
+    if has_lam:
+      surrogate = "alpha" in hp
+      alpha = hp["alpha"][valid] if surrogate else jnp.zeros(len(valid))
+      timed("leave_one_out", lambda: _leave_one_out_restarts(
+          apply_fn, problem, target, jnp.asarray(inner.x)[valid], lam, alpha, normalize,
+          surrogate))
+    else:
+      skipped["leave_one_out"] = f"the attack {attack.name} has no multipliers"
+    k = int(min(cap, n_pool))
+    if k == 0:
+      skipped["stability"] = "stability_candidates = 0"
+    else:
+      k_pick, k_kick = jax.random.split(_as_key(key))
+      if stability_select == "lambda" and "lambda" in scores:
+        pick = np.sort(_order(scores["lambda"])[:k])
+      else:
+        select_used = "random"
+        pick = np.sort(np.asarray(jax.random.permutation(k_pick, n_pool))[:k])
+      keys = jax.random.split(k_kick, k)
+      timed("stability", lambda: _stability_pairs(
+          attack, jax.tree_util.tree_map(jnp.asarray, inner), hp, target,
+          jnp.asarray(rows[pick]), jnp.asarray(cols[pick]), keys, int(stability_steps),
+          float(stability_noise)))
+      subsets["stability"] = pick
+    if problem != "general":
+      labels = jnp.tile(jnp.asarray(target.labels), len(valid))
+      timed("margin", lambda: attacker.margin_score(
+          apply_fn, problem, target, jnp.asarray(inner.x)[valid].reshape(n_pool, *img_shape),
+          labels))
+    else:
+      skipped["margin"] = "problem 'general' has no margin"
+
+  results = {}
+  for name in SCORES:
+    if name in scores:
+      sub = subsets.get(name, slice(None))
+      results[name] = attacker.identification_metrics(scores[name], truth.real[sub], k_list)
+
+  trusted = next((s for s in trust_order if s in scores), None)
+  top = []
+  if trusted is not None:
+    ties = [scores[s] for s in trust_order[trust_order.index(trusted) + 1:] if s in scores]
+    for rank, j in enumerate(_order(scores[trusted], *ties)[:TOP_K]):
+      top.append({"rank": rank, "restart": int(rows[j]), "index": int(cols[j]),
+                  "score": float(scores[trusted][j]),
+                  "lambda": float(scores["lambda"][j]) if "lambda" in scores else None,
+                  "recovered_strict": bool(truth.real[j]), "train_idx": int(truth.train_idx[j]),
+                  "ssim": float(truth.ssim_train[j])})
+  timing["total"] = time.time() - t_all
+  out = {
+      "scores": results,
+      "skipped": skipped,
+      "trusted_score": trusted,
+      "top": top,
+      "top_distinct_recovered": len({t["train_idx"] for t in top if t["recovered_strict"]}),
+      "truth": {"n_candidates": int(n_pool), "n_real": int(truth.real.sum()),
+                "n_distinct_real": int(len(np.unique(truth.train_idx[truth.real]))),
+                "n_restarts_valid": int(len(valid)), "ssim_threshold": thr},
+      "settings": {"stability_steps": int(stability_steps),
+                   "stability_candidates": int(len(subsets.get("stability", ()))),
+                   "stability_select": select_used,
+                   "stability_noise": float(stability_noise),
+                   "agreement_threshold": float(agreement_threshold),
+                   "leave_one_out_normalize": normalize, "trust_order": list(trust_order)},
+      "timing_s": timing,
+  }
+  if with_arrays:
+    arrays = {"restart": rows, "index": cols, "real": truth.real, "train_idx": truth.train_idx,
+              "ssim_train": truth.ssim_train, "ssim_heldout": truth.ssim_heldout}
+    for name, v in scores.items():
+      full = np.full(n_pool, np.nan)
+      full[subsets.get(name, slice(None))] = v
+      arrays[name] = full
+    out["_arrays"] = arrays
+  return out

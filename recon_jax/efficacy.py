@@ -54,6 +54,10 @@ def draw_numbers(metrics: Mapping) -> dict:
       "baseline_heldout_ssim_gt_0.4": metrics.get("baseline_heldout_n_ssim_gt_0.4"),
       "oracle_residual_rel": metrics["oracle_residual_rel"],
       "time_s": metrics["timing"]["total_s"],
+      # attacker-side identification (when the run computed it): AUC and precision@10
+      **{f"{stat}_{name}": v.get(key) for name, v in
+         metrics.get("identification", {}).get("scores", {}).items()
+         for stat, key in (("auc", "auc"), ("p10", "precision@10"))},
   }
 
 
@@ -75,8 +79,9 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
 
 
 def aggregate(per_draw: Sequence[Mapping], confidence: float = 0.95) -> dict:
-  """``{key: interval}`` over draws for every key of :data:`DRAW_KEYS`."""
-  return {k: interval([d.get(k) for d in per_draw], confidence) for k in DRAW_KEYS}
+  """``{key: interval}`` over draws for every key of :data:`DRAW_KEYS` (and the AUC keys)."""
+  extra = sorted({k for d in per_draw for k in d} - set(DRAW_KEYS))
+  return {k: interval([d.get(k) for d in per_draw], confidence) for k in (*DRAW_KEYS, *extra)}
 
 
 def paired(a: Sequence[Mapping], b: Sequence[Mapping], keys=("strict_pooled", "strict_selected",

@@ -12,6 +12,7 @@ from experiments.configs import reconstruct as configs
 
 def _tiny(**kw):
   cfg = configs.get_config("tiny")
+  cfg.identify = False  # covered by test_identification and test_main_job_writes_its_report
   victim = kw.pop("victim", {})
   cfg.update(kw)
   cfg.victim.update(victim)
@@ -24,7 +25,9 @@ def _npz(path):
 
 
 def test_main_job_writes_its_report(tmp_path):
-  m = reconstruct.run(_tiny(), str(tmp_path))
+  m = reconstruct.run(_tiny(identify=True), str(tmp_path))
+  assert m["identification"]["trusted_score"] == "agreement"
+  assert len(m["identification"]["top"]) == 10
   for name in ("config.json", "metrics.json", "reconstructions.npz", "reconstructions.png",
                "ssim_vs_margin.png", "restarts.tsv", "state.msgpack"):
     assert os.path.getsize(tmp_path / name) > 0, name

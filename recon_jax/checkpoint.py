@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from typing import Any
 
@@ -17,23 +18,52 @@ import jax
 import numpy as np
 from flax import serialization
 
-FORMAT = "recon_jax.checkpoint.v1"
-
-
 from recon_jax.errors import Error
+
+FORMAT = "recon_jax.checkpoint.v1"
+# New files are readable by group and others, as open() makes them (minus the umask).
+FILE_MODE = 0o644
+
 
 class CheckpointError(Error, ValueError):
   """A checkpoint could not be read or does not match what was asked for."""
 
 
+def _umask() -> int:
+  """The process's umask, read without changing it where Linux allows."""
+  try:
+    with open("/proc/self/status") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError, IndexError):
+    pass
+  mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but brief)
+  os.umask(mask)
+  return mask
+
+
+def _new_file_mode(path: str) -> int:
+  """The mode of an existing ``path`` (a rewrite keeps it), else FILE_MODE minus the umask."""
+  try:
+    return stat.S_IMODE(os.stat(path).st_mode)
+  except OSError:
+    return FILE_MODE & ~_umask()
+
+
 def atomic_write_bytes(path: str, data: bytes) -> None:
-  """Writes ``data`` to ``path`` so a crash leaves the old or the new file, never half."""
+  """Writes ``data`` to ``path`` so a crash leaves the old or the new file, never half.
+
+  The file gets mode 0644 minus the umask (a temp file from mkstemp is 0600),
+  or keeps its mode when it already exists.
+  """
   folder = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
   try:
     with os.fdopen(fd, "wb") as f:
       f.write(data)
       f.flush()
+      os.fchmod(f.fileno(), _new_file_mode(path))
       os.fsync(f.fileno())
     os.replace(tmp, path)
   except BaseException:
@@ -85,10 +115,36 @@ def load(path: str) -> tuple[dict, dict]:
   leaves = jax.tree_util.tree_leaves(params)
   if not leaves:
     raise CheckpointError(f"{path}: checkpoint holds no parameters.")
-  for leaf_path, leaf in jax.tree_util.tree_leaves_with_path(params):
-    if not np.all(np.isfinite(leaf)):
-      raise CheckpointError(f"{path}: parameter {jax.tree_util.keystr(leaf_path)} holds NaN/Inf.")
+  check_values(params, path)
   return params, meta
+
+
+def check_values(params: Any, path: str = "checkpoint") -> None:
+  """Raises CheckpointError unless every leaf is a real, finite array and not all are zero.
+
+  A complex, text or object leaf cannot be a recon_jax parameter; an all-zero
+  model has no gradient and a zero norm, so every attack and diagnostic on it
+  would divide by zero.
+  """
+  nonzero = False
+  for leaf_path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    name = jax.tree_util.keystr(leaf_path)
+    try:
+      arr = np.asarray(leaf)
+    except (TypeError, ValueError):  # a ragged list or an object numpy cannot hold
+      arr = np.asarray(None, dtype=object)
+    if arr.dtype.kind == "c":
+      raise CheckpointError(f"{path}: parameter {name} is complex ({arr.dtype}); parameters "
+                            "must be real numbers.")
+    if arr.dtype.kind not in "biuf":
+      raise CheckpointError(f"{path}: parameter {name} is not numeric (holds "
+                            f"{type(leaf).__name__} of dtype {arr.dtype}).")
+    if not np.all(np.isfinite(arr)):
+      raise CheckpointError(f"{path}: parameter {name} holds NaN/Inf.")
+    nonzero = nonzero or bool(np.any(arr != 0))
+  if not nonzero:
+    raise CheckpointError(f"{path}: every parameter is zero (an empty or untrained model); "
+                          "there is nothing to attack.")
 
 
 def check_matches(params: Any, template: Any, path: str = "checkpoint") -> None:

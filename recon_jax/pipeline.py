@@ -447,14 +447,13 @@ def validate(cfg) -> None:
   if not _is_int(cfg.seed) or cfg.seed < 0:
     raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed!r}.", "seed")
   checkpoint = cfg.get("checkpoint") or ""
+  check_widths(cfg)
   vcfg = victim_config(cfg)
   own = bool(checkpoint) and not is_foreign(checkpoint)
   validate_victim(vcfg, checkpoint if own else "")
   if own:
     check_checkpoint_shapes(checkpoint, vcfg)
   problem = resolve_problem(cfg.problem, vcfg.loss)
-  if cfg.m and cfg.attack != "weights":
-    candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   if cfg.attack != "weights":
     if problem == "multiclass" and vcfg.loss != "ce":
       raise ConfigError(f"problem=multiclass needs a victim trained with loss=ce (one output "
@@ -462,6 +461,8 @@ def validate(cfg) -> None:
     if problem == "binary" and vcfg.loss == "ce":
       raise ConfigError("problem=binary needs a one-output victim; this one was trained with "
                         "loss=ce (use problem=multiclass or general).", "problem")
+    if cfg.m:
+      candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   if cfg.attack == "inversion" and problem != "binary":
     raise ConfigError("attack=inversion is defined for binary victims only.", "attack")
   if cfg.batching not in loop.BATCHINGS:
@@ -489,6 +490,14 @@ def validate(cfg) -> None:
   if cfg.attack != "weights":
     stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
     check_memory(cfg, vcfg)
+
+
+def check_widths(cfg) -> None:
+  """Refuses a ``victim.widths`` setting that is not a list of integers >= 1 (e.g. ``64,abc``)."""
+  widths = cfg.victim.widths
+  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
+    raise ConfigError(f"victim.widths must be integers >= 1, e.g. 256,256, got {widths!r}.",
+                      "victim.widths")
 
 
 def _num_classes(v: victim.VictimConfig) -> int:

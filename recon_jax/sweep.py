@@ -8,6 +8,7 @@ hyperparameters: the W&B sweep of the reference becomes one compiled call.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Mapping, Sequence, Tuple
 
 import numpy as np
@@ -31,8 +32,19 @@ INVERSION_RANGES: dict[str, Range] = {
 }
 
 
+def _finite(x) -> bool:
+  try:
+    return math.isfinite(float(x))
+  except (TypeError, ValueError):
+    return False
+
+
 def _check(name: str, rng: Range) -> None:
   lo, hi, kind = rng
+  for end, v in (("lower", lo), ("upper", hi)):
+    if not _finite(v):
+      raise ConfigError(f"{name}: the range's {end} end must be a finite number, got {v!r}.",
+                        argument=name)
   if kind not in ("log", "lin"):
     raise ConfigError(f"{name}: range kind must be 'log' or 'lin', got {kind!r}.")
   if hi < lo:
@@ -43,18 +55,25 @@ def _check(name: str, rng: Range) -> None:
 
 def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.float32):
   """``num`` independent draws from ``ranges`` (log- or linear-uniform)."""
-  if num <= 0:
-    raise ConfigError(f"num_restarts must be > 0, got {num}.")
+  if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num <= 0:
+    raise ConfigError(f"num_restarts must be an integer > 0, got {num!r}.")
   rng = np.random.default_rng(seed)
   out = {}
   for name in sorted(ranges):
     lo, hi, kind = ranges[name]
     _check(name, ranges[name])
-    if kind == "log":
-      out[name] = np.exp(rng.uniform(np.log(lo), np.log(hi), num))
-    else:
-      out[name] = rng.uniform(lo, hi, num)
-    out[name] = out[name].astype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+      try:
+        if kind == "log":
+          out[name] = np.exp(rng.uniform(np.log(lo), np.log(hi), num))
+        else:
+          out[name] = rng.uniform(lo, hi, num)
+      except OverflowError:  # hi - lo beyond float64
+        out[name] = np.full(num, np.inf)
+      out[name] = out[name].astype(dtype)
+    if not np.all(np.isfinite(out[name])):
+      raise ConfigError(f"{name}: the range {lo:g}:{hi:g} does not fit in "
+                        f"{np.dtype(dtype).name}.", argument=name)
   return out
 
 
@@ -74,10 +93,10 @@ def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> 
   stage sets every restart's alpha to ``alpha`` (sharper, closer to the true
   derivative) and multiplies its learning rates by ``lr_scale``.
   """
-  if alpha <= 0:
-    raise ConfigError(f"refine_alpha must be > 0, got {alpha}.")
-  if lr_scale <= 0:
-    raise ConfigError(f"refine_lr_scale must be > 0, got {lr_scale}.")
+  if not (_finite(alpha) and alpha > 0):
+    raise ConfigError(f"refine_alpha must be a finite number > 0, got {alpha}.")
+  if not (_finite(lr_scale) and lr_scale > 0):
+    raise ConfigError(f"refine_lr_scale must be a finite number > 0, got {lr_scale}.")
   out = {k: np.array(v, copy=True) for k, v in hparams.items()}
   if "alpha" in out:
     out["alpha"] = np.full_like(out["alpha"], alpha)
@@ -94,25 +113,38 @@ def stages(hparams: Mapping[str, np.ndarray], steps: int, refine_steps: int = 0,
   ``[(steps, hparams)]``, followed by ``(refine_steps, refine(hparams, ...))``
   when ``refine_steps > 0``.  The refinement settings are checked either way.
   """
-  if refine_steps < 0:
-    raise ConfigError(f"refine_steps must be >= 0, got {refine_steps}.")
+  if isinstance(refine_steps, bool) or not isinstance(refine_steps, (int, np.integer)) or (
+      refine_steps < 0):
+    raise ConfigError(f"refine_steps must be an integer >= 0, got {refine_steps!r}.")
   refined = refine(hparams, refine_alpha, refine_lr_scale)
   return [(steps, hparams)] + ([(refine_steps, refined)] if refine_steps else [])
 
 
 def parse_range(name: str, text: str, default_kind: str) -> Range:
-  """``'0.01'`` (a fixed value), ``'0.01:0.5'`` or ``'0.01:0.5:log'`` -> Range."""
-  parts = [p for p in str(text).split(":") if p != ""]
+  """``'0.01'`` (a fixed value), ``'0.01:0.5'`` or ``'0.01:0.5:log'`` -> Range.
+
+  Every end must be a finite number (``nan``, ``inf`` are refused) and the
+  range is checked as :func:`random_search` would (order, kind, log > 0).
+  """
+  parts = [p.strip() for p in str(text).split(":")]
+  rng = None
   try:
-    if len(parts) == 1:
+    if len(parts) == 1 and parts[0]:
       v = float(parts[0])
-      return (v, v, "lin")
-    if len(parts) in (2, 3):
+      rng = (v, v, "lin")
+    elif len(parts) in (2, 3) and parts[0] and parts[1]:
       kind = parts[2] if len(parts) == 3 else default_kind
-      return (float(parts[0]), float(parts[1]), kind)
+      rng = (float(parts[0]), float(parts[1]), kind)
   except ValueError:
     pass
-  raise ConfigError(f"{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.")
+  if rng is None:
+    raise ConfigError(f"{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.",
+                      argument=name)
+  if len(parts) == 1 and not _finite(rng[0]):
+    raise ConfigError(f"{name} must be a finite number (or LO:HI[:log|lin]), got {text!r}.",
+                      argument=name)
+  _check(name, rng)
+  return rng
 
 
 def anneal(hparams: Mapping[str, np.ndarray], steps: int, alpha_end: float,

@@ -91,6 +91,32 @@ def init_state(params, cfg: TrainConfig) -> TrainState:
   return TrainState(params, make_optimizer(cfg).init(params), jnp.zeros([], jnp.int32))
 
 
+def _is_int(v) -> bool:
+  return not isinstance(v, bool) and isinstance(v, (int, np.integer))
+
+
+def check_config(cfg: TrainConfig) -> None:
+  """Raises ConfigError naming the first field of ``cfg`` that training cannot run with."""
+  losses.check_loss(cfg.loss)
+  if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+    raise ConfigError(f"lr must be a finite number > 0, got {cfg.lr}.")
+  if not _is_int(cfg.epochs) or cfg.epochs <= 0:
+    raise ConfigError(f"epochs must be an integer > 0, got {cfg.epochs!r}.")
+  if not _is_int(cfg.chunk) or cfg.chunk <= 0:
+    raise ConfigError(f"chunk must be an integer > 0, got {cfg.chunk!r}.")
+  if not (math.isfinite(cfg.weight_decay) and cfg.weight_decay >= 0):
+    raise ConfigError(f"weight_decay must be a finite number >= 0, got {cfg.weight_decay}.")
+  if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
+    raise ConfigError(f"momentum must be in [0, 1), got {cfg.momentum}.")
+  if cfg.batch_size is not None and (not _is_int(cfg.batch_size) or cfg.batch_size < 1):
+    raise ConfigError(f"batch_size must be an integer >= 1 (or unset: full batch), got "
+                      f"{cfg.batch_size!r}.")
+  if not cfg.loss_threshold >= 0:  # also refuses NaN
+    raise ConfigError(f"loss_threshold must be >= 0, got {cfg.loss_threshold}.")
+  if cfg.adaptive not in ("none", "loss", "grad"):
+    raise ConfigError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
+
+
 def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
           log_every_chunk: bool = True, callback: Optional[Callable] = None,
           state: Optional[TrainState] = None, history: Optional[list] = None):
@@ -107,12 +133,7 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
     TrainError: when the loss or parameters become non-finite; ``.params``
       holds the last finite parameters (end of the previous chunk).
   """
-  if cfg.lr <= 0:
-    raise ConfigError(f"lr must be > 0, got {cfg.lr}.")
-  if cfg.epochs <= 0:
-    raise ConfigError(f"epochs must be > 0, got {cfg.epochs}.")
-  if cfg.adaptive not in ("none", "loss", "grad"):
-    raise ConfigError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
+  check_config(cfg)
   _, chunk_fn = make_train_chunk(apply_fn, cfg)
   if state is None:
     state = init_state(params, cfg)

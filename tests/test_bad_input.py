@@ -1,30 +1,118 @@
-"""Bad input, as a user would give it: every case exits 1 with ONE line 'error: ...'.
+"""Bad input, as a user gives it: ONE line naming the setting or file, and the right exit code.
 
-Each case runs a binary in a subprocess (``python -m experiments.<name>``) and
-checks that it fails with exit code 1, that stderr holds exactly one line
-starting with ``error:``, as its last line, naming the flag or file, and that
-no traceback is shown (unless ``--verbose``).  Nearly all cases fail in
-validation, before any training; where a victim is needed it is the tiny one,
-cached under a temporary RECON_JAX_CACHE.  The cases are listed in
-docs/bad_input.md.
+Most cases run in-process, as the binary does once its flags are parsed: the
+config of a preset (``get_config``) with one setting changed goes through
+``common.main_guard(lambda: module.job(cfg, workdir), cfg)``, which must exit 1
+with exactly one stderr line ``error: ...`` naming the setting (or file), and
+leave the workdir uncreated: every case is refused before anything is written
+or trained.  What only the command line can show runs in subprocesses, all
+started together at the beginning (they overlap the in-process cases): flag
+parsing, ``--help`` and Ctrl-C.  Every case is listed in docs/bad_input.md.
 """
+import hashlib
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
 import pytest
+from flax import serialization
 
+from experiments import common, reconstruct, train_victim
+from experiments.configs import reconstruct as recon_configs
+from experiments.configs import victim as victim_configs
 from recon_jax import checkpoint, data, models, victim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY_VICTIM = victim.VictimConfig(dataset="digits", n_per_class=3, widths=(32, 32), epochs=400)
+TINY = victim_configs.get_config("tiny").victim
+TINY_VICTIM = victim.VictimConfig(**{**TINY.to_dict(), "widths": tuple(TINY.widths)})
+R, T = reconstruct, train_victim
+
+
+# ----------------------------------------------------------------------------- subprocesses
+
+def _env(tmp):
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg",
+             RECON_JAX_CACHE=str(tmp / "cache"))
+  env.pop("XLA_FLAGS", None)
+  return env
+
+
+SUBPROCESSES = {
+    "help_reconstruct": ["experiments.reconstruct", "--help"],
+    "help_train_victim": ["experiments.train_victim", "--helpshort"],
+    "help_toy_2d": ["experiments.toy_2d", "-?"],
+    "flag_not_an_int": ["experiments.reconstruct", "--config.num_restarts=abc"],
+    "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
+}
+
+
+COMMAND_LINE_TESTS = ("test_help_", "test_command_line_", "test_ctrl_c_")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def procs(request, tmp_path_factory):
+  """Every subprocess case, started with the module's first test; ``procs(name)`` waits for it.
+
+  They run while the in-process cases do; their tests come last.  Nothing is
+  started when none of them was selected.
+  """
+  tmp = tmp_path_factory.mktemp("subprocesses")
+  started, results = {}, {}
+  if not any(item.name.startswith(COMMAND_LINE_TESTS) for item in request.session.items):
+    yield None
+    return
+  for name, (module, *args) in SUBPROCESSES.items():
+    started[name] = subprocess.Popen(
+        [sys.executable, "-m", module, *args, f"--workdir={tmp / name}"], cwd=ROOT,
+        env=_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  # Ctrl-C in a long run (a victim trained for 10^8 epochs): once its state file exists.
+  work = tmp / "interrupted"
+  started["sigint"] = subprocess.Popen(
+      [sys.executable, "-m", "experiments.train_victim",
+       "--config=experiments/configs/victim.py:tiny", "--config.victim.epochs=100000000",
+       "--config.chunk_epochs=20", f"--workdir={work}"], cwd=ROOT, env=_env(tmp),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+  def result(name):
+    if name not in results:
+      proc = started[name]
+      if name == "sigint":
+        deadline = time.time() + 120
+        while not (work / "train_state.msgpack").exists():
+          assert proc.poll() is None, proc.communicate()[1][-3000:]
+          assert time.time() < deadline, "no train_state.msgpack after 120 s"
+          time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+      out, err = proc.communicate(timeout=120)
+      results[name] = (proc.returncode, out, err, tmp / name)
+    return results[name]
+
+  yield result
+  for name, proc in started.items():
+    if name not in results:
+      if proc.poll() is None:
+        proc.kill()
+      proc.communicate()
+
+
+# ----------------------------------------------------------------------------- in-process
+
+@pytest.fixture(autouse=True)
+def _keep_precision():
+  """``job`` sets the run's precision globally; the other tests expect theirs back."""
+  x64 = jax.config.jax_enable_x64
+  yield
+  jax.config.update("jax_enable_x64", x64)
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-  """A data_dir with a truncated MNIST file, one with a corrupt CIFAR file, checkpoints."""
+  """Data folders with a truncated MNIST and a corrupt CIFAR file; good and bad checkpoints."""
   tmp = tmp_path_factory.mktemp("bad_input")
   rng = np.random.default_rng(0)
   mnist = tmp / "mnist"
@@ -45,18 +133,40 @@ def files(tmp_path_factory):
 
   ds = victim.load_data(TINY_VICTIM)
   module, _ = victim.build(TINY_VICTIM, ds)
-  params = models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32)
+  params = jax.tree_util.tree_map(np.array, models.init_params(
+      module, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32))
   good = tmp / "victim.msgpack"
   victim.save(str(good), TINY_VICTIM, ds, params, {"loss": 0.1})
   (tmp / "truncated.msgpack").write_bytes(good.read_bytes()[:-100])
   (tmp / "random.msgpack").write_bytes(np.random.default_rng(1).bytes(4096))
-  nan_params = jax.tree_util.tree_map(np.array, params)
-  leaf = jax.tree_util.tree_leaves(nan_params)[0]
-  leaf.flat[0] = np.nan
-  victim.save(str(tmp / "nan.msgpack"), TINY_VICTIM, ds, nan_params, {"loss": 0.1})
-  inf_params = jax.tree_util.tree_map(np.array, params)
-  jax.tree_util.tree_leaves(inf_params)[-1].flat[0] = np.inf
-  victim.save(str(tmp / "inf.msgpack"), TINY_VICTIM, ds, inf_params, {"loss": 0.1})
+
+  def variant(name, change=None, meta_change=None, leaf=0):
+    p = jax.tree_util.tree_map(np.array, params)
+    if change is not None:
+      flat, tree = jax.tree_util.tree_flatten(p)
+      flat[leaf] = change(flat[leaf])
+      p = jax.tree_util.tree_unflatten(tree, flat)
+    meta = {"victim": TINY_VICTIM.to_dict(), "train_idx": ds.train_idx.tolist(),
+            "data_fingerprint": data.fingerprint(ds), "summary": {"loss": 0.1}}
+    if meta_change is not None:
+      meta_change(meta)
+    blob = {"format": checkpoint.FORMAT, "params": p, "meta": json.dumps(meta)}
+    (tmp / name).write_bytes(serialization.msgpack_serialize(blob))
+
+  def put(a, i, v):
+    a = a.copy()
+    a.flat[i] = v
+    return a
+
+  variant("nan.msgpack", lambda a: put(a, 0, np.nan))
+  variant("inf.msgpack", lambda a: put(a, 0, np.inf), leaf=-1)
+  variant("text.msgpack", lambda a: "0.1 0.2 0.3")
+  variant("complex.msgpack", lambda a: a.astype(np.complex64))
+  p0 = jax.tree_util.tree_map(np.zeros_like, params)
+  checkpoint.save(str(tmp / "zeros.msgpack"), p0, {"victim": TINY_VICTIM.to_dict(),
+                                                   "summary": {}})
+  variant("meta_float.msgpack", meta_change=lambda m: m["victim"].update(n_per_class=3.5))
+  variant("meta_text.msgpack", meta_change=lambda m: m["victim"].update(epochs="many"))
   # Parameters of a 16-16 net under the meta of a 32-32 one.
   other = victim.VictimConfig(dataset="digits", n_per_class=3, widths=(16, 16))
   om, _ = victim.build(other, ds)
@@ -70,116 +180,354 @@ def files(tmp_path_factory):
   return tmp
 
 
-def _run(binary, args, tmp, case_id):
-  workdir = tmp / f"wd_{case_id}"
-  argv = [sys.executable, "-m", f"experiments.{binary}", *args]
-  if not any(a.startswith("--workdir") for a in args):
-    argv.append(f"--workdir={workdir}")
-  env = dict(os.environ, RECON_JAX_CACHE=str(tmp / "cache"), JAX_PLATFORMS="cpu",
-             MPLBACKEND="Agg")
-  return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+def _config(binary, preset, settings):
+  cfg = (recon_configs if binary is R else victim_configs).get_config(preset)
+  for key, value in settings.items():
+    *parents, name = key.split(".")
+    target = cfg
+    for part in parents:
+      target = target[part]
+    target[name] = value
+  return cfg
 
 
-def _check(proc, must_name):
-  err = proc.stderr.strip().splitlines()
-  errors = [l for l in err if l.startswith("error:")]
-  assert proc.returncode == 1, proc.stderr[-3000:]
-  assert len(errors) == 1 and err[-1] == errors[0], proc.stderr[-3000:]
-  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-  for s in must_name:
-    assert s in errors[0], (s, errors[0])
-  return errors[0]
+def _refused(capsys, fn, cfg, code=1):
+  """Runs ``fn`` under main_guard; returns its one stderr line (exit ``code``)."""
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as e:
+    common.main_guard(fn, cfg)
+  err = capsys.readouterr().err
+  assert e.value.code == code, err[-3000:]
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
+  return lines[0]
 
 
-# (id, binary, flags, substrings the error line must contain). {d} is the tmp folder.
-R, T, I, TOY = "reconstruct", "train_victim", "init_study", "toy_2d"
-TINY = ["--preset=tiny", "--nocache"]
+# (id, binary, preset, settings, substrings of the error line). {d}: the files fixture.
 CASES = [
-    ("unknown_dataset", T, ["--dataset=imagenet"], ["--dataset", "imagenet"]),
-    ("unknown_dataset_reconstruct", R, TINY + ["--dataset=imagenet"], ["--dataset", "imagenet"]),
-    ("unknown_attack", R, TINY + ["--attack=gradient"], ["--attack", "gradient"]),
-    ("unknown_arch", T, ["--dataset=digits", "--arch=resnet"], ["--arch", "resnet"]),
-    ("unknown_arch_reconstruct", R, TINY + ["--arch=resnet"], ["--arch", "resnet"]),
-    ("unknown_loss", T, ["--dataset=digits", "--loss=hinge"], ["--loss", "hinge"]),
-    ("unknown_init", R, TINY + ["--init=zeros"], ["--init", "zeros"]),
-    ("mnist_without_data_dir", T, ["--dataset=mnist"], ["--data_dir", "mnist"]),
-    ("cifar10_without_data_dir", R, TINY + ["--dataset=cifar10"], ["--data_dir", "cifar10"]),
-    ("data_dir_missing", T, ["--dataset=mnist", "--data_dir={d}/nowhere"],
-     ["--data_dir", "nowhere"]),
-    ("mnist_truncated", T, ["--dataset=mnist", "--data_dir={d}/mnist", "--n_per_class=1"],
-     ["train-images-idx3-ubyte"]),
-    ("cifar10_corrupt", T, ["--dataset=cifar10", "--data_dir={d}/cifar", "--n_per_class=1"],
-     ["data_batch_3.bin"]),
-    ("checkpoint_truncated", R, TINY + ["--checkpoint={d}/truncated.msgpack"],
+    # unknown names
+    ("unknown_dataset", R, "tiny", {"victim.dataset": "imagenet"},
+     ["--config.victim.dataset", "imagenet"]),
+    ("unknown_dataset_train", T, "tiny", {"victim.dataset": "imagenet"},
+     ["--config.victim.dataset", "imagenet"]),
+    ("unknown_attack", R, "tiny", {"attack": "gradient"}, ["--config.attack", "gradient"]),
+    ("unknown_arch", T, "tiny", {"victim.arch": "resnet"}, ["--config.victim.arch", "resnet"]),
+    ("unknown_loss", T, "tiny", {"victim.loss": "hinge"}, ["--config.victim.loss", "hinge"]),
+    ("unknown_init", R, "tiny", {"init": "zeros"}, ["--config.init ", "zeros"]),
+    ("unknown_victim_init", R, "tiny", {"victim.init": "zeros"},
+     ["--config.victim.init", "zeros"]),
+    ("unknown_optimizer", R, "tiny", {"optimizer": "rmsprop"},
+     ["--config.optimizer", "rmsprop"]),
+    # data
+    ("mnist_without_data_dir", T, "tiny", {"victim.dataset": "mnist"},
+     ["--config.data_dir", "mnist"]),
+    ("cifar10_without_data_dir", R, "tiny", {"victim.dataset": "cifar10"},
+     ["--config.data_dir", "cifar10"]),
+    ("data_dir_missing", T, "tiny", {"victim.dataset": "mnist", "data_dir": "{d}/nowhere"},
+     ["--config.data_dir", "nowhere", "no such directory"]),
+    ("mnist_truncated", T, "tiny", {"victim.dataset": "mnist", "data_dir": "{d}/mnist",
+                                    "victim.n_per_class": 1}, ["train-images-idx3-ubyte"]),
+    ("cifar10_corrupt", T, "tiny", {"victim.dataset": "cifar10", "data_dir": "{d}/cifar",
+                                    "victim.n_per_class": 1}, ["data_batch_3.bin"]),
+    # checkpoints
+    ("checkpoint_truncated", R, "tiny", {"checkpoint": "{d}/truncated.msgpack"},
      ["truncated.msgpack", "truncated"]),
-    ("checkpoint_random_bytes", R, TINY + ["--checkpoint={d}/random.msgpack"],
-     ["random.msgpack", "not a recon_jax checkpoint"]),
-    ("checkpoint_missing", R, TINY + ["--checkpoint={d}/absent.msgpack"],
+    ("checkpoint_random_bytes", R, "tiny", {"checkpoint": "{d}/random.msgpack"},
+     ["random.msgpack", "not a recognised checkpoint"]),
+    ("checkpoint_missing", R, "tiny", {"checkpoint": "{d}/absent.msgpack"},
      ["absent.msgpack", "not found"]),
-    ("checkpoint_nan", R, TINY + ["--checkpoint={d}/nan.msgpack"], ["nan.msgpack", "NaN"]),
-    ("checkpoint_inf", R, TINY + ["--checkpoint={d}/inf.msgpack"], ["inf.msgpack", "NaN/Inf"]),
-    ("checkpoint_widths_contradict", R, TINY + ["--checkpoint={d}/victim.msgpack",
-                                                "--widths=64,64"],
-     ["--widths", "victim.msgpack"]),
-    ("checkpoint_other_arch", R, TINY + ["--checkpoint={d}/other_arch.msgpack"],
+    ("checkpoint_nan", R, "tiny", {"checkpoint": "{d}/nan.msgpack"}, ["nan.msgpack", "NaN"]),
+    ("checkpoint_inf", R, "tiny", {"checkpoint": "{d}/inf.msgpack"}, ["inf.msgpack", "NaN/Inf"]),
+    ("checkpoint_text_leaf", R, "tiny", {"checkpoint": "{d}/text.msgpack"},
+     ["text.msgpack", "not numeric"]),
+    ("checkpoint_complex", R, "tiny", {"checkpoint": "{d}/complex.msgpack"},
+     ["complex.msgpack", "complex"]),
+    ("checkpoint_all_zero", R, "tiny", {"checkpoint": "{d}/zeros.msgpack"},
+     ["zeros.msgpack", "every parameter is zero"]),
+    ("checkpoint_meta_not_integer", R, "tiny", {"checkpoint": "{d}/meta_float.msgpack"},
+     ["meta_float.msgpack", "n_per_class", "3.5"]),
+    ("checkpoint_meta_text", R, "tiny", {"checkpoint": "{d}/meta_text.msgpack"},
+     ["meta_text.msgpack", "epochs", "many"]),
+    ("checkpoint_other_arch", R, "tiny", {"checkpoint": "{d}/other_arch.msgpack"},
      ["other_arch.msgpack", "architecture mismatch"]),
-    ("checkpoint_no_victim_meta", R, TINY + ["--checkpoint={d}/no_meta.msgpack"],
+    ("checkpoint_no_victim_meta", R, "tiny", {"checkpoint": "{d}/no_meta.msgpack"},
      ["no_meta.msgpack", "victim"]),
-    ("lr_x_negative", R, TINY + ["--lr_x=-0.1"], ["--lr_x"]),
-    ("lr_x_zero", R, TINY + ["--lr_x=0"], ["--lr_x"]),
-    ("lr_x_garbage", R, TINY + ["--lr_x=fast"], ["--lr_x", "fast"]),
-    ("victim_lr_zero", T, ["--dataset=digits", "--victim_lr=0"], ["--victim_lr"]),
-    ("steps_zero", R, TINY + ["--steps=0"], ["--steps"]),
-    ("steps_negative", R, TINY + ["--steps=-5"], ["--steps"]),
-    ("refine_steps_negative", R, TINY + ["--refine_steps=-1"], ["--refine_steps"]),
-    ("refine_alpha_zero", R, TINY + ["--refine_steps=5", "--refine_alpha=0"], ["--refine_alpha"]),
-    ("epochs_negative", T, ["--dataset=digits", "--epochs=-1"], ["--epochs"]),
-    ("num_restarts_zero", R, TINY + ["--num_restarts=0"], ["--num_restarts"]),
-    ("m_negative", R, TINY + ["--m=-4"], ["--m"]),
-    ("m_odd_binary", R, TINY + ["--m=7"], ["--m", "even"]),
-    ("m_not_multiple_of_classes", R, TINY + ["--loss=ce", "--m=15"], ["--m=15", "10 classes"]),
-    ("save_every_negative", R, TINY + ["--save_every=-1"], ["--save_every"]),
-    ("inversion_with_ce", R, TINY + ["--attack=inversion", "--loss=ce"],
-     ["--attack=inversion", "binary"]),
-    ("resume_without_state", R, TINY + ["--resume", "--workdir={d}/full"],
-     ["--resume", "state.msgpack"]),
-    ("resume_missing_workdir", R, TINY + ["--resume", "--workdir={d}/nowhere"],
-     ["--resume", "nowhere"]),
-    ("workdir_not_empty", R, TINY + ["--workdir={d}/full"], ["--workdir", "--overwrite"]),
-    ("toy_n_train_odd", TOY, ["--n_train=3"], ["--n_train", "3"]),
-    ("init_study_wd_zero", I, ["--quick", "--wd=0"], ["--wd"]),
-    ("init_study_wd_negative", I, ["--quick", "--wd=-1"], ["--wd"]),
-    ("init_study_unknown_dataset", I, ["--quick", "--dataset=imagenet"],
-     ["--dataset", "imagenet"]),
-    ("init_study_resume_without_config", I, ["--quick", "--resume", "--workdir={d}/full"],
-     ["--resume", "config.json"]),
-    ("workdir_is_a_file", T, ["--dataset=digits", "--workdir={d}/full/keep.txt"],
-     ["--workdir", "keep.txt"]),
+    # ranges
+    ("lr_x_negative", R, "tiny", {"lr_x": "-0.1"}, ["--config.lr_x must be > 0"]),
+    ("lr_x_zero", R, "tiny", {"lr_x": "0"}, ["--config.lr_x must be > 0"]),
+    ("lr_x_garbage", R, "tiny", {"lr_x": "fast"}, ["--config.lr_x", "fast"]),
+    ("lr_x_nan", R, "tiny", {"lr_x": "nan"}, ["--config.lr_x", "finite", "nan"]),
+    ("lr_x_inf", R, "tiny", {"lr_x": "inf"}, ["--config.lr_x", "finite", "inf"]),
+    ("alpha_range_to_inf", R, "tiny", {"alpha": "0.1:inf"}, ["--config.alpha", "finite"]),
+    ("lam_min_range_nan", R, "tiny", {"lam_min": "nan:0.5"}, ["--config.lam_min", "finite"]),
+    ("sigma_x_beyond_float32", R, "tiny", {"sigma_x": "1e300"}, ["--config.sigma_x", "float32"]),
+    ("refine_alpha_zero", R, "tiny", {"refine_steps": 5, "refine_alpha": 0.0},
+     ["--config.refine_alpha"]),
+    ("refine_alpha_nan", R, "tiny", {"refine_steps": 5, "refine_alpha": float("nan")},
+     ["--config.refine_alpha", "nan"]),
+    ("paper_sweep_with_lr_x", R, "paper", {"lr_x": "0.1"},
+     ["--config.sweep=paper", "--config.lr_x", "replace"]),
+    # counts and sizes
+    ("steps_zero", R, "tiny", {"steps": 0}, ["--config.steps"]),
+    ("steps_negative", R, "tiny", {"steps": -5}, ["--config.steps", "-5"]),
+    ("refine_steps_negative", R, "tiny", {"refine_steps": -1}, ["--config.refine_steps"]),
+    ("num_restarts_zero", R, "tiny", {"num_restarts": 0}, ["--config.num_restarts"]),
+    ("num_restarts_huge", R, "lfw", {"num_restarts": 1_000_000},
+     ["--config.num_restarts=1000000", "GiB", "memory available on this machine"]),
+    ("num_restarts_over_limit", R, "tiny", {"num_restarts": 1_000_000, "max_memory_gb": 1.0},
+     ["--config.num_restarts=1000000", "8.6 GiB", "1.0 GiB max_memory_gb limit"]),
+    ("m_negative", R, "tiny", {"m": -4}, ["--config.m", "-4"]),
+    ("m_odd_binary", R, "tiny", {"m": 7}, ["--config.m", "even"]),
+    ("save_every_negative", R, "tiny", {"save_every": -1}, ["--config.save_every"]),
+    ("chunk_epochs_zero", T, "tiny", {"chunk_epochs": 0}, ["--config.chunk_epochs"]),
+    # the victim's recipe
+    ("victim_lr_zero", T, "tiny", {"victim.lr": 0.0}, ["--config.victim.lr must be"]),
+    ("victim_lr_zero_reconstruct", R, "tiny", {"victim.lr": 0.0}, ["--config.victim.lr must be"]),
+    ("epochs_negative", T, "tiny", {"victim.epochs": -1}, ["--config.victim.epochs"]),
+    ("widths_not_integers", T, "tiny", {"victim.widths": ("64,abc",)},
+     ["--config.victim.widths", "64,abc"]),
+    ("batch_size_negative", T, "tiny", {"victim.batch_size": -3}, ["--config.victim.batch_size"]),
+    ("batch_size_zero", R, "tiny", {"victim.batch_size": 0}, ["--config.victim.batch_size"]),
+    ("weight_decay_negative", T, "tiny", {"victim.weight_decay": -1.0},
+     ["--config.victim.weight_decay"]),
+    ("wd_negative", T, "tiny", {"victim.wd": -1.0, "victim.wd_epochs": 5}, ["--config.victim.wd "]),
+    ("momentum_one", T, "tiny", {"victim.momentum": 1.0}, ["--config.victim.momentum"]),
+    ("data_seed_negative", R, "tiny", {"victim.data_seed": -1}, ["--config.victim.data_seed"]),
+    ("seed_negative", R, "tiny", {"seed": -1}, ["--config.seed "]),
+    # the attack's settings
+    ("ssim_threshold_above_1", R, "tiny", {"ssim_threshold": 1.5}, ["--config.ssim_threshold"]),
+    ("ssim_threshold_zero", R, "tiny", {"ssim_threshold": 0.0}, ["--config.ssim_threshold"]),
+    ("ssim_threshold_nan", R, "tiny", {"ssim_threshold": float("nan")},
+     ["--config.ssim_threshold", "nan"]),
+    ("w_lam_negative", R, "tiny", {"w_lam": -1.0}, ["--config.w_lam"]),
+    ("w_prior_negative", R, "tiny", {"w_prior": -0.5}, ["--config.w_prior"]),
+    ("multiclass_on_binary_victim", R, "tiny", {"problem": "multiclass"},
+     ["--config.problem=multiclass", "loss=ce", "logistic"]),
+    ("binary_on_ce_victim", R, "tiny", {"problem": "binary", "victim.loss": "ce", "m": 20},
+     ["--config.problem=binary", "ce"]),
+    ("m_not_multiple_of_classes", R, "tiny", {"victim.loss": "ce", "m": 15},
+     ["--config.m=15", "10 classes"]),
+    ("inversion_with_ce", R, "tiny", {"attack": "inversion", "victim.loss": "ce"},
+     ["--config.attack=inversion", "binary"]),
 ]
 
 
-@pytest.mark.parametrize("case_id,binary,args,must_name", CASES, ids=[c[0] for c in CASES])
-def test_bad_input(files, case_id, binary, args, must_name):
-  args = [a.format(d=files) for a in args]
-  line = _check(_run(binary, args, files, case_id), must_name)
-  print(f"{binary} {' '.join(args)}\n  -> {line}")
-  assert (files / "full" / "keep.txt").read_text() == "precious results"
+@pytest.mark.parametrize("case_id, binary, preset, settings, must", CASES,
+                         ids=[c[0] for c in CASES])
+def test_bad_setting_is_one_line_before_any_work(files, tmp_path, capsys, case_id, binary,
+                                                 preset, settings, must):
+  cfg = _config(binary, preset, {k: v.format(d=files) if isinstance(v, str) else v
+                                 for k, v in settings.items()})
+  workdir = tmp_path / "out"
+  line = _refused(capsys, lambda: binary.job(cfg, str(workdir)), cfg)
+  for s in must:
+    assert s.format(d=files) in line, (s, line)
+  print(f"{case_id}: {line}")
+  # Refused before the workdir was made, or (a data file read in the run) before any write.
+  assert not workdir.exists() or os.listdir(workdir) == []
+  assert not (tmp_path / "cache").exists()
+
+
+def test_checkpoint_contradicting_a_victim_setting_names_both(files, tmp_path, capsys):
+  cfg = _config(R, "tiny", {"checkpoint": str(files / "victim.msgpack"),
+                            "victim.widths": (64, 64)})
+  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out"),
+                                        explicit={"victim.widths": (64, 64)}), cfg)
+  assert "--config.victim.widths" in line and "victim.msgpack" in line, line
+
+
+def test_paper_sweep_with_a_range_set_to_its_default_on_the_command_line(tmp_path, capsys):
+  cfg = _config(R, "paper", {})
+  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out"),
+                                        explicit={"alpha": cfg.alpha}), cfg)
+  assert "--config.alpha" in line and "--config.sweep=random" in line, line
+
+
+def _tree_hash(folder):
+  return {p: hashlib.sha256((folder / p).read_bytes()).hexdigest()
+          for p in sorted(os.listdir(folder))}
+
+
+@pytest.fixture
+def float32_run(tmp_path):
+  """A workdir as a float32 tiny run leaves it (its config.json; a state file)."""
+  work = tmp_path / "run"
+  work.mkdir()
+  cfg = _config(R, "tiny", {})
+  common.write_json(str(work), "config.json", {"config": cfg, "environment": {}})
+  (work / "state.msgpack").write_bytes(b"state of the run")
+  (work / "metrics.json").write_text("{}")
+  return work
+
+
+@pytest.mark.parametrize("mode, settings, must", [
+    ("resume", {"x64": True}, ["--resume", "differs", "x64"]),
+    ("resume", {"victim.epochs": 401}, ["--resume", "victim.epochs"]),
+    ("overwrite", {"optimizer": "rmsprop"}, ["--config.optimizer"]),
+    ("overwrite", {"victim.lr": -1.0}, ["--config.victim.lr"]),
+    ("plain", {}, ["not empty", "--overwrite"]),
+])
+def test_refused_resume_or_overwrite_leaves_the_workdir_byte_identical(float32_run, capsys,
+                                                                       mode, settings, must):
+  before = _tree_hash(float32_run)
+  cfg = _config(R, "tiny", settings)
+  line = _refused(capsys, lambda: R.job(cfg, str(float32_run), resume=mode == "resume",
+                                        overwrite=mode == "overwrite"), cfg)
+  for s in must:
+    assert s in line, (s, line)
+  assert _tree_hash(float32_run) == before
+
+
+def test_train_victim_refused_resume_leaves_the_workdir_byte_identical(tmp_path, capsys):
+  work = tmp_path / "run"
+  work.mkdir()
+  common.write_json(str(work), "config.json",
+                    {"config": _config(T, "tiny", {}), "environment": {}})
+  (work / "train_state.msgpack").write_bytes(b"state")
+  before = _tree_hash(work)
+  cfg = _config(T, "tiny", {"x64": True})
+  line = _refused(capsys, lambda: T.job(cfg, str(work), resume=True), cfg)
+  assert "x64" in line and "--resume" in line
+  assert _tree_hash(work) == before
+
+
+def test_resume_without_state_or_workdir(files, tmp_path, capsys):
+  cfg = _config(R, "tiny", {})
+  line = _refused(capsys, lambda: R.job(cfg, str(files / "full"), resume=True), cfg)
+  assert "--resume" in line and "state.msgpack" in line
+  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "nowhere"), resume=True), cfg)
+  assert "--resume" in line and "nowhere" in line and not (tmp_path / "nowhere").exists()
   assert sorted(os.listdir(files / "full")) == ["keep.txt"]
 
 
-def test_verbose_shows_the_traceback(files):
-  proc = _run(R, TINY + ["--attack=gradient", "--verbose"], files, "verbose")
-  assert proc.returncode == 1
-  assert "Traceback" in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith("error:")
+def test_workdir_is_a_file(files, capsys):
+  cfg = _config(T, "tiny", {})
+  line = _refused(capsys, lambda: T.job(cfg, str(files / "full" / "keep.txt")), cfg)
+  assert "--workdir" in line and "keep.txt" in line and "not a folder" in line
+  assert (files / "full" / "keep.txt").read_text() == "precious results"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-def test_workdir_not_writable(files):
-  locked = files / "locked"
-  locked.mkdir(exist_ok=True)
+def test_workdir_not_writable(tmp_path, capsys):
+  locked = tmp_path / "locked"
+  locked.mkdir()
   os.chmod(locked, 0o500)
   try:
-    _check(_run(T, ["--dataset=digits", f"--workdir={locked}/run"], files, "locked"),
-           ["--workdir", "not writable"])
+    cfg = _config(T, "tiny", {})
+    line = _refused(capsys, lambda: T.job(cfg, str(locked / "run")), cfg)
+    assert "--workdir" in line and "not writable" in line
   finally:
     os.chmod(locked, 0o700)
+
+
+def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
+  """``~`` in workdir, data_dir, checkpoint and foreign.data_mean is the user's home."""
+  monkeypatch.setenv("HOME", str(files))
+  cfg = _config(T, "tiny", {"victim.dataset": "mnist", "data_dir": "~/mnist",
+                            "victim.n_per_class": 1})
+  line = _refused(capsys, lambda: T.job(cfg, "~/home_run"), cfg)
+  assert f"{files}/mnist/train-images-idx3-ubyte" in line, line
+  assert (files / "home_run").is_dir()  # the workdir, created in HOME before the data read
+  cfg = _config(R, "tiny", {"checkpoint": "~/absent.msgpack"})
+  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
+  assert f"{files}/absent.msgpack" in line, line
+  cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy", "data_dir": "~/mnist"})
+  R.prepare(cfg)
+  assert cfg.foreign.data_mean == f"{files}/mean.npy" and cfg.data_dir == f"{files}/mnist"
+
+
+def test_verbose_shows_the_traceback(capsys):
+  cfg = _config(R, "tiny", {"attack": "gradient"})
+  with pytest.raises(SystemExit):
+    common.main_guard(lambda: R.job(cfg, "unused"), cfg, verbose=True)
+  err = capsys.readouterr().err
+  assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: --config.attack")
+
+
+# ----------------------------------------------------------------------------- failed runs
+
+UNTRAINED = {"victim.init": "normal", "victim.init_std": 0.003, "victim.first_layer_std": 1e-4,
+             "victim.epochs": 10}
+
+
+def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_path, capsys):
+  """Also a victim that did not train (loss ln 2): a warning line, and in metrics.json."""
+  cfg = _config(R, "tiny", {**UNTRAINED, "lr_x": "1e30", "use_cache": False})
+  workdir = tmp_path / "out"
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as e:
+    common.main_guard(lambda: R.job(cfg, str(workdir)), cfg)
+  err = capsys.readouterr().err.strip().splitlines()
+  assert e.value.code == 2, err
+  errors = [line for line in err if line.startswith("error:")]
+  assert len(errors) == 1 and err[-1] == errors[0], err
+  assert "every restart diverged (2 of 2)" in errors[0] and str(workdir) in errors[0]
+  assert any(line.startswith("warning: the victim did not train") for line in err), err
+  metrics = json.loads((workdir / "metrics.json").read_text())
+  assert any(w.startswith("every restart diverged") for w in metrics["warnings"])
+  assert metrics["victim_warning"].startswith("the victim did not train")
+  for name in ("config.json", "reconstructions.npz", "restarts.tsv"):
+    assert (workdir / name).is_file(), name
+
+
+def test_untrained_victim_is_written_with_a_warning(tmp_path, capsys):
+  cfg = _config(T, "tiny", UNTRAINED)
+  m = T.job(cfg, str(tmp_path / "v"))
+  err = capsys.readouterr().err
+  assert m["warning"].startswith("the victim did not train") and "ln 2" in m["warning"]
+  assert "warning: the victim did not train" in err
+  saved = json.loads((tmp_path / "v" / "metrics.json").read_text())
+  assert saved["warning"] == m["warning"]
+  assert (tmp_path / "v" / "victim.msgpack").is_file()
+
+
+def test_victim_training_that_diverges_names_the_learning_rate(tmp_path, capsys):
+  cfg = _config(T, "tiny", {"victim.lr": 1e8, "victim.epochs": 40, "chunk_epochs": 20})
+  line = _refused(capsys, lambda: T.job(cfg, str(tmp_path / "v")), cfg)
+  assert line.startswith("error: --config.victim.lr: training diverged"), line
+  assert (tmp_path / "v" / "victim_last_finite.msgpack").is_file()
+
+
+# ----------------------------------------------------------------------------- command line
+
+def _error_lines(err):
+  return [line for line in err.strip().splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize("name, must", [
+    ("help_reconstruct", ["num_restarts = 16", "victim.lr = 0.05", "tiny", "paper",
+                          "--config.NAME=VALUE", "--workdir", "--resume"]),
+    ("help_train_victim", ["victim.epochs = 10000", "chunk_epochs = 2000", "digits", "tiny"]),
+    ("help_toy_2d", ["n_train = 20", "lam_filter_frac = 0.1", "quick", "small"]),
+])
+def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
+  code, out, err, _ = procs(name)
+  assert code == 0, err[-2000:]
+  for s in must:
+    assert s in out, (s, out[-3000:])
+  assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("name, must", [
+    ("flag_not_an_int", ["--config.num_restarts=abc", "invalid literal"]),
+    ("flag_unknown_setting", ["--config.victim.widht", "no such setting",
+                              "did you mean --config.victim.widths"]),
+])
+def test_command_line_errors_are_one_line(procs, name, must):
+  code, _, err, workdir = procs(name)
+  assert code == 1 and "Traceback" not in err, err[-3000:]
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
+  for s in must:
+    assert s in lines[0], (s, lines[0])
+  assert not workdir.exists()
+
+
+def test_ctrl_c_is_one_line_exit_130_and_says_how_to_resume(procs):
+  """Also: no "Unable to initialize backend 'tpu'" line at the start of a run on a CPU."""
+  code, _, err, _ = procs("sigint")
+  assert code == 130, err[-3000:]
+  assert "Traceback" not in err and "Unable to initialize backend" not in err, err[-3000:]
+  last = err.strip().splitlines()[-1]
+  assert last.startswith("interrupted") and "--resume" in last, last
+  assert not _error_lines(err)

@@ -16,6 +16,8 @@ VARIANTS = {
     "anneal": {"anneal_alpha": 200.0},
     # The attacker also knows theta_0 and fits theta* - theta_0 (Loo et al.).
     "known_init": {"known_init": True},
+    # Runkel et al.'s setting: candidates start at unseen images of the disjoint partition.
+    "partition": {"init": "partition"},
     # Twice as many candidates (4n instead of 2n).
     "m4n": {"m_per_sample": 4},
     # lambda eliminated in closed form at every step (Iurada et al.). A step costs ~30x a KKT

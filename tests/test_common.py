@@ -1,0 +1,167 @@
+"""experiments/common.py: error lines, exit codes, help text, flag checks, file modes."""
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from experiments import common
+from experiments.configs import reconstruct as recon_configs
+from experiments.configs import victim as victim_configs
+from recon_jax import checkpoint, sweep
+from recon_jax.data import DataError
+from recon_jax.errors import ConfigError
+from recon_jax.train import TrainError
+
+
+def _line(e, cfg):
+  return common.error_line(e, cfg)
+
+
+@pytest.mark.parametrize("error, want", [
+    # the library's name first: replaced by the setting's
+    (ConfigError("lr_x must be > 0, got -0.1."), "error: --config.lr_x must be > 0, got -0.1."),
+    (ConfigError("lr must be a finite number > 0, got 0.0."),
+     "error: --config.victim.lr must be a finite number > 0, got 0.0."),
+    (ConfigError("m=15 must be a positive multiple of the 10 classes."),
+     "error: --config.m=15 must be a positive multiple of the 10 classes."),
+    (ConfigError("lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'."),
+     "error: --config.lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'."),
+    (ConfigError("victim.init must be one of ...", "victim.init"),
+     "error: --config.victim.init must be one of ..."),
+    (DataError("data_dir /x: no such directory", "data_dir"),
+     "error: --config.data_dir /x: no such directory"),
+    # a name that is not the message's first word: put in front
+    (ConfigError("the range is empty", argument="alpha"),
+     "error: --config.alpha: the range is empty"),
+    # the shortest setting wins: seed is the job's, not the victim's
+    (ConfigError("seed must be an integer >= 0, got -1."),
+     "error: --config.seed must be an integer >= 0, got -1."),
+    (ConfigError("data_seed must be an integer >= 0", "victim.data_seed"),
+     "error: --config.victim.data_seed must be an integer >= 0"),
+    # no setting of that name: the message as it is (a file, a run)
+    (checkpoint.CheckpointError("/x/v.msgpack: checkpoint file not found."),
+     "error: /x/v.msgpack: checkpoint file not found."),
+    (TrainError("training diverged (non-finite loss) in steps 0-10"),
+     "error: training diverged (non-finite loss) in steps 0-10"),
+    (ConfigError(""), "error: ConfigError"),
+])
+def test_error_line_names_the_setting(error, want):
+  assert _line(error, recon_configs.get_config("tiny")) == want
+
+
+def test_error_line_without_a_config_or_with_something_else():
+  e = ConfigError("lr must be > 0")
+  assert _line(e, None) == "error: lr must be > 0"
+  assert _line(e, True) == "error: lr must be > 0"  # a caller passing verbose by position
+  assert _line(ConfigError("first line\nsecond"), None) == "error: first line"
+
+
+def test_train_victim_config_maps_the_victim_names():
+  cfg = victim_configs.get_config("tiny")
+  assert _line(ConfigError("seed must be >= 0"), cfg) == (
+      "error: --config.victim.seed must be >= 0")
+  assert _line(ConfigError("epochs must be > 0"), cfg) == (
+      "error: --config.victim.epochs must be > 0")
+
+
+@pytest.mark.parametrize("raised, code, start", [
+    (ConfigError("steps must be > 0"), 1, "error: --config.steps must be > 0"),
+    (common.UserError("--workdir x is not empty"), 1, "error: --workdir x is not empty"),
+    (common.RunFailed("every restart diverged (2 of 2)"), 2, "error: every restart diverged"),
+    (KeyboardInterrupt(), 130, "interrupted"),
+])
+def test_main_guard_exit_codes_and_one_line(capsys, raised, code, start):
+  def fn():
+    raise raised
+  with pytest.raises(SystemExit) as e:
+    common.main_guard(fn, recon_configs.get_config("tiny"))
+  assert e.value.code == code
+  err = capsys.readouterr().err
+  assert err.startswith(start) and err.count("\n") == 1, err
+
+
+def test_main_guard_lets_bugs_through():
+  with pytest.raises(ZeroDivisionError):
+    common.main_guard(lambda: 1 / 0, None)
+
+
+def test_help_text_lists_every_setting_with_its_default_and_the_presets():
+  text = common.help_text("reconstruct", "lfw", argv=["prog", "--config=" + os.path.join(
+      common.CONFIG_DIR, "reconstruct.py:tiny")], doc="The binary.")
+  assert text.startswith("The binary.")
+  for preset in recon_configs.PRESETS:
+    assert preset in text
+  flat = common._flatten(recon_configs.get_config("tiny").to_dict())
+  for key in flat:
+    assert f"  {key} = " in text, key
+  assert "num_restarts = 2" in text and "victim.epochs = 400" in text  # the tiny preset's
+  assert "restarts R, batched in one compiled program" in text  # the config file's comment
+  assert "victim.lr = 0.05" in text and "gradient-descent learning rate" in text
+  assert "victim.msgpack, a PyTorch state dict" in text  # a comment continued on a second line
+  assert all(len(line) <= 100 for line in text.splitlines() if "usage" not in line
+             and "Presets" not in line), max(text.splitlines(), key=len)
+
+
+def test_unknown_setting_and_preset_are_refused_with_a_hint():
+  path = os.path.join(common.CONFIG_DIR, "reconstruct.py")
+  with pytest.raises(common.UserError, match=r"--config.stepz: no such setting; did you mean "
+                                             r"--config.steps"):
+    common._check_overrides(["prog", "--config.stepz=3"], path, "tiny")
+  common._check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
+  with pytest.raises(common.UserError, match="unknown preset 'huge'; choose from lfw"):
+    common.load_config(path, "huge")
+  with pytest.raises(common.UserError, match="no such config file"):
+    common.load_config("/nowhere/config.py", None)
+
+
+def test_flag_messages_are_one_clean_line():
+  from absl import flags
+  e = flags.IllegalFlagValueError("flag --config.x64=maybe: ('Non-boolean argument to boolean "
+                                  "flag', 'maybe')")
+  assert common._flag_message(e) == "--config.x64=maybe: expected true or false"
+
+
+def test_sweep_refuses_non_finite_ranges():
+  for text in ("nan", "inf", "-inf", "0.1:inf", "nan:1", "1:nan:lin"):
+    with pytest.raises(ConfigError, match="finite") as e:
+      sweep.parse_range("alpha", text, "lin")
+    assert e.value.argument == "alpha"
+  with pytest.raises(ConfigError, match="finite"):
+    sweep.random_search(0, 2, {"lr_x": (0.1, float("inf"), "lin")})
+  with pytest.raises(ConfigError, match="float32"):
+    sweep.random_search(0, 2, {"lr_x": (-1e308, 1e308, "lin")})
+  with pytest.raises(ConfigError, match="refine_alpha"):
+    sweep.refine({"alpha": np.ones(2)}, float("nan"), 0.1)
+  assert sweep.parse_range("lr_x", "0.1:0.5", "log") == (0.1, 0.5, "log")
+
+
+def _mode(path):
+  return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_written_files_are_readable_by_the_group_like_the_figures(tmp_path):
+  old = os.umask(0o022)
+  try:
+    common.write_json(str(tmp_path), "metrics.json", {"a": 1})
+    common.write_npz(str(tmp_path), "arrays.npz", x=np.zeros(2))
+    common.write_text(str(tmp_path), "table.tsv", "a\n")
+    checkpoint.save(str(tmp_path / "victim.msgpack"), {"w": np.ones(2)}, {})
+    for name in ("metrics.json", "arrays.npz", "table.tsv", "victim.msgpack"):
+      assert _mode(tmp_path / name) == 0o644, name
+    os.umask(0o077)  # the umask is respected
+    checkpoint.atomic_write_text(str(tmp_path / "private.txt"), "x")
+    assert _mode(tmp_path / "private.txt") == 0o600
+    os.chmod(tmp_path / "metrics.json", 0o640)  # a rewrite keeps the file's mode
+    common.write_json(str(tmp_path), "metrics.json", {"a": 2})
+    assert _mode(tmp_path / "metrics.json") == 0o640
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"a": 2}
+  finally:
+    os.umask(old)
+  assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+
+
+def test_expand():
+  assert common.expand("") == ""
+  assert common.expand("~/x") == os.path.join(os.path.expanduser("~"), "x")

@@ -11,8 +11,10 @@ from flax import serialization
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each, and a weight-decay phase so the
 # resume may land in either phase.
-FLAGS = ["--dataset=digits", "--n_per_class=3", "--widths=16,16", "--epochs=60000",
-         "--wd_epochs=20000", "--wd=0.01", "--chunk_epochs=200", "--save_every=1"]
+FLAGS = ["--config=experiments/configs/victim.py:digits", "--config.victim.n_per_class=3",
+         "--config.victim.widths=16,16", "--config.victim.epochs=60000",
+         "--config.victim.wd_epochs=20000", "--config.victim.wd=0.01",
+         "--config.chunk_epochs=200", "--config.save_every=1"]
 
 
 def _env():

@@ -33,7 +33,8 @@ from ml_collections import config_flags
 from recon_jax import checkpoint
 from recon_jax.errors import Error
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
+CONFIG_DIR = os.path.join(ROOT, "experiments", "configs")
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
 

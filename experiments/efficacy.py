@@ -15,6 +15,7 @@ efficacy.png (per-draw counts, attack vs baselines) and one reconstruction
 workdir per variant and draw.  --resume keeps finished draws and continues an
 interrupted one.
 """
+import json
 import os
 
 from absl import app, flags, logging
@@ -46,7 +47,7 @@ def run(cfg, workdir: str, variants, draws: int, first_draw: int, *,
         resume: bool = False) -> dict:
   """Runs every variant on draws ``first_draw .. first_draw + draws - 1``; writes the report."""
   from experiments import reconstruct
-  from recon_jax import efficacy
+  from recon_jax import claims, efficacy, plotting
   if draws < 1:
     raise common.UserError(f"--draws must be >= 1, got {draws}.")
   if first_draw < 0:
@@ -65,7 +66,6 @@ def run(cfg, workdir: str, variants, draws: int, first_draw: int, *,
       sub = common.inside(workdir, os.path.join(v, f"draw_{draw}"))
       done = os.path.join(sub, "metrics.json")
       if resume and os.path.isfile(done):
-        import json
         with open(done) as f:
           m = json.load(f)
       else:
@@ -83,41 +83,9 @@ def run(cfg, workdir: str, variants, draws: int, first_draw: int, *,
                                  confidence=cfg.confidence).items()}
              for v in variants[1:]}}
   common.write_json(workdir, "metrics.json", out)
-  common.write_text(workdir, "results.md", table(out, variants))
-  from recon_jax import plotting
+  common.write_text(workdir, "results.md", claims.efficacy_table(out, variants))
   plotting.efficacy_figure(common.inside(workdir, "efficacy.png"), out, variants)
   return out
-
-
-def _fmt(iv: dict, digits: int = 1) -> str:
-  if iv["n"] < 2:
-    return f"{iv['mean']:.{digits}f}"
-  return f"{iv['mean']:.{digits}f} [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]"
-
-
-def table(out: dict, variants) -> str:
-  """results.md: means and 95% intervals over draws, attack next to its baselines."""
-  n = out["n_train"]
-  lines = [f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
-           "mean [95% t interval] over draws.", "",
-           "| variant | strict pooled | strict attacker-selected | SSIM > 0.4 | mean-image "
-           "baseline strict | held-out baseline strict | oracle residual | time per draw (s) |",
-           "|---|---|---|---|---|---|---|---|"]
-  for v in variants:
-    a = out["variants"][v]
-    lines.append(f"| {v} | {_fmt(a['strict_pooled'])} | {_fmt(a['strict_selected'])} | "
-                 f"{_fmt(a['ssim_gt_0.4'])} | {_fmt(a['baseline_mean_strict'])} | "
-                 f"{_fmt(a['baseline_heldout_strict'])} | {_fmt(a['oracle_residual_rel'], 3)} | "
-                 f"{_fmt(a['time_s'], 0)} |")
-  paired = out.get("paired_vs_" + variants[0], {})
-  if paired:
-    lines += ["", f"Paired differences against `{variants[0]}` (same draws):", "",
-              "| variant | strict pooled | strict attacker-selected | verdict (pooled) |",
-              "|---|---|---|---|"]
-    for v, d in paired.items():
-      lines.append(f"| {v} | {_fmt(d['strict_pooled'])} | {_fmt(d['strict_selected'])} | "
-                   f"{d['strict_pooled']['verdict']} |")
-  return "\n".join(lines) + "\n"
 
 
 def main(argv):
@@ -133,7 +101,8 @@ def main(argv):
       variant_config(cfg, v)
     workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
     out = run(cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume)
-    print(table(out, variants))
+    from recon_jax import claims
+    print(claims.efficacy_table(out, variants))
     print(f"wrote {workdir}")
 
   common.main_guard(job, cfg, FLAGS.verbose)

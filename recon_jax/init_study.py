@@ -13,12 +13,15 @@ noise whatever ``l1`` is, so that row is one point).
 This module holds what the study adds to the library: its parts, one attack
 run each, and their victims (:func:`sub_runs`, :func:`bilevel_victim`,
 :func:`kkt_victim_config`), the KKT hyperparameter draws (:func:`kkt_hparams`),
-the check of a study configuration (:func:`validate`) and the paper's findings
-as testable criteria (:func:`findings`).  ``experiments/init_study.py`` runs it.
+the check of a study configuration (:func:`validate`), the paper's findings
+as testable criteria (:func:`findings`), one sub-run from victim to rows
+(:class:`Study`) and the study's summary.md (:func:`summary`).
+``experiments/init_study.py`` runs it.
 """
 from __future__ import annotations
 
 import math
+import os
 from typing import NamedTuple, Optional, Sequence
 
 import jax
@@ -295,3 +298,165 @@ def grid_table(rows: Sequence[dict], key: str, values: Sequence[float] = GRID_VA
           table[i, j] = np.nan if v is None else v
   return table
 
+
+class Study:
+  """The shared pieces of one study (data, points, noise references) and its sub-runs."""
+
+  def __init__(self, cfg, ds: data.Dataset):
+    self.cfg, self.ds = cfg, ds
+    self.l1, self.l2 = mix_points(cfg.grid)
+    self.idx = setting_index(self.l1, self.l2)
+    self.batching = loop.resolve_batching(cfg.batching)
+    # The "noise" reference set: U(0, 1) images, as many as training images.
+    self.noise = np.random.default_rng(cfg.seed + 99).uniform(size=ds.x_train.shape)
+    self._centred = None
+
+  def centred(self):
+    """The data as the KKT victim sees them (training mean subtracted), loaded once."""
+    if self._centred is None:
+      self._centred = victim.load_data(kkt_victim_config(self.cfg),
+                                       self.cfg.data_dir or None)
+      if not np.array_equal(self._centred.train_idx, self.ds.train_idx):
+        raise AssertionError("the KKT victim's training set differs from the study's")
+    return self._centred
+
+  def run(self, sub: SubRun, *, state_path: str, resume: bool):
+    """One sub-run: victim -> attack -> rows -> ``(entry, x [R, m, ...])``.
+
+    The attack saves its state to ``state_path`` every ``cfg.save_every``
+    chunks; with ``resume`` (and that file present) it continues from there.
+    """
+    import time
+
+    from absl import logging
+
+    from recon_jax import diagnostics, losses, pipeline
+    from recon_jax.eval import nearest
+    cfg, ds = self.cfg, self.ds
+    t0 = time.time()
+    dtype = pipeline.float_dtype()
+    sel = np.arange(len(self.l1)) if sub.grid else np.array(sorted(self.idx.values()))
+    l1, l2 = self.l1[sel], self.l2[sel]
+    hp = {"mix_l1": jnp.asarray(l1, dtype), "mix_l2": jnp.asarray(l2, dtype)}
+    n = len(ds.x_train)
+    entry = {"attack": sub.attack, "arch": sub.arch, "act": sub.act}
+    if sub.attack == "bilevel":
+      apply_fn, params, vsum = bilevel_victim(
+          sub.arch, sub.act, ds, width=cfg.bilevel_width, wd=cfg.bilevel_wd,
+          tol=cfg.bilevel_victim_tol, maxiter=cfg.bilevel_victim_maxiter, seed=sub.seed,
+          dtype=dtype, use_cache=cfg.use_cache)
+      attack = bilevel.bilevel_attack(
+          apply_fn, "logistic", wd=cfg.bilevel_wd, inner_maxiter=cfg.bilevel_inner_maxiter,
+          inner_tol=cfg.bilevel_inner_tol, hessian_solve=cfg.bilevel_hessian_solve,
+          theta0=cfg.bilevel_theta0,
+          restart_from_target_each_step=cfg.bilevel_restart_from_target,
+          optimizer=cfg.bilevel_optimizer)
+      target = pipeline.make_target(params, ds.y_train, dtype=dtype)
+      x_init = inits.mix(ds.x_train, ds.x_part, n, dtype=dtype)
+      hp["lr_x"] = jnp.asarray(np.full(len(sel), cfg.bilevel_lr_x), dtype)
+      steps, offset, draws = cfg.bilevel_steps, 0.0, {}
+      metric_keys = ("param_dist", "inner_grad_norm", "inner_iters")
+    else:
+      dsc = self.centred()
+      vic = pipeline.load_or_train_victim(kkt_victim_config(cfg), dsc,
+                                          use_cache=cfg.use_cache)
+      params = vic.params
+      vsum = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
+      attack = kkt.kkt_attack(vic.apply_fn, "binary")
+      target = pipeline.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
+      x_init = inits.mix(dsc.x_train, dsc.x_part, n, offset=dsc.mean, dtype=dtype)
+      draws = kkt_hparams(cfg, len(sel))
+      hp.update({k: jnp.asarray(v, dtype) for k, v in draws.items()})
+      steps, offset = cfg.kkt_steps, np.asarray(dsc.mean, np.float64)
+      metric_keys = ("stat_rel",)
+    entry["victim"] = vsum
+    entry["theta_star_sq_norm"] = float(losses.tree_sq_norm(target.params))
+    entry["victim_s"] = time.time() - t0
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(sub.seed), 1), len(sel))
+    out = pipeline.run_attack(attack, x_init, keys, [(steps, hp)], target,
+                              chunk_steps=min(cfg.chunk_steps, steps), batching=self.batching,
+                              state_path=state_path, save_every=cfg.save_every,
+                              resume=resume and os.path.isfile(state_path),
+                              save_meta={"sub_run": sub.name})
+    x_rec = np.asarray(out.candidates, np.float64) + offset
+    last = out.chunks[-1]
+    entry["precision_warning"] = diagnostics.float32_floor_warning(out.chunks, dtype)
+    refs = {"train": ds.x_train, "partition": ds.x_part, "noise": self.noise}
+    rows = []
+    for j in range(len(sel)):
+      row = {"l1": float(l1[j]), "l2": float(l2[j])}
+      row.update(nearest.summary(x_rec[j], refs))
+      row.update({k: last[k][j] for k in metric_keys})
+      row.update({k: float(v[j]) for k, v in draws.items()})
+      row["final_loss"] = float(out.final_loss[j])
+      row["diverged"] = bool(out.diverged[j])
+      rows.append(row)
+    sub_idx = {k: int(np.flatnonzero(sel == v)[0]) for k, v in self.idx.items()}
+    entry.update(
+        settings={k: rows[v] for k, v in sub_idx.items()}, grid=bool(sub.grid), points=rows,
+        steps=int(steps),
+        findings=findings(rows, sub_idx, l1, l2, entry["theta_star_sq_norm"],
+                                     sub.attack, sub.grid),
+        compile_s=out.compile_s, run_s=out.run_s, wall_s=time.time() - t0)
+    logging.info("%s done in %.1fs", sub.name, time.time() - t0)
+    return entry, x_rec
+
+
+# The paper's findings in the order summary.md lists them.
+FINDING_ORDER = ("random_to_noise", "ground_truth_recovered", "partition_returns_init",
+                 "lambda1_below_half_nearer_partition")
+
+
+def _num(v, fmt: str) -> str:
+  """``v`` formatted, or "-" for None."""
+  return "-" if v is None else format(v, fmt)
+
+
+def summary(cfg, metrics: dict) -> str:
+  """summary.md of a study: the Table 1 analogue, the findings and their criteria.
+
+  ``cfg``: the study's config; ``metrics``: its metrics.json.
+  """
+  lines = [f"# Initialisation study (Runkel et al. 2024, §4.3-4.5) on {metrics['dataset']}", "",
+           f"n = {metrics['n_train']} training images, bilevel wd = {cfg.bilevel_wd}, "
+           f"bilevel steps = {cfg.bilevel_steps}, KKT steps = {cfg.kkt_steps}, "
+           f"{'the 21-point eq. (10) grid' if cfg.grid else 'the three settings'}; backend "
+           f"{metrics['backend']} ({metrics['batching']}, x64 {metrics['x64']}), wall "
+           f"{metrics['wall_s']:.0f} s.", "",
+           "## Where the reconstructions end up (paper Table 1: ||theta* - theta(x)||^2 on "
+           "CIFAR-10, affine / one-hidden ReLU 6144)", "",
+           "L2 X: mean distance of a reconstruction to its nearest image of X (train: the "
+           "training set, part: the disjoint partition, noise: U(0, 1) images).", "",
+           "| sub-run | victim grad E | setting | param dist | rel. | inner grad / stat_rel | "
+           "L2 train | L2 part | L2 noise | SSIM train | SSIM part | paper |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for name, r in metrics["sub_runs"].items():
+    gnorm = r["victim"].get("grad_norm")
+    for s in SETTINGS:
+      row = r["settings"][s]
+      pd, norm = row.get("param_dist"), r["theta_star_sq_norm"]
+      rel = pd / norm if pd is not None and norm else None
+      paper = (PAPER_TABLE1["affine" if r["arch"] == "affine" else "one_hidden"][s]
+               if r["attack"] == "bilevel" else None)
+      inner = row.get("inner_grad_norm", row.get("stat_rel"))
+      lines.append(
+          f"| {name} | {_num(gnorm, '.1e')} | {s} | {_num(pd, '.3g')} | {_num(rel, '.1e')} | "
+          f"{_num(inner, '.1e')} | {_num(row['l2_train'], '.3g')} | "
+          f"{_num(row['l2_partition'], '.3g')} | {_num(row['l2_noise'], '.3g')} | "
+          f"{_num(row['ssim_train'], '.3f')} | {_num(row['ssim_partition'], '.3f')} | "
+          f"{_num(paper, '.2e')} |")
+  lines += ["", "## Paper findings: reproduced here?", ""]
+  for name, r in metrics["sub_runs"].items():
+    for fname in FINDING_ORDER:
+      f = r["findings"][fname]
+      if f["reproduced"] is None:
+        lines.append(f"- {name} / {fname}: {f['evidence']}")
+      else:
+        lines.append(f"- {name} / {fname}: **{'yes' if f['reproduced'] else 'no'}** "
+                     f"({f['evidence']})")
+  lines += ["", "Criteria: random -> noise: nearer to a U(0, 1) image than to any training "
+            "image (bilevel: and relative parameter distance < 1e-2); ground truth recovered: "
+            "mean nearest-train L2 < 0.1 x that of the random init; partition: nearer to the "
+            "partition than to the training set; lambda1 < 0.5: every such grid point "
+            "(lambda2 > 0) nearer to the partition.", ""]
+  return "\n".join(lines)

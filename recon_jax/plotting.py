@@ -139,11 +139,14 @@ def reconstruction_figure(
   k: int = 45,
   title: Optional[str] = None,
 ) -> None:
-  """Haim Fig. 3 layout from an `EvalResult`, plus the held-out check.
+  """Haim Fig. 3 layout from an `EvalResult`, plus the held-out check, readable on its own.
 
-  Row 1: the k best reconstructions (by SSIM), titled with their SSIM and a
-  '*' when strictly recovered; row 2: their training images; row 3: the
-  nearest held-out image of each reconstruction, titled with that SSIM.
+  Row 1: the best reconstruction of each shown training image, best first,
+  titled with its SSIM to that image and a '*' when strictly recovered; row 2:
+  the training images; row 3: for each reconstruction the held-out image (never
+  seen by the victim) it resembles most, titled with that SSIM.  Rows longer
+  than 15 images wrap into blocks.  The title says how many images are shown
+  and the result; a caption under the grid says what the rows and numbers are.
 
   Args:
     path: Output PNG path.
@@ -152,31 +155,65 @@ def reconstruction_figure(
     x_heldout_disp: Held-out images for display [h, H, W, C] in [0, 1],
       or None to omit row 3.
     k: Number of reconstructions shown (capped at n).
-    title: Optional figure title; a default with the strict count is used.
+    title: Optional first title line (default: which images are shown).
   """
-  order = np.asarray(result.order)[: max(1, min(int(k), int(result.n_train)))]
-  x_train_disp = np.asarray(x_train_disp)
-  rows = [np.asarray(result.recon)[order], x_train_disp[order]]
-  titles: list[Optional[list[str]]] = [
-    [
-      f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}"
-      for i in order
-    ],
-    None,
-  ]
-  labels = ["recon", "train"]
+  import textwrap
+  n = int(result.n_train)
+  order = np.asarray(result.order)[: max(1, min(int(k), n))]
+  rows = [np.asarray(result.recon)[order], np.asarray(x_train_disp)[order]]
+  numbers = [[f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}"
+              for i in order], None]
+  labels = ["best\nreconstruction", "training\nimage"]
   near = np.asarray(result.nearest_heldout_idx)[order]
-  if x_heldout_disp is not None and np.all(near >= 0):
+  held = x_heldout_disp is not None and np.all(near >= 0)
+  if held:
     rows.append(np.asarray(x_heldout_disp)[near])
-    titles.append([f"{result.ssim_heldout_max[i]:.2f}" for i in order])
-    labels.append("held-out")
-  if title is None:
-    title = (
-      f"top {len(order)} by SSIM; strict recovered "
-      f"{result.recovered_strict}/{result.n_train} "
-      f"(SSIM >= {result.ssim_threshold:.2f} and > nearest held-out; '*')"
-    )
-  image_grid(path, rows, row_labels=labels, col_titles=titles, title=title)
+    numbers.append([f"{result.ssim_heldout_max[i]:.2f}" for i in order])
+    labels.append("nearest\nheld-out")
+  shown = (f"all {n} training images" if len(order) == n
+           else f"the {len(order)} of {n} training images reconstructed best")
+  head = [title or f"Reconstructions of {shown}, best first",
+          f"strictly recovered: {result.recovered_strict}/{n}"]
+  notes = [f"Row 1: the reconstruction of the training image under it (row 2); the number over "
+           f"it is their SSIM (1 = identical); * = strictly recovered: SSIM >= "
+           f"{result.ssim_threshold:.2f} and higher than its SSIM with every held-out image."]
+  if held:
+    notes.append("Row 3: the held-out image (never seen by the victim) most similar to the "
+                 "reconstruction, with that SSIM over it. A reconstruction no closer to its "
+                 "training image than to this unseen one shows no memorised data.")
+  n_cols = min(len(order), DEFAULT_MAX_COLS)
+  n_blocks = math.ceil(len(order) / n_cols)
+  width = max(1.0 * n_cols + 1.0, 6.0)
+  chars = int(width * 15)
+  head_lines = sum(len(textwrap.wrap(t, int(width * 11))) for t in head)
+  caption = "\n".join(textwrap.fill(t, chars) for t in notes)
+  grid_h, head_h = 1.2 * n_blocks * len(rows), 0.28 * head_lines + 0.1
+  cap_h = 0.16 * (caption.count("\n") + 1) + 0.15
+  height = grid_h + head_h + cap_h
+  fig, axes = plt.subplots(n_blocks * len(rows), n_cols, figsize=(width, height), squeeze=False)
+  for b in range(n_blocks):
+    for r, row in enumerate(rows):
+      for c in range(n_cols):
+        ax = axes[b * len(rows) + r, c]
+        j = b * n_cols + c
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for spine in ax.spines.values():
+          spine.set_visible(False)
+        if j < len(row):
+          img, cmap = _to_display(row[j])
+          ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+          if numbers[r] is not None:
+            ax.set_title(numbers[r][j], fontsize=7, pad=2)
+        if c == 0:
+          ax.set_ylabel(labels[r], fontsize=7.5)
+  left = 0.9 / width
+  fig.subplots_adjust(left=left, right=1 - 0.1 / width, top=1 - head_h / height,
+                      bottom=cap_h / height, wspace=0.05, hspace=0.35)
+  fig.suptitle("\n".join(textwrap.fill(t, int(width * 11)) for t in head), fontsize=10,
+               y=1 - 0.05 / height, va="top")
+  fig.text(0.1 / width, 0.05 / height, caption, fontsize=7, ha="left", va="bottom")
+  _save(fig, path)
 
 
 def ssim_vs_margin(
@@ -187,34 +224,43 @@ def ssim_vs_margin(
   strict_mask: Optional[Any] = None,
   title: Optional[str] = None,
 ) -> None:
-  """Scatter of per-sample SSIM against the margin y * Phi(x) (Haim Fig. 4).
+  """Scatter of per-sample SSIM against the margin y * Phi(x) (Haim Fig. 4), readable alone.
 
   Args:
     path: Output PNG path.
     margins: [n] margins y_i * Phi(theta; x_i).
     ssim: [n] best SSIM per training sample.
-    threshold_lines: SSIM values drawn as dashed horizontal lines.
+    threshold_lines: SSIM values drawn as labelled horizontal lines: 0.4 is
+      Haim et al.'s "recovered" level, any other the strict threshold.
     strict_mask: Optional [n] bool; strictly recovered samples highlighted.
-    title: Optional axes title.
+    title: Optional title (default: what the plot shows).
   """
   margins = np.asarray(margins, dtype=np.float64).reshape(-1)
   ssim = np.asarray(ssim, dtype=np.float64).reshape(-1)
-  fig, ax = plt.subplots(figsize=(4.5, 3.5))
+  fig, ax = plt.subplots(figsize=(5.6, 4.2))
   if strict_mask is None:
-    ax.scatter(margins, ssim, s=10, c="tab:blue", label="train sample")
+    ax.scatter(margins, ssim, s=14, c="tab:blue", label="training image")
   else:
     strict_mask = np.asarray(strict_mask, dtype=bool).reshape(-1)
-    ax.scatter(margins[~strict_mask], ssim[~strict_mask], s=10, c="tab:gray",
-          label="not strictly recovered")
-    ax.scatter(margins[strict_mask], ssim[strict_mask], s=14, c="tab:red",
-          label="strictly recovered")
-  for t in threshold_lines:
-    ax.axhline(float(t), ls="--", lw=0.8, c="k")
-  ax.set_xlabel(r"margin $y\,\Phi(\theta; x)$")
-  ax.set_ylabel("SSIM of best reconstruction")
-  if title:
-    ax.set_title(title)
-  ax.legend(fontsize=7, loc="best")
+    ax.scatter(margins[~strict_mask], ssim[~strict_mask], s=14, c="tab:gray",
+               label=f"not strictly recovered ({int((~strict_mask).sum())})")
+    ax.scatter(margins[strict_mask], ssim[strict_mask], s=18, c="tab:red",
+               label=f"strictly recovered ({int(strict_mask.sum())})")
+  styles = iter([("--", "k"), (":", "tab:red"), ("-.", "tab:purple")])
+  for t in sorted({float(v) for v in threshold_lines}):
+    ls, colour = next(styles, ("--", "k"))
+    name = ("SSIM 0.4 (Haim et al.)" if np.isclose(t, 0.4) else f"strict threshold {t:.2f}")
+    if np.isclose(t, 0.4) and len(set(threshold_lines)) == 1 and strict_mask is not None:
+      name = "SSIM 0.4 (Haim et al.; also the strict threshold)"
+    ax.axhline(t, ls=ls, lw=1.0, c=colour, label=name)
+  ax.set_xlabel(r"margin $y\,\Phi(\theta; x)$ of the training image (small: on the margin)")
+  ax.set_ylabel("SSIM of its best reconstruction")
+  finite = ssim[np.isfinite(ssim)]
+  ax.set_ylim(min(-0.05, float(finite.min()) - 0.05) if finite.size else -0.05, 1.05)
+  ax.set_title(title or f"Reconstruction quality vs margin, {ssim.size} training images\n"
+               "(Haim et al. Fig. 4: samples on the margin are reconstructed best)", fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7, loc="best", framealpha=0.9)
   _save(fig, path, dpi=120)
 
 
@@ -502,3 +548,106 @@ def efficacy_figure(path: Union[str, os.PathLike], out: Mapping[str, Any],
   ax.legend(fontsize=7, loc="upper right")
   ax.grid(axis="y", alpha=0.3)
   _save(fig, path)
+
+
+def toy_figure(path: Union[str, os.PathLike], cfg, ds, vic, metrics: Mapping[str, Any],
+               candidates, x0, labels, after_filter, kept) -> None:
+  """toy_2d.png: data, decision regions and the selected restart's candidates, step by step.
+
+  ``cfg``: the toy's config; ``ds``/``vic``: its data set and victim;
+  ``metrics``: its metrics.json; the rest: the attack's candidates, starting
+  points, candidate labels and the masks of the lambda filter and de-duplication.
+  """
+  import jax.numpy as jnp
+
+  from recon_jax import pipeline
+  n, r = cfg.n_train, metrics["selected_restart"]
+  g = np.linspace(-1.6, 1.6, 121)
+  gx, gy = np.meshgrid(g, g)
+  grid = jnp.asarray(np.stack([gx.ravel(), gy.ravel()], 1), pipeline.float_dtype())
+  params = pipeline.cast_params(vic.params)
+  out = np.asarray(vic.apply_fn(params, grid, None))[:, 0].reshape(gx.shape)
+  train = {"train": ds.x_train, "train_labels": ds.y_train}
+  panels = [
+      {"title": f"(a) the {n} training points", **train},
+      {"title": "(b) the victim's decision regions\n(red: output > 0, blue: < 0)", **train,
+       "field": (g, g, np.tanh(out / (np.abs(out).max() + 1e-12)))},
+  ]
+  net = f"a 2-{cfg.width}-{cfg.width}-1 ReLU net"
+  if r is None:
+    title = (f"Haim et al. §4: {n} points on the unit circle, {net}: all "
+             f"{cfg.num_restarts} restarts of the attack diverged")
+  else:
+    f, k = after_filter[r], kept[r]
+    row = metrics["per_restart"][r]
+    panels += [
+        {"title": f"(c) start: {cfg.m} candidates ~ N(0, σ²)", **train, "points": x0[r],
+         "labels": labels},
+        {"title": f"(d) after the attack: all {cfg.m} candidates", **train,
+         "points": candidates[r], "labels": labels},
+        {"title": f"(e) λ filter: the {int(f.sum())} with\nλ ≥ {cfg.lam_filter_frac:g} × max λ "
+                  "(λ ≈ 0: no information)", **train, "points": candidates[r][f],
+         "labels": labels[f]},
+        {"title": f"(f) de-duplicated (radius {cfg.dedup_radius:g}):\n{int(k.sum())} kept, "
+                  f"{row['recovered']}/{n} within {cfg.tol:g} of a training point", **train,
+         "points": candidates[r][k], "labels": labels[k]},
+    ]
+    title = (f"Haim et al. §4: reconstructing {n} training points on the unit circle from {net}"
+             f"\nrestart {r} of {cfg.num_restarts} (the attacker's pick: lowest final loss): "
+             f"{metrics['recovered']}/{n} recovered within {cfg.tol:g}; best restart "
+             f"{metrics['recovered_best_restart']}/{n}, all restarts pooled "
+             f"{metrics['recovered_pooled']}/{n}")
+  points_2d_panels(path, panels, title=title, ncols=3)
+
+
+def init_study_figures(workdir: Union[str, os.PathLike], metrics: Mapping[str, Any],
+                       arrays: Mapping[str, np.ndarray], x_train: np.ndarray,
+                       x_part: np.ndarray) -> None:
+  """The init study's figures, from the rows of its metrics.json and the reconstructions.
+
+  Per sub-run: <name>_settings.png (the three settings' reconstructions) and,
+  with the grid, <name>_heatmap_{train,partition,noise}.png,
+  <name>_partition_to_gt.png and <name>_noise_to_gt.png.  ``arrays``:
+  ``{<name>_x: [R, m, ...]}``.
+  """
+  from recon_jax import init_study
+  k = min(10, len(x_train))
+  for name, r in metrics["sub_runs"].items():
+    x = arrays[f"{name}_x"]
+    points = r["points"]
+    at = {(p["l1"], p["l2"]): j for j, p in enumerate(points)}
+    order = [(s, at[r["settings"][s]["l1"], r["settings"][s]["l2"]])
+             for s in init_study.SETTINGS]
+    rows = [x_train[:k], x_part[:k]] + [np.clip(x[j][:k], 0, 1) for _, j in order]
+    labels = ["train", "partition"] + [f"from {s.replace('_', ' ')}" for s, _ in order]
+    image_grid(os.path.join(workdir, f"{name}_settings.png"), rows, row_labels=labels,
+               title=f"{name}: reconstructions from the three starts\n(first {k} "
+                     f"of {x.shape[1]}; top rows: the training images, the partition)")
+    if not r["grid"]:
+      continue
+    vals = list(init_study.GRID_VALUES)
+    note = ("Blank cells: grid points not run. At lambda2 = 0 the start is pure noise "
+            "whatever lambda1 is, so only lambda1 = 0 is run there.")
+    for ref, what in (("train", "training image"), ("partition", "partition image"),
+                      ("noise", "U(0, 1) noise image")):
+      heatmap(
+          os.path.join(workdir, f"{name}_heatmap_{ref}.png"),
+          init_study.grid_table(points, f"l2_{ref}", vals), vals, vals,
+          "lambda1 (0: partition, 1: ground truth)", "lambda2 (0: noise, 1: no noise)",
+          f"{name}: distance of the reconstructions to the nearest {what}",
+          colorbar_label=f"mean L2 to the nearest {what}", note=note, origin="lower")
+    p = sorted([g for g in points if abs(g["l2"] - 1) < 1e-9], key=lambda g: g["l1"])
+    line_plot(
+        os.path.join(workdir, f"{name}_partition_to_gt.png"), [g["l1"] for g in p],
+        {"to the nearest training image": [g["l2_train"] for g in p],
+         "to the nearest partition image": [g["l2_partition"] for g in p]},
+        "lambda1 at lambda2 = 1 (0: partition start, 1: ground-truth start)",
+        "mean L2 distance", f"{name}: from partition to ground-truth starts (Fig. 11)")
+    g = sorted([g for g in points if abs(g["l1"] - 1) < 1e-9 or g["l2"] == 0],
+               key=lambda g: g["l2"])
+    line_plot(
+        os.path.join(workdir, f"{name}_noise_to_gt.png"), [v["l2"] for v in g],
+        {"to the nearest training image": [v["l2_train"] for v in g],
+         "to the nearest noise image": [v["l2_noise"] for v in g]},
+        "lambda2 at lambda1 = 1 (0: noise start, 1: ground-truth start)",
+        "mean L2 distance", f"{name}: from noise to ground-truth starts (Fig. 12)")

@@ -47,6 +47,7 @@ def test_anneal_rises_geometrically_to_the_end_value():
 
 def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
+  cfg.base.identify = False  # covered by test_identification; slow at this size
   out = harness.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3)
   assert out["draws"] == [3, 4]
   for v in ("default", "m4n"):

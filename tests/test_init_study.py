@@ -19,7 +19,7 @@ import pytest
 
 from experiments import init_study as binary
 from experiments.configs import init_study as configs
-from recon_jax import data, init_study
+from recon_jax import data, init_study, plotting
 from recon_jax.errors import ConfigError
 from recon_jax.eval import nearest
 
@@ -224,7 +224,8 @@ def test_figures_of_a_grid_study(tmp_path):
           zip(l1, l2)]
   entry = {"grid": True, "points": rows, "settings": {k: rows[v] for k, v in idx.items()}}
   x = np.random.default_rng(0).uniform(size=(len(rows), *ds.x_train.shape))
-  binary.figures(str(tmp_path), {"sub_runs": {"s": entry}}, {"s_x": x}, ds)
+  plotting.init_study_figures(str(tmp_path), {"sub_runs": {"s": entry}}, {"s_x": x},
+                              ds.x_train, ds.x_part)
   want = {"s_settings.png", "s_partition_to_gt.png", "s_noise_to_gt.png"} | {
       f"s_heatmap_{r}.png" for r in ("train", "partition", "noise")}
   assert set(os.listdir(tmp_path)) == want

@@ -8,6 +8,7 @@ import pytest
 
 from experiments import common, reproduce
 from experiments.configs import reproduce as configs
+from recon_jax import claims
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 
@@ -22,13 +23,13 @@ def eff(strict, heldout=None, mean=None, n=20, dataset="lfw", **per_draw):
               "baseline_mean_ssim_gt_0.4", "baseline_heldout_strict",
               "baseline_heldout_ssim_gt_0.4", "oracle_residual_rel", "time_s")}
   for v in default.values():
-    v.update(reproduce._iv(v["per_draw"]))
+    v.update(claims.interval(v["per_draw"]))
   return {"draws": list(range(k)), "n_train": n, "variants": {"default": default},
           "dataset": dataset, "pick_same": [True, False] * (k // 2)}
 
 
 def one(kind, *runs):
-  [row] = reproduce.evaluate(kind, list(runs), 0.95)
+  [row] = claims.evaluate(kind, list(runs), 0.95)
   return row
 
 
@@ -85,11 +86,11 @@ def test_toy_and_init_study_verdicts_over_seeds():
     return [{"sub_runs": {"kkt": {"findings": {
         "ground_truth_recovered": {"reproduced": h, "evidence": f"e{i}"},
         "grid": {"reproduced": None, "evidence": "no grid"}}}}} for i, h in enumerate(held)]
-  rows = reproduce.evaluate("findings", [study(True, True, True)], 0.95)
+  rows = claims.evaluate("findings", [study(True, True, True)], 0.95)
   assert [(r["claim"], r["verdict"]) for r in rows] == [
       ("kkt: ground truth recovered", "yes"), ("kkt: grid", "not run (no grid)")]
   assert rows[0]["statistic"] == "seed 0: e0"
-  [r, _] = reproduce.evaluate("findings", [study(True, False, True)], 0.95)
+  [r, _] = claims.evaluate("findings", [study(True, False, True)], 0.95)
   assert r["verdict"] == "no" and r["attack"] == "holds in 2/3 seeds"
 
 
@@ -104,19 +105,21 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   cfg = configs.get_config("default")
   results = _results()
   results["partition_init"] = dict(results["main_faces"], alias="main_faces")
-  rows = reproduce.claims(cfg, results, ["main", "attacker"])
+  rows = claims.claims(configs.CLAIMS, results, ["main", "attacker"], cfg.confidence)
   by = {(r["criterion"], r["runs"][0]): r for r in rows}
   assert by["leak_quarter", "main_faces"]["verdict"] == "yes"
   assert by["leak_quarter", "main_faces"]["claim"].startswith("lfw: a substantial")
   assert by["leak_quarter", "main_digits"]["verdict"] == "not run (main_digits FAILED)"
-  assert by["partition", "partition_init"]["verdict"] == reproduce.NEW
-  rows = reproduce.claims(cfg, {"main_faces": results["main_faces"]}, ["main"])
+  assert by["partition", "partition_init"]["verdict"] == claims.NEW
+  rows = claims.claims(configs.CLAIMS, {"main_faces": results["main_faces"]}, ["main"],
+                      cfg.confidence)
   assert rows[1]["verdict"] == "not run (main_digits not in the sections)"
 
   (tmp_path / "main_faces").mkdir()
   (tmp_path / "main_faces" / "efficacy.png").write_bytes(b"png")
-  md = reproduce.markdown(cfg, str(tmp_path), results, reproduce.claims(
-      cfg, results, ["main", "attacker"]), ["main", "attacker"], 90.0, "python -m x", False)
+  md = claims.report(cfg, str(tmp_path), results, claims.claims(
+      configs.CLAIMS, results, ["main", "attacker"], cfg.confidence), ["main", "attacker"],
+      configs.SECTIONS, 90.0, "python -m x", False)
   assert "Regenerate with `python -m x` (1.5 min)" in md and "Partial" not in md
   assert ("| 2 | lfw: a substantial fraction of the training images is reconstructed, above the "
           "baselines (Figs 3-4) | large portion, n = 500 | strict pooled 6.4 [") in md

@@ -118,7 +118,8 @@ def single_process(tmp_path_factory):
   _wait([_run(["single", out], env)])
   with open(out + ".0.json") as f:
     info = json.load(f)
-  return info, dict(np.load(out + ".npz"))
+  with np.load(out + ".npz") as z:
+    return info, {k: z[k] for k in z.files}
 
 
 def test_sharded_run_uses_four_devices(single_process):
@@ -161,7 +162,8 @@ def test_two_processes_gather_to_process_zero(single_process, tmp_path):
       info = json.load(f)
     assert info["process_count"] == 2 and info["device_count"] == 4
     assert info["x_devices"] == 4  # the restarts span both processes' devices
-  got = np.load(out + ".npz")
+  with np.load(out + ".npz") as z:
+    got = {k: z[k] for k in z.files}
   for k in ("x", "lam", "loss"):
     np.testing.assert_allclose(got[f"gathered_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
                                err_msg=k)

@@ -19,6 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
+
+def _npz(path):
+  """The arrays of an npz file, read and closed (an open NpzFile warns when collected)."""
+  with np.load(path) as z:
+    return {k: z[k] for k in z.files}
+
 def _cache(tmp_path, monkeypatch):
   monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))
 
@@ -136,14 +142,14 @@ def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   for row in saved["per_restart"]:
     # the lambda filter and de-duplication only ever remove candidates
     assert row["diverged"] or 0 < row["n_kept"] <= row["n_after_filter"] <= cfg.m
-  z = np.load(tmp_path / "reconstructions.npz")
+  z = _npz(tmp_path / "reconstructions.npz")
   assert z["x"].shape == (2, 8, 2) and z["x_train"].shape == (4, 2)
   assert not np.any(z["kept"] & ~z["after_filter"])
   # the pooled kept set contains the selected restart's, the best restart is at least as good
   assert out["recovered_pooled"] >= out["recovered_best_restart"] >= out["recovered"]
   # resuming a finished run takes no more steps and reports the same
   again = toy_2d.run(cfg, str(tmp_path), resume=True)
-  np.testing.assert_array_equal(np.load(tmp_path / "reconstructions.npz")["x"], z["x"])
+  np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["x"], z["x"])
   assert again["per_restart"] == out["per_restart"]
 
 
@@ -161,7 +167,7 @@ def test_small_toy_run_recovers_most_points(tmp_path):
   assert out["recovered"] >= 6, out["per_restart"]
   assert out["median_distance"] < 0.05
   assert out["at_init"]["recovered"] <= 1  # the starting points were not already there
-  z = np.load(tmp_path / "reconstructions.npz")
+  z = _npz(tmp_path / "reconstructions.npz")
   r = out["selected_restart"]
   d0 = np.sqrt(((z["x_train"][:, None] - z["x0"][r][None]) ** 2).sum(-1)).min(1)
   assert np.sum(d0 < cfg.tol) <= 1

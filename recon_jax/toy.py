@@ -1,0 +1,102 @@
+"""The 2-D toy of Haim et al. 2022 §4 (Fig. 2): its settings, its victim and its scoring.
+
+``experiments/toy_2d.py`` trains a 2-W-W-1 ReLU victim on n points of the unit
+circle with alternating labels and runs the KKT attack with no prior from
+Gaussian starting points; this module checks its settings (:func:`validate`),
+describes its victim (:func:`victim_config`) and scores the attack's candidates
+(:func:`score`, with :mod:`recon_jax.eval.points`).
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from recon_jax import models, pipeline, sweep, victim
+from recon_jax.attacks import kkt
+from recon_jax.errors import ConfigError
+from recon_jax.eval import points
+
+RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
+# The victim's init schemes that need no extra scale ('normal' needs init_std).
+VICTIM_INITS = ("torch", "kaiming", "uniform")
+VICTIM_ADAPTIVE = ("none", "loss", "grad")
+
+
+def validate(cfg) -> tuple:
+  """Checks every setting of a toy config before any work; returns ``(hparams, stages, labels)``.
+
+  A bad setting raises :class:`ConfigError` whose message starts with the
+  setting's name (``n_train must be even ...``); the attack's ranges and
+  refinement settings are checked by :mod:`recon_jax.sweep` and
+  :func:`recon_jax.attacks.kkt.check_hparams`, which name theirs too.
+  """
+  def refuse(name: str, message: str):
+    raise ConfigError(f"{name} {message}", argument=name)
+
+  n = cfg.n_train
+  if isinstance(n, bool) or not isinstance(n, int) or n < 2 or n % 2:
+    refuse("n_train", f"must be even and >= 2, got {n}.")
+  if cfg.width < 1:
+    refuse("width", f"must be >= 1, got {cfg.width}.")
+  if cfg.victim_init not in VICTIM_INITS:
+    refuse("victim_init", f"must be one of {', '.join(VICTIM_INITS)}, got {cfg.victim_init!r}.")
+  if cfg.victim_bias not in models.BIAS_MODES:
+    refuse("victim_bias", f"must be one of {', '.join(models.BIAS_MODES)}, "
+           f"got {cfg.victim_bias!r}.")
+  if cfg.victim_adaptive not in VICTIM_ADAPTIVE:
+    refuse("victim_adaptive", f"must be one of {', '.join(VICTIM_ADAPTIVE)}, "
+           f"got {cfg.victim_adaptive!r}.")
+  for name in ("victim_init_gain", "victim_lr", "victim_epochs", "num_restarts", "steps",
+               "chunk_steps", "tol"):
+    if not cfg[name] > 0:
+      refuse(name, f"must be > 0, got {cfg[name]}.")
+  for name in ("theta_norm", "lam_filter_frac", "dedup_radius", "save_every"):
+    if not cfg[name] >= 0:
+      refuse(name, f"must be >= 0, got {cfg[name]}.")
+  if cfg.theta_norm > 0 and cfg.victim_bias == "all":
+    refuse("theta_norm", "> 0 needs a homogeneous victim (--config.victim_bias=none or first).")
+  labels = pipeline.candidate_labels("binary", cfg.m)
+  ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
+  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
+  kkt.check_hparams(hp)
+  stages = sweep.stages(hp, cfg.steps, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
+  return hp, stages, labels
+
+
+def victim_config(cfg) -> victim.VictimConfig:
+  """The victim the toy trains: ``cfg``'s recipe on ``n_train`` points of the unit circle."""
+  return victim.VictimConfig(
+      dataset="toy2d", n_per_class=cfg.n_train // 2, subtract_mean=False, data_seed=cfg.seed,
+      arch="mlp", widths=(cfg.width, cfg.width), bias=cfg.victim_bias, init=cfg.victim_init,
+      init_std=None, first_layer_std=None, init_gain=cfg.victim_init_gain, lr=cfg.victim_lr,
+      epochs=cfg.victim_epochs, adaptive=cfg.victim_adaptive, seed=cfg.seed)
+
+
+def score(cfg, res, x0, x_train) -> tuple:
+  """The attack's result ``res`` scored: ``(score, at_init, after_filter, kept)``.
+
+  ``score``: :func:`recon_jax.eval.points.score_point_clouds` with each
+  restart's last ``stat_rel`` (None when it diverged); ``at_init``: the
+  attacker-selected restart's starting points ``x0`` scored the same way
+  (unfiltered), or None; the masks of the lambda filter and de-duplication.
+  """
+  settings = {"lam_filter_frac": cfg.lam_filter_frac, "dedup_radius": cfg.dedup_radius,
+              "seed": cfg.seed}
+  after_filter, kept = points.kept_masks(res.candidates, res.weights, res.diverged, **settings)
+  out = points.score_point_clouds(res.candidates, res.weights, res.final_loss, res.diverged,
+                                  x_train, tol=cfg.tol, masks=(after_filter, kept), **settings)
+  last = res.chunks[-1] if res.chunks else {}
+  for row in out["per_restart"]:
+    stat = (last.get("stat_rel") or [None] * cfg.num_restarts)[row["restart"]]
+    row["stat_rel"] = None if row["diverged"] else stat
+  sel = out["selected_restart"]
+  at_init = points.recovery(np.asarray(x0)[sel], x_train, cfg.tol) if sel is not None else None
+  return out, at_init, after_filter, kept
+
+
+def metrics_keys(score_: Mapping) -> dict:
+  """The entries of the toy's metrics.json taken from :func:`score`'s first result."""
+  return {k: score_[k] for k in ("n_train", "recovered", "median_distance", "selected_restart",
+                                 "recovered_best_restart", "best_restart", "recovered_pooled",
+                                 "n_diverged", "per_restart")}

@@ -26,9 +26,9 @@ import textwrap
 import traceback
 from typing import Any, Callable, Optional, Sequence
 
-import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
+import numpy as np
 
 from recon_jax import checkpoint
 from recon_jax.errors import Error
@@ -287,8 +287,21 @@ def parse_flags(argv: list) -> list:
     _fail(_flag_message(e))
 
 
-def run_main(main: Callable) -> None:
-  """``app.run(main)`` with one-line flag errors (see :func:`parse_flags`)."""
+def run_main(job: Callable[[Any], Any]) -> None:
+  """Runs a binary: flags parsed (one-line errors, :func:`parse_flags`), then ``job(config)``.
+
+  ``job`` runs under :func:`main_guard`: the project's errors become one line
+  naming the setting, Ctrl-C exits 130 with the command to resume.
+  """
+  from absl import logging
+
+  def main(argv):
+    if len(argv) > 1:
+      _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.INFO)
+    cfg = FLAGS.config
+    main_guard(lambda: job(cfg), cfg, FLAGS.verbose)
+
   app.run(main, flags_parser=parse_flags)
 
 
@@ -455,6 +468,7 @@ def write_text(workdir: str, name: str, text: str) -> str:
 def environment() -> dict:
   """Versions, devices and precision: written into every config.json."""
   import importlib.metadata as md
+
   import jax
   vers = {}
   for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax", "dm-pix", "numpy", "ml_collections"):

@@ -18,7 +18,7 @@ interrupted one.
 import json
 import os
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import common
 
@@ -88,24 +88,17 @@ def run(cfg, workdir: str, variants, draws: int, first_draw: int, *,
   return out
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  cfg = FLAGS.config
-
-  def job():
-    common.configure_precision(cfg.base.x64, cfg.base.matmul_precision)
-    variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
-    for v in variants:
-      variant_config(cfg, v)
-    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
-    out = run(cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume)
-    from recon_jax import claims
-    print(claims.efficacy_table(out, variants))
-    print(f"wrote {workdir}")
-
-  common.main_guard(job, cfg, FLAGS.verbose)
+def main(cfg):
+  """The command line: flags -> checks -> run -> one line of results."""
+  common.configure_precision(cfg.base.x64, cfg.base.matmul_precision)
+  variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
+  for v in variants:
+    variant_config(cfg, v)
+  workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  out = run(cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume)
+  from recon_jax import claims
+  print(claims.efficacy_table(out, variants))
+  print(f"wrote {workdir}")
 
 
 if __name__ == "__main__":
@@ -114,4 +107,4 @@ if __name__ == "__main__":
   flags.DEFINE_integer("first_draw", 0, "Number of the first draw; draws are consecutive.")
   flags.DEFINE_string("variants", "default", "Comma-separated variants of the config to run "
                       "on the same draws; the first is the reference of the paired differences.")
-  app.run(main)
+  common.run_main(main)

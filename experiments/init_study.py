@@ -32,7 +32,7 @@ import json
 import os
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import common
 
@@ -114,23 +114,16 @@ def _load_done(workdir: str, name: str):
   return entry, x
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  cfg = FLAGS.config
-
-  def job():
-    common.configure_precision(cfg.x64)
-    prepare(cfg)
-    if FLAGS.resume:  # before prepare_workdir, which would create a missing folder
-      common.check_resumable(cfg, FLAGS.workdir, CONFIG_FILE)
-    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
-    run(cfg, workdir, resume=FLAGS.resume)
-    with open(os.path.join(workdir, "summary.md")) as f:
-      print(f.read())
-
-  common.main_guard(job, cfg, FLAGS.verbose)
+def main(cfg):
+  """The command line: flags -> checks -> run -> one line of results."""
+  common.configure_precision(cfg.x64)
+  prepare(cfg)
+  if FLAGS.resume:  # before prepare_workdir, which would create a missing folder
+    common.check_resumable(cfg, FLAGS.workdir, CONFIG_FILE)
+  workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  run(cfg, workdir, resume=FLAGS.resume)
+  with open(os.path.join(workdir, "summary.md")) as f:
+    print(f.read())
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ diverged (the results are written); 130: interrupted (Ctrl-C).
 import sys
 from typing import Optional
 
-from absl import app, flags, logging
+from absl import flags
 
 from experiments import common
 
@@ -172,14 +172,10 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False,
   return m
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  cfg = FLAGS.config
-  common.main_guard(lambda: job(cfg, FLAGS.workdir, resume=FLAGS.resume,
-                                overwrite=FLAGS.overwrite, explicit=common.overrides(FLAGS)),
-                    cfg, FLAGS.verbose)
+def main(cfg):
+  """The command line: flags -> job."""
+  job(cfg, FLAGS.workdir, resume=FLAGS.resume,
+                                overwrite=FLAGS.overwrite, explicit=common.overrides(FLAGS))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import common
 from experiments.configs.reproduce import CLAIMS, SECTIONS
@@ -168,28 +168,21 @@ def check(cfg, only: str) -> list:
   return [s for s in SECTIONS if s in want]
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  cfg = FLAGS.config
-
-  def job():
-    sections = check(cfg, FLAGS.only)
-    if FLAGS.resume and not os.path.isdir(common.expand(FLAGS.workdir)):
-      raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
-    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
-    command = " ".join(["python -m experiments.reproduce"] + [
-        a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))])
-    out = run(cfg, workdir, sections, resume=FLAGS.resume, command=command)
-    n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
-    print(f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
-          f"reproduced ({out['total_s']:.0f} s)")
-    failed = [n for n, r in out["runs"].items() if r["status"] != "ok"]
-    if failed:
-      raise common.RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
-
-  common.main_guard(job, cfg, FLAGS.verbose)
+def main(cfg):
+  """The command line: flags -> checks -> run -> one line of results."""
+  sections = check(cfg, FLAGS.only)
+  if FLAGS.resume and not os.path.isdir(common.expand(FLAGS.workdir)):
+    raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
+  workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  command = " ".join(["python -m experiments.reproduce"] + [
+      a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))])
+  out = run(cfg, workdir, sections, resume=FLAGS.resume, command=command)
+  n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
+  print(f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
+        f"reproduced ({out['total_s']:.0f} s)")
+  failed = [n for n, r in out["runs"].items() if r["status"] != "ok"]
+  if failed:
+    raise common.RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import common
 
@@ -111,26 +111,19 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
   return metrics
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  cfg = FLAGS.config
-
-  def job():
-    common.configure_precision(cfg.x64)
-    validate(cfg)
-    if FLAGS.resume:  # before prepare_workdir, which would create a missing folder
-      common.check_resumable(cfg, FLAGS.workdir, STATE_FILE)
-    workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
-    m = run(cfg, workdir, resume=FLAGS.resume)
-    print(f"wrote {workdir}: recovered {m['recovered']}/{m['n_train']} "
-          f"(best restart {m['recovered_best_restart']}, pooled {m['recovered_pooled']}; "
-          f"oracle residual {m['oracle_residual_rel']:.3f})")
-
-  common.main_guard(job, cfg, FLAGS.verbose)
+def main(cfg):
+  """The command line: flags -> checks -> run -> one line of results."""
+  common.configure_precision(cfg.x64)
+  validate(cfg)
+  if FLAGS.resume:  # before prepare_workdir, which would create a missing folder
+    common.check_resumable(cfg, FLAGS.workdir, STATE_FILE)
+  workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  m = run(cfg, workdir, resume=FLAGS.resume)
+  print(f"wrote {workdir}: recovered {m['recovered']}/{m['n_train']} "
+        f"(best restart {m['recovered_best_restart']}, pooled {m['recovered_pooled']}; "
+        f"oracle residual {m['oracle_residual_rel']:.3f})")
 
 
 if __name__ == "__main__":
   common.define_flags("toy_2d", "paper")
-  app.run(main)
+  common.run_main(main)

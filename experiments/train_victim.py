@@ -16,7 +16,7 @@ interrupted (Ctrl-C).
 """
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from experiments import common
 
@@ -103,13 +103,10 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
   return m
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.set_verbosity(logging.INFO)
-  cfg = FLAGS.config
-  common.main_guard(lambda: job(cfg, FLAGS.workdir, resume=FLAGS.resume,
-                                overwrite=FLAGS.overwrite), cfg, FLAGS.verbose)
+def main(cfg):
+  """The command line: flags -> job."""
+  job(cfg, FLAGS.workdir, resume=FLAGS.resume,
+                                overwrite=FLAGS.overwrite)
 
 
 if __name__ == "__main__":

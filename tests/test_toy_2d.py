@@ -18,15 +18,10 @@ from recon_jax.eval import points
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(autouse=True)
-
 def _npz(path):
   """The arrays of an npz file, read and closed (an open NpzFile warns when collected)."""
   with np.load(path) as z:
     return {k: z[k] for k in z.files}
-
-def _cache(tmp_path, monkeypatch):
-  monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))
 
 
 # ----------------------------------------------------------------------------- eval.points
@@ -177,7 +172,8 @@ def test_small_toy_run_recovers_most_points(tmp_path):
 @pytest.mark.parametrize("field, value", [
     ("n_train", 3), ("m", 7), ("refine_steps", -1), ("lr_x", "1:0.1"), ("victim_init", "normal"),
     ("theta_norm", 1.0), ("tol", 0.0), ("steps", 0)])
-def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, field, value):
+def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch, field, value):
+  monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))
   cfg = toy_config.get_config("quick")
   cfg[field] = value
   workdir = tmp_path / "out"

@@ -21,7 +21,7 @@ PRESETS = {
     # He init: the default small init leaves a 32-32 victim at chance after 400 epochs.
     "tiny": dict(victim=dict(dataset="digits", n_per_class=3, widths=(32, 32), epochs=400,
                              init="kaiming", init_std=None, first_layer_std=None),
-                 num_restarts=2, steps=20, chunk_steps=10),
+                 num_restarts=2, steps=20, chunk_steps=10, identify=False),
     "paper": dict(victim=dict(dataset="cifar10", n_per_class=250, widths=(1000, 1000),
                               init="kaiming", init_std=None, first_layer_std=1e-4, lr=0.01,
                               epochs=100_000),

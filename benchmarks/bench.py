@@ -47,6 +47,7 @@ estimate.  Targets are reported as true/false, never asserted.
 ``benchmarks/report.py`` turns one or more result files into the markdown tables
 of BUILD.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,27 +69,36 @@ ALL = ("matmul", "kkt", "batching", "breakdown", "train", "e2e", "bilevel", "mem
 KKT_SIZES = ((64, 1000, 100), (784, 1000, 200), (3072, 1000, 200))
 QUICK_KKT_SIZES = ((64, 64, 16),)
 PAPER = dict(d=3072, h=1000, m=1000)
-TARGET_UTIL_BIG = 0.85       # (3072, 1000, 200) float32
-TARGET_UTIL = 0.80           # every other size and dtype
-TARGET_BATCHING = 0.90       # R=8 restart-steps/s >= 0.9 x 8 x R=1 steps/s (CPU)
+TARGET_UTIL_BIG = 0.85  # (3072, 1000, 200) float32
+TARGET_UTIL = 0.80  # every other size and dtype
+TARGET_BATCHING = 0.90  # R=8 restart-steps/s >= 0.9 x 8 x R=1 steps/s (CPU)
 DEVICE_GB = (80, 141)
-USABLE_FRACTION = 0.95       # of device memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.95)
+USABLE_FRACTION = 0.95  # of device memory (XLA_PYTHON_CLIENT_MEM_FRACTION=.95)
 E2E_CONFIG = "experiments/configs/reconstruct.py"
 E2E_PRESET = "tiny"
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+  )
   p.add_argument("--quick", action="store_true", help="tiny sizes: a CI smoke run of seconds")
   p.add_argument("--only", default=",".join(ALL), help=f"comma-separated subset of {ALL}")
-  p.add_argument("--x64", action=argparse.BooleanOptionalAction, default=None,
-                 help="also run the float64 variants (default: on, off with --quick)")
+  p.add_argument(
+    "--x64",
+    action=argparse.BooleanOptionalAction,
+    default=None,
+    help="also run the float64 variants (default: on, off with --quick)",
+  )
   p.add_argument("--out", default="", help="also append the JSON lines to this file")
   p.add_argument("--repeats", type=int, default=None, help="timed runs per measurement")
   p.add_argument("--restarts", default=None, help="R values for vmap (default 1,8,32)")
-  p.add_argument("--chunk_s", type=float, default=None,
-                 help="target seconds per timed KKT chunk (sets the steps per chunk)")
+  p.add_argument(
+    "--chunk_s",
+    type=float,
+    default=None,
+    help="target seconds per timed KKT chunk (sets the steps per chunk)",
+  )
   args = p.parse_args(argv)
   args.only = [s.strip() for s in args.only.split(",") if s.strip()]
   bad = [s for s in args.only if s not in ALL]
@@ -128,6 +138,7 @@ class Emitter:
 
 def _clean(v):
   import numpy as np
+
   if isinstance(v, np.generic):
     v = v.item()
   if isinstance(v, float):
@@ -147,7 +158,9 @@ def precision(dtype: str):
   """x64 on for 'float64', off for 'float32' (as the binaries set it); yields the library's
   float dtype of the block, ``pipeline.float_dtype()``."""
   import jax
+
   from recon_jax import pipeline
+
   old = jax.config.read("jax_enable_x64")
   jax.config.update("jax_enable_x64", dtype == "float64")
   try:
@@ -158,6 +171,7 @@ def precision(dtype: str):
 
 def block(tree):
   import jax
+
   return jax.block_until_ready(tree)
 
 
@@ -177,10 +191,11 @@ def _matmul_fn(dtype: str, n: int):
   """(compiled n x n matmul thunk, its FLOPs)."""
   import jax
   import jax.numpy as jnp
+
   with precision(dtype) as dt:
     a, b = jax.random.normal(jax.random.PRNGKey(0), (2, n, n), dt)
     f = jax.jit(jnp.matmul).lower(a, b).compile()
-  return lambda: f(a, b), 2 * n ** 3
+  return lambda: f(a, b), 2 * n**3
 
 
 class Ceiling:
@@ -195,8 +210,18 @@ class Ceiling:
     gflops = flops / best / 1e9
     self.best[dtype] = max(self.best.get(dtype, 0.0), gflops)
     if emit is not None:
-      emit({"bench": "matmul", "what": label, "dtype": dtype, "n": n, "best_s": best,
-            "gflops": gflops, "best_gflops_so_far": self.best[dtype], "runs": len(times)})
+      emit(
+        {
+          "bench": "matmul",
+          "what": label,
+          "dtype": dtype,
+          "n": n,
+          "best_s": best,
+          "gflops": gflops,
+          "best_gflops_so_far": self.best[dtype],
+          "runs": len(times),
+        }
+      )
     return gflops
 
   def get(self, dtype: str) -> float:
@@ -206,7 +231,9 @@ class Ceiling:
 @functools.lru_cache(maxsize=None)
 def _compiled_init():
   import jax
+
   from recon_jax import models
+
   return jax.jit(models.init_params, static_argnums=(0, 2, 3))
 
 
@@ -214,12 +241,15 @@ def init_params(module, d: int, seed: int = 0):
   """``models.init_params`` for inputs [d] in the current float dtype, as one compiled
   program (run eagerly, each op of the initialisers compiles on its own: seconds)."""
   import jax
+
   from recon_jax import pipeline
+
   return _compiled_init()(module, jax.random.PRNGKey(seed), (d,), pipeline.float_dtype())
 
 
 def _shapes(tree):
   import jax
+
   return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
 
 
@@ -238,13 +268,14 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
   data; theta*, the box and x take the current ``pipeline.float_dtype()``.
   """
   import numpy as np
+
   from recon_jax import inits, models, pipeline
   from recon_jax.attacks import kkt
+
   dt = pipeline.float_dtype()
   module = models.build_model("mlp", widths=(h, h), bias="first")
   params = init_params(module, d, seed)
-  target = pipeline.make_target(params, pipeline.candidate_labels("binary", m),
-                                np.full((d,), 0.45))
+  target = pipeline.make_target(params, pipeline.candidate_labels("binary", m), np.full((d,), 0.45))
   attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
   return attack, inits.gaussian(m, (d,), dt), target
 
@@ -252,8 +283,10 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
 def kkt_hparams(num_restarts: int, seed: int = 0) -> dict:
   """Per-restart hyperparameters of the main job's default sweep, as the loop receives them."""
   import jax.numpy as jnp
+
   from experiments.configs import reconstruct as configs
   from recon_jax import pipeline
+
   cfg = configs.get_config("lfw")
   cfg.num_restarts, cfg.seed = num_restarts, seed
   return {k: jnp.asarray(v) for k, v in pipeline.hparams_for(cfg).items()}
@@ -267,7 +300,9 @@ class KKTProgram:
 
   def __init__(self, d, h, m, dtype, num_restarts, batching, ceiling: Ceiling, args):
     import jax
+
     from recon_jax import loop
+
     self.d, self.h, self.m, self.dtype = d, h, m, dtype
     self.num_restarts, self.batching = num_restarts, loop.resolve_batching(batching)
     self.flops = kkt_flops(d, h, m)
@@ -298,23 +333,37 @@ class KKTProgram:
 
   def record(self, ceiling: Ceiling) -> dict:
     import numpy as np
+
     best = min(self.times)
     step_s = best / self.k
     gflops = self.num_restarts * self.flops / step_s / 1e9
     ceil = ceiling.get(self.dtype)
     loss = np.asarray(self.state.loss)
-    return {"bench": "kkt", "dtype": self.dtype, "d": self.d, "h": self.h, "m": self.m,
-            "R": self.num_restarts, "batching": self.batching, "steps_per_chunk": self.k,
-            "timed_chunks": len(self.times), "step_s": step_s, "steps_per_s": 1.0 / step_s,
-            "restart_steps_per_s": self.num_restarts / step_s,
-            "gflop_per_restart_step": self.flops / 1e9, "gflops": gflops,
-            "ceiling_gflops": ceil, "utilisation": gflops / ceil, "compile_s": self.compile_s,
-            "chunk_times_s": self.times,
-            # CPU time of all the process's threads: insensitive to how much of the machine
-            # other processes took (but blind to idle cores in serial sections).
-            "cpu_s_per_step": min(self.cpu_times) / self.k,
-            "gflop_per_cpu_s": self.num_restarts * self.flops * self.k / min(self.cpu_times) / 1e9,
-            "final_loss_min": float(np.nanmin(loss)) if np.isfinite(loss).any() else None}
+    return {
+      "bench": "kkt",
+      "dtype": self.dtype,
+      "d": self.d,
+      "h": self.h,
+      "m": self.m,
+      "R": self.num_restarts,
+      "batching": self.batching,
+      "steps_per_chunk": self.k,
+      "timed_chunks": len(self.times),
+      "step_s": step_s,
+      "steps_per_s": 1.0 / step_s,
+      "restart_steps_per_s": self.num_restarts / step_s,
+      "gflop_per_restart_step": self.flops / 1e9,
+      "gflops": gflops,
+      "ceiling_gflops": ceil,
+      "utilisation": gflops / ceil,
+      "compile_s": self.compile_s,
+      "chunk_times_s": self.times,
+      # CPU time of all the process's threads: insensitive to how much of the machine
+      # other processes took (but blind to idle cores in serial sections).
+      "cpu_s_per_step": min(self.cpu_times) / self.k,
+      "gflop_per_cpu_s": self.num_restarts * self.flops * self.k / min(self.cpu_times) / 1e9,
+      "final_loss_min": float(np.nanmin(loss)) if np.isfinite(loss).any() else None,
+    }
 
 
 def util_target(d, h, m, dtype):
@@ -342,7 +391,7 @@ def run_kkt(args, dtypes, ceiling, emit, kept=None):
     plan += [("vmap", r) for r in args.restarts]
   if "batching" in args.only:
     small = [r for r in args.restarts if r <= 8] or [1]
-    for r in ([1, max(small)] if max(small) > 1 else [1]):
+    for r in [1, max(small)] if max(small) > 1 else [1]:
       if ("vmap", r) not in plan:
         plan.append(("vmap", r))
       if not args.quick:  # --quick: vmap only (every compile costs seconds)
@@ -350,10 +399,11 @@ def run_kkt(args, dtypes, ceiling, emit, kept=None):
   results = []
   for dtype in dtypes:
     if "matmul" in args.only or "kkt" in args.only:  # fresh ceiling right before the block
-      ceiling.measure(dtype, 512 if args.quick else 2048, args.repeats + 2, emit,
-                      label="ceiling_recheck")
+      ceiling.measure(
+        dtype, 512 if args.quick else 2048, args.repeats + 2, emit, label="ceiling_recheck"
+      )
     mm, mm_flops = _matmul_fn(dtype, 256 if args.quick else 2048)
-    for (d, h, m) in sizes:
+    for d, h, m in sizes:
       progs = {(b, r): KKTProgram(d, h, m, dtype, r, b, ceiling, args) for b, r in plan}
       rounds = args.repeats
       if any(p.long for p in progs.values()):
@@ -375,12 +425,15 @@ def run_kkt(args, dtypes, ceiling, emit, kept=None):
       for (b, r), p in progs.items():
         rec = p.record(ceiling)
         tgt = util_target(d, h, m, dtype)
-        rec.update(ceiling_local_gflops=local_gflops,
-                   utilisation_local=rec["gflops"] / local_gflops,
-                   ceiling_gflop_per_cpu_s=mm_per_cpu_s,
-                   utilisation_cpu=rec["gflop_per_cpu_s"] / mm_per_cpu_s,
-                   util_target=tgt, util_target_met=bool(rec["utilisation"] >= tgt),
-                   util_target_met_local=bool(rec["gflops"] / local_gflops >= tgt))
+        rec.update(
+          ceiling_local_gflops=local_gflops,
+          utilisation_local=rec["gflops"] / local_gflops,
+          ceiling_gflop_per_cpu_s=mm_per_cpu_s,
+          utilisation_cpu=rec["gflop_per_cpu_s"] / mm_per_cpu_s,
+          util_target=tgt,
+          util_target_met=bool(rec["utilisation"] >= tgt),
+          util_target_met_local=bool(rec["gflops"] / local_gflops >= tgt),
+        )
         rows[(b, r)] = emit(rec)
         results.append(rec)
         if kept is not None and (d, h, m, dtype, r, b) in kept:
@@ -396,12 +449,23 @@ def run_kkt(args, dtypes, ceiling, emit, kept=None):
           # Throughput of R batched restarts over one restart at a time: 1.0 means
           # batching costs nothing, R means the extra restarts are free (a GPU's win).
           ratio = rec["restart_steps_per_s"] / single
-          emit({"bench": "batching", "dtype": dtype, "d": d, "h": h, "m": m,
-                "batching": batching, "R": r, "restart_steps_per_s": rec["restart_steps_per_s"],
-                "single_steps_per_s": single, "ratio": ratio,
-                "ratio_as_written": rec["restart_steps_per_s"] / (r * single),
-                "target": TARGET_BATCHING if r == 8 else None,
-                "target_met": bool(ratio >= TARGET_BATCHING) if r == 8 else None})
+          emit(
+            {
+              "bench": "batching",
+              "dtype": dtype,
+              "d": d,
+              "h": h,
+              "m": m,
+              "batching": batching,
+              "R": r,
+              "restart_steps_per_s": rec["restart_steps_per_s"],
+              "single_steps_per_s": single,
+              "ratio": ratio,
+              "ratio_as_written": rec["restart_steps_per_s"] / (r * single),
+              "target": TARGET_BATCHING if r == 8 else None,
+              "target_met": bool(ratio >= TARGET_BATCHING) if r == 8 else None,
+            }
+          )
   return results
 
 
@@ -409,10 +473,12 @@ def run_kkt(args, dtypes, ceiling, emit, kept=None):
 # Breakdown: every dot of the compiled step timed alone.
 # ----------------------------------------------------------------------------
 _DEF = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+)\s*=\s*(\w+)\[([\d,]*)\]")
-_DOT = re.compile(r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*\w+\[[\d,]*\][^ ]*\s+dot\((%[\w.\-]+),\s*"
-                  r"(%[\w.\-]+)\),\s*lhs_(?:batch_dims=\{([\d,]*)\},\s*lhs_)?contracting_dims="
-                  r"\{([\d,]*)\},\s*rhs_(?:batch_dims=\{([\d,]*)\},\s*rhs_)?contracting_dims="
-                  r"\{([\d,]*)\}")
+_DOT = re.compile(
+  r"^\s*(?:ROOT\s+)?%[\w.\-]+\s*=\s*\w+\[[\d,]*\][^ ]*\s+dot\((%[\w.\-]+),\s*"
+  r"(%[\w.\-]+)\),\s*lhs_(?:batch_dims=\{([\d,]*)\},\s*lhs_)?contracting_dims="
+  r"\{([\d,]*)\},\s*rhs_(?:batch_dims=\{([\d,]*)\},\s*rhs_)?contracting_dims="
+  r"\{([\d,]*)\}"
+)
 
 
 def hlo_dots(hlo_text: str):
@@ -420,8 +486,9 @@ def hlo_dots(hlo_text: str):
   dots, shapes = [], {}
   ints = lambda g: tuple(int(s) for s in g.split(",") if s) if g else ()
   for line in hlo_text.splitlines():
-    if line.rstrip().endswith("{") and ("computation" in line or line.lstrip().startswith(
-        ("%", "ENTRY"))):
+    if line.rstrip().endswith("{") and (
+      "computation" in line or line.lstrip().startswith(("%", "ENTRY"))
+    ):
       shapes = {}  # a new computation: names are local to it
     m = _DEF.match(line)
     if m:
@@ -436,15 +503,25 @@ def hlo_dots(hlo_text: str):
 def _dot_program(lhs, rhs, dn, dt):
   """A compiled lax.dot_general of ones of these shapes: its timing record (FLOPs, inputs)."""
   import jax
+  from jax import lax
   import jax.numpy as jnp
   import numpy as np
-  from jax import lax
+
   dot = lambda a, b: lax.dot_general(a, b, dn)
   a, b = jnp.ones(lhs, dt), jnp.ones(rhs, dt)
   out = jax.eval_shape(dot, a, b).shape
   flops = 2.0 * float(np.prod([lhs[i] for i in dn[0][0]])) * float(np.prod(out))
-  return {"lhs": list(lhs), "rhs": list(rhs), "dn": dn, "f": jax.jit(dot).lower(a, b).compile(),
-          "a": a, "b": b, "flops": flops, "times": [], "cpu": []}
+  return {
+    "lhs": list(lhs),
+    "rhs": list(rhs),
+    "dn": dn,
+    "f": jax.jit(dot).lower(a, b).compile(),
+    "a": a,
+    "b": b,
+    "flops": flops,
+    "times": [],
+    "cpu": [],
+  }
 
 
 def breakdown_plan(args):
@@ -492,31 +569,53 @@ def run_breakdown(args, dtypes, ceiling, emit, kept=None):
     step_s = min(prog.times) / prog.k
     dot_total = sum(min(dot["times"]) for dot in dots)
     dot_flops = sum(dot["flops"] for dot in dots)
-    rows = [{"lhs": dot["lhs"], "rhs": dot["rhs"],
-             "contract": [list(dot["dn"][0][0]), list(dot["dn"][0][1])],
-             "batch": [list(dot["dn"][1][0]), list(dot["dn"][1][1])], "s": min(dot["times"]),
-             "gflops": dot["flops"] / min(dot["times"]) / 1e9,
-             "gflop_per_cpu_s": dot["flops"] / min(dot["cpu"]) / 1e9} for dot in dots]
-    emit({"bench": "breakdown", "dtype": dtype, "d": d, "h": h, "m": m, "R": 1,
-          "batching": prog.batching, "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
-          "hlo_copies": len(re.findall(r" copy\(", hlo)),
-          "step_s": step_s, "formula_gflop": step_flops / 1e9,
-          # XLA counts the scanned step (the while body) once, whatever k is.
-          "xla_gflop": float(cost.get("flops", float("nan"))) / 1e9,
-          "xla_transcendentals": float(cost.get("transcendentals", float("nan"))),
-          "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
-          "n_dots": len(rows), "dots_gflop": dot_flops / 1e9,
-          "dots_alone_s": dot_total, "dots_alone_gflops": dot_flops / dot_total / 1e9,
-          "step_gflops": step_flops / step_s / 1e9,
-          "ceiling_local_gflops": local_gflops,
-          "dots_alone_utilisation_local": dot_flops / dot_total / 1e9 / local_gflops,
-          "step_utilisation_local": step_flops / step_s / 1e9 / local_gflops,
-          "non_dot_s": step_s - dot_total, "non_dot_fraction": (step_s - dot_total) / step_s,
-          "step_cpu_s": step_cpu, "dots_alone_cpu_s": dots_cpu,
-          "non_dot_fraction_cpu": (step_cpu - dots_cpu) / step_cpu,
-          "step_utilisation_cpu": step_flops / step_cpu / mm_per_cpu_s,
-          "dots_alone_utilisation_cpu": dot_flops / dots_cpu / mm_per_cpu_s,
-          "dots": sorted(rows, key=lambda r: -r["s"])[:12]})
+    rows = [
+      {
+        "lhs": dot["lhs"],
+        "rhs": dot["rhs"],
+        "contract": [list(dot["dn"][0][0]), list(dot["dn"][0][1])],
+        "batch": [list(dot["dn"][1][0]), list(dot["dn"][1][1])],
+        "s": min(dot["times"]),
+        "gflops": dot["flops"] / min(dot["times"]) / 1e9,
+        "gflop_per_cpu_s": dot["flops"] / min(dot["cpu"]) / 1e9,
+      }
+      for dot in dots
+    ]
+    emit(
+      {
+        "bench": "breakdown",
+        "dtype": dtype,
+        "d": d,
+        "h": h,
+        "m": m,
+        "R": 1,
+        "batching": prog.batching,
+        "hlo_transposes": len(re.findall(r" transpose\(", hlo)),
+        "hlo_copies": len(re.findall(r" copy\(", hlo)),
+        "step_s": step_s,
+        "formula_gflop": step_flops / 1e9,
+        # XLA counts the scanned step (the while body) once, whatever k is.
+        "xla_gflop": float(cost.get("flops", float("nan"))) / 1e9,
+        "xla_transcendentals": float(cost.get("transcendentals", float("nan"))),
+        "xla_bytes_accessed": float(cost.get("bytes accessed", float("nan"))),
+        "n_dots": len(rows),
+        "dots_gflop": dot_flops / 1e9,
+        "dots_alone_s": dot_total,
+        "dots_alone_gflops": dot_flops / dot_total / 1e9,
+        "step_gflops": step_flops / step_s / 1e9,
+        "ceiling_local_gflops": local_gflops,
+        "dots_alone_utilisation_local": dot_flops / dot_total / 1e9 / local_gflops,
+        "step_utilisation_local": step_flops / step_s / 1e9 / local_gflops,
+        "non_dot_s": step_s - dot_total,
+        "non_dot_fraction": (step_s - dot_total) / step_s,
+        "step_cpu_s": step_cpu,
+        "dots_alone_cpu_s": dots_cpu,
+        "non_dot_fraction_cpu": (step_cpu - dots_cpu) / step_cpu,
+        "step_utilisation_cpu": step_flops / step_cpu / mm_per_cpu_s,
+        "dots_alone_utilisation_cpu": dot_flops / dots_cpu / mm_per_cpu_s,
+        "dots": sorted(rows, key=lambda r: -r["s"])[:12],
+      }
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -526,10 +625,15 @@ def run_train(args, dtypes, emit):
   import jax
   import jax.numpy as jnp
   import numpy as np
+
   from recon_jax import models, pipeline, train
+
   # --quick: the quick KKT network's shapes (their eager initialisation is compiled already)
-  cases = ([("digits_tiny", 64, (64, 64), 20, 20)] if args.quick else
-           [("digits", 64, (256, 256), 50, 200), ("cifar", 3072, (1000, 1000), 500, 5)])
+  cases = (
+    [("digits_tiny", 64, (64, 64), 20, 20)]
+    if args.quick
+    else [("digits", 64, (256, 256), 50, 200), ("cifar", 3072, (1000, 1000), 500, 5)]
+  )
   for dtype in dtypes:
     for name, d, widths, n, k in cases:
       with precision(dtype) as dt:
@@ -544,23 +648,49 @@ def run_train(args, dtypes, emit):
         best, times = best_of(lambda: chunk(state, x, y, key, length=k), args.repeats, warmup=0)
       p = d * widths[0] + widths[0] + widths[0] * widths[1] + widths[1]
       flops = 4 * n * p + 2 * n * (widths[0] * widths[1] + widths[1])
-      emit({"bench": "train", "name": name, "dtype": dtype, "d": d, "widths": list(widths),
-            "n": n, "epochs_per_chunk": k, "epochs_per_s": k / best,
-            "gflop_per_epoch": flops / 1e9, "gflops": flops * k / best / 1e9,
-            "first_call_s": first_s, "runs": len(times)})
+      emit(
+        {
+          "bench": "train",
+          "name": name,
+          "dtype": dtype,
+          "d": d,
+          "widths": list(widths),
+          "n": n,
+          "epochs_per_chunk": k,
+          "epochs_per_s": k / best,
+          "gflop_per_epoch": flops / 1e9,
+          "gflops": flops * k / best / 1e9,
+          "first_call_s": first_s,
+          "runs": len(times),
+        }
+      )
 
 
 # ----------------------------------------------------------------------------
 # End to end.
 # ----------------------------------------------------------------------------
-E2E_TIMING = ("compile_s", "attack_run_s", "victim_s", "oracle_s", "evaluation_s", "total_s",
-              "restart_steps_per_s")
+E2E_TIMING = (
+  "compile_s",
+  "attack_run_s",
+  "victim_s",
+  "oracle_s",
+  "evaluation_s",
+  "total_s",
+  "restart_steps_per_s",
+)
 
 
 def e2e_command(workdir: str, preset: str = E2E_PRESET) -> list:
   """argv of the main job at config ``preset``, victim trained afresh (no cache)."""
-  return [sys.executable, "-m", "experiments.reconstruct", f"--config={E2E_CONFIG}:{preset}",
-          "--config.use_cache=False", f"--workdir={workdir}", "--overwrite"]
+  return [
+    sys.executable,
+    "-m",
+    "experiments.reconstruct",
+    f"--config={E2E_CONFIG}:{preset}",
+    "--config.use_cache=False",
+    f"--workdir={workdir}",
+    "--overwrite",
+  ]
 
 
 def run_e2e(args, emit):
@@ -570,22 +700,39 @@ def run_e2e(args, emit):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   with tempfile.TemporaryDirectory() as tmp:
     work = os.path.join(tmp, "work")
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
-               RECON_JAX_CACHE=os.path.join(tmp, "cache"), MPLBACKEND="Agg")
+    env = dict(
+      os.environ,
+      JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
+      RECON_JAX_CACHE=os.path.join(tmp, "cache"),
+      MPLBACKEND="Agg",
+    )
     env.pop("XLA_FLAGS", None)
     cmd = e2e_command(work)
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if proc.returncode:
-      emit({"bench": "e2e", "preset": E2E_PRESET,
-            "error": proc.stderr.strip().splitlines()[-1:], "wall_s": wall})
+      emit(
+        {
+          "bench": "e2e",
+          "preset": E2E_PRESET,
+          "error": proc.stderr.strip().splitlines()[-1:],
+          "wall_s": wall,
+        }
+      )
       return
     with open(os.path.join(work, "metrics.json")) as f:
       timing = json.load(f)["timing"]
-  emit({"bench": "e2e", "preset": E2E_PRESET, "command": " ".join(cmd[1:5]), "wall_s": wall,
-        **{k: timing.get(k) for k in E2E_TIMING},
-        "startup_and_import_s": wall - (timing.get("total_s") or 0.0)})
+  emit(
+    {
+      "bench": "e2e",
+      "preset": E2E_PRESET,
+      "command": " ".join(cmd[1:5]),
+      "wall_s": wall,
+      **{k: timing.get(k) for k in E2E_TIMING},
+      "startup_and_import_s": wall - (timing.get("total_s") or 0.0),
+    }
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -596,7 +743,9 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   affine or one-hidden-layer net, n uniform candidates in the [0, 1] box."""
   import jax.numpy as jnp
   import numpy as np
+
   from recon_jax import models, pipeline
+
   dt = pipeline.float_dtype()
   if net == "affine":
     module, act = models.build_model("affine", init="kaiming"), None
@@ -617,7 +766,9 @@ def run_bilevel(args, dtypes, emit):
     return
   import jax
   import jax.numpy as jnp
+
   from recon_jax import losses, models, priors
+
   wd = 1e-3
   if args.quick:
     d, n, width, iters, nets = 16, 6, 8, (2, 8), ("affine",)
@@ -625,8 +776,11 @@ def run_bilevel(args, dtypes, emit):
     d, n, width, iters, nets = 64, 20, 256, (10, 30, 100, 300), ("affine", "one_hidden")
   # The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations); --quick: a
   # 5-step GD inner solve (L-BFGS takes seconds to compile).
-  inner_kw = (dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5) if args.quick else
-              dict(inner="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0))
+  inner_kw = (
+    dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5)
+    if args.quick
+    else dict(inner="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
+  )
   for dtype, net in itertools.product(dtypes, nets):
     with precision(dtype):
       apply_fn, act, target, x = bilevel_problem(net, d, n, width)
@@ -636,11 +790,18 @@ def run_bilevel(args, dtypes, emit):
 
       # 1. The attack's outer step (attacks.bilevel, from theta*) against its inner solve
       #    alone: the difference is the Hessian solve, CG vs the quasi-Newton memory.
-      for hsolve in (("cg",) if args.quick else ("cg", "lbfgs")):
+      for hsolve in ("cg",) if args.quick else ("cg", "lbfgs"):
         attack = bilevel.bilevel_attack(
-            apply_fn, "logistic", wd=wd, act=act, inner=inner_kw["inner"],
-            inner_maxiter=inner_kw["maxiter"], inner_tol=inner_kw["tol"],
-            inner_stepsize=inner_kw["stepsize"], hessian_solve=hsolve)
+          apply_fn,
+          "logistic",
+          wd=wd,
+          act=act,
+          inner=inner_kw["inner"],
+          inner_maxiter=inner_kw["maxiter"],
+          inner_tol=inner_kw["tol"],
+          inner_stepsize=inner_kw["stepsize"],
+          hessian_solve=hsolve,
+        )
         solve = implicit.make_inner_solve(energy, hessian_solve=hsolve, **inner_kw)
         hp = {"lr_x": jnp.asarray(0.01, x.dtype)}
         state = attack.init(jax.random.PRNGKey(0), hp, target, x)
@@ -655,42 +816,73 @@ def run_bilevel(args, dtypes, emit):
           to.append(_timed(outer_fn)[0])
         inner_s, outer_s = min(ti), min(to)
         _, metrics = outer_fn()
-        emit({"bench": "bilevel", "what": "outer_step", "net": net, "dtype": dtype, "d": d,
-              "n": n, "width": width if net != "affine" else None, "params": n_params,
-              "inner": inner_kw["inner"], "hessian_solve": hsolve,
-              "inner_iters": float(metrics["inner_iters"]),
-              "inner_grad_norm": float(metrics["inner_grad_norm"]), "inner_solve_s": inner_s,
-              "outer_step_s": outer_s, "hessian_solve_s": max(outer_s - inner_s, 0.0),
-              "outer_over_inner": outer_s / inner_s, "target_ratio": 3.0,
-              "target_met": bool(outer_s / inner_s <= 3.0),
-              "temp_bytes": getattr(step.memory_analysis(), "temp_size_in_bytes", None),
-              "grad_finite": bool(jnp.isfinite(metrics["grad_x_norm"]))})
+        emit(
+          {
+            "bench": "bilevel",
+            "what": "outer_step",
+            "net": net,
+            "dtype": dtype,
+            "d": d,
+            "n": n,
+            "width": width if net != "affine" else None,
+            "params": n_params,
+            "inner": inner_kw["inner"],
+            "hessian_solve": hsolve,
+            "inner_iters": float(metrics["inner_iters"]),
+            "inner_grad_norm": float(metrics["inner_grad_norm"]),
+            "inner_solve_s": inner_s,
+            "outer_step_s": outer_s,
+            "hessian_solve_s": max(outer_s - inner_s, 0.0),
+            "outer_over_inner": outer_s / inner_s,
+            "target_ratio": 3.0,
+            "target_met": bool(outer_s / inner_s <= 3.0),
+            "temp_bytes": getattr(step.memory_analysis(), "temp_size_in_bytes", None),
+            "grad_finite": bool(jnp.isfinite(metrics["grad_x_norm"])),
+          }
+        )
 
       # 2. Memory and time vs inner iterations T (fixed-step GD, tol 0: exactly T steps) of
       #    the attack's outer loss: implicit differentiation (custom_root + CG) against
       #    reverse mode through the unrolled loop (the baseline; not in the library).
       lr_inner = 0.5 if net == "affine" else 0.1
       for T in iters:
-        solve = implicit.make_inner_solve(energy, inner="gd", hessian_solve="cg", maxiter=T,
-                                          tol=0.0, stepsize=lr_inner)
+        solve = implicit.make_inner_solve(
+          energy, inner="gd", hessian_solve="cg", maxiter=T, tol=0.0, stepsize=lr_inner
+        )
 
         def unrolled(theta0, xx, yy, T=T):
           def body(th, _):
             g = jax.grad(energy)(th, xx, yy)
             return jax.tree_util.tree_map(lambda a, b: a - lr_inner * b, th, g), None
+
           return jax.lax.scan(body, theta0, None, length=T)
 
         for kind, s in (("implicit", solve), ("unrolled", unrolled)):
+
           def outer(xx, s=s):
             theta, _ = s(target.params, xx, y)
-            return (losses.tree_sq_dist(theta, target.params)
-                    + priors.box_prior(xx, target.box_lo, target.box_hi))
+            return losses.tree_sq_dist(theta, target.params) + priors.box_prior(
+              xx, target.box_lo, target.box_hi
+            )
+
           compiled = jax.jit(jax.value_and_grad(outer)).lower(x).compile()
           t, _ = best_of(lambda: compiled(x), args.repeats)
-          emit({"bench": "bilevel", "what": "memory_vs_iters", "net": net, "dtype": dtype,
-                "d": d, "n": n, "params": n_params, "inner": "gd", "inner_iters": T,
-                "diff": kind, "outer_step_s": t,
-                "temp_bytes": getattr(compiled.memory_analysis(), "temp_size_in_bytes", None)})
+          emit(
+            {
+              "bench": "bilevel",
+              "what": "memory_vs_iters",
+              "net": net,
+              "dtype": dtype,
+              "d": d,
+              "n": n,
+              "params": n_params,
+              "inner": "gd",
+              "inner_iters": T,
+              "diff": kind,
+              "outer_step_s": t,
+              "temp_bytes": getattr(compiled.memory_analysis(), "temp_size_in_bytes", None),
+            }
+          )
   _bilevel_summary(emit)
 
 
@@ -706,11 +898,21 @@ def _bilevel_summary(emit):
     if not a["temp_bytes"]:
       continue
     growth = b["temp_bytes"] / a["temp_bytes"]
-    emit({"bench": "bilevel", "what": "memory_growth", "net": net, "dtype": dtype, "diff": diff,
-          "iters_from": a["inner_iters"], "iters_to": b["inner_iters"],
-          "temp_bytes_from": a["temp_bytes"], "temp_bytes_to": b["temp_bytes"],
-          "growth": growth,
-          **({"flat_target_met": bool(growth <= 1.1)} if diff == "implicit" else {})})
+    emit(
+      {
+        "bench": "bilevel",
+        "what": "memory_growth",
+        "net": net,
+        "dtype": dtype,
+        "diff": diff,
+        "iters_from": a["inner_iters"],
+        "iters_to": b["inner_iters"],
+        "temp_bytes_from": a["temp_bytes"],
+        "temp_bytes_to": b["temp_bytes"],
+        "growth": growth,
+        **({"flat_target_met": bool(growth <= 1.1)} if diff == "implicit" else {}),
+      }
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -736,20 +938,36 @@ def kkt_memory_analytic(d: int, h: int, m: int, bytes_per: int) -> dict:
   acts = 14 * m * h
   xtmp = 2 * m * d
   total = state + kkt_sum + acts + xtmp
-  return {"state": state * bytes_per, "kkt_sum_params": kkt_sum * bytes_per,
-          "activations": acts * bytes_per, "x_transients": xtmp * bytes_per,
-          "total": total * bytes_per, "theta_star_shared": p * bytes_per}
+  return {
+    "state": state * bytes_per,
+    "kkt_sum_params": kkt_sum * bytes_per,
+    "activations": acts * bytes_per,
+    "x_transients": xtmp * bytes_per,
+    "total": total * bytes_per,
+    "theta_star_shared": p * bytes_per,
+  }
 
 
 def program_memory(compiled, compile_s: float) -> dict:
   """XLA's memory_analysis of a compiled program, and its estimated peak."""
   ma = compiled.memory_analysis()
-  out = {f: int(getattr(ma, f)) for f in ("temp_size_in_bytes", "argument_size_in_bytes",
-                                          "output_size_in_bytes", "alias_size_in_bytes")
-         if hasattr(ma, f)}
+  out = {
+    f: int(getattr(ma, f))
+    for f in (
+      "temp_size_in_bytes",
+      "argument_size_in_bytes",
+      "output_size_in_bytes",
+      "alias_size_in_bytes",
+    )
+    if hasattr(ma, f)
+  }
   # Peak ~ arguments + temporaries + outputs not aliased to (donated) arguments.
-  out["peak_bytes"] = (out.get("argument_size_in_bytes", 0) + out.get("temp_size_in_bytes", 0)
-                       + out.get("output_size_in_bytes", 0) - out.get("alias_size_in_bytes", 0))
+  out["peak_bytes"] = (
+    out.get("argument_size_in_bytes", 0)
+    + out.get("temp_size_in_bytes", 0)
+    + out.get("output_size_in_bytes", 0)
+    - out.get("alias_size_in_bytes", 0)
+  )
   out["compile_s"] = compile_s
   return out
 
@@ -757,7 +975,9 @@ def program_memory(compiled, compile_s: float) -> dict:
 def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
   """Memory of the KKT chunk, compiled from shapes only (nothing allocated)."""
   import jax
+
   from recon_jax import loop
+
   with precision(dtype):
     attack, x_init, target = kkt_problem(d, h, m)
     target_s, hp = _shapes(target), _shapes(kkt_hparams(num_restarts))
@@ -770,8 +990,9 @@ def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
 
 
 def _max_restarts(fixed: float, per_restart: float) -> dict:
-  return {f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - fixed) // per_restart)
-          for g in DEVICE_GB}
+  return {
+    f"max_R_{g}GB": int((g * 1e9 * USABLE_FRACTION - fixed) // per_restart) for g in DEVICE_GB
+  }
 
 
 def memory_plan(args):
@@ -784,37 +1005,85 @@ def memory_plan(args):
 
 def run_memory(args, dtypes, emit, kept=None):
   import numpy as np
+
   (d, h, m), plan = memory_plan(args)
   scale = "quick (not paper scale)" if args.quick else "paper (Haim et al. App. B)"
   for dtype in dtypes:
     ana = kkt_memory_analytic(d, h, m, np.dtype(dtype).itemsize)
-    emit({"bench": "memory", "what": "analytic", "scale": scale, "dtype": dtype, "d": d, "h": h,
-          "m": m, "bytes_per_restart": ana["total"], "parts": ana,
-          **_max_restarts(ana["theta_star_shared"], ana["total"]),
-          "usable_fraction": USABLE_FRACTION})
+    emit(
+      {
+        "bench": "memory",
+        "what": "analytic",
+        "scale": scale,
+        "dtype": dtype,
+        "d": d,
+        "h": h,
+        "m": m,
+        "bytes_per_restart": ana["total"],
+        "parts": ana,
+        **_max_restarts(ana["theta_star_shared"], ana["total"]),
+        "usable_fraction": USABLE_FRACTION,
+      }
+    )
     for batching, rs in plan:
       pts = []
       for r in rs:
         prog = (kept or {}).get((d, h, m, dtype, r, batching))
         try:
-          mem = (program_memory(prog.compiled, prog.compile_s) if prog else
-                 compiled_kkt_memory(d, h, m, dtype, r, batching))
+          mem = (
+            program_memory(prog.compiled, prog.compile_s)
+            if prog
+            else compiled_kkt_memory(d, h, m, dtype, r, batching)
+          )
         except Exception as e:  # e.g. out of host memory while compiling
-          emit({"bench": "memory", "what": "compiled", "batching": batching, "dtype": dtype,
-                "R": r, "error": f"{type(e).__name__}: {str(e)[:200]}"})
+          emit(
+            {
+              "bench": "memory",
+              "what": "compiled",
+              "batching": batching,
+              "dtype": dtype,
+              "R": r,
+              "error": f"{type(e).__name__}: {str(e)[:200]}",
+            }
+          )
           continue
         pts.append((r, mem["peak_bytes"]))
-        emit({"bench": "memory", "what": "compiled", "scale": scale, "batching": batching,
-              "dtype": dtype, "d": d, "h": h, "m": m, "R": r, **mem})
+        emit(
+          {
+            "bench": "memory",
+            "what": "compiled",
+            "scale": scale,
+            "batching": batching,
+            "dtype": dtype,
+            "d": d,
+            "h": h,
+            "m": m,
+            "R": r,
+            **mem,
+          }
+        )
       if len(pts) >= 2:
         (r0, b0), (r1, b1) = pts[0], pts[-1]
         per = (b1 - b0) / (r1 - r0)
         fixed = b0 - per * r0
-        emit({"bench": "memory", "what": "per_restart", "scale": scale, "batching": batching,
-              "dtype": dtype, "d": d, "h": h, "m": m, "from_R": [r0, r1],
-              "bytes_per_restart": per, "fixed_bytes": fixed, **_max_restarts(fixed, per),
-              "usable_fraction": USABLE_FRACTION,
-              "note": "XLA CPU buffer assignment; a GPU's fusion and allocator differ"})
+        emit(
+          {
+            "bench": "memory",
+            "what": "per_restart",
+            "scale": scale,
+            "batching": batching,
+            "dtype": dtype,
+            "d": d,
+            "h": h,
+            "m": m,
+            "from_R": [r0, r1],
+            "bytes_per_restart": per,
+            "fixed_bytes": fixed,
+            **_max_restarts(fixed, per),
+            "usable_fraction": USABLE_FRACTION,
+            "note": "XLA CPU buffer assignment; a GPU's fusion and allocator differ",
+          }
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -837,42 +1106,77 @@ def summary(emit, ceiling: Ceiling):
   util = []
   for r in kkt:
     u = r["gflops"] / ceiling.get(r["dtype"])
-    util.append({"dtype": r["dtype"], "d": r["d"], "h": r["h"], "m": r["m"], "R": r["R"],
-                 "batching": r["batching"], "utilisation": u, "target": r["util_target"],
-                 "met": bool(u >= r["util_target"]), "utilisation_local": r["utilisation_local"],
-                 "met_local": r["util_target_met_local"],
-                 "utilisation_cpu": r.get("utilisation_cpu"),
-                 "met_cpu": bool((r.get("utilisation_cpu") or 0) >= r["util_target"])})
+    util.append(
+      {
+        "dtype": r["dtype"],
+        "d": r["d"],
+        "h": r["h"],
+        "m": r["m"],
+        "R": r["R"],
+        "batching": r["batching"],
+        "utilisation": u,
+        "target": r["util_target"],
+        "met": bool(u >= r["util_target"]),
+        "utilisation_local": r["utilisation_local"],
+        "met_local": r["util_target_met_local"],
+        "utilisation_cpu": r.get("utilisation_cpu"),
+        "met_cpu": bool((r.get("utilisation_cpu") or 0) >= r["util_target"]),
+      }
+    )
   bat = [r for r in emit.records if r.get("bench") == "batching" and r.get("R") == 8]
-  emit({"bench": "summary", "ceiling_gflops": dict(ceiling.best),
-        "util_targets_met": sum(u["met"] for u in util), "util_targets_total": len(util),
-        "util_targets_met_local": sum(u["met_local"] for u in util),
-        "util_targets_met_cpu": sum(u["met_cpu"] for u in util),
-        "util_targets_met_R1": sum(u["met"] for u in util if u["R"] == 1),
-        "util_targets_total_R1": sum(1 for u in util if u["R"] == 1),
-        "batching_targets_met": {f"{r['batching']}:{r['dtype']}:{r['d']}": r["target_met"]
-                                 for r in bat},
-        "utilisation": util})
+  emit(
+    {
+      "bench": "summary",
+      "ceiling_gflops": dict(ceiling.best),
+      "util_targets_met": sum(u["met"] for u in util),
+      "util_targets_total": len(util),
+      "util_targets_met_local": sum(u["met_local"] for u in util),
+      "util_targets_met_cpu": sum(u["met_cpu"] for u in util),
+      "util_targets_met_R1": sum(u["met"] for u in util if u["R"] == 1),
+      "util_targets_total_R1": sum(1 for u in util if u["R"] == 1),
+      "batching_targets_met": {
+        f"{r['batching']}:{r['dtype']}:{r['d']}": r["target_met"] for r in bat
+      },
+      "utilisation": util,
+    }
+  )
 
 
 def main(argv=None):
   args = parse_args(argv)
   t_start = time.perf_counter()
   import jax
+
   emit = Emitter(args.out)
   dtypes = ["float32"] + (["float64"] if args.x64 else [])
   dev = jax.devices()[0]
-  emit({"bench": "env", "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "jax": jax.__version__, "backend": jax.default_backend(), "device_kind": dev.device_kind,
-        "devices": jax.device_count(), "cpu_count": os.cpu_count(),
-        "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-        "quick": args.quick, "only": args.only, "dtypes": dtypes, "repeats": args.repeats,
-        "timing": "best (min) of the timed runs after a warm-up call"})
+  emit(
+    {
+      "bench": "env",
+      "date": datetime.datetime.now().isoformat(timespec="seconds"),
+      "jax": jax.__version__,
+      "backend": jax.default_backend(),
+      "device_kind": dev.device_kind,
+      "devices": jax.device_count(),
+      "cpu_count": os.cpu_count(),
+      "cpu": platform.processor() or platform.machine(),
+      "python": platform.python_version(),
+      "quick": args.quick,
+      "only": args.only,
+      "dtypes": dtypes,
+      "repeats": args.repeats,
+      "timing": "best (min) of the timed runs after a warm-up call",
+    }
+  )
   ceiling = Ceiling()
   if {"matmul", "kkt", "batching", "breakdown"} & set(args.only):
     for dtype in dtypes:
-      ceiling.measure(dtype, 512 if args.quick else 3072, args.repeats + 2,
-                      emit if "matmul" in args.only else None)
+      ceiling.measure(
+        dtype,
+        512 if args.quick else 3072,
+        args.repeats + 2,
+        emit if "matmul" in args.only else None,
+      )
   sections = {}
 
   def section(name, fn, *a):

@@ -8,11 +8,12 @@ disturbed run is the best estimate.  Utilisation is recomputed against the best
 ceiling of all runs ("vs best") and, per measurement, against the matmul ceiling
 timed right before it under the same load ("vs local").
 """
+
 from __future__ import annotations
 
+from collections import defaultdict
 import json
 import sys
-from collections import defaultdict
 
 
 def load(paths):
@@ -68,10 +69,13 @@ def report(recs) -> str:
   envs = by.get("env", [])
   if envs:
     e = envs[0]
-    out.append(f"Machine: {e.get('cpu_count')}-core {e.get('device_kind')} "
-               f"({e.get('backend')}), jax {e.get('jax')}; runs: "
-               + ", ".join(x["date"] for x in envs) + ". Timings: best (min) of the timed "
-               "runs; the machine was shared, so the figures are lower bounds.")
+    out.append(
+      f"Machine: {e.get('cpu_count')}-core {e.get('device_kind')} "
+      f"({e.get('backend')}), jax {e.get('jax')}; runs: "
+      + ", ".join(x["date"] for x in envs)
+      + ". Timings: best (min) of the timed "
+      "runs; the machine was shared, so the figures are lower bounds."
+    )
   ceil = defaultdict(float)  # every matmul timed in the run, local ones included
   for r in by.get("matmul", []):
     ceil[r["dtype"]] = max(ceil[r["dtype"]], r["gflops"], r.get("best_gflops_so_far") or 0)
@@ -81,11 +85,15 @@ def report(recs) -> str:
     for dt, v in r.get("ceiling_gflops", {}).items():
       ceil[dt] = max(ceil[dt], v)
   if ceil:
-    out.append("\n**Ceiling** (square matmul, best seen): " + ", ".join(
-        f"{d} {v:.0f} GFLOP/s" for d, v in sorted(ceil.items())))
-  kkt = best_by(by.get("kkt", []), lambda r: (r["dtype"], r["d"], r["h"], r["m"], r["R"],
-                                               r["batching"]),
-                lambda a, b: a["gflops"] > b["gflops"])
+    out.append(
+      "\n**Ceiling** (square matmul, best seen): "
+      + ", ".join(f"{d} {v:.0f} GFLOP/s" for d, v in sorted(ceil.items()))
+    )
+  kkt = best_by(
+    by.get("kkt", []),
+    lambda r: (r["dtype"], r["d"], r["h"], r["m"], r["R"], r["batching"]),
+    lambda a, b: a["gflops"] > b["gflops"],
+  )
   cpu_best = defaultdict(float)
   for r in by.get("kkt", []):
     k = (r["dtype"], r["d"], r["h"], r["m"], r["R"], r["batching"])
@@ -99,15 +107,47 @@ def report(recs) -> str:
       r = kkt[k]
       u = r["gflops"] / ceil[r["dtype"]] if ceil[r["dtype"]] else None
       tgt = r.get("util_target")
-      rows.append([r["dtype"], f"({r['d']}, {r['h']}, {r['m']})", r["batching"], r["R"],
-                   r["steps_per_s"], r["restart_steps_per_s"], r["gflops"], u,
-                   r.get("utilisation_local"), r.get("utilisation_cpu"), tgt,
-                   _met(r, tgt), r.get("compile_s")])
-    out.append("\n**KKT step** (d-h-h-1 MLP, bias='first'; FLOPs 10mdh + 14mh^2 per "
-               "restart-step; compiled chunk of loop.make_runner)\n")
-    out.append(table(["dtype", "(d, h, m)", "batching", "R", "steps/s", "restart-steps/s",
-                      "GFLOP/s", "util vs best", "util vs local", "util (CPU time)", "target",
-                      "met (local / CPU)", "compile s"], rows))
+      rows.append(
+        [
+          r["dtype"],
+          f"({r['d']}, {r['h']}, {r['m']})",
+          r["batching"],
+          r["R"],
+          r["steps_per_s"],
+          r["restart_steps_per_s"],
+          r["gflops"],
+          u,
+          r.get("utilisation_local"),
+          r.get("utilisation_cpu"),
+          tgt,
+          _met(r, tgt),
+          r.get("compile_s"),
+        ]
+      )
+    out.append(
+      "\n**KKT step** (d-h-h-1 MLP, bias='first'; FLOPs 10mdh + 14mh^2 per "
+      "restart-step; compiled chunk of loop.make_runner)\n"
+    )
+    out.append(
+      table(
+        [
+          "dtype",
+          "(d, h, m)",
+          "batching",
+          "R",
+          "steps/s",
+          "restart-steps/s",
+          "GFLOP/s",
+          "util vs best",
+          "util vs local",
+          "util (CPU time)",
+          "target",
+          "met (local / CPU)",
+          "compile s",
+        ],
+        rows,
+      )
+    )
   bat = defaultdict(list)  # per run: ratios come from one interleaved block each
   for r in by.get("batching", []):
     bat[(r["dtype"], r["d"], r["h"], r["m"], r["batching"], r["R"])].append(r["ratio"])
@@ -116,32 +156,90 @@ def report(recs) -> str:
     for k in sorted(bat, key=lambda k: (k[0], k[1], k[4], k[5])):
       v = bat[k]
       mean = sum(v) / len(v)
-      rows.append([k[0], f"({k[1]}, {k[2]}, {k[3]})", k[4], k[5], mean,
-                   " / ".join(fmt(x) for x in v), (mean >= 0.9) if k[5] == 8 else None])
-    out.append("\n**Restart batching** (ratio = restart-steps/s at R / steps/s at R=1, both "
-               "timed in the same interleaved rounds; 1.0 = batching costs nothing; target "
-               ">= 0.9 at R=8 on CPU)\n")
-    out.append(table(["dtype", "(d, h, m)", "batching", "R", "ratio (mean)", "per run",
-                      "target met"], rows))
-  bd = best_by(by.get("breakdown", []), lambda r: (r["dtype"], r["d"], r.get("batching")),
-               lambda a, b: (a.get("step_cpu_s") is not None, -a["step_s"])
-               > (b.get("step_cpu_s") is not None, -b["step_s"]))  # prefer runs with CPU times
+      rows.append(
+        [
+          k[0],
+          f"({k[1]}, {k[2]}, {k[3]})",
+          k[4],
+          k[5],
+          mean,
+          " / ".join(fmt(x) for x in v),
+          (mean >= 0.9) if k[5] == 8 else None,
+        ]
+      )
+    out.append(
+      "\n**Restart batching** (ratio = restart-steps/s at R / steps/s at R=1, both "
+      "timed in the same interleaved rounds; 1.0 = batching costs nothing; target "
+      ">= 0.9 at R=8 on CPU)\n"
+    )
+    out.append(
+      table(["dtype", "(d, h, m)", "batching", "R", "ratio (mean)", "per run", "target met"], rows)
+    )
+  bd = best_by(
+    by.get("breakdown", []),
+    lambda r: (r["dtype"], r["d"], r.get("batching")),
+    lambda a, b: (
+      (a.get("step_cpu_s") is not None, -a["step_s"])
+      > (b.get("step_cpu_s") is not None, -b["step_s"])
+    ),
+  )  # prefer runs with CPU times
   if bd:
-    rows = [[r["dtype"], f"({r['d']}, {r['h']}, {r['m']})", r.get("batching"), r["step_s"],
-             r["dots_alone_s"], r["non_dot_fraction"], r.get("non_dot_fraction_cpu"),
-             r.get("dots_alone_utilisation_cpu"), r.get("step_utilisation_cpu"),
-             r.get("hlo_transposes"), r["xla_gflop"], r["formula_gflop"]]
-            for r in bd.values()]
-    out.append("\n**Where a KKT step's time goes** (R=1; every dot of the compiled step "
-               "timed alone)\n")
-    out.append(table(["dtype", "(d, h, m)", "batching", "step s", "dots alone s",
-                      "non-dot share", "non-dot share (CPU)", "dots util (CPU)",
-                      "step util (CPU)", "transposes", "XLA GFLOP", "formula GFLOP"], rows))
-  tr = best_by(by.get("train", []), lambda r: (r["dtype"], r["name"]),
-               lambda a, b: a["epochs_per_s"] > b["epochs_per_s"])
+    rows = [
+      [
+        r["dtype"],
+        f"({r['d']}, {r['h']}, {r['m']})",
+        r.get("batching"),
+        r["step_s"],
+        r["dots_alone_s"],
+        r["non_dot_fraction"],
+        r.get("non_dot_fraction_cpu"),
+        r.get("dots_alone_utilisation_cpu"),
+        r.get("step_utilisation_cpu"),
+        r.get("hlo_transposes"),
+        r["xla_gflop"],
+        r["formula_gflop"],
+      ]
+      for r in bd.values()
+    ]
+    out.append(
+      "\n**Where a KKT step's time goes** (R=1; every dot of the compiled step timed alone)\n"
+    )
+    out.append(
+      table(
+        [
+          "dtype",
+          "(d, h, m)",
+          "batching",
+          "step s",
+          "dots alone s",
+          "non-dot share",
+          "non-dot share (CPU)",
+          "dots util (CPU)",
+          "step util (CPU)",
+          "transposes",
+          "XLA GFLOP",
+          "formula GFLOP",
+        ],
+        rows,
+      )
+    )
+  tr = best_by(
+    by.get("train", []),
+    lambda r: (r["dtype"], r["name"]),
+    lambda a, b: a["epochs_per_s"] > b["epochs_per_s"],
+  )
   if tr:
-    rows = [[r["name"], f"{r['d']}-{'-'.join(map(str, r['widths']))}-1", r["n"], r["dtype"],
-             r["epochs_per_s"], r["gflops"]] for r in tr.values()]
+    rows = [
+      [
+        r["name"],
+        f"{r['d']}-{'-'.join(map(str, r['widths']))}-1",
+        r["n"],
+        r["dtype"],
+        r["epochs_per_s"],
+        r["gflops"],
+      ]
+      for r in tr.values()
+    ]
     out.append("\n**Victim training** (full-batch GD, recon_jax.train)\n")
     out.append(table(["size", "net", "n", "dtype", "epochs/s", "GFLOP/s"], rows))
   e2e = [r for r in by.get("e2e", []) if "wall_s" in r]
@@ -149,49 +247,135 @@ def report(recs) -> str:
     r = min(e2e, key=lambda r: r["wall_s"])
     cmd = r.get("command") or "-m experiments.reconstruct"
     out.append(f"\n**End to end** (`python {cmd}`)\n")
-    out.append(table(["wall s", "startup+import s", "victim s", "oracle s", "compile s",
-                      "attack run s", "evaluation s"],
-                     [[r["wall_s"], r.get("startup_and_import_s"), r.get("victim_s"),
-                       r.get("oracle_s"), r.get("compile_s"), r.get("attack_run_s"),
-                       r.get("evaluation_s")]]))
+    out.append(
+      table(
+        [
+          "wall s",
+          "startup+import s",
+          "victim s",
+          "oracle s",
+          "compile s",
+          "attack run s",
+          "evaluation s",
+        ],
+        [
+          [
+            r["wall_s"],
+            r.get("startup_and_import_s"),
+            r.get("victim_s"),
+            r.get("oracle_s"),
+            r.get("compile_s"),
+            r.get("attack_run_s"),
+            r.get("evaluation_s"),
+          ]
+        ],
+      )
+    )
   bl = by.get("bilevel", [])
-  steps = best_by([r for r in bl if r.get("what") == "outer_step"],
-                  lambda r: (r["net"], r["dtype"], r["hessian_solve"]),
-                  lambda a, b: a["outer_step_s"] < b["outer_step_s"])
+  steps = best_by(
+    [r for r in bl if r.get("what") == "outer_step"],
+    lambda r: (r["net"], r["dtype"], r["hessian_solve"]),
+    lambda a, b: a["outer_step_s"] < b["outer_step_s"],
+  )
   if steps:
-    rows = [[r["net"], r["dtype"], r["params"], r["inner"], r["hessian_solve"], r["inner_iters"],
-             r["inner_solve_s"], r["hessian_solve_s"], r["outer_step_s"], r["outer_over_inner"],
-             r["target_met"]] for r in steps.values()]
-    out.append("\n**Bilevel outer step** (digits size; inner solve from theta*, implicit "
-               "differentiation; target outer <= 3x inner)\n")
-    out.append(table(["net", "dtype", "params", "inner", "Hessian solve", "inner iters",
-                      "inner s", "Hessian s", "outer s", "outer/inner", "met"], rows))
-  mem = best_by([r for r in bl if r.get("what") == "memory_vs_iters"],
-                lambda r: (r["net"], r["dtype"], r["inner_iters"], r["diff"]),
-                lambda a, b: a["outer_step_s"] < b["outer_step_s"])
+    rows = [
+      [
+        r["net"],
+        r["dtype"],
+        r["params"],
+        r["inner"],
+        r["hessian_solve"],
+        r["inner_iters"],
+        r["inner_solve_s"],
+        r["hessian_solve_s"],
+        r["outer_step_s"],
+        r["outer_over_inner"],
+        r["target_met"],
+      ]
+      for r in steps.values()
+    ]
+    out.append(
+      "\n**Bilevel outer step** (digits size; inner solve from theta*, implicit "
+      "differentiation; target outer <= 3x inner)\n"
+    )
+    out.append(
+      table(
+        [
+          "net",
+          "dtype",
+          "params",
+          "inner",
+          "Hessian solve",
+          "inner iters",
+          "inner s",
+          "Hessian s",
+          "outer s",
+          "outer/inner",
+          "met",
+        ],
+        rows,
+      )
+    )
+  mem = best_by(
+    [r for r in bl if r.get("what") == "memory_vs_iters"],
+    lambda r: (r["net"], r["dtype"], r["inner_iters"], r["diff"]),
+    lambda a, b: a["outer_step_s"] < b["outer_step_s"],
+  )
   if mem:
     keys = sorted({(k[0], k[1], k[2]) for k in mem})
     rows = []
     for net, dt, t in keys:
       i, u = mem.get((net, dt, t, "implicit")), mem.get((net, dt, t, "unrolled"))
-      rows.append([net, dt, t, i and i["temp_bytes"], u and u["temp_bytes"],
-                   i and i["outer_step_s"], u and u["outer_step_s"]])
-    out.append("\n**Bilevel memory vs inner iterations** (GD inner solve of T steps; XLA temp "
-               "bytes of the compiled outer step)\n")
-    out.append(table(["net", "dtype", "T", "implicit temp B", "unrolled temp B", "implicit s",
-                      "unrolled s"], rows))
+      rows.append(
+        [
+          net,
+          dt,
+          t,
+          i and i["temp_bytes"],
+          u and u["temp_bytes"],
+          i and i["outer_step_s"],
+          u and u["outer_step_s"],
+        ]
+      )
+    out.append(
+      "\n**Bilevel memory vs inner iterations** (GD inner solve of T steps; XLA temp "
+      "bytes of the compiled outer step)\n"
+    )
+    out.append(
+      table(
+        ["net", "dtype", "T", "implicit temp B", "unrolled temp B", "implicit s", "unrolled s"],
+        rows,
+      )
+    )
   mm = by.get("memory", [])
-  per = list(best_by([r for r in mm if r.get("what") in ("per_restart", "analytic")],
-                     lambda r: (r["what"], r.get("batching"), r["dtype"], r["d"], r["m"]),
-                     lambda a, b: False).values())  # compile-time figures: identical per run
+  per = list(
+    best_by(
+      [r for r in mm if r.get("what") in ("per_restart", "analytic")],
+      lambda r: (r["what"], r.get("batching"), r["dtype"], r["d"], r["m"]),
+      lambda a, b: False,
+    ).values()
+  )  # compile-time figures: identical per run
   if per:
-    rows = [[r["what"], r.get("batching", "–"), r["dtype"], f"m={r['m']}, {r['d']}-{r['h']}-"
-             f"{r['h']}-1", r["bytes_per_restart"] / 1e6, r.get("max_R_80GB"),
-             r.get("max_R_141GB")] for r in per]
-    out.append("\n**Memory per restart** (KKT step, SGD-momentum; max R at 95% of the "
-               "device's memory)\n")
-    out.append(table(["source", "batching", "dtype", "size", "MB / restart", "max R 80 GB",
-                      "max R 141 GB"], rows))
+    rows = [
+      [
+        r["what"],
+        r.get("batching", "–"),
+        r["dtype"],
+        f"m={r['m']}, {r['d']}-{r['h']}-{r['h']}-1",
+        r["bytes_per_restart"] / 1e6,
+        r.get("max_R_80GB"),
+        r.get("max_R_141GB"),
+      ]
+      for r in per
+    ]
+    out.append(
+      "\n**Memory per restart** (KKT step, SGD-momentum; max R at 95% of the device's memory)\n"
+    )
+    out.append(
+      table(
+        ["source", "batching", "dtype", "size", "MB / restart", "max R 80 GB", "max R 141 GB"], rows
+      )
+    )
   return "\n".join(out) + "\n"
 
 

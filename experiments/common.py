@@ -10,6 +10,7 @@ and runs with :func:`run_main`.  Library errors name the library's arguments;
 1 for an error, 2 for a run that wrote its results but failed (:class:`RunFailed`),
 130 for Ctrl-C.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,6 +46,7 @@ class UserError(Error, ValueError):
 
 class RunFailed(Error, RuntimeError):
   """The run finished and wrote its results, but they are a failure: one line, exit code 2."""
+
   exit_code = 2
 
 
@@ -83,7 +85,8 @@ def load_config(path: str, preset: Optional[str]):
   if not os.path.isfile(path):
     raise UserError(f"--config: {path}: no such config file.")
   spec = importlib.util.spec_from_file_location(
-      "_config_" + re.sub(r"\W", "_", os.path.abspath(path)), path)
+    "_config_" + re.sub(r"\W", "_", os.path.abspath(path)), path
+  )
   module = importlib.util.module_from_spec(spec)
   try:
     spec.loader.exec_module(module)
@@ -99,6 +102,7 @@ def _setting_comments(path: str) -> dict:
   Settings of a ``victim`` section take their text from ``configs/victim.py``'s HELP.
   """
   from experiments.configs import victim as victim_configs
+
   out = {f"victim.{k}": v for k, v in victim_configs.HELP.items()}
   try:
     with open(path) as f:
@@ -150,8 +154,9 @@ def _rel(path: str) -> str:
   return path if rel.startswith("..") else rel
 
 
-def help_text(config_name: str, preset: Optional[str], argv: Sequence[str] = (),
-              doc: Optional[str] = None) -> str:
+def help_text(
+  config_name: str, preset: Optional[str], argv: Sequence[str] = (), doc: Optional[str] = None
+) -> str:
   """What ``--help`` prints: the binary, its flags, the presets and every setting's default.
 
   The settings are those of the preset named by ``--config`` in ``argv``, if any.
@@ -166,21 +171,33 @@ def help_text(config_name: str, preset: Optional[str], argv: Sequence[str] = (),
   main = sys.modules.get("__main__")
   spec = getattr(main, "__spec__", None)
   binary = f"python -m {spec.name}" if spec else f"python -m experiments.{config_name}"
-  parts = [(doc or "").strip(), "",
-           f"usage: {binary} [--config=FILE:PRESET] [--config.NAME=VALUE ...]",
-           f"       {' ' * len(binary)} [--workdir=DIR] [--overwrite] [--resume] [--verbose]",
-           "", "flags:"]
+  parts = [
+    (doc or "").strip(),
+    "",
+    f"usage: {binary} [--config=FILE:PRESET] [--config.NAME=VALUE ...]",
+    f"       {' ' * len(binary)} [--workdir=DIR] [--overwrite] [--resume] [--verbose]",
+    "",
+    "flags:",
+  ]
   for name in ("config", "workdir", "overwrite", "resume", "verbose"):
     if name in FLAGS:
       f = FLAGS[name]
-      body = textwrap.fill(f"{f.help} (default: {default if name == 'config' else f.default})",
-                           96, initial_indent="      ", subsequent_indent="      ")
+      body = textwrap.fill(
+        f"{f.help} (default: {default if name == 'config' else f.default})",
+        96,
+        initial_indent="      ",
+        subsequent_indent="      ",
+      )
       parts.append(f"  --{name}\n{body}")
-  parts += ["  --helpfull\n      every flag, absl's own included", "",
-            (module.__doc__ or "").strip(), "",
-            f"settings of {rel}:{preset or '(its default preset)'} with their defaults",
-            "(set any as --config.NAME=VALUE; pick a preset with --config=FILE:PRESET --help):",
-            settings_text(cfg, os.path.abspath(expand(path)))]
+  parts += [
+    "  --helpfull\n      every flag, absl's own included",
+    "",
+    (module.__doc__ or "").strip(),
+    "",
+    f"settings of {rel}:{preset or '(its default preset)'} with their defaults",
+    "(set any as --config.NAME=VALUE; pick a preset with --config=FILE:PRESET --help):",
+    settings_text(cfg, os.path.abspath(expand(path))),
+  ]
   return "\n".join(parts).strip() + "\n"
 
 
@@ -197,8 +214,14 @@ def _check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> N
       raise UserError(f"--config.{m.group(1)}: no such setting{hint} (--help lists them all)")
 
 
-def define_flags(config_name: str, preset: Optional[str] = None, *, resume: bool = True,
-                 workdir: Optional[str] = None, argv: Optional[list] = None) -> None:
+def define_flags(
+  config_name: str,
+  preset: Optional[str] = None,
+  *,
+  resume: bool = True,
+  workdir: Optional[str] = None,
+  argv: Optional[list] = None,
+) -> None:
   """The flags of a binary whose config file is ``experiments/configs/<config_name>.py``.
 
   Also what must happen before flag parsing: JAX's backend INFO line is
@@ -222,8 +245,8 @@ def define_flags(config_name: str, preset: Optional[str] = None, *, resume: bool
     i, value = _config_arg(argv)
   if value and any(re.match(r"^--?(no)?config\.", a) for a in argv[1:i]):
     # ml_collections needs the file before its overrides: the order a user meant is clear
-    taken = argv[i:i + 1] if "=" in argv[i] else argv[i:i + 2]
-    del argv[i:i + len(taken)]
+    taken = argv[i : i + 1] if "=" in argv[i] else argv[i : i + 2]
+    del argv[i : i + len(taken)]
     argv[1:1] = taken
     i, value = _config_arg(argv)
   cpath, cpreset = _split_config(value) if value else (path, preset)
@@ -251,8 +274,7 @@ def define_flags(config_name: str, preset: Optional[str] = None, *, resume: bool
 def _flag_message(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
   msg = re.sub(r"^flag (--\S+?)(=\S*)?: ", r"\1\2: ", msg)
-  return re.sub(r"\('Non-boolean argument to boolean flag', .*\)$", "expected true or false",
-                msg)
+  return re.sub(r"\('Non-boolean argument to boolean flag', .*\)$", "expected true or false", msg)
 
 
 def _define(config_name, default, path, preset, resume, workdir, fv, argv=None) -> None:
@@ -266,16 +288,26 @@ def _define(config_name, default, path, preset, resume, workdir, fv, argv=None) 
   except (UserError, AttributeError, TypeError):
     pass
   config_flags.DEFINE_config_file(
-      "config", default, f"Config file and preset, FILE:PRESET (default preset: {preset})."
-      f"{presets} Override any setting as --config.NAME=VALUE, e.g. {example}; --help lists "
-      "every setting with its default.", flag_values=fv, lock_config=True, sys_argv=argv)
-  flags.DEFINE_string("workdir", workdir or f"workdirs/{config_name}", "Output folder "
-                      "(must be empty unless --overwrite or --resume).", flag_values=fv)
-  flags.DEFINE_bool("overwrite", False, "Allow writing into a non-empty --workdir.",
-                    flag_values=fv)
+    "config",
+    default,
+    f"Config file and preset, FILE:PRESET (default preset: {preset})."
+    f"{presets} Override any setting as --config.NAME=VALUE, e.g. {example}; --help lists "
+    "every setting with its default.",
+    flag_values=fv,
+    lock_config=True,
+    sys_argv=argv,
+  )
+  flags.DEFINE_string(
+    "workdir",
+    workdir or f"workdirs/{config_name}",
+    "Output folder (must be empty unless --overwrite or --resume).",
+    flag_values=fv,
+  )
+  flags.DEFINE_bool("overwrite", False, "Allow writing into a non-empty --workdir.", flag_values=fv)
   if resume:
-    flags.DEFINE_bool("resume", False, "Continue the run saved in --workdir (same settings).",
-                      flag_values=fv)
+    flags.DEFINE_bool(
+      "resume", False, "Continue the run saved in --workdir (same settings).", flag_values=fv
+    )
   flags.DEFINE_bool("verbose", False, "Show tracebacks of errors.", flag_values=fv)
 
 
@@ -309,7 +341,7 @@ def overrides(flag_values, prefix: str = "") -> dict:
   """The ``--config.X=V`` settings given on the command line under ``prefix``, as {X: V}."""
   over = config_flags.get_override_values(flag_values["config"])
   flat = _flatten(over) if isinstance(over, dict) else {}
-  return {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}
+  return {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
 
 
 def setting_name(cfg, argument: Optional[str]) -> Optional[str]:
@@ -348,10 +380,10 @@ def error_line(e: BaseException, cfg=None) -> str:
   name = setting_name(cfg, argument)
   if not name:
     return f"error: {msg}"
-  bare = name[len("--config."):]
+  bare = name[len("--config.") :]
   for lead in (name, bare, argument, bare.rsplit(".", 1)[-1]):
     if msg.startswith(lead) and (len(msg) == len(lead) or msg[len(lead)] in " :=,;'("):
-      return f"error: {name}{msg[len(lead):]}"
+      return f"error: {name}{msg[len(lead) :]}"
   return f"error: {name}: {msg}"
 
 
@@ -373,8 +405,12 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
     if verbose:
       traceback.print_exc()
     workdir = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
-    hint = (f"; run the same command with --resume to continue from the state saved in "
-            f"{os.path.abspath(expand(workdir))}" if workdir and "resume" in FLAGS else "")
+    hint = (
+      f"; run the same command with --resume to continue from the state saved in "
+      f"{os.path.abspath(expand(workdir))}"
+      if workdir and "resume" in FLAGS
+      else ""
+    )
     print(f"interrupted{hint}", file=sys.stderr)
     sys.exit(130)
 
@@ -436,6 +472,7 @@ def jsonable(obj: Any):
 
 def _main_process() -> bool:
   from recon_jax import distributed
+
   return distributed.is_main_process()
 
 
@@ -443,8 +480,9 @@ def write_json(workdir: str, name: str, obj: Any) -> str:
   """Atomic JSON write (on process 0 only in a multi-host run)."""
   path = inside(workdir, name)
   if _main_process():
-    checkpoint.atomic_write_text(path, json.dumps(jsonable(obj), indent=2, sort_keys=True,
-                                                  allow_nan=False))
+    checkpoint.atomic_write_text(
+      path, json.dumps(jsonable(obj), indent=2, sort_keys=True, allow_nan=False)
+    )
   return path
 
 
@@ -470,24 +508,32 @@ def environment() -> dict:
   import importlib.metadata as md
 
   import jax
+
   vers = {}
   for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax", "dm-pix", "numpy", "ml_collections"):
     try:
       vers[pkg] = md.version(pkg)
     except md.PackageNotFoundError:
       vers[pkg] = None
-  return {"versions": vers, "python": platform.python_version(),
-          "devices": [str(d) for d in jax.devices()],
-          "device_kind": jax.devices()[0].device_kind, "backend": jax.default_backend(),
-          "x64": bool(jax.config.jax_enable_x64),
-          "matmul_precision": str(jax.config.jax_default_matmul_precision), "argv": sys.argv}
+  return {
+    "versions": vers,
+    "python": platform.python_version(),
+    "devices": [str(d) for d in jax.devices()],
+    "device_kind": jax.devices()[0].device_kind,
+    "backend": jax.default_backend(),
+    "x64": bool(jax.config.jax_enable_x64),
+    "matmul_precision": str(jax.config.jax_default_matmul_precision),
+    "argv": sys.argv,
+  }
 
 
 def configure_precision(x64: bool, matmul_precision: str = "default") -> None:
   import jax
+
   if matmul_precision not in ("default", "high", "highest"):
-    raise UserError(f"--config.matmul_precision must be default, high or highest, got "
-                    f"{matmul_precision!r}.")
+    raise UserError(
+      f"--config.matmul_precision must be default, high or highest, got {matmul_precision!r}."
+    )
   jax.config.update("jax_enable_x64", bool(x64))
   if matmul_precision != "default":
     jax.config.update("jax_default_matmul_precision", matmul_precision)
@@ -512,8 +558,7 @@ def check_resumable(cfg, workdir: str, state_file: str) -> None:
     raise UserError(f"--resume: --workdir {workdir} does not exist; nothing to resume.")
   state_path, cfg_path = inside(workdir, state_file), inside(workdir, "config.json")
   if not os.path.isfile(state_path):
-    raise UserError(f"--resume: {state_path} not found; nothing to resume (run without "
-                    "--resume).")
+    raise UserError(f"--resume: {state_path} not found; nothing to resume (run without --resume).")
   try:
     with open(cfg_path) as f:
       stored = json.load(f)["config"]
@@ -523,8 +568,13 @@ def check_resumable(cfg, workdir: str, state_file: str) -> None:
     raise UserError(f"--resume: {cfg_path} is unreadable or corrupt.") from None
   want = _flatten(json.loads(json.dumps(jsonable(cfg))))
   have = _flatten(stored) if isinstance(stored, dict) else {}
-  diff = [k for k in sorted(want) if k in have and k.split(".")[-1] not in NOT_COMPARED
-          and _same(want[k]) != _same(have[k])]
+  diff = [
+    k
+    for k in sorted(want)
+    if k in have and k.split(".")[-1] not in NOT_COMPARED and _same(want[k]) != _same(have[k])
+  ]
   if diff:
-    raise UserError(f"--resume: the configuration differs from {cfg_path} in "
-                    f"{', '.join(diff[:5])}; resume with the same settings.")
+    raise UserError(
+      f"--resume: the configuration differs from {cfg_path} in "
+      f"{', '.join(diff[:5])}; resume with the same settings."
+    )

@@ -26,6 +26,7 @@ state_<sub-run>.msgpack (the running sub-run, every save_every chunks) and
 done_<sub-run>.json/.npz (each finished sub-run); --resume loads the finished
 sub-runs and continues the interrupted one.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ CONFIG_FILE = "config.json"
 def prepare(cfg) -> None:
   """Paths expanded, settings validated: everything that can fail before any work."""
   from recon_jax import init_study
+
   cfg.data_dir = common.expand(cfg.data_dir)
   init_study.validate(cfg)
 
@@ -63,6 +65,7 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
   import jax
 
   from recon_jax import init_study, plotting
+
   prepare(cfg)
   if resume:
     common.check_resumable(cfg, workdir, CONFIG_FILE)
@@ -71,26 +74,40 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
     ds = init_study.load_data(cfg)  # a missing or corrupt data file fails here
     if not resume:
       os.makedirs(workdir, exist_ok=True)
-      common.write_json(workdir, CONFIG_FILE, {"config": cfg,
-                                               "environment": common.environment()})
+      common.write_json(workdir, CONFIG_FILE, {"config": cfg, "environment": common.environment()})
     study = init_study.Study(cfg, ds)
     runs, arrays = {}, {}
     for sub in init_study.sub_runs(cfg):
       done = _load_done(workdir, sub.name) if resume else None
       if done is None:
-        entry, x = study.run(sub, resume=resume,
-                             state_path=common.inside(workdir, f"state_{sub.name}.msgpack"))
+        entry, x = study.run(
+          sub, resume=resume, state_path=common.inside(workdir, f"state_{sub.name}.msgpack")
+        )
         done = common.jsonable(entry), x
         common.write_npz(workdir, f"done_{sub.name}.npz", x=done[1])
         common.write_json(workdir, f"done_{sub.name}.json", done[0])
       runs[sub.name], arrays[f"{sub.name}_x"] = done
-    metrics = {"sub_runs": runs, "dataset": ds.name, "n_train": len(ds.x_train),
-               "backend": jax.default_backend(), "x64": bool(cfg.x64),
-               "batching": study.batching, "wall_s": time.time() - t_start}
+    metrics = {
+      "sub_runs": runs,
+      "dataset": ds.name,
+      "n_train": len(ds.x_train),
+      "backend": jax.default_backend(),
+      "x64": bool(cfg.x64),
+      "batching": study.batching,
+      "wall_s": time.time() - t_start,
+    }
     metrics = common.jsonable(metrics)
     common.write_json(workdir, "metrics.json", metrics)
-    common.write_npz(workdir, "reconstructions.npz", x_train=ds.x_train, x_part=ds.x_part,
-                     noise=study.noise, mix_l1=study.l1, mix_l2=study.l2, **arrays)
+    common.write_npz(
+      workdir,
+      "reconstructions.npz",
+      x_train=ds.x_train,
+      x_part=ds.x_part,
+      noise=study.noise,
+      mix_l1=study.l1,
+      mix_l2=study.l2,
+      **arrays,
+    )
     common.write_text(workdir, "summary.md", init_study.summary(cfg, metrics))
     plotting.init_study_figures(workdir, metrics, arrays, ds.x_train, ds.x_part)
   return metrics
@@ -99,6 +116,7 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
 def _load_done(workdir: str, name: str):
   """``(entry, x)`` of a sub-run finished before, or None."""
   import numpy as np
+
   jpath = common.inside(workdir, f"done_{name}.json")
   if not os.path.isfile(jpath):
     return None
@@ -108,8 +126,9 @@ def _load_done(workdir: str, name: str):
     with np.load(common.inside(workdir, f"done_{name}.npz")) as z:
       x = z["x"]
   except (OSError, ValueError, KeyError) as e:
-    raise common.UserError(f"--resume: {jpath} (or its .npz) is unreadable ({e}); remove both "
-                           "to run that sub-run again.") from None
+    raise common.UserError(
+      f"--resume: {jpath} (or its .npz) is unreadable ({e}); remove both to run that sub-run again."
+    ) from None
   logging.info("%s: finished before, loaded from %s", name, jpath)
   return entry, x
 

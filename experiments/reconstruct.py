@@ -18,6 +18,7 @@ did not train, are printed and kept in metrics.json); 1: a setting or file it
 cannot use, in one line naming it, before anything is written; 2: every restart
 diverged (the results are written); 130: interrupted (Ctrl-C).
 """
+
 import sys
 from typing import Optional
 
@@ -37,15 +38,17 @@ def check_sweep(cfg, explicit=()) -> None:
   """
   from experiments.configs import reconstruct as configs
   from recon_jax import pipeline
+
   if cfg.sweep != "paper":
     return
   defaults = configs.get_config()
   named = [n for n in pipeline.RANGE_NAMES if n in explicit or str(cfg[n]) != str(defaults[n])]
   if named:
     raise common.UserError(
-        f"--config.sweep=paper draws {', '.join(pipeline.RANGE_NAMES)} from Haim et al.'s "
-        f"ranges (App. B), which replace --config.{named[0]}={cfg[named[0]]!r}; drop "
-        f"--config.{named[0]} or use --config.sweep=random.")
+      f"--config.sweep=paper draws {', '.join(pipeline.RANGE_NAMES)} from Haim et al.'s "
+      f"ranges (App. B), which replace --config.{named[0]}={cfg[named[0]]!r}; drop "
+      f"--config.{named[0]} or use --config.sweep=random."
+    )
 
 
 def prepare(cfg, requested_victim=None, explicit=()) -> None:
@@ -54,6 +57,7 @@ def prepare(cfg, requested_victim=None, explicit=()) -> None:
   Nothing is written or trained here, so a refused run leaves its workdir as it was.
   """
   from recon_jax import pipeline
+
   cfg.data_dir = common.expand(cfg.data_dir)
   cfg.checkpoint = common.expand(cfg.checkpoint)
   cfg.foreign.data_mean = common.expand(cfg.foreign.data_mean)
@@ -67,6 +71,7 @@ def prepare(cfg, requested_victim=None, explicit=()) -> None:
 def warnings(metrics: dict, num_classes: int) -> list:
   """What a reader of metrics.json must know before trusting it (``metrics['warnings']``)."""
   from recon_jax import pipeline
+
   out = []
   v = metrics.get("victim") or {}
   loss = (metrics.get("assumed") or {}).get("task_from_loss", "logistic")
@@ -76,8 +81,10 @@ def warnings(metrics: dict, num_classes: int) -> list:
     out.append(victim_warning)
   n_div = (metrics.get("selection") or {}).get("n_diverged")
   if metrics.get("attack") != "weights" and n_div and n_div == metrics.get("num_restarts"):
-    out.append(f"every restart diverged ({n_div} of {n_div}): nothing was reconstructed; "
-               "lower the learning rates (lr_x, lr_lam) or the alpha range")
+    out.append(
+      f"every restart diverged ({n_div} of {n_div}): nothing was reconstructed; "
+      "lower the learning rates (lr_x, lr_lam) or the alpha range"
+    )
   if metrics.get("precision_warning"):
     out.append(metrics["precision_warning"])
   return out
@@ -95,8 +102,7 @@ def check_outcome(metrics: dict, workdir: str = "") -> dict:
   return metrics
 
 
-def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None,
-        explicit=()) -> dict:
+def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None, explicit=()) -> dict:
   """Runs one reconstruction job and writes its report into ``workdir``.
 
   ``requested_victim``: victim settings the user gave explicitly; with a
@@ -105,17 +111,21 @@ def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None,
   printed on stderr, and :func:`check_outcome` says whether the run failed.
   """
   from recon_jax import pipeline, plotting, train
+
   prepare(cfg, requested_victim, explicit)
   if resume:
     common.check_resumable(cfg, workdir, STATE_FILE)
   else:
-    common.write_json(workdir, "config.json", {"config": cfg, "environment":
-                                               common.environment()})
+    common.write_json(workdir, "config.json", {"config": cfg, "environment": common.environment()})
   try:
-    out = pipeline.reconstruct(cfg, state_path=common.inside(workdir, STATE_FILE),
-                               save_every=cfg.save_every, resume=resume,
-                               save_meta={"config": common.jsonable(cfg)},
-                               requested_victim=requested_victim)
+    out = pipeline.reconstruct(
+      cfg,
+      state_path=common.inside(workdir, STATE_FILE),
+      save_every=cfg.save_every,
+      resume=resume,
+      save_meta={"config": common.jsonable(cfg)},
+      requested_victim=requested_victim,
+    )
   except train.TrainError as e:  # the victim's training diverged: name its learning rate
     e.argument = "victim.lr"
     raise
@@ -130,9 +140,13 @@ def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None,
   if out.eval_result is not None:
     ds = out.dataset
     plotting.reconstruction_report(
-        workdir, out.eval_result, ds.x_train + ds.mean,
-        ds.x_test + ds.mean if len(ds.x_test) else None, out.victim.summary.get("margins"),
-        metrics["evaluation"]["ssim_threshold"])
+      workdir,
+      out.eval_result,
+      ds.x_train + ds.mean,
+      ds.x_test + ds.mean if len(ds.x_test) else None,
+      out.victim.summary.get("margins"),
+      metrics["evaluation"]["ssim_threshold"],
+    )
   return metrics
 
 
@@ -141,14 +155,26 @@ def restart_table(rows: list) -> str:
   keys = sorted({k for r in rows for k in r} - {"restart"})
   lines = ["\t".join(["restart"] + keys)]
   for r in rows:
-    lines.append("\t".join([str(r.get("restart"))] + [
-        "" if r.get(k) is None else (f"{r[k]:.5g}" if isinstance(r[k], float) else str(r[k]))
-        for k in keys]))
+    lines.append(
+      "\t".join(
+        [str(r.get("restart"))]
+        + [
+          "" if r.get(k) is None else (f"{r[k]:.5g}" if isinstance(r[k], float) else str(r[k]))
+          for k in keys
+        ]
+      )
+    )
   return "\n".join(lines) + "\n"
 
 
-def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False,
-        explicit: Optional[dict] = None) -> dict:
+def job(
+  cfg,
+  workdir: str,
+  *,
+  resume: bool = False,
+  overwrite: bool = False,
+  explicit: Optional[dict] = None,
+) -> dict:
   """What the binary does once its flags are parsed; returns metrics.json's dict.
 
   ``explicit``: the settings given on the command line, ``{name: value}``.
@@ -157,25 +183,33 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False,
   :class:`common.RunFailed` (exit code 2).
   """
   from recon_jax import distributed
+
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
   common.configure_precision(cfg.x64, cfg.matmul_precision)
-  requested = {k[len("victim."):]: v for k, v in explicit.items() if k.startswith("victim.")}
+  requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   prepare(cfg, requested, explicit)
   if resume:  # before prepare_workdir, which would create a missing folder
     common.check_resumable(cfg, workdir, STATE_FILE)
   workdir = common.prepare_workdir(workdir, overwrite or resume)
   m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit)
   check_outcome(m, workdir)
-  print(f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
-        f"(held-out baseline {m['baseline_heldout_recovered_strict']})")
+  print(
+    f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
+    f"(held-out baseline {m['baseline_heldout_recovered_strict']})"
+  )
   return m
 
 
 def main(cfg):
   """The command line: flags -> job."""
-  job(cfg, FLAGS.workdir, resume=FLAGS.resume,
-                                overwrite=FLAGS.overwrite, explicit=common.overrides(FLAGS))
+  job(
+    cfg,
+    FLAGS.workdir,
+    resume=FLAGS.resume,
+    overwrite=FLAGS.overwrite,
+    explicit=common.overrides(FLAGS),
+  )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ Writes RESULTS.md and results.json (the sections this command ran), a folder per
 continues an interrupted one with its binary's --resume.  A run that fails is FAILED in its
 section, the others go on, and the exit code is 2.
 """
+
 import json
 import os
 import subprocess
@@ -68,8 +69,9 @@ def _read(*path):
 def execute(binary: str, folder: str, args: list, log: str, resume: bool) -> None:
   """Runs one process, unless ``resume`` finds it finished; raises Failed with its error line."""
   env = (_read(folder, "config.json") or {}).get("environment", {})
-  same = args == [a for a in env.get("argv", [])[1:]
-                  if not a.startswith(("--workdir", "--resume", "--overwrite"))]
+  same = args == [
+    a for a in env.get("argv", [])[1:] if not a.startswith(("--workdir", "--resume", "--overwrite"))
+  ]
   if resume and same and os.path.isfile(os.path.join(folder, "metrics.json")):
     return
   mode = []
@@ -81,8 +83,13 @@ def execute(binary: str, folder: str, args: list, log: str, resume: bool) -> Non
   with open(log, "a") as fh:
     fh.write("$ " + " ".join(cmd[1:]) + "\n")
     fh.flush()
-    rc = subprocess.run(cmd, cwd=common.ROOT, stdout=fh, stderr=subprocess.STDOUT,
-                        env=dict(os.environ, MPLBACKEND="Agg")).returncode
+    rc = subprocess.run(
+      cmd,
+      cwd=common.ROOT,
+      stdout=fh,
+      stderr=subprocess.STDOUT,
+      env=dict(os.environ, MPLBACKEND="Agg"),
+    ).returncode
   if rc:
     with open(log) as fh:
       lines = [l.strip() for l in fh if l.strip()]
@@ -97,8 +104,9 @@ def run_one(cfg, workdir: str, name: str, resume: bool) -> dict:
   os.makedirs(os.path.join(workdir, "logs"), exist_ok=True)
   for rel, args in jobs(cfg, name):
     folder = os.path.join(workdir, rel)
-    out["commands"].append(" ".join([f"python -m experiments.{r.binary}"] + args
-                                    + [f"--workdir={folder}"]))
+    out["commands"].append(
+      " ".join([f"python -m experiments.{r.binary}"] + args + [f"--workdir={folder}"])
+    )
     try:
       execute(r.binary, folder, args, os.path.join(workdir, "logs", f"{name}.log"), resume)
     except Failed as e:
@@ -109,9 +117,15 @@ def run_one(cfg, workdir: str, name: str, resume: bool) -> dict:
       out["status"] = f"FAILED ({rel}/metrics.json unreadable after the run)"
       break
     if r.binary == "efficacy":  # + the dataset, and whether the pick was the truly best restart
-      m = claims.condense(r.binary, m, _read(folder, "config.json")["config"]["base"]["victim"][
-          "dataset"], [(_read(folder, "default", f"draw_{d}", "metrics.json") or {}).get(
-              "selection") for d in m["draws"]])
+      m = claims.condense(
+        r.binary,
+        m,
+        _read(folder, "config.json")["config"]["base"]["victim"]["dataset"],
+        [
+          (_read(folder, "default", f"draw_{d}", "metrics.json") or {}).get("selection")
+          for d in m["draws"]
+        ],
+      )
     else:
       m = claims.condense(r.binary, m)
     out["results"].append(m)
@@ -122,8 +136,10 @@ def run_one(cfg, workdir: str, name: str, resume: bool) -> dict:
 def run(cfg, workdir: str, sections, *, resume: bool = False, command: str = "") -> dict:
   """Runs the ``sections``' runs (each once) into ``workdir``; writes RESULTS.md, results.json."""
   t0, results, seen, workdir = time.time(), {}, {}, os.path.abspath(workdir)
-  command = command or (f"python -m experiments.reproduce --config=experiments/configs/"
-                        f"reproduce.py:{cfg.scale} --workdir={workdir}")
+  command = command or (
+    f"python -m experiments.reproduce --config=experiments/configs/"
+    f"reproduce.py:{cfg.scale} --workdir={workdir}"
+  )
   for i, sec in enumerate(sections):
     for name in (n for n in cfg.sections[sec] if n not in results):
       key = json.dumps([cfg.runs[name].binary] + [a for _, a in jobs(cfg, name)])
@@ -131,15 +147,35 @@ def run(cfg, workdir: str, sections, *, resume: bool = False, command: str = "")
         results[name] = dict(results[seen[key]], alias=seen[key])
         continue
       seen[key], results[name] = name, run_one(cfg, workdir, name, resume)
-      logging.info("reproduce: %s %s (%.0f s)", name, results[name]["status"],
-                   results[name]["wall_s"])
-    rows = claims.claims(CLAIMS, results, sections[:i + 1], cfg.confidence)
+      logging.info(
+        "reproduce: %s %s (%.0f s)", name, results[name]["status"], results[name]["wall_s"]
+      )
+    rows = claims.claims(CLAIMS, results, sections[: i + 1], cfg.confidence)
     total = time.time() - t0
-    common.write_text(workdir, "RESULTS.md", claims.report(
-        cfg, workdir, results, rows, sections[:i + 1], SECTIONS, total, command,
-        i + 1 < len(sections)))
-    out = {"scale": cfg.scale, "command": command, "sections": sections[:i + 1], "claims": rows,
-           "total_s": total, "config": cfg, "runs": results}
+    common.write_text(
+      workdir,
+      "RESULTS.md",
+      claims.report(
+        cfg,
+        workdir,
+        results,
+        rows,
+        sections[: i + 1],
+        SECTIONS,
+        total,
+        command,
+        i + 1 < len(sections),
+      ),
+    )
+    out = {
+      "scale": cfg.scale,
+      "command": command,
+      "sections": sections[: i + 1],
+      "claims": rows,
+      "total_s": total,
+      "config": cfg,
+      "runs": results,
+    }
     common.write_json(workdir, "results.json", out)
   return out
 
@@ -149,21 +185,30 @@ def check(cfg, only: str) -> list:
   want = [s.strip() for s in (only or "").split(",") if s.strip()] or list(cfg.sections)
   for s in want:
     if s not in SECTIONS or s not in cfg.sections:
-      raise common.UserError(f"--only: no section {s!r}; choose from "
-                             f"{', '.join(x for x in SECTIONS if x in cfg.sections)}.")
+      raise common.UserError(
+        f"--only: no section {s!r}; choose from "
+        f"{', '.join(x for x in SECTIONS if x in cfg.sections)}."
+      )
   names = sorted({n for s in want for n in cfg.sections[s]})
   for n in names:
     if n not in cfg.runs or cfg.runs[n].binary not in STATE:
-      raise common.UserError(f"--config.runs.{n}: missing, or its binary is not one of "
-                             f"{', '.join(STATE)}.")
-  need = {v for n in names for k, v in common._flatten(cfg.runs[n].overrides.to_dict()).items()
-          if k.endswith("dataset") and v in ("mnist", "cifar10", "cifar100")}
+      raise common.UserError(
+        f"--config.runs.{n}: missing, or its binary is not one of {', '.join(STATE)}."
+      )
+  need = {
+    v
+    for n in names
+    for k, v in common._flatten(cfg.runs[n].overrides.to_dict()).items()
+    if k.endswith("dataset") and v in ("mnist", "cifar10", "cifar100")
+  }
   need |= {"mnist", "cifar10"} if cfg.scale == "paper" else set()
   if need:
     path = os.path.abspath(common.expand(cfg.data_dir)) if cfg.data_dir else ""
     if not os.path.isdir(path):
-      raise common.UserError(f"--config.data_dir: the {cfg.scale} scale reads "
-                             f"{' and '.join(sorted(need))} from it; got {cfg.data_dir!r}.")
+      raise common.UserError(
+        f"--config.data_dir: the {cfg.scale} scale reads "
+        f"{' and '.join(sorted(need))} from it; got {cfg.data_dir!r}."
+      )
     cfg.data_dir = path  # the runs' processes start in the repository's root
   return [s for s in SECTIONS if s in want]
 
@@ -174,12 +219,16 @@ def main(cfg):
   if FLAGS.resume and not os.path.isdir(common.expand(FLAGS.workdir)):
     raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
   workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
-  command = " ".join(["python -m experiments.reproduce"] + [
-      a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))])
+  command = " ".join(
+    ["python -m experiments.reproduce"]
+    + [a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))]
+  )
   out = run(cfg, workdir, sections, resume=FLAGS.resume, command=command)
   n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
-  print(f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
-        f"reproduced ({out['total_s']:.0f} s)")
+  print(
+    f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
+    f"reproduced ({out['total_s']:.0f} s)"
+  )
   failed = [n for n, r in out["runs"].items() if r["status"] != "ok"]
   if failed:
     raise common.RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
@@ -187,6 +236,7 @@ def main(cfg):
 
 if __name__ == "__main__":
   common.define_flags("reproduce", "default")
-  flags.DEFINE_string("only", "", "Comma-separated sections to run (default: all): "
-                      + ", ".join(SECTIONS) + ".")
+  flags.DEFINE_string(
+    "only", "", "Comma-separated sections to run (default: all): " + ", ".join(SECTIONS) + "."
+  )
   common.run_main(main)

@@ -14,6 +14,7 @@ did not learn its training set is written with a warning); 1: a setting or
 file it cannot use, in one line naming it, or training diverged; 130:
 interrupted (Ctrl-C).
 """
+
 import sys
 
 from absl import flags, logging
@@ -27,12 +28,15 @@ STATE_FILE = "train_state.msgpack"
 def prepare(cfg):
   """Paths expanded, settings validated (nothing written): returns the VictimConfig."""
   from recon_jax import pipeline
+
   cfg.data_dir = common.expand(cfg.data_dir)
   for name in ("chunk_epochs", "save_every"):
     low = 1 if name == "chunk_epochs" else 0
     if isinstance(cfg[name], bool) or not isinstance(cfg[name], int) or cfg[name] < low:
-      raise common.UserError(f"--config.{name} must be an integer >= {low}"
-                             f"{' (0: never)' if low == 0 else ''}, got {cfg[name]!r}.")
+      raise common.UserError(
+        f"--config.{name} must be an integer >= {low}"
+        f"{' (0: never)' if low == 0 else ''}, got {cfg[name]!r}."
+      )
   pipeline.check_widths(cfg)
   vcfg = pipeline.victim_config(cfg)
   pipeline.validate_victim(vcfg)
@@ -47,6 +51,7 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
   says so (``warning``) and so does a line on stderr.
   """
   from recon_jax import pipeline, train, victim
+
   vcfg = prepare(cfg)
   if resume:
     common.check_resumable(cfg, workdir, STATE_FILE)
@@ -55,11 +60,11 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
   resume_from = None
   if resume:
     resume_from = victim.load_training(state_path, vcfg, ds, cfg.chunk_epochs)
-    logging.info("resuming phase %d at epoch %d", resume_from["phase"],
-                 int(resume_from["state"].step))
+    logging.info(
+      "resuming phase %d at epoch %d", resume_from["phase"], int(resume_from["state"].step)
+    )
   else:
-    common.write_json(workdir, "config.json", {"config": cfg, "environment":
-                                               common.environment()})
+    common.write_json(workdir, "config.json", {"config": cfg, "environment": common.environment()})
   chunks = [0]
 
   def on_chunk(phase, state, histories):
@@ -68,12 +73,14 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
       victim.save_training(state_path, phase, state, histories, cfg.chunk_epochs)
 
   try:
-    params, history, summary = victim.fit(vcfg, ds, chunk=cfg.chunk_epochs, on_chunk=on_chunk,
-                                          resume_from=resume_from)
+    params, history, summary = victim.fit(
+      vcfg, ds, chunk=cfg.chunk_epochs, on_chunk=on_chunk, resume_from=resume_from
+    )
   except train.TrainError as e:
     if e.params is not None:  # keep the last finite parameters for inspection
-      victim.save(common.inside(workdir, "victim_last_finite.msgpack"), vcfg, ds, e.params,
-                  {"error": str(e)})
+      victim.save(
+        common.inside(workdir, "victim_last_finite.msgpack"), vcfg, ds, e.params, {"error": str(e)}
+      )
     e.argument = "victim.lr"  # the error line names the setting to change
     raise
   victim.save(common.inside(workdir, "victim.msgpack"), vcfg, ds, params, summary)
@@ -98,15 +105,16 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
     common.check_resumable(cfg, workdir, STATE_FILE)
   workdir = common.prepare_workdir(workdir, overwrite or resume)
   m = run(cfg, workdir, resume=resume)
-  print(f"wrote {workdir}: loss {m['loss']:.3g}, train error {m['train_error']:.3g}, "
-        f"test accuracy {m.get('test_accuracy', float('nan')):.3f}, epochs {m['epochs_run']}")
+  print(
+    f"wrote {workdir}: loss {m['loss']:.3g}, train error {m['train_error']:.3g}, "
+    f"test accuracy {m.get('test_accuracy', float('nan')):.3f}, epochs {m['epochs_run']}"
+  )
   return m
 
 
 def main(cfg):
   """The command line: flags -> job."""
-  job(cfg, FLAGS.workdir, resume=FLAGS.resume,
-                                overwrite=FLAGS.overwrite)
+  job(cfg, FLAGS.workdir, resume=FLAGS.resume, overwrite=FLAGS.overwrite)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ the attacks (pure ``init``/``step`` pairs, :class:`Attack`), the one batched
 loop behind :func:`run_attack`, and the evaluation.  The submodules hold the
 rest (``recon_jax.losses``, ``recon_jax.eval``, ``recon_jax.diagnostics``, ...).
 """
+
 from recon_jax.attacks.bilevel import bilevel_attack
 from recon_jax.attacks.closed_form import closed_form_attack
 from recon_jax.attacks.inversion import inversion_attack
@@ -12,14 +13,38 @@ from recon_jax.attacks.kkt import kkt_attack
 from recon_jax.data import Dataset, load_dataset
 from recon_jax.errors import ConfigError, Error
 from recon_jax.eval.report import evaluate_candidates
-from recon_jax.pipeline import (AttackRun, Victim, candidate_labels, import_victim,
-                                load_or_train_victim, make_target, reconstruct, run_attack)
+from recon_jax.pipeline import (
+  AttackRun,
+  Victim,
+  candidate_labels,
+  import_victim,
+  load_or_train_victim,
+  make_target,
+  reconstruct,
+  run_attack,
+)
 from recon_jax.types import Attack, Target
 from recon_jax.victim import VictimConfig
 
 __all__ = [
-    "Attack", "AttackRun", "ConfigError", "Dataset", "Error", "Target", "Victim", "VictimConfig",
-    "bilevel_attack", "candidate_labels", "closed_form_attack", "evaluate_candidates",
-    "import_victim", "inversion_attack", "kkt_attack", "load_dataset", "load_or_train_victim",
-    "make_target", "reconstruct", "run_attack",
+  "Attack",
+  "AttackRun",
+  "ConfigError",
+  "Dataset",
+  "Error",
+  "Target",
+  "Victim",
+  "VictimConfig",
+  "bilevel_attack",
+  "candidate_labels",
+  "closed_form_attack",
+  "evaluate_candidates",
+  "import_victim",
+  "inversion_attack",
+  "kkt_attack",
+  "load_dataset",
+  "load_or_train_victim",
+  "make_target",
+  "reconstruct",
+  "run_attack",
 ]

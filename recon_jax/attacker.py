@@ -32,6 +32,7 @@ noise scales, are Python values checked up front); the loops over candidates
 are ``vmap`` (or ``lax.map`` in batches, to bound memory) and the re-runs of
 the attack are ``lax.scan``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -108,8 +109,9 @@ def ncc(a, b) -> jax.Array:
   """
   a, b = jnp.asarray(a), jnp.asarray(b)
   if a.shape[1:] != b.shape[1:]:
-    raise ConfigError(f"a and b must have the same sample shape, got {a.shape[1:]} and "
-                      f"{b.shape[1:]}.")
+    raise ConfigError(
+      f"a and b must have the same sample shape, got {a.shape[1:]} and {b.shape[1:]}."
+    )
   dtype = jnp.result_type(a.dtype, b.dtype, jnp.float32)
   return _ncc(a.astype(dtype), b.astype(dtype))
 
@@ -122,8 +124,9 @@ def _ncc(a, b):
 
 
 @functools.partial(jax.jit, static_argnames=("metric", "fraction", "batch_size"))
-def _agreement(flat: jax.Array, threshold, valid, metric: str, fraction: bool,
-               batch_size: Optional[int]):
+def _agreement(
+  flat: jax.Array, threshold, valid, metric: str, fraction: bool, batch_size: Optional[int]
+):
   """[R, m] scores from the flattened candidates [R, m, D]."""
   num_restarts = flat.shape[0]
   if metric == "ncc":
@@ -138,7 +141,8 @@ def _agreement(flat: jax.Array, threshold, valid, metric: str, fraction: bool,
     def one_restart(fr):
       cross = jnp.einsum("id,sjd->isj", fr, flat, precision=jax.lax.Precision.HIGHEST)
       d2 = jnp.sum(jnp.square(fr), -1)[:, None, None] + sq[None] - 2.0 * cross
-      return jnp.min(jnp.maximum(d2, 0.0), axis=-1) <= threshold ** 2
+      return jnp.min(jnp.maximum(d2, 0.0), axis=-1) <= threshold**2
+
   # lax.map over the restart axis: [m, R*m] similarities at a time, never [R*m, R*m].
   # matches[r, i, s]: candidate (r, i) has a match in restart s.
   matches = jax.lax.map(one_restart, flat, batch_size=batch_size)
@@ -150,9 +154,15 @@ def _agreement(flat: jax.Array, threshold, valid, metric: str, fraction: bool,
   return jnp.where(voters > 0, count / jnp.where(voters > 0, voters, 1.0), jnp.nan)
 
 
-def agreement_score(candidates, threshold: float = DEFAULT_NCC_THRESHOLD, *,
-                    fraction: bool = True, metric: str = "ncc", valid=None,
-                    batch_size: Optional[int] = None) -> jax.Array:
+def agreement_score(
+  candidates,
+  threshold: float = DEFAULT_NCC_THRESHOLD,
+  *,
+  fraction: bool = True,
+  metric: str = "ncc",
+  valid=None,
+  batch_size: Optional[int] = None,
+) -> jax.Array:
   """How many other restarts found the same candidate: clustering without the training set.
 
   For candidate ``i`` of restart ``r``::
@@ -197,8 +207,9 @@ def agreement_score(candidates, threshold: float = DEFAULT_NCC_THRESHOLD, *,
   """
   c = jnp.asarray(candidates)
   if c.ndim < 3:
-    raise ConfigError(f"candidates must be [R, m, ...] with a restart axis, got shape "
-                      f"{tuple(c.shape)}.")
+    raise ConfigError(
+      f"candidates must be [R, m, ...] with a restart axis, got shape {tuple(c.shape)}."
+    )
   num_restarts, m = c.shape[:2]
   if num_restarts < 2:
     raise ConfigError(f"candidates needs at least 2 restarts to agree, got {num_restarts}.")
@@ -218,8 +229,14 @@ def agreement_score(candidates, threshold: float = DEFAULT_NCC_THRESHOLD, *,
   if batch_size is not None and int(batch_size) <= 0:
     raise ConfigError(f"batch_size must be > 0 or None, got {batch_size}.")
   flat = c.reshape(num_restarts, m, -1)
-  return _agreement(flat, jnp.asarray(threshold, flat.dtype), valid, metric, bool(fraction),
-                    None if batch_size is None else int(batch_size))
+  return _agreement(
+    flat,
+    jnp.asarray(threshold, flat.dtype),
+    valid,
+    metric,
+    bool(fraction),
+    None if batch_size is None else int(batch_size),
+  )
 
 
 # --------------------------------------------------------------------------
@@ -241,8 +258,17 @@ def _check_candidate_shapes(x, lam, labels) -> None:
     raise ConfigError(f"labels must be [m] with m = {m}, got shape {tuple(labels.shape)}.")
 
 
-def per_candidate_terms(apply_fn, problem: str, params, x, lam, labels, act=None,
-                        normalize: str = "mean", batch_size: Optional[int] = None):
+def per_candidate_terms(
+  apply_fn,
+  problem: str,
+  params,
+  x,
+  lam,
+  labels,
+  act=None,
+  normalize: str = "mean",
+  batch_size: Optional[int] = None,
+):
   """The stationarity sum's terms ``v_i = s grad_theta sum_c lambda_ic g_ic(theta; x_i)``.
 
   ``s = 1/m`` ('mean') or 1 ('sum'), so that ``sum_i v_i`` is the gradient of
@@ -255,24 +281,40 @@ def per_candidate_terms(apply_fn, problem: str, params, x, lam, labels, act=None
     def f(p):
       g = margins(problem, apply_fn(p, xi[None], act), yi[None])  # [1] or [1, C]
       return s * jnp.sum(li[None] * g)
+
     return jax.grad(f)(params)
+
   return _map(one, (x, lam, labels), batch_size)
 
 
 def _margin_jacobian(apply_fn, problem, params, x, labels, act, batch_size):
   """[m, C', P] Jacobians of each candidate's margins in the flattened parameters."""
+
   def one(xi, yi):
     def f(p):
       return margins(problem, apply_fn(p, xi[None], act), yi[None]).reshape(-1)
+
     jac = jax.jacrev(f)(params)
     leaves = jax.tree_util.tree_leaves(jac)
     return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
+
   return _map(one, (x, labels), batch_size)
 
 
-def leave_one_out_score(apply_fn, problem: str, target: Target, x, lam, act=None, *,
-                        labels=None, normalize: str = "mean", refit: bool = False,
-                        ridge: float = 1e-8, batch_size: Optional[int] = None) -> jax.Array:
+def leave_one_out_score(
+  apply_fn,
+  problem: str,
+  target: Target,
+  x,
+  lam,
+  act=None,
+  *,
+  labels=None,
+  normalize: str = "mean",
+  refit: bool = False,
+  ridge: float = 1e-8,
+  batch_size: Optional[int] = None,
+) -> jax.Array:
   """Rise of the relative stationarity residual when candidate i is removed.
 
   Without refit (default) the other multipliers stay as the attack found them
@@ -331,18 +373,31 @@ def leave_one_out_score(apply_fn, problem: str, target: Target, x, lam, act=None
     raise ConfigError(f"batch_size must be > 0 or None, got {batch_size}.")
   reference = getattr(target, "reference", None)
   fit = target.params if reference is None else reference
-  return _leave_one_out(apply_fn, problem, target.params, fit, x, lam, labels, act, normalize,
-                        bool(refit), ridge, batch_size)
+  return _leave_one_out(
+    apply_fn,
+    problem,
+    target.params,
+    fit,
+    x,
+    lam,
+    labels,
+    act,
+    normalize,
+    bool(refit),
+    ridge,
+    batch_size,
+  )
 
 
-@functools.partial(jax.jit, static_argnames=("apply_fn", "problem", "act", "normalize", "refit",
-                                             "batch_size"))
-def _leave_one_out(apply_fn, problem, theta, fit, x, lam, labels, act, normalize, refit, ridge,
-                   batch_size):
+@functools.partial(
+  jax.jit, static_argnames=("apply_fn", "problem", "act", "normalize", "refit", "batch_size")
+)
+def _leave_one_out(
+  apply_fn, problem, theta, fit, x, lam, labels, act, normalize, refit, ridge, batch_size
+):
   norm = tree_sq_norm(fit)
   if not refit:
-    v = per_candidate_terms(apply_fn, problem, theta, x, lam, labels, act, normalize,
-                            batch_size)
+    v = per_candidate_terms(apply_fn, problem, theta, x, lam, labels, act, normalize, batch_size)
     total = jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0), v)
     r = jax.tree_util.tree_map(jnp.subtract, fit, total)
     rise = jax.vmap(lambda vi: 2.0 * tree_dot(r, vi) + tree_sq_norm(vi))(v)
@@ -366,8 +421,10 @@ def _leave_one_out(apply_fn, problem, theta, fit, x, lam, labels, act, normalize
 # --------------------------------------------------------------------------
 def _check_state(state) -> None:
   if not (hasattr(state, "_replace") and hasattr(state, "x")):
-    raise ConfigError(f"state must be a NamedTuple with a field x of candidates [m, ...] "
-                      f"(e.g. KKTState), got {type(state).__name__}.")
+    raise ConfigError(
+      f"state must be a NamedTuple with a field x of candidates [m, ...] "
+      f"(e.g. KKTState), got {type(state).__name__}."
+    )
 
 
 def _check_stability_args(state, steps, noise_scale, free) -> None:
@@ -383,14 +440,16 @@ def _check_stability_args(state, steps, noise_scale, free) -> None:
 _STABILITY_STATIC = ("attack", "steps", "noise_scale", "free", "reset_optimizer")
 
 
-def _stability(attack: Attack, state, hparams, target, index, key, steps, noise_scale, free,
-               reset_optimizer):
+def _stability(
+  attack: Attack, state, hparams, target, index, key, steps, noise_scale, free, reset_optimizer
+):
   x0 = state.x
   m = x0.shape[0]
   sel = jnp.arange(m) == index
   selx = sel.reshape((m,) + (1,) * (x0.ndim - 1))
-  noise = jnp.where(selx, noise_scale * jax.random.normal(key, x0.shape, x0.dtype),
-                    jnp.zeros_like(x0))
+  noise = jnp.where(
+    selx, noise_scale * jax.random.normal(key, x0.shape, x0.dtype), jnp.zeros_like(x0)
+  )
   x_pert = x0 + noise
   start = state._replace(x=x_pert)
   if reset_optimizer and hasattr(state, "opt_state"):
@@ -414,9 +473,19 @@ def _stability(attack: Attack, state, hparams, target, index, key, steps, noise_
   return 1.0 - d1 / d0
 
 
-def stability_score(attack: Attack, state, hparams: HParams, target: Target, index, key, *,
-                    steps: int = 30, noise_scale: float = 0.05, free: str = "x",
-                    reset_optimizer: bool = True) -> jax.Array:
+def stability_score(
+  attack: Attack,
+  state,
+  hparams: HParams,
+  target: Target,
+  index,
+  key,
+  *,
+  steps: int = 30,
+  noise_scale: float = 0.05,
+  free: str = "x",
+  reset_optimizer: bool = True,
+) -> jax.Array:
   """Does candidate ``index`` come back after a kick?  ``1 - ||x_i(T) - x_i|| / ||eps||``.
 
   ``x_i(0) = x_i + eps``, ``eps ~ N(0, noise_scale^2 I)`` per input entry (an
@@ -454,26 +523,49 @@ def stability_score(attack: Attack, state, hparams: HParams, target: Target, ind
     scalar score (NaN if the re-run diverged).
   """
   _check_stability_args(state, steps, noise_scale, free)
-  return _stability_jit(attack, state, hparams, target, jnp.asarray(index), key, int(steps),
-                        float(noise_scale), free, bool(reset_optimizer))
+  return _stability_jit(
+    attack,
+    state,
+    hparams,
+    target,
+    jnp.asarray(index),
+    key,
+    int(steps),
+    float(noise_scale),
+    free,
+    bool(reset_optimizer),
+  )
 
 
 _stability_jit = jax.jit(_stability, static_argnames=_STABILITY_STATIC)
 
 
 @functools.partial(jax.jit, static_argnames=_STABILITY_STATIC + ("batch_size",))
-def _stability_batch(attack, state, hparams, target, idx, keys, steps, noise_scale, free,
-                     reset_optimizer, batch_size):
+def _stability_batch(
+  attack, state, hparams, target, idx, keys, steps, noise_scale, free, reset_optimizer, batch_size
+):
   def one(i, k):
-    return _stability(attack, state, hparams, target, i, k, steps, noise_scale, free,
-                      reset_optimizer)
+    return _stability(
+      attack, state, hparams, target, i, k, steps, noise_scale, free, reset_optimizer
+    )
+
   return _map(one, (idx, keys), batch_size)
 
 
-def stability_scores(attack: Attack, state, hparams: HParams, target: Target, key, *,
-                     indices=None, steps: int = 30, noise_scale: float = 0.05,
-                     free: str = "x", reset_optimizer: bool = True,
-                     batch_size: Optional[int] = None) -> jax.Array:
+def stability_scores(
+  attack: Attack,
+  state,
+  hparams: HParams,
+  target: Target,
+  key,
+  *,
+  indices=None,
+  steps: int = 30,
+  noise_scale: float = 0.05,
+  free: str = "x",
+  reset_optimizer: bool = True,
+  batch_size: Optional[int] = None,
+) -> jax.Array:
   """:func:`stability_score` of several candidates, vmapped (one kicked copy of the run each).
 
   Candidate ``indices[k]`` (default all m) is kicked with
@@ -488,9 +580,19 @@ def stability_scores(attack: Attack, state, hparams: HParams, target: Target, ke
   keys = jax.random.split(key, idx.shape[0])
   if batch_size is not None and int(batch_size) <= 0:
     raise ConfigError(f"batch_size must be > 0 or None, got {batch_size}.")
-  return _stability_batch(attack, state, hparams, target, idx, keys, int(steps),
-                          float(noise_scale), free, bool(reset_optimizer),
-                          None if batch_size is None else int(batch_size))
+  return _stability_batch(
+    attack,
+    state,
+    hparams,
+    target,
+    idx,
+    keys,
+    int(steps),
+    float(noise_scale),
+    free,
+    bool(reset_optimizer),
+    None if batch_size is None else int(batch_size),
+  )
 
 
 # --------------------------------------------------------------------------
@@ -510,8 +612,17 @@ def margin_reference(g, quantile: float = 0.25) -> jax.Array:
   return jnp.where(n_pos > 0, med, jnp.nan)
 
 
-def margin_score(apply_fn, problem: str, target: Target, x, labels=None, act=None, *,
-                 reference: Optional[float] = None, quantile: float = 0.25) -> jax.Array:
+def margin_score(
+  apply_fn,
+  problem: str,
+  target: Target,
+  x,
+  labels=None,
+  act=None,
+  *,
+  reference: Optional[float] = None,
+  quantile: float = 0.25,
+) -> jax.Array:
   """Closeness of the candidate's margin to the network's margin: ``-|g_i - gamma| / gamma``.
 
   ``g_i = y_i Phi(theta*; x_i)`` (binary) or ``Phi_y - max_{j != y} Phi_j``
@@ -543,8 +654,9 @@ def margin_score(apply_fn, problem: str, target: Target, x, labels=None, act=Non
   """
   _check_problem(problem)
   if problem == "general":
-    raise ConfigError("problem 'general' has no margin; margin_score needs 'binary' or "
-                      "'multiclass'.")
+    raise ConfigError(
+      "problem 'general' has no margin; margin_score needs 'binary' or 'multiclass'."
+    )
   if reference is not None and not float(reference) > 0:
     raise ConfigError(f"reference must be a margin > 0, got {reference}.")
   if not 0.0 < float(quantile) <= 1.0:
@@ -552,8 +664,9 @@ def margin_score(apply_fn, problem: str, target: Target, x, labels=None, act=Non
   x = jnp.asarray(x)
   labels = jnp.asarray(target.labels if labels is None else labels)
   if x.ndim < 2 or labels.shape != x.shape[:1]:
-    raise ConfigError(f"labels must be [N] for x [N, ...]: got {tuple(labels.shape)} and "
-                      f"{tuple(x.shape)}.")
+    raise ConfigError(
+      f"labels must be [N] for x [N, ...]: got {tuple(labels.shape)} and {tuple(x.shape)}."
+    )
   return _margin_score(apply_fn, problem, target.params, x, labels, act, reference, quantile)
 
 

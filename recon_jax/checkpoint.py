@@ -6,6 +6,7 @@ A checkpoint is a flax msgpack blob of ``{'params': <pytree of arrays>,
 task, seed, training indices, mean subtraction) and training metrics.
 Writes are atomic: a temp file in the same folder, fsync, then rename.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,9 +15,9 @@ import stat
 import tempfile
 from typing import Any
 
+from flax import serialization
 import jax
 import numpy as np
-from flax import serialization
 
 from recon_jax.errors import Error
 
@@ -78,9 +79,11 @@ def atomic_write_text(path: str, text: str) -> None:
 
 def save(path: str, params: Any, meta: dict) -> None:
   """Saves ``params`` (a flax variable dict) and JSON-able ``meta`` atomically."""
-  blob = {"format": FORMAT,
-          "params": jax.tree_util.tree_map(np.asarray, serialization.to_state_dict(params)),
-          "meta": json.dumps(meta, sort_keys=True)}
+  blob = {
+    "format": FORMAT,
+    "params": jax.tree_util.tree_map(np.asarray, serialization.to_state_dict(params)),
+    "meta": json.dumps(meta, sort_keys=True),
+  }
   atomic_write_bytes(path, serialization.msgpack_serialize(blob))
 
 
@@ -93,8 +96,9 @@ def read_blob(data: bytes, path: str, fmt: str, kind: str) -> tuple[dict, dict]:
   try:
     blob = serialization.msgpack_restore(data)
   except Exception as e:  # msgpack raises several types on garbage/truncation
-    raise CheckpointError(f"{path}: not a recon_jax {kind} or truncated "
-                          f"({type(e).__name__}).") from None
+    raise CheckpointError(
+      f"{path}: not a recon_jax {kind} or truncated ({type(e).__name__})."
+    ) from None
   if not isinstance(blob, dict) or blob.get("format") != fmt:
     raise CheckpointError(f"{path}: not a recon_jax {kind} (format tag missing).")
   try:
@@ -134,32 +138,40 @@ def check_values(params: Any, path: str = "checkpoint") -> None:
     except (TypeError, ValueError):  # a ragged list or an object numpy cannot hold
       arr = np.asarray(None, dtype=object)
     if arr.dtype.kind == "c":
-      raise CheckpointError(f"{path}: parameter {name} is complex ({arr.dtype}); parameters "
-                            "must be real numbers.")
+      raise CheckpointError(
+        f"{path}: parameter {name} is complex ({arr.dtype}); parameters must be real numbers."
+      )
     if arr.dtype.kind not in "biuf":
-      raise CheckpointError(f"{path}: parameter {name} is not numeric (holds "
-                            f"{type(leaf).__name__} of dtype {arr.dtype}).")
+      raise CheckpointError(
+        f"{path}: parameter {name} is not numeric (holds "
+        f"{type(leaf).__name__} of dtype {arr.dtype})."
+      )
     if not np.all(np.isfinite(arr)):
       raise CheckpointError(f"{path}: parameter {name} holds NaN/Inf.")
     nonzero = nonzero or bool(np.any(arr != 0))
   if not nonzero:
-    raise CheckpointError(f"{path}: every parameter is zero (an empty or untrained model); "
-                          "there is nothing to attack.")
+    raise CheckpointError(
+      f"{path}: every parameter is zero (an empty or untrained model); there is nothing to attack."
+    )
 
 
 def check_matches(params: Any, template: Any, path: str = "checkpoint") -> None:
   """Raises CheckpointError naming the first leaf whose name or shape differs from ``template``."""
-  got = {jax.tree_util.keystr(p): np.shape(v)
-         for p, v in jax.tree_util.tree_leaves_with_path(params)}
-  want = {jax.tree_util.keystr(p): np.shape(v)
-          for p, v in jax.tree_util.tree_leaves_with_path(template)}
+  got = {
+    jax.tree_util.keystr(p): np.shape(v) for p, v in jax.tree_util.tree_leaves_with_path(params)
+  }
+  want = {
+    jax.tree_util.keystr(p): np.shape(v) for p, v in jax.tree_util.tree_leaves_with_path(template)
+  }
   missing = sorted(set(want) - set(got))
   extra = sorted(set(got) - set(want))
   if missing or extra:
     raise CheckpointError(
-        f"{path}: architecture mismatch: missing {missing[:3]}, unexpected {extra[:3]}.")
+      f"{path}: architecture mismatch: missing {missing[:3]}, unexpected {extra[:3]}."
+    )
   for name, shape in want.items():
     if got[name] != shape:
       raise CheckpointError(
-          f"{path}: architecture mismatch at {name}: checkpoint has shape {got[name]}, "
-          f"the requested architecture needs {shape}.")
+        f"{path}: architecture mismatch at {name}: checkpoint has shape {got[name]}, "
+        f"the requested architecture needs {shape}."
+      )

@@ -8,6 +8,7 @@ run's metrics, and :func:`report` / :func:`efficacy_table` write the Markdown
 of ``experiments/reproduce.py`` (RESULTS.md) and ``experiments/efficacy.py``
 (results.md).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,30 +19,46 @@ from recon_jax import efficacy
 
 NEW = "n/a (new measurement)"
 CRITERIA = {
-    "toy": "median over >= 3 seeds of the attacker-selected restart's count >= 0.9 n",
-    "leak": "the interval of (strict pooled - the best baseline's strict count) per draw lies "
-            "above 0; best baseline: held-out images or the mean image scored as reconstructions",
-    "leak_quarter": "leak, and the mean strict pooled count >= n/4",
-    "selected_leak": "leak, with the attacker-selected restart's strict count",
-    "all_leak": "leak for every run",
-    "n_trend": "the interval of (strict fraction at the smallest n - at the largest) per draw "
-               "lies above 0",
-    "lower_with_signal": "the intervals of (base - Kaiming) SSIM > 0.4 counts and of (Kaiming "
-                         "SSIM > 0.4 - its best baseline's) per draw both lie above 0",
-    "fewer": "the interval of (KKT - baseline attack) strict pooled per draw lies above 0",
-    "findings": "the init study's own criterion holds in every one of >= 3 seeds",
+  "toy": "median over >= 3 seeds of the attacker-selected restart's count >= 0.9 n",
+  "leak": "the interval of (strict pooled - the best baseline's strict count) per draw lies "
+  "above 0; best baseline: held-out images or the mean image scored as reconstructions",
+  "leak_quarter": "leak, and the mean strict pooled count >= n/4",
+  "selected_leak": "leak, with the attacker-selected restart's strict count",
+  "all_leak": "leak for every run",
+  "n_trend": "the interval of (strict fraction at the smallest n - at the largest) per draw "
+  "lies above 0",
+  "lower_with_signal": "the intervals of (base - Kaiming) SSIM > 0.4 counts and of (Kaiming "
+  "SSIM > 0.4 - its best baseline's) per draw both lie above 0",
+  "fewer": "the interval of (KKT - baseline attack) strict pooled per draw lies above 0",
+  "findings": "the init study's own criterion holds in every one of >= 3 seeds",
 }
 # The columns of each binary's table in the report, and the figures it links.
-HEADS = {"efficacy": ("run | data | n | draws | strict pooled | strict attacker-selected | SSIM > "
-                      "0.4 | mean-image baseline strict | held-out baseline strict | oracle "
-                      "residual | s per draw"),
-         "toy_2d": ("run | recovered (attacker-selected restart) | best restart | pooled | its "
-                    "starting points | oracle residual | kinks on data"),
-         "init_study": "run | seed | training images | findings that hold | wall (s) | summary"}
-FIGURES = {"efficacy": ("efficacy.png",), "toy_2d": ("seed_0/toy_2d.png",),
-           "init_study": ("seed_0/kkt_mlp_relu_settings.png", "seed_0/bilevel_affine_settings.png")}
-EFFICACY_KEYS = ("strict_pooled", "strict_selected", "ssim_gt_0.4", "baseline_mean_strict",
-                 "baseline_heldout_strict", "oracle_residual_rel", "time_s")
+HEADS = {
+  "efficacy": (
+    "run | data | n | draws | strict pooled | strict attacker-selected | SSIM > "
+    "0.4 | mean-image baseline strict | held-out baseline strict | oracle "
+    "residual | s per draw"
+  ),
+  "toy_2d": (
+    "run | recovered (attacker-selected restart) | best restart | pooled | its "
+    "starting points | oracle residual | kinks on data"
+  ),
+  "init_study": "run | seed | training images | findings that hold | wall (s) | summary",
+}
+FIGURES = {
+  "efficacy": ("efficacy.png",),
+  "toy_2d": ("seed_0/toy_2d.png",),
+  "init_study": ("seed_0/kkt_mlp_relu_settings.png", "seed_0/bilevel_affine_settings.png"),
+}
+EFFICACY_KEYS = (
+  "strict_pooled",
+  "strict_selected",
+  "ssim_gt_0.4",
+  "baseline_mean_strict",
+  "baseline_heldout_strict",
+  "oracle_residual_rel",
+  "time_s",
+)
 
 
 def interval(values: Sequence[float], conf: float = 0.95) -> dict:
@@ -69,8 +86,10 @@ def per_draw(m: Mapping, key: str, per_n: bool = False) -> list:
 
 def best_baseline(m: Mapping, what: str = "strict") -> list:
   """Per draw, the stronger baseline: held-out images or the mean image (as reconstructions)."""
-  return [b if h != h else max(h, b) for h, b in zip(per_draw(m, f"baseline_heldout_{what}"),
-                                                     per_draw(m, f"baseline_mean_{what}"))]
+  return [
+    b if h != h else max(h, b)
+    for h, b in zip(per_draw(m, f"baseline_heldout_{what}"), per_draw(m, f"baseline_mean_{what}"))
+  ]
 
 
 def paired(a: Sequence[float], b: Sequence[float], conf: float) -> dict:
@@ -82,10 +101,12 @@ def _leak(m: Mapping, conf: float, key: str = "strict_pooled", quarter: bool = F
   n, d = m["n_train"], paired(per_draw(m, key), best_baseline(m), conf)
   a = interval(per_draw(m, key), conf)
   base = lambda k: fmt(interval(per_draw(m, f"baseline_{k}_strict"), conf))
-  return dict(attack=f"{key.replace('_', ' ')} {fmt(a)} of {n}",
-              baselines=f"held-out {base('heldout')}, mean image {base('mean')}",
-              statistic=f"minus best baseline {fmt(d)}" + (f"; n/4 = {n / 4:g}" if quarter else ""),
-              verdict=_yes(d, *([bool(a["mean"] >= n / 4)] if quarter else [])))
+  return dict(
+    attack=f"{key.replace('_', ' ')} {fmt(a)} of {n}",
+    baselines=f"held-out {base('heldout')}, mean image {base('mean')}",
+    statistic=f"minus best baseline {fmt(d)}" + (f"; n/4 = {n / 4:g}" if quarter else ""),
+    verdict=_yes(d, *([bool(a["mean"] >= n / 4)] if quarter else [])),
+  )
 
 
 def _findings(seeds: Sequence[Mapping], row) -> list:
@@ -95,11 +116,15 @@ def _findings(seeds: Sequence[Mapping], row) -> list:
     for name, f in r["findings"].items():
       held = [m["sub_runs"][sub]["findings"][name]["reproduced"] for m in seeds]
       held = [h for h in held if h is not None]
-      verdict = ("not run (no grid)" if not held else "too few seeds" if len(held) < 3
-                 else _yes(all(held)))
-      rows += row(attack=f"holds in {sum(held)}/{len(held)} seeds" if held else "-",
-                  statistic=f"seed 0: {f['evidence']}", verdict=verdict,
-                  claim=f"{sub}: {name.replace('_', ' ')}")
+      verdict = (
+        "not run (no grid)" if not held else "too few seeds" if len(held) < 3 else _yes(all(held))
+      )
+      rows += row(
+        attack=f"holds in {sum(held)}/{len(held)} seeds" if held else "-",
+        statistic=f"seed 0: {f['evidence']}",
+        verdict=verdict,
+        claim=f"{sub}: {name.replace('_', ' ')}",
+      )
   return rows
 
 
@@ -117,43 +142,57 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
   if kind == "toy":
     n, med = rs[0][0]["n_train"], lambda k: statistics.median(m[k] for m in rs[0])
     at_init = interval([(m["at_init"] or {}).get("recovered", 0) for m in rs[0]], conf)
-    return e(attack=f"{fmt(interval([m['recovered'] for m in rs[0]], conf))} of {n} (median "
-                    f"{med('recovered'):g}; best restart {med('recovered_best_restart'):g}, "
-                    f"pooled {med('recovered_pooled'):g})",
-             baselines=f"its starting points {fmt(at_init)}",
-             statistic=f"median {med('recovered'):g}; 0.9 n = {0.9 * n:g}",
-             verdict="too few seeds" if len(rs[0]) < 3 else _yes(med("recovered") >= 0.9 * n))
+    return e(
+      attack=f"{fmt(interval([m['recovered'] for m in rs[0]], conf))} of {n} (median "
+      f"{med('recovered'):g}; best restart {med('recovered_best_restart'):g}, "
+      f"pooled {med('recovered_pooled'):g})",
+      baselines=f"its starting points {fmt(at_init)}",
+      statistic=f"median {med('recovered'):g}; 0.9 n = {0.9 * n:g}",
+      verdict="too few seeds" if len(rs[0]) < 3 else _yes(med("recovered") >= 0.9 * n),
+    )
   if kind in ("leak", "leak_quarter", "selected_leak"):
     key = "strict_selected" if kind == "selected_leak" else "strict_pooled"
     return [_leak(rs[0], conf, key, kind == "leak_quarter")]
   if kind == "all_leak":
     rows = [_leak(m, conf) for m in rs]
-    return e(**{k: "; ".join(r[k] for r in rows) for k in ("attack", "baselines", "statistic")},
-             verdict=_yes(*[{"yes": True, "no": False}.get(r["verdict"]) for r in rows]))
+    return e(
+      **{k: "; ".join(r[k] for r in rows) for k in ("attack", "baselines", "statistic")},
+      verdict=_yes(*[{"yes": True, "no": False}.get(r["verdict"]) for r in rows]),
+    )
   if kind == "n_trend":
     rs = sorted(rs, key=lambda m: m["n_train"])
     per_n = lambda key: "; ".join(
-        f"n={m['n_train']}: {fmt(interval(per_draw(m, key, True), conf), 2)}" for m in rs)
+      f"n={m['n_train']}: {fmt(interval(per_draw(m, key, True), conf), 2)}" for m in rs
+    )
     d = paired(pooled(rs[0], True), pooled(rs[-1], True), conf)
-    return e(attack="strict fraction " + per_n("strict_pooled"),
-             baselines="held-out " + per_n("baseline_heldout_strict"),
-             statistic=f"smallest - largest n: {fmt(d, 2)}", verdict=_yes(d))
+    return e(
+      attack="strict fraction " + per_n("strict_pooled"),
+      baselines="held-out " + per_n("baseline_heldout_strict"),
+      statistic=f"smallest - largest n: {fmt(d, 2)}",
+      verdict=_yes(d),
+    )
   if kind in ("fewer", "partition"):
     d = paired(pooled(rs[0]), pooled(rs[1]), conf)
     a, b = (fmt(interval(pooled(m), conf)) for m in rs)
     if kind == "partition":
-      return e(attack=f"from the partition {a}", baselines=f"from noise {b}",
-               statistic=f"partition - noise {fmt(d)}", verdict=NEW)
+      return e(
+        attack=f"from the partition {a}",
+        baselines=f"from noise {b}",
+        statistic=f"partition - noise {fmt(d)}",
+        verdict=NEW,
+      )
     return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=_yes(d))
   if kind == "lower_with_signal":
     (base, kai), s = rs, "ssim_gt_0.4"
     lower = paired(per_draw(base, s), per_draw(kai, s), conf)
     sig = paired(per_draw(kai, s), best_baseline(kai, s), conf)
-    return e(attack=f"SSIM > 0.4: Kaiming {fmt(interval(per_draw(kai, s), conf))}, base "
-                    f"{fmt(interval(per_draw(base, s), conf))}",
-             baselines=f"Kaiming's best baseline {fmt(interval(best_baseline(kai, s), conf))}",
-             statistic=f"base - Kaiming {fmt(lower)}; Kaiming - baseline {fmt(sig)}",
-             verdict=_yes(lower, sig))
+    return e(
+      attack=f"SSIM > 0.4: Kaiming {fmt(interval(per_draw(kai, s), conf))}, base "
+      f"{fmt(interval(per_draw(base, s), conf))}",
+      baselines=f"Kaiming's best baseline {fmt(interval(best_baseline(kai, s), conf))}",
+      statistic=f"base - Kaiming {fmt(lower)}; Kaiming - baseline {fmt(sig)}",
+      verdict=_yes(lower, sig),
+    )
   if kind == "pick_rate":
     same = [s for m in rs for s in m["pick_same"]]
     return e(attack=f"the same restart in {sum(same)}/{len(same)} draws", verdict=NEW)
@@ -172,8 +211,15 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
   for sec, kind, names, text, paper in specs:
     if sec not in sections:
       continue
-    row = dict(section=sec, criterion=kind, paper=paper, runs=list(names), attack="-",
-               baselines="-", statistic="-")
+    row = dict(
+      section=sec,
+      criterion=kind,
+      paper=paper,
+      runs=list(names),
+      attack="-",
+      baselines="-",
+      statistic="-",
+    )
     bad = [n for n in names if results.get(n, {}).get("status") != "ok"]
     first = (results.get(names[0]) or {}).get("results") or [{}]
     row["claim"] = text.format(ds=first[0].get("dataset", names[0])) or kind
@@ -181,8 +227,10 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
       why = ", ".join(f"{n} {'FAILED' if n in results else 'not in the sections'}" for n in bad)
       out.append(dict(row, verdict=f"not run ({why})"))
       continue
-    rs = [results[n]["results"][0] if results[n]["binary"] == "efficacy"
-          else results[n]["results"] for n in names]
+    rs = [
+      results[n]["results"][0] if results[n]["binary"] == "efficacy" else results[n]["results"]
+      for n in names
+    ]
     try:
       out += [dict(row, **r) for r in evaluate(kind, rs, conf)]
     except (KeyError, TypeError, ValueError, IndexError) as e:
@@ -203,58 +251,95 @@ def condense(binary: str, m: dict, dataset: str = "", selections: Sequence = ())
   if binary == "init_study":
     return dict(m, sub_runs={k: {"findings": x["findings"]} for k, x in m["sub_runs"].items()})
   sel = [s or {} for s in selections]
-  return dict(m, dataset=dataset, pick_same=[s["best_by_loss_restart"] == s["best_true_restart"]
-                                             for s in sel if "best_true_restart" in s])
+  return dict(
+    m,
+    dataset=dataset,
+    pick_same=[
+      s["best_by_loss_restart"] == s["best_true_restart"] for s in sel if "best_true_restart" in s
+    ],
+  )
 
 
 def table_rows(name: str, r: Mapping) -> list:
   """The rows of one run in its section's table (:data:`HEADS`)."""
   if r["binary"] == "efficacy":
     m = r["results"][0]
-    a = [fmt(m["variants"]["default"][k], 3 if k == "oracle_residual_rel" else
-             0 if k == "time_s" else 1) for k in EFFICACY_KEYS]
+    a = [
+      fmt(
+        m["variants"]["default"][k], 3 if k == "oracle_residual_rel" else 0 if k == "time_s" else 1
+      )
+      for k in EFFICACY_KEYS
+    ]
     return [" | ".join([name, m["dataset"], str(m["n_train"]), str(len(m["draws"]))] + a)]
   if r["binary"] == "toy_2d":
-    return [f"{name} seed {s} | {m['recovered']} / {m['n_train']} | {m['recovered_best_restart']}"
-            f" | {m['recovered_pooled']} | {(m['at_init'] or {}).get('recovered', 0)} | "
-            f"{m['oracle_residual_rel']:.3f} | {m['kink_fraction']:.2f}"
-            for s, m in enumerate(r["results"])]
+    return [
+      f"{name} seed {s} | {m['recovered']} / {m['n_train']} | {m['recovered_best_restart']}"
+      f" | {m['recovered_pooled']} | {(m['at_init'] or {}).get('recovered', 0)} | "
+      f"{m['oracle_residual_rel']:.3f} | {m['kink_fraction']:.2f}"
+      for s, m in enumerate(r["results"])
+    ]
   out = []
   for s, m in enumerate(r["results"]):
-    held = [f["reproduced"] for x in m["sub_runs"].values() for f in x["findings"].values()
-            if f["reproduced"] is not None]
-    out.append(f"{name} | {s} | {m['n_train']} {m['dataset']} | {sum(held)} of {len(held)} | "
-               f"{m['wall_s']:.0f} | [summary.md]({name}/seed_{s}/summary.md)")
+    held = [
+      f["reproduced"]
+      for x in m["sub_runs"].values()
+      for f in x["findings"].values()
+      if f["reproduced"] is not None
+    ]
+    out.append(
+      f"{name} | {s} | {m['n_train']} {m['dataset']} | {sum(held)} of {len(held)} | "
+      f"{m['wall_s']:.0f} | [summary.md]({name}/seed_{s}/summary.md)"
+    )
   return out
 
 
-def report(cfg, workdir: str, results: Mapping, rows: Sequence[Mapping], sections: Sequence[str],
-           titles: Mapping, total_s: float, command: str, partial: bool) -> str:
+def report(
+  cfg,
+  workdir: str,
+  results: Mapping,
+  rows: Sequence[Mapping],
+  sections: Sequence[str],
+  titles: Mapping,
+  total_s: float,
+  command: str,
+  partial: bool,
+) -> str:
   """RESULTS.md: the claims' table, the criteria, then per section its runs' tables.
 
   ``cfg``: the reproduction config (scale, confidence, draws, first_draw,
   seeds, sections); ``titles``: per section, ``(title, ...)``; figures are
   linked once, when they exist under ``workdir``.
   """
-  lines = [f"# Reproduction report (scale: {cfg.scale})", "",
-           f"Regenerate with `{command}` ({total_s / 60:.1f} min). Each run is its own process "
-           "(commands below, settings in its config.json). Numbers are mean "
-           f"[{cfg.confidence:.0%} t interval] over {cfg.draws} data draws (from draw "
-           f"{cfg.first_draw}; each re-draws the training images and the victim), for the toy "
-           f"and the init study over {cfg.seeds} seeds. Papers: Haim et al. 2022, Buzaglo et "
-           "al. 2023 (DecoReco), Runkel et al. 2024.", ""]
+  lines = [
+    f"# Reproduction report (scale: {cfg.scale})",
+    "",
+    f"Regenerate with `{command}` ({total_s / 60:.1f} min). Each run is its own process "
+    "(commands below, settings in its config.json). Numbers are mean "
+    f"[{cfg.confidence:.0%} t interval] over {cfg.draws} data draws (from draw "
+    f"{cfg.first_draw}; each re-draws the training images and the victim), for the toy "
+    f"and the init study over {cfg.seeds} seeds. Papers: Haim et al. 2022, Buzaglo et "
+    "al. 2023 (DecoReco), Runkel et al. 2024.",
+    "",
+  ]
   if partial:
     lines += ["**Partial: the run is still going (or was stopped).**", ""]
   if cfg.scale == "quick":
     lines += ["**Quick scale: a wiring check; its numbers say nothing about the papers.**", ""]
-  lines += ["## Claims", "", "| # | claim | paper | attack | baselines | criterion's statistic | "
-            "reproduced |", "|---|---|---|---|---|---|---|"]
-  lines += [f"| {titles[r['section']][0].split('.')[0]} | {r['claim']} | {r['paper']} | "
-            f"{r['attack']} | {r['baselines']} | {r['statistic']} | **{r['verdict']}** |"
-            for r in rows]
+  lines += [
+    "## Claims",
+    "",
+    "| # | claim | paper | attack | baselines | criterion's statistic | reproduced |",
+    "|---|---|---|---|---|---|---|",
+  ]
+  lines += [
+    f"| {titles[r['section']][0].split('.')[0]} | {r['claim']} | {r['paper']} | "
+    f"{r['attack']} | {r['baselines']} | {r['statistic']} | **{r['verdict']}** |"
+    for r in rows
+  ]
   lines += ["", "Criteria (fixed before any run):", ""]
-  lines += [f"- {c}: {CRITERIA[c]}" for c in dict.fromkeys(r["criterion"] for r in rows)
-            if c in CRITERIA]
+  lines += [
+    f"- {c}: {CRITERIA[c]}" for c in dict.fromkeys(r["criterion"] for r in rows) if c in CRITERIA
+  ]
   shown = set()  # each run's figures once
   for sec in sections:
     lines += ["", f"## {titles[sec][0]}", ""]
@@ -268,10 +353,17 @@ def report(cfg, workdir: str, results: Mapping, rows: Sequence[Mapping], section
       r, where = results[n], results[n].get("alias", n)
       if r["status"] != "ok":
         lines += [f"**FAILED**: `{n}`: {r['status']}", ""]
-      lines.append(f"- `{n}`" + (f" (the same run as `{where}`)" if where != n else "") + ": "
-                   + "; ".join(f"`{c}`" for c in r["commands"]))
-      lines += [f"  ![{where}/{f}]({where}/{f})" for f in FIGURES[r["binary"]]
-                if where not in shown and os.path.isfile(os.path.join(workdir, where, f))]
+      lines.append(
+        f"- `{n}`"
+        + (f" (the same run as `{where}`)" if where != n else "")
+        + ": "
+        + "; ".join(f"`{c}`" for c in r["commands"])
+      )
+      lines += [
+        f"  ![{where}/{f}]({where}/{f})"
+        for f in FIGURES[r["binary"]]
+        if where not in shown and os.path.isfile(os.path.join(workdir, where, f))
+      ]
       shown.add(where)
   return "\n".join(lines) + "\n"
 
@@ -280,23 +372,34 @@ def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
   """results.md of the efficacy harness: means and 95% intervals over draws, attack next to
   its baselines, then the paired differences against the first variant."""
   n = out["n_train"]
-  lines = [f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
-           "mean [95% t interval] over draws.", "",
-           "| variant | strict pooled | strict attacker-selected | SSIM > 0.4 | mean-image "
-           "baseline strict | held-out baseline strict | oracle residual | time per draw (s) |",
-           "|---|---|---|---|---|---|---|---|"]
+  lines = [
+    f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
+    "mean [95% t interval] over draws.",
+    "",
+    "| variant | strict pooled | strict attacker-selected | SSIM > 0.4 | mean-image "
+    "baseline strict | held-out baseline strict | oracle residual | time per draw (s) |",
+    "|---|---|---|---|---|---|---|---|",
+  ]
   for v in variants:
     a = out["variants"][v]
-    lines.append(f"| {v} | {fmt(a['strict_pooled'])} | {fmt(a['strict_selected'])} | "
-                 f"{fmt(a['ssim_gt_0.4'])} | {fmt(a['baseline_mean_strict'])} | "
-                 f"{fmt(a['baseline_heldout_strict'])} | {fmt(a['oracle_residual_rel'], 3)} | "
-                 f"{fmt(a['time_s'], 0)} |")
+    lines.append(
+      f"| {v} | {fmt(a['strict_pooled'])} | {fmt(a['strict_selected'])} | "
+      f"{fmt(a['ssim_gt_0.4'])} | {fmt(a['baseline_mean_strict'])} | "
+      f"{fmt(a['baseline_heldout_strict'])} | {fmt(a['oracle_residual_rel'], 3)} | "
+      f"{fmt(a['time_s'], 0)} |"
+    )
   paired_ = out.get("paired_vs_" + variants[0], {})
   if paired_:
-    lines += ["", f"Paired differences against `{variants[0]}` (same draws):", "",
-              "| variant | strict pooled | strict attacker-selected | verdict (pooled) |",
-              "|---|---|---|---|"]
+    lines += [
+      "",
+      f"Paired differences against `{variants[0]}` (same draws):",
+      "",
+      "| variant | strict pooled | strict attacker-selected | verdict (pooled) |",
+      "|---|---|---|---|",
+    ]
     for v, d in paired_.items():
-      lines.append(f"| {v} | {fmt(d['strict_pooled'])} | {fmt(d['strict_selected'])} | "
-                   f"{d['strict_pooled']['verdict']} |")
+      lines.append(
+        f"| {v} | {fmt(d['strict_pooled'])} | {fmt(d['strict_selected'])} | "
+        f"{d['strict_pooled']['verdict']} |"
+      )
   return "\n".join(lines) + "\n"

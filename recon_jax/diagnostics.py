@@ -12,6 +12,7 @@
   ``||theta*||^2``.  A heuristic, and it says so: a restart can also sit
   exactly at a stationary point; re-running in float64 tells them apart.
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -23,6 +24,7 @@ import numpy as np
 import scipy.optimize
 
 from recon_jax.attacks.kkt import weighted_output
+
 
 def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
   """Best fit of the stationarity equations by the TRUE training set.
@@ -44,8 +46,10 @@ def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
 
   def per_sample_grad(xi, yi, lam_i):
     def f(p):
-      return weighted_output(apply_fn, problem, unravel(p), xi[None], lam_i[None],
-                             yi[None], None, "sum")
+      return weighted_output(
+        apply_fn, problem, unravel(p), xi[None], lam_i[None], yi[None], None, "sum"
+      )
+
     return jax.grad(f)(flat_params)
 
   n = x_train.shape[0]
@@ -56,14 +60,14 @@ def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
       lam_j = jnp.zeros((n, c)).at[:, j].set(1.0)
       cols.append(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, lam_j))
     v = np.concatenate([np.asarray(cc) for cc in cols], axis=0).T
-    sol, *_ = np.linalg.lstsq(v.astype(np.float64), np.asarray(flat_params, np.float64),
-                              rcond=None)
+    sol, *_ = np.linalg.lstsq(v.astype(np.float64), np.asarray(flat_params, np.float64), rcond=None)
   else:
     v = np.asarray(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, jnp.ones(n))).T
-    sol, _ = scipy.optimize.nnls(v.astype(np.float64), np.asarray(flat_params, np.float64),
-                                 maxiter=50 * n)
+    sol, _ = scipy.optimize.nnls(
+      v.astype(np.float64), np.asarray(flat_params, np.float64), maxiter=50 * n
+    )
   theta = np.asarray(flat_params, np.float64)
-  resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta ** 2))
+  resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta**2))
   lam = sol.reshape(-1, n).T if problem == "general" else sol  # columns were stacked per class
   return {"residual_rel": resid, "lam": lam, "n_active": int(np.sum(np.abs(sol) > 0))}
 
@@ -96,9 +100,14 @@ def _best(rec: dict, key: str) -> float:
   return float(v.min()) if v.size else np.nan
 
 
-def float32_floor_warning(history: Sequence[dict], dtype, *, window: int = 3,
-                          rtol: float = DEFAULT_RTOL,
-                          max_rel: float = 1e-2) -> Optional[str]:
+def float32_floor_warning(
+  history: Sequence[dict],
+  dtype,
+  *,
+  window: int = 3,
+  rtol: float = DEFAULT_RTOL,
+  max_rel: float = 1e-2,
+) -> Optional[str]:
   """A one-line warning when the loss stalled at float32 resolution, else None.
 
   Args:
@@ -128,6 +137,8 @@ def float32_floor_warning(history: Sequence[dict], dtype, *, window: int = 3,
     # a bad point of the attack, not a precision floor.
     return None
   level = f", loss/||theta*||^2 {rel:.3g}" if np.isfinite(rel) else ""
-  return (f"the best loss stopped decreasing at float32 resolution (relative change "
-          f"{change:.2g} over the last {window} chunks, loss {last:.4g}{level}); float32 may "
-          f"be the limit of this attack: re-run in float64 to check.")
+  return (
+    f"the best loss stopped decreasing at float32 resolution (relative change "
+    f"{change:.2g} over the last {window} chunks, loss {last:.4g}{level}); float32 may "
+    f"be the limit of this attack: re-run in float64 to check."
+  )

@@ -53,14 +53,15 @@ Single-host multi-device (several GPUs in one machine, or
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` on a CPU) needs no
 flag at all: ``loop.run(..., shard=True)`` shards over the local devices.
 """
+
 from __future__ import annotations
 
 import os
 from typing import Any, Optional, Union
 
+from absl import logging
 import jax
 import numpy as np
-from absl import logging
 
 from recon_jax.errors import ConfigError
 
@@ -99,17 +100,24 @@ def maybe_initialize(flag_value: Union[bool, str, None]) -> bool:
     ValueError: a malformed ``$JAX_NUM_PROCESSES``/``$JAX_PROCESS_ID``.
     RuntimeError: from JAX, e.g. when called after the backend started.
   """
-  if flag_value is None or flag_value is False or (
-      isinstance(flag_value, str) and flag_value.strip().lower() in _FALSE):
+  if (
+    flag_value is None
+    or flag_value is False
+    or (isinstance(flag_value, str) and flag_value.strip().lower() in _FALSE)
+  ):
     return False
   if jax.distributed.is_initialized():
     return True
   num_processes = _env_int("JAX_NUM_PROCESSES")
   process_id = _env_int("JAX_PROCESS_ID")
   jax.distributed.initialize(num_processes=num_processes, process_id=process_id)
-  logging.info("jax.distributed: process %d of %d, %d local / %d global devices",
-               jax.process_index(), jax.process_count(), jax.local_device_count(),
-               jax.device_count())
+  logging.info(
+    "jax.distributed: process %d of %d, %d local / %d global devices",
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+  )
   return True
 
 
@@ -143,6 +151,7 @@ def gather_restarts(tree: Any, tiled: bool = True) -> Any:
   if jax.process_count() == 1:
     return jax.tree_util.tree_map(np.asarray, tree)
   from jax.experimental import multihost_utils
+
   return multihost_utils.process_allgather(tree, tiled=tiled)
 
 

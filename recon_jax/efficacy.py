@@ -11,6 +11,7 @@ Intervals are two-sided Student-t intervals of the mean over draws (95% by
 default): with K = 5 draws a bootstrap of five numbers would understate the
 uncertainty.  A paired comparison is the interval of the per-draw differences.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,9 +23,17 @@ import scipy.stats
 from recon_jax.errors import ConfigError
 
 # The numbers of one draw, read from a reconstruction report (pipeline.reconstruct).
-DRAW_KEYS = ("strict_pooled", "strict_selected", "ssim_gt_0.4", "baseline_mean_strict",
-             "baseline_mean_ssim_gt_0.4", "baseline_heldout_strict",
-             "baseline_heldout_ssim_gt_0.4", "oracle_residual_rel", "time_s")
+DRAW_KEYS = (
+  "strict_pooled",
+  "strict_selected",
+  "ssim_gt_0.4",
+  "baseline_mean_strict",
+  "baseline_mean_ssim_gt_0.4",
+  "baseline_heldout_strict",
+  "baseline_heldout_ssim_gt_0.4",
+  "oracle_residual_rel",
+  "time_s",
+)
 
 
 def draw_config(cfg, draw: int):
@@ -45,19 +54,21 @@ def draw_numbers(metrics: Mapping) -> dict:
   """
   sel = metrics.get("selection", {})
   return {
-      "strict_pooled": metrics["recovered_strict"],
-      "strict_selected": sel.get("best_by_loss_recovered_strict", 0),
-      "ssim_gt_0.4": metrics["n_ssim_gt_0.4"],
-      "baseline_mean_strict": metrics["baseline_mean_image_recovered_strict"],
-      "baseline_mean_ssim_gt_0.4": metrics["baseline_mean_image_n_ssim_gt_0.4"],
-      "baseline_heldout_strict": metrics.get("baseline_heldout_recovered_strict"),
-      "baseline_heldout_ssim_gt_0.4": metrics.get("baseline_heldout_n_ssim_gt_0.4"),
-      "oracle_residual_rel": metrics["oracle_residual_rel"],
-      "time_s": metrics["timing"]["total_s"],
-      # attacker-side identification (when the run computed it): AUC and precision@10
-      **{f"{stat}_{name}": v.get(key) for name, v in
-         metrics.get("identification", {}).get("scores", {}).items()
-         for stat, key in (("auc", "auc"), ("p10", "precision@10"))},
+    "strict_pooled": metrics["recovered_strict"],
+    "strict_selected": sel.get("best_by_loss_recovered_strict", 0),
+    "ssim_gt_0.4": metrics["n_ssim_gt_0.4"],
+    "baseline_mean_strict": metrics["baseline_mean_image_recovered_strict"],
+    "baseline_mean_ssim_gt_0.4": metrics["baseline_mean_image_n_ssim_gt_0.4"],
+    "baseline_heldout_strict": metrics.get("baseline_heldout_recovered_strict"),
+    "baseline_heldout_ssim_gt_0.4": metrics.get("baseline_heldout_n_ssim_gt_0.4"),
+    "oracle_residual_rel": metrics["oracle_residual_rel"],
+    "time_s": metrics["timing"]["total_s"],
+    # attacker-side identification (when the run computed it): AUC and precision@10
+    **{
+      f"{stat}_{name}": v.get(key)
+      for name, v in metrics.get("identification", {}).get("scores", {}).items()
+      for stat, key in (("auc", "auc"), ("p10", "precision@10"))
+    },
   }
 
 
@@ -74,8 +85,13 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
   else:
     half = scipy.stats.t.ppf(0.5 + confidence / 2, n - 1) * v.std(ddof=1) / np.sqrt(n)
     lo, hi = mean - half, mean + half
-  return {"mean": mean, "ci_low": float(lo), "ci_high": float(hi),
-          "per_draw": [float(x) if x is not None else None for x in values], "n": n}
+  return {
+    "mean": mean,
+    "ci_low": float(lo),
+    "ci_high": float(hi),
+    "per_draw": [float(x) if x is not None else None for x in values],
+    "n": n,
+  }
 
 
 def aggregate(per_draw: Sequence[Mapping], confidence: float = 0.95) -> dict:
@@ -84,9 +100,12 @@ def aggregate(per_draw: Sequence[Mapping], confidence: float = 0.95) -> dict:
   return {k: interval([d.get(k) for d in per_draw], confidence) for k in (*DRAW_KEYS, *extra)}
 
 
-def paired(a: Sequence[Mapping], b: Sequence[Mapping], keys=("strict_pooled", "strict_selected",
-                                                             "ssim_gt_0.4"),
-           confidence: float = 0.95) -> dict:
+def paired(
+  a: Sequence[Mapping],
+  b: Sequence[Mapping],
+  keys=("strict_pooled", "strict_selected", "ssim_gt_0.4"),
+  confidence: float = 0.95,
+) -> dict:
   """Per-draw differences ``a - b`` (same draws, same order) and their interval, per key."""
   if len(a) != len(b):
     raise ConfigError(f"paired comparison needs the same draws: {len(a)} vs {len(b)}.")

@@ -3,6 +3,7 @@
 Binaries report an :class:`Error` in one line and exit non-zero; any other
 exception is a bug and keeps its traceback.
 """
+
 from __future__ import annotations
 
 import re

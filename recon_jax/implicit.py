@@ -27,6 +27,7 @@ Two ways to apply the inverse Hessian:
 jaxopt is unmaintained; keeping it behind this module leaves room to swap in a
 hand-written solver or optimistix.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,21 +35,21 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import jaxopt
 from jaxopt import linear_solve
 from jaxopt._src.lbfgs import inv_hessian_product  # the two-loop recursion
+import numpy as np
 
-from recon_jax.errors import ConfigError
 from recon_jax import losses
+from recon_jax.errors import ConfigError
 
 INNER_SOLVERS = ("lbfgs", "gd")
 HESSIAN_SOLVES = ("cg", "lbfgs")
 
 
 class InnerInfo(NamedTuple):
-  grad_norm: jax.Array   # ||grad_theta E|| at the returned theta
-  iters: jax.Array       # inner iterations run (float, so it vmaps/differentiates freely)
+  grad_norm: jax.Array  # ||grad_theta E|| at the returned theta
+  iters: jax.Array  # inner iterations run (float, so it vmaps/differentiates freely)
 
 
 def _zero_cotangent(a):
@@ -60,18 +61,41 @@ def _zero_cotangent(a):
 
 def _make_solver(energy, inner, maxiter, tol, history_size, stepsize, implicit_diff, solve):
   if inner == "lbfgs":
-    return jaxopt.LBFGS(fun=energy, maxiter=maxiter, tol=tol, history_size=history_size,
-                        implicit_diff=implicit_diff, implicit_diff_solve=solve, jit=True)
+    return jaxopt.LBFGS(
+      fun=energy,
+      maxiter=maxiter,
+      tol=tol,
+      history_size=history_size,
+      implicit_diff=implicit_diff,
+      implicit_diff_solve=solve,
+      jit=True,
+    )
   if inner == "gd":
-    return jaxopt.GradientDescent(fun=energy, maxiter=maxiter, tol=tol, stepsize=stepsize,
-                                  acceleration=False, implicit_diff=implicit_diff,
-                                  implicit_diff_solve=solve, jit=True)
+    return jaxopt.GradientDescent(
+      fun=energy,
+      maxiter=maxiter,
+      tol=tol,
+      stepsize=stepsize,
+      acceleration=False,
+      implicit_diff=implicit_diff,
+      implicit_diff_solve=solve,
+      jit=True,
+    )
   raise ConfigError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
 
 
-def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: str = "cg",
-                     maxiter: int = 200, tol: float = 1e-7, history_size: int = 10,
-                     stepsize: float = 0.0, cg_tol: float = 1e-10, cg_maxiter: int = 500):
+def make_inner_solve(
+  energy: Callable,
+  *,
+  inner: str = "lbfgs",
+  hessian_solve: str = "cg",
+  maxiter: int = 200,
+  tol: float = 1e-7,
+  history_size: int = 10,
+  stepsize: float = 0.0,
+  cg_tol: float = 1e-10,
+  cg_maxiter: int = 500,
+):
   """Differentiable ``inner_solve(theta_init, x, y) -> (theta, InnerInfo)``.
 
   Args:
@@ -93,14 +117,16 @@ def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: s
   if hessian_solve not in HESSIAN_SOLVES:
     raise ConfigError(f"hessian_solve must be one of {HESSIAN_SOLVES}, got {hessian_solve!r}.")
   if hessian_solve == "lbfgs" and inner != "lbfgs":
-    raise ConfigError("hessian_solve='lbfgs' reuses the inner L-BFGS memory; it needs "
-                     "inner='lbfgs'.")
+    raise ConfigError(
+      "hessian_solve='lbfgs' reuses the inner L-BFGS memory; it needs inner='lbfgs'."
+    )
   if maxiter < 1:
     raise ConfigError(f"inner maxiter must be >= 1, got {maxiter}.")
 
   def info_of(state):
-    return InnerInfo(jnp.asarray(state.error), jnp.asarray(state.iter_num).astype(
-        jnp.asarray(state.error).dtype))
+    return InnerInfo(
+      jnp.asarray(state.error), jnp.asarray(state.iter_num).astype(jnp.asarray(state.error).dtype)
+    )
 
   if hessian_solve == "cg":
     solve = functools.partial(linear_solve.solve_cg, tol=cg_tol, maxiter=cg_maxiter)
@@ -109,6 +135,7 @@ def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: s
     def inner_solve(theta_init, x, y):
       theta, state = solver.run(theta_init, x, y)
       return theta, jax.lax.stop_gradient(info_of(state))
+
     return inner_solve
 
   solver = _make_solver(energy, inner, maxiter, tol, history_size, stepsize, False, None)
@@ -131,20 +158,34 @@ def make_inner_solve(energy: Callable, *, inner: str = "lbfgs", hessian_solve: s
     p = inv_hessian_product(v, s_h, y_h, rho_h, gamma, start)
     # dl/dx = -d/dx <grad_theta E(theta; x, y), p>
     gx = jax.grad(lambda xx: losses.tree_dot(jax.grad(energy)(theta, xx, y), p))(x)
-    return (jax.tree_util.tree_map(jnp.zeros_like, theta_init),
-            jax.tree_util.tree_map(jnp.negative, gx),
-            jax.tree_util.tree_map(_zero_cotangent, y))
+    return (
+      jax.tree_util.tree_map(jnp.zeros_like, theta_init),
+      jax.tree_util.tree_map(jnp.negative, gx),
+      jax.tree_util.tree_map(_zero_cotangent, y),
+    )
 
   qn_solve.defvjp(fwd, bwd)
 
   def inner_solve(theta_init, x, y):
     theta, info = qn_solve(theta_init, x, y)
     return theta, jax.lax.stop_gradient(info)
+
   return inner_solve
 
 
-def train_to_convergence(apply_fn, params, x, y, loss: str, wd: float, *, tol: float = 1e-7,
-                         maxiter: int = 5000, act=None, history_size: int = 20):
+def train_to_convergence(
+  apply_fn,
+  params,
+  x,
+  y,
+  loss: str,
+  wd: float,
+  *,
+  tol: float = 1e-7,
+  maxiter: int = 5000,
+  act=None,
+  history_size: int = 20,
+):
   """Trains a victim to a tight minimiser of ``E = mean loss + wd/2 ||theta||^2`` (L-BFGS).
 
   The bilevel attack assumes ``theta* = argmin E``; a victim trained loosely is not a
@@ -169,8 +210,7 @@ def train_to_convergence(apply_fn, params, x, y, loss: str, wd: float, *, tol: f
     raise ConfigError(f"wd must be >= 0, got {wd}.")
   energy = losses.energy(apply_fn, loss, wd, act)
 
-  solver = jaxopt.LBFGS(fun=energy, maxiter=maxiter, tol=tol, history_size=history_size,
-                        jit=True)
+  solver = jaxopt.LBFGS(fun=energy, maxiter=maxiter, tol=tol, history_size=history_size, jit=True)
   run = jax.jit(solver.run)
   params, _ = run(params, jnp.asarray(x), jnp.asarray(y))
   g = jax.grad(energy)(params, jnp.asarray(x), jnp.asarray(y))

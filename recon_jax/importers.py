@@ -32,6 +32,7 @@ MLPs whose bias layout is 'first', 'all' or 'none' become
 the library that knows that class works on them; other bias layouts become an
 :class:`ImportedMLP`, convolutional networks an :class:`ImportedCNN`.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,8 @@ import os
 import re
 import struct
 import sys
-import zipfile
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
+import zipfile
 
 import flax.linen as nn
 import jax
@@ -70,6 +71,7 @@ class Imported(NamedTuple):
     arch: JSON-able description of what was inferred and assumed.
     source_names: the state-dict tensor names used, in layer order.
   """
+
   params: dict
   module: nn.Module
   format: str
@@ -85,6 +87,7 @@ class ImportedMLP(nn.Module):
     use_bias: one flag per layer.
     activation: default activation between layers; attacks pass ``act=``.
   """
+
   features: Sequence[int]
   use_bias: Sequence[bool]
   activation: models.Activation = jax.nn.relu
@@ -112,6 +115,7 @@ class ImportedCNN(nn.Module):
     dense: per Linear layer ``(features, use_bias)``; the last gives the output.
     activation: default activation; attacks pass ``act=``.
   """
+
   convs: Sequence[tuple]
   dense: Sequence[tuple]
   activation: models.Activation = jax.nn.relu
@@ -121,9 +125,16 @@ class ImportedCNN(nn.Module):
     act = act or self.activation
     h = x
     for i, (features, kernel, strides, padding, bias) in enumerate(self.convs):
-      h = act(nn.Conv(features, tuple(kernel), strides=tuple(strides),
-                      padding=tuple(tuple(p) for p in padding), use_bias=bias,
-                      name=f"conv_{i}")(h))
+      h = act(
+        nn.Conv(
+          features,
+          tuple(kernel),
+          strides=tuple(strides),
+          padding=tuple(tuple(p) for p in padding),
+          use_bias=bias,
+          name=f"conv_{i}",
+        )(h)
+      )
     h = h.reshape((h.shape[0], -1))
     for j, (features, bias) in enumerate(self.dense):
       h = nn.Dense(features, use_bias=bias, name=f"layer_{j}")(h)
@@ -150,7 +161,7 @@ def _head(path: str, n: int = 64) -> tuple[bytes, int]:
 def _one_line(e: BaseException, limit: int = 200) -> str:
   """An exception's message squeezed onto one short line."""
   text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", str(e)).split()) or type(e).__name__
-  return text if len(text) <= limit else text[:limit - 3] + "..."
+  return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def detect_format(path: str) -> str:
@@ -174,8 +185,9 @@ def detect_format(path: str) -> str:
       with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
     except (zipfile.BadZipFile, OSError, ValueError) as e:
-      raise CheckpointError(f"{path}: malformed or truncated zip archive "
-                            f"({_one_line(e)}).") from None
+      raise CheckpointError(
+        f"{path}: malformed or truncated zip archive ({_one_line(e)})."
+      ) from None
     if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
       return "torch"
     raise CheckpointError(f"{path}: a zip archive without data.pkl, not a PyTorch checkpoint.")
@@ -192,12 +204,16 @@ def detect_format(path: str) -> str:
   if len(head) >= 2:
     is_map = 0x81 <= head[0] <= 0x8F or head[0] in (0xDE, 0xDF)
     key_at = {0xDE: 3, 0xDF: 5}.get(head[0], 1)
-    if is_map and len(head) > key_at and (
-        0xA0 <= head[key_at] <= 0xBF or head[key_at] in (0xD9, 0xDA, 0xDB)):
+    if (
+      is_map
+      and len(head) > key_at
+      and (0xA0 <= head[key_at] <= 0xBF or head[key_at] in (0xD9, 0xDA, 0xDB))
+    ):
       return "msgpack"
   raise CheckpointError(
-      f"{path}: not a recognised checkpoint (expected safetensors, a PyTorch file "
-      f"or a recon_jax msgpack checkpoint).")
+    f"{path}: not a recognised checkpoint (expected safetensors, a PyTorch file "
+    f"or a recon_jax msgpack checkpoint)."
+  )
 
 
 def _is_tensor(v) -> bool:
@@ -231,12 +247,14 @@ def _unwrap_state_dict(obj, path: str, depth: int = 0) -> dict:
   if depth:
     return {}
   raise CheckpointError(
-      f"{path}: the PyTorch file holds no state dict of tensors (found "
-      f"{type(obj).__name__}; save model.state_dict()).")
+    f"{path}: the PyTorch file holds no state dict of tensors (found "
+    f"{type(obj).__name__}; save model.state_dict())."
+  )
 
 
 def _torch_to_numpy(t) -> np.ndarray:
   import torch  # only reached when torch imported fine
+
   t = t.detach().cpu()
   if t.dtype in (torch.bfloat16, torch.float16):
     t = t.float()  # numpy has no bfloat16; float16 -> float32 is exact
@@ -248,9 +266,11 @@ def _read_torch(path: str) -> dict:
     import torch
   except (ImportError, OSError) as e:  # OSError: a torch whose shared libraries fail to load
     raise CheckpointError(
-        f"{path}: a PyTorch checkpoint, but torch cannot be imported ({_one_line(e, 80)}); "
-        f'run pip install -e ".[torch]" to read it.') from None
+      f"{path}: a PyTorch checkpoint, but torch cannot be imported ({_one_line(e, 80)}); "
+      f'run pip install -e ".[torch]" to read it.'
+    ) from None
   import pickle
+
   try:
     obj = torch.load(path, map_location="cpu", weights_only=True)
   except pickle.UnpicklingError as e:
@@ -258,27 +278,32 @@ def _read_torch(path: str) -> dict:
     # that would construct arbitrary objects or call functions.
     found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\.\s|\.?$)", str(e), re.M)
     if found is None and "weights only" not in str(e).lower():
-      raise CheckpointError(f"{path}: malformed or truncated PyTorch file "
-                            f"(UnpicklingError: {_one_line(e, 160)}).") from None
+      raise CheckpointError(
+        f"{path}: malformed or truncated PyTorch file (UnpicklingError: {_one_line(e, 160)})."
+      ) from None
     reason = _one_line(found.group(1) if found else e, 160)
     raise CheckpointError(
-        f"{path}: refused by torch.load(weights_only=True): the pickle holds more than "
-        f"tensors (code to run, objects to build, or corrupt data); save model.state_dict() "
-        f"instead ({reason}).") from None
+      f"{path}: refused by torch.load(weights_only=True): the pickle holds more than "
+      f"tensors (code to run, objects to build, or corrupt data); save model.state_dict() "
+      f"instead ({reason})."
+    ) from None
   except Exception as e:  # torch raises RuntimeError/EOFError/... on corrupt files
-    raise CheckpointError(f"{path}: malformed or truncated PyTorch file "
-                          f"({type(e).__name__}: {_one_line(e, 160)}).") from None
+    raise CheckpointError(
+      f"{path}: malformed or truncated PyTorch file ({type(e).__name__}: {_one_line(e, 160)})."
+    ) from None
   tensors = _unwrap_state_dict(obj, path)
   return {k: _torch_to_numpy(v) for k, v in tensors.items()}
 
 
 def _read_safetensors(path: str) -> dict:
   from safetensors.numpy import load_file
+
   try:
     return dict(load_file(path))
   except Exception as e:  # SafetensorError, or a numpy error on unknown dtypes
-    raise CheckpointError(f"{path}: malformed or truncated safetensors file "
-                          f"({_one_line(e, 160)}).") from None
+    raise CheckpointError(
+      f"{path}: malformed or truncated safetensors file ({_one_line(e, 160)})."
+    ) from None
 
 
 def read_state_dict(path: str) -> dict[str, np.ndarray]:
@@ -303,8 +328,10 @@ def _read(path: str) -> tuple[str, dict]:
   """``(format, state dict)`` of a file; see :func:`read_state_dict`."""
   fmt = detect_format(path)
   if fmt == "msgpack":
-    raise CheckpointError(f"{path}: a recon_jax msgpack checkpoint; load it with "
-                          f"recon_jax.checkpoint.load, not the importer.")
+    raise CheckpointError(
+      f"{path}: a recon_jax msgpack checkpoint; load it with "
+      f"recon_jax.checkpoint.load, not the importer."
+    )
   sd = _read_safetensors(path) if fmt == "safetensors" else _read_torch(path)
   if not sd:
     raise CheckpointError(f"{path}: the checkpoint holds no tensors.")
@@ -322,11 +349,16 @@ def _natural_key(name: str):
 def _pair(v, what: str, i: int, source: str) -> tuple[int, int]:
   if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
     return int(v), int(v)
-  if (isinstance(v, (tuple, list)) and len(v) == 2
-      and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in v)):
+  if (
+    isinstance(v, (tuple, list))
+    and len(v) == 2
+    and all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in v)
+  ):
     return int(v[0]), int(v[1])
-  raise ConfigError(f"{what} for conv layer {i} must be an int or an (h, w) pair, got {v!r} "
-                    f"({source}).", argument=what)
+  raise ConfigError(
+    f"{what} for conv layer {i} must be an int or an (h, w) pair, got {v!r} ({source}).",
+    argument=what,
+  )
 
 
 def _per_layer(value, n: int, what: str, source: str) -> list:
@@ -336,8 +368,10 @@ def _per_layer(value, n: int, what: str, source: str) -> list:
   value = list(value)
   if len(value) != n:
     raise ConfigError(
-        f"{what} lists {len(value)} entries, but {source} has {n} conv layers; give one "
-        f"int for all layers or one entry (int or (h, w) pair) per layer.", argument=what)
+      f"{what} lists {len(value)} entries, but {source} has {n} conv layers; give one "
+      f"int for all layers or one entry (int or (h, w) pair) per layer.",
+      argument=what,
+    )
   return value
 
 
@@ -348,16 +382,23 @@ def _conv_padding(p, kernel, stride, i, source) -> tuple[tuple[int, int], tuple[
       return (0, 0), (0, 0)
     if p == "same":
       if stride != (1, 1):
-        raise ConfigError(f"padding 'same' needs stride 1 (as in PyTorch); conv layer {i} "
-                          f"of {source} has stride {stride}.", argument="padding")
+        raise ConfigError(
+          f"padding 'same' needs stride 1 (as in PyTorch); conv layer {i} "
+          f"of {source} has stride {stride}.",
+          argument="padding",
+        )
       # PyTorch pads k-1 in total, the extra one at the end.
       return tuple(((k - 1) // 2, k - 1 - (k - 1) // 2) for k in kernel)
-    raise ConfigError(f"padding for conv layer {i} must be an int, an (h, w) pair, 'valid' "
-                      f"or 'same', got {p!r} ({source}).", argument="padding")
+    raise ConfigError(
+      f"padding for conv layer {i} must be an int, an (h, w) pair, 'valid' "
+      f"or 'same', got {p!r} ({source}).",
+      argument="padding",
+    )
   ph, pw = _pair(p, "padding", i, source)
   if ph < 0 or pw < 0:
-    raise ConfigError(f"padding for conv layer {i} must be >= 0, got {p!r} ({source}).",
-                      argument="padding")
+    raise ConfigError(
+      f"padding for conv layer {i} must be >= 0, got {p!r} ({source}).", argument="padding"
+    )
   return (ph, ph), (pw, pw)
 
 
@@ -371,13 +412,14 @@ def _collect_layers(sd: Mapping[str, np.ndarray], source: str) -> dict:
   layers, biases = {}, {}
   for name in sd:
     if name == "weight" or name.endswith(".weight"):
-      layers[name[:-len("weight")].rstrip(".")] = name
+      layers[name[: -len("weight")].rstrip(".")] = name
     elif name == "bias" or name.endswith(".bias"):
-      biases[name[:-len("bias")].rstrip(".")] = name
+      biases[name[: -len("bias")].rstrip(".")] = name
     else:
       raise CheckpointError(
-          f"{source}: tensor {name!r} (shape {tuple(np.shape(sd[name]))}) is not a Linear/Conv2d "
-          f"weight or bias; only plain stacks of Linear and Conv2d layers can be imported.")
+        f"{source}: tensor {name!r} (shape {tuple(np.shape(sd[name]))}) is not a Linear/Conv2d "
+        f"weight or bias; only plain stacks of Linear and Conv2d layers can be imported."
+      )
   for prefix, bname in biases.items():
     if prefix not in layers:
       raise CheckpointError(f"{source}: tensor {bname!r} is a bias without a matching weight.")
@@ -387,11 +429,13 @@ def _collect_layers(sd: Mapping[str, np.ndarray], source: str) -> dict:
     w = sd[wname]
     if np.ndim(w) not in (2, 4):
       raise CheckpointError(
-          f"{source}: tensor {wname!r} has shape {tuple(np.shape(w))}; only 2-D Linear and "
-          f"4-D Conv2d weights can be imported (normalisation layers cannot).")
+        f"{source}: tensor {wname!r} has shape {tuple(np.shape(w))}; only 2-D Linear and "
+        f"4-D Conv2d weights can be imported (normalisation layers cannot)."
+      )
     if not np.issubdtype(np.asarray(w).dtype, np.floating):
-      raise CheckpointError(f"{source}: tensor {wname!r} has dtype {np.asarray(w).dtype}, "
-                            f"not floating point.")
+      raise CheckpointError(
+        f"{source}: tensor {wname!r} has dtype {np.asarray(w).dtype}, not floating point."
+      )
   return {p: (w, biases.get(p)) for p, w in layers.items()}
 
 
@@ -401,8 +445,10 @@ def _ordered(layers: dict, sd, layer_order, source: str) -> list:
     order = [str(p) for p in layer_order]
     if sorted(order) != sorted(layers):
       raise ConfigError(
-          f"layer_order {order} must list each layer prefix of {source} once: "
-          f"{sorted(layers, key=_natural_key)}.", argument="layer_order")
+        f"layer_order {order} must list each layer prefix of {source} once: "
+        f"{sorted(layers, key=_natural_key)}.",
+        argument="layer_order",
+      )
     return order
   convs = sorted((p for p in layers if np.ndim(sd[layers[p][0]]) == 4), key=_natural_key)
   linears = sorted((p for p in layers if np.ndim(sd[layers[p][0]]) == 2), key=_natural_key)
@@ -412,8 +458,9 @@ def _ordered(layers: dict, sd, layer_order, source: str) -> list:
 def _check_bias(sd, wname, bname, out: int, source: str) -> None:
   if bname is not None and tuple(np.shape(sd[bname])) != (out,):
     raise CheckpointError(
-        f"{source}: tensor {bname!r} has shape {tuple(np.shape(sd[bname]))}, but "
-        f"{wname!r} has {out} outputs, so it needs shape ({out},).")
+      f"{source}: tensor {bname!r} has shape {tuple(np.shape(sd[bname]))}, but "
+      f"{wname!r} has {out} outputs, so it needs shape ({out},)."
+    )
 
 
 def _nchw_columns_to_nhwc(w: np.ndarray, c: int, h: int, wd: int) -> np.ndarray:
@@ -436,10 +483,18 @@ def _shape(sd, name) -> tuple:
   return tuple(int(s) for s in np.shape(sd[name]))
 
 
-def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequence[int]] = None,
-                    input_layout: str = "nchw", stride=1, padding=0, dtype=np.float32,
-                    layer_order: Optional[Sequence[str]] = None,
-                    source: str = "state dict", format: str = "state_dict") -> Imported:
+def from_state_dict(
+  state_dict: Mapping[str, Any],
+  *,
+  input_shape: Optional[Sequence[int]] = None,
+  input_layout: str = "nchw",
+  stride=1,
+  padding=0,
+  dtype=np.float32,
+  layer_order: Optional[Sequence[str]] = None,
+  source: str = "state dict",
+  format: str = "state_dict",
+) -> Imported:
   """Maps a PyTorch-convention state dict onto a flax network (see module docstring).
 
   Args:
@@ -474,8 +529,9 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
     (``stride``, ``padding``, ``input_layout``, ``input_shape``, ``layer_order``).
   """
   if input_layout not in INPUT_LAYOUTS:
-    raise ConfigError(f"input_layout must be one of {INPUT_LAYOUTS}, got {input_layout!r}.",
-                      argument="input_layout")
+    raise ConfigError(
+      f"input_layout must be one of {INPUT_LAYOUTS}, got {input_layout!r}.", argument="input_layout"
+    )
   sd = {k: np.asarray(v) for k, v in state_dict.items()}
   layers = _collect_layers(sd, source)
   for name, a in sd.items():
@@ -486,16 +542,21 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
   n_conv = sum(1 for k in kinds if k == 4)
   if kinds != [4] * n_conv + [2] * (len(kinds) - n_conv):
     raise ConfigError(
-        f"layer_order puts a Conv2d layer of {source} after a Linear layer; only "
-        f"convolutions followed by Linear layers can be imported.", argument="layer_order")
+      f"layer_order puts a Conv2d layer of {source} after a Linear layer; only "
+      f"convolutions followed by Linear layers can be imported.",
+      argument="layer_order",
+    )
   if n_conv and n_conv == len(kinds):
-    raise CheckpointError(f"{source}: the state dict has convolutions but no Linear layer "
-                          f"after them; the network must end in a Linear layer.")
+    raise CheckpointError(
+      f"{source}: the state dict has convolutions but no Linear layer "
+      f"after them; the network must end in a Linear layer."
+    )
   if input_shape is not None:
     input_shape = tuple(int(s) for s in input_shape)
     if not input_shape or any(s <= 0 for s in input_shape):
-      raise ConfigError(f"input_shape must be positive sizes, got {input_shape}.",
-                        argument="input_shape")
+      raise ConfigError(
+        f"input_shape must be positive sizes, got {input_shape}.", argument="input_shape"
+      )
   cast = lambda a: np.ascontiguousarray(a, dtype)  # noqa: E731
   params, names = {}, []
   convs_spec, convs_arch = [], []
@@ -504,8 +565,9 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
   if n_conv:
     if input_shape is None or len(input_shape) != 3:
       raise CheckpointError(
-          f"{source}: input_shape (H, W, C) is required for convolutional networks, "
-          f"got {input_shape}.")
+        f"{source}: input_shape (H, W, C) is required for convolutional networks, "
+        f"got {input_shape}."
+      )
     h, w, c = input_shape
     strides = _per_layer(stride, n_conv, "stride", source)
     pads = _per_layer(padding, n_conv, "padding", source)
@@ -515,29 +577,42 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
       if ci != c:
         what = "input_shape" if i == 0 else f"conv layer {order[i - 1]!r}"
         raise CheckpointError(
-            f"{source}: tensor {wname!r} has shape {(o, ci, kh, kw)}, expecting {ci} input "
-            f"channels, but {what} gives {c} channels (feature map H, W, C = {(h, w, c)}).")
+          f"{source}: tensor {wname!r} has shape {(o, ci, kh, kw)}, expecting {ci} input "
+          f"channels, but {what} gives {c} channels (feature map H, W, C = {(h, w, c)})."
+        )
       _check_bias(sd, wname, bname, o, source)
       s = _pair(strides[i], "stride", i, source)
       if s[0] <= 0 or s[1] <= 0:
-        raise ConfigError(f"stride for conv layer {i} must be >= 1, got {strides[i]!r} "
-                          f"({source}).", argument="stride")
+        raise ConfigError(
+          f"stride for conv layer {i} must be >= 1, got {strides[i]!r} ({source}).",
+          argument="stride",
+        )
       pad = _conv_padding(pads[i], (kh, kw), s, i, source)
       ho = (h + sum(pad[0]) - kh) // s[0] + 1
       wo = (w + sum(pad[1]) - kw) // s[1] + 1
       if ho <= 0 or wo <= 0:
         raise CheckpointError(
-            f"{source}: tensor {wname!r} has a {kh}x{kw} kernel, larger than its padded input "
-            f"{(h + sum(pad[0]), w + sum(pad[1]))}; check input_shape and padding.")
+          f"{source}: tensor {wname!r} has a {kh}x{kw} kernel, larger than its padded input "
+          f"{(h + sum(pad[0]), w + sum(pad[1]))}; check input_shape and padding."
+        )
       p = {"kernel": cast(sd[wname].transpose(2, 3, 1, 0))}
       if bname is not None:
         p["bias"] = cast(sd[bname])
       params[f"conv_{i}"] = p
       names += [wname] + ([bname] if bname else [])
       convs_spec.append((o, (kh, kw), s, pad, bname is not None))
-      convs_arch.append({"features": o, "in_channels": ci, "kernel_size": [kh, kw],
-                         "stride": list(s), "padding": [list(pad[0]), list(pad[1])],
-                         "bias": bname is not None, "out_shape": [ho, wo, o], "name": prefix})
+      convs_arch.append(
+        {
+          "features": o,
+          "in_channels": ci,
+          "kernel_size": [kh, kw],
+          "stride": list(s),
+          "padding": [list(pad[0]), list(pad[1])],
+          "bias": bname is not None,
+          "out_shape": [ho, wo, o],
+          "name": prefix,
+        }
+      )
       h, w, c = ho, wo, o
     flat_shape = (h, w, c)
     flat_from = f"the conv stack (output H, W, C = {flat_shape}; stride, padding or pooling?)"
@@ -557,13 +632,15 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
         flat_shape = (fan_in,)
       elif math.prod(flat_shape) != fan_in:
         raise CheckpointError(
-            f"{source}: tensor {wname!r} has shape {(out, fan_in)}, {fan_in} in-features, but "
-            f"{flat_from} gives {math.prod(flat_shape)} features.")
+          f"{source}: tensor {wname!r} has shape {(out, fan_in)}, {fan_in} in-features, but "
+          f"{flat_from} gives {math.prod(flat_shape)} features."
+        )
     elif fan_in != prev_out:
       raise CheckpointError(
-          f"{source}: layers do not chain: tensor {wname!r} has shape {(out, fan_in)} "
-          f"({fan_in} in-features), but the previous layer {prev_name!r} has shape "
-          f"{_shape(sd, prev_name)} ({prev_out} outputs).")
+        f"{source}: layers do not chain: tensor {wname!r} has shape {(out, fan_in)} "
+        f"({fan_in} in-features), but the previous layer {prev_name!r} has shape "
+        f"{_shape(sd, prev_name)} ({prev_out} outputs)."
+      )
     _check_bias(sd, wname, bname, out, source)
     weight = sd[wname]
     if j == 0 and input_layout == "nchw" and len(flat_shape) == 3:
@@ -584,10 +661,17 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
   if input_shape is None:
     input_shape = flat_shape
   permuted = input_layout == "nchw" and len(flat_shape) == 3 and flat_shape[2] > 1
-  arch = {"kind": "cnn" if n_conv else "mlp", "input_shape": list(input_shape),
-          "input_layout": input_layout, "first_linear_permuted": bool(permuted),
-          "widths": widths[:-1], "out_dim": out_dim, "bias": layout,
-          "layer_bias": flags, "layer_names": list(dense_prefixes)}
+  arch = {
+    "kind": "cnn" if n_conv else "mlp",
+    "input_shape": list(input_shape),
+    "input_layout": input_layout,
+    "first_linear_permuted": bool(permuted),
+    "widths": widths[:-1],
+    "out_dim": out_dim,
+    "bias": layout,
+    "layer_bias": flags,
+    "layer_names": list(dense_prefixes),
+  }
   if n_conv:
     arch["convs"] = convs_arch
     module = ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
@@ -602,9 +686,16 @@ def from_state_dict(state_dict: Mapping[str, Any], *, input_shape: Optional[Sequ
   return Imported({"params": params}, module, format, arch, tuple(names))
 
 
-def load_foreign(path: str, *, input_shape: Optional[Sequence[int]] = None,
-                 input_layout: str = "nchw", stride=1, padding=0, dtype=np.float32,
-                 layer_order: Optional[Sequence[str]] = None) -> Imported:
+def load_foreign(
+  path: str,
+  *,
+  input_shape: Optional[Sequence[int]] = None,
+  input_layout: str = "nchw",
+  stride=1,
+  padding=0,
+  dtype=np.float32,
+  layer_order: Optional[Sequence[str]] = None,
+) -> Imported:
   """Loads a safetensors or PyTorch checkpoint as a flax network to attack.
 
   Reads the file with :func:`read_state_dict` and maps it with
@@ -619,6 +710,14 @@ def load_foreign(path: str, *, input_shape: Optional[Sequence[int]] = None,
     an argument outside its domain (see :func:`from_state_dict`).
   """
   fmt, sd = _read(path)
-  return from_state_dict(sd, input_shape=input_shape, input_layout=input_layout, stride=stride,
-                         padding=padding, dtype=dtype, layer_order=layer_order, source=path,
-                         format=fmt)
+  return from_state_dict(
+    sd,
+    input_shape=input_shape,
+    input_layout=input_layout,
+    stride=stride,
+    padding=padding,
+    dtype=dtype,
+    layer_order=layer_order,
+    source=path,
+    format=fmt,
+  )

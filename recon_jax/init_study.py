@@ -18,6 +18,7 @@ as testable criteria (:func:`findings`), one sub-run from victim to rows
 (:class:`Study`) and the study's summary.md (:func:`summary`).
 ``experiments/init_study.py`` runs it.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,9 +38,10 @@ from recon_jax.types import float_dtype
 SETTINGS = {"random": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
 GRID_VALUES = (0.0, 0.25, 0.5, 0.75, 1.0)
 # Runkel et al. Table 1: ||theta* - theta(x)||^2 after the attack, CIFAR-10.
-PAPER_TABLE1 = {"affine": {"random": 1.1214e-3, "ground_truth": 1.3888e-3, "partition": 2.9749e-3},
-                "one_hidden": {"random": 6.1157e-5, "ground_truth": 1.7055e-3,
-                               "partition": 6.3629e-3}}
+PAPER_TABLE1 = {
+  "affine": {"random": 1.1214e-3, "ground_truth": 1.3888e-3, "partition": 2.9749e-3},
+  "one_hidden": {"random": 6.1157e-5, "ground_truth": 1.7055e-3, "partition": 6.3629e-3},
+}
 KKT_RANGES = ("lr_x", "lr_lam", "alpha", "lam_min")
 # The parts of the study (one sub-run each, see sub_runs).
 PARTS = ("affine", "one_hidden", "one_hidden_relu", "kkt")
@@ -69,12 +71,13 @@ def setting_index(l1, l2) -> dict:
 
 class SubRun(NamedTuple):
   """One attack run of the study: an attack on one victim over some eq. (10) points."""
-  name: str            # e.g. 'bilevel_affine', file prefix of its outputs
-  attack: str          # 'bilevel' or 'kkt'
-  arch: str            # 'affine', 'one_hidden' or 'mlp'
-  act: Optional[str]   # activation of the one-hidden net (None: affine / the MLP's ReLU)
-  grid: bool           # all the points of mix_points(cfg.grid), or the three settings only
-  seed: int            # seed of its victim initialisation and attack keys
+
+  name: str  # e.g. 'bilevel_affine', file prefix of its outputs
+  attack: str  # 'bilevel' or 'kkt'
+  arch: str  # 'affine', 'one_hidden' or 'mlp'
+  act: Optional[str]  # activation of the one-hidden net (None: affine / the MLP's ReLU)
+  grid: bool  # all the points of mix_points(cfg.grid), or the three settings only
+  seed: int  # seed of its victim initialisation and attack keys
 
 
 def parts(cfg) -> list:
@@ -82,8 +85,10 @@ def parts(cfg) -> list:
   names = [p.strip() for p in str(cfg.parts).split(",") if p.strip()]
   bad = [p for p in names if p not in PARTS]
   if bad or not names:
-    raise ConfigError(f"parts must be a comma-separated selection of {', '.join(PARTS)}, got "
-                      f"{cfg.parts!r}.", argument="parts")
+    raise ConfigError(
+      f"parts must be a comma-separated selection of {', '.join(PARTS)}, got {cfg.parts!r}.",
+      argument="parts",
+    )
   return [p for p in PARTS if p in names]
 
 
@@ -101,11 +106,20 @@ def sub_runs(cfg) -> list:
   if "affine" in chosen:
     runs.append(SubRun("bilevel_affine", "bilevel", "affine", None, cfg.grid, cfg.seed))
   if "one_hidden" in chosen:
-    runs.append(SubRun(f"bilevel_one_hidden_{cfg.bilevel_act}", "bilevel", "one_hidden",
-                       cfg.bilevel_act, cfg.grid, cfg.seed + 1))
+    runs.append(
+      SubRun(
+        f"bilevel_one_hidden_{cfg.bilevel_act}",
+        "bilevel",
+        "one_hidden",
+        cfg.bilevel_act,
+        cfg.grid,
+        cfg.seed + 1,
+      )
+    )
   if "one_hidden_relu" in chosen and not ("one_hidden" in chosen and cfg.bilevel_act == "relu"):
-    runs.append(SubRun("bilevel_one_hidden_relu", "bilevel", "one_hidden", "relu", False,
-                       cfg.seed + 2))
+    runs.append(
+      SubRun("bilevel_one_hidden_relu", "bilevel", "one_hidden", "relu", False, cfg.seed + 2)
+    )
   if "kkt" in chosen:
     runs.append(SubRun("kkt_mlp_relu", "kkt", "mlp", None, cfg.grid, cfg.seed + 7))
   return runs
@@ -113,14 +127,29 @@ def sub_runs(cfg) -> list:
 
 def load_data(cfg) -> data.Dataset:
   """The study's images in pixel space [0, 1] (no mean subtraction), with a partition."""
-  return data.load_dataset(cfg.dataset, task="binary", n_per_class=cfg.n_per_class,
-                           n_part_per_class=cfg.n_per_class, seed=cfg.seed,
-                           data_dir=cfg.data_dir or None)
+  return data.load_dataset(
+    cfg.dataset,
+    task="binary",
+    n_per_class=cfg.n_per_class,
+    n_part_per_class=cfg.n_per_class,
+    seed=cfg.seed,
+    data_dir=cfg.data_dir or None,
+  )
 
 
-def bilevel_victim(arch: str, act: Optional[str], ds: data.Dataset, *, width: int, wd: float,
-                   tol: float, maxiter: int, seed: int, dtype=None,
-                   use_cache: bool = True) -> tuple:
+def bilevel_victim(
+  arch: str,
+  act: Optional[str],
+  ds: data.Dataset,
+  *,
+  width: int,
+  wd: float,
+  tol: float,
+  maxiter: int,
+  seed: int,
+  dtype=None,
+  use_cache: bool = True,
+) -> tuple:
   """A victim of the bilevel attack: ``theta* = argmin E`` by L-BFGS, cached.
 
   The attack assumes ``theta*`` minimises ``E = mean logistic + wd/2 ||theta||^2``
@@ -132,20 +161,32 @@ def bilevel_victim(arch: str, act: Optional[str], ds: data.Dataset, *, width: in
     ``(apply_fn, params, summary)``; ``summary['grad_norm']`` is ``||grad E(theta*)||``.
   """
   dtype = dtype or float_dtype()
-  module = models.build_model(arch, widths=(width,), init="normal", init_std=0.1,
-                              activation=act or "relu")
+  module = models.build_model(
+    arch, widths=(width,), init="normal", init_std=0.1, activation=act or "relu"
+  )
   apply_fn = models.make_apply_fn(module)
   shape = ds.x_train.shape[1:]
   p0 = models.init_params(module, jax.random.PRNGKey(seed), shape, dtype)
-  spec = {"trained_by": "implicit.train_to_convergence", "loss": "logistic", "arch": arch,
-          "act": act, "width": int(width) if arch != "affine" else None, "wd": float(wd),
-          "tol": float(tol), "maxiter": int(maxiter), "seed": int(seed), "init_std": 0.1,
-          "dataset": ds.name, "data": data.fingerprint(ds)}
+  spec = {
+    "trained_by": "implicit.train_to_convergence",
+    "loss": "logistic",
+    "arch": arch,
+    "act": act,
+    "width": int(width) if arch != "affine" else None,
+    "wd": float(wd),
+    "tol": float(tol),
+    "maxiter": int(maxiter),
+    "seed": int(seed),
+    "init_std": 0.1,
+    "dataset": ds.name,
+    "data": data.fingerprint(ds),
+  }
 
   def train():
     x, y = jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train, dtype)
-    params, gnorm = implicit.train_to_convergence(apply_fn, p0, x, y, "logistic", wd, tol=tol,
-                                                  maxiter=maxiter)
+    params, gnorm = implicit.train_to_convergence(
+      apply_fn, p0, x, y, "logistic", wd, tol=tol, maxiter=maxiter
+    )
     return params, {"grad_norm": gnorm}
 
   params, summary, _ = victim.cached_params("converged", spec, p0, train, use_cache=use_cache)
@@ -160,10 +201,14 @@ def kkt_victim_config(cfg) -> victim.VictimConfig:
   on the logistic loss without weight decay, training mean subtracted): the
   setting of Haim et al., on the study's training images.
   """
-  return victim.VictimConfig(dataset=cfg.dataset, n_per_class=cfg.n_per_class,
-                             data_seed=cfg.seed, seed=cfg.seed,
-                             widths=(cfg.kkt_width,) * cfg.kkt_depth,
-                             epochs=cfg.kkt_victim_epochs)
+  return victim.VictimConfig(
+    dataset=cfg.dataset,
+    n_per_class=cfg.n_per_class,
+    data_seed=cfg.seed,
+    seed=cfg.seed,
+    widths=(cfg.kkt_width,) * cfg.kkt_depth,
+    epochs=cfg.kkt_victim_epochs,
+  )
 
 
 def kkt_hparams(cfg, num: int) -> dict:
@@ -185,12 +230,25 @@ def kkt_hparams(cfg, num: int) -> dict:
 
 
 _POSITIVE = ("bilevel_wd", "bilevel_lr_x", "bilevel_inner_tol", "bilevel_victim_tol")
-_AT_LEAST_ONE = ("n_per_class", "bilevel_width", "bilevel_steps", "chunk_steps",
-                 "bilevel_inner_maxiter", "bilevel_victim_maxiter", "kkt_width", "kkt_depth",
-                 "kkt_victim_epochs", "kkt_steps")
-_CHOICES = {"bilevel_theta0": bilevel.THETA0, "bilevel_hessian_solve": implicit.HESSIAN_SOLVES,
-            "bilevel_optimizer": optim.OPTIMIZERS, "batching": loop.BATCHINGS,
-            "dataset": IMAGE_DATASETS}
+_AT_LEAST_ONE = (
+  "n_per_class",
+  "bilevel_width",
+  "bilevel_steps",
+  "chunk_steps",
+  "bilevel_inner_maxiter",
+  "bilevel_victim_maxiter",
+  "kkt_width",
+  "kkt_depth",
+  "kkt_victim_epochs",
+  "kkt_steps",
+)
+_CHOICES = {
+  "bilevel_theta0": bilevel.THETA0,
+  "bilevel_hessian_solve": implicit.HESSIAN_SOLVES,
+  "bilevel_optimizer": optim.OPTIMIZERS,
+  "batching": loop.BATCHINGS,
+  "dataset": IMAGE_DATASETS,
+}
 
 
 def validate(cfg) -> None:
@@ -210,17 +268,21 @@ def validate(cfg) -> None:
   if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
     raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed}.", argument="seed")
   if cfg.save_every < 0:
-    raise ConfigError(f"save_every must be >= 0 (0: never), got {cfg.save_every}.",
-                      argument="save_every")
+    raise ConfigError(
+      f"save_every must be >= 0 (0: never), got {cfg.save_every}.", argument="save_every"
+    )
   for name, choices in _CHOICES.items():
     if cfg[name] not in choices:
-      raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {cfg[name]!r}.",
-                        argument=name)
+      raise ConfigError(
+        f"{name} must be one of {', '.join(choices)}, got {cfg[name]!r}.", argument=name
+      )
   try:
     models.get_activation(cfg.bilevel_act)
   except ConfigError:
-    raise ConfigError(f"bilevel_act {cfg.bilevel_act!r} is not a known activation (e.g. "
-                      "softplus, gelu, tanh).", argument="bilevel_act") from None
+    raise ConfigError(
+      f"bilevel_act {cfg.bilevel_act!r} is not a known activation (e.g. softplus, gelu, tanh).",
+      argument="bilevel_act",
+    ) from None
   parts(cfg)
   kkt_hparams(cfg, len(mix_points(cfg.grid)[0]))
 
@@ -229,8 +291,9 @@ def _row_ok(value) -> bool:
   return value is not None and np.isfinite(value)
 
 
-def findings(rows: Sequence[dict], idx: dict, l1, l2, theta_sq_norm: float, attack: str,
-             grid: bool) -> dict:
+def findings(
+  rows: Sequence[dict], idx: dict, l1, l2, theta_sq_norm: float, attack: str, grid: bool
+) -> dict:
   """The paper's findings for one sub-run -> ``{finding: {'reproduced', 'evidence'}}``.
 
   Args:
@@ -260,25 +323,29 @@ def findings(rows: Sequence[dict], idx: dict, l1, l2, theta_sq_norm: float, atta
     rel = pd / theta_sq_norm if _row_ok(pd) and theta_sq_norm > 0 else float("nan")
     small = bool(rel < 1e-2)
     evidence += f", rel param dist {rel:.2e}"
-  f["random_to_noise"] = {"reproduced": bool(rnd["l2_noise"] < rnd["l2_train"] and small),
-                          "evidence": evidence}
+  f["random_to_noise"] = {
+    "reproduced": bool(rnd["l2_noise"] < rnd["l2_train"] and small),
+    "evidence": evidence,
+  }
   f["ground_truth_recovered"] = {
-      "reproduced": bool(gt["l2_train"] < 0.1 * rnd["l2_train"]),
-      "evidence": f"L2 to nearest train {gt['l2_train']:.3g} (random init: "
-                  f"{rnd['l2_train']:.3g}); SSIM {gt['ssim_train']:.3f}"}
+    "reproduced": bool(gt["l2_train"] < 0.1 * rnd["l2_train"]),
+    "evidence": f"L2 to nearest train {gt['l2_train']:.3g} (random init: "
+    f"{rnd['l2_train']:.3g}); SSIM {gt['ssim_train']:.3f}",
+  }
   f["partition_returns_init"] = {
-      "reproduced": bool(part["l2_partition"] < part["l2_train"]),
-      "evidence": f"L2 to nearest partition {part['l2_partition']:.3g} vs train "
-                  f"{part['l2_train']:.3g}"}
+    "reproduced": bool(part["l2_partition"] < part["l2_train"]),
+    "evidence": f"L2 to nearest partition {part['l2_partition']:.3g} vs train "
+    f"{part['l2_train']:.3g}",
+  }
   if grid:
     sel = [i for i in range(len(rows)) if l1[i] < 0.5 and l2[i] > 0]
     nearer = [rows[i]["l2_partition"] < rows[i]["l2_train"] for i in sel]
     f["lambda1_below_half_nearer_partition"] = {
-        "reproduced": bool(nearer and all(nearer)),
-        "evidence": f"{sum(nearer)}/{len(nearer)} grid points with l1 < 0.5, l2 > 0"}
+      "reproduced": bool(nearer and all(nearer)),
+      "evidence": f"{sum(nearer)}/{len(nearer)} grid points with l1 < 0.5, l2 > 0",
+    }
   else:
-    f["lambda1_below_half_nearer_partition"] = {"reproduced": None,
-                                                "evidence": "not run (no grid)"}
+    f["lambda1_below_half_nearer_partition"] = {"reproduced": None, "evidence": "not run (no grid)"}
   return f
 
 
@@ -314,8 +381,7 @@ class Study:
   def centred(self):
     """The data as the KKT victim sees them (training mean subtracted), loaded once."""
     if self._centred is None:
-      self._centred = victim.load_data(kkt_victim_config(self.cfg),
-                                       self.cfg.data_dir or None)
+      self._centred = victim.load_data(kkt_victim_config(self.cfg), self.cfg.data_dir or None)
       if not np.array_equal(self._centred.train_idx, self.ds.train_idx):
         raise AssertionError("the KKT victim's training set differs from the study's")
     return self._centred
@@ -332,6 +398,7 @@ class Study:
 
     from recon_jax import diagnostics, losses, pipeline
     from recon_jax.eval import nearest
+
     cfg, ds = self.cfg, self.ds
     t0 = time.time()
     dtype = pipeline.float_dtype()
@@ -342,15 +409,28 @@ class Study:
     entry = {"attack": sub.attack, "arch": sub.arch, "act": sub.act}
     if sub.attack == "bilevel":
       apply_fn, params, vsum = bilevel_victim(
-          sub.arch, sub.act, ds, width=cfg.bilevel_width, wd=cfg.bilevel_wd,
-          tol=cfg.bilevel_victim_tol, maxiter=cfg.bilevel_victim_maxiter, seed=sub.seed,
-          dtype=dtype, use_cache=cfg.use_cache)
+        sub.arch,
+        sub.act,
+        ds,
+        width=cfg.bilevel_width,
+        wd=cfg.bilevel_wd,
+        tol=cfg.bilevel_victim_tol,
+        maxiter=cfg.bilevel_victim_maxiter,
+        seed=sub.seed,
+        dtype=dtype,
+        use_cache=cfg.use_cache,
+      )
       attack = bilevel.bilevel_attack(
-          apply_fn, "logistic", wd=cfg.bilevel_wd, inner_maxiter=cfg.bilevel_inner_maxiter,
-          inner_tol=cfg.bilevel_inner_tol, hessian_solve=cfg.bilevel_hessian_solve,
-          theta0=cfg.bilevel_theta0,
-          restart_from_target_each_step=cfg.bilevel_restart_from_target,
-          optimizer=cfg.bilevel_optimizer)
+        apply_fn,
+        "logistic",
+        wd=cfg.bilevel_wd,
+        inner_maxiter=cfg.bilevel_inner_maxiter,
+        inner_tol=cfg.bilevel_inner_tol,
+        hessian_solve=cfg.bilevel_hessian_solve,
+        theta0=cfg.bilevel_theta0,
+        restart_from_target_each_step=cfg.bilevel_restart_from_target,
+        optimizer=cfg.bilevel_optimizer,
+      )
       target = pipeline.make_target(params, ds.y_train, dtype=dtype)
       x_init = inits.mix(ds.x_train, ds.x_part, n, dtype=dtype)
       hp["lr_x"] = jnp.asarray(np.full(len(sel), cfg.bilevel_lr_x), dtype)
@@ -358,8 +438,7 @@ class Study:
       metric_keys = ("param_dist", "inner_grad_norm", "inner_iters")
     else:
       dsc = self.centred()
-      vic = pipeline.load_or_train_victim(kkt_victim_config(cfg), dsc,
-                                          use_cache=cfg.use_cache)
+      vic = pipeline.load_or_train_victim(kkt_victim_config(cfg), dsc, use_cache=cfg.use_cache)
       params = vic.params
       vsum = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
       attack = kkt.kkt_attack(vic.apply_fn, "binary")
@@ -373,11 +452,19 @@ class Study:
     entry["theta_star_sq_norm"] = float(losses.tree_sq_norm(target.params))
     entry["victim_s"] = time.time() - t0
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(sub.seed), 1), len(sel))
-    out = pipeline.run_attack(attack, x_init, keys, [(steps, hp)], target,
-                              chunk_steps=min(cfg.chunk_steps, steps), batching=self.batching,
-                              state_path=state_path, save_every=cfg.save_every,
-                              resume=resume and os.path.isfile(state_path),
-                              save_meta={"sub_run": sub.name})
+    out = pipeline.run_attack(
+      attack,
+      x_init,
+      keys,
+      [(steps, hp)],
+      target,
+      chunk_steps=min(cfg.chunk_steps, steps),
+      batching=self.batching,
+      state_path=state_path,
+      save_every=cfg.save_every,
+      resume=resume and os.path.isfile(state_path),
+      save_meta={"sub_run": sub.name},
+    )
     x_rec = np.asarray(out.candidates, np.float64) + offset
     last = out.chunks[-1]
     entry["precision_warning"] = diagnostics.float32_floor_warning(out.chunks, dtype)
@@ -393,18 +480,26 @@ class Study:
       rows.append(row)
     sub_idx = {k: int(np.flatnonzero(sel == v)[0]) for k, v in self.idx.items()}
     entry.update(
-        settings={k: rows[v] for k, v in sub_idx.items()}, grid=bool(sub.grid), points=rows,
-        steps=int(steps),
-        findings=findings(rows, sub_idx, l1, l2, entry["theta_star_sq_norm"],
-                                     sub.attack, sub.grid),
-        compile_s=out.compile_s, run_s=out.run_s, wall_s=time.time() - t0)
+      settings={k: rows[v] for k, v in sub_idx.items()},
+      grid=bool(sub.grid),
+      points=rows,
+      steps=int(steps),
+      findings=findings(rows, sub_idx, l1, l2, entry["theta_star_sq_norm"], sub.attack, sub.grid),
+      compile_s=out.compile_s,
+      run_s=out.run_s,
+      wall_s=time.time() - t0,
+    )
     logging.info("%s done in %.1fs", sub.name, time.time() - t0)
     return entry, x_rec
 
 
 # The paper's findings in the order summary.md lists them.
-FINDING_ORDER = ("random_to_noise", "ground_truth_recovered", "partition_returns_init",
-                 "lambda1_below_half_nearer_partition")
+FINDING_ORDER = (
+  "random_to_noise",
+  "ground_truth_recovered",
+  "partition_returns_init",
+  "lambda1_below_half_nearer_partition",
+)
 
 
 def _num(v, fmt: str) -> str:
@@ -417,34 +512,44 @@ def summary(cfg, metrics: dict) -> str:
 
   ``cfg``: the study's config; ``metrics``: its metrics.json.
   """
-  lines = [f"# Initialisation study (Runkel et al. 2024, §4.3-4.5) on {metrics['dataset']}", "",
-           f"n = {metrics['n_train']} training images, bilevel wd = {cfg.bilevel_wd}, "
-           f"bilevel steps = {cfg.bilevel_steps}, KKT steps = {cfg.kkt_steps}, "
-           f"{'the 21-point eq. (10) grid' if cfg.grid else 'the three settings'}; backend "
-           f"{metrics['backend']} ({metrics['batching']}, x64 {metrics['x64']}), wall "
-           f"{metrics['wall_s']:.0f} s.", "",
-           "## Where the reconstructions end up (paper Table 1: ||theta* - theta(x)||^2 on "
-           "CIFAR-10, affine / one-hidden ReLU 6144)", "",
-           "L2 X: mean distance of a reconstruction to its nearest image of X (train: the "
-           "training set, part: the disjoint partition, noise: U(0, 1) images).", "",
-           "| sub-run | victim grad E | setting | param dist | rel. | inner grad / stat_rel | "
-           "L2 train | L2 part | L2 noise | SSIM train | SSIM part | paper |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  lines = [
+    f"# Initialisation study (Runkel et al. 2024, §4.3-4.5) on {metrics['dataset']}",
+    "",
+    f"n = {metrics['n_train']} training images, bilevel wd = {cfg.bilevel_wd}, "
+    f"bilevel steps = {cfg.bilevel_steps}, KKT steps = {cfg.kkt_steps}, "
+    f"{'the 21-point eq. (10) grid' if cfg.grid else 'the three settings'}; backend "
+    f"{metrics['backend']} ({metrics['batching']}, x64 {metrics['x64']}), wall "
+    f"{metrics['wall_s']:.0f} s.",
+    "",
+    "## Where the reconstructions end up (paper Table 1: ||theta* - theta(x)||^2 on "
+    "CIFAR-10, affine / one-hidden ReLU 6144)",
+    "",
+    "L2 X: mean distance of a reconstruction to its nearest image of X (train: the "
+    "training set, part: the disjoint partition, noise: U(0, 1) images).",
+    "",
+    "| sub-run | victim grad E | setting | param dist | rel. | inner grad / stat_rel | "
+    "L2 train | L2 part | L2 noise | SSIM train | SSIM part | paper |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|",
+  ]
   for name, r in metrics["sub_runs"].items():
     gnorm = r["victim"].get("grad_norm")
     for s in SETTINGS:
       row = r["settings"][s]
       pd, norm = row.get("param_dist"), r["theta_star_sq_norm"]
       rel = pd / norm if pd is not None and norm else None
-      paper = (PAPER_TABLE1["affine" if r["arch"] == "affine" else "one_hidden"][s]
-               if r["attack"] == "bilevel" else None)
+      paper = (
+        PAPER_TABLE1["affine" if r["arch"] == "affine" else "one_hidden"][s]
+        if r["attack"] == "bilevel"
+        else None
+      )
       inner = row.get("inner_grad_norm", row.get("stat_rel"))
       lines.append(
-          f"| {name} | {_num(gnorm, '.1e')} | {s} | {_num(pd, '.3g')} | {_num(rel, '.1e')} | "
-          f"{_num(inner, '.1e')} | {_num(row['l2_train'], '.3g')} | "
-          f"{_num(row['l2_partition'], '.3g')} | {_num(row['l2_noise'], '.3g')} | "
-          f"{_num(row['ssim_train'], '.3f')} | {_num(row['ssim_partition'], '.3f')} | "
-          f"{_num(paper, '.2e')} |")
+        f"| {name} | {_num(gnorm, '.1e')} | {s} | {_num(pd, '.3g')} | {_num(rel, '.1e')} | "
+        f"{_num(inner, '.1e')} | {_num(row['l2_train'], '.3g')} | "
+        f"{_num(row['l2_partition'], '.3g')} | {_num(row['l2_noise'], '.3g')} | "
+        f"{_num(row['ssim_train'], '.3f')} | {_num(row['ssim_partition'], '.3f')} | "
+        f"{_num(paper, '.2e')} |"
+      )
   lines += ["", "## Paper findings: reproduced here?", ""]
   for name, r in metrics["sub_runs"].items():
     for fname in FINDING_ORDER:
@@ -452,11 +557,16 @@ def summary(cfg, metrics: dict) -> str:
       if f["reproduced"] is None:
         lines.append(f"- {name} / {fname}: {f['evidence']}")
       else:
-        lines.append(f"- {name} / {fname}: **{'yes' if f['reproduced'] else 'no'}** "
-                     f"({f['evidence']})")
-  lines += ["", "Criteria: random -> noise: nearer to a U(0, 1) image than to any training "
-            "image (bilevel: and relative parameter distance < 1e-2); ground truth recovered: "
-            "mean nearest-train L2 < 0.1 x that of the random init; partition: nearer to the "
-            "partition than to the training set; lambda1 < 0.5: every such grid point "
-            "(lambda2 > 0) nearer to the partition.", ""]
+        lines.append(
+          f"- {name} / {fname}: **{'yes' if f['reproduced'] else 'no'}** ({f['evidence']})"
+        )
+  lines += [
+    "",
+    "Criteria: random -> noise: nearer to a U(0, 1) image than to any training "
+    "image (bilevel: and relative parameter distance < 1e-2); ground truth recovered: "
+    "mean nearest-train L2 < 0.1 x that of the random init; partition: nearer to the "
+    "partition than to the training set; lambda1 < 0.5: every such grid point "
+    "(lambda2 > 0) nearer to the partition.",
+    "",
+  ]
   return "\n".join(lines)

@@ -5,6 +5,7 @@ when the data were mean-subtracted).  Per-restart quantities (the Gaussian
 scale ``sigma_x``, the eq. (10) mixing weights ``mix_l1``, ``mix_l2``) are read
 from the restart's hyperparameters, so a grid of them is one vmapped program.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -27,26 +28,32 @@ def _fit_rows(x: np.ndarray, m: int) -> jnp.ndarray:
 
 def gaussian(m: int, input_shape: Sequence[int], dtype=jnp.float32):
   """x ~ N(0, sigma_x^2), sigma_x from ``hparams['sigma_x']`` (Haim et al.)."""
+
   def init(key, hparams):
     return hparams["sigma_x"].astype(dtype) * jax.random.normal(key, (m, *input_shape), dtype)
+
   return init
 
 
 def uniform(m: int, input_shape: Sequence[int], offset=0.0, dtype=jnp.float32):
   """x ~ U(0, 1) in pixel space, minus ``offset`` (the training mean, if subtracted)."""
   offset = jnp.broadcast_to(jnp.asarray(offset, dtype), tuple(input_shape))[None]
+
   def init(key, hparams):
     del hparams
     return jax.random.uniform(key, (m, *input_shape), dtype) - offset
+
   return init
 
 
 def fixed(x: np.ndarray, m: int, dtype=jnp.float32):
   """The given images (ground truth or a disjoint partition), tiled to m rows."""
   x0 = _fit_rows(x, m).astype(dtype)
+
   def init(key, hparams):
     del key, hparams
     return x0
+
   return init
 
 
@@ -59,10 +66,12 @@ def mix(x_gt: np.ndarray, x_part: np.ndarray, m: int, offset=0.0, dtype=jnp.floa
   gt = _fit_rows(x_gt, m).astype(dtype)
   part = _fit_rows(x_part, m).astype(dtype)
   noise = uniform(m, gt.shape[1:], offset, dtype)
+
   def init(key, hparams):
     l1 = hparams["mix_l1"].astype(dtype)
     l2 = hparams["mix_l2"].astype(dtype)
     return l2 * (l1 * gt + (1 - l1) * part) + (1 - l2) * noise(key, hparams)
+
   return init
 
 
@@ -77,8 +86,9 @@ def mix_grid(values: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0)):
   return arr[:, 0], arr[:, 1]
 
 
-def make_x_init(scheme: str, *, m: int, input_shape, x_train=None, x_part=None,
-                offset=0.0, dtype=jnp.float32):
+def make_x_init(
+  scheme: str, *, m: int, input_shape, x_train=None, x_part=None, offset=0.0, dtype=jnp.float32
+):
   """x-initialisation by name (see module docstring); raises ValueError naming the scheme."""
   if scheme == "gaussian":
     return gaussian(m, input_shape, dtype)

@@ -8,34 +8,38 @@ steps.  The host only sees the state between chunks (progress, checkpoints).
 A restart whose state or loss turns non-finite is frozen at its last finite
 state and flagged ``diverged``; the others carry on untouched.
 """
+
 from __future__ import annotations
 
 import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 
-from recon_jax.errors import ConfigError
 from recon_jax import distributed
+from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target, float_dtype
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
 
 
 class RestartState(NamedTuple):
-  inner: Any               # the attack's own state
-  loss: jax.Array          # last finite loss, scalar
-  diverged: jax.Array      # bool scalar: frozen after a non-finite step
-  diverged_at: jax.Array   # int32 step of divergence, -1 if none
-  step: jax.Array          # int32 loop steps run (frozen restarts count too)
+  inner: Any  # the attack's own state
+  loss: jax.Array  # last finite loss, scalar
+  diverged: jax.Array  # bool scalar: frozen after a non-finite step
+  diverged_at: jax.Array  # int32 step of divergence, -1 if none
+  step: jax.Array  # int32 loop steps run (frozen restarts count too)
 
 
 def _all_finite(tree) -> jax.Array:
-  leaves = [jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(tree)
-            if jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)]
+  leaves = [
+    jnp.all(jnp.isfinite(a))
+    for a in jax.tree_util.tree_leaves(tree)
+    if jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
+  ]
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
@@ -47,25 +51,30 @@ def init_one(attack: Attack, x_init: XInitFn, key, hparams: HParams, target: Tar
   """Initial :class:`RestartState` of one restart."""
   kx, ka = jax.random.split(key)
   inner = attack.init(ka, hparams, target, x_init(kx, hparams))
-  return RestartState(inner, jnp.asarray(jnp.inf, float_dtype()), jnp.asarray(False),
-                      jnp.asarray(-1, jnp.int32), jnp.asarray(0, jnp.int32))
+  return RestartState(
+    inner,
+    jnp.asarray(jnp.inf, float_dtype()),
+    jnp.asarray(False),
+    jnp.asarray(-1, jnp.int32),
+    jnp.asarray(0, jnp.int32),
+  )
 
 
-def scan_one(attack: Attack, state: RestartState, hparams: HParams, target: Target,
-             num_steps: int):
+def scan_one(attack: Attack, state: RestartState, hparams: HParams, target: Target, num_steps: int):
   """``num_steps`` steps of one restart in ``lax.scan``; returns (state, last metrics)."""
+
   def body(s: RestartState, _):
     inner, metrics = attack.step(s.inner, hparams, target)
     loss = metrics["loss"]
     ok = jnp.isfinite(loss) & _all_finite(inner)
     frozen = s.diverged | ~ok
     new = RestartState(
-        inner=tree_where(frozen, s.inner, inner),
-        loss=jnp.where(frozen, s.loss, loss.astype(s.loss.dtype)),
-        diverged=frozen,
-        diverged_at=jnp.where(s.diverged, s.diverged_at,
-                              jnp.where(ok, -1, s.step)).astype(jnp.int32),
-        step=s.step + 1)
+      inner=tree_where(frozen, s.inner, inner),
+      loss=jnp.where(frozen, s.loss, loss.astype(s.loss.dtype)),
+      diverged=frozen,
+      diverged_at=jnp.where(s.diverged, s.diverged_at, jnp.where(ok, -1, s.step)).astype(jnp.int32),
+      step=s.step + 1,
+    )
     return new, metrics
 
   state, metrics = jax.lax.scan(body, state, None, length=num_steps)
@@ -110,27 +119,31 @@ def _batched(fn, batching: str, num_shards: int = 1):
 
   def sharded(*args):
     split = jax.tree_util.tree_map(
-        lambda a: a.reshape(num_shards, a.shape[0] // num_shards, *a.shape[1:]), args)
+      lambda a: a.reshape(num_shards, a.shape[0] // num_shards, *a.shape[1:]), args
+    )
     out = jax.vmap(mapped)(*split)
     return jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), out)
+
   return sharded
 
 
-def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "auto",
-                num_shards: int = 1):
+def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "auto", num_shards: int = 1):
   """Compiled ``(init_fn, chunk_fn)`` over a leading restart axis.
 
   ``init_fn(keys [R], hparams {[R]}, target) -> RestartState [R]`` and
   ``chunk_fn(state, hparams, target, num_steps) -> (state, metrics {[R]})``.
   The target is shared (broadcast) across restarts.
   """
+
   def init_b(keys, hparams, target):
-    return _batched(lambda k, h: init_one(attack, x_init, k, h, target), batching,
-                    num_shards)(keys, hparams)
+    return _batched(lambda k, h: init_one(attack, x_init, k, h, target), batching, num_shards)(
+      keys, hparams
+    )
 
   def chunk_b(state, hparams, target, num_steps):
-    return _batched(lambda s, h: scan_one(attack, s, h, target, num_steps), batching,
-                    num_shards)(state, hparams)
+    return _batched(lambda s, h: scan_one(attack, s, h, target, num_steps), batching, num_shards)(
+      state, hparams
+    )
 
   return jax.jit(init_b), jax.jit(chunk_b, static_argnames="num_steps", donate_argnums=0)
 
@@ -145,24 +158,37 @@ def restart_sharding(num_restarts: int):
   if len(devices) <= 1:
     return None
   if num_restarts % len(devices):
-    logging.warning("%d restarts do not divide over %d devices; running unsharded.",
-                    num_restarts, len(devices))
+    logging.warning(
+      "%d restarts do not divide over %d devices; running unsharded.", num_restarts, len(devices)
+    )
     return None
   mesh = jax.sharding.Mesh(np.array(devices), ("restarts",))
   return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("restarts"))
 
 
 class RunResult(NamedTuple):
-  state: RestartState        # final batched state
-  history: list              # per chunk: {'step': int, metric: np.ndarray [R], 'time_s': float}
-  compile_s: float           # ahead-of-time compile time of the chunk program(s), seconds
-  run_s: float               # wall time of running all chunks (compilation excluded)
+  state: RestartState  # final batched state
+  history: list  # per chunk: {'step': int, metric: np.ndarray [R], 'time_s': float}
+  compile_s: float  # ahead-of-time compile time of the chunk program(s), seconds
+  run_s: float  # wall time of running all chunks (compilation excluded)
 
 
-def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target, *,
-        num_steps: int, chunk_steps: int = 500, batching: str = "auto", shard: bool = True,
-        state: Optional[RestartState] = None, progress: Optional[Callable] = None,
-        log: bool = True, checkpoint: Optional["Checkpoint"] = None) -> RunResult:
+def run(
+  attack: Attack,
+  x_init: XInitFn,
+  keys,
+  hparams: HParams,
+  target: Target,
+  *,
+  num_steps: int,
+  chunk_steps: int = 500,
+  batching: str = "auto",
+  shard: bool = True,
+  state: Optional[RestartState] = None,
+  progress: Optional[Callable] = None,
+  log: bool = True,
+  checkpoint: Optional["Checkpoint"] = None,
+) -> RunResult:
   """Runs R restarts for ``num_steps`` steps, in compiled chunks of ``chunk_steps``.
 
   Args:
@@ -187,16 +213,37 @@ def run(attack: Attack, x_init: XInitFn, keys, hparams: HParams, target: Target,
   """
   if num_steps <= 0:
     raise ConfigError(f"num_steps must be > 0, got {num_steps}.")
-  return run_stages(attack, x_init, keys, [(num_steps, hparams)], target,
-                    chunk_steps=chunk_steps, batching=batching, shard=shard, state=state,
-                    progress=progress, log=log, checkpoint=checkpoint)
+  return run_stages(
+    attack,
+    x_init,
+    keys,
+    [(num_steps, hparams)],
+    target,
+    chunk_steps=chunk_steps,
+    batching=batching,
+    shard=shard,
+    state=state,
+    progress=progress,
+    log=log,
+    checkpoint=checkpoint,
+  )
 
 
-def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int, HParams]],
-               target: Target, *, chunk_steps: int = 500, batching: str = "auto",
-               shard: bool = True, state: Optional[RestartState] = None,
-               progress: Optional[Callable] = None, log: bool = True,
-               checkpoint: Optional["Checkpoint"] = None) -> RunResult:
+def run_stages(
+  attack: Attack,
+  x_init: XInitFn,
+  keys,
+  stages: Sequence[Tuple[int, HParams]],
+  target: Target,
+  *,
+  chunk_steps: int = 500,
+  batching: str = "auto",
+  shard: bool = True,
+  state: Optional[RestartState] = None,
+  progress: Optional[Callable] = None,
+  log: bool = True,
+  checkpoint: Optional["Checkpoint"] = None,
+) -> RunResult:
   """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
 
   Each stage continues the previous one's state (x, lambda, optimiser buffers)
@@ -228,13 +275,17 @@ def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int
   stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
   sharding = restart_sharding(num_restarts) if shard else None
   init_fn, chunk_fn = make_runner(
-      attack, x_init, batching=batching,
-      num_shards=len(sharding.mesh.devices.ravel()) if sharding is not None else 1)
+    attack,
+    x_init,
+    batching=batching,
+    num_shards=len(sharding.mesh.devices.ravel()) if sharding is not None else 1,
+  )
   if sharding is not None:
     keys = jax.device_put(keys, sharding)
     stage_hps = [jax.device_put(hp, sharding) for hp in stage_hps]
-    target = jax.device_put(target, jax.sharding.NamedSharding(
-        sharding.mesh, jax.sharding.PartitionSpec()))  # theta* replicated
+    target = jax.device_put(
+      target, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    )  # theta* replicated
   t0 = time.time()
   if state is None:
     state = init_fn(keys, stage_hps[0], target)
@@ -263,16 +314,27 @@ def run_stages(attack: Attack, x_init: XInitFn, keys, stages: Sequence[Tuple[int
       metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
       run_s += time.time() - t1
       done += n
-      rec = {"step": done, "time_s": time.time() - t0, **metrics,
-             "diverged": distributed.gather_restarts(state.diverged)}
+      rec = {
+        "step": done,
+        "time_s": time.time() - t0,
+        **metrics,
+        "diverged": distributed.gather_restarts(state.diverged),
+      }
       history.append(rec)
       if log:
         loss = distributed.gather_restarts(state.loss)
         fin = loss[np.isfinite(loss)]
-        logging.info("%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
-                     attack.name, done, total, fin.min() if fin.size else np.nan,
-                     np.median(fin) if fin.size else np.nan, int(rec["diverged"].sum()),
-                     num_restarts, rec["time_s"])
+        logging.info(
+          "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
+          attack.name,
+          done,
+          total,
+          fin.min() if fin.size else np.nan,
+          np.median(fin) if fin.size else np.nan,
+          int(rec["diverged"].sum()),
+          num_restarts,
+          rec["time_s"],
+        )
       if checkpoint is not None:
         checkpoint.chunks.append(chunk_record(rec))
         if checkpoint.every and (len(checkpoint.chunks) % checkpoint.every == 0 or done >= total):
@@ -305,8 +367,9 @@ class Checkpoint:
   :func:`resume_state` reads it back.
   """
 
-  def __init__(self, path: str, every: int = 1, meta: Optional[dict] = None,
-               chunks: Optional[list] = None):
+  def __init__(
+    self, path: str, every: int = 1, meta: Optional[dict] = None, chunks: Optional[list] = None
+  ):
     if every < 0:
       raise ConfigError(f"every must be >= 0 (0: never), got {every}.")
     self.path, self.every, self.meta = path, every, dict(meta or {})
@@ -314,14 +377,24 @@ class Checkpoint:
 
   def save(self, state, keys, hparams) -> None:
     from recon_jax import resume
-    resume.save(self.path, resume.run_tree(state, keys, hparams),
-                {**self.meta, "chunks": self.chunks})
+
+    resume.save(
+      self.path, resume.run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks}
+    )
 
 
-def resume_state(path: str, attack: Attack, x_init: XInitFn, keys, hparams: HParams,
-                 target: Target, batching: str = "auto"):
+def resume_state(
+  path: str,
+  attack: Attack,
+  x_init: XInitFn,
+  keys,
+  hparams: HParams,
+  target: Target,
+  batching: str = "auto",
+):
   """``(state, chunk records, meta)`` of a sweep saved by :class:`Checkpoint`, validated."""
   from recon_jax import resume
+
   state, meta = resume.load_run(path, attack, x_init, keys, hparams, target, batching)
   logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
   return state, list(meta.get("chunks", [])), meta

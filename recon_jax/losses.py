@@ -13,6 +13,7 @@ One place for what the victim's training and every attack agree on:
   :mod:`recon_jax.implicit` (L-BFGS to convergence) and the inner problem of
   the bilevel attack.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Optional
@@ -51,14 +52,17 @@ def tree_sq_norm(tree) -> jax.Array:
 
 def tree_dot(a, b) -> jax.Array:
   """``<a, b>`` summed over the leaves of two pytrees of the same structure."""
-  return sum(jnp.vdot(u, v) for u, v in zip(jax.tree_util.tree_leaves(a),
-                                             jax.tree_util.tree_leaves(b)))
+  return sum(
+    jnp.vdot(u, v) for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 def tree_sq_dist(a, b) -> jax.Array:
   """``||a - b||^2`` over two pytrees of the same structure."""
-  return sum(jnp.sum(jnp.square(u - v)) for u, v in zip(jax.tree_util.tree_leaves(a),
-                                                         jax.tree_util.tree_leaves(b)))
+  return sum(
+    jnp.sum(jnp.square(u - v))
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b))
+  )
 
 
 def per_sample_loss(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
@@ -77,8 +81,9 @@ def per_sample_loss(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
   check_loss(loss)
 
 
-def energy(apply_fn: Callable, loss: str, weight_decay: float = 0.0,
-           act: Optional[Callable] = None) -> Callable:
+def energy(
+  apply_fn: Callable, loss: str, weight_decay: float = 0.0, act: Optional[Callable] = None
+) -> Callable:
   """``E(theta, x, y) = mean_i loss(Phi(theta; x_i), y_i) + wd/2 ||theta||^2``.
 
   ``act`` replaces the network's activation (e.g. a smooth one for the
@@ -89,6 +94,7 @@ def energy(apply_fn: Callable, loss: str, weight_decay: float = 0.0,
   def e(params, x, y):
     data = jnp.mean(per_sample_loss(loss, apply_fn(params, x, act), y))
     return data + 0.5 * weight_decay * tree_sq_norm(params)
+
   return e
 
 

@@ -6,6 +6,7 @@ activation without rebuilding parameters.  Parameters are ordinary flax
 pytrees; a user's own flax model can be attacked by wrapping its ``apply``
 with :func:`make_apply_fn`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -91,11 +92,11 @@ def surrogate_relu_jvp(x: jax.Array, alpha) -> jax.Array:
 def get_activation(name: str, alpha: Optional[float] = None) -> Activation:
   """Activation by name: relu, surrogate_relu, gelu, softplus, tanh, identity."""
   table = {
-      "relu": jax.nn.relu,
-      "gelu": jax.nn.gelu,
-      "softplus": jax.nn.softplus,
-      "tanh": jnp.tanh,
-      "identity": lambda z: z,
+    "relu": jax.nn.relu,
+    "gelu": jax.nn.gelu,
+    "softplus": jax.nn.softplus,
+    "tanh": jnp.tanh,
+    "identity": lambda z: z,
   }
   if name == "surrogate_relu":
     if alpha is None or alpha <= 0:
@@ -103,7 +104,8 @@ def get_activation(name: str, alpha: Optional[float] = None) -> Activation:
     return functools.partial(surrogate_relu, alpha=alpha)
   if name not in table:
     raise ConfigError(
-        f"unknown activation {name!r}; choose from {sorted(table) + ['surrogate_relu']}.")
+      f"unknown activation {name!r}; choose from {sorted(table) + ['surrogate_relu']}."
+    )
   return table[name]
 
 
@@ -125,7 +127,7 @@ def weight_init(scheme: str, std: Optional[float] = None, gain: float = 1.0):
   if scheme == "kaiming":
     if std is not None:
       return nn.initializers.normal(std)
-    return nn.initializers.variance_scaling(2.0 * gain ** 2, "fan_in", "normal")
+    return nn.initializers.variance_scaling(2.0 * gain**2, "fan_in", "normal")
   if scheme == "normal":
     if std is None or std <= 0:
       raise ConfigError(f"init 'normal' needs std > 0, got {std}.")
@@ -133,7 +135,7 @@ def weight_init(scheme: str, std: Optional[float] = None, gain: float = 1.0):
   if scheme == "uniform":
     return nn.initializers.uniform(1.0)
   if scheme == "torch":  # U(-b, b), b = gain / sqrt(fan_in): variance b^2 / 3
-    return nn.initializers.variance_scaling(gain ** 2 / 3.0, "fan_in", "uniform")
+    return nn.initializers.variance_scaling(gain**2 / 3.0, "fan_in", "uniform")
   raise ConfigError(f"unknown init scheme {scheme!r}; choose from {INIT_SCHEMES}.")
 
 
@@ -142,10 +144,11 @@ def bias_init(scheme: str, fan_in: int, gain: float = 1.0):
   if scheme == "uniform":
     return nn.initializers.uniform(1.0)
   if scheme == "torch":
-    bound = gain / fan_in ** 0.5
+    bound = gain / fan_in**0.5
 
     def init(key, shape, dtype=jnp.float32):
       return jax.random.uniform(key, shape, dtype, -bound, bound)
+
     return init
   return nn.initializers.zeros
 
@@ -168,6 +171,7 @@ class MLP(nn.Module):
     init_gain: multiplies He's std for init='kaiming'.
     activation: default activation; attacks pass ``act=`` instead.
   """
+
   widths: Sequence[int] = (256, 256)
   out_dim: int = 1
   bias: str = "first"
@@ -189,8 +193,9 @@ class MLP(nn.Module):
         kinit = weight_init(self.init_scheme, self.init_std, self.init_gain)
       use_bias = self.bias == "all" or (self.bias == "first" and i == 0)
       binit = bias_init(self.init_scheme, h.shape[-1], self.init_gain)
-      h = nn.Dense(width, use_bias=use_bias, kernel_init=kinit, bias_init=binit,
-                   name=f"layer_{i}")(h)
+      h = nn.Dense(width, use_bias=use_bias, kernel_init=kinit, bias_init=binit, name=f"layer_{i}")(
+        h
+      )
       if i < n_layers - 1:
         h = act(h)
     return h
@@ -198,6 +203,7 @@ class MLP(nn.Module):
 
 class Affine(nn.Module):
   """Affine classifier ``x theta_w^T + theta_b`` (Runkel et al. 2024, eq. 8)."""
+
   out_dim: int = 1
   init_scheme: str = "uniform"
   init_std: Optional[float] = None
@@ -206,14 +212,18 @@ class Affine(nn.Module):
   @nn.compact
   def __call__(self, x, act: Optional[Activation] = None):
     del act
-    binit = (nn.initializers.uniform(1.0) if self.init_scheme == "uniform"
-             else nn.initializers.zeros)
-    return nn.Dense(self.out_dim, kernel_init=weight_init(self.init_scheme, self.init_std),
-                    bias_init=binit, name="layer_0")(_flatten(x))
+    binit = nn.initializers.uniform(1.0) if self.init_scheme == "uniform" else nn.initializers.zeros
+    return nn.Dense(
+      self.out_dim,
+      kernel_init=weight_init(self.init_scheme, self.init_std),
+      bias_init=binit,
+      name="layer_0",
+    )(_flatten(x))
 
 
 class OneHidden(nn.Module):
   """One hidden layer with biases, ``W2 act(W1 x + b1) + b2`` (Runkel eq. 9)."""
+
   width: int = 256
   out_dim: int = 1
   init_scheme: str = "uniform"
@@ -223,8 +233,7 @@ class OneHidden(nn.Module):
   @nn.compact
   def __call__(self, x, act: Optional[Activation] = None):
     act = act or self.activation
-    binit = (nn.initializers.uniform(1.0) if self.init_scheme == "uniform"
-             else nn.initializers.zeros)
+    binit = nn.initializers.uniform(1.0) if self.init_scheme == "uniform" else nn.initializers.zeros
     kinit = weight_init(self.init_scheme, self.init_std)
     h = nn.Dense(self.width, kernel_init=kinit, bias_init=binit, name="layer_0")(_flatten(x))
     return nn.Dense(self.out_dim, kernel_init=kinit, bias_init=binit, name="layer_1")(act(h))
@@ -232,6 +241,7 @@ class OneHidden(nn.Module):
 
 class SmallCNN(nn.Module):
   """Two 3x3 conv layers and a linear read-out, for trying the attack on CNNs."""
+
   channels: Sequence[int] = (8, 8)
   out_dim: int = 1
   bias: str = "first"
@@ -258,15 +268,25 @@ def make_apply_fn(module: nn.Module) -> ApplyFn:
   ``lambda p, x, act=None: model.apply(p, x)`` (the surrogate then cannot be
   inserted, so the KKT attack sees ReLU's true derivative).
   """
+
   def apply_fn(params, x, act=None):
     return module.apply(params, x, act=act)
+
   return apply_fn
 
 
-def build_model(arch: str, *, out_dim: int = 1, widths: Sequence[int] = (256, 256),
-                bias: str = "first", init: str = "kaiming", init_std=None,
-                first_layer_std=None, activation: str = "relu",
-                init_gain: float = 1.0) -> nn.Module:
+def build_model(
+  arch: str,
+  *,
+  out_dim: int = 1,
+  widths: Sequence[int] = (256, 256),
+  bias: str = "first",
+  init: str = "kaiming",
+  init_std=None,
+  first_layer_std=None,
+  activation: str = "relu",
+  init_gain: float = 1.0,
+) -> nn.Module:
   """Builds a model from plain config values (what the binaries and checkpoints store)."""
   act = get_activation(activation) if activation != "surrogate_relu" else jax.nn.relu
   if bias not in BIAS_MODES:
@@ -274,17 +294,27 @@ def build_model(arch: str, *, out_dim: int = 1, widths: Sequence[int] = (256, 25
   if arch == "mlp":
     if any(int(w) <= 0 for w in widths):
       raise ConfigError(f"widths must be positive, got {list(widths)}.")
-    return MLP(widths=tuple(int(w) for w in widths), out_dim=out_dim, bias=bias, init_scheme=init,
-               init_std=init_std, first_layer_std=first_layer_std, activation=act,
-               init_gain=init_gain)
+    return MLP(
+      widths=tuple(int(w) for w in widths),
+      out_dim=out_dim,
+      bias=bias,
+      init_scheme=init,
+      init_std=init_std,
+      first_layer_std=first_layer_std,
+      activation=act,
+      init_gain=init_gain,
+    )
   if arch == "affine":
     return Affine(out_dim=out_dim, init_scheme=init, init_std=init_std)
   if arch == "one_hidden":
     width = int(widths[0]) if widths else 256
-    return OneHidden(width=width, out_dim=out_dim, init_scheme=init, init_std=init_std, activation=act)
+    return OneHidden(
+      width=width, out_dim=out_dim, init_scheme=init, init_std=init_std, activation=act
+    )
   if arch == "cnn":
-    return SmallCNN(channels=tuple(int(w) for w in widths), out_dim=out_dim, bias=bias,
-                    activation=act)
+    return SmallCNN(
+      channels=tuple(int(w) for w in widths), out_dim=out_dim, bias=bias, activation=act
+    )
   raise ConfigError(f"unknown architecture {arch!r}; choose from mlp, affine, one_hidden, cnn.")
 
 

@@ -4,6 +4,7 @@ Per-restart learning rates are ordinary arrays in the restart's hyperparameters,
 so a sweep over them vmaps: the base optimiser runs at rate 1 and its updates
 are multiplied by the restart's rate, which is exact for SGD-momentum and Adam.
 """
+
 from __future__ import annotations
 
 import jax

@@ -10,6 +10,7 @@ library objects; :func:`reconstruct` chains them for one configuration (a
 mapping with the fields of ``experiments/configs/reconstruct.py``) and returns
 the report without writing anything but the optional resume file.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,16 +18,26 @@ import os
 import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 
-from recon_jax import (data, diagnostics, distributed, inits, loop, losses, models, optim,
-                       sweep, victim)
-from recon_jax.eval import report as evaluation
+from recon_jax import (
+  data,
+  diagnostics,
+  distributed,
+  inits,
+  loop,
+  losses,
+  models,
+  optim,
+  sweep,
+  victim,
+)
 from recon_jax.attacks import inversion, kkt
 from recon_jax.errors import ConfigError
+from recon_jax.eval import report as evaluation
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 
 ATTACKS = ("kkt", "closed_form", "inversion", "weights")
@@ -39,8 +50,9 @@ def cast_params(params, dtype=None):
   return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
 
 
-def make_target(params, labels, mean=None, *, box: Optional[Tuple[float, float]] = (0.0, 1.0),
-                dtype=None) -> Target:
+def make_target(
+  params, labels, mean=None, *, box: Optional[Tuple[float, float]] = (0.0, 1.0), dtype=None
+) -> Target:
   """What the attacker sees: theta*, the candidates' labels and the pixel box.
 
   Args:
@@ -67,15 +79,21 @@ def candidate_labels(problem: str, m: int, num_classes: int = 2) -> np.ndarray:
   """Balanced labels of the ``m`` candidates: m/2 per sign (binary), m/C per class."""
   if problem == "binary":
     if m < 2 or m % 2:
-      raise ConfigError(argument="m", message=f"m must be even and >= 2 for a binary victim, got {m}.")
+      raise ConfigError(
+        argument="m", message=f"m must be even and >= 2 for a binary victim, got {m}."
+      )
     return np.concatenate([np.ones(m // 2), -np.ones(m // 2)]).astype(np.float32)
   if problem == "multiclass":
     if m < num_classes or m % num_classes:
-      raise ConfigError(argument="m", message=f"m={m} must be a positive multiple of the {num_classes} classes.")
+      raise ConfigError(
+        argument="m", message=f"m={m} must be a positive multiple of the {num_classes} classes."
+      )
     return np.repeat(np.arange(num_classes), m // num_classes).astype(np.int32)
   if problem == "general":
     return np.zeros(m, np.float32)
-  raise ConfigError(argument="problem", message=f"problem must be one of {losses.PROBLEMS}, got {problem!r}.")
+  raise ConfigError(
+    argument="problem", message=f"problem must be one of {losses.PROBLEMS}, got {problem!r}."
+  )
 
 
 def resolve_problem(problem: str, loss: str) -> str:
@@ -83,22 +101,25 @@ def resolve_problem(problem: str, loss: str) -> str:
   if problem == "auto":
     return losses.problem_for_loss(loss)
   if problem not in losses.PROBLEMS:
-    raise ConfigError(argument="problem", message=f"problem must be auto or one of {losses.PROBLEMS}, "
-                      f"got {problem!r}.")
+    raise ConfigError(
+      argument="problem",
+      message=f"problem must be auto or one of {losses.PROBLEMS}, got {problem!r}.",
+    )
   return problem
 
 
 class Victim(NamedTuple):
-  params: Any               # theta* (flax variable dict)
-  apply_fn: Callable        # apply_fn(params, x, act=None) -> [n, C]
-  num_outputs: int          # C, the width of the output layer
-  summary: dict             # training summary (loss, errors, margins, ...)
-  source: str               # 'trained', 'cache' or the checkpoint path
+  params: Any  # theta* (flax variable dict)
+  apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
+  num_outputs: int  # C, the width of the output layer
+  summary: dict  # training summary (loss, errors, margins, ...)
+  source: str  # 'trained', 'cache' or the checkpoint path
 
 
 def is_foreign(path: str) -> bool:
   """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
   from recon_jax import importers
+
   return importers.detect_format(path) != "msgpack"
 
 
@@ -111,8 +132,9 @@ def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
   if mean.shape != ds.x_train.shape[1:]:
     raise ConfigError(f"data_mean has shape {mean.shape}, the images {ds.x_train.shape[1:]}.")
   sub = lambda a: a - mean if len(a) else a
-  return ds._replace(x_train=sub(ds.x_train), x_test=sub(ds.x_test), x_part=sub(ds.x_part),
-                     mean=mean)
+  return ds._replace(
+    x_train=sub(ds.x_train), x_test=sub(ds.x_test), x_part=sub(ds.x_part), mean=mean
+  )
 
 
 def load_data_mean(path: str, input_shape) -> np.ndarray:
@@ -126,13 +148,22 @@ def load_data_mean(path: str, input_shape) -> np.ndarray:
   if mean.shape == (c, h, w) and (c, h, w) != (h, w, c):
     mean = np.transpose(mean, (1, 2, 0))
   if mean.shape != (h, w, c):
-    raise ConfigError(f"data_mean: {path} has shape {mean.shape}; the images are {(h, w, c)} "
-                      f"(HWC) or {(c, h, w)} (CHW).")
+    raise ConfigError(
+      f"data_mean: {path} has shape {mean.shape}; the images are {(h, w, c)} "
+      f"(HWC) or {(c, h, w)} (CHW)."
+    )
   return mean.astype(np.float32)
 
 
-def import_victim(path: str, cfg: victim.VictimConfig, ds: data.Dataset, *,
-                  input_layout: str = "nchw", stride=1, padding=0) -> Victim:
+def import_victim(
+  path: str,
+  cfg: victim.VictimConfig,
+  ds: data.Dataset,
+  *,
+  input_layout: str = "nchw",
+  stride=1,
+  padding=0,
+) -> Victim:
   """A PyTorch or safetensors victim: its weights mapped onto a flax network.
 
   The architecture is inferred from the tensors (see :mod:`recon_jax.importers`);
@@ -140,25 +171,41 @@ def import_victim(path: str, cfg: victim.VictimConfig, ds: data.Dataset, *,
   are computed here, since the file carries no summary.
   """
   from recon_jax import importers
-  imp = importers.load_foreign(path, input_shape=ds.x_train.shape[1:],
-                               input_layout=input_layout, stride=stride, padding=padding)
+
+  imp = importers.load_foreign(
+    path,
+    input_shape=ds.x_train.shape[1:],
+    input_layout=input_layout,
+    stride=stride,
+    padding=padding,
+  )
   apply_fn = models.make_apply_fn(imp.module)
   out = apply_fn(imp.params, jnp.asarray(ds.x_train, jnp.float32))
   want = losses.num_outputs(cfg.loss, ds.num_classes)
   if out.shape[1] != want:
-    raise ConfigError(f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has "
-                      f"{out.shape[1]}.", argument="loss")
+    raise ConfigError(
+      f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has {out.shape[1]}.",
+      argument="loss",
+    )
   y = jnp.asarray(ds.y_train)
   margins = np.asarray(losses.margins(cfg.loss, out, y))
-  summary = {"train_error": float(losses.error_rate(cfg.loss, out, y)),
-             "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
-             "margins": (margins[:, 0] if margins.ndim == 2 else margins).tolist(),
-             "imported": {"format": imp.format, "arch": imp.arch}}
+  summary = {
+    "train_error": float(losses.error_rate(cfg.loss, out, y)),
+    "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
+    "margins": (margins[:, 0] if margins.ndim == 2 else margins).tolist(),
+    "imported": {"format": imp.format, "arch": imp.arch},
+  }
   return Victim(imp.params, apply_fn, int(out.shape[1]), summary, path)
 
 
-def load_or_train_victim(cfg: victim.VictimConfig, ds: data.Dataset, *, checkpoint: str = "",
-                         use_cache: bool = True, allow_data_mismatch: bool = False) -> Victim:
+def load_or_train_victim(
+  cfg: victim.VictimConfig,
+  ds: data.Dataset,
+  *,
+  checkpoint: str = "",
+  use_cache: bool = True,
+  allow_data_mismatch: bool = False,
+) -> Victim:
   """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained now.
 
   PyTorch and safetensors files go through :func:`import_victim`.
@@ -176,20 +223,32 @@ def load_or_train_victim(cfg: victim.VictimConfig, ds: data.Dataset, *, checkpoi
 
 class AttackRun(NamedTuple):
   """What :func:`run_attack` returns (host numpy arrays, restart axis first)."""
-  candidates: np.ndarray    # [R, m, *input_shape], the attack's input space
-  weights: np.ndarray       # [R, m] lambda (KKT) or ones
-  final_loss: np.ndarray    # [R], NaN where the restart diverged
-  diverged: np.ndarray      # [R] bool
-  chunks: list              # JSON records of every chunk (a resumed run: all of them)
-  state: Any                # the final batched loop state
+
+  candidates: np.ndarray  # [R, m, *input_shape], the attack's input space
+  weights: np.ndarray  # [R, m] lambda (KKT) or ones
+  final_loss: np.ndarray  # [R], NaN where the restart diverged
+  diverged: np.ndarray  # [R] bool
+  chunks: list  # JSON records of every chunk (a resumed run: all of them)
+  state: Any  # the final batched loop state
   compile_s: float
   run_s: float
 
 
-def run_attack(attack: Attack, x_init, keys, stages: Sequence[Tuple[int, HParams]],
-               target: Target, *, chunk_steps: int = 500, batching: str = "auto",
-               state_path: Optional[str] = None, save_every: int = 1, resume: bool = False,
-               save_meta: Optional[dict] = None, log: bool = True) -> AttackRun:
+def run_attack(
+  attack: Attack,
+  x_init,
+  keys,
+  stages: Sequence[Tuple[int, HParams]],
+  target: Target,
+  *,
+  chunk_steps: int = 500,
+  batching: str = "auto",
+  state_path: Optional[str] = None,
+  save_every: int = 1,
+  resume: bool = False,
+  save_meta: Optional[dict] = None,
+  log: bool = True,
+) -> AttackRun:
   """Runs ``attack`` from ``x_init`` for R = len(keys) restarts through ``stages``.
 
   Args:
@@ -209,11 +268,22 @@ def run_attack(attack: Attack, x_init, keys, stages: Sequence[Tuple[int, HParams
   if resume:
     if not state_path:
       raise ConfigError(argument="state_path", message="resume needs a state_path.")
-    state0, chunks, _ = loop.resume_state(state_path, attack, x_init, keys, stages[0][1],
-                                          target, batching)
+    state0, chunks, _ = loop.resume_state(
+      state_path, attack, x_init, keys, stages[0][1], target, batching
+    )
   ckpt = loop.Checkpoint(state_path, save_every, save_meta, chunks) if state_path else None
-  res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=chunk_steps,
-                        batching=batching, state=state0, log=log, checkpoint=ckpt)
+  res = loop.run_stages(
+    attack,
+    x_init,
+    keys,
+    stages,
+    target,
+    chunk_steps=chunk_steps,
+    batching=batching,
+    state=state0,
+    log=log,
+    checkpoint=ckpt,
+  )
   if ckpt is None:
     chunks = [loop.chunk_record(r) for r in res.history]
   else:
@@ -221,11 +291,20 @@ def run_attack(attack: Attack, x_init, keys, stages: Sequence[Tuple[int, HParams
   cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(res.state.inner))
   diverged = np.asarray(distributed.gather_restarts(res.state.diverged))
   final_loss = np.where(diverged, np.nan, distributed.gather_restarts(res.state.loss))
-  return AttackRun(np.asarray(cx), np.asarray(w), np.asarray(final_loss, np.float64), diverged,
-                   chunks, res.state, res.compile_s, res.run_s)
+  return AttackRun(
+    np.asarray(cx),
+    np.asarray(w),
+    np.asarray(final_loss, np.float64),
+    diverged,
+    chunks,
+    res.state,
+    res.compile_s,
+    res.run_s,
+  )
 
 
 # ----------------------------------------------------------------------------- one job
+
 
 def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
   """The victim of a job config: its ``victim`` section, or the checkpoint's own.
@@ -242,9 +321,11 @@ def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
   for field, value in (requested or {}).items():
     want = tuple(value) if field == "widths" else value
     if getattr(stored, field) != want:
-      raise ConfigError(f"victim.{field}={value} contradicts the checkpoint {cfg.checkpoint}, "
-                        f"which was trained with {field}={getattr(stored, field)}.",
-                        argument=f"victim.{field}")
+      raise ConfigError(
+        f"victim.{field}={value} contradicts the checkpoint {cfg.checkpoint}, "
+        f"which was trained with {field}={getattr(stored, field)}.",
+        argument=f"victim.{field}",
+      )
   return stored
 
 
@@ -259,7 +340,9 @@ def hparams_for(cfg) -> dict:
   elif cfg.sweep == "random":
     ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   else:
-    raise ConfigError(argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}.")
+    raise ConfigError(
+      argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
+    )
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
   kkt.check_hparams(hp)
   return hp
@@ -360,14 +443,21 @@ def validate_victim(v: victim.VictimConfig, checkpoint: str = "") -> None:
   field, message = found
   if checkpoint:
     from recon_jax.checkpoint import CheckpointError
+
     raise CheckpointError(f"{checkpoint}: corrupt victim metadata: {field} {message}")
   raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")
 
 
 # Shapes of one input of every dataset (what load_dataset returns), for estimates made
 # before any data is read.
-INPUT_SHAPES = {"digits": (8, 8, 1), "lfw": (25, 25, 1), "mnist": (28, 28, 1),
-                "cifar10": (32, 32, 3), "cifar100": (32, 32, 3), "toy2d": (2,)}
+INPUT_SHAPES = {
+  "digits": (8, 8, 1),
+  "lfw": (25, 25, 1),
+  "mnist": (28, 28, 1),
+  "cifar10": (32, 32, 3),
+  "cifar100": (32, 32, 3),
+  "toy2d": (2,),
+}
 # Arrays of candidate size the attack keeps per restart: x, its gradient, and the
 # optimiser's slots (momentum for SGD; first and second moments for Adam).
 STATE_ARRAYS = {"sgd": 3, "adam": 4}
@@ -401,8 +491,10 @@ def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
   arrays = STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3)
   nbytes = 8 if (cfg.get("x64") or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
-  how = (f"{r} restarts x m={m} candidates x {d} inputs x {arrays} arrays "
-         f"({cfg.get('optimizer', 'sgd')}) x {nbytes} bytes")
+  how = (
+    f"{r} restarts x m={m} candidates x {d} inputs x {arrays} arrays "
+    f"({cfg.get('optimizer', 'sgd')}) x {nbytes} bytes"
+  )
   return r * m * d * arrays * nbytes, how
 
 
@@ -418,10 +510,11 @@ def check_memory(cfg, v: victim.VictimConfig) -> None:
     limit, what = available_memory(), "memory available on this machine"
   if limit is not None and need > limit:
     raise ConfigError(
-        f"num_restarts={cfg.num_restarts} needs at least {need / 2**30:.1f} GiB for the "
-        f"restarts' state ({how}), more than the {limit / 2**30:.1f} GiB {what}; use fewer "
-        "restarts (or candidates m), or split the sweep over several runs (seed).",
-        argument="num_restarts")
+      f"num_restarts={cfg.num_restarts} needs at least {need / 2**30:.1f} GiB for the "
+      f"restarts' state ({how}), more than the {limit / 2**30:.1f} GiB {what}; use fewer "
+      "restarts (or candidates m), or split the sweep over several runs (seed).",
+      argument="num_restarts",
+    )
 
 
 def validate(cfg) -> None:
@@ -437,11 +530,11 @@ def validate(cfg) -> None:
     if not _is_int(cfg[name]) or cfg[name] <= 0:
       raise ConfigError(f"{name} must be an integer > 0, got {cfg[name]!r}.", name)
   if not _is_int(cfg.refine_steps) or cfg.refine_steps < 0:
-    raise ConfigError(f"refine_steps must be an integer >= 0, got {cfg.refine_steps!r}.",
-                      "refine_steps")
+    raise ConfigError(
+      f"refine_steps must be an integer >= 0, got {cfg.refine_steps!r}.", "refine_steps"
+    )
   if cfg.refine_steps and cfg.attack != "kkt":
-    raise ConfigError("refine_steps sharpens the surrogate alpha: attack=kkt only.",
-                      "refine_steps")
+    raise ConfigError("refine_steps sharpens the surrogate alpha: attack=kkt only.", "refine_steps")
   if not _is_int(cfg.m) or cfg.m < 0:
     raise ConfigError(f"m must be >= 0 (0: m_per_sample x n), got {cfg.m}.", "m")
   if not _is_int(cfg.seed) or cfg.seed < 0:
@@ -456,23 +549,31 @@ def validate(cfg) -> None:
   problem = resolve_problem(cfg.problem, vcfg.loss)
   if cfg.attack != "weights":
     if problem == "multiclass" and vcfg.loss != "ce":
-      raise ConfigError(f"problem=multiclass needs a victim trained with loss=ce (one output "
-                        f"per class); this victim was trained with loss={vcfg.loss}.", "problem")
+      raise ConfigError(
+        f"problem=multiclass needs a victim trained with loss=ce (one output "
+        f"per class); this victim was trained with loss={vcfg.loss}.",
+        "problem",
+      )
     if problem == "binary" and vcfg.loss == "ce":
-      raise ConfigError("problem=binary needs a one-output victim; this one was trained with "
-                        "loss=ce (use problem=multiclass or general).", "problem")
+      raise ConfigError(
+        "problem=binary needs a one-output victim; this one was trained with "
+        "loss=ce (use problem=multiclass or general).",
+        "problem",
+      )
     if cfg.m:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   if cfg.attack == "inversion" and problem != "binary":
     raise ConfigError("attack=inversion is defined for binary victims only.", "attack")
   if cfg.batching not in loop.BATCHINGS:
-    raise ConfigError(f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.",
-                      "batching")
+    raise ConfigError(
+      f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
+    )
   if cfg.init not in inits.INIT_SCHEMES:
     raise ConfigError(f"init must be one of {inits.INIT_SCHEMES}, got {cfg.init!r}.", "init")
   if cfg.get("optimizer", "sgd") not in optim.OPTIMIZERS:
-    raise ConfigError(f"optimizer must be one of {optim.OPTIMIZERS}, got {cfg.optimizer!r}.",
-                      "optimizer")
+    raise ConfigError(
+      f"optimizer must be one of {optim.OPTIMIZERS}, got {cfg.optimizer!r}.", "optimizer"
+    )
   if cfg.get("normalize", "mean") not in ("mean", "sum"):
     raise ConfigError(f"normalize must be mean or sum, got {cfg.normalize!r}.", "normalize")
   for name in ("w_lam", "w_prior"):
@@ -480,13 +581,16 @@ def validate(cfg) -> None:
       raise ConfigError(f"{name} must be a finite number >= 0, got {cfg[name]!r}.", name)
   thr = cfg.get("ssim_threshold")
   if thr is not None and not (_finite(thr) and 0 < thr <= 1):
-    raise ConfigError(f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.",
-                      "ssim_threshold")
+    raise ConfigError(
+      f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.", "ssim_threshold"
+    )
   check_data_dir(vcfg, cfg.get("data_dir"))
   limit = cfg.get("max_memory_gb", 0.0)
   if not (_finite(limit) and limit >= 0):
-    raise ConfigError(f"max_memory_gb must be a finite number >= 0 (0: this machine's "
-                      f"memory), got {limit!r}.", "max_memory_gb")
+    raise ConfigError(
+      f"max_memory_gb must be a finite number >= 0 (0: this machine's memory), got {limit!r}.",
+      "max_memory_gb",
+    )
   if cfg.attack != "weights":
     stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
     check_memory(cfg, vcfg)
@@ -496,14 +600,16 @@ def check_widths(cfg) -> None:
   """Refuses a ``victim.widths`` setting that is not a list of integers >= 1 (e.g. ``64,abc``)."""
   widths = cfg.victim.widths
   if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
-    raise ConfigError(f"victim.widths must be integers >= 1, e.g. 256,256, got {widths!r}.",
-                      "victim.widths")
+    raise ConfigError(
+      f"victim.widths must be integers >= 1, e.g. 256,256, got {widths!r}.", "victim.widths"
+    )
 
 
 def _num_classes(v: victim.VictimConfig) -> int:
   """The number of classes of ``v``'s data (as :func:`recon_jax.victim.load_data` draws it)."""
-  return data.dataset.num_classes(v.dataset.strip().lower(),
-                                  "multiclass" if v.loss == "ce" else "binary")
+  return data.dataset.num_classes(
+    v.dataset.strip().lower(), "multiclass" if v.loss == "ce" else "binary"
+  )
 
 
 def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
@@ -513,15 +619,18 @@ def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
   and the first parameter that differs.
   """
   from recon_jax import checkpoint as ckpt
+
   name = v.dataset.strip().lower()
   if name not in INPUT_SHAPES:
     return
   params, _ = ckpt.load(path)
-  shapes_only = data.Dataset(**{**dict.fromkeys(data.Dataset._fields),
-                                "num_classes": _num_classes(v)})  # all victim.build reads
+  shapes_only = data.Dataset(
+    **{**dict.fromkeys(data.Dataset._fields), "num_classes": _num_classes(v)}
+  )  # all victim.build reads
   module, _ = victim.build(v, shapes_only)
-  template = jax.eval_shape(lambda: models.init_params(module, jax.random.PRNGKey(0),
-                                                       INPUT_SHAPES[name]))
+  template = jax.eval_shape(
+    lambda: models.init_params(module, jax.random.PRNGKey(0), INPUT_SHAPES[name])
+  )
   ckpt.check_matches(params, template, path)
 
 
@@ -558,24 +667,38 @@ def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
   value, err = _as_float(summary.get("loss")), _as_float(summary.get("train_error"))
   name = "ln 2" if loss == "logistic" else f"ln {int(num_classes)}"
   if value is not None and abs(value - chance) <= 0.01 * chance:
-    return (f"the victim did not train: its final training loss {value:.4g} is within 1% of "
-            f"chance ({name} = {chance:.4g}); train it longer, with a larger lr or another "
-            "init, or nothing can be reconstructed")
+    return (
+      f"the victim did not train: its final training loss {value:.4g} is within 1% of "
+      f"chance ({name} = {chance:.4g}); train it longer, with a larger lr or another "
+      "init, or nothing can be reconstructed"
+    )
   if err is not None and err > 0:
-    return (f"the victim misclassifies {err:.1%} of its training set (train error {err:.3g}): "
-            "it is not at the KKT point the attack assumes; train it longer or with a larger lr")
+    return (
+      f"the victim misclassifies {err:.1%} of its training set (train error {err:.3g}): "
+      "it is not at the KKT point the attack assumes; train it longer or with a larger lr"
+    )
   return None
 
 
 def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
   """What the report took as given about the victim and its data (stated in metrics.json)."""
-  out = {"dataset": vcfg.dataset, "n_per_class": vcfg.n_per_class, "data_seed": vcfg.data_seed,
-         "task_from_loss": vcfg.loss, "input_shape": list(ds.x_train.shape[1:]),
-         "pixel_range": [0.0, 1.0], "training_mean_subtracted": bool(np.any(ds.mean != 0))}
+  out = {
+    "dataset": vcfg.dataset,
+    "n_per_class": vcfg.n_per_class,
+    "data_seed": vcfg.data_seed,
+    "task_from_loss": vcfg.loss,
+    "input_shape": list(ds.x_train.shape[1:]),
+    "pixel_range": [0.0, 1.0],
+    "training_mean_subtracted": bool(np.any(ds.mean != 0)),
+  }
   if foreign:
     imp = dict(cfg.get("foreign", {}))
-    out.update(input_layout=imp.get("input_layout", "nchw"), conv_stride=imp.get("stride", 1),
-               conv_padding=imp.get("padding", 0), data_mean_file=imp.get("data_mean") or None)
+    out.update(
+      input_layout=imp.get("input_layout", "nchw"),
+      conv_stride=imp.get("stride", 1),
+      conv_padding=imp.get("padding", 0),
+      data_mean_file=imp.get("data_mean") or None,
+    )
   return out
 
 
@@ -583,11 +706,20 @@ def make_attack(cfg, apply_fn, problem: str, num_outputs: int = 1) -> Attack:
   """The attack a job config names (``cfg.attack``), with the config's options."""
   if cfg.attack == "closed_form":
     from recon_jax.attacks import closed_form
-    return closed_form.closed_form_attack(apply_fn, problem, optimizer=cfg.optimizer,
-                                          w_prior=cfg.w_prior, num_outputs=num_outputs)
+
+    return closed_form.closed_form_attack(
+      apply_fn, problem, optimizer=cfg.optimizer, w_prior=cfg.w_prior, num_outputs=num_outputs
+    )
   if cfg.attack == "kkt":
-    return kkt.kkt_attack(apply_fn, problem, optimizer=cfg.optimizer, w_lam=cfg.w_lam,
-                          w_prior=cfg.w_prior, normalize=cfg.normalize, num_outputs=num_outputs)
+    return kkt.kkt_attack(
+      apply_fn,
+      problem,
+      optimizer=cfg.optimizer,
+      w_lam=cfg.w_lam,
+      w_prior=cfg.w_prior,
+      normalize=cfg.normalize,
+      num_outputs=num_outputs,
+    )
   if cfg.attack == "inversion":
     return inversion.inversion_attack(apply_fn, w_prior=cfg.w_prior)
   raise ConfigError(f"attack must be one of {ATTACKS[:3]} to run a sweep, got {cfg.attack!r}.")
@@ -601,23 +733,34 @@ def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
   :func:`recon_jax.victim.fit`.
   """
   module, _ = victim.build(vcfg, ds)
-  theta0 = models.init_params(module, jax.random.PRNGKey(vcfg.seed), ds.x_train.shape[1:],
-                              jax.tree_util.tree_leaves(params)[0].dtype)
+  theta0 = models.init_params(
+    module,
+    jax.random.PRNGKey(vcfg.seed),
+    ds.x_train.shape[1:],
+    jax.tree_util.tree_leaves(params)[0].dtype,
+  )
   return jax.tree_util.tree_map(jnp.subtract, params, theta0)
 
 
 class Reconstruction(NamedTuple):
   """A reconstruction job's outcome: the report and what the figures and arrays need."""
-  metrics: dict             # JSON-able report (metrics.json)
-  arrays: dict              # name -> array (reconstructions.npz)
-  eval_result: Any          # metrics.EvalResult of the pooled candidates (or None)
+
+  metrics: dict  # JSON-able report (metrics.json)
+  arrays: dict  # name -> array (reconstructions.npz)
+  eval_result: Any  # metrics.EvalResult of the pooled candidates (or None)
   dataset: data.Dataset
   victim: Victim
 
 
-def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
-                resume: bool = False, save_meta: Optional[dict] = None,
-                requested_victim: Optional[dict] = None) -> Reconstruction:
+def reconstruct(
+  cfg,
+  *,
+  state_path: Optional[str] = None,
+  save_every: int = 1,
+  resume: bool = False,
+  save_meta: Optional[dict] = None,
+  requested_victim: Optional[dict] = None,
+) -> Reconstruction:
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
 
   ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  With
@@ -642,11 +785,22 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
   labels = candidate_labels(problem, m, ds.num_classes)  # a bad m fails before training
   t0 = time.time()
   if foreign:
-    vic = import_victim(cfg.checkpoint, vcfg, ds, input_layout=imp.get("input_layout", "nchw"),
-                        stride=imp.get("stride", 1), padding=imp.get("padding", 0))
+    vic = import_victim(
+      cfg.checkpoint,
+      vcfg,
+      ds,
+      input_layout=imp.get("input_layout", "nchw"),
+      stride=imp.get("stride", 1),
+      padding=imp.get("padding", 0),
+    )
   else:
-    vic = load_or_train_victim(vcfg, ds, checkpoint=cfg.checkpoint, use_cache=cfg.use_cache,
-                               allow_data_mismatch=cfg.get("allow_data_mismatch", False))
+    vic = load_or_train_victim(
+      vcfg,
+      ds,
+      checkpoint=cfg.checkpoint,
+      use_cache=cfg.use_cache,
+      allow_data_mismatch=cfg.get("allow_data_mismatch", False),
+    )
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
   target = make_target(vic.params, labels, ds.mean, dtype=dtype)
@@ -655,11 +809,13 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
     target = target._replace(reference=cast_params(known_init_reference(vcfg, ds, params), dtype))
 
   t0 = time.time()
-  oracle = diagnostics.oracle_residual(vic.apply_fn, problem, params,
-                                       jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train))
+  oracle = diagnostics.oracle_residual(
+    vic.apply_fn, problem, params, jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
+  )
   timing["oracle_s"] = time.time() - t0
-  logging.info("KKT oracle residual (true training set): %.4f of ||theta*||^2",
-               oracle["residual_rel"])
+  logging.info(
+    "KKT oracle residual (true training set): %.4f of ||theta*||^2", oracle["residual_rel"]
+  )
 
   hp, run = {}, None
   if cfg.attack == "weights":
@@ -668,48 +824,85 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
   else:
     hp = hparams_for(cfg)
     attack = make_attack(cfg, vic.apply_fn, problem, vic.num_outputs)
-    x_init = inits.make_x_init(cfg.init, m=m, input_shape=ds.x_train.shape[1:],
-                               x_train=ds.x_train, x_part=ds.x_part, offset=ds.mean, dtype=dtype)
+    x_init = inits.make_x_init(
+      cfg.init,
+      m=m,
+      input_shape=ds.x_train.shape[1:],
+      x_train=ds.x_train,
+      x_part=ds.x_part,
+      offset=ds.mean,
+      dtype=dtype,
+    )
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
     stages = stages_for(cfg, hp)
-    run = run_attack(attack, x_init, keys, stages, target,
-                     chunk_steps=cfg.chunk_steps, batching=cfg.batching, state_path=state_path,
-                     save_every=save_every, resume=resume, save_meta=save_meta)
+    run = run_attack(
+      attack,
+      x_init,
+      keys,
+      stages,
+      target,
+      chunk_steps=cfg.chunk_steps,
+      batching=cfg.batching,
+      state_path=state_path,
+      save_every=save_every,
+      resume=resume,
+      save_meta=save_meta,
+    )
     cands, weights, final_loss = run.candidates, run.weights, run.final_loss
-    timing.update(compile_s=run.compile_s, attack_run_s=run.run_s,
-                  restart_steps_per_s=cfg.num_restarts * total_steps(cfg) / max(run.run_s, 1e-9))
+    timing.update(
+      compile_s=run.compile_s,
+      attack_run_s=run.run_s,
+      restart_steps_per_s=cfg.num_restarts * total_steps(cfg) / max(run.run_s, 1e-9),
+    )
 
   t0 = time.time()
-  ev = evaluation.evaluate_candidates(cands, weights, final_loss, ds,
-                                      ssim_threshold=cfg.ssim_threshold, seed=cfg.seed)
+  ev = evaluation.evaluate_candidates(
+    cands, weights, final_loss, ds, ssim_threshold=cfg.ssim_threshold, seed=cfg.seed
+  )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
   timing["total_s"] = time.time() - t_start
   metrics = {
-      "attack": cfg.attack, "problem": problem, "dataset": vcfg.dataset, "n_train": n, "m": m,
-      "num_restarts": cfg.num_restarts if cfg.attack != "weights" else 1,
-      "recovered_strict": ev["attack"]["recovered_strict"],
-      "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
-      "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
-      "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
-      "baseline_heldout_recovered_strict": ev["baselines"].get("heldout", {}).get(
-          "recovered_strict"),
-      "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
-      "oracle_residual_rel": oracle["residual_rel"],
-      "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
-      "victim_source": vic.source,
-      "assumed": assumptions(cfg, vcfg, ds, foreign),
-      "evaluation": ev["attack"], "baselines": ev["baselines"], "selection": ev["selection"],
-      "per_restart": ev["per_restart"], "timing": timing,
+    "attack": cfg.attack,
+    "problem": problem,
+    "dataset": vcfg.dataset,
+    "n_train": n,
+    "m": m,
+    "num_restarts": cfg.num_restarts if cfg.attack != "weights" else 1,
+    "recovered_strict": ev["attack"]["recovered_strict"],
+    "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
+    "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
+    "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
+    "baseline_heldout_recovered_strict": ev["baselines"].get("heldout", {}).get("recovered_strict"),
+    "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
+    "oracle_residual_rel": oracle["residual_rel"],
+    "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
+    "victim_source": vic.source,
+    "assumed": assumptions(cfg, vcfg, ds, foreign),
+    "evaluation": ev["attack"],
+    "baselines": ev["baselines"],
+    "selection": ev["selection"],
+    "per_restart": ev["per_restart"],
+    "timing": timing,
   }
   if run is not None and cfg.get("identify", False):
     # The attacker's view: which candidates would it trust, and how often rightly.
     from recon_jax.eval import identification
+
     t0 = time.time()
     metrics["identification"] = identification.identification_report(
-        attack, run, stages[-1][1], target, vic.apply_fn, problem, ds,
-        ssim_threshold=cfg.ssim_threshold, normalize=cfg.normalize, key=cfg.seed,
-        stability_candidates=cfg.get("identify_stability_candidates", 64))
+      attack,
+      run,
+      stages[-1][1],
+      target,
+      vic.apply_fn,
+      problem,
+      ds,
+      ssim_threshold=cfg.ssim_threshold,
+      normalize=cfg.normalize,
+      key=cfg.seed,
+      stability_candidates=cfg.get("identify_stability_candidates", 64),
+    )
     timing["identification_s"] = time.time() - t0
   if run is not None:
     last = run.chunks[-1]
@@ -722,14 +915,25 @@ def reconstruct(cfg, *, state_path: Optional[str] = None, save_every: int = 1,
       row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
       if "stat_rel" in last:
         row["stat_rel"] = last["stat_rel"][i]
-  arrays = dict(candidates=cands, weights=weights, final_loss=final_loss, train_idx=ds.train_idx,
-                mean=ds.mean, **{f"hp_{k}": v for k, v in hp.items()})
+  arrays = dict(
+    candidates=cands,
+    weights=weights,
+    final_loss=final_loss,
+    train_idx=ds.train_idx,
+    mean=ds.mean,
+    **{f"hp_{k}": v for k, v in hp.items()},
+  )
   if result is not None:
     arrays.update(recon=result.recon, ssim=result.ssim)
-  logging.info("recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
-               "baseline strict %s); oracle residual %.3f; total %.1fs",
-               metrics["recovered_strict"], n, metrics["n_ssim_gt_0.4"],
-               metrics["baseline_mean_image_n_ssim_gt_0.4"],
-               metrics["baseline_heldout_recovered_strict"], oracle["residual_rel"],
-               timing["total_s"])
+  logging.info(
+    "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
+    "baseline strict %s); oracle residual %.3f; total %.1fs",
+    metrics["recovered_strict"],
+    n,
+    metrics["n_ssim_gt_0.4"],
+    metrics["baseline_mean_image_n_ssim_gt_0.4"],
+    metrics["baseline_heldout_recovered_strict"],
+    oracle["residual_rel"],
+    timing["total_s"],
+  )
   return Reconstruction(metrics, arrays, result, ds, vic)

@@ -158,11 +158,14 @@ def reconstruction_figure(
     title: Optional first title line (default: which images are shown).
   """
   import textwrap
+
   n = int(result.n_train)
   order = np.asarray(result.order)[: max(1, min(int(k), n))]
   rows = [np.asarray(result.recon)[order], np.asarray(x_train_disp)[order]]
-  numbers = [[f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}"
-              for i in order], None]
+  numbers = [
+    [f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}" for i in order],
+    None,
+  ]
   labels = ["best\nreconstruction", "training\nimage"]
   near = np.asarray(result.nearest_heldout_idx)[order]
   held = x_heldout_disp is not None and np.all(near >= 0)
@@ -170,17 +173,26 @@ def reconstruction_figure(
     rows.append(np.asarray(x_heldout_disp)[near])
     numbers.append([f"{result.ssim_heldout_max[i]:.2f}" for i in order])
     labels.append("nearest\nheld-out")
-  shown = (f"all {n} training images" if len(order) == n
-           else f"the {len(order)} of {n} training images reconstructed best")
-  head = [title or f"Reconstructions of {shown}, best first",
-          f"strictly recovered: {result.recovered_strict}/{n}"]
-  notes = [f"Row 1: the reconstruction of the training image under it (row 2); the number over "
-           f"it is their SSIM (1 = identical); * = strictly recovered: SSIM >= "
-           f"{result.ssim_threshold:.2f} and higher than its SSIM with every held-out image."]
+  shown = (
+    f"all {n} training images"
+    if len(order) == n
+    else f"the {len(order)} of {n} training images reconstructed best"
+  )
+  head = [
+    title or f"Reconstructions of {shown}, best first",
+    f"strictly recovered: {result.recovered_strict}/{n}",
+  ]
+  notes = [
+    f"Row 1: the reconstruction of the training image under it (row 2); the number over "
+    f"it is their SSIM (1 = identical); * = strictly recovered: SSIM >= "
+    f"{result.ssim_threshold:.2f} and higher than its SSIM with every held-out image."
+  ]
   if held:
-    notes.append("Row 3: the held-out image (never seen by the victim) most similar to the "
-                 "reconstruction, with that SSIM over it. A reconstruction no closer to its "
-                 "training image than to this unseen one shows no memorised data.")
+    notes.append(
+      "Row 3: the held-out image (never seen by the victim) most similar to the "
+      "reconstruction, with that SSIM over it. A reconstruction no closer to its "
+      "training image than to this unseen one shows no memorised data."
+    )
   n_cols = min(len(order), DEFAULT_MAX_COLS)
   n_blocks = math.ceil(len(order) / n_cols)
   width = max(1.0 * n_cols + 1.0, 6.0)
@@ -208,10 +220,20 @@ def reconstruction_figure(
         if c == 0:
           ax.set_ylabel(labels[r], fontsize=7.5)
   left = 0.9 / width
-  fig.subplots_adjust(left=left, right=1 - 0.1 / width, top=1 - head_h / height,
-                      bottom=cap_h / height, wspace=0.05, hspace=0.35)
-  fig.suptitle("\n".join(textwrap.fill(t, int(width * 11)) for t in head), fontsize=10,
-               y=1 - 0.05 / height, va="top")
+  fig.subplots_adjust(
+    left=left,
+    right=1 - 0.1 / width,
+    top=1 - head_h / height,
+    bottom=cap_h / height,
+    wspace=0.05,
+    hspace=0.35,
+  )
+  fig.suptitle(
+    "\n".join(textwrap.fill(t, int(width * 11)) for t in head),
+    fontsize=10,
+    y=1 - 0.05 / height,
+    va="top",
+  )
   fig.text(0.1 / width, 0.05 / height, caption, fontsize=7, ha="left", va="bottom")
   _save(fig, path)
 
@@ -242,14 +264,24 @@ def ssim_vs_margin(
     ax.scatter(margins, ssim, s=14, c="tab:blue", label="training image")
   else:
     strict_mask = np.asarray(strict_mask, dtype=bool).reshape(-1)
-    ax.scatter(margins[~strict_mask], ssim[~strict_mask], s=14, c="tab:gray",
-               label=f"not strictly recovered ({int((~strict_mask).sum())})")
-    ax.scatter(margins[strict_mask], ssim[strict_mask], s=18, c="tab:red",
-               label=f"strictly recovered ({int(strict_mask.sum())})")
+    ax.scatter(
+      margins[~strict_mask],
+      ssim[~strict_mask],
+      s=14,
+      c="tab:gray",
+      label=f"not strictly recovered ({int((~strict_mask).sum())})",
+    )
+    ax.scatter(
+      margins[strict_mask],
+      ssim[strict_mask],
+      s=18,
+      c="tab:red",
+      label=f"strictly recovered ({int(strict_mask.sum())})",
+    )
   styles = iter([("--", "k"), (":", "tab:red"), ("-.", "tab:purple")])
   for t in sorted({float(v) for v in threshold_lines}):
     ls, colour = next(styles, ("--", "k"))
-    name = ("SSIM 0.4 (Haim et al.)" if np.isclose(t, 0.4) else f"strict threshold {t:.2f}")
+    name = "SSIM 0.4 (Haim et al.)" if np.isclose(t, 0.4) else f"strict threshold {t:.2f}"
     if np.isclose(t, 0.4) and len(set(threshold_lines)) == 1 and strict_mask is not None:
       name = "SSIM 0.4 (Haim et al.; also the strict threshold)"
     ax.axhline(t, ls=ls, lw=1.0, c=colour, label=name)
@@ -257,17 +289,26 @@ def ssim_vs_margin(
   ax.set_ylabel("SSIM of its best reconstruction")
   finite = ssim[np.isfinite(ssim)]
   ax.set_ylim(min(-0.05, float(finite.min()) - 0.05) if finite.size else -0.05, 1.05)
-  ax.set_title(title or f"Reconstruction quality vs margin, {ssim.size} training images\n"
-               "(Haim et al. Fig. 4: samples on the margin are reconstructed best)", fontsize=9)
+  ax.set_title(
+    title
+    or f"Reconstruction quality vs margin, {ssim.size} training images\n"
+    "(Haim et al. Fig. 4: samples on the margin are reconstructed best)",
+    fontsize=9,
+  )
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc="best", framealpha=0.9)
   _save(fig, path, dpi=120)
 
 
-def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str, Any]], *,
-                     title: Optional[str] = None, ncols: Optional[int] = None,
-                     axis_labels: tuple[str, str] = ("$x_1$", "$x_2$"),
-                     legend: bool = True) -> None:
+def points_2d_panels(
+  path: Union[str, os.PathLike],
+  panels: Sequence[Mapping[str, Any]],
+  *,
+  title: Optional[str] = None,
+  ncols: Optional[int] = None,
+  axis_labels: tuple[str, str] = ("$x_1$", "$x_2$"),
+  legend: bool = True,
+) -> None:
   """Panels of 2-D scatter plots for the toy experiment (Haim Fig. 2).
 
   Training points are drawn as crosses (label -1 blue, +1 red), candidates as
@@ -311,8 +352,9 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
       # The zero level only exists if the field changes sign.
       if np.nanmin(values) < 0 < np.nanmax(values):
         ax.contour(xs, ys, values, levels=[0.0], colors="k", linewidths=0.8)
-        drawn.setdefault("decision boundary (output 0)",
-                         plt.Line2D([], [], color="k", linewidth=0.8))
+        drawn.setdefault(
+          "decision boundary (output 0)", plt.Line2D([], [], color="k", linewidth=0.8)
+        )
     pts = panel.get("points")
     if pts is not None and len(pts):
       pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
@@ -322,8 +364,9 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
         colours = _label_colours(panel["labels"], _POINT_COLOURS)
         for c, name in zip(_POINT_COLOURS, ("candidate, label -1", "candidate, label +1")):
           if c in colours:
-            drawn.setdefault(name, plt.Line2D([], [], linestyle="", marker="o", markersize=4,
-                                              color=c))
+            drawn.setdefault(
+              name, plt.Line2D([], [], linestyle="", marker="o", markersize=4, color=c)
+            )
       else:
         colours = ["tab:green"] * len(pts)
       ax.scatter(pts[:, 0], pts[:, 1], s=8, c=colours, zorder=2)
@@ -333,17 +376,22 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
       labels = panel.get("train_labels")
       if labels is not None:
         colours = _label_colours(labels, _TRAIN_COLOURS)
-        for c, name in zip(_TRAIN_COLOURS, ("training point, label -1",
-                                            "training point, label +1")):
+        for c, name in zip(
+          _TRAIN_COLOURS, ("training point, label -1", "training point, label +1")
+        ):
           if c in colours:
-            drawn.setdefault(name, plt.Line2D([], [], linestyle="", marker="x", markersize=6,
-                                              markeredgewidth=1.5, color=c))
+            drawn.setdefault(
+              name,
+              plt.Line2D(
+                [], [], linestyle="", marker="x", markersize=6, markeredgewidth=1.5, color=c
+              ),
+            )
       else:
         colours = ["k"] * len(train)
-        drawn.setdefault("training point", plt.Line2D([], [], linestyle="", marker="x",
-                                                      markersize=6, color="k"))
-      ax.scatter(train[:, 0], train[:, 1], s=40, marker="x", c=colours,
-                 linewidths=1.5, zorder=3)
+        drawn.setdefault(
+          "training point", plt.Line2D([], [], linestyle="", marker="x", markersize=6, color="k")
+        )
+      ax.scatter(train[:, 0], train[:, 1], s=40, marker="x", c=colours, linewidths=1.5, zorder=3)
     ax.set_aspect("equal", adjustable="datalim")
     if panel.get("title"):
       ax.set_title(str(panel["title"]), fontsize=9)
@@ -353,13 +401,19 @@ def points_2d_panels(path: Union[str, os.PathLike], panels: Sequence[Mapping[str
     ax.tick_params(labelsize=7)
   # subplots_adjust rather than tight_layout: the latter can warn with
   # equal-aspect axes, and warnings are errors under the test config.
-  fig.subplots_adjust(wspace=0.3, hspace=0.4, top=1.0 - title_h / height,
-                      bottom=legend_h / height)
+  fig.subplots_adjust(wspace=0.3, hspace=0.4, top=1.0 - title_h / height, bottom=legend_h / height)
   if title:
     fig.suptitle(str(title), fontsize=10, y=1.0 - 0.05 / height, va="top")
   if legend and drawn:
-    fig.legend(list(drawn.values()), list(drawn), loc="lower center", ncol=min(len(drawn), 5),
-               fontsize=8, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(
+      list(drawn.values()),
+      list(drawn),
+      loc="lower center",
+      ncol=min(len(drawn), 5),
+      fontsize=8,
+      frameon=False,
+      bbox_to_anchor=(0.5, 0.0),
+    )
   _save(fig, path, dpi=120)
 
 
@@ -411,8 +465,9 @@ def heatmap(
   vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
   if vmin == vmax:
     vmin, vmax = vmin - 0.5, vmax + 0.5
-  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax,
-                 origin=origin)
+  im = ax.imshow(
+    np.ma.masked_invalid(values), cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax, origin=origin
+  )
   ax.set_facecolor("white")  # blank (non-finite) cells
   ax.set_xticks(np.arange(b))
   ax.set_xticklabels([str(t) for t in xticks], fontsize=7)
@@ -434,9 +489,17 @@ def heatmap(
     bar.set_label(colorbar_label, fontsize=8)
   if note:  # a small wrapped caption under the x label (kept by the tight bounding box)
     import textwrap
-    ax.annotate(textwrap.fill(note, 95), xy=(0.0, 0.0), xycoords="axes fraction",
-                xytext=(-30, -34), textcoords="offset points", ha="left", va="top",
-                fontsize=6.5)
+
+    ax.annotate(
+      textwrap.fill(note, 95),
+      xy=(0.0, 0.0),
+      xycoords="axes fraction",
+      xytext=(-30, -34),
+      textcoords="offset points",
+      ha="left",
+      va="top",
+      fontsize=6.5,
+    )
   _save(fig, path, dpi=120)
 
 
@@ -484,15 +547,29 @@ def line_plot(
   ax.grid(alpha=0.3)
   if note:  # a small wrapped caption under the x label (kept by the tight bounding box)
     import textwrap
-    ax.annotate(textwrap.fill(note, 95), xy=(0.0, 0.0), xycoords="axes fraction",
-                xytext=(-30, -34), textcoords="offset points", ha="left", va="top",
-                fontsize=6.5)
+
+    ax.annotate(
+      textwrap.fill(note, 95),
+      xy=(0.0, 0.0),
+      xycoords="axes fraction",
+      xytext=(-30, -34),
+      textcoords="offset points",
+      ha="left",
+      va="top",
+      fontsize=6.5,
+    )
   _save(fig, path, dpi=120)
 
 
-def reconstruction_report(figdir: Union[str, os.PathLike], result: Any, x_train: np.ndarray,
-                          x_held: Optional[np.ndarray], train_margins: Optional[Any],
-                          ssim_threshold: float, prefix: str = "") -> None:
+def reconstruction_report(
+  figdir: Union[str, os.PathLike],
+  result: Any,
+  x_train: np.ndarray,
+  x_held: Optional[np.ndarray],
+  train_margins: Optional[Any],
+  ssim_threshold: float,
+  prefix: str = "",
+) -> None:
   """The two figures of a reconstruction run (pixel-space images in, PNGs out).
 
   ``reconstructions.png``: each training image under its best reconstruction
@@ -501,28 +578,40 @@ def reconstruction_report(figdir: Union[str, os.PathLike], result: Any, x_train:
   margin, Haim et al. Fig. 4.
   """
   from recon_jax.eval import images as metrics
+
   os.makedirs(figdir, exist_ok=True)
   x_train_disp = np.asarray(metrics.stretch(x_train))
   x_held_disp = np.asarray(metrics.stretch(x_held)) if x_held is not None else None
-  reconstruction_figure(os.path.join(figdir, f"{prefix}reconstructions.png"), result,
-                        x_train_disp, x_held_disp, k=min(45, len(x_train)))
+  reconstruction_figure(
+    os.path.join(figdir, f"{prefix}reconstructions.png"),
+    result,
+    x_train_disp,
+    x_held_disp,
+    k=min(45, len(x_train)),
+  )
   if train_margins is not None:
-    ssim_vs_margin(os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
-                   np.asarray(train_margins), result.ssim, threshold_lines=(0.4, ssim_threshold),
-                   strict_mask=result.recovered_strict_mask)
+    ssim_vs_margin(
+      os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
+      np.asarray(train_margins),
+      result.ssim,
+      threshold_lines=(0.4, ssim_threshold),
+      strict_mask=result.recovered_strict_mask,
+    )
 
 
-def efficacy_figure(path: Union[str, os.PathLike], out: Mapping[str, Any],
-                    variants: Sequence[str]) -> None:
+def efficacy_figure(
+  path: Union[str, os.PathLike], out: Mapping[str, Any], variants: Sequence[str]
+) -> None:
   """Per-draw strict counts of each variant next to its baselines, with the mean and interval.
 
   ``out`` is the efficacy harness's report (:func:`recon_jax.efficacy.aggregate` per variant).
   """
-  series = [("strict_pooled", "attack: strict, all restarts pooled", "tab:red", "o"),
-            ("strict_selected", "attack: strict, attacker-selected restart", "tab:orange", "s"),
-            ("baseline_heldout_strict", "baseline: unseen images scored as candidates",
-             "tab:gray", "^"),
-            ("baseline_mean_strict", "baseline: the training-mean image", "k", "x")]
+  series = [
+    ("strict_pooled", "attack: strict, all restarts pooled", "tab:red", "o"),
+    ("strict_selected", "attack: strict, attacker-selected restart", "tab:orange", "s"),
+    ("baseline_heldout_strict", "baseline: unseen images scored as candidates", "tab:gray", "^"),
+    ("baseline_mean_strict", "baseline: the training-mean image", "k", "x"),
+  ]
   n = out["n_train"]
   fig, ax = plt.subplots(figsize=(2.2 + 2.0 * len(variants), 4.2))
   width = 0.8 / len(series)
@@ -532,26 +621,46 @@ def efficacy_figure(path: Union[str, os.PathLike], out: Mapping[str, Any],
       x0 = i + (j - (len(series) - 1) / 2) * width
       vals = np.asarray([np.nan if y is None else y for y in agg[key]["per_draw"]], float)
       jitter = np.linspace(-0.25, 0.25, len(vals)) * width if len(vals) > 1 else np.zeros(1)
-      ax.scatter(x0 + jitter, vals, s=14, c=colour, marker=marker, alpha=0.6,
-                 label=label if i == 0 else None)
+      ax.scatter(
+        x0 + jitter, vals, s=14, c=colour, marker=marker, alpha=0.6, label=label if i == 0 else None
+      )
       iv = agg[key]
       if np.isfinite(iv["ci_low"]):
-        ax.errorbar([x0], [iv["mean"]], yerr=[[iv["mean"] - iv["ci_low"]],
-                                              [iv["ci_high"] - iv["mean"]]],
-                    fmt="_", c=colour, capsize=4, lw=1.5, ms=14)
+        ax.errorbar(
+          [x0],
+          [iv["mean"]],
+          yerr=[[iv["mean"] - iv["ci_low"]], [iv["ci_high"] - iv["mean"]]],
+          fmt="_",
+          c=colour,
+          capsize=4,
+          lw=1.5,
+          ms=14,
+        )
   ax.set_xticks(range(len(variants)))
   ax.set_xticklabels(variants)
   ax.set_ylabel(f"training images strictly recovered (of {n})")
   ax.set_ylim(-0.5, n + 0.5)
-  ax.set_title(f"Strict recoveries per data draw ({len(out['draws'])} draws); bars: mean and "
-               "95% t interval", fontsize=9)
+  ax.set_title(
+    f"Strict recoveries per data draw ({len(out['draws'])} draws); bars: mean and 95% t interval",
+    fontsize=9,
+  )
   ax.legend(fontsize=7, loc="upper right")
   ax.grid(axis="y", alpha=0.3)
   _save(fig, path)
 
 
-def toy_figure(path: Union[str, os.PathLike], cfg, ds, vic, metrics: Mapping[str, Any],
-               candidates, x0, labels, after_filter, kept) -> None:
+def toy_figure(
+  path: Union[str, os.PathLike],
+  cfg,
+  ds,
+  vic,
+  metrics: Mapping[str, Any],
+  candidates,
+  x0,
+  labels,
+  after_filter,
+  kept,
+) -> None:
   """toy_2d.png: data, decision regions and the selected restart's candidates, step by step.
 
   ``cfg``: the toy's config; ``ds``/``vic``: its data set and victim;
@@ -561,6 +670,7 @@ def toy_figure(path: Union[str, os.PathLike], cfg, ds, vic, metrics: Mapping[str
   import jax.numpy as jnp
 
   from recon_jax import pipeline
+
   n, r = cfg.n_train, metrics["selected_restart"]
   g = np.linspace(-1.6, 1.6, 121)
   gx, gy = np.meshgrid(g, g)
@@ -569,40 +679,67 @@ def toy_figure(path: Union[str, os.PathLike], cfg, ds, vic, metrics: Mapping[str
   out = np.asarray(vic.apply_fn(params, grid, None))[:, 0].reshape(gx.shape)
   train = {"train": ds.x_train, "train_labels": ds.y_train}
   panels = [
-      {"title": f"(a) the {n} training points", **train},
-      {"title": "(b) the victim's decision regions\n(red: output > 0, blue: < 0)", **train,
-       "field": (g, g, np.tanh(out / (np.abs(out).max() + 1e-12)))},
+    {"title": f"(a) the {n} training points", **train},
+    {
+      "title": "(b) the victim's decision regions\n(red: output > 0, blue: < 0)",
+      **train,
+      "field": (g, g, np.tanh(out / (np.abs(out).max() + 1e-12))),
+    },
   ]
   net = f"a 2-{cfg.width}-{cfg.width}-1 ReLU net"
   if r is None:
-    title = (f"Haim et al. §4: {n} points on the unit circle, {net}: all "
-             f"{cfg.num_restarts} restarts of the attack diverged")
+    title = (
+      f"Haim et al. §4: {n} points on the unit circle, {net}: all "
+      f"{cfg.num_restarts} restarts of the attack diverged"
+    )
   else:
     f, k = after_filter[r], kept[r]
     row = metrics["per_restart"][r]
     panels += [
-        {"title": f"(c) start: {cfg.m} candidates ~ N(0, σ²)", **train, "points": x0[r],
-         "labels": labels},
-        {"title": f"(d) after the attack: all {cfg.m} candidates", **train,
-         "points": candidates[r], "labels": labels},
-        {"title": f"(e) λ filter: the {int(f.sum())} with\nλ ≥ {cfg.lam_filter_frac:g} × max λ "
-                  "(λ ≈ 0: no information)", **train, "points": candidates[r][f],
-         "labels": labels[f]},
-        {"title": f"(f) de-duplicated (radius {cfg.dedup_radius:g}):\n{int(k.sum())} kept, "
-                  f"{row['recovered']}/{n} within {cfg.tol:g} of a training point", **train,
-         "points": candidates[r][k], "labels": labels[k]},
+      {
+        "title": f"(c) start: {cfg.m} candidates ~ N(0, σ²)",
+        **train,
+        "points": x0[r],
+        "labels": labels,
+      },
+      {
+        "title": f"(d) after the attack: all {cfg.m} candidates",
+        **train,
+        "points": candidates[r],
+        "labels": labels,
+      },
+      {
+        "title": f"(e) λ filter: the {int(f.sum())} with\nλ ≥ {cfg.lam_filter_frac:g} × max λ "
+        "(λ ≈ 0: no information)",
+        **train,
+        "points": candidates[r][f],
+        "labels": labels[f],
+      },
+      {
+        "title": f"(f) de-duplicated (radius {cfg.dedup_radius:g}):\n{int(k.sum())} kept, "
+        f"{row['recovered']}/{n} within {cfg.tol:g} of a training point",
+        **train,
+        "points": candidates[r][k],
+        "labels": labels[k],
+      },
     ]
-    title = (f"Haim et al. §4: reconstructing {n} training points on the unit circle from {net}"
-             f"\nrestart {r} of {cfg.num_restarts} (the attacker's pick: lowest final loss): "
-             f"{metrics['recovered']}/{n} recovered within {cfg.tol:g}; best restart "
-             f"{metrics['recovered_best_restart']}/{n}, all restarts pooled "
-             f"{metrics['recovered_pooled']}/{n}")
+    title = (
+      f"Haim et al. §4: reconstructing {n} training points on the unit circle from {net}"
+      f"\nrestart {r} of {cfg.num_restarts} (the attacker's pick: lowest final loss): "
+      f"{metrics['recovered']}/{n} recovered within {cfg.tol:g}; best restart "
+      f"{metrics['recovered_best_restart']}/{n}, all restarts pooled "
+      f"{metrics['recovered_pooled']}/{n}"
+    )
   points_2d_panels(path, panels, title=title, ncols=3)
 
 
-def init_study_figures(workdir: Union[str, os.PathLike], metrics: Mapping[str, Any],
-                       arrays: Mapping[str, np.ndarray], x_train: np.ndarray,
-                       x_part: np.ndarray) -> None:
+def init_study_figures(
+  workdir: Union[str, os.PathLike],
+  metrics: Mapping[str, Any],
+  arrays: Mapping[str, np.ndarray],
+  x_train: np.ndarray,
+  x_part: np.ndarray,
+) -> None:
   """The init study's figures, from the rows of its metrics.json and the reconstructions.
 
   Per sub-run: <name>_settings.png (the three settings' reconstructions) and,
@@ -611,43 +748,69 @@ def init_study_figures(workdir: Union[str, os.PathLike], metrics: Mapping[str, A
   ``{<name>_x: [R, m, ...]}``.
   """
   from recon_jax import init_study
+
   k = min(10, len(x_train))
   for name, r in metrics["sub_runs"].items():
     x = arrays[f"{name}_x"]
     points = r["points"]
     at = {(p["l1"], p["l2"]): j for j, p in enumerate(points)}
-    order = [(s, at[r["settings"][s]["l1"], r["settings"][s]["l2"]])
-             for s in init_study.SETTINGS]
+    order = [(s, at[r["settings"][s]["l1"], r["settings"][s]["l2"]]) for s in init_study.SETTINGS]
     rows = [x_train[:k], x_part[:k]] + [np.clip(x[j][:k], 0, 1) for _, j in order]
     labels = ["train", "partition"] + [f"from {s.replace('_', ' ')}" for s, _ in order]
-    image_grid(os.path.join(workdir, f"{name}_settings.png"), rows, row_labels=labels,
-               title=f"{name}: reconstructions from the three starts\n(first {k} "
-                     f"of {x.shape[1]}; top rows: the training images, the partition)")
+    image_grid(
+      os.path.join(workdir, f"{name}_settings.png"),
+      rows,
+      row_labels=labels,
+      title=f"{name}: reconstructions from the three starts\n(first {k} "
+      f"of {x.shape[1]}; top rows: the training images, the partition)",
+    )
     if not r["grid"]:
       continue
     vals = list(init_study.GRID_VALUES)
-    note = ("Blank cells: grid points not run. At lambda2 = 0 the start is pure noise "
-            "whatever lambda1 is, so only lambda1 = 0 is run there.")
-    for ref, what in (("train", "training image"), ("partition", "partition image"),
-                      ("noise", "U(0, 1) noise image")):
+    note = (
+      "Blank cells: grid points not run. At lambda2 = 0 the start is pure noise "
+      "whatever lambda1 is, so only lambda1 = 0 is run there."
+    )
+    for ref, what in (
+      ("train", "training image"),
+      ("partition", "partition image"),
+      ("noise", "U(0, 1) noise image"),
+    ):
       heatmap(
-          os.path.join(workdir, f"{name}_heatmap_{ref}.png"),
-          init_study.grid_table(points, f"l2_{ref}", vals), vals, vals,
-          "lambda1 (0: partition, 1: ground truth)", "lambda2 (0: noise, 1: no noise)",
-          f"{name}: distance of the reconstructions to the nearest {what}",
-          colorbar_label=f"mean L2 to the nearest {what}", note=note, origin="lower")
+        os.path.join(workdir, f"{name}_heatmap_{ref}.png"),
+        init_study.grid_table(points, f"l2_{ref}", vals),
+        vals,
+        vals,
+        "lambda1 (0: partition, 1: ground truth)",
+        "lambda2 (0: noise, 1: no noise)",
+        f"{name}: distance of the reconstructions to the nearest {what}",
+        colorbar_label=f"mean L2 to the nearest {what}",
+        note=note,
+        origin="lower",
+      )
     p = sorted([g for g in points if abs(g["l2"] - 1) < 1e-9], key=lambda g: g["l1"])
     line_plot(
-        os.path.join(workdir, f"{name}_partition_to_gt.png"), [g["l1"] for g in p],
-        {"to the nearest training image": [g["l2_train"] for g in p],
-         "to the nearest partition image": [g["l2_partition"] for g in p]},
-        "lambda1 at lambda2 = 1 (0: partition start, 1: ground-truth start)",
-        "mean L2 distance", f"{name}: from partition to ground-truth starts (Fig. 11)")
-    g = sorted([g for g in points if abs(g["l1"] - 1) < 1e-9 or g["l2"] == 0],
-               key=lambda g: g["l2"])
+      os.path.join(workdir, f"{name}_partition_to_gt.png"),
+      [g["l1"] for g in p],
+      {
+        "to the nearest training image": [g["l2_train"] for g in p],
+        "to the nearest partition image": [g["l2_partition"] for g in p],
+      },
+      "lambda1 at lambda2 = 1 (0: partition start, 1: ground-truth start)",
+      "mean L2 distance",
+      f"{name}: from partition to ground-truth starts (Fig. 11)",
+    )
+    g = sorted(
+      [g for g in points if abs(g["l1"] - 1) < 1e-9 or g["l2"] == 0], key=lambda g: g["l2"]
+    )
     line_plot(
-        os.path.join(workdir, f"{name}_noise_to_gt.png"), [v["l2"] for v in g],
-        {"to the nearest training image": [v["l2_train"] for v in g],
-         "to the nearest noise image": [v["l2_noise"] for v in g]},
-        "lambda2 at lambda1 = 1 (0: noise start, 1: ground-truth start)",
-        "mean L2 distance", f"{name}: from noise to ground-truth starts (Fig. 12)")
+      os.path.join(workdir, f"{name}_noise_to_gt.png"),
+      [v["l2"] for v in g],
+      {
+        "to the nearest training image": [v["l2_train"] for v in g],
+        "to the nearest noise image": [v["l2_noise"] for v in g],
+      },
+      "lambda2 at lambda1 = 1 (0: noise start, 1: ground-truth start)",
+      "mean L2 distance",
+      f"{name}: from noise to ground-truth starts (Fig. 12)",
+    )

@@ -1,4 +1,5 @@
 """Priors and penalties: each a tiny pure function of the candidates."""
+
 from __future__ import annotations
 
 import jax

@@ -15,15 +15,16 @@ Writes reuse :func:`recon_jax.checkpoint.atomic_write_bytes` (temp file in the
 same folder, fsync, rename), so a run killed while saving leaves either the
 previous or the new state file, never half of one.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from typing import Any, Tuple
 
+from flax import serialization
 import jax
 import numpy as np
-from flax import serialization
 
 from recon_jax.checkpoint import CheckpointError, atomic_write_bytes, read_blob
 
@@ -32,16 +33,21 @@ FORMAT = "recon_jax.resume.v1"
 
 def _host(tree: Any) -> Any:
   """State dict of ``tree`` with every leaf a host numpy copy (typed keys unwrapped)."""
+
   def to_np(a):
     if isinstance(a, jax.Array) and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
       a = jax.random.key_data(a)
     return np.array(a, copy=True)  # a copy: the device buffer may be donated next chunk
+
   return jax.tree_util.tree_map(to_np, serialization.to_state_dict(tree))
 
 
 def to_bytes(tree: Any, meta: dict) -> bytes:
-  blob = {"format": FORMAT, "state": _host(tree),
-          "meta": json.dumps(meta, sort_keys=True, allow_nan=False)}
+  blob = {
+    "format": FORMAT,
+    "state": _host(tree),
+    "meta": json.dumps(meta, sort_keys=True, allow_nan=False),
+  }
   return serialization.msgpack_serialize(blob)
 
 
@@ -51,9 +57,13 @@ def save(path: str, tree: Any, meta: dict) -> None:
 
 
 def _signature(state_dict: Any) -> dict:
-  return {jax.tree_util.keystr(p): (tuple(np.shape(v)), np.dtype(getattr(v, "dtype", None)
-                                                              or np.asarray(v).dtype).name)
-          for p, v in jax.tree_util.tree_leaves_with_path(state_dict)}
+  return {
+    jax.tree_util.keystr(p): (
+      tuple(np.shape(v)),
+      np.dtype(getattr(v, "dtype", None) or np.asarray(v).dtype).name,
+    )
+    for p, v in jax.tree_util.tree_leaves_with_path(state_dict)
+  }
 
 
 def from_bytes(data: bytes, template: Any, path: str = "state file") -> Tuple[Any, dict]:
@@ -62,13 +72,16 @@ def from_bytes(data: bytes, template: Any, path: str = "state file") -> Tuple[An
   want = _signature(_host_template(template))
   missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
   if missing or extra:
-    raise CheckpointError(f"{path}: state does not match this run: missing {missing[:3]}, "
-                          f"unexpected {extra[:3]}.")
+    raise CheckpointError(
+      f"{path}: state does not match this run: missing {missing[:3]}, unexpected {extra[:3]}."
+    )
   for name, (shape, dtype) in want.items():
     if got[name] != (shape, dtype):
-      raise CheckpointError(f"{path}: state does not match this run at {name}: file has "
-                            f"{got[name][1]}{list(got[name][0])}, the run needs "
-                            f"{dtype}{list(shape)}.")
+      raise CheckpointError(
+        f"{path}: state does not match this run at {name}: file has "
+        f"{got[name][1]}{list(got[name][0])}, the run needs "
+        f"{dtype}{list(shape)}."
+      )
   try:
     tree = serialization.from_state_dict(template, blob["state"])
   except (KeyError, ValueError, TypeError) as e:
@@ -78,10 +91,12 @@ def from_bytes(data: bytes, template: Any, path: str = "state file") -> Tuple[An
 
 def _host_template(template: Any) -> Any:
   """State dict of the template without copying (shapes/dtypes only are read)."""
+
   def sig(a):
     if hasattr(a, "dtype") and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
       a = jax.random.key_data(a)
     return jax.ShapeDtypeStruct(np.shape(a), np.dtype(a.dtype))
+
   return jax.tree_util.tree_map(sig, serialization.to_state_dict(template))
 
 
@@ -115,6 +130,7 @@ def nonfinite_leaves(tree: Any) -> list:
 def run_tree(state: Any, keys, hparams: dict) -> dict:
   """What a resumable sweep saves: the batched loop state, its PRNG keys and hyperparameters."""
   import jax.numpy as jnp
+
   return {"run": state, "keys": keys, "hparams": {k: jnp.asarray(v) for k, v in hparams.items()}}
 
 
@@ -134,19 +150,24 @@ def load_run(path: str, attack, x_init, keys, hparams: dict, target, batching: s
     CheckpointError: with a one-line reason naming ``path``.
   """
   import jax.numpy as jnp
+
   from recon_jax import loop
+
   init_fn, _ = loop.make_runner(attack, x_init, batching=batching)
-  template = run_tree(jax.eval_shape(init_fn, keys, {k: jnp.asarray(v) for k, v in
-                                                     hparams.items()}, target), keys, hparams)
+  template = run_tree(
+    jax.eval_shape(init_fn, keys, {k: jnp.asarray(v) for k, v in hparams.items()}, target),
+    keys,
+    hparams,
+  )
   tree, meta = load(path, template)
   if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
-      not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v))
-      for k, v in hparams.items()):
-    raise CheckpointError(f"{path} was written with other PRNG keys or "
-                          "hyperparameters than this configuration gives.")
+    not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hparams.items()
+  ):
+    raise CheckpointError(
+      f"{path} was written with other PRNG keys or hyperparameters than this configuration gives."
+    )
   bad = nonfinite_leaves(tree["run"].inner)
   if bad:
     raise CheckpointError(f"{path} holds NaN/Inf in {bad[0]}.")
-  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"],
-                                 tree["run"])
+  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"], tree["run"])
   return state, meta

@@ -5,6 +5,7 @@ values independently, a grid takes the Cartesian product.  The result is a
 dict of [R] arrays fed to :func:`recon_jax.loop.run` as per-restart
 hyperparameters: the W&B sweep of the reference becomes one compiled call.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -19,16 +20,16 @@ Range = Tuple[float, float, str]
 
 # Haim et al. 2022, Appendix B.2.
 PAPER_RANGES: dict[str, Range] = {
-    "lr_x": (1e-5, 1.0, "log"),
-    "sigma_x": (1e-6, 1.0, "log"),
-    "alpha": (10.0, 500.0, "lin"),
-    "lam_min": (1e-4, 1.0, "log"),
-    "lr_lam": (1e-5, 1.0, "log"),
+  "lr_x": (1e-5, 1.0, "log"),
+  "sigma_x": (1e-6, 1.0, "log"),
+  "alpha": (10.0, 500.0, "lin"),
+  "lam_min": (1e-4, 1.0, "log"),
+  "lr_lam": (1e-5, 1.0, "log"),
 }
 # Model inversion (Haim et al. App. B.2).
 INVERSION_RANGES: dict[str, Range] = {
-    "lr_x": (1e-6, 1.0, "log"),
-    "sigma_x": (1e-7, 1.0, "log"),
+  "lr_x": (1e-6, 1.0, "log"),
+  "sigma_x": (1e-7, 1.0, "log"),
 }
 
 
@@ -43,8 +44,9 @@ def _check(name: str, rng: Range) -> None:
   lo, hi, kind = rng
   for end, v in (("lower", lo), ("upper", hi)):
     if not _finite(v):
-      raise ConfigError(f"{name}: the range's {end} end must be a finite number, got {v!r}.",
-                        argument=name)
+      raise ConfigError(
+        f"{name}: the range's {end} end must be a finite number, got {v!r}.", argument=name
+      )
   if kind not in ("log", "lin"):
     raise ConfigError(f"{name}: range kind must be 'log' or 'lin', got {kind!r}.")
   if hi < lo:
@@ -72,8 +74,9 @@ def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.flo
         out[name] = np.full(num, np.inf)
       out[name] = out[name].astype(dtype)
     if not np.all(np.isfinite(out[name])):
-      raise ConfigError(f"{name}: the range {lo:g}:{hi:g} does not fit in "
-                        f"{np.dtype(dtype).name}.", argument=name)
+      raise ConfigError(
+        f"{name}: the range {lo:g}:{hi:g} does not fit in {np.dtype(dtype).name}.", argument=name
+      )
   return out
 
 
@@ -106,15 +109,23 @@ def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> 
   return out
 
 
-def stages(hparams: Mapping[str, np.ndarray], steps: int, refine_steps: int = 0,
-           refine_alpha: float = 200.0, refine_lr_scale: float = 0.1) -> list:
+def stages(
+  hparams: Mapping[str, np.ndarray],
+  steps: int,
+  refine_steps: int = 0,
+  refine_alpha: float = 200.0,
+  refine_lr_scale: float = 0.1,
+) -> list:
   """The stages of a run for :func:`recon_jax.loop.run_stages`.
 
   ``[(steps, hparams)]``, followed by ``(refine_steps, refine(hparams, ...))``
   when ``refine_steps > 0``.  The refinement settings are checked either way.
   """
-  if isinstance(refine_steps, bool) or not isinstance(refine_steps, (int, np.integer)) or (
-      refine_steps < 0):
+  if (
+    isinstance(refine_steps, bool)
+    or not isinstance(refine_steps, (int, np.integer))
+    or (refine_steps < 0)
+  ):
     raise ConfigError(f"refine_steps must be an integer >= 0, got {refine_steps!r}.")
   refined = refine(hparams, refine_alpha, refine_lr_scale)
   return [(steps, hparams)] + ([(refine_steps, refined)] if refine_steps else [])
@@ -138,17 +149,18 @@ def parse_range(name: str, text: str, default_kind: str) -> Range:
   except ValueError:
     pass
   if rng is None:
-    raise ConfigError(f"{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.",
-                      argument=name)
+    raise ConfigError(f"{name}: expected VALUE or LO:HI[:log|lin], got {text!r}.", argument=name)
   if len(parts) == 1 and not _finite(rng[0]):
-    raise ConfigError(f"{name} must be a finite number (or LO:HI[:log|lin]), got {text!r}.",
-                      argument=name)
+    raise ConfigError(
+      f"{name} must be a finite number (or LO:HI[:log|lin]), got {text!r}.", argument=name
+    )
   _check(name, rng)
   return rng
 
 
-def anneal(hparams: Mapping[str, np.ndarray], steps: int, alpha_end: float,
-           num_stages: int = 8) -> list:
+def anneal(
+  hparams: Mapping[str, np.ndarray], steps: int, alpha_end: float, num_stages: int = 8
+) -> list:
   """Stages in which each restart's alpha rises geometrically to ``alpha_end``.
 
   A generalisation of the two-stage refinement: Loo et al. (2024) anneal the

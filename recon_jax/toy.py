@@ -6,6 +6,7 @@ Gaussian starting points; this module checks its settings (:func:`validate`),
 describes its victim (:func:`victim_config`) and scores the attack's candidates
 (:func:`score`, with :mod:`recon_jax.eval.points`).
 """
+
 from __future__ import annotations
 
 from typing import Mapping
@@ -31,6 +32,7 @@ def validate(cfg) -> tuple:
   refinement settings are checked by :mod:`recon_jax.sweep` and
   :func:`recon_jax.attacks.kkt.check_hparams`, which name theirs too.
   """
+
   def refuse(name: str, message: str):
     raise ConfigError(f"{name} {message}", argument=name)
 
@@ -42,13 +44,23 @@ def validate(cfg) -> tuple:
   if cfg.victim_init not in VICTIM_INITS:
     refuse("victim_init", f"must be one of {', '.join(VICTIM_INITS)}, got {cfg.victim_init!r}.")
   if cfg.victim_bias not in models.BIAS_MODES:
-    refuse("victim_bias", f"must be one of {', '.join(models.BIAS_MODES)}, "
-           f"got {cfg.victim_bias!r}.")
+    refuse(
+      "victim_bias", f"must be one of {', '.join(models.BIAS_MODES)}, got {cfg.victim_bias!r}."
+    )
   if cfg.victim_adaptive not in VICTIM_ADAPTIVE:
-    refuse("victim_adaptive", f"must be one of {', '.join(VICTIM_ADAPTIVE)}, "
-           f"got {cfg.victim_adaptive!r}.")
-  for name in ("victim_init_gain", "victim_lr", "victim_epochs", "num_restarts", "steps",
-               "chunk_steps", "tol"):
+    refuse(
+      "victim_adaptive",
+      f"must be one of {', '.join(VICTIM_ADAPTIVE)}, got {cfg.victim_adaptive!r}.",
+    )
+  for name in (
+    "victim_init_gain",
+    "victim_lr",
+    "victim_epochs",
+    "num_restarts",
+    "steps",
+    "chunk_steps",
+    "tol",
+  ):
     if not cfg[name] > 0:
       refuse(name, f"must be > 0, got {cfg[name]}.")
   for name in ("theta_norm", "lam_filter_frac", "dedup_radius", "save_every"):
@@ -67,10 +79,22 @@ def validate(cfg) -> tuple:
 def victim_config(cfg) -> victim.VictimConfig:
   """The victim the toy trains: ``cfg``'s recipe on ``n_train`` points of the unit circle."""
   return victim.VictimConfig(
-      dataset="toy2d", n_per_class=cfg.n_train // 2, subtract_mean=False, data_seed=cfg.seed,
-      arch="mlp", widths=(cfg.width, cfg.width), bias=cfg.victim_bias, init=cfg.victim_init,
-      init_std=None, first_layer_std=None, init_gain=cfg.victim_init_gain, lr=cfg.victim_lr,
-      epochs=cfg.victim_epochs, adaptive=cfg.victim_adaptive, seed=cfg.seed)
+    dataset="toy2d",
+    n_per_class=cfg.n_train // 2,
+    subtract_mean=False,
+    data_seed=cfg.seed,
+    arch="mlp",
+    widths=(cfg.width, cfg.width),
+    bias=cfg.victim_bias,
+    init=cfg.victim_init,
+    init_std=None,
+    first_layer_std=None,
+    init_gain=cfg.victim_init_gain,
+    lr=cfg.victim_lr,
+    epochs=cfg.victim_epochs,
+    adaptive=cfg.victim_adaptive,
+    seed=cfg.seed,
+  )
 
 
 def score(cfg, res, x0, x_train) -> tuple:
@@ -81,11 +105,22 @@ def score(cfg, res, x0, x_train) -> tuple:
   attacker-selected restart's starting points ``x0`` scored the same way
   (unfiltered), or None; the masks of the lambda filter and de-duplication.
   """
-  settings = {"lam_filter_frac": cfg.lam_filter_frac, "dedup_radius": cfg.dedup_radius,
-              "seed": cfg.seed}
+  settings = {
+    "lam_filter_frac": cfg.lam_filter_frac,
+    "dedup_radius": cfg.dedup_radius,
+    "seed": cfg.seed,
+  }
   after_filter, kept = points.kept_masks(res.candidates, res.weights, res.diverged, **settings)
-  out = points.score_point_clouds(res.candidates, res.weights, res.final_loss, res.diverged,
-                                  x_train, tol=cfg.tol, masks=(after_filter, kept), **settings)
+  out = points.score_point_clouds(
+    res.candidates,
+    res.weights,
+    res.final_loss,
+    res.diverged,
+    x_train,
+    tol=cfg.tol,
+    masks=(after_filter, kept),
+    **settings,
+  )
   last = res.chunks[-1] if res.chunks else {}
   for row in out["per_restart"]:
     stat = (last.get("stat_rel") or [None] * cfg.num_restarts)[row["restart"]]
@@ -97,6 +132,17 @@ def score(cfg, res, x0, x_train) -> tuple:
 
 def metrics_keys(score_: Mapping) -> dict:
   """The entries of the toy's metrics.json taken from :func:`score`'s first result."""
-  return {k: score_[k] for k in ("n_train", "recovered", "median_distance", "selected_restart",
-                                 "recovered_best_restart", "best_restart", "recovered_pooled",
-                                 "n_diverged", "per_restart")}
+  return {
+    k: score_[k]
+    for k in (
+      "n_train",
+      "recovered",
+      "median_distance",
+      "selected_restart",
+      "recovered_best_restart",
+      "best_restart",
+      "recovered_pooled",
+      "n_diverged",
+      "per_restart",
+    )
+  }

@@ -3,6 +3,7 @@
 The energy minimised is :func:`recon_jax.losses.energy` (mean per-sample loss
 plus ``wd/2 ||theta||^2``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,14 +11,14 @@ import math
 import time
 from typing import Callable, NamedTuple, Optional
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import logging
 
-from recon_jax.errors import ConfigError, Error
 from recon_jax import losses
+from recon_jax.errors import ConfigError, Error
 from recon_jax.losses import error_rate, per_sample_loss
 
 
@@ -38,13 +39,13 @@ class TrainConfig:
   weight_decay: float = 0.0
   momentum: float = 0.0
   batch_size: Optional[int] = None  # None: full batch GD
-  chunk: int = 1000                 # steps per compiled scan between host logs
-  loss_threshold: float = 0.0       # stop once train loss <= threshold
+  chunk: int = 1000  # steps per compiled scan between host logs
+  loss_threshold: float = 0.0  # stop once train loss <= threshold
   # Normalised GD: the step is lr / loss ('loss') or lr / ||grad|| ('grad'), so
   # training escapes a small initialisation quickly and keeps moving once the
   # loss is tiny; the parameters grow far from their initialisation, towards
   # the KKT direction of margin maximisation.
-  adaptive: str = "none"            # none | loss (lr / loss) | grad (lr / ||grad||)
+  adaptive: str = "none"  # none | loss (lr / loss) | grad (lr / ||grad||)
   loss_floor: float = 1e-30
   seed: int = 0
 
@@ -78,8 +79,7 @@ def make_train_chunk(apply_fn, cfg: TrainConfig):
         scale = 1.0 / jnp.maximum(denom, cfg.loss_floor)
         grads = jax.tree_util.tree_map(lambda g: g * scale.astype(g.dtype), grads)
       updates, opt_state = tx.update(grads, state.opt_state, state.params)
-      return TrainState(optax.apply_updates(state.params, updates), opt_state,
-                        state.step + 1), loss
+      return TrainState(optax.apply_updates(state.params, updates), opt_state, state.step + 1), loss
 
     return jax.lax.scan(step, state, jax.random.split(key, length))
 
@@ -109,17 +109,29 @@ def check_config(cfg: TrainConfig) -> None:
   if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
     raise ConfigError(f"momentum must be in [0, 1), got {cfg.momentum}.")
   if cfg.batch_size is not None and (not _is_int(cfg.batch_size) or cfg.batch_size < 1):
-    raise ConfigError(f"batch_size must be an integer >= 1 (or unset: full batch), got "
-                      f"{cfg.batch_size!r}.")
+    raise ConfigError(
+      f"batch_size must be an integer >= 1 (or unset: full batch), got {cfg.batch_size!r}."
+    )
   if not cfg.loss_threshold >= 0:  # also refuses NaN
     raise ConfigError(f"loss_threshold must be >= 0, got {cfg.loss_threshold}.")
   if cfg.adaptive not in ("none", "loss", "grad"):
     raise ConfigError(f"adaptive must be none, loss or grad, got {cfg.adaptive!r}.")
 
 
-def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
-          log_every_chunk: bool = True, callback: Optional[Callable] = None,
-          state: Optional[TrainState] = None, history: Optional[list] = None):
+def train(
+  apply_fn,
+  params,
+  x,
+  y,
+  cfg: TrainConfig,
+  *,
+  x_test=None,
+  y_test=None,
+  log_every_chunk: bool = True,
+  callback: Optional[Callable] = None,
+  state: Optional[TrainState] = None,
+  history: Optional[list] = None,
+):
   """Trains ``params`` on ``(x, y)``; returns ``(params, history)``.
 
   Runs ``cfg.epochs`` steps in compiled chunks of ``cfg.chunk`` steps; between
@@ -138,8 +150,12 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
   if state is None:
     state = init_state(params, cfg)
   x, y = jnp.asarray(x), jnp.asarray(y)
-  eval_fn = jax.jit(lambda p, xx, yy: (jnp.mean(per_sample_loss(cfg.loss, apply_fn(p, xx), yy)),
-                                       error_rate(cfg.loss, apply_fn(p, xx), yy)))
+  eval_fn = jax.jit(
+    lambda p, xx, yy: (
+      jnp.mean(per_sample_loss(cfg.loss, apply_fn(p, xx), yy)),
+      error_rate(cfg.loss, apply_fn(p, xx), yy),
+    )
+  )
   base_key = jax.random.PRNGKey(cfg.seed)
   history = list(history or [])
   t0 = time.time()
@@ -152,24 +168,35 @@ def train(apply_fn, params, x, y, cfg: TrainConfig, *, x_test=None, y_test=None,
     new_state, losses = chunk_fn(state, x, y, jax.random.fold_in(base_key, c), length=length)
     losses = np.asarray(losses)
     finite = bool(np.all(np.isfinite(losses))) and all(
-        bool(jnp.all(jnp.isfinite(a))) for a in jax.tree_util.tree_leaves(new_state.params))
+      bool(jnp.all(jnp.isfinite(a))) for a in jax.tree_util.tree_leaves(new_state.params)
+    )
     if not finite:
       raise TrainError(
-          f"training diverged (non-finite loss) in steps {done}-{done + length}; "
-          "lower the learning rate (lr). The last finite parameters were kept.", state.params, history)
+        f"training diverged (non-finite loss) in steps {done}-{done + length}; "
+        "lower the learning rate (lr). The last finite parameters were kept.",
+        state.params,
+        history,
+      )
     state = new_state
     done += length
     train_loss, train_err = (float(v) for v in eval_fn(state.params, x, y))
-    rec = {"epoch": int(state.step), "loss": train_loss, "train_error": train_err,
-           "time_s": time.time() - t0}
+    rec = {
+      "epoch": int(state.step),
+      "loss": train_loss,
+      "train_error": train_err,
+      "time_s": time.time() - t0,
+    }
     if x_test is not None:
       _, test_err = eval_fn(state.params, jnp.asarray(x_test), jnp.asarray(y_test))
       rec["test_accuracy" if cfg.loss != "mse" else "test_mse"] = (
-          1.0 - float(test_err) if cfg.loss != "mse" else float(test_err))
+        1.0 - float(test_err) if cfg.loss != "mse" else float(test_err)
+      )
     history.append(rec)
     if log_every_chunk:
-      logging.info("train: %s", " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in rec.items()))
+      logging.info(
+        "train: %s",
+        " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()),
+      )
     if callback is not None:
       callback(state, rec)
     if train_loss <= cfg.loss_threshold:

@@ -6,13 +6,14 @@ the training set.  An attack is a pair of pure functions over its own
 NamedTuple state (the optax ``GradientTransformation`` pattern), driven by the
 one shared loop in :mod:`recon_jax.loop`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 
-Params = Any            # a flax variable dict {'params': ...}
+Params = Any  # a flax variable dict {'params': ...}
 PRNGKey = jax.Array
 HParams = Mapping[str, jax.Array]  # per-restart hyperparameters, scalars (vmapped to [R])
 
@@ -20,6 +21,7 @@ HParams = Mapping[str, jax.Array]  # per-restart hyperparameters, scalars (vmapp
 def float_dtype():
   """float64 when x64 is enabled, else float32: the dtype every array of a run uses."""
   import jax.numpy as jnp
+
   return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
@@ -37,6 +39,7 @@ class Target(NamedTuple):
       known initialisation theta_0 (Loo et al. 2024) it is ``theta* - theta_0``,
       while the gradients are still taken at theta*.
   """
+
   params: Params
   labels: jax.Array
   box_lo: jax.Array
@@ -59,6 +62,7 @@ CandidatesFn = Callable[[Any], tuple[jax.Array, jax.Array]]
 
 class Attack(NamedTuple):
   """An attack: pure ``init`` and ``step`` plus a reader for its candidates."""
+
   init: InitFn
   step: StepFn
   candidates: CandidatesFn

@@ -4,6 +4,7 @@ One :class:`VictimConfig` says everything needed to rebuild a victim (data
 sampling, architecture, training recipe).  Its hash keys a cache, so the main
 job trains each victim once.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,10 +13,10 @@ import json
 import os
 from typing import Optional, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import logging
 
 from recon_jax import checkpoint, data, losses, models, train
 from recon_jax.types import float_dtype
@@ -24,6 +25,7 @@ from recon_jax.types import float_dtype
 @dataclasses.dataclass(frozen=True)
 class VictimConfig:
   """Data, architecture and training recipe of a victim model."""
+
   dataset: str = "lfw"
   task: str = "binary"
   n_per_class: int = 10
@@ -46,7 +48,7 @@ class VictimConfig:
   wd_epochs: int = 0
   wd: float = 0.0
   momentum: float = 0.0
-  adaptive: str = "none"           # normalised GD: none | loss | grad (see train.TrainConfig)
+  adaptive: str = "none"  # normalised GD: none | loss | grad (see train.TrainConfig)
   batch_size: Optional[int] = None
   loss_threshold: float = 0.0
   seed: int = 0
@@ -67,36 +69,70 @@ def out_dim(cfg: VictimConfig, ds: data.Dataset) -> int:
 
 def build(cfg: VictimConfig, ds: data.Dataset):
   """(module, apply_fn) for ``cfg`` on data ``ds``."""
-  module = models.build_model(cfg.arch, out_dim=out_dim(cfg, ds), widths=cfg.widths,
-                              bias=cfg.bias, init=cfg.init, init_std=cfg.init_std,
-                              first_layer_std=cfg.first_layer_std, activation=cfg.activation,
-                              init_gain=cfg.init_gain)
+  module = models.build_model(
+    cfg.arch,
+    out_dim=out_dim(cfg, ds),
+    widths=cfg.widths,
+    bias=cfg.bias,
+    init=cfg.init,
+    init_std=cfg.init_std,
+    first_layer_std=cfg.first_layer_std,
+    activation=cfg.activation,
+    init_gain=cfg.init_gain,
+  )
   return module, models.make_apply_fn(module)
 
 
 def load_data(cfg: VictimConfig, data_dir: Optional[str] = None) -> data.Dataset:
   task = "multiclass" if cfg.loss == "ce" else "binary"
-  return data.load_dataset(cfg.dataset, task=task, n_per_class=cfg.n_per_class,
-                           seed=cfg.data_seed, subtract_mean=cfg.subtract_mean,
-                           data_dir=data_dir)
+  return data.load_dataset(
+    cfg.dataset,
+    task=task,
+    n_per_class=cfg.n_per_class,
+    seed=cfg.data_seed,
+    subtract_mean=cfg.subtract_mean,
+    data_dir=data_dir,
+  )
 
 
 def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
   """The training phases: plain training, then the optional weight-decay phase."""
-  tcfg = train.TrainConfig(loss=cfg.loss, lr=cfg.lr, epochs=cfg.epochs,
-                           weight_decay=cfg.weight_decay, momentum=cfg.momentum,
-                           batch_size=cfg.batch_size, loss_threshold=cfg.loss_threshold,
-                           seed=cfg.seed, chunk=min(chunk, cfg.epochs), adaptive=cfg.adaptive)
+  tcfg = train.TrainConfig(
+    loss=cfg.loss,
+    lr=cfg.lr,
+    epochs=cfg.epochs,
+    weight_decay=cfg.weight_decay,
+    momentum=cfg.momentum,
+    batch_size=cfg.batch_size,
+    loss_threshold=cfg.loss_threshold,
+    seed=cfg.seed,
+    chunk=min(chunk, cfg.epochs),
+    adaptive=cfg.adaptive,
+  )
   phases = [tcfg]
   if cfg.wd_epochs > 0:
-    phases.append(dataclasses.replace(tcfg, epochs=cfg.wd_epochs, weight_decay=cfg.wd,
-                                      chunk=min(chunk, cfg.wd_epochs), loss_threshold=0.0,
-                                      adaptive="none"))
+    phases.append(
+      dataclasses.replace(
+        tcfg,
+        epochs=cfg.wd_epochs,
+        weight_decay=cfg.wd,
+        chunk=min(chunk, cfg.wd_epochs),
+        loss_threshold=0.0,
+        adaptive="none",
+      )
+    )
   return phases
 
 
-def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
-        on_chunk=None, resume_from: Optional[dict] = None):
+def fit(
+  cfg: VictimConfig,
+  ds: data.Dataset,
+  dtype=None,
+  *,
+  chunk: int = 2000,
+  on_chunk=None,
+  resume_from: Optional[dict] = None,
+):
   """Trains the victim (float64 when x64 is on); returns ``(params, history, summary)``.
 
   Args:
@@ -125,14 +161,25 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
     hists = [list(h) for h in resume_from["histories"]]
     params = state.params
   for ph in range(start, len(phases)):
+
     def callback(st, rec, ph=ph):
       hists[ph].append(rec)
       if on_chunk is not None:
         on_chunk(ph, st, hists)
+
     prior = list(hists[ph])
-    params, hists[ph] = train.train(apply_fn, params, x, y, phases[ph], x_test=xt, y_test=yt,
-                                    callback=callback, state=state if ph == start else None,
-                                    history=prior)
+    params, hists[ph] = train.train(
+      apply_fn,
+      params,
+      x,
+      y,
+      phases[ph],
+      x_test=xt,
+      y_test=yt,
+      callback=callback,
+      state=state if ph == start else None,
+      history=prior,
+    )
   history = list(hists[0])
   if len(phases) > 1:
     history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in hists[1]]
@@ -147,9 +194,12 @@ def fit(cfg: VictimConfig, ds: data.Dataset, dtype=None, *, chunk: int = 2000,
 
 def save(path: str, cfg: VictimConfig, ds: data.Dataset, params, summary: dict) -> None:
   """Writes the victim with its config, training indices and the data's fingerprint."""
-  meta = {"victim": cfg.to_dict(), "train_idx": np.asarray(ds.train_idx).tolist(),
-          "data_fingerprint": data.fingerprint(ds),
-          "summary": {k: v for k, v in summary.items() if k not in ("outputs",)}}
+  meta = {
+    "victim": cfg.to_dict(),
+    "train_idx": np.asarray(ds.train_idx).tolist(),
+    "data_fingerprint": data.fingerprint(ds),
+    "summary": {k: v for k, v in summary.items() if k not in ("outputs",)},
+  }
   checkpoint.save(path, params, meta)
 
 
@@ -162,11 +212,16 @@ def check_data(path: str, meta: dict, ds: data.Dataset, allow_mismatch: bool = F
   """
   stored, now = meta.get("data_fingerprint"), data.fingerprint(ds)
   if stored is None:
-    logging.warning("%s has no data fingerprint (an older checkpoint): cannot check that it "
-                    "was trained on these images.", path)
+    logging.warning(
+      "%s has no data fingerprint (an older checkpoint): cannot check that it "
+      "was trained on these images.",
+      path,
+    )
   elif stored != now:
-    msg = (f"{path} was trained on other data (fingerprint {stored}) than the images loaded "
-           f"now ({now}): another data_dir, dataset, n_per_class or data_seed?")
+    msg = (
+      f"{path} was trained on other data (fingerprint {stored}) than the images loaded "
+      f"now ({now}): another data_dir, dataset, n_per_class or data_seed?"
+    )
     if not allow_mismatch:
       raise checkpoint.CheckpointError(msg)
     logging.warning("%s; attacking it anyway (allow_data_mismatch).", msg)
@@ -189,16 +244,18 @@ def load(path: str, cfg: Optional[VictimConfig] = None, ds: Optional[data.Datase
   if ds is None:
     return params, ck_cfg, meta
   module, _ = build(want, ds)
-  template = jax.eval_shape(lambda: models.init_params(module, jax.random.PRNGKey(0),
-                                                       ds.x_train.shape[1:]))
+  template = jax.eval_shape(
+    lambda: models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:])
+  )
   checkpoint.check_matches(params, template, path)
   params = jax.tree_util.tree_map(jnp.asarray, params)
   return params, ck_cfg, meta
 
 
 def cache_dir() -> str:
-  return os.environ.get("RECON_JAX_CACHE",
-                        os.path.join(os.path.expanduser("~"), ".cache", "recon_jax"))
+  return os.environ.get(
+    "RECON_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "recon_jax")
+  )
 
 
 def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True):
@@ -209,8 +266,9 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
     whether the parameters came from the cache or were trained now.
   """
   prec = "f64" if float_dtype() == jnp.float64 else "f32"
-  path = os.path.join(cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}"
-                      f"-{prec}.msgpack")
+  path = os.path.join(
+    cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}-{prec}.msgpack"
+  )
   if use_cache and os.path.isfile(path):
     try:
       params, _, meta = load(path, cfg, ds)
@@ -232,8 +290,9 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
 def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int):
   module, _ = build(cfg, ds)
   dtype = float_dtype()
-  params = jax.eval_shape(lambda: models.init_params(module, jax.random.PRNGKey(0),
-                                                     ds.x_train.shape[1:], dtype))
+  params = jax.eval_shape(
+    lambda: models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:], dtype)
+  )
   tcfg = phase_configs(cfg, chunk)[phase]
   return {"state": jax.eval_shape(lambda: train.init_state(params, tcfg))}
 
@@ -241,6 +300,7 @@ def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int)
 def save_training(path: str, phase: int, state, histories, chunk: int) -> None:
   """Saves a training run between chunks (``fit``'s ``on_chunk``) for :func:`load_training`."""
   from recon_jax import resume
+
   resume.save(path, {"state": state}, {"phase": phase, "histories": histories, "chunk": chunk})
 
 
@@ -252,6 +312,7 @@ def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) ->
   """
   from recon_jax import resume
   from recon_jax.errors import ConfigError
+
   if not os.path.isfile(path):
     raise checkpoint.CheckpointError(f"{path}: training state not found; nothing to resume.")
   with open(path, "rb") as f:
@@ -291,8 +352,9 @@ def cached_params(kind: str, spec: dict, template, train_fn, *, use_cache: bool 
       checkpoint.check_matches(params, template, path)
       if meta.get("spec") != spec:
         raise checkpoint.CheckpointError(f"{path}: cached for another recipe.")
-      params = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, jnp.asarray(t).dtype),
-                                      template, params)
+      params = jax.tree_util.tree_map(
+        lambda t, a: jnp.asarray(a, jnp.asarray(t).dtype), template, params
+      )
       logging.info("victim loaded from cache %s", path)
       return params, meta.get("summary", {}), path
     except checkpoint.CheckpointError as e:

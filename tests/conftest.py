@@ -1,4 +1,5 @@
 """Shared test set-up: x64 on for precise gradient checks, loud broadcasting."""
+
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")

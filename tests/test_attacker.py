@@ -30,14 +30,22 @@ def _planted_linear(m=6, d=12, used=4, seed=0, normalize="mean"):
   lam[used:] = 0.0
   s = 1.0 / m if normalize == "mean" else 1.0
   w = s * (x.T @ (lam * y))[:, None]
-  target = Target({"params": {"w": jnp.asarray(w)}}, jnp.asarray(y), jnp.asarray(-10.0),
-                  jnp.asarray(10.0))
+  target = Target(
+    {"params": {"w": jnp.asarray(w)}}, jnp.asarray(y), jnp.asarray(-10.0), jnp.asarray(10.0)
+  )
   return target, jnp.asarray(x), jnp.asarray(lam)
 
 
 def _mlp(out_dim=1, d=5, seed=0):
-  module = models.build_model("mlp", out_dim=out_dim, widths=(6,), bias="first", init="normal",
-                              init_std=0.5, first_layer_std=0.5)
+  module = models.build_model(
+    "mlp",
+    out_dim=out_dim,
+    widths=(6,),
+    bias="first",
+    init="normal",
+    init_std=0.5,
+    first_layer_std=0.5,
+  )
   params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
   return models.make_apply_fn(module), params
 
@@ -51,12 +59,15 @@ def _is_config_error(excinfo, argument):
 
 
 def test_lambda_score():
-  np.testing.assert_array_equal(attacker.lambda_score(jnp.array([0.5, -2.0, 1.0])),
-                                [0.5, -2.0, 1.0])
-  np.testing.assert_array_equal(attacker.lambda_score(jnp.array([0.5, -2.0]), signed=False),
-                                [0.5, 2.0])
-  np.testing.assert_allclose(attacker.lambda_score(jnp.array([[3.0, -4.0], [0.0, 1.0]])),
-                             [5.0, 1.0])
+  np.testing.assert_array_equal(
+    attacker.lambda_score(jnp.array([0.5, -2.0, 1.0])), [0.5, -2.0, 1.0]
+  )
+  np.testing.assert_array_equal(
+    attacker.lambda_score(jnp.array([0.5, -2.0]), signed=False), [0.5, 2.0]
+  )
+  np.testing.assert_allclose(
+    attacker.lambda_score(jnp.array([[3.0, -4.0], [0.0, 1.0]])), [5.0, 1.0]
+  )
   with pytest.raises(ConfigError) as e:
     attacker.lambda_score(jnp.zeros((2, 3, 4)))
   _is_config_error(e, "lam")
@@ -68,10 +79,10 @@ def test_lambda_score():
 def _restarts(num_restarts=4, m=5, shape=(6, 6, 1), seed=0):
   rng = np.random.default_rng(seed)
   c = rng.uniform(size=(num_restarts, m) + shape)  # all distinct, unrelated images
-  common = rng.uniform(size=shape)   # found by every restart
-  pair = rng.uniform(size=shape)     # found by restarts 0 and 1
-  local = rng.uniform(size=shape)    # found twice, but only inside restart 2
-  for r in range(num_restarts):      # a different contrast, brightness and noise each time
+  common = rng.uniform(size=shape)  # found by every restart
+  pair = rng.uniform(size=shape)  # found by restarts 0 and 1
+  local = rng.uniform(size=shape)  # found twice, but only inside restart 2
+  for r in range(num_restarts):  # a different contrast, brightness and noise each time
     c[r, 0] = (0.5 + 0.2 * r) * common + 0.1 * r + 0.01 * rng.normal(size=shape)
   c[0, 1] = pair
   c[1, 3] = 2.0 * pair - 0.3
@@ -93,7 +104,7 @@ def test_agreement_duplicates_across_restarts_cluster():
   c = _restarts()
   frac = np.asarray(attacker.agreement_score(c))
   want = np.zeros((4, 5))
-  want[:, 0] = 1.0              # the common one: every other restart has it
+  want[:, 0] = 1.0  # the common one: every other restart has it
   want[0, 1] = want[1, 3] = 1 / 3  # the pair: one other restart of three
   np.testing.assert_allclose(frac, want)  # the within-restart duplicate scores 0
   count = np.asarray(attacker.agreement_score(c, fraction=False))
@@ -104,8 +115,9 @@ def test_agreement_duplicates_across_restarts_cluster():
   np.testing.assert_allclose(frac[:3, 0], 1.0)
   np.testing.assert_allclose(frac[3, 0], 1.0)
   np.testing.assert_allclose(frac[0, 1], 0.5)
-  np.testing.assert_allclose(np.asarray(attacker.agreement_score(c, valid=valid,
-                                                                 fraction=False))[:3, 0], 2.0)
+  np.testing.assert_allclose(
+    np.asarray(attacker.agreement_score(c, valid=valid, fraction=False))[:3, 0], 2.0
+  )
   # Only one valid voter left: the voter itself has no one to agree with.
   only = np.asarray(attacker.agreement_score(c, valid=[True, False, False, False]))
   assert np.all(np.isnan(only[0])) and np.all(only[1:, 0] == 1.0)
@@ -127,13 +139,16 @@ def test_agreement_threshold_and_l2_metric():
   np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("kwargs, argument", [
+@pytest.mark.parametrize(
+  "kwargs, argument",
+  [
     (dict(candidates=np.zeros((4, 3))), "candidates"),
     (dict(candidates=np.zeros((1, 3, 4))), "candidates"),
     (dict(candidates=np.zeros((2, 3, 4)), threshold=1.5), "threshold"),
     (dict(candidates=np.zeros((2, 3, 4)), metric="ssim"), "metric"),
     (dict(candidates=np.zeros((2, 3, 4)), valid=[True]), "valid"),
-])
+  ],
+)
 def test_agreement_bad_input(kwargs, argument):
   with pytest.raises(ConfigError) as e:
     attacker.agreement_score(**kwargs)
@@ -146,17 +161,19 @@ def test_agreement_bad_input(kwargs, argument):
 @pytest.mark.parametrize("normalize", ["mean", "sum"])
 def test_leave_one_out_planted_linear(normalize):
   target, x, lam = _planted_linear(normalize=normalize)
-  score = np.asarray(attacker.leave_one_out_score(linear_apply, "binary", target, x, lam,
-                                                  normalize=normalize))
+  score = np.asarray(
+    attacker.leave_one_out_score(linear_apply, "binary", target, x, lam, normalize=normalize)
+  )
   # At the planted point r = 0: removing a planted term raises the residual by ||v_i||^2.
   w = np.asarray(target.params["params"]["w"])
   s = 1 / 6 if normalize == "mean" else 1.0
-  want = np.sum((s * np.asarray(lam)[:, None] * np.asarray(x)) ** 2, 1) / np.sum(w ** 2)
+  want = np.sum((s * np.asarray(lam)[:, None] * np.asarray(x)) ** 2, 1) / np.sum(w**2)
   np.testing.assert_allclose(score, want, rtol=1e-12, atol=1e-15)
   assert np.all(score[:4] > 1e-3) and np.all(np.abs(score[4:]) < 1e-15)
   # An unused candidate the attack gave a multiplier anyway: removing it helps (score < 0).
-  score = attacker.leave_one_out_score(linear_apply, "binary", target, x, lam.at[5].set(0.3),
-                                       normalize=normalize)
+  score = attacker.leave_one_out_score(
+    linear_apply, "binary", target, x, lam.at[5].set(0.3), normalize=normalize
+  )
   assert float(score[5]) < 0 and np.all(np.asarray(score[:4]) > 0)
 
 
@@ -170,14 +187,17 @@ def test_leave_one_out_matches_masked_stationarity(problem, out_dim):
     lam, labels = jnp.asarray(rng.normal(size=(m, out_dim))), jnp.zeros(m)
   else:
     lam = jnp.asarray(rng.uniform(0.5, 2.0, size=(m,)))
-    labels = (jnp.asarray([1.0, -1.0, 1.0, -1.0, 1.0]) if problem == "binary"
-              else jnp.asarray([0, 2, 1, 0, 1]))
+    labels = (
+      jnp.asarray([1.0, -1.0, 1.0, -1.0, 1.0])
+      if problem == "binary"
+      else jnp.asarray([0, 2, 1, 0, 1])
+    )
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0))
   act = functools.partial(models.surrogate_relu, alpha=3.0)
   got = attacker.leave_one_out_score(apply_fn, problem, target, x, lam, act, batch_size=2)
 
   stat = jax.jit(lambda lm: kkt.stationarity(apply_fn, problem, params, x, lm, labels, act))
-  norm = sum(jnp.sum(a ** 2) for a in jax.tree_util.tree_leaves(params))
+  norm = sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params))
   brute = [(stat(lam.at[i].set(0.0)) - stat(lam)) / norm for i in range(m)]
   np.testing.assert_allclose(got, brute, rtol=1e-9, atol=1e-13)
 
@@ -191,35 +211,44 @@ def test_leave_one_out_with_a_known_init_reference():
   reference = jax.tree_util.tree_map(lambda a: 0.5 * a + 0.1, params)
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0), reference)
   got = attacker.leave_one_out_score(apply_fn, "binary", target, x, lam)
-  stat = jax.jit(lambda lm: kkt.stationarity(apply_fn, "binary", params, x, lm, labels, None,
-                                             reference=reference))
-  norm = sum(jnp.sum(a ** 2) for a in jax.tree_util.tree_leaves(reference))
-  np.testing.assert_allclose(got, [(stat(lam.at[i].set(0.0)) - stat(lam)) / norm
-                                   for i in range(4)], rtol=1e-9, atol=1e-13)
+  stat = jax.jit(
+    lambda lm: kkt.stationarity(
+      apply_fn, "binary", params, x, lm, labels, None, reference=reference
+    )
+  )
+  norm = sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(reference))
+  np.testing.assert_allclose(
+    got, [(stat(lam.at[i].set(0.0)) - stat(lam)) / norm for i in range(4)], rtol=1e-9, atol=1e-13
+  )
 
 
 def _ridge_min(a, theta, eps):
   """min_beta ||theta - a^T beta||^2 + eps ||beta||^2 by a direct solve."""
   beta = np.linalg.solve(a @ a.T + eps * np.eye(a.shape[0]), a @ theta)
-  return np.sum((theta - a.T @ beta) ** 2) + eps * np.sum(beta ** 2)
+  return np.sum((theta - a.T @ beta) ** 2) + eps * np.sum(beta**2)
 
 
 def test_leave_one_out_refit_planted_and_brute_force():
   target, x, lam = _planted_linear(m=6, d=12, used=4)
   wrong_lam = jnp.ones(6)  # ignored by the refit
-  score = np.asarray(attacker.leave_one_out_score(linear_apply, "binary", target, x, wrong_lam,
-                                                  refit=True, ridge=1e-12))
+  score = np.asarray(
+    attacker.leave_one_out_score(
+      linear_apply, "binary", target, x, wrong_lam, refit=True, ridge=1e-12
+    )
+  )
   assert np.all(score[:4] > 1e-3) and np.all(np.abs(score[4:]) < 1e-9)
   # Exact rise of the ridge objective against removing each row and solving again.
   ridge = 1e-3
-  score = np.asarray(attacker.leave_one_out_score(linear_apply, "binary", target, x, wrong_lam,
-                                                  refit=True, ridge=ridge))
+  score = np.asarray(
+    attacker.leave_one_out_score(
+      linear_apply, "binary", target, x, wrong_lam, refit=True, ridge=ridge
+    )
+  )
   a = np.asarray(target.labels)[:, None] * np.asarray(x)  # grad_w of y_i x_i w
   theta = np.asarray(target.params["params"]["w"])[:, 0]
   eps = ridge * np.trace(a @ a.T) / 6
   full = _ridge_min(a, theta, eps)
-  want = [(_ridge_min(np.delete(a, i, 0), theta, eps) - full) / np.sum(theta ** 2)
-          for i in range(6)]
+  want = [(_ridge_min(np.delete(a, i, 0), theta, eps) - full) / np.sum(theta**2) for i in range(6)]
   np.testing.assert_allclose(score, want, rtol=1e-8)
 
 
@@ -229,25 +258,35 @@ def test_leave_one_out_refit_general_blocks():
   rng = np.random.default_rng(5)
   x = rng.normal(size=(m, d))
   theta = rng.normal(size=(d, c))
-  target = Target({"params": {"w": jnp.asarray(theta)}}, jnp.zeros(m), jnp.asarray(-10.0),
-                  jnp.asarray(10.0))
+  target = Target(
+    {"params": {"w": jnp.asarray(theta)}}, jnp.zeros(m), jnp.asarray(-10.0), jnp.asarray(10.0)
+  )
   ridge = 1e-2
-  got = np.asarray(attacker.leave_one_out_score(linear_apply, "general", target, jnp.asarray(x),
-                                                jnp.ones((m, c)), refit=True, ridge=ridge))
+  got = np.asarray(
+    attacker.leave_one_out_score(
+      linear_apply, "general", target, jnp.asarray(x), jnp.ones((m, c)), refit=True, ridge=ridge
+    )
+  )
   # Rows: grad_W Phi_c(x_i) = x_i e_c^T, flattened like W [d, c].
   a = np.stack([np.outer(x[i], np.eye(c)[k]).reshape(-1) for i in range(m) for k in range(c)])
   eps = ridge * np.trace(a @ a.T) / (m * c)
   full = _ridge_min(a, theta.reshape(-1), eps)
-  want = [(_ridge_min(np.delete(a, [c * i, c * i + 1], 0), theta.reshape(-1), eps) - full)
-          / np.sum(theta ** 2) for i in range(m)]
+  want = [
+    (_ridge_min(np.delete(a, [c * i, c * i + 1], 0), theta.reshape(-1), eps) - full)
+    / np.sum(theta**2)
+    for i in range(m)
+  ]
   np.testing.assert_allclose(got, want, rtol=1e-8)
 
 
 def test_leave_one_out_bad_input():
   target, x, lam = _planted_linear()
-  for kwargs, argument in ((dict(problem="svm"), "problem"), (dict(lam=lam[:3]), "lam"),
-                           (dict(normalize="max"), "normalize"),
-                           (dict(labels=jnp.ones(2)), "labels")):
+  for kwargs, argument in (
+    (dict(problem="svm"), "problem"),
+    (dict(lam=lam[:3]), "lam"),
+    (dict(normalize="max"), "normalize"),
+    (dict(labels=jnp.ones(2)), "labels"),
+  ):
     args = dict(apply_fn=linear_apply, problem="binary", target=target, x=x, lam=lam)
     args.update(kwargs)
     with pytest.raises(ConfigError) as e:
@@ -262,8 +301,12 @@ def _linear_attack_state(target, x, lam):
   attack = kkt.kkt_attack(linear_apply, "binary", optimizer="sgd", momentum=0.0)
   # x_i-only Hessian of the stationarity is 2 (lam_i / m)^2 I, 0.125..0.28 for lam in [1, 1.5]
   # and m = 4: one step at lr 4 multiplies the error by 1 - 4 H, between -0.125 and 0.5.
-  hp = {"lr_x": jnp.asarray(4.0), "lr_lam": jnp.asarray(0.1), "alpha": jnp.asarray(3.0),
-        "lam_min": jnp.asarray(0.0)}
+  hp = {
+    "lr_x": jnp.asarray(4.0),
+    "lr_lam": jnp.asarray(0.1),
+    "alpha": jnp.asarray(3.0),
+    "lam_min": jnp.asarray(0.0),
+  }
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)._replace(lam=lam)
   return attack, state, hp
 
@@ -272,19 +315,30 @@ def test_stability_planted_kkt_point_is_stable_and_elsewhere_is_not():
   target, x, lam = _planted_linear(m=4, d=6, used=4)
   attack, state, hp = _linear_attack_state(target, x, lam)
   key = jax.random.PRNGKey(1)
-  scores = np.asarray(attacker.stability_scores(attack, state, hp, target, key, steps=40,
-                                                noise_scale=0.05))
+  scores = np.asarray(
+    attacker.stability_scores(attack, state, hp, target, key, steps=40, noise_scale=0.05)
+  )
   np.testing.assert_allclose(scores, 1.0, atol=1e-6)
   # The same run with candidate 3 moved off its planted point: it drifts back towards it.
   x_off = x.at[3].set(x[3] + jnp.asarray(np.random.default_rng(9).normal(size=6)))
   state_off = state._replace(x=x_off)
-  off = float(attacker.stability_scores(attack, state_off, hp, target, key, steps=40,
-                                        noise_scale=0.05)[3])
+  off = float(
+    attacker.stability_scores(attack, state_off, hp, target, key, steps=40, noise_scale=0.05)[3]
+  )
   assert off < 0.0
   # All free (at a rate stable for the joint Hessian, 2 sum_j lam_j^2 / m^2 <= 0.57): the
   # others absorb part of the kick, so the kicked candidate comes back part of the way.
-  free = attacker.stability_scores(attack, state, {**hp, "lr_x": jnp.asarray(1.0)}, target, key,
-                                   steps=40, noise_scale=0.05, free="all", indices=[0, 1])
+  free = attacker.stability_scores(
+    attack,
+    state,
+    {**hp, "lr_x": jnp.asarray(1.0)},
+    target,
+    key,
+    steps=40,
+    noise_scale=0.05,
+    free="all",
+    indices=[0, 1],
+  )
   assert np.all(np.asarray(free) > 0.0) and np.all(np.asarray(free) < 1.0 - 1e-3)
 
 
@@ -292,31 +346,45 @@ def test_stability_batched_equals_single_and_jits():
   apply_fn, params = _mlp(d=4)
   rng = np.random.default_rng(2)
   x = jnp.asarray(rng.normal(size=(4, 4)))
-  target = Target(params, jnp.asarray([1.0, -1.0, 1.0, -1.0]), jnp.asarray(-10.0),
-                  jnp.asarray(10.0))
+  target = Target(
+    params, jnp.asarray([1.0, -1.0, 1.0, -1.0]), jnp.asarray(-10.0), jnp.asarray(10.0)
+  )
   attack = kkt.kkt_attack(apply_fn, "binary", optimizer="adam")
-  hp = {"lr_x": jnp.asarray(0.01), "lr_lam": jnp.asarray(0.01), "alpha": jnp.asarray(3.0),
-        "lam_min": jnp.asarray(0.0)}
+  hp = {
+    "lr_x": jnp.asarray(0.01),
+    "lr_lam": jnp.asarray(0.01),
+    "alpha": jnp.asarray(3.0),
+    "lam_min": jnp.asarray(0.0),
+  }
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   key = jax.random.PRNGKey(4)
   kw = dict(steps=5, noise_scale=0.1, free="x_lam")
-  batched = attacker.stability_scores(attack, state, hp, target, key, indices=[0, 2],
-                                      batch_size=1, **kw)
+  batched = attacker.stability_scores(
+    attack, state, hp, target, key, indices=[0, 2], batch_size=1, **kw
+  )
   keys = jax.random.split(key, 2)
   single = jax.jit(lambda s, i, k: attacker.stability_score(attack, s, hp, target, i, k, **kw))
-  np.testing.assert_allclose(batched, [single(state, 0, keys[0]), single(state, 2, keys[1])],
-                             rtol=1e-10)
+  np.testing.assert_allclose(
+    batched, [single(state, 0, keys[0]), single(state, 2, keys[1])], rtol=1e-10
+  )
   assert np.all(np.isfinite(batched))
 
 
-@pytest.mark.parametrize("kwargs, argument", [
-    (dict(steps=0), "steps"), (dict(noise_scale=0.0), "noise_scale"), (dict(free="lam"), "free"),
-    (dict(state=(1, 2)), "state")])
+@pytest.mark.parametrize(
+  "kwargs, argument",
+  [
+    (dict(steps=0), "steps"),
+    (dict(noise_scale=0.0), "noise_scale"),
+    (dict(free="lam"), "free"),
+    (dict(state=(1, 2)), "state"),
+  ],
+)
 def test_stability_bad_input(kwargs, argument):
   target, x, lam = _planted_linear(m=4, d=6, used=4)
   attack, state, hp = _linear_attack_state(target, x, lam)
-  args = dict(attack=attack, state=state, hparams=hp, target=target, index=0,
-              key=jax.random.PRNGKey(0))
+  args = dict(
+    attack=attack, state=state, hparams=hp, target=target, index=0, key=jax.random.PRNGKey(0)
+  )
   args.update(kwargs)
   with pytest.raises(ConfigError) as e:
     attacker.stability_score(**args)
@@ -332,8 +400,12 @@ def test_margin_score_by_hand():
   # x w = g y with w = e_1: the margins are exactly g.
   x = np.zeros((6, 3))
   x[:, 0] = g * y
-  target = Target({"params": {"w": jnp.asarray(np.eye(3)[:, :1])}}, jnp.asarray(y),
-                  jnp.asarray(0.0), jnp.asarray(1.0))
+  target = Target(
+    {"params": {"w": jnp.asarray(np.eye(3)[:, :1])}},
+    jnp.asarray(y),
+    jnp.asarray(0.0),
+    jnp.asarray(1.0),
+  )
   got = np.asarray(attacker.margin_score(linear_apply, "binary", target, jnp.asarray(x)))
   # Positive margins 0.9 1.0 1.05 1.1 3.0: the lowest ceil(0.25 * 5) = 2 have median 0.95.
   np.testing.assert_allclose(got, -np.abs(g - 0.95) / 0.95, rtol=1e-12)
@@ -352,17 +424,21 @@ def test_margin_score_multiclass_by_hand():
   out = np.array([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [1.0, 1.0, 5.0], [0.0, 4.0, 1.0]])
   labels = np.array([0, 1, 2, 0])
   # Margins Phi_y - max_{j != y} Phi_j: 1, 2, 4, -4; positive 1 2 4, lowest ceil(0.75): [1].
-  target = Target({"params": {"w": jnp.eye(3)}}, jnp.asarray(labels), jnp.asarray(0.0),
-                  jnp.asarray(1.0))
+  target = Target(
+    {"params": {"w": jnp.eye(3)}}, jnp.asarray(labels), jnp.asarray(0.0), jnp.asarray(1.0)
+  )
   got = attacker.margin_score(linear_apply, "multiclass", target, jnp.asarray(out))
   np.testing.assert_allclose(got, [0.0, -1.0, -3.0, -5.0], atol=1e-12)
 
 
 def test_margin_score_bad_input():
   target, x, _ = _planted_linear()
-  for kwargs, argument in ((dict(problem="general"), "problem"), (dict(reference=0.0),
-                           "reference"), (dict(quantile=0.0), "quantile"),
-                           (dict(labels=jnp.ones(3)), "labels")):
+  for kwargs, argument in (
+    (dict(problem="general"), "problem"),
+    (dict(reference=0.0), "reference"),
+    (dict(quantile=0.0), "quantile"),
+    (dict(labels=jnp.ones(3)), "labels"),
+  ):
     args = dict(apply_fn=linear_apply, problem="binary", target=target, x=x)
     args.update(kwargs)
     with pytest.raises(ConfigError) as e:
@@ -407,8 +483,9 @@ def test_auc_matches_sklearn_with_ties():
   rng = np.random.default_rng(1)
   s = rng.integers(0, 5, size=300).astype(float)
   y = rng.uniform(size=300) < 0.4
-  np.testing.assert_allclose(attacker.identification_metrics(s, y)["auc"],
-                             roc_auc_score(y, s), rtol=1e-12)
+  np.testing.assert_allclose(
+    attacker.identification_metrics(s, y)["auc"], roc_auc_score(y, s), rtol=1e-12
+  )
 
 
 def test_identification_metrics_bad_input():

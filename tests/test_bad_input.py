@@ -9,6 +9,7 @@ or trained.  What only the command line can show runs in subprocesses, all
 started together at the beginning (they overlap the in-process cases): flag
 parsing, ``--help`` and Ctrl-C.  Every case is listed in docs/bad_input.md.
 """
+
 import hashlib
 import json
 import os
@@ -17,10 +18,10 @@ import subprocess
 import sys
 import time
 
+from flax import serialization
 import jax
 import numpy as np
 import pytest
-from flax import serialization
 
 from experiments import common, reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
@@ -35,19 +36,19 @@ R, T = reconstruct, train_victim
 
 # ----------------------------------------------------------------------------- subprocesses
 
+
 def _env(tmp):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg",
-             RECON_JAX_CACHE=str(tmp / "cache"))
+  env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg", RECON_JAX_CACHE=str(tmp / "cache"))
   env.pop("XLA_FLAGS", None)
   return env
 
 
 SUBPROCESSES = {
-    "help_reconstruct": ["experiments.reconstruct", "--help"],
-    "help_train_victim": ["experiments.train_victim", "--helpshort"],
-    "help_toy_2d": ["experiments.toy_2d", "-?"],
-    "flag_not_an_int": ["experiments.reconstruct", "--config.num_restarts=abc"],
-    "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
+  "help_reconstruct": ["experiments.reconstruct", "--help"],
+  "help_train_victim": ["experiments.train_victim", "--helpshort"],
+  "help_toy_2d": ["experiments.toy_2d", "-?"],
+  "flag_not_an_int": ["experiments.reconstruct", "--config.num_restarts=abc"],
+  "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
 }
 
 
@@ -68,15 +69,31 @@ def procs(request, tmp_path_factory):
     return
   for name, (module, *args) in SUBPROCESSES.items():
     started[name] = subprocess.Popen(
-        [sys.executable, "-m", module, *args, f"--workdir={tmp / name}"], cwd=ROOT,
-        env=_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+      [sys.executable, "-m", module, *args, f"--workdir={tmp / name}"],
+      cwd=ROOT,
+      env=_env(tmp),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
   # Ctrl-C in a long run (a victim trained for 10^8 epochs): once its state file exists.
   work = tmp / "interrupted"
   started["sigint"] = subprocess.Popen(
-      [sys.executable, "-m", "experiments.train_victim",
-       "--config=experiments/configs/victim.py:tiny", "--config.victim.epochs=100000000",
-       "--config.chunk_epochs=20", f"--workdir={work}"], cwd=ROOT, env=_env(tmp),
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    [
+      sys.executable,
+      "-m",
+      "experiments.train_victim",
+      "--config=experiments/configs/victim.py:tiny",
+      "--config.victim.epochs=100000000",
+      "--config.chunk_epochs=20",
+      f"--workdir={work}",
+    ],
+    cwd=ROOT,
+    env=_env(tmp),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
   def result(name):
     if name not in results:
@@ -102,6 +119,7 @@ def procs(request, tmp_path_factory):
 
 # ----------------------------------------------------------------------------- in-process
 
+
 @pytest.fixture(autouse=True)
 def _keep_precision():
   """``job`` sets the run's precision globally; the other tests expect theirs back."""
@@ -118,23 +136,26 @@ def files(tmp_path_factory):
   mnist = tmp / "mnist"
   mnist.mkdir()
   for prefix, n in (("train", 40), ("t10k", 20)):
-    data.write_idx(mnist / f"{prefix}-images-idx3-ubyte",
-                   rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+    data.write_idx(
+      mnist / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+    )
     data.write_idx(mnist / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
   path = mnist / "train-images-idx3-ubyte"
   path.write_bytes(path.read_bytes()[:-1000])  # truncated
   cifar = tmp / "cifar"
   cifar.mkdir()
   for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
-    data.write_cifar10_bin(cifar / name, rng.integers(0, 256, (10, 32, 32, 3), dtype=np.uint8),
-                           np.arange(10) % 10)
+    data.write_cifar10_bin(
+      cifar / name, rng.integers(0, 256, (10, 32, 32, 3), dtype=np.uint8), np.arange(10) % 10
+    )
   path = cifar / "data_batch_3.bin"
   path.write_bytes(path.read_bytes()[:-7])  # not a whole number of records
 
   ds = victim.load_data(TINY_VICTIM)
   module, _ = victim.build(TINY_VICTIM, ds)
-  params = jax.tree_util.tree_map(np.array, models.init_params(
-      module, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32))
+  params = jax.tree_util.tree_map(
+    np.array, models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32)
+  )
   good = tmp / "victim.msgpack"
   victim.save(str(good), TINY_VICTIM, ds, params, {"loss": 0.1})
   (tmp / "truncated.msgpack").write_bytes(good.read_bytes()[:-100])
@@ -146,8 +167,12 @@ def files(tmp_path_factory):
       flat, tree = jax.tree_util.tree_flatten(p)
       flat[leaf] = change(flat[leaf])
       p = jax.tree_util.tree_unflatten(tree, flat)
-    meta = {"victim": TINY_VICTIM.to_dict(), "train_idx": ds.train_idx.tolist(),
-            "data_fingerprint": data.fingerprint(ds), "summary": {"loss": 0.1}}
+    meta = {
+      "victim": TINY_VICTIM.to_dict(),
+      "train_idx": ds.train_idx.tolist(),
+      "data_fingerprint": data.fingerprint(ds),
+      "summary": {"loss": 0.1},
+    }
     if meta_change is not None:
       meta_change(meta)
     blob = {"format": checkpoint.FORMAT, "params": p, "meta": json.dumps(meta)}
@@ -163,16 +188,16 @@ def files(tmp_path_factory):
   variant("text.msgpack", lambda a: "0.1 0.2 0.3")
   variant("complex.msgpack", lambda a: a.astype(np.complex64))
   p0 = jax.tree_util.tree_map(np.zeros_like, params)
-  checkpoint.save(str(tmp / "zeros.msgpack"), p0, {"victim": TINY_VICTIM.to_dict(),
-                                                   "summary": {}})
+  checkpoint.save(str(tmp / "zeros.msgpack"), p0, {"victim": TINY_VICTIM.to_dict(), "summary": {}})
   variant("meta_float.msgpack", meta_change=lambda m: m["victim"].update(n_per_class=3.5))
   variant("meta_text.msgpack", meta_change=lambda m: m["victim"].update(epochs="many"))
   # Parameters of a 16-16 net under the meta of a 32-32 one.
   other = victim.VictimConfig(dataset="digits", n_per_class=3, widths=(16, 16))
   om, _ = victim.build(other, ds)
   oparams = models.init_params(om, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32)
-  checkpoint.save(str(tmp / "other_arch.msgpack"), oparams,
-                  {"victim": TINY_VICTIM.to_dict(), "summary": {}})
+  checkpoint.save(
+    str(tmp / "other_arch.msgpack"), oparams, {"victim": TINY_VICTIM.to_dict(), "summary": {}}
+  )
   checkpoint.save(str(tmp / "no_meta.msgpack"), params, {"hello": 1})
   full = tmp / "full"
   full.mkdir()
@@ -205,119 +230,265 @@ def _refused(capsys, fn, cfg, code=1):
 
 # (id, binary, preset, settings, substrings of the error line). {d}: the files fixture.
 CASES = [
-    # unknown names
-    ("unknown_dataset", R, "tiny", {"victim.dataset": "imagenet"},
-     ["--config.victim.dataset", "imagenet"]),
-    ("unknown_dataset_train", T, "tiny", {"victim.dataset": "imagenet"},
-     ["--config.victim.dataset", "imagenet"]),
-    ("unknown_attack", R, "tiny", {"attack": "gradient"}, ["--config.attack", "gradient"]),
-    ("unknown_arch", T, "tiny", {"victim.arch": "resnet"}, ["--config.victim.arch", "resnet"]),
-    ("unknown_loss", T, "tiny", {"victim.loss": "hinge"}, ["--config.victim.loss", "hinge"]),
-    ("unknown_init", R, "tiny", {"init": "zeros"}, ["--config.init ", "zeros"]),
-    ("unknown_victim_init", R, "tiny", {"victim.init": "zeros"},
-     ["--config.victim.init", "zeros"]),
-    ("unknown_optimizer", R, "tiny", {"optimizer": "rmsprop"},
-     ["--config.optimizer", "rmsprop"]),
-    # data
-    ("mnist_without_data_dir", T, "tiny", {"victim.dataset": "mnist"},
-     ["--config.data_dir", "mnist"]),
-    ("cifar10_without_data_dir", R, "tiny", {"victim.dataset": "cifar10"},
-     ["--config.data_dir", "cifar10"]),
-    ("data_dir_missing", T, "tiny", {"victim.dataset": "mnist", "data_dir": "{d}/nowhere"},
-     ["--config.data_dir", "nowhere", "no such directory"]),
-    ("mnist_truncated", T, "tiny", {"victim.dataset": "mnist", "data_dir": "{d}/mnist",
-                                    "victim.n_per_class": 1}, ["train-images-idx3-ubyte"]),
-    ("cifar10_corrupt", T, "tiny", {"victim.dataset": "cifar10", "data_dir": "{d}/cifar",
-                                    "victim.n_per_class": 1}, ["data_batch_3.bin"]),
-    # checkpoints
-    ("checkpoint_truncated", R, "tiny", {"checkpoint": "{d}/truncated.msgpack"},
-     ["truncated.msgpack", "truncated"]),
-    ("checkpoint_random_bytes", R, "tiny", {"checkpoint": "{d}/random.msgpack"},
-     ["random.msgpack", "not a recognised checkpoint"]),
-    ("checkpoint_missing", R, "tiny", {"checkpoint": "{d}/absent.msgpack"},
-     ["absent.msgpack", "not found"]),
-    ("checkpoint_nan", R, "tiny", {"checkpoint": "{d}/nan.msgpack"}, ["nan.msgpack", "NaN"]),
-    ("checkpoint_inf", R, "tiny", {"checkpoint": "{d}/inf.msgpack"}, ["inf.msgpack", "NaN/Inf"]),
-    ("checkpoint_text_leaf", R, "tiny", {"checkpoint": "{d}/text.msgpack"},
-     ["text.msgpack", "not numeric"]),
-    ("checkpoint_complex", R, "tiny", {"checkpoint": "{d}/complex.msgpack"},
-     ["complex.msgpack", "complex"]),
-    ("checkpoint_all_zero", R, "tiny", {"checkpoint": "{d}/zeros.msgpack"},
-     ["zeros.msgpack", "every parameter is zero"]),
-    ("checkpoint_meta_not_integer", R, "tiny", {"checkpoint": "{d}/meta_float.msgpack"},
-     ["meta_float.msgpack", "n_per_class", "3.5"]),
-    ("checkpoint_meta_text", R, "tiny", {"checkpoint": "{d}/meta_text.msgpack"},
-     ["meta_text.msgpack", "epochs", "many"]),
-    ("checkpoint_other_arch", R, "tiny", {"checkpoint": "{d}/other_arch.msgpack"},
-     ["other_arch.msgpack", "architecture mismatch"]),
-    ("checkpoint_no_victim_meta", R, "tiny", {"checkpoint": "{d}/no_meta.msgpack"},
-     ["no_meta.msgpack", "victim"]),
-    # ranges
-    ("lr_x_negative", R, "tiny", {"lr_x": "-0.1"}, ["--config.lr_x must be > 0"]),
-    ("lr_x_zero", R, "tiny", {"lr_x": "0"}, ["--config.lr_x must be > 0"]),
-    ("lr_x_garbage", R, "tiny", {"lr_x": "fast"}, ["--config.lr_x", "fast"]),
-    ("lr_x_nan", R, "tiny", {"lr_x": "nan"}, ["--config.lr_x", "finite", "nan"]),
-    ("lr_x_inf", R, "tiny", {"lr_x": "inf"}, ["--config.lr_x", "finite", "inf"]),
-    ("alpha_range_to_inf", R, "tiny", {"alpha": "0.1:inf"}, ["--config.alpha", "finite"]),
-    ("lam_min_range_nan", R, "tiny", {"lam_min": "nan:0.5"}, ["--config.lam_min", "finite"]),
-    ("sigma_x_beyond_float32", R, "tiny", {"sigma_x": "1e300"}, ["--config.sigma_x", "float32"]),
-    ("refine_alpha_zero", R, "tiny", {"refine_steps": 5, "refine_alpha": 0.0},
-     ["--config.refine_alpha"]),
-    ("refine_alpha_nan", R, "tiny", {"refine_steps": 5, "refine_alpha": float("nan")},
-     ["--config.refine_alpha", "nan"]),
-    ("paper_sweep_with_lr_x", R, "paper", {"lr_x": "0.1"},
-     ["--config.sweep=paper", "--config.lr_x", "replace"]),
-    # counts and sizes
-    ("steps_zero", R, "tiny", {"steps": 0}, ["--config.steps"]),
-    ("steps_negative", R, "tiny", {"steps": -5}, ["--config.steps", "-5"]),
-    ("refine_steps_negative", R, "tiny", {"refine_steps": -1}, ["--config.refine_steps"]),
-    ("num_restarts_zero", R, "tiny", {"num_restarts": 0}, ["--config.num_restarts"]),
-    ("num_restarts_huge", R, "lfw", {"num_restarts": 1_000_000},
-     ["--config.num_restarts=1000000", "GiB", "memory available on this machine"]),
-    ("num_restarts_over_limit", R, "tiny", {"num_restarts": 1_000_000, "max_memory_gb": 1.0},
-     ["--config.num_restarts=1000000", "8.6 GiB", "1.0 GiB max_memory_gb limit"]),
-    ("m_negative", R, "tiny", {"m": -4}, ["--config.m", "-4"]),
-    ("m_odd_binary", R, "tiny", {"m": 7}, ["--config.m", "even"]),
-    ("save_every_negative", R, "tiny", {"save_every": -1}, ["--config.save_every"]),
-    ("chunk_epochs_zero", T, "tiny", {"chunk_epochs": 0}, ["--config.chunk_epochs"]),
-    # the victim's recipe
-    ("victim_lr_zero", T, "tiny", {"victim.lr": 0.0}, ["--config.victim.lr must be"]),
-    ("victim_lr_zero_reconstruct", R, "tiny", {"victim.lr": 0.0}, ["--config.victim.lr must be"]),
-    ("epochs_negative", T, "tiny", {"victim.epochs": -1}, ["--config.victim.epochs"]),
-    ("widths_not_integers", T, "tiny", {"victim.widths": ("64,abc",)},
-     ["--config.victim.widths", "64,abc"]),
-    ("batch_size_negative", T, "tiny", {"victim.batch_size": -3}, ["--config.victim.batch_size"]),
-    ("batch_size_zero", R, "tiny", {"victim.batch_size": 0}, ["--config.victim.batch_size"]),
-    ("weight_decay_negative", T, "tiny", {"victim.weight_decay": -1.0},
-     ["--config.victim.weight_decay"]),
-    ("wd_negative", T, "tiny", {"victim.wd": -1.0, "victim.wd_epochs": 5}, ["--config.victim.wd "]),
-    ("momentum_one", T, "tiny", {"victim.momentum": 1.0}, ["--config.victim.momentum"]),
-    ("data_seed_negative", R, "tiny", {"victim.data_seed": -1}, ["--config.victim.data_seed"]),
-    ("seed_negative", R, "tiny", {"seed": -1}, ["--config.seed "]),
-    # the attack's settings
-    ("ssim_threshold_above_1", R, "tiny", {"ssim_threshold": 1.5}, ["--config.ssim_threshold"]),
-    ("ssim_threshold_zero", R, "tiny", {"ssim_threshold": 0.0}, ["--config.ssim_threshold"]),
-    ("ssim_threshold_nan", R, "tiny", {"ssim_threshold": float("nan")},
-     ["--config.ssim_threshold", "nan"]),
-    ("w_lam_negative", R, "tiny", {"w_lam": -1.0}, ["--config.w_lam"]),
-    ("w_prior_negative", R, "tiny", {"w_prior": -0.5}, ["--config.w_prior"]),
-    ("multiclass_on_binary_victim", R, "tiny", {"problem": "multiclass"},
-     ["--config.problem=multiclass", "loss=ce", "logistic"]),
-    ("binary_on_ce_victim", R, "tiny", {"problem": "binary", "victim.loss": "ce", "m": 20},
-     ["--config.problem=binary", "ce"]),
-    ("m_not_multiple_of_classes", R, "tiny", {"victim.loss": "ce", "m": 15},
-     ["--config.m=15", "10 classes"]),
-    ("inversion_with_ce", R, "tiny", {"attack": "inversion", "victim.loss": "ce"},
-     ["--config.attack=inversion", "binary"]),
+  # unknown names
+  (
+    "unknown_dataset",
+    R,
+    "tiny",
+    {"victim.dataset": "imagenet"},
+    ["--config.victim.dataset", "imagenet"],
+  ),
+  (
+    "unknown_dataset_train",
+    T,
+    "tiny",
+    {"victim.dataset": "imagenet"},
+    ["--config.victim.dataset", "imagenet"],
+  ),
+  ("unknown_attack", R, "tiny", {"attack": "gradient"}, ["--config.attack", "gradient"]),
+  ("unknown_arch", T, "tiny", {"victim.arch": "resnet"}, ["--config.victim.arch", "resnet"]),
+  ("unknown_loss", T, "tiny", {"victim.loss": "hinge"}, ["--config.victim.loss", "hinge"]),
+  ("unknown_init", R, "tiny", {"init": "zeros"}, ["--config.init ", "zeros"]),
+  ("unknown_victim_init", R, "tiny", {"victim.init": "zeros"}, ["--config.victim.init", "zeros"]),
+  ("unknown_optimizer", R, "tiny", {"optimizer": "rmsprop"}, ["--config.optimizer", "rmsprop"]),
+  # data
+  (
+    "mnist_without_data_dir",
+    T,
+    "tiny",
+    {"victim.dataset": "mnist"},
+    ["--config.data_dir", "mnist"],
+  ),
+  (
+    "cifar10_without_data_dir",
+    R,
+    "tiny",
+    {"victim.dataset": "cifar10"},
+    ["--config.data_dir", "cifar10"],
+  ),
+  (
+    "data_dir_missing",
+    T,
+    "tiny",
+    {"victim.dataset": "mnist", "data_dir": "{d}/nowhere"},
+    ["--config.data_dir", "nowhere", "no such directory"],
+  ),
+  (
+    "mnist_truncated",
+    T,
+    "tiny",
+    {"victim.dataset": "mnist", "data_dir": "{d}/mnist", "victim.n_per_class": 1},
+    ["train-images-idx3-ubyte"],
+  ),
+  (
+    "cifar10_corrupt",
+    T,
+    "tiny",
+    {"victim.dataset": "cifar10", "data_dir": "{d}/cifar", "victim.n_per_class": 1},
+    ["data_batch_3.bin"],
+  ),
+  # checkpoints
+  (
+    "checkpoint_truncated",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/truncated.msgpack"},
+    ["truncated.msgpack", "truncated"],
+  ),
+  (
+    "checkpoint_random_bytes",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/random.msgpack"},
+    ["random.msgpack", "not a recognised checkpoint"],
+  ),
+  (
+    "checkpoint_missing",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/absent.msgpack"},
+    ["absent.msgpack", "not found"],
+  ),
+  ("checkpoint_nan", R, "tiny", {"checkpoint": "{d}/nan.msgpack"}, ["nan.msgpack", "NaN"]),
+  ("checkpoint_inf", R, "tiny", {"checkpoint": "{d}/inf.msgpack"}, ["inf.msgpack", "NaN/Inf"]),
+  (
+    "checkpoint_text_leaf",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/text.msgpack"},
+    ["text.msgpack", "not numeric"],
+  ),
+  (
+    "checkpoint_complex",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/complex.msgpack"},
+    ["complex.msgpack", "complex"],
+  ),
+  (
+    "checkpoint_all_zero",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/zeros.msgpack"},
+    ["zeros.msgpack", "every parameter is zero"],
+  ),
+  (
+    "checkpoint_meta_not_integer",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/meta_float.msgpack"},
+    ["meta_float.msgpack", "n_per_class", "3.5"],
+  ),
+  (
+    "checkpoint_meta_text",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/meta_text.msgpack"},
+    ["meta_text.msgpack", "epochs", "many"],
+  ),
+  (
+    "checkpoint_other_arch",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/other_arch.msgpack"},
+    ["other_arch.msgpack", "architecture mismatch"],
+  ),
+  (
+    "checkpoint_no_victim_meta",
+    R,
+    "tiny",
+    {"checkpoint": "{d}/no_meta.msgpack"},
+    ["no_meta.msgpack", "victim"],
+  ),
+  # ranges
+  ("lr_x_negative", R, "tiny", {"lr_x": "-0.1"}, ["--config.lr_x must be > 0"]),
+  ("lr_x_zero", R, "tiny", {"lr_x": "0"}, ["--config.lr_x must be > 0"]),
+  ("lr_x_garbage", R, "tiny", {"lr_x": "fast"}, ["--config.lr_x", "fast"]),
+  ("lr_x_nan", R, "tiny", {"lr_x": "nan"}, ["--config.lr_x", "finite", "nan"]),
+  ("lr_x_inf", R, "tiny", {"lr_x": "inf"}, ["--config.lr_x", "finite", "inf"]),
+  ("alpha_range_to_inf", R, "tiny", {"alpha": "0.1:inf"}, ["--config.alpha", "finite"]),
+  ("lam_min_range_nan", R, "tiny", {"lam_min": "nan:0.5"}, ["--config.lam_min", "finite"]),
+  ("sigma_x_beyond_float32", R, "tiny", {"sigma_x": "1e300"}, ["--config.sigma_x", "float32"]),
+  (
+    "refine_alpha_zero",
+    R,
+    "tiny",
+    {"refine_steps": 5, "refine_alpha": 0.0},
+    ["--config.refine_alpha"],
+  ),
+  (
+    "refine_alpha_nan",
+    R,
+    "tiny",
+    {"refine_steps": 5, "refine_alpha": float("nan")},
+    ["--config.refine_alpha", "nan"],
+  ),
+  (
+    "paper_sweep_with_lr_x",
+    R,
+    "paper",
+    {"lr_x": "0.1"},
+    ["--config.sweep=paper", "--config.lr_x", "replace"],
+  ),
+  # counts and sizes
+  ("steps_zero", R, "tiny", {"steps": 0}, ["--config.steps"]),
+  ("steps_negative", R, "tiny", {"steps": -5}, ["--config.steps", "-5"]),
+  ("refine_steps_negative", R, "tiny", {"refine_steps": -1}, ["--config.refine_steps"]),
+  ("num_restarts_zero", R, "tiny", {"num_restarts": 0}, ["--config.num_restarts"]),
+  (
+    "num_restarts_huge",
+    R,
+    "lfw",
+    {"num_restarts": 1_000_000},
+    ["--config.num_restarts=1000000", "GiB", "memory available on this machine"],
+  ),
+  (
+    "num_restarts_over_limit",
+    R,
+    "tiny",
+    {"num_restarts": 1_000_000, "max_memory_gb": 1.0},
+    ["--config.num_restarts=1000000", "8.6 GiB", "1.0 GiB max_memory_gb limit"],
+  ),
+  ("m_negative", R, "tiny", {"m": -4}, ["--config.m", "-4"]),
+  ("m_odd_binary", R, "tiny", {"m": 7}, ["--config.m", "even"]),
+  ("save_every_negative", R, "tiny", {"save_every": -1}, ["--config.save_every"]),
+  ("chunk_epochs_zero", T, "tiny", {"chunk_epochs": 0}, ["--config.chunk_epochs"]),
+  # the victim's recipe
+  ("victim_lr_zero", T, "tiny", {"victim.lr": 0.0}, ["--config.victim.lr must be"]),
+  ("victim_lr_zero_reconstruct", R, "tiny", {"victim.lr": 0.0}, ["--config.victim.lr must be"]),
+  ("epochs_negative", T, "tiny", {"victim.epochs": -1}, ["--config.victim.epochs"]),
+  (
+    "widths_not_integers",
+    T,
+    "tiny",
+    {"victim.widths": ("64,abc",)},
+    ["--config.victim.widths", "64,abc"],
+  ),
+  ("batch_size_negative", T, "tiny", {"victim.batch_size": -3}, ["--config.victim.batch_size"]),
+  ("batch_size_zero", R, "tiny", {"victim.batch_size": 0}, ["--config.victim.batch_size"]),
+  (
+    "weight_decay_negative",
+    T,
+    "tiny",
+    {"victim.weight_decay": -1.0},
+    ["--config.victim.weight_decay"],
+  ),
+  ("wd_negative", T, "tiny", {"victim.wd": -1.0, "victim.wd_epochs": 5}, ["--config.victim.wd "]),
+  ("momentum_one", T, "tiny", {"victim.momentum": 1.0}, ["--config.victim.momentum"]),
+  ("data_seed_negative", R, "tiny", {"victim.data_seed": -1}, ["--config.victim.data_seed"]),
+  ("seed_negative", R, "tiny", {"seed": -1}, ["--config.seed "]),
+  # the attack's settings
+  ("ssim_threshold_above_1", R, "tiny", {"ssim_threshold": 1.5}, ["--config.ssim_threshold"]),
+  ("ssim_threshold_zero", R, "tiny", {"ssim_threshold": 0.0}, ["--config.ssim_threshold"]),
+  (
+    "ssim_threshold_nan",
+    R,
+    "tiny",
+    {"ssim_threshold": float("nan")},
+    ["--config.ssim_threshold", "nan"],
+  ),
+  ("w_lam_negative", R, "tiny", {"w_lam": -1.0}, ["--config.w_lam"]),
+  ("w_prior_negative", R, "tiny", {"w_prior": -0.5}, ["--config.w_prior"]),
+  (
+    "multiclass_on_binary_victim",
+    R,
+    "tiny",
+    {"problem": "multiclass"},
+    ["--config.problem=multiclass", "loss=ce", "logistic"],
+  ),
+  (
+    "binary_on_ce_victim",
+    R,
+    "tiny",
+    {"problem": "binary", "victim.loss": "ce", "m": 20},
+    ["--config.problem=binary", "ce"],
+  ),
+  (
+    "m_not_multiple_of_classes",
+    R,
+    "tiny",
+    {"victim.loss": "ce", "m": 15},
+    ["--config.m=15", "10 classes"],
+  ),
+  (
+    "inversion_with_ce",
+    R,
+    "tiny",
+    {"attack": "inversion", "victim.loss": "ce"},
+    ["--config.attack=inversion", "binary"],
+  ),
 ]
 
 
-@pytest.mark.parametrize("case_id, binary, preset, settings, must", CASES,
-                         ids=[c[0] for c in CASES])
-def test_bad_setting_is_one_line_before_any_work(files, tmp_path, capsys, case_id, binary,
-                                                 preset, settings, must):
-  cfg = _config(binary, preset, {k: v.format(d=files) if isinstance(v, str) else v
-                                 for k, v in settings.items()})
+@pytest.mark.parametrize(
+  "case_id, binary, preset, settings, must", CASES, ids=[c[0] for c in CASES]
+)
+def test_bad_setting_is_one_line_before_any_work(
+  files, tmp_path, capsys, case_id, binary, preset, settings, must
+):
+  cfg = _config(
+    binary, preset, {k: v.format(d=files) if isinstance(v, str) else v for k, v in settings.items()}
+  )
   workdir = tmp_path / "out"
   line = _refused(capsys, lambda: binary.job(cfg, str(workdir)), cfg)
   for s in must:
@@ -329,23 +500,25 @@ def test_bad_setting_is_one_line_before_any_work(files, tmp_path, capsys, case_i
 
 
 def test_checkpoint_contradicting_a_victim_setting_names_both(files, tmp_path, capsys):
-  cfg = _config(R, "tiny", {"checkpoint": str(files / "victim.msgpack"),
-                            "victim.widths": (64, 64)})
-  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out"),
-                                        explicit={"victim.widths": (64, 64)}), cfg)
+  cfg = _config(R, "tiny", {"checkpoint": str(files / "victim.msgpack"), "victim.widths": (64, 64)})
+  line = _refused(
+    capsys, lambda: R.job(cfg, str(tmp_path / "out"), explicit={"victim.widths": (64, 64)}), cfg
+  )
   assert "--config.victim.widths" in line and "victim.msgpack" in line, line
 
 
 def test_paper_sweep_with_a_range_set_to_its_default_on_the_command_line(tmp_path, capsys):
   cfg = _config(R, "paper", {})
-  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out"),
-                                        explicit={"alpha": cfg.alpha}), cfg)
+  line = _refused(
+    capsys, lambda: R.job(cfg, str(tmp_path / "out"), explicit={"alpha": cfg.alpha}), cfg
+  )
   assert "--config.alpha" in line and "--config.sweep=random" in line, line
 
 
 def _tree_hash(folder):
-  return {p: hashlib.sha256((folder / p).read_bytes()).hexdigest()
-          for p in sorted(os.listdir(folder))}
+  return {
+    p: hashlib.sha256((folder / p).read_bytes()).hexdigest() for p in sorted(os.listdir(folder))
+  }
 
 
 @pytest.fixture
@@ -360,19 +533,26 @@ def float32_run(tmp_path):
   return work
 
 
-@pytest.mark.parametrize("mode, settings, must", [
+@pytest.mark.parametrize(
+  "mode, settings, must",
+  [
     ("resume", {"x64": True}, ["--resume", "differs", "x64"]),
     ("resume", {"victim.epochs": 401}, ["--resume", "victim.epochs"]),
     ("overwrite", {"optimizer": "rmsprop"}, ["--config.optimizer"]),
     ("overwrite", {"victim.lr": -1.0}, ["--config.victim.lr"]),
     ("plain", {}, ["not empty", "--overwrite"]),
-])
-def test_refused_resume_or_overwrite_leaves_the_workdir_byte_identical(float32_run, capsys,
-                                                                       mode, settings, must):
+  ],
+)
+def test_refused_resume_or_overwrite_leaves_the_workdir_byte_identical(
+  float32_run, capsys, mode, settings, must
+):
   before = _tree_hash(float32_run)
   cfg = _config(R, "tiny", settings)
-  line = _refused(capsys, lambda: R.job(cfg, str(float32_run), resume=mode == "resume",
-                                        overwrite=mode == "overwrite"), cfg)
+  line = _refused(
+    capsys,
+    lambda: R.job(cfg, str(float32_run), resume=mode == "resume", overwrite=mode == "overwrite"),
+    cfg,
+  )
   for s in must:
     assert s in line, (s, line)
   assert _tree_hash(float32_run) == before
@@ -381,8 +561,7 @@ def test_refused_resume_or_overwrite_leaves_the_workdir_byte_identical(float32_r
 def test_train_victim_refused_resume_leaves_the_workdir_byte_identical(tmp_path, capsys):
   work = tmp_path / "run"
   work.mkdir()
-  common.write_json(str(work), "config.json",
-                    {"config": _config(T, "tiny", {}), "environment": {}})
+  common.write_json(str(work), "config.json", {"config": _config(T, "tiny", {}), "environment": {}})
   (work / "train_state.msgpack").write_bytes(b"state")
   before = _tree_hash(work)
   cfg = _config(T, "tiny", {"x64": True})
@@ -423,8 +602,9 @@ def test_workdir_not_writable(tmp_path, capsys):
 def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   """``~`` in workdir, data_dir, checkpoint and foreign.data_mean is the user's home."""
   monkeypatch.setenv("HOME", str(files))
-  cfg = _config(T, "tiny", {"victim.dataset": "mnist", "data_dir": "~/mnist",
-                            "victim.n_per_class": 1})
+  cfg = _config(
+    T, "tiny", {"victim.dataset": "mnist", "data_dir": "~/mnist", "victim.n_per_class": 1}
+  )
   line = _refused(capsys, lambda: T.job(cfg, "~/home_run"), cfg)
   assert f"{files}/mnist/train-images-idx3-ubyte" in line, line
   assert (files / "home_run").is_dir()  # the workdir, created in HOME before the data read
@@ -446,8 +626,12 @@ def test_verbose_shows_the_traceback(capsys):
 
 # ----------------------------------------------------------------------------- failed runs
 
-UNTRAINED = {"victim.init": "normal", "victim.init_std": 0.003, "victim.first_layer_std": 1e-4,
-             "victim.epochs": 10}
+UNTRAINED = {
+  "victim.init": "normal",
+  "victim.init_std": 0.003,
+  "victim.first_layer_std": 1e-4,
+  "victim.epochs": 10,
+}
 
 
 def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_path, capsys):
@@ -490,16 +674,30 @@ def test_victim_training_that_diverges_names_the_learning_rate(tmp_path, capsys)
 
 # ----------------------------------------------------------------------------- command line
 
+
 def _error_lines(err):
   return [line for line in err.strip().splitlines() if line.startswith("error:")]
 
 
-@pytest.mark.parametrize("name, must", [
-    ("help_reconstruct", ["num_restarts = 16", "victim.lr = 0.05", "tiny", "paper",
-                          "--config.NAME=VALUE", "--workdir", "--resume"]),
+@pytest.mark.parametrize(
+  "name, must",
+  [
+    (
+      "help_reconstruct",
+      [
+        "num_restarts = 16",
+        "victim.lr = 0.05",
+        "tiny",
+        "paper",
+        "--config.NAME=VALUE",
+        "--workdir",
+        "--resume",
+      ],
+    ),
     ("help_train_victim", ["victim.epochs = 10000", "chunk_epochs = 2000", "digits", "tiny"]),
     ("help_toy_2d", ["n_train = 20", "lam_filter_frac = 0.1", "quick", "small"]),
-])
+  ],
+)
 def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
   code, out, err, _ = procs(name)
   assert code == 0, err[-2000:]
@@ -508,11 +706,16 @@ def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
   assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("name, must", [
+@pytest.mark.parametrize(
+  "name, must",
+  [
     ("flag_not_an_int", ["--config.num_restarts=abc", "invalid literal"]),
-    ("flag_unknown_setting", ["--config.victim.widht", "no such setting",
-                              "did you mean --config.victim.widths"]),
-])
+    (
+      "flag_unknown_setting",
+      ["--config.victim.widht", "no such setting", "did you mean --config.victim.widths"],
+    ),
+  ],
+)
 def test_command_line_errors_are_one_line(procs, name, must):
   code, _, err, workdir = procs(name)
   assert code == 1 and "Traceback" not in err, err[-3000:]

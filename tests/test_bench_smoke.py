@@ -3,13 +3,14 @@
 In-process (``bench.main`` is what the command line runs).  Nothing about the
 timings is asserted: only that every section ran and wrote its records.
 """
+
 import json
 import math
 import os
 import sys
 
-import jax
 from absl import flags
+import jax
 from ml_collections import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -20,20 +21,35 @@ from benchmarks import bench, report  # noqa: E402
 
 # Keys every record of a bench must carry (BUILD.md and report.py read them).
 EXPECTED = {
-    "env": {"date", "jax", "backend", "device_kind", "dtypes", "timing"},
-    "matmul": {"dtype", "n", "gflops", "best_s"},
-    "kkt": {"dtype", "d", "h", "m", "R", "batching", "step_s", "steps_per_s",
-            "restart_steps_per_s", "gflops", "ceiling_gflops", "utilisation", "compile_s",
-            "utilisation_local", "utilisation_cpu", "util_target", "util_target_met"},
-    "batching": {"dtype", "batching", "R", "ratio", "restart_steps_per_s", "single_steps_per_s"},
-    "breakdown": {"step_s", "dots_alone_s", "non_dot_fraction", "xla_gflop", "formula_gflop",
-                  "dots"},
-    "train": {"name", "dtype", "widths", "epochs_per_s", "gflops"},
-    "bilevel": {"what", "net", "dtype"},
-    "memory": {"what", "dtype"},
-    "e2e": {"skipped"},
-    "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
-    "done": {"wall_s", "sections_s"},
+  "env": {"date", "jax", "backend", "device_kind", "dtypes", "timing"},
+  "matmul": {"dtype", "n", "gflops", "best_s"},
+  "kkt": {
+    "dtype",
+    "d",
+    "h",
+    "m",
+    "R",
+    "batching",
+    "step_s",
+    "steps_per_s",
+    "restart_steps_per_s",
+    "gflops",
+    "ceiling_gflops",
+    "utilisation",
+    "compile_s",
+    "utilisation_local",
+    "utilisation_cpu",
+    "util_target",
+    "util_target_met",
+  },
+  "batching": {"dtype", "batching", "R", "ratio", "restart_steps_per_s", "single_steps_per_s"},
+  "breakdown": {"step_s", "dots_alone_s", "non_dot_fraction", "xla_gflop", "formula_gflop", "dots"},
+  "train": {"name", "dtype", "widths", "epochs_per_s", "gflops"},
+  "bilevel": {"what", "net", "dtype"},
+  "memory": {"what", "dtype"},
+  "e2e": {"skipped"},
+  "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
+  "done": {"wall_s", "sections_s"},
 }
 
 
@@ -56,21 +72,38 @@ def test_quick_benchmark_runs_every_section_and_prints_json_records(tmp_path, ca
       assert not missing, (name, missing, r)
   kkt = by_bench["kkt"]
   assert {(r["R"], r["batching"]) for r in kkt} == {(1, "vmap"), (2, "vmap")}
-  assert all(isinstance(r[k], float) and math.isfinite(r[k])
-             for r in kkt for k in ("steps_per_s", "gflops", "utilisation"))
+  assert all(
+    isinstance(r[k], float) and math.isfinite(r[k])
+    for r in kkt
+    for k in ("steps_per_s", "gflops", "utilisation")
+  )
   assert by_bench["breakdown"][0]["dots"], "the compiled step has dots"
-  assert {r["what"] for r in by_bench["bilevel"]} == {"outer_step", "memory_vs_iters",
-                                                       "memory_growth"}
+  assert {r["what"] for r in by_bench["bilevel"]} == {
+    "outer_step",
+    "memory_vs_iters",
+    "memory_growth",
+  }
   assert all(r["grad_finite"] for r in by_bench["bilevel"] if r["what"] == "outer_step")
   assert {r["what"] for r in by_bench["memory"]} == {"analytic", "compiled", "per_restart"}
   growth = {r["diff"]: r["growth"] for r in by_bench["bilevel"] if r["what"] == "memory_growth"}
   assert growth["implicit"] <= growth["unrolled"]  # implicit differentiation stays flat
-  assert set(by_bench["done"][0]["sections_s"]) == {"kkt", "breakdown", "train", "bilevel",
-                                                    "memory", "e2e"}
+  assert set(by_bench["done"][0]["sections_s"]) == {
+    "kkt",
+    "breakdown",
+    "train",
+    "bilevel",
+    "memory",
+    "e2e",
+  }
   assert out.read_text().splitlines() == lines  # --out receives the same lines
   tables = report.report(report.load([out]))  # and report.py renders them
-  for title in ("**KKT step**", "**Restart batching**", "**Victim training**",
-                "**Bilevel outer step**", "**Memory per restart**"):
+  for title in (
+    "**KKT step**",
+    "**Restart batching**",
+    "**Victim training**",
+    "**Bilevel outer step**",
+    "**Memory per restart**",
+  ):
     assert title in tables, title
 
 
@@ -86,4 +119,6 @@ def test_end_to_end_command_uses_the_main_jobs_config_flags(tmp_path, monkeypatc
   assert fv.config.victim.dataset == "digits" and fv.config.num_restarts == 2  # preset tiny
   assert fv.config.use_cache is False
   assert {a.split("=")[0] for a in cmd[3:] if not a.startswith("--config")} == {
-      "--workdir", "--overwrite"}
+    "--workdir",
+    "--overwrite",
+  }

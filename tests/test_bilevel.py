@@ -1,4 +1,5 @@
 """Bilevel attack (Runkel et al. 2024) and its implicit differentiation, in float64."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,8 +7,9 @@ import pytest
 
 from recon_jax import implicit, loop
 from recon_jax.attacks.bilevel import bilevel_attack
-from recon_jax.losses import energy as make_energy, tree_sq_dist
 from recon_jax.inits import fixed
+from recon_jax.losses import energy as make_energy
+from recon_jax.losses import tree_sq_dist
 from recon_jax.models import Affine, OneHidden, init_params, make_apply_fn
 from recon_jax.types import Target
 
@@ -21,6 +23,8 @@ def _fast_compile():
   jax.config.update("jax_disable_most_optimizations", True)
   yield
   jax.config.update("jax_disable_most_optimizations", old)
+
+
 Y = jnp.array([1.0, -1.0, 1.0, -1.0])
 
 
@@ -34,8 +38,9 @@ def _data(seed=0):
 
 
 def _victim(apply_fn, p0, x, act=None, wd=WD):
-  params, gnorm = implicit.train_to_convergence(apply_fn, p0, x, Y, "logistic", wd,
-                                                tol=1e-12, maxiter=2000, act=act)
+  params, gnorm = implicit.train_to_convergence(
+    apply_fn, p0, x, Y, "logistic", wd, tol=1e-12, maxiter=2000, act=act
+  )
   assert gnorm < 1e-9
   return params
 
@@ -46,11 +51,14 @@ def _target(params):
 
 def _unrolled(energy, steps=3000, lr=0.5):
   """theta(x) by differentiating through plain GD steps (the unrolled reference)."""
+
   def solve(theta, x, y):
     def body(_, th):
       g = jax.grad(energy)(th, x, y)
       return jax.tree_util.tree_map(lambda a, b: a - lr * b, th, g)
+
     return jax.lax.fori_loop(0, steps, body, theta)
+
   return solve
 
 
@@ -90,7 +98,7 @@ def test_implicit_gradient_matches_fd_and_unrolled():
   qn = implicit.make_inner_solve(energy, hessian_solve="lbfgs", tol=1e-9, maxiter=500)
   g_qn = np.asarray(jax.grad(outer(lambda *a: qn(*a)[0]))(x))
   cos = float(np.vdot(g_qn, fd) / np.linalg.norm(g_qn) / np.linalg.norm(fd))
-  print(f'quasi-Newton rel err {_rel(g_qn, fd):.3g}, cosine {cos:.4f}')
+  print(f"quasi-Newton rel err {_rel(g_qn, fd):.3g}, cosine {cos:.4f}")
   assert _rel(g_qn, fd) < 0.5
   assert cos > 0.9
 
@@ -100,9 +108,16 @@ def test_affine_ground_truth_init_stays():
   x_train = _data(0)
   pstar = _victim(apply_fn, p0, x_train)
   attack = bilevel_attack(apply_fn, "logistic", wd=WD, inner_tol=1e-10)
-  res = loop.run(attack, fixed(np.asarray(x_train), N, jnp.float64),
-                 jax.random.split(jax.random.PRNGKey(0), 1), {"lr_x": jnp.array([1.0])},
-                 _target(pstar), num_steps=20, chunk_steps=20, log=False)
+  res = loop.run(
+    attack,
+    fixed(np.asarray(x_train), N, jnp.float64),
+    jax.random.split(jax.random.PRNGKey(0), 1),
+    {"lr_x": jnp.array([1.0])},
+    _target(pstar),
+    num_steps=20,
+    chunk_steps=20,
+    log=False,
+  )
   last = res.history[-1]
   assert last["param_dist"][0] < 1e-16
   assert last["inner_grad_norm"][0] < 1e-9
@@ -119,14 +134,23 @@ def test_one_hidden_softplus_decreases_upper_loss():
   pstar = _victim(apply_fn, p0, x_train, act=jax.nn.softplus, wd=wd)
   assert float(tree_sq_dist(pstar, jax.tree_util.tree_map(jnp.zeros_like, pstar))) > 1.0
   x0 = np.asarray(x_train) + 0.2 * np.asarray(jax.random.normal(jax.random.PRNGKey(3), (N, D)))
-  attack = bilevel_attack(apply_fn, "logistic", wd=wd, act="softplus", inner_tol=1e-9,
-                          optimizer="adam")
-  res = loop.run(attack, fixed(x0, N, jnp.float64), jax.random.split(jax.random.PRNGKey(0), 1),
-                 {"lr_x": jnp.array([0.03])}, _target(pstar), num_steps=60, chunk_steps=20,
-                 log=False)
+  attack = bilevel_attack(
+    apply_fn, "logistic", wd=wd, act="softplus", inner_tol=1e-9, optimizer="adam"
+  )
+  res = loop.run(
+    attack,
+    fixed(x0, N, jnp.float64),
+    jax.random.split(jax.random.PRNGKey(0), 1),
+    {"lr_x": jnp.array([0.03])},
+    _target(pstar),
+    num_steps=60,
+    chunk_steps=20,
+    log=False,
+  )
   last = res.history[-1]
-  theta_x0, _ = implicit.train_to_convergence(apply_fn, pstar, x0, Y, "logistic", wd,
-                                              tol=1e-12, act=jax.nn.softplus)
+  theta_x0, _ = implicit.train_to_convergence(
+    apply_fn, pstar, x0, Y, "logistic", wd, tol=1e-12, act=jax.nn.softplus
+  )
   loss0 = float(tree_sq_dist(theta_x0, pstar))  # the upper loss at the initial x
   assert float(last["loss"][0]) < 0.02 * loss0  # measured ~0.004 * loss0
   assert float(last["inner_grad_norm"][0]) < 1e-7  # the smooth inner problem converges
@@ -137,10 +161,16 @@ def test_unconverged_inner_is_reported_and_zero_wd_refused():
   apply_fn, p0 = _affine()
   x_train = _data(0)
   pstar = _victim(apply_fn, p0, x_train)
-  attack = bilevel_attack(apply_fn, "logistic", wd=WD, inner_maxiter=1, theta0="gaussian",
-                          warm_start=False, inner_tol=1e-10)
-  state = attack.init(jax.random.PRNGKey(0), {"lr_x": jnp.array(0.1)}, _target(pstar),
-                      _data(7))
+  attack = bilevel_attack(
+    apply_fn,
+    "logistic",
+    wd=WD,
+    inner_maxiter=1,
+    theta0="gaussian",
+    warm_start=False,
+    inner_tol=1e-10,
+  )
+  state = attack.init(jax.random.PRNGKey(0), {"lr_x": jnp.array(0.1)}, _target(pstar), _data(7))
   _, metrics = attack.step(state, {"lr_x": jnp.array(0.1)}, _target(pstar))
   assert float(metrics["inner_grad_norm"]) > 1e-6  # not converged, and says so
   assert float(metrics["inner_iters"]) == 1
@@ -160,9 +190,15 @@ def test_vmap_and_map_batching_agree():
 
   keys = jax.random.split(jax.random.PRNGKey(4), 3)
   hp = {"lr_x": jnp.array([0.5, 1.0, 2.0])}
-  out = {b: loop.run(attack, x_init, keys, hp, _target(pstar), num_steps=5, chunk_steps=5,
-                     batching=b, log=False) for b in ("vmap", "map")}
-  np.testing.assert_allclose(out["vmap"].state.inner.x, out["map"].state.inner.x,
-                             rtol=1e-7, atol=1e-9)
-  np.testing.assert_allclose(out["vmap"].history[-1]["loss"], out["map"].history[-1]["loss"],
-                             rtol=1e-7, atol=1e-12)
+  out = {
+    b: loop.run(
+      attack, x_init, keys, hp, _target(pstar), num_steps=5, chunk_steps=5, batching=b, log=False
+    )
+    for b in ("vmap", "map")
+  }
+  np.testing.assert_allclose(
+    out["vmap"].state.inner.x, out["map"].state.inner.x, rtol=1e-7, atol=1e-9
+  )
+  np.testing.assert_allclose(
+    out["vmap"].history[-1]["loss"], out["map"].history[-1]["loss"], rtol=1e-7, atol=1e-12
+  )

@@ -3,29 +3,40 @@
 import json
 import os
 
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import serialization
 
 from recon_jax import checkpoint, data, models, victim
 
 
 def _params(dtype=np.float64, seed=0):
   rng = np.random.default_rng(seed)
-  return {"params": {"layer_0": {"kernel": rng.normal(size=(3, 4)).astype(dtype),
-                  "bias": rng.normal(size=(4,)).astype(dtype)},
-            "layer_1": {"kernel": rng.normal(size=(4, 1)).astype(dtype)}}}
+  return {
+    "params": {
+      "layer_0": {
+        "kernel": rng.normal(size=(3, 4)).astype(dtype),
+        "bias": rng.normal(size=(4,)).astype(dtype),
+      },
+      "layer_1": {"kernel": rng.normal(size=(4, 1)).astype(dtype)},
+    }
+  }
 
 
-META = {"victim": {"arch": "mlp", "widths": [4]}, "train_idx": [3, 1, 2], "note": "é",
-    "summary": {"loss": 0.25, "margins": [1.0, -0.5]}}
+META = {
+  "victim": {"arch": "mlp", "widths": [4]},
+  "train_idx": [3, 1, 2],
+  "note": "é",
+  "summary": {"loss": 0.25, "margins": [1.0, -0.5]},
+}
 
 
 def _flat(tree):
-  return {jax.tree_util.keystr(p): np.asarray(v)
-      for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+  return {
+    jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_leaves_with_path(tree)
+  }
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -64,11 +75,16 @@ def test_truncated_file_is_rejected(tmp_path):
       checkpoint.load(str(bad))
 
 
-@pytest.mark.parametrize("content", [
-  b"", bytes(np.random.default_rng(0).integers(0, 256, 200, dtype=np.uint8)),
-  json.dumps({"params": [1, 2], "meta": "{}"}).encode(), b"7",
-  serialization.msgpack_serialize({"params": {"w": np.ones(2)}, "meta": "{}"}),
-])
+@pytest.mark.parametrize(
+  "content",
+  [
+    b"",
+    bytes(np.random.default_rng(0).integers(0, 256, 200, dtype=np.uint8)),
+    json.dumps({"params": [1, 2], "meta": "{}"}).encode(),
+    b"7",
+    serialization.msgpack_serialize({"params": {"w": np.ones(2)}, "meta": "{}"}),
+  ],
+)
 def test_not_a_checkpoint_is_rejected(tmp_path, content):
   path = tmp_path / "x.msgpack"
   path.write_bytes(content)
@@ -83,12 +99,16 @@ def test_missing_file(tmp_path):
 
 def test_corrupt_meta_and_empty_params(tmp_path):
   path = tmp_path / "a.msgpack"
-  path.write_bytes(serialization.msgpack_serialize(
-    {"format": checkpoint.FORMAT, "params": _params(), "meta": "{not json"}))
+  path.write_bytes(
+    serialization.msgpack_serialize(
+      {"format": checkpoint.FORMAT, "params": _params(), "meta": "{not json"}
+    )
+  )
   with pytest.raises(checkpoint.CheckpointError, match="metadata"):
     checkpoint.load(str(path))
-  path.write_bytes(serialization.msgpack_serialize(
-    {"format": checkpoint.FORMAT, "params": {}, "meta": "{}"}))
+  path.write_bytes(
+    serialization.msgpack_serialize({"format": checkpoint.FORMAT, "params": {}, "meta": "{}"})
+  )
   with pytest.raises(checkpoint.CheckpointError, match="no parameters"):
     checkpoint.load(str(path))
 
@@ -108,8 +128,9 @@ def test_check_matches_names_the_leaf():
   checkpoint.check_matches(_params(seed=1), template)  # same structure: no error
   wrong_shape = _params()
   wrong_shape["params"]["layer_1"]["kernel"] = np.zeros((5, 1))
-  with pytest.raises(checkpoint.CheckpointError,
-            match=r"layer_1'\]\['kernel'\].*\(5, 1\).*\(4, 1\)"):
+  with pytest.raises(
+    checkpoint.CheckpointError, match=r"layer_1'\]\['kernel'\].*\(5, 1\).*\(4, 1\)"
+  ):
     checkpoint.check_matches(wrong_shape, template, "ck")
   missing = _params()
   del missing["params"]["layer_0"]["bias"]
@@ -127,8 +148,9 @@ def test_atomic_write_leaves_no_temp_files(tmp_path):
   checkpoint.save(path, _params(seed=1), META)  # overwrite
   assert os.listdir(tmp_path) == ["ck.msgpack"]
   got, _ = checkpoint.load(path)
-  np.testing.assert_array_equal(got["params"]["layer_1"]["kernel"],
-                 _params(seed=1)["params"]["layer_1"]["kernel"])
+  np.testing.assert_array_equal(
+    got["params"]["layer_1"]["kernel"], _params(seed=1)["params"]["layer_1"]["kernel"]
+  )
 
 
 def test_failed_write_keeps_old_file_and_cleans_up(tmp_path, monkeypatch):
@@ -149,7 +171,7 @@ def test_failed_write_keeps_old_file_and_cleans_up(tmp_path, monkeypatch):
 
 def test_atomic_write_text(tmp_path):
   path = str(tmp_path / "a.json")
-  checkpoint.atomic_write_text(path, "{\"a\": 1}")
+  checkpoint.atomic_write_text(path, '{"a": 1}')
   assert json.loads((tmp_path / "a.json").read_text(encoding="utf-8")) == {"a": 1}
   assert os.listdir(tmp_path) == ["a.json"]
 
@@ -162,16 +184,33 @@ def _toy_dataset(n=6, d=3, seed=0):
   x = rng.normal(size=(n, d)).astype(np.float32)
   y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)
   empty = np.zeros((0, d), np.float32)
-  return data.Dataset(x_train=x, y_train=y, x_test=empty, y_test=np.zeros((0,), np.float32),
-            x_part=empty, y_part=np.zeros((0,), np.float32),
-            mean=np.zeros((d,), np.float32), train_idx=np.arange(n) * 7,
-            name="toy", task="binary", num_classes=2,
-            value_range=(-np.inf, np.inf))
+  return data.Dataset(
+    x_train=x,
+    y_train=y,
+    x_test=empty,
+    y_test=np.zeros((0,), np.float32),
+    x_part=empty,
+    y_part=np.zeros((0,), np.float32),
+    mean=np.zeros((d,), np.float32),
+    train_idx=np.arange(n) * 7,
+    name="toy",
+    task="binary",
+    num_classes=2,
+    value_range=(-np.inf, np.inf),
+  )
 
 
 def _victim_cfg(**kw):
-  base = dict(dataset="toy", widths=(4,), init="normal", init_std=0.5, first_layer_std=0.5,
-        lr=0.05, epochs=20, subtract_mean=False)
+  base = dict(
+    dataset="toy",
+    widths=(4,),
+    init="normal",
+    init_std=0.5,
+    first_layer_std=0.5,
+    lr=0.05,
+    epochs=20,
+    subtract_mean=False,
+  )
   base.update(kw)
   return victim.VictimConfig(**base)
 
@@ -195,8 +234,9 @@ def test_victim_load_with_other_architecture_fails(tmp_path):
   params = models.init_params(module, jax.random.PRNGKey(0), (3,))
   path = str(tmp_path / "v.msgpack")
   victim.save(path, cfg, ds, params, {"loss": 0.0})
-  with pytest.raises(checkpoint.CheckpointError,
-            match=r"mismatch at \['params'\]\['layer_0'\].*\(4,\).*\(5,\)"):
+  with pytest.raises(
+    checkpoint.CheckpointError, match=r"mismatch at \['params'\]\['layer_0'\].*\(4,\).*\(5,\)"
+  ):
     victim.load(path, _victim_cfg(widths=(5,)), ds)
   with pytest.raises(checkpoint.CheckpointError, match="layer_2"):
     victim.load(path, _victim_cfg(widths=(4, 4)), ds)

@@ -30,8 +30,12 @@ def _mlp(out_dim=1, widths=(6,), d=4, seed=0, std=0.5):
   module = models.build_model("mlp", out_dim=out_dim, widths=widths, bias="none")
   rng = np.random.default_rng(seed)
   sizes = (d, *widths, out_dim)
-  params = {"params": {f"layer_{i}": {"kernel": jnp.asarray(std * rng.normal(size=(a, b)))}
-                       for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))}}
+  params = {
+    "params": {
+      f"layer_{i}": {"kernel": jnp.asarray(std * rng.normal(size=(a, b)))}
+      for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))
+    }
+  }
   return models.make_apply_fn(module), params
 
 
@@ -54,23 +58,41 @@ def test_jacobian_rows_are_margin_gradients():
   rng = np.random.default_rng(0)
   x, w = rng.normal(size=(5, 4)), rng.normal(size=(4, 1))
   y = np.array([1.0, -1.0, 1.0, 1.0, -1.0])
-  j = JAC(linear_apply, "binary", {"params": {"w": jnp.asarray(w)}}, jnp.asarray(x),
-          jnp.asarray(y), None)
+  j = JAC(
+    linear_apply, "binary", {"params": {"w": jnp.asarray(w)}}, jnp.asarray(x), jnp.asarray(y), None
+  )
   np.testing.assert_allclose(np.asarray(j), y[:, None] * x, rtol=1e-14)
   # 'general' with C outputs: row i*C + c is grad_W Phi_c(x_i) = x_i e_c^T, flattened.
   w3 = rng.normal(size=(4, 3))
-  j3 = np.asarray(JAC(linear_apply, "general", {"params": {"w": jnp.asarray(w3)}},
-                      jnp.asarray(x), jnp.zeros(5), None))
+  j3 = np.asarray(
+    JAC(
+      linear_apply,
+      "general",
+      {"params": {"w": jnp.asarray(w3)}},
+      jnp.asarray(x),
+      jnp.zeros(5),
+      None,
+    )
+  )
   want = np.stack([np.outer(x[i], np.eye(3)[c]).ravel() for i in range(5) for c in range(3)])
   np.testing.assert_allclose(j3, want, rtol=1e-14)
   # 'multiclass': grad_W (Phi_y - Phi_j*) = x_i (e_y - e_j*)^T, j* the runner-up.
   labels = np.array([0, 1, 2, 1, 0])
-  jm = np.asarray(JAC(linear_apply, "multiclass", {"params": {"w": jnp.asarray(w3)}},
-                      jnp.asarray(x), jnp.asarray(labels), None))
+  jm = np.asarray(
+    JAC(
+      linear_apply,
+      "multiclass",
+      {"params": {"w": jnp.asarray(w3)}},
+      jnp.asarray(x),
+      jnp.asarray(labels),
+      None,
+    )
+  )
   out = np.where(np.eye(3, dtype=bool)[labels], -np.inf, x @ w3)
   sign = np.eye(3)[labels] - np.eye(3)[np.argmax(out, axis=1)]
-  np.testing.assert_allclose(jm, np.stack([np.outer(x[i], sign[i]).ravel() for i in range(5)]),
-                             rtol=1e-14)
+  np.testing.assert_allclose(
+    jm, np.stack([np.outer(x[i], sign[i]).ravel() for i in range(5)]), rtol=1e-14
+  )
 
 
 def test_unconstrained_solve_matches_lstsq():
@@ -82,8 +104,9 @@ def test_unconstrained_solve_matches_lstsq():
 
   def jac_and_lam(xx):
     j = cf.margin_jacobian(apply_fn, "general", params, xx, jnp.zeros(m), act)
-    _, lam = cf.projection_residual(apply_fn, "general", params, xx, jnp.zeros(m), act,
-                                    ridge=0.0, num_outputs=2)
+    _, lam = cf.projection_residual(
+      apply_fn, "general", params, xx, jnp.zeros(m), act, ridge=0.0, num_outputs=2
+    )
     return j, lam
 
   j, lam = jax.jit(jac_and_lam)(x)
@@ -91,8 +114,9 @@ def test_unconstrained_solve_matches_lstsq():
   assert g.shape == (theta.size, 2 * m) and np.linalg.matrix_rank(g) == 2 * m
   want = np.linalg.lstsq(g, theta, rcond=None)[0]
   assert lam.shape == (m, 2)
-  np.testing.assert_allclose(np.asarray(lam).ravel(), want, rtol=1e-8,
-                             atol=1e-10 * np.max(np.abs(want)))
+  np.testing.assert_allclose(
+    np.asarray(lam).ravel(), want, rtol=1e-8, atol=1e-10 * np.max(np.abs(want))
+  )
 
 
 def _nnls_problem(seed, n=8, p=30, neg=0.5):
@@ -137,8 +161,9 @@ def test_ridge_shrinks_towards_zero():
     l1 = np.asarray(SOLVE(k, b, nonneg, 200, 1e-2))
     eps = 1e-2 * np.trace(g.T @ g) / g.shape[1]
     if not nonneg:
-      np.testing.assert_allclose(l1, np.linalg.solve(g.T @ g + eps * np.eye(8), g.T @ theta),
-                                 rtol=1e-10)
+      np.testing.assert_allclose(
+        l1, np.linalg.solve(g.T @ g + eps * np.eye(8), g.T @ theta), rtol=1e-10
+      )
     assert np.linalg.norm(l1) < np.linalg.norm(l0)
 
 
@@ -147,8 +172,12 @@ def test_ridge_shrinks_towards_zero():
 
 def _step(attack, x, params, labels, alpha=ALPHA, box=10.0):
   target = Target(params, labels, jnp.asarray(-box), jnp.asarray(box))
-  hp = {"lr_x": jnp.asarray(1.0), "alpha": jnp.asarray(alpha), "lr_lam": jnp.asarray(3.0),
-        "lam_min": jnp.asarray(0.5)}
+  hp = {
+    "lr_x": jnp.asarray(1.0),
+    "alpha": jnp.asarray(alpha),
+    "lr_lam": jnp.asarray(3.0),
+    "lam_min": jnp.asarray(0.5),
+  }
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   new, metrics = jax.jit(attack.step)(state, hp, target)
   return state, new, metrics
@@ -165,7 +194,7 @@ def test_loss_is_one_minus_projection_in_unconstrained_case():
   theta = _flat(params)
   q, _ = np.linalg.qr(g)  # orthonormal basis of span G (full column rank)
   assert np.linalg.matrix_rank(g) == g.shape[1] < theta.size
-  want = 1 - np.sum((q.T @ theta) ** 2) / np.sum(theta ** 2)
+  want = 1 - np.sum((q.T @ theta) ** 2) / np.sum(theta**2)
   assert 1e-3 < want < 1
   np.testing.assert_allclose(float(metrics["stat_rel"]), want, rtol=1e-9)
   np.testing.assert_allclose(float(metrics["loss"]), want, rtol=1e-9)
@@ -186,9 +215,12 @@ def test_gradient_matches_finite_differences_of_resolved_objective(problem, out_
   act = jax.nn.softplus  # smooth, so that finite differences see the same derivative
   kw = dict(iters=400, ridge=0.0, num_outputs=out_dim)
   # One compiled program: (L, lambda*) and dL/dx; the differences reuse its value.
-  value_and_grad = jax.jit(jax.value_and_grad(
+  value_and_grad = jax.jit(
+    jax.value_and_grad(
       lambda xx: cf.projection_residual(apply_fn, problem, params, xx, labels, act, **kw),
-      has_aux=True))
+      has_aux=True,
+    )
+  )
   (_, lam), grad = value_and_grad(x)
   if problem != "general":
     assert 0 < np.sum(np.asarray(lam) > 0) <= m
@@ -209,21 +241,23 @@ def test_step_moves_x_by_the_envelope_gradient():
   x = jnp.asarray(np.clip(np.random.default_rng(8).normal(size=(m, 4)), -1.9, 1.9))
   x = x.at[0, 0].set(2.5)
   labels = _labels("binary", m, None)
-  attack = cf.closed_form_attack(apply_fn, "binary", momentum=0.0, w_prior=3.0, ridge=0.0,
-                                 nnls_iters=300)
+  attack = cf.closed_form_attack(
+    apply_fn, "binary", momentum=0.0, w_prior=3.0, ridge=0.0, nnls_iters=300
+  )
   state, new, metrics = _step(attack, x, params, labels, box=2.0)
   act = functools.partial(models.surrogate_relu, alpha=ALPHA)
 
   def full(xx):
-    rel, lam = cf.projection_residual(apply_fn, "binary", params, xx, labels, act, iters=300,
-                                      ridge=0.0)
-    return rel + 3.0 * jnp.asarray(0.5 ** 2 / 4), lam  # plus the prior's value, constant here
+    rel, lam = cf.projection_residual(
+      apply_fn, "binary", params, xx, labels, act, iters=300, ridge=0.0
+    )
+    return rel + 3.0 * jnp.asarray(0.5**2 / 4), lam  # plus the prior's value, constant here
 
   (val, lam), g = jax.jit(jax.value_and_grad(full, has_aux=True))(x)
   g = g.at[0, 0].add(3.0 * 2 * 0.5 / 4)  # d/dx of 3 * (x - 2)^2 / d at x = 2.5
   np.testing.assert_allclose(np.asarray(x - new.x), np.asarray(g), rtol=1e-9, atol=1e-12)
   np.testing.assert_allclose(float(metrics["loss"]), float(val), rtol=1e-10)
-  np.testing.assert_allclose(float(metrics["prior"]), 0.5 ** 2 / 4, rtol=1e-12)
+  np.testing.assert_allclose(float(metrics["prior"]), 0.5**2 / 4, rtol=1e-12)
   np.testing.assert_allclose(np.asarray(new.lam), np.asarray(lam), rtol=1e-10, atol=1e-14)
   assert float(metrics["n_active"]) == np.sum(np.asarray(lam) > 0)
   np.testing.assert_array_equal(np.asarray(attack.candidates(new)[1]), np.asarray(new.lam))
@@ -235,8 +269,11 @@ def test_rescale_keeps_candidate_norms():
   labels = _labels("binary", 4, None)
   target = Target(params, labels, jnp.asarray(-1.0), jnp.asarray(1.0))
   keep = cf.closed_form_attack(apply_fn, "binary", rescale=True)
-  np.testing.assert_allclose(np.asarray(keep.init(None, {}, target, x).radius),
-                             np.linalg.norm(np.asarray(x), axis=1), rtol=1e-14)
+  np.testing.assert_allclose(
+    np.asarray(keep.init(None, {}, target, x).radius),
+    np.linalg.norm(np.asarray(x), axis=1),
+    rtol=1e-14,
+  )
   attack = cf.closed_form_attack(apply_fn, "binary", rescale=2.0, optimizer="adam")
   _, new, _ = _step(attack, x, params, labels)
   np.testing.assert_allclose(np.linalg.norm(np.asarray(new.x), axis=1), 2.0, rtol=1e-12)
@@ -245,17 +282,23 @@ def test_rescale_keeps_candidate_norms():
 
 
 def test_rejects_bad_options():
-  for kw, match in [(dict(problem="ranking"), "problem"), (dict(nnls_iters=-1), "nnls_iters"),
-                    (dict(ridge=-1e-3), "ridge"), (dict(rescale=0.0), "rescale"),
-                    (dict(rescale="yes"), "rescale"), (dict(num_outputs=0), "num_outputs"),
-                    (dict(optimizer="lbfgs"), "optimizer")]:
+  for kw, match in [
+    (dict(problem="ranking"), "problem"),
+    (dict(nnls_iters=-1), "nnls_iters"),
+    (dict(ridge=-1e-3), "ridge"),
+    (dict(rescale=0.0), "rescale"),
+    (dict(rescale="yes"), "rescale"),
+    (dict(num_outputs=0), "num_outputs"),
+    (dict(optimizer="lbfgs"), "optimizer"),
+  ]:
     with pytest.raises(ValueError, match=match):
       cf.closed_form_attack(linear_apply, **kw)
   attack = cf.closed_form_attack(linear_apply, "general", num_outputs=2)
   params = {"params": {"w": jnp.zeros((3, 3))}}
   with pytest.raises(ValueError, match="num_outputs"):
-    attack.init(jax.random.PRNGKey(0), {}, Target(params, jnp.zeros(2), -1.0, 1.0),
-                jnp.zeros((2, 3)))
+    attack.init(
+      jax.random.PRNGKey(0), {}, Target(params, jnp.zeros(2), -1.0, 1.0), jnp.zeros((2, 3))
+    )
 
 
 # ---------------------------------------------------------------- planted KKT point
@@ -290,16 +333,20 @@ def _planted(d=5, h=16, m=4, seed=0, iters=400):
 
   theta, fth = jax.jit(plant)(params)
   mu = float(losses.tree_dot(fth, theta))
-  assert mu > 0 and float(losses.tree_sq_dist(fth, jax.tree_util.tree_map(
-      lambda a: mu * a, theta))) < 1e-20 * mu ** 2
+  assert (
+    mu > 0
+    and float(losses.tree_sq_dist(fth, jax.tree_util.tree_map(lambda a: mu * a, theta)))
+    < 1e-20 * mu**2
+  )
   return apply_fn, theta, x, y, lam / mu
 
 
 def test_planted_point_has_zero_loss_and_the_planted_multipliers():
   apply_fn, theta, x, y, lam = _planted()
   act = functools.partial(models.surrogate_relu, alpha=ALPHA)
-  objective = jax.jit(lambda xx: cf.projection_residual(apply_fn, "binary", theta, xx, y, act,
-                                                        ridge=0.0))
+  objective = jax.jit(
+    lambda xx: cf.projection_residual(apply_fn, "binary", theta, xx, y, act, ridge=0.0)
+  )
   loss, lam_star = objective(x)
   assert float(loss) < 1e-20
   np.testing.assert_allclose(np.asarray(lam_star), np.asarray(lam), rtol=1e-8)
@@ -341,8 +388,9 @@ def test_attack_recovers_planted_random_features_data():
   keys = jax.random.split(jax.random.PRNGKey(0), r)
   res = loop.run(attack, perturbed, keys, hp, target, num_steps=300, chunk_steps=150, log=False)
   act = functools.partial(models.surrogate_relu, alpha=20.0)
-  objective = jax.jit(jax.vmap(lambda xx: cf.projection_residual(
-      rf_apply, "binary", theta, xx, y, act)[0]))
+  objective = jax.jit(
+    jax.vmap(lambda xx: cf.projection_residual(rf_apply, "binary", theta, xx, y, act)[0])
+  )
   before, at_planted = objective(x[None] + noise), objective(x[None])
   last = res.history[-1]["stat_rel"]
   assert not np.any(np.asarray(res.state.diverged))
@@ -356,4 +404,6 @@ def test_attack_recovers_planted_random_features_data():
   cos = np.sum(unit(np.asarray(res.state.inner.x)) * unit(np.asarray(x))[None], -1)
   cos0 = np.sum(unit(np.asarray(x[None] + noise)) * unit(np.asarray(x))[None], -1)
   assert np.all(cos > np.cos(np.radians(2.0))) and np.all(cos0 < np.cos(np.radians(4.0))), (
-      cos0, cos)
+    cos0,
+    cos,
+  )

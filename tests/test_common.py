@@ -1,4 +1,5 @@
 """experiments/common.py: error lines, exit codes, help text, flag checks, file modes."""
+
 import json
 import os
 import stat
@@ -19,34 +20,57 @@ def _line(e, cfg):
   return common.error_line(e, cfg)
 
 
-@pytest.mark.parametrize("error, want", [
+@pytest.mark.parametrize(
+  "error, want",
+  [
     # the library's name first: replaced by the setting's
     (ConfigError("lr_x must be > 0, got -0.1."), "error: --config.lr_x must be > 0, got -0.1."),
-    (ConfigError("lr must be a finite number > 0, got 0.0."),
-     "error: --config.victim.lr must be a finite number > 0, got 0.0."),
-    (ConfigError("m=15 must be a positive multiple of the 10 classes."),
-     "error: --config.m=15 must be a positive multiple of the 10 classes."),
-    (ConfigError("lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'."),
-     "error: --config.lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'."),
-    (ConfigError("victim.init must be one of ...", "victim.init"),
-     "error: --config.victim.init must be one of ..."),
-    (DataError("data_dir /x: no such directory", "data_dir"),
-     "error: --config.data_dir /x: no such directory"),
+    (
+      ConfigError("lr must be a finite number > 0, got 0.0."),
+      "error: --config.victim.lr must be a finite number > 0, got 0.0.",
+    ),
+    (
+      ConfigError("m=15 must be a positive multiple of the 10 classes."),
+      "error: --config.m=15 must be a positive multiple of the 10 classes.",
+    ),
+    (
+      ConfigError("lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'."),
+      "error: --config.lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'.",
+    ),
+    (
+      ConfigError("victim.init must be one of ...", "victim.init"),
+      "error: --config.victim.init must be one of ...",
+    ),
+    (
+      DataError("data_dir /x: no such directory", "data_dir"),
+      "error: --config.data_dir /x: no such directory",
+    ),
     # a name that is not the message's first word: put in front
-    (ConfigError("the range is empty", argument="alpha"),
-     "error: --config.alpha: the range is empty"),
+    (
+      ConfigError("the range is empty", argument="alpha"),
+      "error: --config.alpha: the range is empty",
+    ),
     # the shortest setting wins: seed is the job's, not the victim's
-    (ConfigError("seed must be an integer >= 0, got -1."),
-     "error: --config.seed must be an integer >= 0, got -1."),
-    (ConfigError("data_seed must be an integer >= 0", "victim.data_seed"),
-     "error: --config.victim.data_seed must be an integer >= 0"),
+    (
+      ConfigError("seed must be an integer >= 0, got -1."),
+      "error: --config.seed must be an integer >= 0, got -1.",
+    ),
+    (
+      ConfigError("data_seed must be an integer >= 0", "victim.data_seed"),
+      "error: --config.victim.data_seed must be an integer >= 0",
+    ),
     # no setting of that name: the message as it is (a file, a run)
-    (checkpoint.CheckpointError("/x/v.msgpack: checkpoint file not found."),
-     "error: /x/v.msgpack: checkpoint file not found."),
-    (TrainError("training diverged (non-finite loss) in steps 0-10"),
-     "error: training diverged (non-finite loss) in steps 0-10"),
+    (
+      checkpoint.CheckpointError("/x/v.msgpack: checkpoint file not found."),
+      "error: /x/v.msgpack: checkpoint file not found.",
+    ),
+    (
+      TrainError("training diverged (non-finite loss) in steps 0-10"),
+      "error: training diverged (non-finite loss) in steps 0-10",
+    ),
     (ConfigError(""), "error: ConfigError"),
-])
+  ],
+)
 def test_error_line_names_the_setting(error, want):
   assert _line(error, recon_configs.get_config("tiny")) == want
 
@@ -61,20 +85,26 @@ def test_error_line_without_a_config_or_with_something_else():
 def test_train_victim_config_maps_the_victim_names():
   cfg = victim_configs.get_config("tiny")
   assert _line(ConfigError("seed must be >= 0"), cfg) == (
-      "error: --config.victim.seed must be >= 0")
+    "error: --config.victim.seed must be >= 0"
+  )
   assert _line(ConfigError("epochs must be > 0"), cfg) == (
-      "error: --config.victim.epochs must be > 0")
+    "error: --config.victim.epochs must be > 0"
+  )
 
 
-@pytest.mark.parametrize("raised, code, start", [
+@pytest.mark.parametrize(
+  "raised, code, start",
+  [
     (ConfigError("steps must be > 0"), 1, "error: --config.steps must be > 0"),
     (common.UserError("--workdir x is not empty"), 1, "error: --workdir x is not empty"),
     (common.RunFailed("every restart diverged (2 of 2)"), 2, "error: every restart diverged"),
     (KeyboardInterrupt(), 130, "interrupted"),
-])
+  ],
+)
 def test_main_guard_exit_codes_and_one_line(capsys, raised, code, start):
   def fn():
     raise raised
+
   with pytest.raises(SystemExit) as e:
     common.main_guard(fn, recon_configs.get_config("tiny"))
   assert e.value.code == code
@@ -88,8 +118,12 @@ def test_main_guard_lets_bugs_through():
 
 
 def test_help_text_lists_every_setting_with_its_default_and_the_presets():
-  text = common.help_text("reconstruct", "lfw", argv=["prog", "--config=" + os.path.join(
-      common.CONFIG_DIR, "reconstruct.py:tiny")], doc="The binary.")
+  text = common.help_text(
+    "reconstruct",
+    "lfw",
+    argv=["prog", "--config=" + os.path.join(common.CONFIG_DIR, "reconstruct.py:tiny")],
+    doc="The binary.",
+  )
   assert text.startswith("The binary.")
   for preset in recon_configs.PRESETS:
     assert preset in text
@@ -100,14 +134,18 @@ def test_help_text_lists_every_setting_with_its_default_and_the_presets():
   assert "restarts R, batched in one compiled program" in text  # the config file's comment
   assert "victim.lr = 0.05" in text and "gradient-descent learning rate" in text
   assert "victim.msgpack, a PyTorch state dict" in text  # a comment continued on a second line
-  assert all(len(line) <= 100 for line in text.splitlines() if "usage" not in line
-             and "Presets" not in line), max(text.splitlines(), key=len)
+  assert all(
+    len(line) <= 100 for line in text.splitlines() if "usage" not in line and "Presets" not in line
+  ), max(text.splitlines(), key=len)
 
 
 def test_unknown_setting_and_preset_are_refused_with_a_hint():
   path = os.path.join(common.CONFIG_DIR, "reconstruct.py")
-  with pytest.raises(common.UserError, match=r"--config.stepz: no such setting; did you mean "
-                                             r"--config.steps"):
+  with pytest.raises(
+    common.UserError,
+    match=r"--config.stepz: no such setting; did you mean "
+    r"--config.steps",
+  ):
     common._check_overrides(["prog", "--config.stepz=3"], path, "tiny")
   common._check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
   with pytest.raises(common.UserError, match="unknown preset 'huge'; choose from lfw"):
@@ -118,8 +156,10 @@ def test_unknown_setting_and_preset_are_refused_with_a_hint():
 
 def test_flag_messages_are_one_clean_line():
   from absl import flags
-  e = flags.IllegalFlagValueError("flag --config.x64=maybe: ('Non-boolean argument to boolean "
-                                  "flag', 'maybe')")
+
+  e = flags.IllegalFlagValueError(
+    "flag --config.x64=maybe: ('Non-boolean argument to boolean flag', 'maybe')"
+  )
   assert common._flag_message(e) == "--config.x64=maybe: expected true or false"
 
 

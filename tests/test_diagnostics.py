@@ -1,9 +1,9 @@
 """Tests for recon_jax.diagnostics: the KKT oracle residual, the kink fraction, the float32 floor."""
+
 import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import diagnostics
-
 
 
 def linear_apply(p, x, act=None):
@@ -28,6 +28,7 @@ def test_kink_fraction_counts_units_whose_kink_is_on_a_training_point():
   params = {"params": {"layer_0": {"kernel": kernel, "bias": bias}}}
   assert diagnostics.kink_fraction(params, x) == 0.5
 
+
 def test_oracle_recovers_planted_binary_multipliers():
   x, y, lam = _linear_problem(m=4, d=8)
   params = {"params": {"w": jnp.asarray((x.T @ (lam * y))[:, None])}}  # paper eq. (6), no 1/m
@@ -45,7 +46,7 @@ def test_oracle_residual_positive_for_random_params():
   # unconstrained fit's.
   v = (x * y[:, None]).T
   sol, *_ = np.linalg.lstsq(v, w[:, 0], rcond=None)
-  floor = np.sum((w[:, 0] - v @ sol) ** 2) / np.sum(w ** 2)
+  floor = np.sum((w[:, 0] - v @ sol) ** 2) / np.sum(w**2)
   assert res["residual_rel"] >= floor - 1e-12
   assert res["residual_rel"] > 0.05
   assert np.all(res["lam"] >= 0)
@@ -63,12 +64,11 @@ def test_oracle_general_recovers_multipliers():
   np.testing.assert_allclose(res["lam"], lam, rtol=1e-9)
 
 
-
 def test_float32_floor_warning():
   stalled = [{"loss": np.array([1e-3, 2.0]), "stat_rel": np.array([1e-7, 1.0])}] * 4
   assert "float32" in diagnostics.float32_floor_warning(stalled, np.float32)
   assert diagnostics.float32_floor_warning(stalled, np.float64) is None
-  moving = [{"loss": np.array([1e-3 * 0.9 ** i])} for i in range(4)]
+  moving = [{"loss": np.array([1e-3 * 0.9**i])} for i in range(4)]
   assert diagnostics.float32_floor_warning(moving, np.float32) is None
   assert diagnostics.float32_floor_warning(stalled[:1], np.float32) is None
   # Stuck far from stationarity (lambda collapsed to 0): not a precision problem.

@@ -1,4 +1,5 @@
 """The efficacy harness: aggregation by hand, and a tiny configuration over 2 draws end to end."""
+
 import json
 
 import numpy as np
@@ -60,7 +61,8 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
     agg = out["variants"][v]
     assert agg["strict_pooled"]["per_draw"] == [m["recovered_strict"] for m in per]
     assert agg["strict_selected"]["per_draw"] == [
-        m["selection"]["best_by_loss_recovered_strict"] for m in per]
+      m["selection"]["best_by_loss_recovered_strict"] for m in per
+    ]
     want = efficacy.interval([m["n_ssim_gt_0.4"] for m in per])
     assert agg["ssim_gt_0.4"] == want
   assert json.loads((tmp_path / "m4n" / "draw_3" / "metrics.json").read_text())["m"] == 24
@@ -78,12 +80,15 @@ def test_unknown_variant_is_refused(tmp_path):
 
 
 def test_known_init_reference_is_theta_star_minus_theta0():
-  from recon_jax import data, models, victim
   import jax
+
+  from recon_jax import data, models, victim
+
   vcfg = victim.VictimConfig(dataset="digits", n_per_class=2, widths=(8, 8), epochs=5)
   ds = data.load_dataset("digits", n_per_class=2)
   module, _ = victim.build(vcfg, ds)
-  theta0 = models.init_params(module, jax.random.PRNGKey(vcfg.seed), ds.x_train.shape[1:],
-                              np.float64)
+  theta0 = models.init_params(
+    module, jax.random.PRNGKey(vcfg.seed), ds.x_train.shape[1:], np.float64
+  )
   ref = pipeline.known_init_reference(vcfg, ds, theta0)
   assert all(float(np.abs(a).max()) == 0 for a in jax.tree_util.tree_leaves(ref))

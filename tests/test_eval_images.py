@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from recon_jax.eval import images as M
 from recon_jax import plotting as P
+from recon_jax.eval import images as M
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
 
@@ -23,7 +23,7 @@ def smooth_images(rng, n, h=H, c=1):
   low = rng.uniform(size=(n, h // 3, h // 3, c))
   x = np.kron(low, np.ones((1, 3, 3, 1)))
   p = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge")
-  return sum(p[:, i:i + h, j:j + h] for i in range(3) for j in range(3)) / 9.0
+  return sum(p[:, i : i + h, j : j + h] for i in range(3) for j in range(3)) / 9.0
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_ssim_matrix_matches_pairwise(rng):
   mat = np.asarray(M.ssim_matrix(a, b))
   assert mat.shape == (3, 4)
   for i in range(3):
-    pair = np.asarray(M.ssim(np.repeat(a[i:i + 1], 4, axis=0), b))
+    pair = np.asarray(M.ssim(np.repeat(a[i : i + 1], 4, axis=0), b))
     np.testing.assert_allclose(mat[i], pair, atol=1e-10)
   assert M.ssim_matrix(a, b[:0]).shape == (3, 0)
 
@@ -142,8 +142,15 @@ def test_evaluate_exact_train_copies(rng):
   assert res.mean_ssim_top10 == pytest.approx(res.ssim.mean())  # k capped at n
   d = res.to_dict()
   json.dumps(d, allow_nan=False)
-  for key in ("recovered_strict", "n_ssim_gt_0.4", "n_ssim_gt_0.5", "n_ssim_gt_0.6",
-        "mean_ssim_top10", "mean_ssim_top45", "n_train"):
+  for key in (
+    "recovered_strict",
+    "n_ssim_gt_0.4",
+    "n_ssim_gt_0.5",
+    "n_ssim_gt_0.6",
+    "mean_ssim_top10",
+    "mean_ssim_top45",
+    "n_train",
+  ):
     assert key in d
   assert d["recovered_strict"] == 3
 
@@ -160,8 +167,7 @@ def test_evaluate_heldout_copies_not_strict(rng):
   np.testing.assert_array_equal(res.nearest_heldout_idx, np.arange(5))
   np.testing.assert_allclose(res.ssim_heldout_max, 1.0, atol=1e-6)
   # Excluding the copies from the reference set changes the verdict.
-  ex = M.evaluate(heldout.copy(), train, heldout, ssim_threshold=0.8,
-          heldout_exclude=[0, 1, 2])
+  ex = M.evaluate(heldout.copy(), train, heldout, ssim_threshold=0.8, heldout_exclude=[0, 1, 2])
   assert not set(ex.nearest_heldout_idx.tolist()) & {0, 1, 2}
   assert ex.n_heldout_ref == 2
   assert ex.recovered_strict == 3
@@ -223,7 +229,7 @@ def test_points_recovered():
 
 def test_spearman():
   x = np.arange(10.0)
-  assert M.spearman(x, x ** 3) == pytest.approx(1.0)
+  assert M.spearman(x, x**3) == pytest.approx(1.0)
   assert M.spearman(x, -x) == pytest.approx(-1.0)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
@@ -243,8 +249,13 @@ def _png_shape(path):
 def test_image_grid_wraps(tmp_path, rng):
   imgs = rng.uniform(size=(45, 8, 8, 1))
   wrapped = tmp_path / "grid45.png"
-  P.image_grid(wrapped, [imgs, imgs, imgs], row_labels=["a", "b", "c"],
-         col_titles=[f"{i}" for i in range(45)], title="wrap")
+  P.image_grid(
+    wrapped,
+    [imgs, imgs, imgs],
+    row_labels=["a", "b", "c"],
+    col_titles=[f"{i}" for i in range(45)],
+    title="wrap",
+  )
   h, w = _png_shape(wrapped)[:2]
   # 3 blocks x 3 rows by 15 columns: far taller than one 3 x 45 strip would be.
   assert h > 0.4 * w
@@ -259,25 +270,34 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
   heldout = smooth_images(rng, 6)
   cands = np.concatenate([train[[0, 2]], rng.uniform(size=(3, H, H, 1))])
   res = M.evaluate(cands, train, heldout, ssim_threshold=0.8)
-  P.reconstruction_figure(tmp_path / "sub" / "rec.png", res, M.stretch(train),
-              M.stretch(heldout), k=45)
+  P.reconstruction_figure(
+    tmp_path / "sub" / "rec.png", res, M.stretch(train), M.stretch(heldout), k=45
+  )
   _png_shape(tmp_path / "sub" / "rec.png")
   margins = rng.uniform(size=5)
-  P.ssim_vs_margin(tmp_path / "svm.png", margins, res.ssim, (0.4, 0.8),
-           res.recovered_strict_mask)
+  P.ssim_vs_margin(tmp_path / "svm.png", margins, res.ssim, (0.4, 0.8), res.recovered_strict_mask)
   P.ssim_vs_margin(tmp_path / "svm2.png", margins, res.ssim)
   xs = np.linspace(-1, 1, 20)
   field = (xs, xs, np.add.outer(xs, xs))
   train2 = rng.normal(size=(6, 2))
   labels = np.array([1, -1] * 3)
-  P.points_2d_panels(tmp_path / "pts.png", [
-    {"title": "data", "train": train2, "train_labels": labels, "field": field},
-    {"title": "result", "points": rng.normal(size=(10, 2)), "labels": np.ones(10),
-     "train": train2, "train_labels": labels},
-    {"title": "colours", "points": rng.normal(size=(2, 2)), "colors": ["r", "g"]},
-  ])
-  P.heatmap(tmp_path / "hm.png", np.array([[0.1, np.nan], [0.5, 0.9]]), ["a", "b"],
-       [1, 2], "x", "y", "t")
+  P.points_2d_panels(
+    tmp_path / "pts.png",
+    [
+      {"title": "data", "train": train2, "train_labels": labels, "field": field},
+      {
+        "title": "result",
+        "points": rng.normal(size=(10, 2)),
+        "labels": np.ones(10),
+        "train": train2,
+        "train_labels": labels,
+      },
+      {"title": "colours", "points": rng.normal(size=(2, 2)), "colors": ["r", "g"]},
+    ],
+  )
+  P.heatmap(
+    tmp_path / "hm.png", np.array([[0.1, np.nan], [0.5, 0.9]]), ["a", "b"], [1, 2], "x", "y", "t"
+  )
   P.line_plot(tmp_path / "lp.png", [1, 2, 3], {"u": [1, 2, 3], "v": [3, 2, 1]}, "x", "y", "t")
   for name in ("svm.png", "svm2.png", "pts.png", "hm.png", "lp.png"):
     _png_shape(tmp_path / name)

@@ -1,8 +1,10 @@
 """Property tests (hypothesis) of recon_jax.eval.images on small 8x8x1 images."""
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-from hypothesis.extra import numpy as hnp
 
 from recon_jax.eval import images as metrics
 
@@ -11,8 +13,9 @@ TOL = 1e-6  # tests run with x64 on, so float64 arithmetic
 
 unit = st.floats(0.0, 1.0, allow_nan=False, allow_infinity=False, width=64)
 images = hnp.arrays(np.float64, (2, 8, 8, 1), elements=unit)
-wide = hnp.arrays(np.float64, (2, 8, 8, 1),
-                  elements=st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False))
+wide = hnp.arrays(
+  np.float64, (2, 8, 8, 1), elements=st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
+)
 
 
 @SETTINGS
@@ -49,8 +52,7 @@ def test_ncc_invariant_to_positive_affine_intensity(a, b, scale, shift):
   if np.any(flat.std(axis=1) < 1e-3 * (1 + np.abs(flat).max())):
     return
   base = np.asarray(metrics.ncc_matrix(a, b))
-  np.testing.assert_allclose(np.asarray(metrics.ncc_matrix(scale * a + shift, b)), base,
-                             atol=1e-6)
+  np.testing.assert_allclose(np.asarray(metrics.ncc_matrix(scale * a + shift, b)), base, atol=1e-6)
   np.testing.assert_allclose(np.asarray(metrics.ncc_matrix(a, a)).diagonal(), 1.0, atol=TOL)
 
 

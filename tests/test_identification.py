@@ -1,4 +1,5 @@
 """Which reconstructions are real: the candidate-level truth and the attacker-score report."""
+
 import functools
 import json
 
@@ -24,13 +25,15 @@ def _digits():
 def test_candidate_truth_planted():
   ds, train, held = _digits()
   rng = np.random.default_rng(0)
-  cands = np.stack([
-      train[2],                                    # a copy: real, matches image 2
-      0.5 * train[4] + 0.2,                        # contrast and brightness changed: real
-      held[7],                                     # a digit never trained on: not real
-      rng.uniform(size=train.shape[1:]),           # noise: not real
-      np.full(train.shape[1:], 0.5),               # constant: not real
-  ]).astype(np.float32)
+  cands = np.stack(
+    [
+      train[2],  # a copy: real, matches image 2
+      0.5 * train[4] + 0.2,  # contrast and brightness changed: real
+      held[7],  # a digit never trained on: not real
+      rng.uniform(size=train.shape[1:]),  # noise: not real
+      np.full(train.shape[1:], 0.5),  # constant: not real
+    ]
+  ).astype(np.float32)
   truth = ident.candidate_truth(cands, train, held, 0.8)
   np.testing.assert_array_equal(truth.real, [True, True, False, False, False])
   assert truth.train_idx[0] == 2 and truth.train_idx[1] == 4
@@ -48,15 +51,22 @@ def test_candidate_truth_planted():
   assert empty.real.shape == (0,) and empty.real.dtype == bool
 
 
-@pytest.mark.parametrize("args, argument", [
+@pytest.mark.parametrize(
+  "args, argument",
+  [
     (dict(cands_pixel=np.zeros((2, 8, 8))), "cands_pixel"),
     (dict(cands_pixel=np.zeros((2, 7, 8, 1))), "cands_pixel"),
     (dict(ssim_threshold=1.5), "ssim_threshold"),
     (dict(x_heldout_pixel=np.zeros((3, 4, 4, 1))), "x_heldout_pixel"),
-])
+  ],
+)
 def test_candidate_truth_bad_input(args, argument):
-  kw = dict(cands_pixel=np.zeros((2, 8, 8, 1)), x_train_pixel=np.zeros((3, 8, 8, 1)),
-            x_heldout_pixel=None, ssim_threshold=0.8)
+  kw = dict(
+    cands_pixel=np.zeros((2, 8, 8, 1)),
+    x_train_pixel=np.zeros((3, 8, 8, 1)),
+    x_heldout_pixel=None,
+    ssim_threshold=0.8,
+  )
   kw.update(args)
   with pytest.raises(ConfigError, match=f"^{argument}"):
     ident.candidate_truth(**kw)
@@ -104,15 +114,35 @@ def planted():
     return jnp.where(hp["gt"] > 0, jnp.asarray(x_gt), noise)
 
   # The x_i-only Hessian is 2 (lam_i / m)^2 ~ 0.02: lr 10 (momentum 0.9) returns in ~30 steps.
-  hp = {"lr_x": np.full(3, 10.0), "lr_lam": np.full(3, 1e-3), "alpha": np.full(3, 20.0),
-        "lam_min": np.full(3, 0.0), "gt": np.array([1.0, 1.0, 0.0])}
-  run = pipeline.run_attack(attack, x_init, jax.random.split(jax.random.PRNGKey(0), 3),
-                            [(3, hp)], target, chunk_steps=3, log=False)
+  hp = {
+    "lr_x": np.full(3, 10.0),
+    "lr_lam": np.full(3, 1e-3),
+    "alpha": np.full(3, 20.0),
+    "lam_min": np.full(3, 0.0),
+    "gt": np.array([1.0, 1.0, 0.0]),
+  }
+  run = pipeline.run_attack(
+    attack,
+    x_init,
+    jax.random.split(jax.random.PRNGKey(0), 3),
+    [(3, hp)],
+    target,
+    chunk_steps=3,
+    log=False,
+  )
   np.testing.assert_allclose(run.candidates[:2], np.stack([x_gt, x_gt]), atol=1e-12)
-  kw = dict(attack=attack, run=run, hparams=hp, target=target, apply_fn=linear_apply,
-            problem="binary", ds=ds)
-  return kw, ident.identification_report(**kw, stability_steps=30, stability_candidates=30,
-                                         key=3, with_arrays=True)
+  kw = dict(
+    attack=attack,
+    run=run,
+    hparams=hp,
+    target=target,
+    apply_fn=linear_apply,
+    problem="binary",
+    ds=ds,
+  )
+  return kw, ident.identification_report(
+    **kw, stability_steps=30, stability_candidates=30, key=3, with_arrays=True
+  )
 
 
 def test_report_planted_candidates_score_high(planted):
@@ -135,7 +165,7 @@ def test_report_planted_candidates_score_high(planted):
   # while a noise candidate drifts away (stability), and has the larger multiplier.
   for name in ("agreement", "stability", "lambda"):
     assert rep["scores"][name]["auc"] == 1.0 and rep["scores"][name]["precision@10"] == 1.0
-  assert np.nanmin(arrays["stability"][:2 * m]) > 0.5  # 1: back exactly; momentum lags
+  assert np.nanmin(arrays["stability"][: 2 * m]) > 0.5  # 1: back exactly; momentum lags
   # Stability ran on the 30 largest multipliers only (all 24 planted, 6 noise).
   picked = ~np.isnan(arrays["stability"])
   assert picked.sum() == 30 and rep["scores"]["stability"]["n"] == 30
@@ -145,8 +175,7 @@ def test_report_planted_candidates_score_high(planted):
   # The trusted score: agreement, ties broken by lambda.
   top = rep["top"]
   assert rep["trusted_score"] == "agreement" and [t["rank"] for t in top] == list(range(10))
-  assert all(t["recovered_strict"] and t["restart"] in (0, 1) and t["score"] == 0.5
-             for t in top)
+  assert all(t["recovered_strict"] and t["restart"] in (0, 1) and t["score"] == 0.5 for t in top)
   lam = [t["lambda"] for t in top]
   assert lam == sorted(lam, reverse=True)
   # Each image is held 4 times (twice per planted restart, same lambda): 4 + 4 + 2.
@@ -158,19 +187,36 @@ def test_report_scores_are_the_attacker_functions(planted):
   kw, rep = planted
   arrays, run, target = rep["_arrays"], kw["run"], kw["target"]
   inner, m = run.state.inner, run.candidates.shape[1]
-  np.testing.assert_allclose(arrays["agreement"], np.asarray(
-      attacker.agreement_score(run.candidates)).reshape(-1))
+  np.testing.assert_allclose(
+    arrays["agreement"], np.asarray(attacker.agreement_score(run.candidates)).reshape(-1)
+  )
   np.testing.assert_allclose(arrays["lambda"], inner.lam.reshape(-1))
-  np.testing.assert_allclose(arrays["margin"], attacker.margin_score(
-      linear_apply, "binary", target, inner.x.reshape(3 * m, 8, 8, 1), jnp.tile(target.labels, 3)))
-  np.testing.assert_allclose(arrays["leave_one_out"][2 * m:], attacker.leave_one_out_score(
-      linear_apply, "binary", target, inner.x[2], inner.lam[2]), rtol=1e-10)
+  np.testing.assert_allclose(
+    arrays["margin"],
+    attacker.margin_score(
+      linear_apply, "binary", target, inner.x.reshape(3 * m, 8, 8, 1), jnp.tile(target.labels, 3)
+    ),
+  )
+  np.testing.assert_allclose(
+    arrays["leave_one_out"][2 * m :],
+    attacker.leave_one_out_score(linear_apply, "binary", target, inner.x[2], inner.lam[2]),
+    rtol=1e-10,
+  )
   picked = np.flatnonzero(~np.isnan(arrays["stability"]))
   keys = jax.random.split(jax.random.split(jax.random.PRNGKey(3))[1], len(picked))
   hp = {k: jnp.asarray(v) for k, v in kw["hparams"].items()}
-  one = jax.jit(lambda r, i, k: attacker.stability_score(
-      kw["attack"], jax.tree_util.tree_map(lambda a: a[r], inner), {n: v[r] for n, v in hp.items()},
-      target, i, k, steps=30, noise_scale=0.05))
+  one = jax.jit(
+    lambda r, i, k: attacker.stability_score(
+      kw["attack"],
+      jax.tree_util.tree_map(lambda a: a[r], inner),
+      {n: v[r] for n, v in hp.items()},
+      target,
+      i,
+      k,
+      steps=30,
+      noise_scale=0.05,
+    )
+  )
   for k in (0, len(picked) - 1):
     j = picked[k]
     np.testing.assert_allclose(arrays["stability"][j], one(j // m, j % m, keys[k]), rtol=1e-9)
@@ -178,8 +224,9 @@ def test_report_scores_are_the_attacker_functions(planted):
 
 def test_leave_one_out_uses_each_restarts_surrogate():
   """On an MLP the per-restart leave-one-out takes the surrogate ReLU at that restart's alpha."""
-  module = models.build_model("mlp", out_dim=1, widths=(6,), bias="first", init="normal",
-                              init_std=0.5, first_layer_std=0.5)
+  module = models.build_model(
+    "mlp", out_dim=1, widths=(6,), bias="first", init="normal", init_std=0.5, first_layer_std=0.5
+  )
   params = models.init_params(module, jax.random.PRNGKey(0), (5,), jnp.float64)
   apply_fn = models.make_apply_fn(module)
   rng = np.random.default_rng(1)
@@ -189,8 +236,11 @@ def test_leave_one_out_uses_each_restarts_surrogate():
   got = ident._leave_one_out_restarts(apply_fn, "binary", target, x, lam, alpha, "sum", True)
   for r in range(2):
     act = functools.partial(models.surrogate_relu, alpha=float(alpha[r]))
-    np.testing.assert_allclose(got[r], attacker.leave_one_out_score(
-        apply_fn, "binary", target, x[r], lam[r], act, normalize="sum"), rtol=1e-10)
+    np.testing.assert_allclose(
+      got[r],
+      attacker.leave_one_out_score(apply_fn, "binary", target, x[r], lam[r], act, normalize="sum"),
+      rtol=1e-10,
+    )
   assert not np.allclose(got[0], got[1])
 
 
@@ -202,11 +252,14 @@ def test_report_when_every_restart_diverged(planted):
   assert rep["scores"] == {} and rep["top"] == [] and rep["trusted_score"] is None
   assert set(rep["skipped"]) == set(ident.SCORES) and rep["truth"]["n_candidates"] == 0
   assert ident.identification_report(**dict(kw, run=dead), trust_order=("lambda", "margin"))[
-      "settings"]["trust_order"] == ["lambda", "margin"]
-  for bad, argument in ((dict(stability_select="best"), "stability_select"),
-                        (dict(stability_candidates=-1), "stability_candidates"),
-                        (dict(normalize="max"), "normalize"),
-                        (dict(trust_order=("stability",)), "trust_order"),
-                        (dict(trust_order=()), "trust_order")):
+    "settings"
+  ]["trust_order"] == ["lambda", "margin"]
+  for bad, argument in (
+    (dict(stability_select="best"), "stability_select"),
+    (dict(stability_candidates=-1), "stability_candidates"),
+    (dict(normalize="max"), "normalize"),
+    (dict(trust_order=("stability",)), "trust_order"),
+    (dict(trust_order=()), "trust_order"),
+  ):
     with pytest.raises(ConfigError, match=f"^{argument}"):
       ident.identification_report(**kw, **bad)

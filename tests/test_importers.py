@@ -22,8 +22,14 @@ from recon_jax import checkpoint, models
 from recon_jax.attacks import kkt
 from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
-from recon_jax.importers import (ImportedCNN, ImportedMLP, detect_format, from_state_dict,
-                                 load_foreign, read_state_dict)
+from recon_jax.importers import (
+  ImportedCNN,
+  ImportedMLP,
+  detect_format,
+  from_state_dict,
+  load_foreign,
+  read_state_dict,
+)
 from recon_jax.types import Target
 
 TOL = dict(rtol=1e-6, atol=1e-6)
@@ -46,7 +52,7 @@ def _conv2d_nchw(x, w, b, stride, pad):
   out = np.zeros((x.shape[0], w.shape[0], ho, wo))
   for i in range(kh):
     for j in range(kw):
-      patch = x[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
+      patch = x[:, :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw]
       out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
   if b is not None:
     out += b[None, :, None, None]
@@ -88,13 +94,13 @@ def _mlp_state_dict(names, bias_flags, dims, seed=0):
 
 
 MLP_CASES = {
-    # The reference Haim et al. NeuralNetwork: bias in the first layer only.
-    "reference_first": (["layers.0", "layers.1", "layers.2"], [True, False, False], "first"),
-    # nn.Sequential(Linear, ReLU, Linear, ReLU, Linear): indices 0, 2, 4.
-    "sequential_all": (["0", "2", "4"], [True, True, True], "all"),
-    # Natural sort: 'net.2' < 'net.10' (a string sort would put 10 first).
-    "natural_none": (["net.2", "net.10", "net.11"], [False, False, False], "none"),
-    "custom_last": (["fc1", "fc2", "fc3"], [False, False, True], "custom"),
+  # The reference Haim et al. NeuralNetwork: bias in the first layer only.
+  "reference_first": (["layers.0", "layers.1", "layers.2"], [True, False, False], "first"),
+  # nn.Sequential(Linear, ReLU, Linear, ReLU, Linear): indices 0, 2, 4.
+  "sequential_all": (["0", "2", "4"], [True, True, True], "all"),
+  # Natural sort: 'net.2' < 'net.10' (a string sort would put 10 first).
+  "natural_none": (["net.2", "net.10", "net.11"], [False, False, False], "none"),
+  "custom_last": (["fc1", "fc2", "fc3"], [False, False, True], "custom"),
 }
 
 
@@ -112,8 +118,9 @@ def test_mlp_matches_numpy_forward(tmp_path, case):
   assert imp.arch["widths"] == [7, 5] and imp.arch["out_dim"] == 3
   assert imp.arch["layer_bias"] == flags and imp.arch["first_linear_permuted"]
   assert imp.arch["layer_names"] == names
-  assert list(imp.source_names) == [n + s for n, f in zip(names, flags)
-                                    for s in ([".weight", ".bias"] if f else [".weight"])]
+  assert list(imp.source_names) == [
+    n + s for n, f in zip(names, flags) for s in ([".weight", ".bias"] if f else [".weight"])
+  ]
   want_cls = ImportedMLP if layout == "custom" else models.MLP
   assert type(imp.module) is want_cls
   if layout != "custom":
@@ -145,8 +152,9 @@ def test_mlp_input_shape_is_optional_and_checked(tmp_path):
   imp = load_foreign(path)
   assert imp.arch["input_shape"] == [6] and not imp.arch["first_linear_permuted"]
   x = np.random.default_rng(2).normal(size=(3, 6)).astype(np.float32)
-  np.testing.assert_allclose(np.asarray(imp.module.apply(imp.params, jnp.asarray(x))),
-                             _linear_stack(_f64(x), linears), **TOL)
+  np.testing.assert_allclose(
+    np.asarray(imp.module.apply(imp.params, jnp.asarray(x))), _linear_stack(_f64(x), linears), **TOL
+  )
   with pytest.raises(CheckpointError) as e:
     load_foreign(path, input_shape=(2, 2, 2))
   msg = str(e.value)
@@ -161,8 +169,9 @@ def test_float64_import(tmp_path):
   imp = load_foreign(path, dtype=np.float64)
   assert all(a.dtype == np.float64 for a in jax.tree_util.tree_leaves(imp.params))
   x = np.random.default_rng(3).normal(size=(2, 5))
-  np.testing.assert_allclose(np.asarray(imp.module.apply(imp.params, jnp.asarray(x))),
-                             _linear_stack(x, linears), rtol=1e-12)
+  np.testing.assert_allclose(
+    np.asarray(imp.module.apply(imp.params, jnp.asarray(x))), _linear_stack(x, linears), rtol=1e-12
+  )
 
 
 # ---------------------------------------------------------------------------- CNNs
@@ -176,17 +185,22 @@ def _cnn_state_dict(seed=0):
     scale = 0.5 if len(shape) == 1 else 1 / np.sqrt(np.prod(shape[1:]))
     return (rng.normal(size=shape) * scale).astype(np.float32)
 
-  return {"features.0.weight": f32(4, 3, 3, 3), "features.0.bias": f32(4),
-          "features.2.weight": f32(5, 4, 3, 2),
-          "classifier.1.weight": None, "classifier.1.bias": f32(6),
-          "classifier.3.weight": f32(2, 6), "classifier.3.bias": f32(2)}, f32
+  return {
+    "features.0.weight": f32(4, 3, 3, 3),
+    "features.0.bias": f32(4),
+    "features.2.weight": f32(5, 4, 3, 2),
+    "classifier.1.weight": None,
+    "classifier.1.bias": f32(6),
+    "classifier.3.weight": f32(2, 6),
+    "classifier.3.bias": f32(2),
+  }, f32
 
 
 CNN_CASES = {
-    # (stride, padding, numpy per-layer (stride pairs, padding pairs))
-    "defaults": (1, 0, [((1, 1), (0, 0)), ((1, 1), (0, 0))]),
-    "per_layer": ([1, (2, 1)], [(1, 1), 0], [((1, 1), (1, 1)), ((2, 1), (0, 0))]),
-    "same": (1, "same", [((1, 1), (1, 1)), ((1, 1), (1, 0))]),
+  # (stride, padding, numpy per-layer (stride pairs, padding pairs))
+  "defaults": (1, 0, [((1, 1), (0, 0)), ((1, 1), (0, 0))]),
+  "per_layer": ([1, (2, 1)], [(1, 1), 0], [((1, 1), (1, 1)), ((2, 1), (0, 0))]),
+  "same": (1, "same", [((1, 1), (1, 1)), ((1, 1), (1, 0))]),
 }
 
 
@@ -219,17 +233,21 @@ def test_cnn_matches_numpy_forward(tmp_path, case):
   assert imp.arch["widths"] == [6] and imp.arch["out_dim"] == 2 and imp.arch["bias"] == "all"
   assert imp.source_names[0] == "features.0.weight" and len(imp.source_names) == 7
   apply_fn = models.make_apply_fn(imp.module)
-  linears = [(_f64(sd["classifier.1.weight"]), _f64(sd["classifier.1.bias"])),
-             (_f64(sd["classifier.3.weight"]), _f64(sd["classifier.3.bias"]))]
+  linears = [
+    (_f64(sd["classifier.1.weight"]), _f64(sd["classifier.1.bias"])),
+    (_f64(sd["classifier.3.weight"]), _f64(sd["classifier.3.bias"])),
+  ]
   want = _linear_stack(fmap.reshape(3, -1), linears)  # torch flattens C, H, W
   got = np.asarray(apply_fn(imp.params, jnp.asarray(x)))
   assert got.dtype == np.float32
   np.testing.assert_allclose(got, want, **TOL)
   ident = lambda z: z  # noqa: E731
-  want_id = _linear_stack(features(_f64(x.transpose(0, 3, 1, 2)), ident).reshape(3, -1),
-                          linears, act=ident)
-  np.testing.assert_allclose(np.asarray(apply_fn(imp.params, jnp.asarray(x), ident)), want_id,
-                             **TOL)
+  want_id = _linear_stack(
+    features(_f64(x.transpose(0, 3, 1, 2)), ident).reshape(3, -1), linears, act=ident
+  )
+  np.testing.assert_allclose(
+    np.asarray(apply_fn(imp.params, jnp.asarray(x), ident)), want_id, **TOL
+  )
 
 
 def test_cnn_needs_and_checks_input_shape(tmp_path):
@@ -239,10 +257,10 @@ def test_cnn_needs_and_checks_input_shape(tmp_path):
   save_file(sd, path)
   load_foreign(path, input_shape=(7, 6, 3))  # fits
   file_errors = [
-      (dict(), "input_shape (H, W, C) is required"),
-      (dict(input_shape=(7, 6, 1)), "'features.0.weight' has shape (4, 3, 3, 3)"),
-      (dict(input_shape=(8, 6, 3)), "'classifier.1.weight' has shape (6, 45)"),
-      (dict(input_shape=(2, 2, 3)), "larger than its padded input"),
+    (dict(), "input_shape (H, W, C) is required"),
+    (dict(input_shape=(7, 6, 1)), "'features.0.weight' has shape (4, 3, 3, 3)"),
+    (dict(input_shape=(8, 6, 3)), "'classifier.1.weight' has shape (6, 45)"),
+    (dict(input_shape=(2, 2, 3)), "larger than its padded input"),
   ]
   for kwargs, needle in file_errors:
     with pytest.raises(CheckpointError) as e:
@@ -251,14 +269,14 @@ def test_cnn_needs_and_checks_input_shape(tmp_path):
     assert needle in msg and "cnn.safetensors" in msg and "\n" not in msg, (kwargs, msg)
   # Arguments outside their domain: ConfigError naming the argument.
   arg_errors = [
-      (dict(stride=[1, 1, 1]), "stride", "stride lists 3 entries"),
-      (dict(stride=0), "stride", "stride for conv layer 0 must be >= 1"),
-      (dict(stride=1.5), "stride", "must be an int or an (h, w) pair"),
-      (dict(padding=-1), "padding", "padding for conv layer 0 must be >= 0"),
-      (dict(padding="full"), "padding", "'valid' or 'same'"),
-      (dict(stride=2, padding="same"), "padding", "'same' needs stride 1"),
-      (dict(input_layout="chw"), "input_layout", "input_layout must be one of"),
-      (dict(input_shape=(7, 0, 3)), "input_shape", "input_shape must be positive"),
+    (dict(stride=[1, 1, 1]), "stride", "stride lists 3 entries"),
+    (dict(stride=0), "stride", "stride for conv layer 0 must be >= 1"),
+    (dict(stride=1.5), "stride", "must be an int or an (h, w) pair"),
+    (dict(padding=-1), "padding", "padding for conv layer 0 must be >= 0"),
+    (dict(padding="full"), "padding", "'valid' or 'same'"),
+    (dict(stride=2, padding="same"), "padding", "'same' needs stride 1"),
+    (dict(input_layout="chw"), "input_layout", "input_layout must be one of"),
+    (dict(input_shape=(7, 0, 3)), "input_shape", "input_shape must be positive"),
   ]
   for kwargs, argument, needle in arg_errors:
     kwargs = {"input_shape": (7, 6, 3), **kwargs}
@@ -280,28 +298,37 @@ def test_imported_mlp_gives_the_native_kkt_loss(tmp_path):
   # images: weights [out, in], the first layer's columns in C, H, W order.
   k0 = np.asarray(p["layer_0"]["kernel"])  # [H*W*C, 6], rows in H, W, C order
   w0 = k0.reshape(2, 2, 2, 6).transpose(3, 2, 0, 1).reshape(6, 8)
-  sd = {"layers.0.weight": w0, "layers.0.bias": np.asarray(p["layer_0"]["bias"]),
-        "layers.1.weight": np.asarray(p["layer_1"]["kernel"]).T,
-        "layers.2.weight": np.asarray(p["layer_2"]["kernel"]).T}
+  sd = {
+    "layers.0.weight": w0,
+    "layers.0.bias": np.asarray(p["layer_0"]["bias"]),
+    "layers.1.weight": np.asarray(p["layer_1"]["kernel"]).T,
+    "layers.2.weight": np.asarray(p["layer_2"]["kernel"]).T,
+  }
   path = str(tmp_path / "victim.safetensors")
   save_file({k: np.ascontiguousarray(v) for k, v in sd.items()}, path)
   imp = load_foreign(path, input_shape=shape)
   assert type(imp.module) is models.MLP and imp.module == native
-  jax.tree_util.tree_map(np.testing.assert_array_equal, imp.params,
-                         jax.tree_util.tree_map(np.asarray, params))
+  jax.tree_util.tree_map(
+    np.testing.assert_array_equal, imp.params, jax.tree_util.tree_map(np.asarray, params)
+  )
 
   m = 4
   rng = np.random.default_rng(5)
   x = jnp.asarray(rng.normal(size=(m, *shape)), jnp.float32)
   labels = jnp.asarray([1.0, -1.0, 1.0, -1.0], jnp.float32)
   lam = jnp.asarray(rng.uniform(0.5, 2.0, size=m), jnp.float32)
-  hp = {"lr_x": jnp.float32(0.01), "lr_lam": jnp.float32(0.01), "alpha": jnp.float32(3.0),
-        "lam_min": jnp.float32(0.05)}
+  hp = {
+    "lr_x": jnp.float32(0.01),
+    "lr_lam": jnp.float32(0.01),
+    "alpha": jnp.float32(3.0),
+    "lam_min": jnp.float32(0.05),
+  }
   losses = []
   for module, prm in ((native, params), (imp.module, imp.params)):
     apply_fn = models.make_apply_fn(module)
     stat = jax.jit(kkt.stationarity, static_argnums=(0, 1, 6))(
-        apply_fn, "binary", prm, x, lam, labels, None)
+      apply_fn, "binary", prm, x, lam, labels, None
+    )
     assert np.isfinite(float(stat)) and float(stat) > 0
     target = Target(prm, labels, jnp.float32(-1.0), jnp.float32(1.0))
     attack = kkt.kkt_attack(apply_fn, "binary")
@@ -342,12 +369,22 @@ def test_recon_jax_checkpoint_is_pointed_to_checkpoint_load(tmp_path):
 
 def _png_bytes():
   import zlib
+
   def chunk(tag, data):
-    return (struct.pack(">I", len(data)) + tag + data
-            + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
+    return (
+      struct.pack(">I", len(data))
+      + tag
+      + data
+      + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+    )
+
   ihdr = struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0)
-  return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr)
-          + chunk(b"IDAT", zlib.compress(b"\x00\x00")) + chunk(b"IEND", b""))
+  return (
+    b"\x89PNG\r\n\x1a\n"
+    + chunk(b"IHDR", ihdr)
+    + chunk(b"IDAT", zlib.compress(b"\x00\x00"))
+    + chunk(b"IEND", b"")
+  )
 
 
 def _bad_files(tmp_path):
@@ -361,37 +398,40 @@ def _bad_files(tmp_path):
   npz = tmp_path / "tmp.npz"
   np.savez(npz, w=np.ones(3))
   return {
-      "random.safetensors": (np.random.default_rng(0).bytes(256), {}),
-      "empty.pth": (b"", {}),
-      "truncated_header.safetensors": (blob[:8 + header_len // 2], {}),
-      "truncated_data.safetensors": (blob[:-7], {}),
-      "image.safetensors": (_png_bytes(), {}),
-      "notes.pth": (b"these are not the weights you are looking for\n" * 4, {}),
-      "arrays.pth": (npz.read_bytes(), {}),
-      "truncated.pth": (b"PK\x03\x04" + b"\x00" * 40, {}),
-      "chain.safetensors": (broken_chain, {}),
-      "in_features.safetensors": (sd, {"input_shape": (3, 3, 1)}),
-      "bias_shape.safetensors": (dict(sd, **{"layers.0.bias": np.ones(4, np.float32)}), {}),
-      "batchnorm.safetensors": (dict(sd, **{"bn.weight": np.ones(5, np.float32),
-                                            "bn.bias": np.ones(5, np.float32)}), {}),
-      "buffer.safetensors": (dict(sd, **{"bn.running_mean": np.ones(5, np.float32)}), {}),
-      "nan.safetensors": (dict(sd, **{"layers.2.weight": np.full((1, 4), np.nan,
-                                                                  np.float32)}), {}),
-      "no_layers.safetensors": ({}, {}),
+    "random.safetensors": (np.random.default_rng(0).bytes(256), {}),
+    "empty.pth": (b"", {}),
+    "truncated_header.safetensors": (blob[: 8 + header_len // 2], {}),
+    "truncated_data.safetensors": (blob[:-7], {}),
+    "image.safetensors": (_png_bytes(), {}),
+    "notes.pth": (b"these are not the weights you are looking for\n" * 4, {}),
+    "arrays.pth": (npz.read_bytes(), {}),
+    "truncated.pth": (b"PK\x03\x04" + b"\x00" * 40, {}),
+    "chain.safetensors": (broken_chain, {}),
+    "in_features.safetensors": (sd, {"input_shape": (3, 3, 1)}),
+    "bias_shape.safetensors": (dict(sd, **{"layers.0.bias": np.ones(4, np.float32)}), {}),
+    "batchnorm.safetensors": (
+      dict(sd, **{"bn.weight": np.ones(5, np.float32), "bn.bias": np.ones(5, np.float32)}),
+      {},
+    ),
+    "buffer.safetensors": (dict(sd, **{"bn.running_mean": np.ones(5, np.float32)}), {}),
+    "nan.safetensors": (dict(sd, **{"layers.2.weight": np.full((1, 4), np.nan, np.float32)}), {}),
+    "no_layers.safetensors": ({}, {}),
   }
 
 
 def test_bad_files_raise_one_line_errors_naming_the_file(tmp_path):
-  needles = {"chain.safetensors": ["'layers.1.weight'", "(4, 3)", "'layers.0.weight'", "(5, 8)"],
-             "in_features.safetensors": ["'layers.0.weight'", "(5, 8)", "(3, 3, 1)"],
-             "bias_shape.safetensors": ["'layers.0.bias'", "(4,)", "(5,)"],
-             "truncated_header.safetensors": ["truncated"],
-             "truncated_data.safetensors": ["truncated"],
-             "batchnorm.safetensors": ["'bn.weight'"],
-             "buffer.safetensors": ["'bn.running_mean'"],
-             "nan.safetensors": ["NaN"],
-             "no_layers.safetensors": ["no "],
-             "arrays.pth": ["not a PyTorch checkpoint"]}
+  needles = {
+    "chain.safetensors": ["'layers.1.weight'", "(4, 3)", "'layers.0.weight'", "(5, 8)"],
+    "in_features.safetensors": ["'layers.0.weight'", "(5, 8)", "(3, 3, 1)"],
+    "bias_shape.safetensors": ["'layers.0.bias'", "(4,)", "(5,)"],
+    "truncated_header.safetensors": ["truncated"],
+    "truncated_data.safetensors": ["truncated"],
+    "batchnorm.safetensors": ["'bn.weight'"],
+    "buffer.safetensors": ["'bn.running_mean'"],
+    "nan.safetensors": ["NaN"],
+    "no_layers.safetensors": ["no "],
+    "arrays.pth": ["not a PyTorch checkpoint"],
+  }
   for name, (content, kwargs) in _bad_files(tmp_path).items():
     path = tmp_path / name
     if isinstance(content, bytes):
@@ -428,8 +468,9 @@ def test_from_state_dict_layer_order(tmp_path):
   imp = from_state_dict(sd, layer_order=order)
   assert imp.format == "state_dict" and imp.arch["bias"] == "custom"
   x = np.random.default_rng(6).normal(size=(2, 4)).astype(np.float32)
-  np.testing.assert_allclose(np.asarray(imp.module.apply(imp.params, jnp.asarray(x))),
-                             _linear_stack(_f64(x), linears), **TOL)
+  np.testing.assert_allclose(
+    np.asarray(imp.module.apply(imp.params, jnp.asarray(x))), _linear_stack(_f64(x), linears), **TOL
+  )
   with pytest.raises(ConfigError, match="layer_order") as e:
     from_state_dict(sd, layer_order=["out", "hidden"])
   assert e.value.argument == "layer_order"
@@ -454,9 +495,13 @@ def test_torch_reference_network_matches_torch_forward(tmp_path):
 
     def __init__(self, d, width=1000):
       super().__init__()
-      self.layers = nn.ModuleList([nn.Linear(d, width, bias=True),
-                                   nn.Linear(width, width, bias=False),
-                                   nn.Linear(width, 1, bias=False)])
+      self.layers = nn.ModuleList(
+        [
+          nn.Linear(d, width, bias=True),
+          nn.Linear(width, width, bias=False),
+          nn.Linear(width, 1, bias=False),
+        ]
+      )
 
     def forward(self, x):
       h = x.view(x.shape[0], -1)
@@ -468,14 +513,20 @@ def test_torch_reference_network_matches_torch_forward(tmp_path):
   shape = (32, 32, 3)
   net = NeuralNetwork(int(np.prod(shape)))
   path = tmp_path / "victim.pth"
-  torch.save({"state_dict": net.state_dict(), "epoch": 7, "note": "text",
-              "best_acc": torch.tensor(0.9)}, str(path))
+  torch.save(
+    {"state_dict": net.state_dict(), "epoch": 7, "note": "text", "best_acc": torch.tensor(0.9)},
+    str(path),
+  )
   assert detect_format(str(path)) == "torch"
   imp = load_foreign(str(path), input_shape=shape)
   assert imp.format == "torch" and type(imp.module) is models.MLP
   assert imp.arch["bias"] == "first" and imp.arch["widths"] == [1000, 1000]
-  assert imp.source_names == ("layers.0.weight", "layers.0.bias", "layers.1.weight",
-                              "layers.2.weight")
+  assert imp.source_names == (
+    "layers.0.weight",
+    "layers.0.bias",
+    "layers.1.weight",
+    "layers.2.weight",
+  )
   x = np.random.default_rng(7).uniform(size=(5, *shape)).astype(np.float32)
   with torch.no_grad():
     want = net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
@@ -495,9 +546,16 @@ def test_torch_cnn_matches_torch_forward(tmp_path):
   nn = torch.nn
   torch.manual_seed(1)
   shape = (9, 8, 3)
-  net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
-                      nn.Conv2d(4, 6, (3, 2), stride=2, bias=False), nn.ReLU(), nn.Flatten(),
-                      nn.Linear(6 * 4 * 4, 7), nn.ReLU(), nn.Linear(7, 3))
+  net = nn.Sequential(
+    nn.Conv2d(3, 4, 3, padding=1),
+    nn.ReLU(),
+    nn.Conv2d(4, 6, (3, 2), stride=2, bias=False),
+    nn.ReLU(),
+    nn.Flatten(),
+    nn.Linear(6 * 4 * 4, 7),
+    nn.ReLU(),
+    nn.Linear(7, 3),
+  )
   path = tmp_path / "cnn.pt"
   torch.save(net.state_dict(), str(path))
   imp = load_foreign(str(path), input_shape=shape, stride=[1, 2], padding=[1, 0])

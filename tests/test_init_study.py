@@ -3,6 +3,7 @@
 The tiny study run (:func:`tiny_run`) is computed once per test session and
 shared with tests/test_init_study_resume.py, which compares a resumed run with it.
 """
+
 import atexit
 import contextlib
 import functools
@@ -23,8 +24,12 @@ from recon_jax import data, init_study, plotting
 from recon_jax.errors import ConfigError
 from recon_jax.eval import nearest
 
-FINDINGS = {"random_to_noise", "ground_truth_recovered", "partition_returns_init",
-            "lambda1_below_half_nearer_partition"}
+FINDINGS = {
+  "random_to_noise",
+  "ground_truth_recovered",
+  "partition_returns_init",
+  "lambda1_below_half_nearer_partition",
+}
 SUB_RUNS = ("bilevel_affine", "kkt_mlp_relu")  # the tiny preset's parts
 
 
@@ -82,6 +87,7 @@ def _json(path):
 
 # ----------------------------------------------------------------------------- nearest
 
+
 def _images(n, seed):
   return np.random.default_rng(seed).uniform(size=(n, 8, 8, 1))
 
@@ -121,6 +127,7 @@ def test_nearest_refuses_bad_shapes():
 
 # ----------------------------------------------------------------------------- library
 
+
 def test_points_and_settings():
   l1, l2 = init_study.mix_points(grid=True)
   assert len(l1) == 21 and len(set(zip(l1, l2))) == 21
@@ -128,16 +135,22 @@ def test_points_and_settings():
   assert (l1[idx["random"]], l2[idx["random"]]) == (0.0, 0.0)
   assert (l1[idx["ground_truth"]], l2[idx["ground_truth"]]) == (1.0, 1.0)
   assert (l1[idx["partition"]], l2[idx["partition"]]) == (0.0, 1.0)
-  table = init_study.grid_table([{"l1": a, "l2": b, "v": a + 10 * b} for a, b in zip(l1, l2)],
-                                "v")
+  table = init_study.grid_table([{"l1": a, "l2": b, "v": a + 10 * b} for a, b in zip(l1, l2)], "v")
   assert table.shape == (5, 5)
   assert np.isnan(table[0, 1:]).all() and table[0, 0] == 0  # l2 = 0: one point
   assert table[4, 2] == 0.5 + 10 and np.isfinite(table[1:]).all()
 
 
 def _row(l1, l2, train, part, noise, param_dist=0.0):
-  return dict(l1=l1, l2=l2, l2_train=train, l2_partition=part, l2_noise=noise, ssim_train=0.5,
-              param_dist=param_dist)
+  return dict(
+    l1=l1,
+    l2=l2,
+    l2_train=train,
+    l2_partition=part,
+    l2_noise=noise,
+    ssim_train=0.5,
+    param_dist=param_dist,
+  )
 
 
 def test_findings_on_planted_rows():
@@ -145,28 +158,56 @@ def test_findings_on_planted_rows():
   idx = init_study.setting_index(l1, l2)
   # As the paper reports: noise starts stay noise (theta(x) = theta*), GT is recovered,
   # partition-side starts stay at the partition.
-  rows = [_row(a, b, 0.01 if a == 1 and b == 1 else 2.0, 0.5 if a < 0.5 else 3.0,
-               0.5 if b == 0 else 3.0, param_dist=1e-6) for a, b in zip(l1, l2)]
+  rows = [
+    _row(
+      a,
+      b,
+      0.01 if a == 1 and b == 1 else 2.0,
+      0.5 if a < 0.5 else 3.0,
+      0.5 if b == 0 else 3.0,
+      param_dist=1e-6,
+    )
+    for a, b in zip(l1, l2)
+  ]
   f = init_study.findings(rows, idx, l1, l2, 1.0, "bilevel", True)
   assert set(f) == FINDINGS and all(v["reproduced"] for v in f.values())
   rows[idx["random"]]["param_dist"] = 0.5  # far from theta*: not the paper's finding
-  rows[1]["l2_partition"] = 9.0            # one l1 < 0.5 point nearer the training set
+  rows[1]["l2_partition"] = 9.0  # one l1 < 0.5 point nearer the training set
   f = init_study.findings(rows, idx, l1, l2, 1.0, "bilevel", True)
   assert not f["random_to_noise"]["reproduced"]
   assert not f["lambda1_below_half_nearer_partition"]["reproduced"]
   assert "7/8" in f["lambda1_below_half_nearer_partition"]["evidence"]
-  f = init_study.findings([rows[i] for i in sorted(idx.values())], {"random": 0,
-                          "partition": 1, "ground_truth": 2}, None, None, 1.0, "kkt", False)
+  f = init_study.findings(
+    [rows[i] for i in sorted(idx.values())],
+    {"random": 0, "partition": 1, "ground_truth": 2},
+    None,
+    None,
+    1.0,
+    "kkt",
+    False,
+  )
   assert f["random_to_noise"]["reproduced"]  # the KKT criterion ignores param_dist
   assert f["lambda1_below_half_nearer_partition"]["reproduced"] is None
 
 
 BAD = [
-    ("bilevel_wd", 0.0), ("bilevel_lr_x", -1.0), ("bilevel_inner_tol", float("nan")),
-    ("bilevel_steps", 0), ("chunk_steps", 0), ("kkt_depth", 0), ("save_every", -1),
-    ("dataset", "imagenet"), ("bilevel_act", "swish"), ("bilevel_theta0", "zeros"),
-    ("bilevel_hessian_solve", "exact"), ("batching", "pmap"), ("kkt_lr_x", "fast"),
-    ("kkt_alpha", "0"), ("kkt_lr_lam", "1:0.1"), ("parts", "affine,cnn"), ("parts", " "),
+  ("bilevel_wd", 0.0),
+  ("bilevel_lr_x", -1.0),
+  ("bilevel_inner_tol", float("nan")),
+  ("bilevel_steps", 0),
+  ("chunk_steps", 0),
+  ("kkt_depth", 0),
+  ("save_every", -1),
+  ("dataset", "imagenet"),
+  ("bilevel_act", "swish"),
+  ("bilevel_theta0", "zeros"),
+  ("bilevel_hessian_solve", "exact"),
+  ("batching", "pmap"),
+  ("kkt_lr_x", "fast"),
+  ("kkt_alpha", "0"),
+  ("kkt_lr_lam", "1:0.1"),
+  ("parts", "affine,cnn"),
+  ("parts", " "),
 ]
 
 
@@ -183,10 +224,19 @@ def test_bad_settings_refused_before_anything_is_written(tmp_path, name, value):
 def test_command_line_names_the_setting(tmp_path):
   """The one command-line smoke test: a bad setting is one error line naming --config.X."""
   proc = subprocess.run(
-      [sys.executable, "-m", "experiments.init_study",
-       f"--config={configs.__file__}:tiny", "--config.bilevel_wd=0",
-       f"--workdir={tmp_path / 'w'}"], capture_output=True, text=True, timeout=120,
-      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    [
+      sys.executable,
+      "-m",
+      "experiments.init_study",
+      f"--config={configs.__file__}:tiny",
+      "--config.bilevel_wd=0",
+      f"--workdir={tmp_path / 'w'}",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  )
   assert proc.returncode == 1, proc.stderr
   line = proc.stderr.strip().splitlines()[-1]
   assert line.startswith("error: --config.bilevel_wd") and "must be > 0" in line, line
@@ -206,8 +256,12 @@ def test_presets():
     init_study.validate(configs.get_config(preset))
   assert configs.get_config().x64 and configs.get_config().save_every == 1
   names = [s.name for s in init_study.sub_runs(configs.get_config())]
-  assert names == ["bilevel_affine", "bilevel_one_hidden_softplus", "bilevel_one_hidden_relu",
-                   "kkt_mlp_relu"]
+  assert names == [
+    "bilevel_affine",
+    "bilevel_one_hidden_softplus",
+    "bilevel_one_hidden_relu",
+    "kkt_mlp_relu",
+  ]
   cfg = configs.get_config()
   cfg.parts = "kkt, affine"
   assert [s.name for s in init_study.sub_runs(cfg)] == ["bilevel_affine", "kkt_mlp_relu"]
@@ -220,18 +274,20 @@ def test_figures_of_a_grid_study(tmp_path):
   ds = data.load_dataset("digits", n_per_class=2, n_part_per_class=2)
   l1, l2 = init_study.mix_points(grid=True)
   idx = init_study.setting_index(l1, l2)
-  rows = [dict(l1=a, l2=b, l2_train=1 - a * b, l2_partition=a, l2_noise=b) for a, b in
-          zip(l1, l2)]
+  rows = [dict(l1=a, l2=b, l2_train=1 - a * b, l2_partition=a, l2_noise=b) for a, b in zip(l1, l2)]
   entry = {"grid": True, "points": rows, "settings": {k: rows[v] for k, v in idx.items()}}
   x = np.random.default_rng(0).uniform(size=(len(rows), *ds.x_train.shape))
-  plotting.init_study_figures(str(tmp_path), {"sub_runs": {"s": entry}}, {"s_x": x},
-                              ds.x_train, ds.x_part)
+  plotting.init_study_figures(
+    str(tmp_path), {"sub_runs": {"s": entry}}, {"s_x": x}, ds.x_train, ds.x_part
+  )
   want = {"s_settings.png", "s_partition_to_gt.png", "s_noise_to_gt.png"} | {
-      f"s_heatmap_{r}.png" for r in ("train", "partition", "noise")}
+    f"s_heatmap_{r}.png" for r in ("train", "partition", "noise")
+  }
   assert set(os.listdir(tmp_path)) == want
 
 
 # ----------------------------------------------------------------------------- the study
+
 
 def test_tiny_study_end_to_end():
   wd = tiny_run()
@@ -266,4 +322,3 @@ def test_tiny_study_end_to_end():
   with open(os.path.join(wd, "summary.md")) as f:
     md = f.read()
   assert "Paper findings" in md and "**yes**" in md and "not run (no grid)" in md
-

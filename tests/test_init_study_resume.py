@@ -1,4 +1,5 @@
 """init_study resume: an interrupted study, resumed, equals the uninterrupted one bit for bit."""
+
 import json
 import os
 
@@ -44,6 +45,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
     save(self, *args)
     if self.path.endswith(state):
       raise Interrupted(self.path)
+
   monkeypatch.setattr(loop.Checkpoint, "save", save_then_die)
   with pytest.raises(Interrupted):
     run_tiny(wd)
@@ -60,6 +62,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
     out = run_attack(attack, *args, state_path=state_path, resume=resume, **kw)
     calls.append([c["step"] for c in out.chunks])
     return out
+
   monkeypatch.setattr(pipeline, "run_attack", spy)
   run_tiny(wd, resume=True)
   # The affine sub-run was loaded, not rerun; the KKT one continued from step 2 and
@@ -67,9 +70,12 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
   assert calls == [(state, True), [2, 4]]
 
   assert _without_timing(_json(os.path.join(wd, "metrics.json"))) == _without_timing(
-      _json(os.path.join(ref, "metrics.json")))
-  with np.load(os.path.join(ref, "reconstructions.npz")) as a, \
-      np.load(os.path.join(wd, "reconstructions.npz")) as b:
+    _json(os.path.join(ref, "metrics.json"))
+  )
+  with (
+    np.load(os.path.join(ref, "reconstructions.npz")) as a,
+    np.load(os.path.join(wd, "reconstructions.npz")) as b,
+  ):
     assert sorted(a.files) == sorted(b.files)
     for k in a.files:
       np.testing.assert_array_equal(a[k], b[k], err_msg=k)
@@ -81,6 +87,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
 def test_resume_refuses_missing_or_different_config(tmp_path):
   cfg = configs.get_config("tiny")
   from experiments import init_study as binary
+
   with pytest.raises(common.UserError, match="does not exist"):
     binary.run(cfg, str(tmp_path / "nowhere"), resume=True)
   with pytest.raises(common.UserError, match="config.json not found"):
@@ -94,6 +101,7 @@ def test_resume_refuses_missing_or_different_config(tmp_path):
 def test_resume_refuses_an_unreadable_finished_sub_run(tmp_path):
   cfg = configs.get_config("tiny")
   from experiments import init_study as binary
+
   common.write_json(str(tmp_path), "config.json", {"config": cfg})
   (tmp_path / "done_bilevel_affine.json").write_text("{not json")
   with pytest.raises(common.UserError, match="done_bilevel_affine.json"):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits, losses, loop, models, train
+from recon_jax import inits, loop, losses, models, train
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
 
@@ -29,8 +29,18 @@ def _linear_problem(m=4, d=8, seed=0):
 
 
 def _stat(problem, params, x, lam, labels, act=None, normalize="mean", apply_fn=linear_apply):
-  return float(kkt.stationarity(apply_fn, problem, params, jnp.asarray(x), jnp.asarray(lam),
-                 jnp.asarray(labels), act, normalize))
+  return float(
+    kkt.stationarity(
+      apply_fn,
+      problem,
+      params,
+      jnp.asarray(x),
+      jnp.asarray(lam),
+      jnp.asarray(labels),
+      act,
+      normalize,
+    )
+  )
 
 
 # ---------------------------------------------------------------- margins
@@ -42,8 +52,16 @@ def test_weighted_output_by_hand():
   params = {"params": {"w": jnp.asarray(w)}}
   want = np.sum(lam * y * (x @ w)[:, 0])
   for normalize, scale in (("mean", 1 / 4), ("sum", 1.0)):
-    got = kkt.weighted_output(linear_apply, "binary", params, jnp.asarray(x), jnp.asarray(lam),
-                 jnp.asarray(y), None, normalize)
+    got = kkt.weighted_output(
+      linear_apply,
+      "binary",
+      params,
+      jnp.asarray(x),
+      jnp.asarray(lam),
+      jnp.asarray(y),
+      None,
+      normalize,
+    )
     np.testing.assert_allclose(float(got), scale * want, rtol=1e-13)
 
 
@@ -87,8 +105,9 @@ def test_multiclass_stationarity_by_hand():
     grad_w[:, labels[i]] += lam[i] * x[i] / m
     grad_w[:, np.argmax(others)] -= lam[i] * x[i] / m
   params = {"params": {"w": jnp.asarray(w)}}
-  np.testing.assert_allclose(_stat("multiclass", params, x, lam, labels),
-                np.sum((w - grad_w) ** 2), rtol=1e-13)
+  np.testing.assert_allclose(
+    _stat("multiclass", params, x, lam, labels), np.sum((w - grad_w) ** 2), rtol=1e-13
+  )
 
 
 def test_stationarity_zero_at_planted_two_class_multiclass_point():
@@ -108,17 +127,26 @@ def test_stationarity_zero_at_planted_two_class_multiclass_point():
 def test_mean_and_sum_normalisation_differ_by_m():
   x, y, lam = _linear_problem()
   params = {"params": {"w": jnp.asarray(np.random.default_rng(5).normal(size=(8, 1)))}}
-  np.testing.assert_allclose(_stat("binary", params, x, lam, y, normalize="mean"),
-                _stat("binary", params, x, lam / 4, y, normalize="sum"),
-                rtol=1e-13)
+  np.testing.assert_allclose(
+    _stat("binary", params, x, lam, y, normalize="mean"),
+    _stat("binary", params, x, lam / 4, y, normalize="sum"),
+    rtol=1e-13,
+  )
 
 
 # ---------------------------------------------------------------- gradients
 
 
 def _mlp(out_dim=1, widths=(8, 8), bias="first", d=5, seed=0, std=0.5):
-  module = models.build_model("mlp", out_dim=out_dim, widths=widths, bias=bias, init="normal",
-                init_std=std, first_layer_std=std)
+  module = models.build_model(
+    "mlp",
+    out_dim=out_dim,
+    widths=widths,
+    bias=bias,
+    init="normal",
+    init_std=std,
+    first_layer_std=std,
+  )
   params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
   params = jax.tree_util.tree_map(lambda a: a + 0.1 if a.ndim == 1 else a, params)
   return models.make_apply_fn(module), params
@@ -167,8 +195,12 @@ def _attack_setup(apply_fn, params, m, d, seed=7):
   lam = jnp.asarray(rng.uniform(0.5, 2.0, size=(m,)))
   labels = jnp.asarray(np.where(np.arange(m) % 2 == 0, 1.0, -1.0))
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0))
-  hp = {"lr_x": jnp.asarray(1.0), "lr_lam": jnp.asarray(1.0), "alpha": jnp.asarray(ALPHA),
-     "lam_min": jnp.asarray(0.0)}
+  hp = {
+    "lr_x": jnp.asarray(1.0),
+    "lr_lam": jnp.asarray(1.0),
+    "alpha": jnp.asarray(ALPHA),
+    "lam_min": jnp.asarray(0.0),
+  }
   attack = kkt.kkt_attack(apply_fn, "binary", optimizer="sgd", momentum=0.0)
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   return attack, state._replace(lam=lam), hp, target
@@ -181,7 +213,7 @@ def test_attack_gradient_matches_hand_formula():
   attack, state, hp, target = _attack_setup(apply_fn, params, m, d)
   gx, glam, metrics = _step_gradient(attack, state, hp, target)
 
-  w = np.asarray(params["params"]["layer_0"]["kernel"]).T    # [h, d]
+  w = np.asarray(params["params"]["layer_0"]["kernel"]).T  # [h, d]
   v = np.asarray(params["params"]["layer_1"]["kernel"])[:, 0]  # [h]
   x, lam, y = np.asarray(state.x), np.asarray(state.lam), np.asarray(target.labels)
   c = lam * y / m  # weighted_output = sum_i c_i Phi(x_i)
@@ -190,15 +222,21 @@ def test_attack_gradient_matches_hand_formula():
   ds = ALPHA * s * (1 - s)
   r_w = w - np.einsum("i,ik,id->kd", c, v * s, x)
   r_v = v - np.einsum("i,ik->k", c, np.maximum(z, 0))
-  want_x = np.stack([-2 * c[i] * (r_w.T @ (v * s[i]) + w.T @ (v * ds[i] * (r_w @ x[i]))
-                   + w.T @ (r_v * s[i])) for i in range(m)])
-  dstat_dc = np.array([-2 * (np.sum(r_w * np.outer(v * s[i], x[i])) + r_v @ np.maximum(z[i], 0))
-             for i in range(m)])
-  stat = np.sum(r_w ** 2) + np.sum(r_v ** 2)
+  want_x = np.stack(
+    [
+      -2 * c[i] * (r_w.T @ (v * s[i]) + w.T @ (v * ds[i] * (r_w @ x[i])) + w.T @ (r_v * s[i]))
+      for i in range(m)
+    ]
+  )
+  dstat_dc = np.array(
+    [-2 * (np.sum(r_w * np.outer(v * s[i], x[i])) + r_v @ np.maximum(z[i], 0)) for i in range(m)]
+  )
+  stat = np.sum(r_w**2) + np.sum(r_v**2)
 
   np.testing.assert_allclose(float(metrics["stat"]), stat, rtol=1e-12)
-  np.testing.assert_allclose(float(metrics["stat_rel"]), stat / (np.sum(w ** 2) + np.sum(v ** 2)),
-                rtol=1e-12)
+  np.testing.assert_allclose(
+    float(metrics["stat_rel"]), stat / (np.sum(w**2) + np.sum(v**2)), rtol=1e-12
+  )
   assert float(metrics["prior"]) == 0.0 and float(metrics["lam_pen"]) == 0.0
   np.testing.assert_allclose(float(metrics["loss"]), stat, rtol=1e-12)
   np.testing.assert_allclose(gx, want_x, rtol=1e-9, atol=1e-12)
@@ -232,19 +270,25 @@ def test_attack_penalties_enter_the_loss():
   lam = jnp.asarray([0.5, 2.0, -1.0])
   hp = dict(hp, lam_min=jnp.asarray(1.0))
   _, metrics = jax.jit(attack.step)(state._replace(x=x, lam=lam), hp, target)
-  np.testing.assert_allclose(float(metrics["lam_pen"]), 0.5 ** 2 + 2.0 ** 2, rtol=1e-14)
-  np.testing.assert_allclose(float(metrics["prior"]), 2.0 ** 2 / d, rtol=1e-14)
-  np.testing.assert_allclose(float(metrics["loss"]),
-                float(metrics["stat"] + metrics["lam_pen"] + metrics["prior"]),
-                rtol=1e-14)
+  np.testing.assert_allclose(float(metrics["lam_pen"]), 0.5**2 + 2.0**2, rtol=1e-14)
+  np.testing.assert_allclose(float(metrics["prior"]), 2.0**2 / d, rtol=1e-14)
+  np.testing.assert_allclose(
+    float(metrics["loss"]),
+    float(metrics["stat"] + metrics["lam_pen"] + metrics["prior"]),
+    rtol=1e-14,
+  )
 
 
 def test_general_attack_state_and_candidates():
   apply_fn, params = _mlp(out_dim=2, widths=(4,), d=3)
   attack = kkt.kkt_attack(apply_fn, "general", num_outputs=2, optimizer="adam")
   target = Target(params, jnp.zeros(5), jnp.asarray(-1.0), jnp.asarray(1.0))
-  hp = {"lr_x": jnp.asarray(0.01), "lr_lam": jnp.asarray(0.01), "alpha": jnp.asarray(ALPHA),
-     "lam_min": jnp.asarray(0.0)}
+  hp = {
+    "lr_x": jnp.asarray(0.01),
+    "lr_lam": jnp.asarray(0.01),
+    "alpha": jnp.asarray(ALPHA),
+    "lam_min": jnp.asarray(0.0),
+  }
   state = attack.init(jax.random.PRNGKey(0), hp, target, jnp.zeros((5, 3)))
   assert state.lam.shape == (5, 2)
   assert np.all(np.abs(np.asarray(state.lam)) <= 1.0)
@@ -256,19 +300,24 @@ def test_general_attack_state_and_candidates():
 
 
 def test_attack_rejects_bad_options():
-  for kw, match in [(dict(problem="ranking"), "problem"), (dict(normalize="max"), "normalize"),
-           (dict(optimizer="lbfgs"), "optimizer")]:
+  for kw, match in [
+    (dict(problem="ranking"), "problem"),
+    (dict(normalize="max"), "normalize"),
+    (dict(optimizer="lbfgs"), "optimizer"),
+  ]:
     with pytest.raises(ValueError, match=match):
       kkt.kkt_attack(linear_apply, **kw)
 
 
 def test_check_hparams():
-  kkt.check_hparams({"lr_x": np.array([0.1, 1.0]), "lam_min": 0.0, "sigma_x": 0.0,
-            "alpha": 10.0})
-  for hp, match in [({"lr_x": np.array([0.1, 0.0])}, "lr_x must be > 0"),
-           ({"lr_lam": -1.0}, "lr_lam"), ({"alpha": 0.0}, "alpha"),
-           ({"lam_min": -0.1}, "lam_min must be >= 0"),
-           ({"sigma_x": np.array([-1.0])}, "sigma_x")]:
+  kkt.check_hparams({"lr_x": np.array([0.1, 1.0]), "lam_min": 0.0, "sigma_x": 0.0, "alpha": 10.0})
+  for hp, match in [
+    ({"lr_x": np.array([0.1, 0.0])}, "lr_x must be > 0"),
+    ({"lr_lam": -1.0}, "lr_lam"),
+    ({"alpha": 0.0}, "alpha"),
+    ({"lam_min": -0.1}, "lam_min must be >= 0"),
+    ({"sigma_x": np.array([-1.0])}, "sigma_x"),
+  ]:
     with pytest.raises(ValueError, match=match):
       kkt.check_hparams(hp)
 
@@ -282,28 +331,42 @@ def test_attack_reduces_stationarity_on_trained_victim():
   x = rng.normal(size=(n, d))
   x /= np.linalg.norm(x, axis=1, keepdims=True)
   y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
-  module = models.build_model("mlp", widths=(16, 16), bias="first", init="normal",
-                init_std=0.05, first_layer_std=0.05)
+  module = models.build_model(
+    "mlp", widths=(16, 16), bias="first", init="normal", init_std=0.05, first_layer_std=0.05
+  )
   apply_fn = models.make_apply_fn(module)
   params = models.init_params(module, jax.random.PRNGKey(0), (d,), jnp.float64)
-  params, hist = train.train(apply_fn, params, jnp.asarray(x), jnp.asarray(y),
-                train.TrainConfig(loss="logistic", lr=0.5, epochs=300, chunk=300),
-                log_every_chunk=False)
+  params, hist = train.train(
+    apply_fn,
+    params,
+    jnp.asarray(x),
+    jnp.asarray(y),
+    train.TrainConfig(loss="logistic", lr=0.5, epochs=300, chunk=300),
+    log_every_chunk=False,
+  )
   assert hist[-1]["train_error"] == 0.0 and hist[-1]["loss"] < 0.01
 
   r = 3
   target = Target(params, jnp.asarray(y), jnp.asarray(-3.0), jnp.asarray(3.0))
   attack = kkt.kkt_attack(apply_fn, "binary")
-  hp = {"lr_x": jnp.full(r, 0.01), "lr_lam": jnp.full(r, 0.01), "alpha": jnp.full(r, 10.0),
-     "lam_min": jnp.full(r, 0.01), "sigma_x": jnp.full(r, 0.1)}
+  hp = {
+    "lr_x": jnp.full(r, 0.01),
+    "lr_lam": jnp.full(r, 0.01),
+    "alpha": jnp.full(r, 10.0),
+    "lam_min": jnp.full(r, 0.01),
+    "sigma_x": jnp.full(r, 0.1),
+  }
   keys = jax.random.split(jax.random.PRNGKey(1), r)
   x_init = inits.gaussian(n, (d,), jnp.float64)
   init_fn, _ = loop.make_runner(attack, x_init)
   s0 = init_fn(keys, hp, target)
   act = functools.partial(models.surrogate_relu, alpha=10.0)
   norm = float(losses.tree_sq_norm(params))
-  stat = jax.jit(jax.vmap(lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll,
-                              target.labels, act)))
+  stat = jax.jit(
+    jax.vmap(
+      lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
+    )
+  )
   before = np.asarray(stat(s0.inner.x, s0.inner.lam)) / norm
   res = loop.run(attack, x_init, keys, hp, target, num_steps=300, chunk_steps=150, log=False)
   after = res.history[-1]["stat_rel"]

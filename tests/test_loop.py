@@ -16,12 +16,14 @@ M, D = 3, 4
 
 # ---------------------------------------------------------------- a toy attack
 
+
 class ToyState(NamedTuple):
   x: jax.Array  # [m, d]
 
 
 def toy_attack(counter=None):
   """Gradient descent on 0.5 ||x - p||^2, p = target.params: x_t = p + (1 - lr)^t (x_0 - p)."""
+
   def init(key, hp, target, x0):
     del key, hp, target
     return ToyState(x0)
@@ -44,8 +46,12 @@ def _toy_target(seed=0):
 def _x0s(keys, hp):
   """The x-initialisations the loop draws (it splits each restart key into x and attack)."""
   x_init = inits.gaussian(M, (D,), jnp.float64)
-  return np.stack([np.asarray(x_init(jax.random.split(k)[0], {"sigma_x": hp["sigma_x"][i]}))
-           for i, k in enumerate(keys)])
+  return np.stack(
+    [
+      np.asarray(x_init(jax.random.split(k)[0], {"sigma_x": hp["sigma_x"][i]}))
+      for i, k in enumerate(keys)
+    ]
+  )
 
 
 def _states_equal(a, b, exact=True):
@@ -64,8 +70,16 @@ def test_toy_run_matches_closed_form():
   target = _toy_target()
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
   hp = {"lr_x": jnp.array([0.1, 0.2, 0.5]), "sigma_x": jnp.array([1.0, 2.0, 0.5])}
-  res = loop.run(toy_attack(), inits.gaussian(M, (D,), jnp.float64), keys, hp, target,
-          num_steps=20, chunk_steps=7, log=False)
+  res = loop.run(
+    toy_attack(),
+    inits.gaussian(M, (D,), jnp.float64),
+    keys,
+    hp,
+    target,
+    num_steps=20,
+    chunk_steps=7,
+    log=False,
+  )
   x0, p = _x0s(keys, hp), np.asarray(target.params)
   lr = np.asarray(hp["lr_x"])[:, None, None]
   want = p + (1 - lr) ** 20 * (x0 - p)
@@ -89,8 +103,9 @@ def test_stages_continue_with_each_stages_hyperparameters():
   hp1 = {"lr_x": jnp.array([0.1, 0.3]), "sigma_x": jnp.array([1.0, 2.0])}
   hp2 = {"lr_x": jnp.array([0.5, 0.05]), "sigma_x": hp1["sigma_x"]}
   x_init = inits.gaussian(M, (D,), jnp.float64)
-  res = loop.run_stages(toy_attack(), x_init, keys, [(6, hp1), (5, hp2)], target,
-                        chunk_steps=4, log=False)
+  res = loop.run_stages(
+    toy_attack(), x_init, keys, [(6, hp1), (5, hp2)], target, chunk_steps=4, log=False
+  )
   x0, p = _x0s(keys, hp1), np.asarray(target.params)
   a, b = (np.asarray(h["lr_x"])[:, None, None] for h in (hp1, hp2))
   want = p + (1 - b) ** 5 * (1 - a) ** 6 * (x0 - p)
@@ -98,8 +113,16 @@ def test_stages_continue_with_each_stages_hyperparameters():
   assert [r["step"] for r in res.history] == [4, 6, 10, 11]  # chunks restart at a stage edge
   # Resuming after the first stage skips it and runs only the second.
   mid = loop.run(toy_attack(), x_init, keys, hp1, target, num_steps=6, chunk_steps=6, log=False)
-  again = loop.run_stages(toy_attack(), x_init, keys, [(6, hp1), (5, hp2)], target,
-                          state=mid.state, chunk_steps=4, log=False)
+  again = loop.run_stages(
+    toy_attack(),
+    x_init,
+    keys,
+    [(6, hp1), (5, hp2)],
+    target,
+    state=mid.state,
+    chunk_steps=4,
+    log=False,
+  )
   np.testing.assert_allclose(np.asarray(again.state.inner.x), want, rtol=1e-12, atol=1e-14)
   assert [r["step"] for r in again.history] == [10, 11]
   with pytest.raises(ValueError, match="stage"):
@@ -109,8 +132,12 @@ def test_stages_continue_with_each_stages_hyperparameters():
 
 
 def test_refine_sets_alpha_and_scales_rates():
-  hp = {"lr_x": np.array([0.1, 0.2], np.float32), "lr_lam": np.array([1e-2, 2e-2], np.float32),
-        "alpha": np.array([5.0, 9.0], np.float32), "lam_min": np.array([0.3, 0.4], np.float32)}
+  hp = {
+    "lr_x": np.array([0.1, 0.2], np.float32),
+    "lr_lam": np.array([1e-2, 2e-2], np.float32),
+    "alpha": np.array([5.0, 9.0], np.float32),
+    "lam_min": np.array([0.3, 0.4], np.float32),
+  }
   out = sweep.refine(hp, alpha=200.0, lr_scale=0.1)
   np.testing.assert_allclose(out["alpha"], [200.0, 200.0])
   np.testing.assert_allclose(out["lr_x"], [0.01, 0.02], rtol=1e-6)
@@ -134,8 +161,16 @@ def test_jit_equals_no_jit():
   with jax.disable_jit():
     plain, _ = loop.scan_one(toy_attack(), s0, hp, target, 5)
   _states_equal(jitted, plain, exact=False)
-  res = loop.run(toy_attack(), x_init, key[None], jax.tree_util.tree_map(lambda a: a[None], hp),
-          target, num_steps=5, chunk_steps=5, log=False)
+  res = loop.run(
+    toy_attack(),
+    x_init,
+    key[None],
+    jax.tree_util.tree_map(lambda a: a[None], hp),
+    target,
+    num_steps=5,
+    chunk_steps=5,
+    log=False,
+  )
   _states_equal(_slice(res.state, 0), jitted, exact=False)
 
 
@@ -143,8 +178,16 @@ def test_nan_restart_is_frozen_at_its_last_finite_state():
   target = _toy_target()
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
   hp = {"lr_x": jnp.array([0.1, 1e30, 0.2]), "sigma_x": jnp.ones(3)}
-  res = loop.run(toy_attack(), inits.gaussian(M, (D,), jnp.float64), keys, hp, target,
-          num_steps=30, chunk_steps=10, log=False)
+  res = loop.run(
+    toy_attack(),
+    inits.gaussian(M, (D,), jnp.float64),
+    keys,
+    hp,
+    target,
+    num_steps=30,
+    chunk_steps=10,
+    log=False,
+  )
   # Simulate the bad restart in numpy: it is frozen at the first step whose loss or
   # new state is non-finite.
   x, p = _x0s(keys, hp)[1], np.asarray(target.params)
@@ -173,13 +216,14 @@ def test_trace_once_per_chunk_size():
   counts = {}
   for steps, chunk in ((10, 10), (20, 10), (40, 10), (15, 10)):
     calls = []
-    res = loop.run(toy_attack(calls), x_init, keys, hp, target, num_steps=steps,
-            chunk_steps=chunk, log=False)
+    res = loop.run(
+      toy_attack(calls), x_init, keys, hp, target, num_steps=steps, chunk_steps=chunk, log=False
+    )
     counts[steps] = len(calls)
     assert len(res.history) == -(-steps // chunk)
   assert counts[10] >= 1
   assert counts[20] == counts[40] == counts[10]  # more chunks of one size: no retrace
-  assert counts[15] == 2 * counts[10]            # a second size (10 + 5): one more trace
+  assert counts[15] == 2 * counts[10]  # a second size (10 + 5): one more trace
 
 
 def test_runner_chunk_fn_reuses_its_compilation():
@@ -213,8 +257,9 @@ def test_bad_arguments():
 
 
 def _kkt_problem():
-  module = models.build_model("mlp", widths=(8,), bias="first", init="normal", init_std=0.5,
-                first_layer_std=0.5)
+  module = models.build_model(
+    "mlp", widths=(8,), bias="first", init="normal", init_std=0.5, first_layer_std=0.5
+  )
   apply_fn = models.make_apply_fn(module)
   params = models.init_params(module, jax.random.PRNGKey(0), (D,), jnp.float64)
   target = Target(params, jnp.asarray([1.0, -1.0, 1.0]), jnp.asarray(-1.0), jnp.asarray(1.0))
@@ -225,8 +270,13 @@ def _kkt_problem():
 
 def _kkt_hp(lr_x):
   r = len(lr_x)
-  return {"lr_x": jnp.asarray(lr_x), "lr_lam": jnp.full(r, 0.05), "alpha": jnp.full(r, 5.0),
-      "lam_min": jnp.full(r, 0.1), "sigma_x": jnp.full(r, 0.5)}
+  return {
+    "lr_x": jnp.asarray(lr_x),
+    "lr_lam": jnp.full(r, 0.05),
+    "alpha": jnp.full(r, 5.0),
+    "lam_min": jnp.full(r, 0.1),
+    "sigma_x": jnp.full(r, 0.5),
+  }
 
 
 KEYS = jax.random.split(jax.random.PRNGKey(42), 3)
@@ -248,7 +298,7 @@ def test_vmapped_restarts_equal_single_runs(kkt_full):
   init_fn, chunk_fn = loop.make_runner(attack, x_init)  # one compile for the R=1 runs
   for i in range(3):
     hp_i = _slice(hp, [i])
-    one = init_fn(KEYS[i:i + 1], hp_i, target)
+    one = init_fn(KEYS[i : i + 1], hp_i, target)
     for _ in range(2):
       one, _ = chunk_fn(one, hp_i, target, num_steps=10)
     _states_equal(_slice(res.state, [i]), one, exact=False)
@@ -268,16 +318,16 @@ def test_map_equals_vmap(kkt_full):
 def test_nan_restart_leaves_others_untouched():
   attack, x_init, target = _kkt_problem()
   res = loop.run(attack, x_init, KEYS, _kkt_hp([0.05, 1e30, 0.02]), target, **COMMON)
-  clean = loop.run(attack, x_init, KEYS[np.array([0, 2])], _kkt_hp([0.05, 0.02]), target,
-           **COMMON)
+  clean = loop.run(attack, x_init, KEYS[np.array([0, 2])], _kkt_hp([0.05, 0.02]), target, **COMMON)
   np.testing.assert_array_equal(np.asarray(res.state.diverged), [False, True, False])
   at = int(res.state.diverged_at[1])
   assert 0 < at < 20
   assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree_util.tree_leaves(res.state))
   _states_equal(_slice(res.state, [0, 2]), clean.state, exact=False)
   # Frozen where it failed: the same restart run alone for diverged_at steps ends there.
-  alone = loop.run(attack, x_init, KEYS[1:2], _kkt_hp([1e30]), target, num_steps=at,
-           chunk_steps=at, log=False)
+  alone = loop.run(
+    attack, x_init, KEYS[1:2], _kkt_hp([1e30]), target, num_steps=at, chunk_steps=at, log=False
+  )
   assert not bool(alone.state.diverged[0])
   _states_equal(_slice(res.state.inner, [1]), alone.state.inner, exact=False)
 
@@ -286,13 +336,13 @@ def test_resume_continues_to_the_same_result(kkt_full):
   attack, x_init, target, hp, full = kkt_full
   half = loop.run(attack, x_init, KEYS, hp, target, num_steps=10, chunk_steps=10, log=False)
   np.testing.assert_array_equal(np.asarray(half.state.step), [10, 10, 10])
-  resumed = loop.run(attack, x_init, KEYS, hp, target, num_steps=20, chunk_steps=10,
-            state=half.state, log=False)
+  resumed = loop.run(
+    attack, x_init, KEYS, hp, target, num_steps=20, chunk_steps=10, state=half.state, log=False
+  )
   assert [r["step"] for r in resumed.history] == [20]
   _states_equal(full.state, resumed.state)
   # Nothing left to do: the state comes back unchanged, with no chunks run.
   keep = jax.tree_util.tree_map(np.array, resumed.state)
-  again = loop.run(attack, x_init, KEYS, hp, target, num_steps=20, state=resumed.state,
-           log=False)
+  again = loop.run(attack, x_init, KEYS, hp, target, num_steps=20, state=resumed.state, log=False)
   assert again.history == []
   _states_equal(again.state, keep)

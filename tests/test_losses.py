@@ -1,4 +1,5 @@
 """Tests for recon_jax.losses: per-sample losses, margins, the training energy, tree norms."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,16 +42,22 @@ def test_tree_norms_by_hand():
 def test_per_sample_losses_by_hand():
   out = jnp.array([[2.0, -1.0, 0.5], [0.0, 1.0, 3.0]])
   y = jnp.array([1.0, -1.0])
-  np.testing.assert_allclose(np.asarray(losses.per_sample_loss("logistic", out[:, :1], y)),
-                [np.log1p(np.exp(-2.0)), np.log(2.0)], rtol=1e-14)
+  np.testing.assert_allclose(
+    np.asarray(losses.per_sample_loss("logistic", out[:, :1], y)),
+    [np.log1p(np.exp(-2.0)), np.log(2.0)],
+    rtol=1e-14,
+  )
   labels = jnp.array([0, 2])
   o = np.asarray(out)
   want = [np.log(np.exp(o[0]).sum()) - o[0, 0], np.log(np.exp(o[1]).sum()) - o[1, 2]]
-  np.testing.assert_allclose(np.asarray(losses.per_sample_loss("ce", out, labels)), want,
-                rtol=1e-14)
+  np.testing.assert_allclose(
+    np.asarray(losses.per_sample_loss("ce", out, labels)), want, rtol=1e-14
+  )
   np.testing.assert_allclose(
     np.asarray(losses.per_sample_loss("mse", out[:, :1], jnp.array([1.5, -2.0]))),
-    [0.5 * 0.25, 0.5 * 4.0], rtol=1e-14)
+    [0.5 * 0.25, 0.5 * 4.0],
+    rtol=1e-14,
+  )
   with pytest.raises(ValueError, match="loss must be one of"):
     losses.per_sample_loss("hinge", out, y)
 
@@ -61,8 +68,9 @@ def test_margins_by_hand():
   # f_y - max_{j != y} f_j: 3-2, 1-3, 5-5 (tie), 4-0.
   np.testing.assert_allclose(np.asarray(losses.margins("ce", out, y)), [1.0, -2.0, 0.0, 4.0])
   b = jnp.array([[2.0], [-0.5], [1.5]])
-  np.testing.assert_allclose(np.asarray(losses.margins("logistic", b, jnp.array([1., 1., -1.]))),
-                [2.0, -0.5, -1.5])
+  np.testing.assert_allclose(
+    np.asarray(losses.margins("logistic", b, jnp.array([1.0, 1.0, -1.0]))), [2.0, -0.5, -1.5]
+  )
   np.testing.assert_allclose(np.asarray(losses.margins("mse", b, jnp.zeros(3))), np.asarray(b))
 
 
@@ -83,7 +91,8 @@ def test_kkt_margins_agree_with_training_margins():
   np.testing.assert_allclose(mc, np.asarray(losses.margins("ce", out, labels)))
   np.testing.assert_allclose(
     np.asarray(losses.margins("binary", out[:, :1], jnp.array([1.0, -1.0, -1.0, 1.0]))),
-    [1.0, -1.0, -5.0, 0.0])
+    [1.0, -1.0, -5.0, 0.0],
+  )
   np.testing.assert_array_equal(np.asarray(losses.margins("general", out, jnp.zeros(4))), out)
   with pytest.raises(ValueError, match="problem must be one of"):
     losses.margins("ranking", out, labels)
@@ -96,11 +105,8 @@ def test_weight_decay_term_and_gradient():
   e0 = losses.energy(apply_fn, "logistic", 0.0)
   e1 = losses.energy(apply_fn, "logistic", wd)
   sq = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in _leaves(params))
-  np.testing.assert_allclose(float(e1(params, x, y) - e0(params, x, y)), wd / 2 * sq,
-                rtol=1e-12)
+  np.testing.assert_allclose(float(e1(params, x, y) - e0(params, x, y)), wd / 2 * sq, rtol=1e-12)
   g0 = jax.grad(e0)(params, x, y)
   g1 = jax.grad(e1)(params, x, y)
   for a, b, p in zip(_leaves(g1), _leaves(g0), _leaves(params)):
     np.testing.assert_allclose(a - b, wd * p, rtol=1e-10, atol=1e-14)
-
-

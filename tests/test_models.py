@@ -18,8 +18,9 @@ def _bits(a):
 
 # ---------------------------------------------------------------- surrogate ReLU
 
-SPECIAL = np.array([-0.0, 0.0, -1e308, 1e308, 3.5, -2.0, np.inf, -np.inf, 1e-300, -1e-300,
-          0.1, -0.1])
+SPECIAL = np.array(
+  [-0.0, 0.0, -1e308, 1e308, 3.5, -2.0, np.inf, -np.inf, 1e-300, -1e-300, 0.1, -0.1]
+)
 
 
 @pytest.mark.parametrize("fn", [models.surrogate_relu, models.surrogate_relu_jvp])
@@ -102,7 +103,7 @@ def _kkt_grad_by_hand(w, v, x, lam, alpha):
   dL/dx_i = -2 lam_i [R_W^T (v*s_i) + W^T (v * s'_i * (R_W x_i)) + W^T (R_v * s_i)],
   s' = alpha s (1 - s).
   """
-  z = x @ w.T                       # [m, h]
+  z = x @ w.T  # [m, h]
   s = 1.0 / (1.0 + np.exp(-alpha * z))
   ds = alpha * s * (1 - s)
   r_w = w - np.einsum("i,ik,id->kd", lam, v * s, x)
@@ -110,27 +111,30 @@ def _kkt_grad_by_hand(w, v, x, lam, alpha):
   grad_x = np.zeros_like(x)
   grad_lam = np.zeros_like(lam)
   for i in range(x.shape[0]):
-    grad_x[i] = -2 * lam[i] * (r_w.T @ (v * s[i]) + w.T @ (v * ds[i] * (r_w @ x[i]))
-                  + w.T @ (r_v * s[i]))
-    grad_lam[i] = -2 * (np.sum(r_w * np.outer(v * s[i], x[i]))
-              + r_v @ np.maximum(z[i], 0))
+    grad_x[i] = (
+      -2 * lam[i] * (r_w.T @ (v * s[i]) + w.T @ (v * ds[i] * (r_w @ x[i])) + w.T @ (r_v * s[i]))
+    )
+    grad_lam[i] = -2 * (np.sum(r_w * np.outer(v * s[i], x[i])) + r_v @ np.maximum(z[i], 0))
   return grad_x, grad_lam
 
 
 def test_grad_of_grad_matches_hand_formula_and_jvp_twin():
   w, v, x, lam = _one_hidden_setup()
   want_x, want_lam = _kkt_grad_by_hand(w, v, x, lam, ALPHA)
-  acts = {"vjp": functools.partial(models.surrogate_relu, alpha=ALPHA),
-      "jvp": functools.partial(models.surrogate_relu_jvp, alpha=ALPHA)}
+  acts = {
+    "vjp": functools.partial(models.surrogate_relu, alpha=ALPHA),
+    "jvp": functools.partial(models.surrogate_relu_jvp, alpha=ALPHA),
+  }
   for name, act in acts.items():
     gx, glam = jax.grad(functools.partial(_kkt_loss, act, w, v), argnums=(0, 1))(
-      jnp.asarray(x), jnp.asarray(lam))
+      jnp.asarray(x), jnp.asarray(lam)
+    )
     np.testing.assert_allclose(np.asarray(gx), want_x, rtol=1e-12, atol=1e-13, err_msg=name)
-    np.testing.assert_allclose(np.asarray(glam), want_lam, rtol=1e-12, atol=1e-13,
-                  err_msg=name)
+    np.testing.assert_allclose(np.asarray(glam), want_lam, rtol=1e-12, atol=1e-13, err_msg=name)
   # The same loss through true ReLU differs: it has the step, not sigmoid, and no s'.
-  gx_relu = jax.grad(functools.partial(_kkt_loss, jax.nn.relu, w, v))(jnp.asarray(x),
-                                     jnp.asarray(lam))
+  gx_relu = jax.grad(functools.partial(_kkt_loss, jax.nn.relu, w, v))(
+    jnp.asarray(x), jnp.asarray(lam)
+  )
   assert np.max(np.abs(np.asarray(gx_relu) - want_x)) > 1e-2 * np.max(np.abs(want_x))
 
 
@@ -138,15 +142,16 @@ def test_grad_of_grad_second_order_term_is_present():
   # Dropping the s' term from the hand formula must break the match, so the
   # check above really tests the surrogate at the second differentiation level.
   w, v, x, lam = _one_hidden_setup(seed=1)
-  gx = jax.grad(functools.partial(_kkt_loss, functools.partial(models.surrogate_relu,
-                                 alpha=ALPHA), w, v))(
-    jnp.asarray(x), jnp.asarray(lam))
+  gx = jax.grad(
+    functools.partial(_kkt_loss, functools.partial(models.surrogate_relu, alpha=ALPHA), w, v)
+  )(jnp.asarray(x), jnp.asarray(lam))
   z = x @ w.T
   s = 1.0 / (1.0 + np.exp(-ALPHA * z))
   r_w = w - np.einsum("i,ik,id->kd", lam, v * s, x)
   r_v = v - np.einsum("i,ik->k", lam, np.maximum(z, 0))
-  first_order_only = np.stack([-2 * lam[i] * (r_w.T @ (v * s[i]) + w.T @ (r_v * s[i]))
-                 for i in range(x.shape[0])])
+  first_order_only = np.stack(
+    [-2 * lam[i] * (r_w.T @ (v * s[i]) + w.T @ (r_v * s[i])) for i in range(x.shape[0])]
+  )
   assert np.max(np.abs(np.asarray(gx) - first_order_only)) > 1e-3
 
 
@@ -154,8 +159,9 @@ def test_grad_of_grad_second_order_term_is_present():
 
 
 def _mlp(bias, widths=(8, 8), out_dim=1):
-  return models.build_model("mlp", out_dim=out_dim, widths=widths, bias=bias, init="normal",
-               init_std=0.5)
+  return models.build_model(
+    "mlp", out_dim=out_dim, widths=widths, bias=bias, init="normal", init_std=0.5
+  )
 
 
 @pytest.mark.parametrize("bias", ["none", "first"])
@@ -171,9 +177,9 @@ def test_mlp_is_homogeneous_of_degree_num_layers(bias):
   n_layers = 3
   # Scaling by 2 is exact in floating point: equality is bitwise.
   out2 = apply_fn(jax.tree_util.tree_map(lambda a: 2 * a, params), x)
-  np.testing.assert_array_equal(np.asarray(out2), 2.0 ** n_layers * np.asarray(out))
+  np.testing.assert_array_equal(np.asarray(out2), 2.0**n_layers * np.asarray(out))
   out_c = apply_fn(jax.tree_util.tree_map(lambda a: 0.7 * a, params), x)
-  np.testing.assert_allclose(np.asarray(out_c), 0.7 ** n_layers * np.asarray(out), rtol=1e-12)
+  np.testing.assert_allclose(np.asarray(out_c), 0.7**n_layers * np.asarray(out), rtol=1e-12)
 
 
 def test_mlp_with_all_biases_is_not_homogeneous():
@@ -184,7 +190,7 @@ def test_mlp_with_all_biases_is_not_homogeneous():
   x = jax.random.normal(jax.random.PRNGKey(1), (5, 6), jnp.float64)
   out = np.asarray(apply_fn(params, x))
   out_c = np.asarray(apply_fn(jax.tree_util.tree_map(lambda a: 0.7 * a, params), x))
-  assert np.max(np.abs(out_c - 0.7 ** 3 * out)) > 1e-3
+  assert np.max(np.abs(out_c - 0.7**3 * out)) > 1e-3
 
 
 def test_bias_modes_create_the_stated_parameters():
@@ -206,8 +212,10 @@ def test_euler_identity_with_relu_and_surrogate_deviation():
   def euler(act):
     phi = lambda p: apply_fn(p, x, act)[0, 0]  # noqa: E731
     g = jax.grad(phi)(params)
-    inner = sum(jnp.vdot(a, b) for a, b in zip(jax.tree_util.tree_leaves(params),
-                          jax.tree_util.tree_leaves(g)))
+    inner = sum(
+      jnp.vdot(a, b)
+      for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(g))
+    )
     return float(inner), float(phi(params))
 
   inner, phi = euler(None)
@@ -221,8 +229,9 @@ def test_euler_identity_with_relu_and_surrogate_deviation():
   v = np.asarray(params["params"]["layer_1"]["kernel"])[:, 0]
   z = np.asarray(x)[0] @ w0
   s = 1.0 / (1.0 + np.exp(-ALPHA * z))
-  np.testing.assert_allclose(inner_s - 2 * phi, np.sum(v * (z * s - np.maximum(z, 0))),
-                rtol=1e-10, atol=1e-14)
+  np.testing.assert_allclose(
+    inner_s - 2 * phi, np.sum(v * (z * s - np.maximum(z, 0))), rtol=1e-10, atol=1e-14
+  )
   # ...and the gap closes as alpha grows.
   inner_sharp, _ = euler(functools.partial(models.surrogate_relu, alpha=1e4))
   assert abs(inner_sharp - 2 * phi) < 1e-3 * abs(inner_s - 2 * phi)
@@ -232,8 +241,9 @@ def test_euler_identity_with_relu_and_surrogate_deviation():
 
 
 def test_first_layer_std_and_init_std_respected():
-  module = models.build_model("mlp", widths=(32, 32), bias="first", init="normal",
-                init_std=0.003, first_layer_std=1e-4)
+  module = models.build_model(
+    "mlp", widths=(32, 32), bias="first", init="normal", init_std=0.003, first_layer_std=1e-4
+  )
   p = models.init_params(module, jax.random.PRNGKey(0), (16,), jnp.float64)["params"]
   k0 = np.asarray(p["layer_0"]["kernel"])
   k1 = np.asarray(p["layer_1"]["kernel"])
@@ -248,14 +258,13 @@ def test_first_layer_std_and_init_std_respected():
 def test_kaiming_std_is_he():
   module = models.build_model("mlp", widths=(32,), bias="none", init="kaiming")
   p = models.init_params(module, jax.random.PRNGKey(3), (16,))["params"]
-  np.testing.assert_allclose(np.asarray(p["layer_0"]["kernel"]).std(), np.sqrt(2 / 16),
-                rtol=0.1)
-  np.testing.assert_allclose(np.asarray(p["layer_1"]["kernel"]).std(), np.sqrt(2 / 32),
-                rtol=0.3)
+  np.testing.assert_allclose(np.asarray(p["layer_0"]["kernel"]).std(), np.sqrt(2 / 16), rtol=0.1)
+  np.testing.assert_allclose(np.asarray(p["layer_1"]["kernel"]).std(), np.sqrt(2 / 32), rtol=0.3)
   small = models.build_model("mlp", widths=(32,), bias="none", init="kaiming", init_gain=0.1)
   q = models.init_params(small, jax.random.PRNGKey(3), (16,))["params"]
-  np.testing.assert_allclose(np.asarray(q["layer_0"]["kernel"]),
-                0.1 * np.asarray(p["layer_0"]["kernel"]), rtol=1e-6)
+  np.testing.assert_allclose(
+    np.asarray(q["layer_0"]["kernel"]), 0.1 * np.asarray(p["layer_0"]["kernel"]), rtol=1e-6
+  )
 
 
 @pytest.mark.parametrize("arch", ["mlp", "affine", "one_hidden"])
@@ -274,12 +283,15 @@ def test_uniform_init_in_unit_interval(arch):
 # ------------------------------------------------------------ builders and errors
 
 
-@pytest.mark.parametrize("kwargs, match", [
-  (dict(arch="resnet"), "unknown architecture"),
-  (dict(arch="mlp", bias="some"), "bias"),
-  (dict(arch="mlp", widths=(8, 0)), "widths"),
-  (dict(arch="mlp", activation="swish"), "unknown activation"),
-])
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
+    (dict(arch="resnet"), "unknown architecture"),
+    (dict(arch="mlp", bias="some"), "bias"),
+    (dict(arch="mlp", widths=(8, 0)), "widths"),
+    (dict(arch="mlp", activation="swish"), "unknown activation"),
+  ],
+)
 def test_build_model_rejects_bad_config(kwargs, match):
   arch = kwargs.pop("arch")
   with pytest.raises(ValueError, match=match):
@@ -298,15 +310,18 @@ def test_get_activation():
   np.testing.assert_array_equal(np.asarray(models.get_activation("relu")(z)), [0.0, 0.5])
   np.testing.assert_array_equal(np.asarray(models.get_activation("identity")(z)), z)
   act = models.get_activation("surrogate_relu", alpha=2.0)
-  np.testing.assert_allclose(float(jax.grad(lambda t: act(t))(-1.0)), 1 / (1 + np.exp(2.0)),
-                rtol=1e-14)
+  np.testing.assert_allclose(
+    float(jax.grad(lambda t: act(t))(-1.0)), 1 / (1 + np.exp(2.0)), rtol=1e-14
+  )
   for alpha in (None, 0.0, -1.0):
     with pytest.raises(ValueError, match="alpha > 0"):
       models.get_activation("surrogate_relu", alpha=alpha)
 
 
-@pytest.mark.parametrize("arch, shape, out_dim", [
-  ("mlp", (4, 4, 1), 3), ("affine", (5,), 2), ("one_hidden", (5,), 1), ("cnn", (6, 6, 2), 1)])
+@pytest.mark.parametrize(
+  "arch, shape, out_dim",
+  [("mlp", (4, 4, 1), 3), ("affine", (5,), 2), ("one_hidden", (5,), 1), ("cnn", (6, 6, 2), 1)],
+)
 def test_output_shapes(arch, shape, out_dim):
   module = models.build_model(arch, out_dim=out_dim, widths=(4, 4))
   apply_fn = jax.jit(models.make_apply_fn(module))
@@ -315,8 +330,9 @@ def test_output_shapes(arch, shape, out_dim):
 
 
 def test_default_activation_and_act_override():
-  module = models.build_model("mlp", widths=(8,), bias="all", activation="tanh", init="normal",
-                init_std=1.0)
+  module = models.build_model(
+    "mlp", widths=(8,), bias="all", activation="tanh", init="normal", init_std=1.0
+  )
   apply_fn = models.make_apply_fn(module)
   p = models.init_params(module, jax.random.PRNGKey(0), (4,), jnp.float64)
   x = jax.random.normal(jax.random.PRNGKey(1), (3, 4), jnp.float64)
@@ -334,13 +350,16 @@ def test_small_cnn_with_surrogate():
   params = jax.tree_util.tree_map(lambda a: a + 0.05, params)  # non-zero first bias
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 6, 6, 1), jnp.float64)
   surrogate = functools.partial(models.surrogate_relu, alpha=ALPHA)
-  np.testing.assert_array_equal(np.asarray(apply_fn(params, x, surrogate)),
-                 np.asarray(apply_fn(params, x)))
+  np.testing.assert_array_equal(
+    np.asarray(apply_fn(params, x, surrogate)), np.asarray(apply_fn(params, x))
+  )
 
   def loss(xx, act):
     g = jax.grad(lambda p: jnp.sum(apply_fn(p, xx, act)))(params)
-    return sum(jnp.sum(jnp.square(a - b)) for a, b in zip(
-      jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(g)))
+    return sum(
+      jnp.sum(jnp.square(a - b))
+      for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(g))
+    )
 
   grad = jax.jit(jax.grad(loss), static_argnums=1)
   g_s = np.asarray(grad(x, surrogate))

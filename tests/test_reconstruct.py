@@ -1,10 +1,11 @@
 """The main job end to end at tiny size, in-process, through the binary's own ``run``."""
+
 import json
 import os
 
+from flax import serialization
 import numpy as np
 import pytest
-from flax import serialization
 
 from experiments import reconstruct
 from experiments.configs import reconstruct as configs
@@ -28,8 +29,15 @@ def test_main_job_writes_its_report(tmp_path):
   m = reconstruct.run(_tiny(identify=True), str(tmp_path))
   assert m["identification"]["trusted_score"] == "agreement"
   assert len(m["identification"]["top"]) == 10
-  for name in ("config.json", "metrics.json", "reconstructions.npz", "reconstructions.png",
-               "ssim_vs_margin.png", "restarts.tsv", "state.msgpack"):
+  for name in (
+    "config.json",
+    "metrics.json",
+    "reconstructions.npz",
+    "reconstructions.png",
+    "ssim_vs_margin.png",
+    "restarts.tsv",
+    "state.msgpack",
+  ):
     assert os.path.getsize(tmp_path / name) > 0, name
   saved = json.loads((tmp_path / "metrics.json").read_text())
   assert saved["n_train"] == 6 and 0 <= saved["recovered_strict"] <= 6
@@ -48,12 +56,14 @@ def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
   for d in (a, b, c):
     d.mkdir()
   # A refinement stage that changes nothing (same alpha, rates x 1) is 10 more plain steps.
-  reconstruct.run(_tiny(alpha="25", refine_steps=10, refine_alpha=25.0, refine_lr_scale=1.0),
-                  str(a))
+  reconstruct.run(
+    _tiny(alpha="25", refine_steps=10, refine_alpha=25.0, refine_lr_scale=1.0), str(a)
+  )
   reconstruct.run(_tiny(alpha="25", steps=30), str(b))
   plain = _npz(b / "reconstructions.npz")["candidates"]
-  np.testing.assert_allclose(_npz(a / "reconstructions.npz")["candidates"], plain, rtol=1e-6,
-                             atol=1e-7)
+  np.testing.assert_allclose(
+    _npz(a / "reconstructions.npz")["candidates"], plain, rtol=1e-6, atol=1e-7
+  )
   # A sharper alpha at a lower rate does change the result.
   cfg = _tiny(alpha="25", refine_steps=10, refine_alpha=150.0)
   m = reconstruct.run(cfg, str(c))
@@ -89,8 +99,9 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
   An earlier version derived the width from the problem (1 unless multiclass),
   so lambda was [m, 1] and broadcast silently against the 10 outputs.
   """
-  m = reconstruct.run(_tiny(victim=dict(loss="ce"), problem="general", m=20, steps=10),
-                      str(tmp_path))
+  m = reconstruct.run(
+    _tiny(victim=dict(loss="ce"), problem="general", m=20, steps=10), str(tmp_path)
+  )
   assert m["problem"] == "general"
   with open(tmp_path / "state.msgpack", "rb") as f:
     blob = serialization.msgpack_restore(f.read())
@@ -123,6 +134,7 @@ def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
 def _reference_layout_safetensors(path, d, widths=(32, 32), seed=0):
   """Haim et al.'s NeuralNetwork layout (bias in the first layer only), written with numpy."""
   from safetensors.numpy import save_file
+
   rng = np.random.default_rng(seed)
   dims = (d, *widths, 1)
   tensors = {}
@@ -148,10 +160,12 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
   assert m["assumed"]["training_mean_subtracted"] is True
   # The imported network is the reference forward pass: relu(W0 x + b0), then W1, W2 (no bias).
   from recon_jax import data, pipeline, victim
+
   ds = data.load_dataset("digits", n_per_class=3, subtract_mean=False)
   ds = pipeline.shift_dataset(ds, mean)
-  vic = pipeline.import_victim(str(tmp_path / "model.safetensors"),
-                               victim.VictimConfig(dataset="digits", n_per_class=3), ds)
+  vic = pipeline.import_victim(
+    str(tmp_path / "model.safetensors"), victim.VictimConfig(dataset="digits", n_per_class=3), ds
+  )
   x = ds.x_train.reshape(len(ds.x_train), -1)
   h = np.maximum(x @ tensors["layers.0.weight"].T + tensors["layers.0.bias"], 0)
   h = np.maximum(h @ tensors["layers.1.weight"].T, 0)
@@ -171,20 +185,27 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   from experiments import train_victim
   from experiments.configs import victim as victim_configs
   from recon_jax import data
+
   for name, seed in (("a", 0), ("b", 1)):
     rng = np.random.default_rng(seed)
     d = tmp_path / name
     d.mkdir()
     for prefix, n in (("train", 60), ("t10k", 20)):
-      data.write_idx(d / f"{prefix}-images-idx3-ubyte",
-                     rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+      data.write_idx(
+        d / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+      )
       data.write_idx(d / f"{prefix}-labels-idx1-ubyte", np.arange(n, dtype=np.uint8) % 10)
   vcfg = victim_configs.get_config("tiny")
   vcfg.victim.dataset, vcfg.data_dir, vcfg.victim.epochs = "mnist", str(tmp_path / "a"), 50
   (tmp_path / "victim").mkdir()
   train_victim.run(vcfg, str(tmp_path / "victim"))
-  cfg = _tiny(checkpoint=str(tmp_path / "victim" / "victim.msgpack"), steps=4, chunk_steps=4,
-              data_dir=str(tmp_path / "b"), victim=dict(dataset="mnist"))
+  cfg = _tiny(
+    checkpoint=str(tmp_path / "victim" / "victim.msgpack"),
+    steps=4,
+    chunk_steps=4,
+    data_dir=str(tmp_path / "b"),
+    victim=dict(dataset="mnist"),
+  )
   (tmp_path / "w1").mkdir()
   with pytest.raises(ValueError, match="trained on other data"):
     reconstruct.run(cfg, str(tmp_path / "w1"))

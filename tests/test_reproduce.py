@@ -1,4 +1,5 @@
 """reproduce: verdicts from intervals (by hand), the report, one real section, refusals."""
+
 import json
 import os
 import subprocess
@@ -16,16 +17,35 @@ T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 def eff(strict, heldout=None, mean=None, n=20, dataset="lfw", **per_draw):
   """An efficacy metrics.json with these per-draw counts (other numbers: zeros)."""
   k = len(strict)
-  keys = dict(strict_pooled=strict, baseline_heldout_strict=heldout or [0] * k,
-              baseline_mean_strict=mean or [0] * k, **per_draw)
-  default = {key: {"per_draw": list(keys.get(key, [0] * k))} for key in
-             ("strict_pooled", "strict_selected", "ssim_gt_0.4", "baseline_mean_strict",
-              "baseline_mean_ssim_gt_0.4", "baseline_heldout_strict",
-              "baseline_heldout_ssim_gt_0.4", "oracle_residual_rel", "time_s")}
+  keys = dict(
+    strict_pooled=strict,
+    baseline_heldout_strict=heldout or [0] * k,
+    baseline_mean_strict=mean or [0] * k,
+    **per_draw,
+  )
+  default = {
+    key: {"per_draw": list(keys.get(key, [0] * k))}
+    for key in (
+      "strict_pooled",
+      "strict_selected",
+      "ssim_gt_0.4",
+      "baseline_mean_strict",
+      "baseline_mean_ssim_gt_0.4",
+      "baseline_heldout_strict",
+      "baseline_heldout_ssim_gt_0.4",
+      "oracle_residual_rel",
+      "time_s",
+    )
+  }
   for v in default.values():
     v.update(claims.interval(v["per_draw"]))
-  return {"draws": list(range(k)), "n_train": n, "variants": {"default": default},
-          "dataset": dataset, "pick_same": [True, False] * (k // 2)}
+  return {
+    "draws": list(range(k)),
+    "n_train": n,
+    "variants": {"default": default},
+    "dataset": dataset,
+    "pick_same": [True, False] * (k // 2),
+  }
 
 
 def one(kind, *runs):
@@ -36,10 +56,11 @@ def one(kind, *runs):
 def test_leak_verdicts_come_from_the_interval_of_the_per_draw_differences():
   # differences 5, 7, 3, 7, 5: mean 5.4, sd sqrt(2.8), half-width t * sd / sqrt(5)
   row = one("leak_quarter", eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1]))
-  half = T4 * 2.8 ** 0.5 / 5 ** 0.5
+  half = T4 * 2.8**0.5 / 5**0.5
   assert f"5.4 [{5.4 - half:.1f}, {5.4 + half:.1f}]" in row["statistic"]  # [3.3, 7.5]
-  assert row["verdict"] == "yes" and "6.4 [" in row["attack"] and "held-out 1.0 [" in row[
-      "baselines"]
+  assert (
+    row["verdict"] == "yes" and "6.4 [" in row["attack"] and "held-out 1.0 [" in row["baselines"]
+  )
   # above the baseline in every draw, but below n/4 = 5 on average
   assert one("leak_quarter", eff([4] * 5))["verdict"] == "no"
   assert one("leak", eff([4] * 5))["verdict"] == "yes"
@@ -64,31 +85,53 @@ def test_paired_trend_and_signal_criteria():
   assert row["verdict"] == "yes" and row["attack"].startswith("strict fraction n=10: 0.48")
   assert one("n_trend", eff([1] * 5, n=10), eff([5, 5, 5, 5, 4], n=50))["verdict"] == "no"
   base = eff([0] * 5, **{"ssim_gt_0.4": [15, 16, 14, 15, 15]})
-  kai = eff([0] * 5, **{"ssim_gt_0.4": [10, 11, 9, 10, 10],
-                        "baseline_heldout_ssim_gt_0.4": [6, 7, 5, 6, 6]})
+  kai = eff(
+    [0] * 5, **{"ssim_gt_0.4": [10, 11, 9, 10, 10], "baseline_heldout_ssim_gt_0.4": [6, 7, 5, 6, 6]}
+  )
   assert one("lower_with_signal", base, kai)["verdict"] == "yes"
   assert one("lower_with_signal", kai, base)["verdict"] == "no"
   row = one("all_leak", eff([5] * 5, heldout=[1] * 5), eff([1, 0, 1, 0, 1]))
   assert row["verdict"] == "no" and row["attack"].count("strict pooled") == 2
-  assert one("pick_rate", eff([1] * 4), eff([1] * 2))["attack"] == (
-      "the same restart in 3/6 draws")
+  assert one("pick_rate", eff([1] * 4), eff([1] * 2))["attack"] == ("the same restart in 3/6 draws")
 
 
 def test_toy_and_init_study_verdicts_over_seeds():
   def toy(*got):
-    return [{"n_train": 20, "recovered": g, "recovered_best_restart": g, "recovered_pooled": 20,
-             "at_init": {"recovered": 0}} for g in got]
+    return [
+      {
+        "n_train": 20,
+        "recovered": g,
+        "recovered_best_restart": g,
+        "recovered_pooled": 20,
+        "at_init": {"recovered": 0},
+      }
+      for g in got
+    ]
+
   assert one("toy", toy(18, 5, 19))["verdict"] == "yes"  # median 18 = 0.9 n
   assert one("toy", toy(17, 20, 10))["verdict"] == "no"
   assert one("toy", toy(20, 20))["verdict"] == "too few seeds"
 
   def study(*held):
-    return [{"sub_runs": {"kkt": {"findings": {
-        "ground_truth_recovered": {"reproduced": h, "evidence": f"e{i}"},
-        "grid": {"reproduced": None, "evidence": "no grid"}}}}} for i, h in enumerate(held)]
+    return [
+      {
+        "sub_runs": {
+          "kkt": {
+            "findings": {
+              "ground_truth_recovered": {"reproduced": h, "evidence": f"e{i}"},
+              "grid": {"reproduced": None, "evidence": "no grid"},
+            }
+          }
+        }
+      }
+      for i, h in enumerate(held)
+    ]
+
   rows = claims.evaluate("findings", [study(True, True, True)], 0.95)
   assert [(r["claim"], r["verdict"]) for r in rows] == [
-      ("kkt: ground truth recovered", "yes"), ("kkt: grid", "not run (no grid)")]
+    ("kkt: ground truth recovered", "yes"),
+    ("kkt: grid", "not run (no grid)"),
+  ]
   assert rows[0]["statistic"] == "seed 0: e0"
   [r, _] = claims.evaluate("findings", [study(True, False, True)], 0.95)
   assert r["verdict"] == "no" and r["attack"] == "holds in 2/3 seeds"
@@ -96,9 +139,15 @@ def test_toy_and_init_study_verdicts_over_seeds():
 
 def _results():
   ok = lambda m: {"binary": "efficacy", "status": "ok", "results": [m], "commands": ["cmd"]}
-  return {"main_faces": ok(eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1])),
-          "main_digits": {"binary": "efficacy", "status": "FAILED (exit code 1: error: boom)",
-                          "results": [], "commands": ["python -m experiments.efficacy x"]}}
+  return {
+    "main_faces": ok(eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1])),
+    "main_digits": {
+      "binary": "efficacy",
+      "status": "FAILED (exit code 1: error: boom)",
+      "results": [],
+      "commands": ["python -m experiments.efficacy x"],
+    },
+  }
 
 
 def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tmp_path):
@@ -111,18 +160,29 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   assert by["leak_quarter", "main_faces"]["claim"].startswith("lfw: a substantial")
   assert by["leak_quarter", "main_digits"]["verdict"] == "not run (main_digits FAILED)"
   assert by["partition", "partition_init"]["verdict"] == claims.NEW
-  rows = claims.claims(configs.CLAIMS, {"main_faces": results["main_faces"]}, ["main"],
-                      cfg.confidence)
+  rows = claims.claims(
+    configs.CLAIMS, {"main_faces": results["main_faces"]}, ["main"], cfg.confidence
+  )
   assert rows[1]["verdict"] == "not run (main_digits not in the sections)"
 
   (tmp_path / "main_faces").mkdir()
   (tmp_path / "main_faces" / "efficacy.png").write_bytes(b"png")
-  md = claims.report(cfg, str(tmp_path), results, claims.claims(
-      configs.CLAIMS, results, ["main", "attacker"], cfg.confidence), ["main", "attacker"],
-      configs.SECTIONS, 90.0, "python -m x", False)
+  md = claims.report(
+    cfg,
+    str(tmp_path),
+    results,
+    claims.claims(configs.CLAIMS, results, ["main", "attacker"], cfg.confidence),
+    ["main", "attacker"],
+    configs.SECTIONS,
+    90.0,
+    "python -m x",
+    False,
+  )
   assert "Regenerate with `python -m x` (1.5 min)" in md and "Partial" not in md
-  assert ("| 2 | lfw: a substantial fraction of the training images is reconstructed, above the "
-          "baselines (Figs 3-4) | large portion, n = 500 | strict pooled 6.4 [") in md
+  assert (
+    "| 2 | lfw: a substantial fraction of the training images is reconstructed, above the "
+    "baselines (Figs 3-4) | large portion, n = 500 | strict pooled 6.4 ["
+  ) in md
   assert "| **yes** |" in md and "**not run (main_digits FAILED)**" in md
   assert "**FAILED**: `main_digits`: FAILED (exit code 1: error: boom)" in md
   assert "- `partition_init` (the same run as `main_faces`): `cmd`" in md
@@ -142,15 +202,19 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   out = reproduce.run(cfg, w, ["toy", "decoreco"])
   toy = out["runs"]["toy"]
   assert toy["status"] == "ok" and toy["commands"] == [
-      f"python -m experiments.toy_2d --config=experiments/configs/toy_2d.py:quick "
-      f"--config.seed=0 --workdir={w}/toy/seed_0"]
+    f"python -m experiments.toy_2d --config=experiments/configs/toy_2d.py:quick "
+    f"--config.seed=0 --workdir={w}/toy/seed_0"
+  ]
   m = json.loads((tmp_path / "w" / "toy" / "seed_0" / "metrics.json").read_text())
   assert toy["results"][0]["recovered"] == m["recovered"] and m["dtype"] == "float64"
   failed = out["runs"]["multiclass_ce"]["status"]
   assert failed.startswith("FAILED (exit code 1: error: --config.base.nope: no such setting")
   verdicts = {r["runs"][0]: r["verdict"] for r in out["claims"]}
-  assert verdicts == {"toy": "too few seeds", "multiclass_ce": "not run (multiclass_ce FAILED)",
-                      "regression_mse_wd": "not run (regression_mse_wd not in the sections)"}
+  assert verdicts == {
+    "toy": "too few seeds",
+    "multiclass_ce": "not run (multiclass_ce FAILED)",
+    "regression_mse_wd": "not run (regression_mse_wd not in the sections)",
+  }
   md = (tmp_path / "w" / "RESULTS.md").read_text()
   assert f"| toy seed 0 | {m['recovered']} / 4 |" in md and "**FAILED**: `multiclass_ce`" in md
   assert "![toy/seed_0/toy_2d.png](toy/seed_0/toy_2d.png)" in md
@@ -159,13 +223,19 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   again = reproduce.run(cfg, w, ["toy"], resume=True)  # the finished toy is not run again
   assert os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json") == stamp
   assert again["runs"]["toy"]["results"] == out["runs"]["toy"]["results"]
-  assert "multiclass_ce" not in again["runs"] and "FAILED" not in (tmp_path / "w" / "RESULTS.md"
-                                                                  ).read_text()
+  assert (
+    "multiclass_ce" not in again["runs"]
+    and "FAILED" not in (tmp_path / "w" / "RESULTS.md").read_text()
+  )
 
 
 def _cli(*args):
-  p = subprocess.run([sys.executable, "-m", "experiments.reproduce", *args], cwd=common.ROOT,
-                     capture_output=True, text=True)
+  p = subprocess.run(
+    [sys.executable, "-m", "experiments.reproduce", *args],
+    cwd=common.ROOT,
+    capture_output=True,
+    text=True,
+  )
   return p.returncode, p.stderr.strip().splitlines()
 
 
@@ -174,8 +244,9 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   rc, err = _cli("--config=experiments/configs/reproduce.py:huge", w)
   assert rc == 1 and len(err) == 1 and "reproduce.py:huge: unknown preset (scale) 'huge'" in err[0]
   rc, err = _cli("--config=experiments/configs/reproduce.py:paper", w)
-  assert rc == 1 and err == ["error: --config.data_dir: the paper scale reads cifar10 and mnist "
-                             "from it; got ''."]
+  assert rc == 1 and err == [
+    "error: --config.data_dir: the paper scale reads cifar10 and mnist from it; got ''."
+  ]
   assert not (tmp_path / "w").exists()
   cfg = configs.get_config("paper")
   cfg.data_dir = str(tmp_path / "none")
@@ -185,8 +256,12 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   assert reproduce.check(cfg, "main,toy,init_study") == ["toy", "main", "init_study"]
   [(folder, args)] = reproduce.jobs(cfg, "main_faces")
   assert folder == "main_faces" and args == [
-      "--config=experiments/configs/efficacy.py:paper", "--config.base.victim.dataset=cifar10",
-      f"--config.base.data_dir={tmp_path}", "--draws=5", "--first_draw=0"]
+    "--config=experiments/configs/efficacy.py:paper",
+    "--config.base.victim.dataset=cifar10",
+    f"--config.base.data_dir={tmp_path}",
+    "--draws=5",
+    "--first_draw=0",
+  ]
   assert f"--config.data_dir={tmp_path}" in reproduce.jobs(cfg, "init_study")[2][1]
   assert [j[1][-1] for j in reproduce.jobs(cfg, "toy")] == [f"--config.seed={s}" for s in range(3)]
   with pytest.raises(common.UserError, match="--only: no section 'nope'; choose from toy, main"):

@@ -4,6 +4,7 @@ A run of ``experiments.reconstruct`` killed mid-way and resumed with ``--resume`
 must end with exactly the arrays of an uninterrupted run (bitwise, on CPU), and
 the same config and seed twice must give identical arrays.
 """
+
 import json
 import os
 import signal
@@ -11,19 +12,23 @@ import subprocess
 import sys
 import time
 
+from flax import serialization
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from flax import serialization
 
 from recon_jax import checkpoint, loop, resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
-FLAGS = ["--config=experiments/configs/reconstruct.py:tiny", "--config.steps=400",
-         "--config.chunk_steps=10", "--config.save_every=1"]
+FLAGS = [
+  "--config=experiments/configs/reconstruct.py:tiny",
+  "--config.steps=400",
+  "--config.chunk_steps=10",
+  "--config.save_every=1",
+]
 
 
 def _env(cache):
@@ -33,9 +38,14 @@ def _env(cache):
 
 
 def _run(workdir, cache, *extra):
-  proc = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
-                         f"--workdir={workdir}", *extra], cwd=ROOT, env=_env(cache),
-                        capture_output=True, text=True, timeout=300)
+  proc = subprocess.run(
+    [sys.executable, "-m", "experiments.reconstruct", *FLAGS, f"--workdir={workdir}", *extra],
+    cwd=ROOT,
+    env=_env(cache),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc
 
@@ -64,9 +74,13 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
   tmp, cache = uninterrupted
   work = tmp / "killed"
   state = work / "state.msgpack"
-  proc = subprocess.Popen([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
-                           f"--workdir={work}"], cwd=ROOT, env=_env(cache),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "experiments.reconstruct", *FLAGS, f"--workdir={work}"],
+    cwd=ROOT,
+    env=_env(cache),
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
   try:
     deadline = time.time() + 240
     while not state.exists():
@@ -86,9 +100,14 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
   x_mid = np.asarray(blob["state"]["run"]["inner"]["x"])
 
   # Without --resume the non-empty workdir is refused (and the state is kept).
-  refused = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
-                            f"--workdir={work}"], cwd=ROOT, env=_env(cache),
-                           capture_output=True, text=True, timeout=120)
+  refused = subprocess.run(
+    [sys.executable, "-m", "experiments.reconstruct", *FLAGS, f"--workdir={work}"],
+    cwd=ROOT,
+    env=_env(cache),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert refused.returncode == 1 and "--overwrite" in refused.stderr
   assert state.exists()
 
@@ -105,9 +124,22 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
 
 def test_resume_refuses_other_config(uninterrupted):
   tmp, cache = uninterrupted
-  proc = subprocess.run([sys.executable, "-m", "experiments.reconstruct", *FLAGS,
-                         f"--workdir={tmp / 'full'}", "--resume", "--config.seed=5"], cwd=ROOT,
-                        env=_env(cache), capture_output=True, text=True, timeout=120)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "experiments.reconstruct",
+      *FLAGS,
+      f"--workdir={tmp / 'full'}",
+      "--resume",
+      "--config.seed=5",
+    ],
+    cwd=ROOT,
+    env=_env(cache),
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode == 1
   lines = proc.stderr.strip().splitlines()
   assert lines[-1].startswith("error: --resume:") and "seed" in lines[-1], proc.stderr[-2000:]
@@ -136,10 +168,13 @@ def _state():
   opt = optax.adam(1.0)
   x = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
   inner = (x, opt.init(x))
-  return {"run": loop.RestartState(inner, jnp.float32(0.5), jnp.asarray(True),
-                                   jnp.int32(7), jnp.int32(40)),
-          "keys": jax.random.split(jax.random.PRNGKey(3), 2),
-          "hparams": {"lr_x": jnp.asarray([0.1, 0.2], jnp.float32)}}
+  return {
+    "run": loop.RestartState(
+      inner, jnp.float32(0.5), jnp.asarray(True), jnp.int32(7), jnp.int32(40)
+    ),
+    "keys": jax.random.split(jax.random.PRNGKey(3), 2),
+    "hparams": {"lr_x": jnp.asarray([0.1, 0.2], jnp.float32)},
+  }
 
 
 def test_roundtrip_keeps_namedtuples_and_dtypes(tmp_path):
@@ -180,5 +215,3 @@ def test_load_rejects_bad_files(tmp_path):
   checkpoint.save(str(path), {"w": np.ones(2)}, {})
   with pytest.raises(checkpoint.CheckpointError, match="format tag"):
     resume.load(str(path), st)
-
-

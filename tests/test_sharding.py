@@ -5,6 +5,7 @@ Each test runs a child Python (the device count is fixed when JAX starts):
 CPU devices, and two processes x 2 devices joined by ``jax.distributed`` for
 the multi-host path (restarts spread over both processes, gathered to all).
 """
+
 import json
 import os
 import socket
@@ -85,15 +86,23 @@ with open(out + f".{jax.process_index()}.json", "w") as f:
 
 
 def _env(**extra):
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(("XLA_", "JAX_")) or k == "JAX_PLATFORMS"}
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if not k.startswith(("XLA_", "JAX_")) or k == "JAX_PLATFORMS"
+  }
   env.update(JAX_PLATFORMS="cpu", **extra)
   return env
 
 
 def _run(args, env):
-  return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return subprocess.Popen(
+    [sys.executable, "-c", CHILD, *args],
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
 
 
 def _wait(procs, timeout=150):
@@ -135,10 +144,12 @@ def test_sharded_equals_single_device(single_process):
   _, arr = single_process
   assert np.all(arr["sharded_step"] == 12) and np.all(arr["single_step"] == 12)
   for k in ("x", "lam", "loss"):
-    np.testing.assert_allclose(arr[f"sharded_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
-                               err_msg=k)
-    np.testing.assert_allclose(arr[f"map_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
-                               err_msg=f"lax.map {k}")
+    np.testing.assert_allclose(
+      arr[f"sharded_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6, err_msg=k
+    )
+    np.testing.assert_allclose(
+      arr[f"map_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6, err_msg=f"lax.map {k}"
+    )
   assert np.all(np.isfinite(arr["single_loss"]))
 
 
@@ -152,10 +163,18 @@ def test_two_processes_gather_to_process_zero(single_process, tmp_path):
   _, arr = single_process
   out = str(tmp_path / "multi")
   port = _free_port()
-  procs = [_run(["multiprocess", out], _env(
-      XLA_FLAGS="--xla_force_host_platform_device_count=2",
-      JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
-      JAX_PROCESS_ID=str(i))) for i in range(2)]
+  procs = [
+    _run(
+      ["multiprocess", out],
+      _env(
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
+        JAX_NUM_PROCESSES="2",
+        JAX_PROCESS_ID=str(i),
+      ),
+    )
+    for i in range(2)
+  ]
   _wait(procs)
   for i in range(2):
     with open(f"{out}.{i}.json") as f:
@@ -165,13 +184,16 @@ def test_two_processes_gather_to_process_zero(single_process, tmp_path):
   with np.load(out + ".npz") as z:
     got = {k: z[k] for k in z.files}
   for k in ("x", "lam", "loss"):
-    np.testing.assert_allclose(got[f"gathered_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6,
-                               err_msg=k)
+    np.testing.assert_allclose(
+      got[f"gathered_{k}"], arr[f"single_{k}"], rtol=1e-6, atol=1e-6, err_msg=k
+    )
 
 
 def test_distributed_helpers_single_process(monkeypatch):
   import jax
+
   from recon_jax import distributed
+
   for off in (False, None, "", "0", "false", "No"):
     assert distributed.maybe_initialize(off) is False
   assert not jax.distributed.is_initialized()

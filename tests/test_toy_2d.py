@@ -2,6 +2,7 @@
 
 Everything runs in-process except one command-line check of the flags.
 """
+
 import json
 import os
 import subprocess
@@ -43,21 +44,24 @@ def _planted():
   """
   far = np.array([[3.0, 3.0], [-3.0, 3.0], [3.0, -3.0], [-3.0, -3.0], [5.0, 0.0], [0.0, 5.0]])
   t = TRAIN
-  x = np.stack([
+  x = np.stack(
+    [
       np.stack([t[0], t[1], t[2], t[0] + DUP, t[1] + DUP, far[0], far[1], t[3]]),
       np.stack([t[3], t[3] + DUP, far[0], far[1], far[2], far[3], far[4], far[5]]),
       np.concatenate([t, t]),
-  ])
-  lam = np.array([[1, 1, 1, 1, 1, 0.02, 0.02, 0.01],
-                  [1, 1, 0.5, 0.5, 0, 0, 0, 0],
-                  [1] * 8], np.float64)
+    ]
+  )
+  lam = np.array(
+    [[1, 1, 1, 1, 1, 0.02, 0.02, 0.01], [1, 1, 0.5, 0.5, 0, 0, 0, 0], [1] * 8], np.float64
+  )
   return x, lam, np.array([2.0, 1.0, np.nan]), np.array([False, False, True])
 
 
 def test_planted_point_clouds_give_the_known_counts():
   x, lam, loss, diverged = _planted()
-  out = points.score_point_clouds(x, lam, loss, diverged, TRAIN, lam_filter_frac=0.1,
-                                  dedup_radius=0.03, tol=0.05, seed=0)
+  out = points.score_point_clouds(
+    x, lam, loss, diverged, TRAIN, lam_filter_frac=0.1, dedup_radius=0.03, tol=0.05, seed=0
+  )
   rows = out["per_restart"]
   assert [r["n_after_filter"] for r in rows] == [5, 4, 0]
   assert [r["n_kept"] for r in rows] == [3, 3, 0]
@@ -77,8 +81,9 @@ def test_planted_point_clouds_give_the_known_counts():
 
 def test_kept_masks_only_remove_candidates():
   x, lam, _, diverged = _planted()
-  after_filter, kept = points.kept_masks(x, lam, diverged, lam_filter_frac=0.1,
-                                         dedup_radius=0.03, seed=3)
+  after_filter, kept = points.kept_masks(
+    x, lam, diverged, lam_filter_frac=0.1, dedup_radius=0.03, seed=3
+  )
   assert after_filter.shape == kept.shape == (3, 8)
   assert not np.any(kept & ~after_filter)
   assert not after_filter[2].any()  # a diverged restart keeps nothing
@@ -128,9 +133,19 @@ def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
     assert os.path.getsize(tmp_path / name) > 0, name
   saved = json.loads((tmp_path / "metrics.json").read_text())
   assert json.loads((tmp_path / "config.json").read_text())["config"]["n_train"] == 4
-  for key in ("recovered", "recovered_best_restart", "recovered_pooled", "oracle_residual_rel",
-              "kink_fraction", "median_distance", "selected_restart", "per_restart", "timing",
-              "n_train", "victim"):
+  for key in (
+    "recovered",
+    "recovered_best_restart",
+    "recovered_pooled",
+    "oracle_residual_rel",
+    "kink_fraction",
+    "median_distance",
+    "selected_restart",
+    "per_restart",
+    "timing",
+    "n_train",
+    "victim",
+  ):
     assert key in saved, key
   assert saved["n_train"] == 4 and 0 <= saved["recovered"] <= 4
   assert 0.0 <= saved["oracle_residual_rel"] <= 1.0 + 1e-9
@@ -156,8 +171,9 @@ def test_small_toy_run_recovers_most_points(tmp_path):
   of 10 within 0.05; the random initialisation recovers none.
   """
   cfg = toy_config.get_config("paper")
-  cfg.update({"n_train": 10, "width": 100, "m": 40, "num_restarts": 2, "steps": 3000,
-              "refine_steps": 2000})
+  cfg.update(
+    {"n_train": 10, "width": 100, "m": 40, "num_restarts": 2, "steps": 3000, "refine_steps": 2000}
+  )
   out = toy_2d.run(cfg, str(tmp_path))
   assert out["recovered"] >= 6, out["per_restart"]
   assert out["median_distance"] < 0.05
@@ -169,9 +185,19 @@ def test_small_toy_run_recovers_most_points(tmp_path):
   assert 0.0 <= out["kink_fraction"] <= 1.0
 
 
-@pytest.mark.parametrize("field, value", [
-    ("n_train", 3), ("m", 7), ("refine_steps", -1), ("lr_x", "1:0.1"), ("victim_init", "normal"),
-    ("theta_norm", 1.0), ("tol", 0.0), ("steps", 0)])
+@pytest.mark.parametrize(
+  "field, value",
+  [
+    ("n_train", 3),
+    ("m", 7),
+    ("refine_steps", -1),
+    ("lr_x", "1:0.1"),
+    ("victim_init", "normal"),
+    ("theta_norm", 1.0),
+    ("tol", 0.0),
+    ("steps", 0),
+  ],
+)
 def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch, field, value):
   monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))
   cfg = toy_config.get_config("quick")
@@ -190,11 +216,12 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
 def test_command_line_names_the_setting(tmp_path):
   workdir = tmp_path / "out"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  cmd = [sys.executable, "-m", "experiments.toy_2d", "--config.n_train=3",
-         f"--workdir={workdir}"]
-  proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=120)
+  cmd = [sys.executable, "-m", "experiments.toy_2d", "--config.n_train=3", f"--workdir={workdir}"]
+  proc = subprocess.run(
+    cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+  )
   assert proc.returncode == 1, proc.stderr
   assert proc.stderr.strip().splitlines()[-1] == (
-      "error: --config.n_train must be even and >= 2, got 3.")
+    "error: --config.n_train must be even and >= 2, got 3."
+  )
   assert not workdir.exists()

@@ -51,7 +51,7 @@ def test_normalised_step_by_hand(adaptive):
   cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
   new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   loss, g = jax.value_and_grad(losses.energy(apply_fn, "logistic"))(params, x, y)
-  gnorm = np.sqrt(sum(np.sum(a ** 2) for a in _leaves(g)))
+  gnorm = np.sqrt(sum(np.sum(a**2) for a in _leaves(g)))
   rate = 0.3 / (float(loss) if adaptive == "loss" else gnorm)
   for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
     np.testing.assert_allclose(n, p - rate * gg, rtol=1e-12, atol=1e-15)
@@ -80,8 +80,9 @@ def test_logistic_reaches_zero_train_error():
   x_test, y_test = _blobs(2, seed=1)
   cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=200, chunk=100)
   init_loss = float(losses.energy(apply_fn, "logistic")(params, x, y))
-  new, history = train.train(apply_fn, params, x, y, cfg, x_test=x_test, y_test=y_test,
-                log_every_chunk=False)
+  new, history = train.train(
+    apply_fn, params, x, y, cfg, x_test=x_test, y_test=y_test, log_every_chunk=False
+  )
   assert [r["epoch"] for r in history] == [100, 200]
   assert history[-1]["train_error"] == 0.0
   assert history[-1]["test_accuracy"] == 1.0
@@ -106,8 +107,7 @@ def test_mse_regression_loss_decreases():
   y = jnp.asarray(np.sin(np.asarray(x)[:, 0]) + 0.5 * np.asarray(x)[:, 1])
   cfg = train.TrainConfig(loss="mse", lr=0.05, epochs=300, chunk=100)
   init_loss = float(losses.energy(apply_fn, "mse")(params, x, y))
-  _, history = train.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y,
-               log_every_chunk=False)
+  _, history = train.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y, log_every_chunk=False)
   trace = [r["loss"] for r in history]
   assert trace == sorted(trace, reverse=True)
   assert trace[-1] < 0.2 * init_loss
@@ -131,10 +131,12 @@ def test_minibatches_are_seeded():
   cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=10, chunk=10, batch_size=3)
   a, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   b, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-  c, _ = train.train(apply_fn, params, x, y, dataclasses.replace(cfg, seed=1),
-            log_every_chunk=False)
-  full, _ = train.train(apply_fn, params, x, y, dataclasses.replace(cfg, batch_size=None),
-             log_every_chunk=False)
+  c, _ = train.train(
+    apply_fn, params, x, y, dataclasses.replace(cfg, seed=1), log_every_chunk=False
+  )
+  full, _ = train.train(
+    apply_fn, params, x, y, dataclasses.replace(cfg, batch_size=None), log_every_chunk=False
+  )
   for u, v in zip(_leaves(a), _leaves(b)):
     np.testing.assert_array_equal(u, v)
   assert any(not np.array_equal(u, v) for u, v in zip(_leaves(a), _leaves(c)))
@@ -159,8 +161,15 @@ def test_divergence_raises_and_keeps_last_finite_chunk():
   cfg = train.TrainConfig(loss="mse", lr=10.0 / lam_max, epochs=300, chunk=25)
   seen = []
   with pytest.raises(train.TrainError, match="diverged") as err:
-    train.train(apply_fn, params, x, y, cfg, log_every_chunk=False,
-          callback=lambda state, rec: seen.append(state.params))
+    train.train(
+      apply_fn,
+      params,
+      x,
+      y,
+      cfg,
+      log_every_chunk=False,
+      callback=lambda state, rec: seen.append(state.params),
+    )
   assert len(seen) >= 2  # some chunks finished before the blow-up
   assert len(err.value.history) == len(seen)
   got = _leaves(err.value.params)

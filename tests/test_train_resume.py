@@ -1,20 +1,27 @@
 """train_victim killed by SIGKILL mid-way and resumed ends with bitwise the same victim."""
+
 import os
 import signal
 import subprocess
 import sys
 import time
 
-import numpy as np
 from flax import serialization
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each, and a weight-decay phase so the
 # resume may land in either phase.
-FLAGS = ["--config=experiments/configs/victim.py:digits", "--config.victim.n_per_class=3",
-         "--config.victim.widths=16,16", "--config.victim.epochs=60000",
-         "--config.victim.wd_epochs=20000", "--config.victim.wd=0.01",
-         "--config.chunk_epochs=200", "--config.save_every=1"]
+FLAGS = [
+  "--config=experiments/configs/victim.py:digits",
+  "--config.victim.n_per_class=3",
+  "--config.victim.widths=16,16",
+  "--config.victim.epochs=60000",
+  "--config.victim.wd_epochs=20000",
+  "--config.victim.wd=0.01",
+  "--config.chunk_epochs=200",
+  "--config.save_every=1",
+]
 
 
 def _env():
@@ -24,8 +31,7 @@ def _env():
 
 
 def _cmd(workdir, *extra):
-  return [sys.executable, "-m", "experiments.train_victim", *FLAGS, f"--workdir={workdir}",
-          *extra]
+  return [sys.executable, "-m", "experiments.train_victim", *FLAGS, f"--workdir={workdir}", *extra]
 
 
 def _params(workdir):
@@ -44,13 +50,15 @@ def _flat(tree, prefix=""):
 
 
 def test_kill_and_resume_train_victim(tmp_path):
-  full = subprocess.run(_cmd(tmp_path / "full"), cwd=ROOT, env=_env(), capture_output=True,
-                        text=True, timeout=300)
+  full = subprocess.run(
+    _cmd(tmp_path / "full"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+  )
   assert full.returncode == 0, full.stderr[-2000:]
   work = tmp_path / "killed"
   state = work / "train_state.msgpack"
-  proc = subprocess.Popen(_cmd(work), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen(
+    _cmd(work), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+  )
   try:
     deadline = time.time() + 240
     while not state.exists():
@@ -64,11 +72,13 @@ def test_kill_and_resume_train_victim(tmp_path):
   assert proc.returncode == -signal.SIGKILL
   assert not (work / "victim.msgpack").exists()
   # Without --resume the workdir is refused and the state kept.
-  again = subprocess.run(_cmd(work), cwd=ROOT, env=_env(), capture_output=True, text=True,
-                         timeout=120)
+  again = subprocess.run(
+    _cmd(work), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120
+  )
   assert again.returncode == 1 and "not empty" in again.stderr and state.exists()
-  resumed = subprocess.run(_cmd(work, "--resume"), cwd=ROOT, env=_env(), capture_output=True,
-                           text=True, timeout=300)
+  resumed = subprocess.run(
+    _cmd(work, "--resume"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+  )
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert "resuming phase" in resumed.stderr  # it continued, it did not start over
   a, b = _flat(_params(tmp_path / "full")), _flat(_params(work))

@@ -4,26 +4,26 @@ Presets name the base job (``lfw``, ``digits``, ``tiny``, as in reconstruct.py);
 ``variants`` are named sets of overrides of that job, compared on the same draws
 (``--variants=default,refine``).  Add your own by copying this file.
 """
+
 import ml_collections
 
 from experiments.configs import reconstruct
 
 VARIANTS = {
-    "default": {},
-    # Haim et al.'s sweep with a sharp-alpha refinement stage after it.
-    "refine": {"refine_steps": 2000},
-    # alpha rising geometrically from each restart's draw to 200 over the run (Loo et al.).
-    "anneal": {"anneal_alpha": 200.0},
-    # The attacker also knows theta_0 and fits theta* - theta_0 (Loo et al.).
-    "known_init": {"known_init": True},
-    # Runkel et al.'s setting: candidates start at unseen images of the disjoint partition.
-    "partition": {"init": "partition"},
-    # Twice as many candidates (4n instead of 2n).
-    "m4n": {"m_per_sample": 4},
-    # lambda eliminated in closed form at every step (Iurada et al.). A step costs ~30x a KKT
-    # step on a CPU (the Gram matrix), so 4 restarts x 1000 steps: about the default's wall time.
-    "closed_form": {"attack": "closed_form", "num_restarts": 4, "steps": 1000,
-                    "chunk_steps": 250},
+  "default": {},
+  # Haim et al.'s sweep with a sharp-alpha refinement stage after it.
+  "refine": {"refine_steps": 2000},
+  # alpha rising geometrically from each restart's draw to 200 over the run (Loo et al.).
+  "anneal": {"anneal_alpha": 200.0},
+  # The attacker also knows theta_0 and fits theta* - theta_0 (Loo et al.).
+  "known_init": {"known_init": True},
+  # Runkel et al.'s setting: candidates start at unseen images of the disjoint partition.
+  "partition": {"init": "partition"},
+  # Twice as many candidates (4n instead of 2n).
+  "m4n": {"m_per_sample": 4},
+  # lambda eliminated in closed form at every step (Iurada et al.). A step costs ~30x a KKT
+  # step on a CPU (the Gram matrix), so 4 restarts x 1000 steps: about the default's wall time.
+  "closed_form": {"attack": "closed_form", "num_restarts": 4, "steps": 1000, "chunk_steps": 250},
 }
 
 

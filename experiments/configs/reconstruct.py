@@ -10,22 +10,47 @@ Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
 
 Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.
 """
+
 import ml_collections
 from ml_collections import config_dict
 
 from experiments.configs.victim import victim_section
 
 PRESETS = {
-    "lfw": dict(),
-    "digits": dict(victim=dict(dataset="digits", n_per_class=25), steps=6000),
-    # He init: the default small init leaves a 32-32 victim at chance after 400 epochs.
-    "tiny": dict(victim=dict(dataset="digits", n_per_class=3, widths=(32, 32), epochs=400,
-                             init="kaiming", init_std=None, first_layer_std=None),
-                 num_restarts=2, steps=20, chunk_steps=10, identify=False),
-    "paper": dict(victim=dict(dataset="cifar10", n_per_class=250, widths=(1000, 1000),
-                              init="kaiming", init_std=None, first_layer_std=1e-4, lr=0.01,
-                              epochs=100_000),
-                  num_restarts=100, steps=50_000, chunk_steps=5000, sweep="paper"),
+  "lfw": dict(),
+  "digits": dict(victim=dict(dataset="digits", n_per_class=25), steps=6000),
+  # He init: the default small init leaves a 32-32 victim at chance after 400 epochs.
+  "tiny": dict(
+    victim=dict(
+      dataset="digits",
+      n_per_class=3,
+      widths=(32, 32),
+      epochs=400,
+      init="kaiming",
+      init_std=None,
+      first_layer_std=None,
+    ),
+    num_restarts=2,
+    steps=20,
+    chunk_steps=10,
+    identify=False,
+  ),
+  "paper": dict(
+    victim=dict(
+      dataset="cifar10",
+      n_per_class=250,
+      widths=(1000, 1000),
+      init="kaiming",
+      init_std=None,
+      first_layer_std=1e-4,
+      lr=0.01,
+      epochs=100_000,
+    ),
+    num_restarts=100,
+    steps=50_000,
+    chunk_steps=5000,
+    sweep="paper",
+  ),
 }
 
 
@@ -35,50 +60,50 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   over = dict(PRESETS[preset])
   c = ml_collections.ConfigDict()
   c.victim = victim_section(**over.pop("victim", {}))
-  c.checkpoint = ""        # attack this victim file instead of training one: recon_jax's
+  c.checkpoint = ""  # attack this victim file instead of training one: recon_jax's
   #                          victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors
   # Only for PyTorch / safetensors checkpoints (see README, "Audit your own model"):
   c.foreign = ml_collections.ConfigDict()
-  c.foreign.data_mean = ""          # .npy per-pixel mean the model was trained with ('' none)
-  c.foreign.input_layout = "nchw"   # how the model flattened conv features (PyTorch: nchw)
-  c.foreign.stride = 1              # conv stride (PyTorch's default)
-  c.foreign.padding = 0             # conv padding (PyTorch's default)
-  c.data_dir = ""          # folder with MNIST/CIFAR files (never downloaded)
+  c.foreign.data_mean = ""  # .npy per-pixel mean the model was trained with ('' none)
+  c.foreign.input_layout = "nchw"  # how the model flattened conv features (PyTorch: nchw)
+  c.foreign.stride = 1  # conv stride (PyTorch's default)
+  c.foreign.padding = 0  # conv padding (PyTorch's default)
+  c.data_dir = ""  # folder with MNIST/CIFAR files (never downloaded)
   c.allow_data_mismatch = False  # attack a checkpoint trained on other images (warns)
-  c.attack = "kkt"         # kkt | closed_form | inversion | weights
-  c.problem = "auto"       # auto (from victim.loss) | binary | multiclass | general
-  c.num_restarts = 16      # restarts R, batched in one compiled program
-  c.steps = 4000           # optimisation steps per restart
-  c.chunk_steps = 1000     # steps per compiled chunk, between progress lines and saves
-  c.m = 0                  # candidates per restart (0: m_per_sample x n)
-  c.m_per_sample = 2       # candidates per training sample when m = 0 (Haim et al.: 2)
-  c.init = "gaussian"      # x-init: gaussian | uniform | ground_truth | partition | mix
-  c.sweep = "random"       # random (the ranges below) | paper (Haim et al. App. B ranges)
-  c.lr_x = "0.03:0.6:log"     # candidates' learning rate (range: one draw per restart)
+  c.attack = "kkt"  # kkt | closed_form | inversion | weights
+  c.problem = "auto"  # auto (from victim.loss) | binary | multiclass | general
+  c.num_restarts = 16  # restarts R, batched in one compiled program
+  c.steps = 4000  # optimisation steps per restart
+  c.chunk_steps = 1000  # steps per compiled chunk, between progress lines and saves
+  c.m = 0  # candidates per restart (0: m_per_sample x n)
+  c.m_per_sample = 2  # candidates per training sample when m = 0 (Haim et al.: 2)
+  c.init = "gaussian"  # x-init: gaussian | uniform | ground_truth | partition | mix
+  c.sweep = "random"  # random (the ranges below) | paper (Haim et al. App. B ranges)
+  c.lr_x = "0.03:0.6:log"  # candidates' learning rate (range: one draw per restart)
   c.lr_lam = "1e-4:1e-2:log"  # multipliers' (lambda) learning rate
   c.sigma_x = "1e-4:1e-2:log"  # std of the candidates' Gaussian starting points
-  c.alpha = "10:40:lin"    # surrogate ReLU sharpness
+  c.alpha = "10:40:lin"  # surrogate ReLU sharpness
   c.lam_min = "0.2:0.7:lin"  # lambda below this is penalised (the KKT lambda >= 0 term)
-  c.refine_steps = 0       # a sharp-alpha refinement stage after `steps` (0: off)
-  c.refine_alpha = 200.0   # the refinement stage's alpha (sharper: closer to ReLU)
+  c.refine_steps = 0  # a sharp-alpha refinement stage after `steps` (0: off)
+  c.refine_alpha = 200.0  # the refinement stage's alpha (sharper: closer to ReLU)
   c.refine_lr_scale = 0.1  # the refinement stage's learning rates, times this
-  c.anneal_alpha = 0.0     # > 0: alpha rises geometrically to this over `steps` (0: fixed)
-  c.anneal_stages = 8      # how many steps of that rise (each a stage of steps/anneal_stages)
-  c.known_init = False     # the attacker also knows theta_0 and fits theta* - theta_0
-  c.identify = True        # attacker-side scores: which candidates would an attacker trust?
+  c.anneal_alpha = 0.0  # > 0: alpha rises geometrically to this over `steps` (0: fixed)
+  c.anneal_stages = 8  # how many steps of that rise (each a stage of steps/anneal_stages)
+  c.known_init = False  # the attacker also knows theta_0 and fits theta* - theta_0
+  c.identify = True  # attacker-side scores: which candidates would an attacker trust?
   c.identify_stability_candidates = 64  # candidates re-run for the stability score (0: none)
-  c.optimizer = "sgd"      # sgd (momentum 0.9) | adam
-  c.w_lam = 1.0            # weight of the lambda >= lam_min penalty (>= 0)
-  c.w_prior = 1.0          # weight of the pixel-box prior (>= 0)
-  c.normalize = "mean"     # mean (1/m, the reference code) | sum (the paper's eq. 6)
-  c.batching = "auto"      # auto (map on CPU, vmap on GPU/TPU) | vmap | map
+  c.optimizer = "sgd"  # sgd (momentum 0.9) | adam
+  c.w_lam = 1.0  # weight of the lambda >= lam_min penalty (>= 0)
+  c.w_prior = 1.0  # weight of the pixel-box prior (>= 0)
+  c.normalize = "mean"  # mean (1/m, the reference code) | sum (the paper's eq. 6)
+  c.batching = "auto"  # auto (map on CPU, vmap on GPU/TPU) | vmap | map
   c.ssim_threshold = config_dict.placeholder(float)  # strict recovery; default by image size
-  c.seed = 0               # seed of the hyperparameter draws and starting points
-  c.use_cache = True       # cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)
-  c.x64 = False            # float64 everywhere (slower; for the stationarity floor)
-  c.max_memory_gb = 0.0    # refuse a sweep whose restart state needs more (0: free memory)
+  c.seed = 0  # seed of the hyperparameter draws and starting points
+  c.use_cache = True  # cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)
+  c.x64 = False  # float64 everywhere (slower; for the stationarity floor)
+  c.max_memory_gb = 0.0  # refuse a sweep whose restart state needs more (0: free memory)
   c.matmul_precision = "default"  # default | high | highest
-  c.save_every = 1         # save state.msgpack every N chunks (0: never)
-  c.distributed = False    # jax.distributed.initialize() first (multi-host sweeps)
+  c.save_every = 1  # save state.msgpack every N chunks (0: never)
+  c.distributed = False  # jax.distributed.initialize() first (multi-host sweeps)
   c.update(over)
   return c

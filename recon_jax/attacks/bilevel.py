@@ -27,6 +27,7 @@ References:
   Runkel, Gandikota, Geiping, Schönlieb, Moeller. Training Data Reconstruction:
   Privacy due to Uncertainty? 2024.
 """
+
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Union
@@ -35,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax.errors import ConfigError
 from recon_jax import implicit, losses, optim, priors
+from recon_jax.errors import ConfigError
 from recon_jax.models import get_activation
 from recon_jax.types import Attack, HParams, Target
 
@@ -44,12 +45,12 @@ THETA0 = ("target", "uniform", "gaussian")
 
 
 class BilevelState(NamedTuple):
-  x: jax.Array              # [m, *input_shape] candidates
-  theta: Any                # warm start: theta(x) of the last inner solve
-  theta0: Any               # where a non-warm-started inner solve begins
+  x: jax.Array  # [m, *input_shape] candidates
+  theta: Any  # warm start: theta(x) of the last inner solve
+  theta0: Any  # where a non-warm-started inner solve begins
   opt_state: optax.OptState
   inner_grad_norm: jax.Array  # ||grad_theta E|| after the last inner solve
-  inner_iters: jax.Array      # iterations of the last inner solve
+  inner_iters: jax.Array  # iterations of the last inner solve
 
 
 def _theta0(kind: str, key, params, scale: float):
@@ -66,15 +67,30 @@ def _theta0(kind: str, key, params, scale: float):
   return jax.tree_util.tree_unflatten(treedef, out)
 
 
-def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
-                   act: Union[None, str, Any] = None, inner: str = "lbfgs",
-                   inner_maxiter: int = 100, inner_tol: float = 1e-7,
-                   history_size: int = 10, inner_stepsize: float = 0.0,
-                   hessian_solve: str = "cg", cg_tol: float = 1e-10, cg_maxiter: int = 500,
-                   theta0: str = "target", theta0_scale: float = 1.0,
-                   warm_start: bool = True, restart_from_target_each_step: bool = False,
-                   optimizer: str = "sgd", momentum: float = 0.9, w_prior: float = 1.0,
-                   project_box: bool = False, allow_zero_wd: bool = False) -> Attack:
+def bilevel_attack(
+  apply_fn,
+  loss: str = "logistic",
+  *,
+  wd: float,
+  act: Union[None, str, Any] = None,
+  inner: str = "lbfgs",
+  inner_maxiter: int = 100,
+  inner_tol: float = 1e-7,
+  history_size: int = 10,
+  inner_stepsize: float = 0.0,
+  hessian_solve: str = "cg",
+  cg_tol: float = 1e-10,
+  cg_maxiter: int = 500,
+  theta0: str = "target",
+  theta0_scale: float = 1.0,
+  warm_start: bool = True,
+  restart_from_target_each_step: bool = False,
+  optimizer: str = "sgd",
+  momentum: float = 0.9,
+  w_prior: float = 1.0,
+  project_box: bool = False,
+  allow_zero_wd: bool = False,
+) -> Attack:
   """The bilevel attack of Runkel et al. (2024).
 
   Args:
@@ -111,19 +127,27 @@ def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
   losses.check_loss(loss)
   if wd < 0 or (wd == 0 and loss != "mse" and not allow_zero_wd):
     raise ConfigError(
-        f"wd must be > 0 for loss {loss!r}, got {wd}: with separable data and no weight "
-        "decay the training problem has no minimiser (Runkel et al. 2024, footnote 1) and "
-        "its Hessian degenerates, so theta(x) and its implicit gradient are undefined. "
-        "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3.")
+      f"wd must be > 0 for loss {loss!r}, got {wd}: with separable data and no weight "
+      "decay the training problem has no minimiser (Runkel et al. 2024, footnote 1) and "
+      "its Hessian degenerates, so theta(x) and its implicit gradient are undefined. "
+      "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3."
+    )
   if theta0 not in THETA0:
     raise ConfigError(f"theta0 must be one of {THETA0}, got {theta0!r}.")
   base = optim.base_optimizer(optimizer, momentum)
   act_fn = get_activation(act) if isinstance(act, str) else act
   energy = losses.energy(apply_fn, loss, wd, act_fn)
   solve = implicit.make_inner_solve(
-      energy, inner=inner, hessian_solve=hessian_solve, maxiter=inner_maxiter,
-      tol=inner_tol, history_size=history_size, stepsize=inner_stepsize, cg_tol=cg_tol,
-      cg_maxiter=cg_maxiter)
+    energy,
+    inner=inner,
+    hessian_solve=hessian_solve,
+    maxiter=inner_maxiter,
+    tol=inner_tol,
+    history_size=history_size,
+    stepsize=inner_stepsize,
+    cg_tol=cg_tol,
+    cg_maxiter=cg_maxiter,
+  )
 
   def outer_loss(x, theta_start, target: Target):
     y = target.labels.astype(x.dtype)
@@ -148,16 +172,22 @@ def bilevel_attack(apply_fn, loss: str = "logistic", *, wd: float,
       start = state.theta
     else:
       start = state.theta0
-    (val, (theta, info, dist, prior)), gx = jax.value_and_grad(
-        outer_loss, has_aux=True)(state.x, start, target)
+    (val, (theta, info, dist, prior)), gx = jax.value_and_grad(outer_loss, has_aux=True)(
+      state.x, start, target
+    )
     updates, opt_state = base.update(gx, state.opt_state, state.x)
     x = optim.scaled(state.x, updates, hp["lr_x"])
     if project_box:
       x = priors.project_box(x, target.box_lo, target.box_hi)
     new = BilevelState(x, theta, state.theta0, opt_state, info.grad_norm, info.iters)
-    return new, {"loss": val, "param_dist": dist, "prior": prior,
-                 "inner_grad_norm": info.grad_norm, "inner_iters": info.iters,
-                 "grad_x_norm": jnp.sqrt(jnp.sum(jnp.square(gx)))}
+    return new, {
+      "loss": val,
+      "param_dist": dist,
+      "prior": prior,
+      "inner_grad_norm": info.grad_norm,
+      "inner_iters": info.iters,
+      "grad_x_norm": jnp.sqrt(jnp.sum(jnp.square(gx))),
+    }
 
   def candidates(state: BilevelState):
     return state.x, jnp.ones(state.x.shape[:1], state.x.dtype)

@@ -137,6 +137,7 @@ Reference:
   Iurada, Bombari, Tommasi, Mondelli. A Law of Data Reconstruction for Random
   Features (and Beyond). ICLR 2026, arXiv 2509.22214.
 """
+
 from __future__ import annotations
 
 import functools
@@ -159,10 +160,10 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 class ClosedFormState(NamedTuple):
-  x: jax.Array            # [m, *input_shape] candidates
-  lam: jax.Array          # [m] ([m, C] for 'general'): lambda* of the last step, next warm start
+  x: jax.Array  # [m, *input_shape] candidates
+  lam: jax.Array  # [m] ([m, C] for 'general'): lambda* of the last step, next warm start
   opt_state: optax.OptState
-  radius: jax.Array       # [m] norms the candidates are rescaled to (unused with rescale off)
+  radius: jax.Array  # [m] norms the candidates are rescaled to (unused with rescale off)
 
 
 # --------------------------------------------------------------------------
@@ -174,6 +175,7 @@ def margin_jacobian(apply_fn, problem: str, params, x, labels, act) -> jax.Array
   Returns ``[m, P]`` for 'binary'/'multiclass' and ``[m * C, P]`` for
   'general' (row ``i * C + c`` is ``grad_theta Phi_c(x_i)``).
   """
+
   def g(p, xi, yi):
     out = margins(problem, apply_fn(p, xi[None], act), yi[None])
     return out.reshape(-1)  # [1] or [C]
@@ -200,9 +202,16 @@ def _quad(a, b, lam):
   return 0.5 * jnp.vdot(lam, jnp.matmul(a, lam, precision=_HIGHEST)) - jnp.vdot(b, lam)
 
 
-def solve_multipliers(k: jax.Array, b: jax.Array, nonneg: bool, iters: int = 200,
-                      ridge: float = 1e-6, lam0: Optional[jax.Array] = None, *,
-                      polish: bool = True) -> jax.Array:
+def solve_multipliers(
+  k: jax.Array,
+  b: jax.Array,
+  nonneg: bool,
+  iters: int = 200,
+  ridge: float = 1e-6,
+  lam0: Optional[jax.Array] = None,
+  *,
+  polish: bool = True,
+) -> jax.Array:
   """``argmin_{lambda (>= 0)} 0.5 lambda^T (K + eps I) lambda - b^T lambda``, pure and jittable.
 
   ``eps = ridge * tr(K) / n``.  Unconstrained (``nonneg=False``): one linear
@@ -248,14 +257,24 @@ def solve_multipliers(k: jax.Array, b: jax.Array, nonneg: bool, iters: int = 200
     mask = on.astype(a.dtype)
     a_s = a * mask[:, None] * mask[None, :] + jnp.diag(1 - mask)
     cand = jnp.where(on, jnp.linalg.solve(a_s, mask * b), 0)
-    ok = (jnp.all(jnp.isfinite(cand)) & jnp.all(cand >= 0)
-          & (_quad(a, b, cand) <= _quad(a, b, lam)))
+    ok = jnp.all(jnp.isfinite(cand)) & jnp.all(cand >= 0) & (_quad(a, b, cand) <= _quad(a, b, lam))
     lam = jnp.where(ok, cand, lam)
   return lam
 
 
-def projection_residual(apply_fn, problem: str, params, x, labels, act, *, iters: int = 200,
-                        ridge: float = 1e-6, lam0=None, num_outputs: int = 1):
+def projection_residual(
+  apply_fn,
+  problem: str,
+  params,
+  x,
+  labels,
+  act,
+  *,
+  iters: int = 200,
+  ridge: float = 1e-6,
+  lam0=None,
+  num_outputs: int = 1,
+):
   """``(L(x), lambda*(x))``: the closed-form objective with the multipliers re-solved.
 
   ``L = ||theta - G lambda*||^2 / ||theta||^2``, evaluated as the stationarity
@@ -265,10 +284,10 @@ def projection_residual(apply_fn, problem: str, params, x, labels, act, *, iters
   """
   nonneg = problem != "general"
   k, b = gram_system(apply_fn, problem, params, jax.lax.stop_gradient(x), labels, act)
-  lam = solve_multipliers(k, b, nonneg, iters, ridge,
-                          None if lam0 is None else lam0.reshape(-1))
-  lam = jax.lax.stop_gradient(lam.reshape((x.shape[0], num_outputs) if not nonneg
-                                          else (x.shape[0],)))
+  lam = solve_multipliers(k, b, nonneg, iters, ridge, None if lam0 is None else lam0.reshape(-1))
+  lam = jax.lax.stop_gradient(
+    lam.reshape((x.shape[0], num_outputs) if not nonneg else (x.shape[0],))
+  )
   stat = kkt.stationarity(apply_fn, problem, params, x, lam, labels, act, "sum")
   return stat / tree_sq_norm(params), lam
 
@@ -284,7 +303,8 @@ def _check(problem, nnls_iters, ridge, rescale, num_outputs, w_prior):
   if not ridge >= 0:
     raise ConfigError(f"ridge must be >= 0, got {ridge!r}.")
   if not isinstance(rescale, (bool, numbers.Real)) or (
-      not isinstance(rescale, bool) and not rescale > 0):
+    not isinstance(rescale, bool) and not rescale > 0
+  ):
     raise ConfigError(f"rescale must be False, True or a norm > 0, got {rescale!r}.")
   if not isinstance(num_outputs, numbers.Integral) or num_outputs < 1:
     raise ConfigError(f"num_outputs must be an integer >= 1, got {num_outputs!r}.")
@@ -296,9 +316,18 @@ def _norms(x):
   return jnp.sqrt(jnp.sum(jnp.square(x.reshape(x.shape[0], -1)), axis=1))
 
 
-def closed_form_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
-                       momentum: float = 0.9, w_prior: float = 1.0, nnls_iters: int = 200,
-                       ridge: float = 1e-6, rescale=False, num_outputs: int = 1) -> Attack:
+def closed_form_attack(
+  apply_fn,
+  problem: str = "binary",
+  *,
+  optimizer: str = "sgd",
+  momentum: float = 0.9,
+  w_prior: float = 1.0,
+  nnls_iters: int = 200,
+  ridge: float = 1e-6,
+  rescale=False,
+  num_outputs: int = 1,
+) -> Attack:
   """KKT reconstruction over candidates only, the multipliers solved at every step.
 
   Each step builds ``K = J J^T``, ``b = J theta*`` at the current candidates,
@@ -344,14 +373,16 @@ def closed_form_attack(apply_fn, problem: str = "binary", *, optimizer: str = "s
     if problem == "general":
       out = jax.eval_shape(lambda p, x: apply_fn(p, x, None), target.params, x0)
       if out.shape[-1] != outputs:
-        raise ConfigError(f"num_outputs must match the network's {out.shape[-1]} outputs, "
-                          f"got {outputs}.")
+        raise ConfigError(
+          f"num_outputs must match the network's {out.shape[-1]} outputs, got {outputs}."
+        )
     if rescale is True:
       radius = _norms(x0)
     else:
       radius = jnp.full((m,), 1.0 if rescale is False else float(rescale), x0.dtype)
-    return ClosedFormState(x0, jnp.zeros(lam_shape(m), x0.dtype), base.init(x0),
-                           radius.astype(x0.dtype))
+    return ClosedFormState(
+      x0, jnp.zeros(lam_shape(m), x0.dtype), base.init(x0), radius.astype(x0.dtype)
+    )
 
   def step(state: ClosedFormState, hp: HParams, target: Target):
     act = functools.partial(surrogate_relu, alpha=hp["alpha"])
@@ -362,8 +393,7 @@ def closed_form_attack(apply_fn, problem: str = "binary", *, optimizer: str = "s
     norm = tree_sq_norm(target.params)
 
     def loss_fn(xx):
-      stat = kkt.stationarity(apply_fn, problem, target.params, xx, lam, target.labels, act,
-                              "sum")
+      stat = kkt.stationarity(apply_fn, problem, target.params, xx, lam, target.labels, act, "sum")
       prior = priors.box_prior(xx, target.box_lo, target.box_hi)
       rel = stat / norm
       return rel + w_prior * prior, (rel, prior)

@@ -4,6 +4,7 @@ Half the candidates maximise the output (label +1), half minimise it (-1),
 with the same box prior as the KKT attack.  It finds class representatives,
 not training samples; the report shows it beside the attack for that reason.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -12,13 +13,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax.errors import ConfigError
 from recon_jax import optim, priors
+from recon_jax.errors import ConfigError
 from recon_jax.types import Attack
 
 
 class InversionState(NamedTuple):
-  x: jax.Array             # [m, *input_shape]
+  x: jax.Array  # [m, *input_shape]
   opt_state: optax.OptState
 
 

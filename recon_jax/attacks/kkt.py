@@ -38,27 +38,27 @@ References:
   Buzaglo et al. Deconstructing Data Reconstruction: Multiclass, Weight Decay
   and General Losses. NeurIPS 2023.
 """
+
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recon_jax.errors import ConfigError
 from recon_jax import optim, priors
+from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_sq_norm
 from recon_jax.models import surrogate_relu
 from recon_jax.types import Attack, HParams, Target
 
 
-
 class KKTState(NamedTuple):
-  x: jax.Array            # [m, *input_shape] candidates
-  lam: jax.Array          # [m] multipliers ([m, C] for 'general')
+  x: jax.Array  # [m, *input_shape] candidates
+  lam: jax.Array  # [m] multipliers ([m, C] for 'general')
   opt_state: optax.OptState
 
 
@@ -69,23 +69,32 @@ def weighted_output(apply_fn, problem: str, params, x, lam, labels, act, normali
   return total / x.shape[0] if normalize == "mean" else total
 
 
-def stationarity(apply_fn, problem, params, x, lam, labels, act, normalize="mean",
-                 reference=None):
+def stationarity(apply_fn, problem, params, x, lam, labels, act, normalize="mean", reference=None):
   """``||reference - grad_theta weighted_output(params)||^2`` summed over parameter leaves.
 
   ``reference`` defaults to ``params`` (theta*); a known-initialisation attack
   passes ``theta* - theta_0``.
   """
-  grads = jax.grad(weighted_output, argnums=2)(apply_fn, problem, params, x, lam, labels, act,
-                                               normalize)
+  grads = jax.grad(weighted_output, argnums=2)(
+    apply_fn, problem, params, x, lam, labels, act, normalize
+  )
   ref = params if reference is None else reference
   residual = jax.tree_util.tree_map(jnp.subtract, ref, grads)
   return tree_sq_norm(residual)
 
 
-def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
-               momentum: float = 0.9, w_stat: float = 1.0, w_lam: float = 1.0,
-               w_prior: float = 1.0, normalize: str = "mean", num_outputs: int = 1) -> Attack:
+def kkt_attack(
+  apply_fn,
+  problem: str = "binary",
+  *,
+  optimizer: str = "sgd",
+  momentum: float = 0.9,
+  w_stat: float = 1.0,
+  w_lam: float = 1.0,
+  w_prior: float = 1.0,
+  normalize: str = "mean",
+  num_outputs: int = 1,
+) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
   Args:
@@ -114,10 +123,12 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
   def loss_fn(xl, hp: HParams, target: Target):
     x, lam = xl
     act = functools.partial(surrogate_relu, alpha=hp["alpha"])
-    stat = stationarity(apply_fn, problem, target.params, x, lam, target.labels, act, normalize,
-                        target.reference)
-    lam_pen = (priors.lambda_prior(lam, hp["lam_min"]) if problem != "general"
-               else jnp.zeros((), stat.dtype))
+    stat = stationarity(
+      apply_fn, problem, target.params, x, lam, target.labels, act, normalize, target.reference
+    )
+    lam_pen = (
+      priors.lambda_prior(lam, hp["lam_min"]) if problem != "general" else jnp.zeros((), stat.dtype)
+    )
     prior = priors.box_prior(x, target.box_lo, target.box_hi)
     loss = w_stat * stat + w_lam * lam_pen + w_prior * prior
     return loss, {"stat": stat, "lam_pen": lam_pen, "prior": prior}
@@ -131,8 +142,7 @@ def kkt_attack(apply_fn, problem: str = "binary", *, optimizer: str = "sgd",
     return KKTState(x0, lam, base.init((x0, lam)))
 
   def step(state: KKTState, hp, target):
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        (state.x, state.lam), hp, target)
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)((state.x, state.lam), hp, target)
     updates, opt_state = base.update(grads, state.opt_state, (state.x, state.lam))
     # The base optimiser runs at rate 1; the per-restart rates scale its updates
     # (exact for SGD-momentum and Adam), so rates vmap as ordinary arrays.

@@ -43,12 +43,12 @@ from recon_jax.data.dataset import DATASETS, TASKS, Dataset, fingerprint, load_d
 from recon_jax.data.formats import write_cifar10_bin, write_idx
 
 __all__ = [
-  'DATASETS',
-  'DataError',
-  'Dataset',
-  'TASKS',
-  'fingerprint',
-  'load_dataset',
-  'write_cifar10_bin',
-  'write_idx',
+  "DATASETS",
+  "DataError",
+  "Dataset",
+  "TASKS",
+  "fingerprint",
+  "load_dataset",
+  "write_cifar10_bin",
+  "write_idx",
 ]

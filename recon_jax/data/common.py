@@ -75,8 +75,8 @@ def check_count(value, argument: str, allow_zero: bool = True) -> Optional[int]:
   if value is None:
     return None
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise DataError(f'{argument} must be an integer, got {value!r}', argument)
+    raise DataError(f"{argument} must be an integer, got {value!r}", argument)
   if value < 0 or (value == 0 and not allow_zero):
-    bound = '>= 0' if allow_zero else '>= 1'
-    raise DataError(f'{argument} must be {bound}, got {value}', argument)
+    bound = ">= 0" if allow_zero else ">= 1"
+    raise DataError(f"{argument} must be {bound}, got {value}", argument)
   return int(value)

@@ -10,11 +10,17 @@ import numpy as np
 from recon_jax.data import embedded, files, sampling
 from recon_jax.data.common import DataError, Splits, check_count, gather
 
-DATASETS = ('digits', 'lfw', 'toy2d', 'mnist', 'cifar10', 'cifar100')
-TASKS = ('binary', 'multiclass')
+DATASETS = ("digits", "lfw", "toy2d", "mnist", "cifar10", "cifar100")
+TASKS = ("binary", "multiclass")
 
-_MULTICLASS_CLASSES = {'digits': 10, 'mnist': 10, 'cifar10': 10, 'cifar100': 100, 'lfw': 2,
-                       'toy2d': 2}
+_MULTICLASS_CLASSES = {
+  "digits": 10,
+  "mnist": 10,
+  "cifar10": 10,
+  "cifar100": 100,
+  "lfw": 2,
+  "toy2d": 2,
+}
 
 
 class Dataset(NamedTuple):
@@ -59,19 +65,21 @@ class Dataset(NamedTuple):
 
 def num_classes(name: str, task: str) -> int:
   """Number of classes of dataset ``name`` for ``task`` (2 for binary)."""
-  return 2 if task == 'binary' else _MULTICLASS_CLASSES[name]
+  return 2 if task == "binary" else _MULTICLASS_CLASSES[name]
 
 
-def load_dataset(name: str,
-                 *,
-                 task: str = 'binary',
-                 n_per_class: int = 10,
-                 n_test_per_class: Optional[int] = None,
-                 n_part_per_class: Optional[int] = None,
-                 seed: int = 0,
-                 subtract_mean: bool = False,
-                 data_dir=None,
-                 toy_n: int = 20) -> Dataset:
+def load_dataset(
+  name: str,
+  *,
+  task: str = "binary",
+  n_per_class: int = 10,
+  n_test_per_class: Optional[int] = None,
+  n_part_per_class: Optional[int] = None,
+  seed: int = 0,
+  subtract_mean: bool = False,
+  data_dir=None,
+  toy_n: int = 20,
+) -> Dataset:
   """Loads a dataset and draws balanced, disjoint train/test/partition sets.
 
   Args:
@@ -102,41 +110,50 @@ def load_dataset(name: str,
       ``data_dir``, ...), if any.
   """
   if not isinstance(name, str) or name.strip().lower() not in DATASETS:
-    raise DataError(f'dataset {name!r} is unknown; valid: {", ".join(DATASETS)}', 'dataset')
+    raise DataError(f"dataset {name!r} is unknown; valid: {', '.join(DATASETS)}", "dataset")
   name = name.strip().lower()
   if task not in TASKS:
-    raise DataError(f'task {task!r} is unknown; valid: {", ".join(TASKS)}', 'task')
+    raise DataError(f"task {task!r} is unknown; valid: {', '.join(TASKS)}", "task")
   if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-    raise DataError(f'seed must be a non-negative integer, got {seed!r}', 'seed')
+    raise DataError(f"seed must be a non-negative integer, got {seed!r}", "seed")
   rng = np.random.default_rng(int(seed))
 
-  if name == 'toy2d':
-    n_test = embedded.toy_split_size(n_test_per_class, 'n_test_per_class')
-    n_part = embedded.toy_split_size(n_part_per_class, 'n_part_per_class')
+  if name == "toy2d":
+    n_test = embedded.toy_split_size(n_test_per_class, "n_test_per_class")
+    n_part = embedded.toy_split_size(n_part_per_class, "n_part_per_class")
     splits = embedded.toy2d(task=task, toy_n=toy_n, n_test=n_test, n_part=n_part, rng=rng)
     return _finish(splits, name, task, subtract_mean, (-np.inf, np.inf))
 
-  n_per_class = check_count(n_per_class, 'n_per_class', allow_zero=False)
-  n_test_per_class = check_count(n_test_per_class, 'n_test_per_class')
-  n_part_per_class = check_count(n_part_per_class, 'n_part_per_class')
-  if name == 'cifar100' and task == 'binary':
-    raise DataError("task 'binary' is not available for dataset cifar100 (it has no binary "
-                    "labelling); use task='multiclass'", 'task')
+  n_per_class = check_count(n_per_class, "n_per_class", allow_zero=False)
+  n_test_per_class = check_count(n_test_per_class, "n_test_per_class")
+  n_part_per_class = check_count(n_part_per_class, "n_part_per_class")
+  if name == "cifar100" and task == "binary":
+    raise DataError(
+      "task 'binary' is not available for dataset cifar100 (it has no binary "
+      "labelling); use task='multiclass'",
+      "task",
+    )
 
   classes = sampling.class_ids(task, num_classes(name, task))
   if name in embedded.EMBEDDED:
     train = part = test = embedded.embedded_pool(name, task)
-    tr, pa, te = sampling.split_single_pool(train.y, classes, n_per_class, n_part_per_class,
-                                            n_test_per_class, rng, name)
+    tr, pa, te = sampling.split_single_pool(
+      train.y, classes, n_per_class, n_part_per_class, n_test_per_class, rng, name
+    )
   else:
     train, test = files.file_pools(name, task, data_dir)
     part = train
-    tr, pa = sampling.split_train_pool(train.y, classes, n_per_class, n_part_per_class, rng,
-                                       name)
+    tr, pa = sampling.split_train_pool(train.y, classes, n_per_class, n_part_per_class, rng, name)
     te = sampling.split_test_pool(test.y, classes, n_test_per_class, rng, name)
-  splits = Splits(x_train=gather(train, tr), y_train=train.y[tr],
-                  x_test=gather(test, te), y_test=test.y[te],
-                  x_part=gather(part, pa), y_part=part.y[pa], train_idx=tr.astype(np.int64))
+  splits = Splits(
+    x_train=gather(train, tr),
+    y_train=train.y[tr],
+    x_test=gather(test, te),
+    y_test=test.y[te],
+    x_part=gather(part, pa),
+    y_part=part.y[pa],
+    train_idx=tr.astype(np.int64),
+  )
   return _finish(splits, name, task, subtract_mean, (0.0, 1.0))
 
 
@@ -148,14 +165,22 @@ def _finish(s: Splits, name: str, task: str, subtract_mean: bool, value_range) -
     mean = x_train.astype(np.float64).mean(0).astype(np.float32)
     x_train, x_part, x_test = x_train - mean, x_part - mean, x_test - mean
   return Dataset(
-    x_train=x_train, y_train=sampling.labels_out(s.y_train, task),
-    x_test=x_test, y_test=sampling.labels_out(s.y_test, task),
-    x_part=x_part, y_part=sampling.labels_out(s.y_part, task),
-    mean=mean, train_idx=np.asarray(s.train_idx, np.int64), name=name, task=task,
-    num_classes=num_classes(name, task), value_range=value_range)
+    x_train=x_train,
+    y_train=sampling.labels_out(s.y_train, task),
+    x_test=x_test,
+    y_test=sampling.labels_out(s.y_test, task),
+    x_part=x_part,
+    y_part=sampling.labels_out(s.y_part, task),
+    mean=mean,
+    train_idx=np.asarray(s.train_idx, np.int64),
+    name=name,
+    task=task,
+    num_classes=num_classes(name, task),
+    value_range=value_range,
+  )
 
 
-_FINGERPRINT_TAG = b'recon_jax.data.fingerprint/v1\n'
+_FINGERPRINT_TAG = b"recon_jax.data.fingerprint/v1\n"
 
 
 def fingerprint(ds, length: int = 16) -> str:
@@ -181,17 +206,18 @@ def fingerprint(ds, length: int = 16) -> str:
     DataError: If ``length`` is out of range or ``ds`` has no numeric
       ``x_train`` / ``y_train``.
   """
-  if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or not (
-      1 <= length <= 64):
-    raise DataError(f'length must be an integer in [1, 64], got {length!r}', 'length')
+  if (
+    isinstance(length, bool) or not isinstance(length, (int, np.integer)) or not (1 <= length <= 64)
+  ):
+    raise DataError(f"length must be an integer in [1, 64], got {length!r}", "length")
   h = hashlib.sha256(_FINGERPRINT_TAG)
-  for field in ('x_train', 'y_train'):
+  for field in ("x_train", "y_train"):
     if not hasattr(ds, field):
-      raise DataError(f'ds must be a Dataset, got {type(ds).__name__} without {field}', 'ds')
+      raise DataError(f"ds must be a Dataset, got {type(ds).__name__} without {field}", "ds")
     a = np.asarray(getattr(ds, field))
     if a.dtype.hasobject or a.dtype.fields is not None:
-      raise DataError(f'ds.{field} must be a numeric array, got dtype {a.dtype}', 'ds')
-    a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder('<'))
-    h.update(f'{field} {a.dtype.str} {a.shape}\n'.encode())
+      raise DataError(f"ds.{field} must be a numeric array, got dtype {a.dtype}", "ds")
+    a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+    h.update(f"{field} {a.dtype.str} {a.shape}\n".encode())
     h.update(a.reshape(-1).view(np.uint8))
-  return h.hexdigest()[:int(length)]
+  return h.hexdigest()[: int(length)]

@@ -13,13 +13,14 @@ import numpy as np
 
 from recon_jax.data.common import DataError, Pool, Splits, check_count, readonly
 
-EMBEDDED = ('digits', 'lfw', 'toy2d')
+EMBEDDED = ("digits", "lfw", "toy2d")
 TOY_DEFAULT_SPLIT = 200  # Default toy2d test / partition size (total).
 
 
 @functools.lru_cache(maxsize=None)
 def _digits_raw():
   from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+
   d = load_digits()
   x = (np.asarray(d.images, np.float64) / 16.0).astype(np.float32)[..., None]
   return readonly(x), readonly(np.asarray(d.target, np.int64))
@@ -28,6 +29,7 @@ def _digits_raw():
 @functools.lru_cache(maxsize=None)
 def _lfw_raw():
   from skimage import data as skdata  # pylint: disable=import-outside-toplevel
+
   x = np.asarray(skdata.lfw_subset(), np.float64)
   if x.max() > 1.0:  # Older releases may ship uint8 pixels.
     x = x / 255.0
@@ -43,14 +45,14 @@ def embedded_pool(name: str, task: str) -> Pool:
   Binary labels: odd digit = +1, even = -1; face = +1, non-face = -1.
   Multiclass: the digit; face = 1, non-face = 0.
   """
-  if name == 'digits':
+  if name == "digits":
     x, digit = _digits_raw()
-    y = np.where(digit % 2 == 1, 1, -1) if task == 'binary' else digit
-  elif name == 'lfw':
+    y = np.where(digit % 2 == 1, 1, -1) if task == "binary" else digit
+  elif name == "lfw":
     x, face = _lfw_raw()
-    y = np.where(face == 1, 1, -1) if task == 'binary' else face
+    y = np.where(face == 1, 1, -1) if task == "binary" else face
   else:
-    raise DataError(f'dataset {name!r} has no embedded pool', 'dataset')
+    raise DataError(f"dataset {name!r} has no embedded pool", "dataset")
   return Pool(x, y.astype(np.int64))
 
 
@@ -71,9 +73,10 @@ def toy2d(*, task: str, toy_n, n_test: int, n_part: int, rng: np.random.Generato
   Raises:
     DataError: If ``toy_n`` is not an even integer >= 2.
   """
-  if isinstance(toy_n, bool) or not isinstance(toy_n, (int, np.integer)) or (
-      toy_n < 2 or toy_n % 2):
-    raise DataError(f'toy_n must be an even integer >= 2, got {toy_n!r}', 'toy_n')
+  if (
+    isinstance(toy_n, bool) or not isinstance(toy_n, (int, np.integer)) or (toy_n < 2 or toy_n % 2)
+  ):
+    raise DataError(f"toy_n must be an even integer >= 2, got {toy_n!r}", "toy_n")
   toy_n = int(toy_n)
   step = 2.0 * np.pi / toy_n
   offset = rng.uniform(0.0, step)
@@ -94,12 +97,18 @@ def toy2d(*, task: str, toy_n, n_test: int, n_part: int, rng: np.random.Generato
   x_test, y_test = random_split(n_test)
   x_part, y_part = random_split(n_part)
 
-  first, second = (1, -1) if task == 'binary' else (-1, 1)
+  first, second = (1, -1) if task == "binary" else (-1, 1)
   order = np.concatenate([k[labels == first], k[labels == second]]).astype(np.int64)
 
   def relabel(y):
-    return y if task == 'binary' else (y + 1) // 2
+    return y if task == "binary" else (y + 1) // 2
 
-  return Splits(x_train=circle(angles[order]), y_train=relabel(labels[order]),
-                x_test=x_test, y_test=relabel(y_test), x_part=x_part, y_part=relabel(y_part),
-                train_idx=order)
+  return Splits(
+    x_train=circle(angles[order]),
+    y_train=relabel(labels[order]),
+    x_test=x_test,
+    y_test=relabel(y_test),
+    x_part=x_part,
+    y_part=relabel(y_part),
+    train_idx=order,
+  )

@@ -16,16 +16,22 @@ import numpy as np
 from recon_jax.data import formats
 from recon_jax.data.common import DataError, Pool
 
-FILE_DATASETS = ('mnist', 'cifar10', 'cifar100')
+FILE_DATASETS = ("mnist", "cifar10", "cifar100")
 CIFAR10_VEHICLES = (0, 1, 8, 9)  # airplane, automobile, ship, truck
 
-_MNIST_EXPECTED = ('MNIST IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, '
-                   't10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)')
-_CIFAR10_EXPECTED = ('CIFAR-10 binary files data_batch_1.bin..data_batch_5.bin and test_batch.bin '
-                     '(also in cifar-10-batches-bin/), or the python version '
-                     'data_batch_1..data_batch_5, test_batch in cifar-10-batches-py/')
-_CIFAR100_EXPECTED = ('CIFAR-100 binary files train.bin and test.bin (also in cifar-100-binary/), '
-                      'or the python version train, test in cifar-100-python/')
+_MNIST_EXPECTED = (
+  "MNIST IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+  "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)"
+)
+_CIFAR10_EXPECTED = (
+  "CIFAR-10 binary files data_batch_1.bin..data_batch_5.bin and test_batch.bin "
+  "(also in cifar-10-batches-bin/), or the python version "
+  "data_batch_1..data_batch_5, test_batch in cifar-10-batches-py/"
+)
+_CIFAR100_EXPECTED = (
+  "CIFAR-100 binary files train.bin and test.bin (also in cifar-100-binary/), "
+  "or the python version train, test in cifar-100-python/"
+)
 
 
 def file_pools(name: str, task: str, data_dir):
@@ -41,39 +47,42 @@ def file_pools(name: str, task: str, data_dir):
   Raises:
     DataError: On a missing ``data_dir`` or file, or a malformed file.
   """
-  if name == 'mnist':
+  if name == "mnist":
     (xtr, ytr), (xte, yte) = load_mnist(data_dir)
 
     def relabel(y):
-      return np.where(y % 2 == 1, 1, -1) if task == 'binary' else y
-  elif name == 'cifar10':
+      return np.where(y % 2 == 1, 1, -1) if task == "binary" else y
+  elif name == "cifar10":
     (xtr, ytr), (xte, yte) = load_cifar10(data_dir)
     vehicles = np.array(CIFAR10_VEHICLES)
 
     def relabel(y):
-      return np.where(np.isin(y, vehicles), 1, -1) if task == 'binary' else y
-  elif name == 'cifar100':
+      return np.where(np.isin(y, vehicles), 1, -1) if task == "binary" else y
+  elif name == "cifar100":
     (xtr, ytr), (xte, yte) = load_cifar100(data_dir)
 
     def relabel(y):
       return y
   else:
-    raise DataError(f'dataset {name!r} is not read from files', 'dataset')
-  return (Pool(xtr, relabel(ytr).astype(np.int64), 255.0),
-          Pool(xte, relabel(yte).astype(np.int64), 255.0))
+    raise DataError(f"dataset {name!r} is not read from files", "dataset")
+  return (
+    Pool(xtr, relabel(ytr).astype(np.int64), 255.0),
+    Pool(xte, relabel(yte).astype(np.int64), 255.0),
+  )
 
 
 def require_dir(name: str, data_dir, expected: str) -> str:
   """``data_dir`` as a string path, checked to be an existing directory."""
   if data_dir is None or (isinstance(data_dir, (str, bytes)) and not data_dir):
-    raise DataError(f'data_dir is required for dataset {name} (read from files): a directory with '
-                    f'the {expected}', 'data_dir')
+    raise DataError(
+      f"data_dir is required for dataset {name} (read from files): a directory with the {expected}",
+      "data_dir",
+    )
   data_dir = os.fspath(data_dir)
   if isinstance(data_dir, bytes):
     data_dir = os.fsdecode(data_dir)
   if not os.path.isdir(data_dir):
-    raise DataError(f'data_dir {data_dir}: no such directory (expected the {expected})',
-                    'data_dir')
+    raise DataError(f"data_dir {data_dir}: no such directory (expected the {expected})", "data_dir")
   return data_dir
 
 
@@ -88,7 +97,7 @@ def _find_file(dirs: Sequence[str], names: Sequence[str]) -> Optional[str]:
 
 def _existing(path: str, expected: str) -> str:
   if not os.path.isfile(path):
-    raise DataError(f'{path}: missing file; data_dir must hold the {expected}', 'data_dir')
+    raise DataError(f"{path}: missing file; data_dir must hold the {expected}", "data_dir")
   return path
 
 
@@ -106,41 +115,45 @@ def load_mnist(data_dir):
     DataError: On a missing or malformed file, or train and test images of
       different sizes.
   """
-  data_dir = require_dir('mnist', data_dir, _MNIST_EXPECTED)
-  dirs = [data_dir, os.path.join(data_dir, 'mnist'), os.path.join(data_dir, 'MNIST', 'raw')]
-  xtr, ytr, train_path = _mnist_split(dirs, 'train')
-  xte, yte, test_path = _mnist_split(dirs, 't10k')
+  data_dir = require_dir("mnist", data_dir, _MNIST_EXPECTED)
+  dirs = [data_dir, os.path.join(data_dir, "mnist"), os.path.join(data_dir, "MNIST", "raw")]
+  xtr, ytr, train_path = _mnist_split(dirs, "train")
+  xte, yte, test_path = _mnist_split(dirs, "t10k")
   if xtr.shape[1:] != xte.shape[1:]:
     raise DataError(
-      f'{train_path} holds {_hw(xtr)} images but {test_path} holds {_hw(xte)} images; the train '
-      'and test files must come from the same dataset')
+      f"{train_path} holds {_hw(xtr)} images but {test_path} holds {_hw(xte)} images; the train "
+      "and test files must come from the same dataset"
+    )
   return (xtr, ytr), (xte, yte)
 
 
 def _hw(x: np.ndarray) -> str:
-  return 'x'.join(str(d) for d in x.shape[1:3])
+  return "x".join(str(d) for d in x.shape[1:3])
 
 
 def _mnist_split(dirs, prefix: str):
   def locate(kind, dims):
-    base = f'{prefix}-{kind}-idx{dims}-ubyte'
-    dotted = f'{prefix}-{kind}.idx{dims}-ubyte'
-    path = _find_file(dirs, [base, base + '.gz', dotted, dotted + '.gz'])
+    base = f"{prefix}-{kind}-idx{dims}-ubyte"
+    dotted = f"{prefix}-{kind}.idx{dims}-ubyte"
+    path = _find_file(dirs, [base, base + ".gz", dotted, dotted + ".gz"])
     if path is None:
       raise DataError(
-        f'{os.path.join(dirs[0], base)}: missing file (also tried .gz and {dotted}); data_dir '
-        f'must hold the {_MNIST_EXPECTED}', 'data_dir')
+        f"{os.path.join(dirs[0], base)}: missing file (also tried .gz and {dotted}); data_dir "
+        f"must hold the {_MNIST_EXPECTED}",
+        "data_dir",
+      )
     return path
 
-  img_path = locate('images', 3)
-  lab_path = locate('labels', 1)
-  images = formats.read_idx(img_path, formats.IDX_IMAGES_MAGIC, 'image')
-  labels = formats.read_idx(lab_path, formats.IDX_LABELS_MAGIC, 'label')
+  img_path = locate("images", 3)
+  lab_path = locate("labels", 1)
+  images = formats.read_idx(img_path, formats.IDX_IMAGES_MAGIC, "image")
+  labels = formats.read_idx(lab_path, formats.IDX_LABELS_MAGIC, "label")
   if images.shape[0] != labels.shape[0]:
-    raise DataError(f'{lab_path}: {labels.shape[0]} labels but {img_path} holds '
-                    f'{images.shape[0]} images')
+    raise DataError(
+      f"{lab_path}: {labels.shape[0]} labels but {img_path} holds {images.shape[0]} images"
+    )
   if labels.max() > 9:
-    raise DataError(f'{lab_path}: label {int(labels.max())} out of range 0..9')
+    raise DataError(f"{lab_path}: label {int(labels.max())} out of range 0..9")
   return images[..., None], labels.astype(np.int64), img_path
 
 
@@ -163,25 +176,32 @@ def load_cifar10(data_dir):
   is preferred over the python version (``data_dir/cifar-10-batches-py`` or
   ``data_dir``), which is unpickled with a restricted unpickler.
   """
-  data_dir = require_dir('cifar10', data_dir, _CIFAR10_EXPECTED)
-  train_names = [f'data_batch_{i}' for i in range(1, 6)]
-  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, 'cifar-10-batches-bin')],
-                            'data_batch_1.bin')
+  data_dir = require_dir("cifar10", data_dir, _CIFAR10_EXPECTED)
+  train_names = [f"data_batch_{i}" for i in range(1, 6)]
+  bin_dir = _first_dir_with(
+    [data_dir, os.path.join(data_dir, "cifar-10-batches-bin")], "data_batch_1.bin"
+  )
   if bin_dir is not None:
+
     def read(n):
-      path = _existing(os.path.join(bin_dir, n + '.bin'), _CIFAR10_EXPECTED)
+      path = _existing(os.path.join(bin_dir, n + ".bin"), _CIFAR10_EXPECTED)
       return formats.read_cifar_bin(path, 1, 9)
   else:
-    py_dir = _first_dir_with([os.path.join(data_dir, 'cifar-10-batches-py'), data_dir],
-                             'data_batch_1')
+    py_dir = _first_dir_with(
+      [os.path.join(data_dir, "cifar-10-batches-py"), data_dir], "data_batch_1"
+    )
     if py_dir is None:
-      raise DataError(f'{os.path.join(data_dir, "data_batch_1.bin")}: missing file; data_dir '
-                      f'must hold the {_CIFAR10_EXPECTED}', 'data_dir')
+      raise DataError(
+        f"{os.path.join(data_dir, 'data_batch_1.bin')}: missing file; data_dir "
+        f"must hold the {_CIFAR10_EXPECTED}",
+        "data_dir",
+      )
 
     def read(n):
       path = _existing(os.path.join(py_dir, n), _CIFAR10_EXPECTED)
-      return formats.read_cifar_py(path, 'labels', 9)
-  return _concat([read(n) for n in train_names]), _concat([read('test_batch')])
+      return formats.read_cifar_py(path, "labels", 9)
+
+  return _concat([read(n) for n in train_names]), _concat([read("test_batch")])
 
 
 def load_cifar100(data_dir):
@@ -191,19 +211,24 @@ def load_cifar100(data_dir):
   ``data_dir/cifar-100-binary``) is preferred over the python version in
   ``data_dir/cifar-100-python``.
   """
-  data_dir = require_dir('cifar100', data_dir, _CIFAR100_EXPECTED)
-  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, 'cifar-100-binary')], 'train.bin')
+  data_dir = require_dir("cifar100", data_dir, _CIFAR100_EXPECTED)
+  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, "cifar-100-binary")], "train.bin")
   if bin_dir is not None:
+
     def read(n):
-      path = _existing(os.path.join(bin_dir, n + '.bin'), _CIFAR100_EXPECTED)
+      path = _existing(os.path.join(bin_dir, n + ".bin"), _CIFAR100_EXPECTED)
       return formats.read_cifar_bin(path, 2, 99)
   else:
-    py_dir = os.path.join(data_dir, 'cifar-100-python')
-    if not os.path.isfile(os.path.join(py_dir, 'train')):
-      raise DataError(f'{os.path.join(data_dir, "train.bin")}: missing file; data_dir must hold '
-                      f'the {_CIFAR100_EXPECTED}', 'data_dir')
+    py_dir = os.path.join(data_dir, "cifar-100-python")
+    if not os.path.isfile(os.path.join(py_dir, "train")):
+      raise DataError(
+        f"{os.path.join(data_dir, 'train.bin')}: missing file; data_dir must hold "
+        f"the {_CIFAR100_EXPECTED}",
+        "data_dir",
+      )
 
     def read(n):
       path = _existing(os.path.join(py_dir, n), _CIFAR100_EXPECTED)
-      return formats.read_cifar_py(path, 'fine_labels', 99)
-  return _concat([read('train')]), _concat([read('test')])
+      return formats.read_cifar_py(path, "fine_labels", 99)
+
+  return _concat([read("train")]), _concat([read("test")])

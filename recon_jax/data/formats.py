@@ -59,16 +59,16 @@ def write_idx(path, array) -> None:
   """
   array = np.asarray(array)
   if array.dtype != np.uint8:
-    raise DataError(f'write_idx: expected a uint8 array, got {array.dtype}')
+    raise DataError(f"write_idx: expected a uint8 array, got {array.dtype}")
   if not 1 <= array.ndim <= 255:
-    raise DataError(f'write_idx: expected 1 to 255 dimensions, got {array.ndim}')
+    raise DataError(f"write_idx: expected 1 to 255 dimensions, got {array.ndim}")
   header = bytes([0, 0, 0x08, array.ndim])
-  header += np.asarray(array.shape, dtype='>u4').tobytes()
+  header += np.asarray(array.shape, dtype=">u4").tobytes()
   payload = header + np.ascontiguousarray(array).tobytes()
   path = os.fspath(path)
-  if path.endswith('.gz'):
+  if path.endswith(".gz"):
     payload = gzip.compress(payload, mtime=0)
-  with open(path, 'wb') as f:
+  with open(path, "wb") as f:
     f.write(payload)
 
 
@@ -89,16 +89,19 @@ def write_cifar10_bin(path, images, labels) -> None:
   images = np.asarray(images)
   labels = np.asarray(labels)
   if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != (32, 32, 3):
-    raise DataError('write_cifar10_bin: expected uint8 images of shape [N, 32, 32, 3], got '
-                    f'{images.dtype} {images.shape}')
+    raise DataError(
+      "write_cifar10_bin: expected uint8 images of shape [N, 32, 32, 3], got "
+      f"{images.dtype} {images.shape}"
+    )
   if labels.shape != (images.shape[0],):
-    raise DataError(f'write_cifar10_bin: expected {images.shape[0]} labels, got shape '
-                    f'{labels.shape}')
+    raise DataError(
+      f"write_cifar10_bin: expected {images.shape[0]} labels, got shape {labels.shape}"
+    )
   if labels.size and (labels.min() < 0 or labels.max() > 255):
-    raise DataError('write_cifar10_bin: labels must lie in [0, 255]')
+    raise DataError("write_cifar10_bin: labels must lie in [0, 255]")
   planes = images.transpose(0, 3, 1, 2).reshape(images.shape[0], -1)
   records = np.concatenate([labels.astype(np.uint8)[:, None], planes], axis=1)
-  with open(os.fspath(path), 'wb') as f:
+  with open(os.fspath(path), "wb") as f:
     f.write(np.ascontiguousarray(records).tobytes())
 
 
@@ -109,9 +112,9 @@ def write_cifar10_bin(path, images, labels) -> None:
 
 def _open(path: str):
   """``path`` opened for binary reading, inflating on the fly if it ends in ``.gz``."""
-  if path.endswith('.gz'):
-    return gzip.open(path, 'rb')
-  return open(path, 'rb')  # pylint: disable=consider-using-with
+  if path.endswith(".gz"):
+    return gzip.open(path, "rb")
+  return open(path, "rb")  # pylint: disable=consider-using-with
 
 
 def _read_up_to(f, n: int) -> bytes:
@@ -123,7 +126,7 @@ def _read_up_to(f, n: int) -> bytes:
       break
     parts.append(part)
     got += len(part)
-  return b''.join(parts)
+  return b"".join(parts)
 
 
 def _fill(f, out: np.ndarray) -> int:
@@ -131,7 +134,7 @@ def _fill(f, out: np.ndarray) -> int:
   view = memoryview(out)
   got = 0
   while got < len(view):
-    n = f.readinto(view[got:got + _CHUNK])
+    n = f.readinto(view[got : got + _CHUNK])
     if not n:
       break
     got += n
@@ -139,7 +142,7 @@ def _fill(f, out: np.ndarray) -> int:
 
 
 def _dims_text(dims) -> str:
-  return 'x'.join(str(d) for d in dims)
+  return "x".join(str(d) for d in dims)
 
 
 def read_idx(path: str, magic: int, what: str) -> np.ndarray:
@@ -162,34 +165,40 @@ def read_idx(path: str, magic: int, what: str) -> np.ndarray:
   """
   ndim = magic & 0xFF
   header_len = 4 + 4 * ndim
-  gz = path.endswith('.gz')
+  gz = path.endswith(".gz")
   try:
     with _open(path) as f:
       size = os.fstat(f.fileno()).st_size
       head = _read_up_to(f, 4)
       if len(head) == 4:
-        got_magic = int.from_bytes(head, 'big')
+        got_magic = int.from_bytes(head, "big")
         if got_magic != magic:
-          raise DataError(f'{path}: bad IDX magic 0x{got_magic:08x}, expected 0x{magic:08x} '
-                          f'({what}s, uint8, {ndim}-D)')
+          raise DataError(
+            f"{path}: bad IDX magic 0x{got_magic:08x}, expected 0x{magic:08x} "
+            f"({what}s, uint8, {ndim}-D)"
+          )
         head += _read_up_to(f, header_len - 4)
       if len(head) < header_len:
-        raise DataError(f'{path}: truncated IDX file, expected a {header_len}-byte header, got '
-                        f'{len(head)} bytes')
-      dims = tuple(int(d) for d in np.frombuffer(head, '>u4', ndim, offset=4))
+        raise DataError(
+          f"{path}: truncated IDX file, expected a {header_len}-byte header, got {len(head)} bytes"
+        )
+      dims = tuple(int(d) for d in np.frombuffer(head, ">u4", ndim, offset=4))
       expected = math.prod(dims)
       _check_announced(path, dims, expected, what, gz, size, header_len)
       out = np.empty(expected, np.uint8)
       got = _fill(f, out)
       if got < expected:
-        raise DataError(f'{path}: truncated IDX file, expected {expected} bytes of {what} data, '
-                        f'got {got}')
+        raise DataError(
+          f"{path}: truncated IDX file, expected {expected} bytes of {what} data, got {got}"
+        )
       if f.read(1):
-        raise DataError(f'{path}: inflates to more than the {header_len + expected} bytes its '
-                        f'IDX header announces ({_dims_text(dims)} {what} bytes); a corrupt '
-                        'file or a gzip bomb')
+        raise DataError(
+          f"{path}: inflates to more than the {header_len + expected} bytes its "
+          f"IDX header announces ({_dims_text(dims)} {what} bytes); a corrupt "
+          "file or a gzip bomb"
+        )
   except _READ_ERRORS as e:
-    raise DataError(f'{path}: cannot read file ({e})') from None
+    raise DataError(f"{path}: cannot read file ({e})") from None
   out = out.reshape(dims)
   out.flags.writeable = False
   return out
@@ -198,25 +207,34 @@ def read_idx(path: str, magic: int, what: str) -> np.ndarray:
 def _check_announced(path, dims, expected, what, gz, size, header_len) -> None:
   """Refuses, before reading any data, a header no genuine file can have."""
   if expected == 0:
-    raise DataError(f'{path}: IDX header announces {what} dimensions {_dims_text(dims)}; every '
-                    'dimension must be >= 1 (empty or corrupt file)')
+    raise DataError(
+      f"{path}: IDX header announces {what} dimensions {_dims_text(dims)}; every "
+      "dimension must be >= 1 (empty or corrupt file)"
+    )
   if expected > MAX_IDX_BYTES:
-    raise DataError(f'{path}: IDX header announces {what} dimensions {_dims_text(dims)}, i.e. '
-                    f'{expected} bytes, more than the {MAX_IDX_BYTES}-byte limit (corrupt header)')
+    raise DataError(
+      f"{path}: IDX header announces {what} dimensions {_dims_text(dims)}, i.e. "
+      f"{expected} bytes, more than the {MAX_IDX_BYTES}-byte limit (corrupt header)"
+    )
   if gz:
     most = _DEFLATE_MAX_RATIO * size + _DEFLATE_SLACK
     if header_len + expected > most:
-      raise DataError(f'{path}: IDX header announces {what} dimensions {_dims_text(dims)}, i.e. '
-                      f'{expected} bytes, more than a {size}-byte gzip file can hold (corrupt '
-                      'header or truncated file)')
+      raise DataError(
+        f"{path}: IDX header announces {what} dimensions {_dims_text(dims)}, i.e. "
+        f"{expected} bytes, more than a {size}-byte gzip file can hold (corrupt "
+        "header or truncated file)"
+      )
     return
   got = size - header_len
   if got < expected:
-    raise DataError(f'{path}: truncated IDX file, expected {expected} bytes of {what} data, '
-                    f'got {got}')
+    raise DataError(
+      f"{path}: truncated IDX file, expected {expected} bytes of {what} data, got {got}"
+    )
   if got > expected:
-    raise DataError(f'{path}: corrupted IDX file, expected {expected} bytes of {what} data, '
-                    f'got {got} (trailing bytes)')
+    raise DataError(
+      f"{path}: corrupted IDX file, expected {expected} bytes of {what} data, "
+      f"got {got} (trailing bytes)"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -244,26 +262,27 @@ def read_cifar_bin(path: str, label_bytes: int, label_max: int):
   """
   rec = label_bytes + CIFAR_IMAGE_BYTES
   try:
-    with open(path, 'rb') as f:
+    with open(path, "rb") as f:
       size = os.fstat(f.fileno()).st_size
       if size == 0 or size % rec:
         raise DataError(
-          f'{path}: size {size} bytes is not a positive multiple of the {rec}-byte CIFAR record '
-          f'({label_bytes} label byte(s) + 3072 pixel bytes)')
+          f"{path}: size {size} bytes is not a positive multiple of the {rec}-byte CIFAR record "
+          f"({label_bytes} label byte(s) + 3072 pixel bytes)"
+        )
       records = np.empty(size, np.uint8)
       got = _fill(f, records)
   except _READ_ERRORS as e:
-    raise DataError(f'{path}: cannot read file ({e})') from None
+    raise DataError(f"{path}: cannot read file ({e})") from None
   if got != size:
-    raise DataError(f'{path}: file shrank while being read ({got} of {size} bytes)')
+    raise DataError(f"{path}: file shrank while being read ({got} of {size} bytes)")
   records = records.reshape(-1, rec)
   labels = records[:, label_bytes - 1].astype(np.int64)  # Last label byte.
   if label_bytes > 1:
     coarse = records[:, 0]
     if coarse.max() > 19:
-      raise DataError(f'{path}: coarse label {int(coarse.max())} out of range 0..19')
+      raise DataError(f"{path}: coarse label {int(coarse.max())} out of range 0..19")
   if labels.max() > label_max:
-    raise DataError(f'{path}: label {int(labels.max())} out of range 0..{label_max}')
+    raise DataError(f"{path}: label {int(labels.max())} out of range 0..{label_max}")
   return cifar_pixels(records[:, label_bytes:]), labels
 
 
@@ -290,19 +309,19 @@ def read_cifar_py(path: str, label_key: str, label_max: int):
   """
   d = safe_pickle.load(path)
   if not isinstance(d, dict):
-    raise DataError(f'{path}: expected a pickled dict, got {type(d).__name__}')
-  data, labels = _dict_get(d, 'data'), _dict_get(d, label_key)
+    raise DataError(f"{path}: expected a pickled dict, got {type(d).__name__}")
+  data, labels = _dict_get(d, "data"), _dict_get(d, label_key)
   if data is None or labels is None:
-    raise DataError(f'{path}: pickled dict lacks the data/{label_key} entries')
+    raise DataError(f"{path}: pickled dict lacks the data/{label_key} entries")
   data = np.asarray(data)
   if data.ndim != 2 or data.shape[1] != CIFAR_IMAGE_BYTES or data.dtype != np.uint8:
-    raise DataError(f'{path}: expected data as uint8 [N, 3072], got {data.dtype} {data.shape}')
+    raise DataError(f"{path}: expected data as uint8 [N, 3072], got {data.dtype} {data.shape}")
   try:
     labels = np.asarray(labels, dtype=np.int64)
   except (TypeError, ValueError, OverflowError):
-    raise DataError(f'{path}: {label_key} are not integers') from None
+    raise DataError(f"{path}: {label_key} are not integers") from None
   if labels.shape != (data.shape[0],):
-    raise DataError(f'{path}: {labels.size} {label_key} for {data.shape[0]} images')
+    raise DataError(f"{path}: {labels.size} {label_key} for {data.shape[0]} images")
   if labels.size and (labels.min() < 0 or labels.max() > label_max):
-    raise DataError(f'{path}: {label_key} out of range 0..{label_max}')
+    raise DataError(f"{path}: {label_key} out of range 0..{label_max}")
   return cifar_pixels(data), labels

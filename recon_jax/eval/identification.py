@@ -19,6 +19,7 @@ reconstruction of each training image instead).
 Only this function and the report's final comparison read the training set;
 the scores themselves never do.
 """
+
 from __future__ import annotations
 
 import functools
@@ -46,14 +47,21 @@ TOP_K = 10
 
 class CandidateTruth(NamedTuple):
   """Which candidates are real (ground truth), per candidate [N]."""
-  real: np.ndarray          # bool: ssim_train >= threshold and ssim_train > ssim_heldout
-  train_idx: np.ndarray     # int: the training image of highest SSIM (the one it matches)
-  ssim_train: np.ndarray    # float: that SSIM
+
+  real: np.ndarray  # bool: ssim_train >= threshold and ssim_train > ssim_heldout
+  train_idx: np.ndarray  # int: the training image of highest SSIM (the one it matches)
+  ssim_train: np.ndarray  # float: that SSIM
   ssim_heldout: np.ndarray  # float: the highest SSIM to a held-out image (-inf: none given)
 
 
-def candidate_truth(cands_pixel, x_train_pixel, x_heldout_pixel, ssim_threshold: float, *,
-                    filter_size: Optional[int] = None) -> CandidateTruth:
+def candidate_truth(
+  cands_pixel,
+  x_train_pixel,
+  x_heldout_pixel,
+  ssim_threshold: float,
+  *,
+  filter_size: Optional[int] = None,
+) -> CandidateTruth:
   """Marks each candidate real when it is a strict recovery of some training image.
 
   With ``s`` the per-image stretch to [0, 1] (:func:`recon_jax.eval.images.stretch`)::
@@ -80,11 +88,14 @@ def candidate_truth(cands_pixel, x_train_pixel, x_heldout_pixel, ssim_threshold:
   cands = np.asarray(cands_pixel)
   x_train = np.asarray(x_train_pixel)
   if cands.ndim != 4 or x_train.ndim != 4:
-    raise ConfigError(f"cands_pixel and x_train_pixel must be images [N, H, W, C], got shapes "
-                      f"{cands.shape} and {x_train.shape}.")
+    raise ConfigError(
+      f"cands_pixel and x_train_pixel must be images [N, H, W, C], got shapes "
+      f"{cands.shape} and {x_train.shape}."
+    )
   if cands.shape[1:] != x_train.shape[1:]:
-    raise ConfigError(f"cands_pixel images are {cands.shape[1:]}, the training images "
-                      f"{x_train.shape[1:]}.")
+    raise ConfigError(
+      f"cands_pixel images are {cands.shape[1:]}, the training images {x_train.shape[1:]}."
+    )
   if len(x_train) == 0:
     raise ConfigError("x_train_pixel holds no training image.")
   thr = float(ssim_threshold)
@@ -92,8 +103,10 @@ def candidate_truth(cands_pixel, x_train_pixel, x_heldout_pixel, ssim_threshold:
     raise ConfigError(f"ssim_threshold must lie in (0, 1], got {ssim_threshold}.")
   held = None if x_heldout_pixel is None else np.asarray(x_heldout_pixel)
   if held is not None and (held.ndim != 4 or held.shape[1:] != x_train.shape[1:]):
-    raise ConfigError(f"x_heldout_pixel must be images [h, *{x_train.shape[1:]}] like the "
-                      f"training images, got shape {held.shape}.")
+    raise ConfigError(
+      f"x_heldout_pixel must be images [h, *{x_train.shape[1:]}] like the "
+      f"training images, got shape {held.shape}."
+    )
   n = len(cands)
   if n == 0:
     empty = np.zeros((0,))
@@ -117,11 +130,12 @@ def candidate_truth(cands_pixel, x_train_pixel, x_heldout_pixel, ssim_threshold:
 @functools.partial(jax.jit, static_argnames=("apply_fn", "problem", "normalize", "surrogate"))
 def _leave_one_out_restarts(apply_fn, problem, target, x, lam, alpha, normalize, surrogate):
   """[R', m] leave-one-out scores, one restart at a time (lax.map bounds the memory)."""
+
   def one(args):
     xr, lr, ar = args
     act = functools.partial(surrogate_relu, alpha=ar) if surrogate else None
-    return attacker.leave_one_out_score(apply_fn, problem, target, xr, lr, act,
-                                        normalize=normalize)
+    return attacker.leave_one_out_score(apply_fn, problem, target, xr, lr, act, normalize=normalize)
+
   return jax.lax.map(one, (x, lam, alpha))
 
 
@@ -131,12 +145,15 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
 
   The batched state is indexed inside the map, so it is held once, not once per pair.
   """
+
   def one(args):
     r, i, k = args
     state = jax.tree_util.tree_map(lambda a: a[r], inner)
     hp = {name: v[r] for name, v in hparams.items()}
-    return attacker.stability_score(attack, state, hp, target, i, k, steps=steps,
-                                    noise_scale=noise_scale)
+    return attacker.stability_score(
+      attack, state, hp, target, i, k, steps=steps, noise_scale=noise_scale
+    )
+
   return jax.lax.map(one, (rows, cols, keys))
 
 
@@ -167,16 +184,28 @@ def _order(primary: np.ndarray, *tie_breaks: np.ndarray) -> np.ndarray:
   return np.lexsort(keys)
 
 
-def identification_report(attack: Attack, run, hparams: HParams, target: Target, apply_fn,
-                          problem: str, ds: data.Dataset, *,
-                          ssim_threshold: Optional[float] = None,
-                          k_list: Sequence[int] = (5, 10), stability_steps: int = 30,
-                          stability_candidates: Optional[int] = None,
-                          stability_select: str = "lambda", stability_noise: float = 0.05,
-                          agreement_threshold: float = attacker.DEFAULT_NCC_THRESHOLD,
-                          normalize: Optional[str] = None, filter_size: Optional[int] = None,
-                          key: Any = 0, trust_order: Sequence[str] = TRUST_ORDER,
-                          with_arrays: bool = False) -> dict:
+def identification_report(
+  attack: Attack,
+  run,
+  hparams: HParams,
+  target: Target,
+  apply_fn,
+  problem: str,
+  ds: data.Dataset,
+  *,
+  ssim_threshold: Optional[float] = None,
+  k_list: Sequence[int] = (5, 10),
+  stability_steps: int = 30,
+  stability_candidates: Optional[int] = None,
+  stability_select: str = "lambda",
+  stability_noise: float = 0.05,
+  agreement_threshold: float = attacker.DEFAULT_NCC_THRESHOLD,
+  normalize: Optional[str] = None,
+  filter_size: Optional[int] = None,
+  key: Any = 0,
+  trust_order: Sequence[str] = TRUST_ORDER,
+  with_arrays: bool = False,
+) -> dict:
   """How well each attacker score picks out the real reconstructions of one run.
 
   The candidates of the non-diverged restarts are pooled (N = R' m, restart
@@ -270,24 +299,30 @@ def identification_report(attack: Attack, run, hparams: HParams, target: Target,
     gathered with :func:`recon_jax.distributed.gather_restarts`).
   """
   if stability_select not in STABILITY_SELECT:
-    raise ConfigError(f"stability_select must be one of {STABILITY_SELECT}, got "
-                      f"{stability_select!r}.")
+    raise ConfigError(
+      f"stability_select must be one of {STABILITY_SELECT}, got {stability_select!r}."
+    )
   cap = DEFAULT_STABILITY_CANDIDATES if stability_candidates is None else stability_candidates
   if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0:
-    raise ConfigError(f"stability_candidates must be an integer >= 0 or None, got "
-                      f"{stability_candidates!r}.")
+    raise ConfigError(
+      f"stability_candidates must be an integer >= 0 or None, got {stability_candidates!r}."
+    )
   trust_order = tuple(trust_order)
   bad = [s for s in trust_order if s not in SCORES or s == "stability"]
   if not trust_order or bad:
-    raise ConfigError(f"trust_order must name scores of {SCORES} other than 'stability', got "
-                      f"{list(trust_order)}.")
+    raise ConfigError(
+      f"trust_order must name scores of {SCORES} other than 'stability', got {list(trust_order)}."
+    )
   normalize = _normalize_for(attack, normalize)
   t_all = time.time()
   cands = np.asarray(run.candidates)
   num_restarts, m = cands.shape[:2]
   img_shape = cands.shape[2:]
-  thr = (float(ssim_threshold) if ssim_threshold is not None
-         else images.strict_threshold_for(img_shape[0]))
+  thr = (
+    float(ssim_threshold)
+    if ssim_threshold is not None
+    else images.strict_threshold_for(img_shape[0])
+  )
   ok = ~np.asarray(run.diverged, bool) & np.isfinite(np.asarray(run.final_loss, np.float64))
   valid = np.flatnonzero(ok)
   rows = np.repeat(valid, m)
@@ -298,9 +333,13 @@ def identification_report(attack: Attack, run, hparams: HParams, target: Target,
   timing = {}
 
   t0 = time.time()
-  truth = candidate_truth(pixel, np.asarray(ds.x_train, np.float32) + mean,
-                          np.asarray(ds.x_test, np.float32) + mean if len(ds.x_test) else None,
-                          thr, filter_size=filter_size)
+  truth = candidate_truth(
+    pixel,
+    np.asarray(ds.x_train, np.float32) + mean,
+    np.asarray(ds.x_test, np.float32) + mean if len(ds.x_test) else None,
+    thr,
+    filter_size=filter_size,
+  )
   timing["truth"] = time.time() - t0
 
   inner = distributed.gather_restarts(run.state.inner)
@@ -323,16 +362,20 @@ def identification_report(attack: Attack, run, hparams: HParams, target: Target,
     else:
       skipped["lambda"] = f"the attack {attack.name} has no multipliers"
     if len(valid) >= 2:
-      timed("agreement", lambda: attacker.agreement_score(
-          cands, agreement_threshold, valid=ok)[valid])
+      timed(
+        "agreement", lambda: attacker.agreement_score(cands, agreement_threshold, valid=ok)[valid]
+      )
     else:
       skipped["agreement"] = f"needs >= 2 valid restarts, got {len(valid)}"
     if has_lam:
       surrogate = "alpha" in hp
       alpha = hp["alpha"][valid] if surrogate else jnp.zeros(len(valid))
-      timed("leave_one_out", lambda: _leave_one_out_restarts(
-          apply_fn, problem, target, jnp.asarray(inner.x)[valid], lam, alpha, normalize,
-          surrogate))
+      timed(
+        "leave_one_out",
+        lambda: _leave_one_out_restarts(
+          apply_fn, problem, target, jnp.asarray(inner.x)[valid], lam, alpha, normalize, surrogate
+        ),
+      )
     else:
       skipped["leave_one_out"] = f"the attack {attack.name} has no multipliers"
     k = int(min(cap, n_pool))
@@ -346,16 +389,29 @@ def identification_report(attack: Attack, run, hparams: HParams, target: Target,
         select_used = "random"
         pick = np.sort(np.asarray(jax.random.permutation(k_pick, n_pool))[:k])
       keys = jax.random.split(k_kick, k)
-      timed("stability", lambda: _stability_pairs(
-          attack, jax.tree_util.tree_map(jnp.asarray, inner), hp, target,
-          jnp.asarray(rows[pick]), jnp.asarray(cols[pick]), keys, int(stability_steps),
-          float(stability_noise)))
+      timed(
+        "stability",
+        lambda: _stability_pairs(
+          attack,
+          jax.tree_util.tree_map(jnp.asarray, inner),
+          hp,
+          target,
+          jnp.asarray(rows[pick]),
+          jnp.asarray(cols[pick]),
+          keys,
+          int(stability_steps),
+          float(stability_noise),
+        ),
+      )
       subsets["stability"] = pick
     if problem != "general":
       labels = jnp.tile(jnp.asarray(target.labels), len(valid))
-      timed("margin", lambda: attacker.margin_score(
-          apply_fn, problem, target, jnp.asarray(inner.x)[valid].reshape(n_pool, *img_shape),
-          labels))
+      timed(
+        "margin",
+        lambda: attacker.margin_score(
+          apply_fn, problem, target, jnp.asarray(inner.x)[valid].reshape(n_pool, *img_shape), labels
+        ),
+      )
     else:
       skipped["margin"] = "problem 'general' has no margin"
 
@@ -368,34 +424,54 @@ def identification_report(attack: Attack, run, hparams: HParams, target: Target,
   trusted = next((s for s in trust_order if s in scores), None)
   top = []
   if trusted is not None:
-    ties = [scores[s] for s in trust_order[trust_order.index(trusted) + 1:] if s in scores]
+    ties = [scores[s] for s in trust_order[trust_order.index(trusted) + 1 :] if s in scores]
     for rank, j in enumerate(_order(scores[trusted], *ties)[:TOP_K]):
-      top.append({"rank": rank, "restart": int(rows[j]), "index": int(cols[j]),
-                  "score": float(scores[trusted][j]),
-                  "lambda": float(scores["lambda"][j]) if "lambda" in scores else None,
-                  "recovered_strict": bool(truth.real[j]), "train_idx": int(truth.train_idx[j]),
-                  "ssim": float(truth.ssim_train[j])})
+      top.append(
+        {
+          "rank": rank,
+          "restart": int(rows[j]),
+          "index": int(cols[j]),
+          "score": float(scores[trusted][j]),
+          "lambda": float(scores["lambda"][j]) if "lambda" in scores else None,
+          "recovered_strict": bool(truth.real[j]),
+          "train_idx": int(truth.train_idx[j]),
+          "ssim": float(truth.ssim_train[j]),
+        }
+      )
   timing["total"] = time.time() - t_all
   out = {
-      "scores": results,
-      "skipped": skipped,
-      "trusted_score": trusted,
-      "top": top,
-      "top_distinct_recovered": len({t["train_idx"] for t in top if t["recovered_strict"]}),
-      "truth": {"n_candidates": int(n_pool), "n_real": int(truth.real.sum()),
-                "n_distinct_real": int(len(np.unique(truth.train_idx[truth.real]))),
-                "n_restarts_valid": int(len(valid)), "ssim_threshold": thr},
-      "settings": {"stability_steps": int(stability_steps),
-                   "stability_candidates": int(len(subsets.get("stability", ()))),
-                   "stability_select": select_used,
-                   "stability_noise": float(stability_noise),
-                   "agreement_threshold": float(agreement_threshold),
-                   "leave_one_out_normalize": normalize, "trust_order": list(trust_order)},
-      "timing_s": timing,
+    "scores": results,
+    "skipped": skipped,
+    "trusted_score": trusted,
+    "top": top,
+    "top_distinct_recovered": len({t["train_idx"] for t in top if t["recovered_strict"]}),
+    "truth": {
+      "n_candidates": int(n_pool),
+      "n_real": int(truth.real.sum()),
+      "n_distinct_real": int(len(np.unique(truth.train_idx[truth.real]))),
+      "n_restarts_valid": int(len(valid)),
+      "ssim_threshold": thr,
+    },
+    "settings": {
+      "stability_steps": int(stability_steps),
+      "stability_candidates": int(len(subsets.get("stability", ()))),
+      "stability_select": select_used,
+      "stability_noise": float(stability_noise),
+      "agreement_threshold": float(agreement_threshold),
+      "leave_one_out_normalize": normalize,
+      "trust_order": list(trust_order),
+    },
+    "timing_s": timing,
   }
   if with_arrays:
-    arrays = {"restart": rows, "index": cols, "real": truth.real, "train_idx": truth.train_idx,
-              "ssim_train": truth.ssim_train, "ssim_heldout": truth.ssim_heldout}
+    arrays = {
+      "restart": rows,
+      "index": cols,
+      "real": truth.real,
+      "train_idx": truth.train_idx,
+      "ssim_train": truth.ssim_train,
+      "ssim_heldout": truth.ssim_heldout,
+    }
     for name, v in scores.items():
       full = np.full(n_pool, np.nan)
       full[subsets.get(name, slice(None))] = v

@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import warnings
 from typing import Any, Optional, Sequence, Union
+import warnings
 
 import dm_pix
 import jax
@@ -133,9 +133,7 @@ def _resolve_filter_size(filter_size: Optional[int], height: int, width: int) ->
     return default_filter_size(height, width)
   filter_size = int(filter_size)
   if filter_size < 1 or filter_size > min(height, width):
-    raise ConfigError(
-      f"filter_size={filter_size} must be in [1, min(H, W)={min(height, width)}]"
-    )
+    raise ConfigError(f"filter_size={filter_size} must be in [1, min(H, W)={min(height, width)}]")
   return filter_size
 
 
@@ -286,9 +284,7 @@ def ssim_matrix(a: Array, b: Array, filter_size: Optional[int] = None) -> jax.Ar
 
 
 @jax.jit
-def _match_and_vote(
-  x_train: jax.Array, cands: jax.Array, valid: jax.Array, vote_frac: jax.Array
-):
+def _match_and_vote(x_train: jax.Array, cands: jax.Array, valid: jax.Array, vote_frac: jax.Array):
   ncc = _ncc_matrix(x_train, cands)
   # Padded candidates get an NCC below any real one (NCC >= -1), so they
   # can neither be the best match nor vote.
@@ -499,16 +495,14 @@ def evaluate(
   recon, best_idx, n_votes = match_and_vote(train_s, stretch(cands), vote_frac=vote_frac)
   ssim_train = np.asarray(ssim(recon, train_s, filter_size=fs), dtype=np.float64)
 
-  excluded = np.unique(np.asarray(
-    [] if heldout_exclude is None else heldout_exclude, dtype=np.int64
-  ).reshape(-1))
+  excluded = np.unique(
+    np.asarray([] if heldout_exclude is None else heldout_exclude, dtype=np.int64).reshape(-1)
+  )
   if x_heldout is not None:
     x_heldout = _as_float(x_heldout)
     _check_images(x_heldout, "x_heldout")
     if x_heldout.shape[1:] != x_train.shape[1:]:
-      raise ConfigError(
-        f"held-out shape {x_heldout.shape[1:]} differs from {x_train.shape[1:]}"
-      )
+      raise ConfigError(f"held-out shape {x_heldout.shape[1:]} differs from {x_train.shape[1:]}")
     n_heldout = int(x_heldout.shape[0])
   else:
     n_heldout = 0

@@ -9,6 +9,7 @@ averages both over the reconstructions for several named reference sets.
 
 Pure functions of numpy arrays (images ``[N, H, W, C]`` in pixel space).
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Optional, Tuple
@@ -59,15 +60,19 @@ def nearest_ssim(x, ref, *, filter_size: Optional[int] = None) -> Tuple[np.ndarr
   x, ref = np.asarray(x), np.asarray(ref)
   if len(ref) == 0:
     raise ConfigError("ref holds no images.")
-  s = np.asarray(images.ssim_matrix(np.clip(x, 0, 1).astype(np.float32),
-                                    np.clip(ref, 0, 1).astype(np.float32),
-                                    filter_size=filter_size), np.float64)
+  s = np.asarray(
+    images.ssim_matrix(
+      np.clip(x, 0, 1).astype(np.float32),
+      np.clip(ref, 0, 1).astype(np.float32),
+      filter_size=filter_size,
+    ),
+    np.float64,
+  )
   j = np.argmax(s, axis=1)
   return s[np.arange(len(s)), j], j
 
 
-def summary(x, references: Mapping[str, np.ndarray], *,
-            filter_size: Optional[int] = None) -> dict:
+def summary(x, references: Mapping[str, np.ndarray], *, filter_size: Optional[int] = None) -> dict:
   """Mean nearest-neighbour L2 and SSIM of the reconstructions ``x`` to each reference set.
 
   Args:

@@ -17,6 +17,7 @@ all restarts' kept candidates pooled are reported next to it, for reference.
 
 Every function takes host arrays and returns numpy arrays or JSON-able dicts.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,15 +49,21 @@ def _as_batch(candidates, lambdas, diverged) -> tuple:
   lam = np.asarray(lambdas, np.float64)
   if lam.shape != x.shape[:2]:
     raise ConfigError(f"lambdas must be [R, m] = {list(x.shape[:2])}, got {list(lam.shape)}.")
-  bad = (np.zeros(x.shape[0], bool) if diverged is None
-         else np.asarray(diverged, bool).reshape(-1))
+  bad = np.zeros(x.shape[0], bool) if diverged is None else np.asarray(diverged, bool).reshape(-1)
   if bad.shape != (x.shape[0],):
     raise ConfigError(f"diverged must be [R] = [{x.shape[0]}], got {list(bad.shape)}.")
   return x, lam, bad
 
 
-def kept_masks(candidates, lambdas, diverged=None, *, lam_filter_frac: float = 0.1,
-               dedup_radius: float = 0.03, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def kept_masks(
+  candidates,
+  lambdas,
+  diverged=None,
+  *,
+  lam_filter_frac: float = 0.1,
+  dedup_radius: float = 0.03,
+  seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
   """Which candidates survive the lambda filter, and which also survive de-duplication.
 
   Args:
@@ -101,10 +108,19 @@ def recovery(points, x_train, tol: float = 0.05) -> dict:
   return {"recovered": int(count), "median_distance": med}
 
 
-def score_point_clouds(candidates, lambdas, final_loss, diverged, x_train, *,
-                       lam_filter_frac: float = 0.1, dedup_radius: float = 0.03,
-                       tol: float = 0.05, seed: int = 0,
-                       masks: tuple | None = None) -> dict:
+def score_point_clouds(
+  candidates,
+  lambdas,
+  final_loss,
+  diverged,
+  x_train,
+  *,
+  lam_filter_frac: float = 0.1,
+  dedup_radius: float = 0.03,
+  tol: float = 0.05,
+  seed: int = 0,
+  masks: tuple | None = None,
+) -> dict:
   """The toy's report: lambda filter, de-duplication and recovery of every restart.
 
   Args:
@@ -138,8 +154,9 @@ def score_point_clouds(candidates, lambdas, final_loss, diverged, x_train, *,
     raise ConfigError(f"x_train must be [n, {x.shape[2]}], got shape {x_train.shape}.")
   bad = bad | ~np.isfinite(loss)
   if masks is None:
-    masks = kept_masks(x, lam, bad, lam_filter_frac=lam_filter_frac, dedup_radius=dedup_radius,
-                       seed=seed)
+    masks = kept_masks(
+      x, lam, bad, lam_filter_frac=lam_filter_frac, dedup_radius=dedup_radius, seed=seed
+    )
   after_filter, kept = (np.asarray(a, bool) for a in masks)
   if after_filter.shape != lam.shape or kept.shape != lam.shape:
     raise ConfigError(f"masks must be two [R, m] = {list(lam.shape)} arrays.")
@@ -148,26 +165,36 @@ def score_point_clouds(candidates, lambdas, final_loss, diverged, x_train, *,
   for r in range(x.shape[0]):
     row = {"restart": r, "diverged": bool(bad[r]), "n_candidates": int(x.shape[1])}
     if bad[r]:
-      row.update(final_loss=None, n_after_filter=0, n_kept=0, recovered=0,
-                 recovered_unfiltered=None, median_distance=None)
+      row.update(
+        final_loss=None,
+        n_after_filter=0,
+        n_kept=0,
+        recovered=0,
+        recovered_unfiltered=None,
+        median_distance=None,
+      )
     else:
-      row.update(final_loss=float(loss[r]), n_after_filter=int(after_filter[r].sum()),
-                 n_kept=int(kept[r].sum()), **recovery(x[r, kept[r]], x_train, tol),
-                 recovered_unfiltered=recovery(x[r], x_train, tol)["recovered"])
+      row.update(
+        final_loss=float(loss[r]),
+        n_after_filter=int(after_filter[r].sum()),
+        n_kept=int(kept[r].sum()),
+        **recovery(x[r, kept[r]], x_train, tol),
+        recovered_unfiltered=recovery(x[r], x_train, tol)["recovered"],
+      )
     rows.append(row)
   good = [row for row in rows if not row["diverged"]]
   selected: dict | None = min(good, key=lambda row: row["final_loss"]) if good else None
   best: dict | None = max(good, key=lambda row: row["recovered"]) if good else None
   pooled = recovery(x[kept], x_train, tol)
   return {
-      "recovered": selected["recovered"] if selected else 0,
-      "median_distance": selected["median_distance"] if selected else None,
-      "selected_restart": selected["restart"] if selected else None,
-      "recovered_best_restart": best["recovered"] if best else 0,
-      "best_restart": best["restart"] if best else None,
-      "recovered_pooled": pooled["recovered"],
-      "n_diverged": int(bad.sum()),
-      "n_train": len(x_train),
-      "tol": float(tol),
-      "per_restart": rows,
+    "recovered": selected["recovered"] if selected else 0,
+    "median_distance": selected["median_distance"] if selected else None,
+    "selected_restart": selected["restart"] if selected else None,
+    "recovered_best_restart": best["recovered"] if best else 0,
+    "best_restart": best["restart"] if best else None,
+    "recovered_pooled": pooled["recovered"],
+    "n_diverged": int(bad.sum()),
+    "n_train": len(x_train),
+    "tol": float(tol),
+    "per_restart": rows,
   }

@@ -9,6 +9,7 @@ baselines (the training-mean image; unseen held-out images), and the
 attacker-side view: how well the attacker's own loss ranks restarts and its
 lambda ranks candidates, measured against the truth (Spearman).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -23,9 +24,16 @@ def pixel_space(x, ds: data.Dataset) -> np.ndarray:
   return np.asarray(x, np.float32) + np.asarray(ds.mean, np.float32)
 
 
-def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
-                        ssim_threshold: Optional[float] = None,
-                        filter_size: Optional[int] = None, seed: int = 0) -> dict:
+def evaluate_candidates(
+  cands,
+  weights,
+  final_loss,
+  ds: data.Dataset,
+  *,
+  ssim_threshold: Optional[float] = None,
+  filter_size: Optional[int] = None,
+  seed: int = 0,
+) -> dict:
   """Scores an attack's candidates against the training set and the baselines.
 
   Args:
@@ -56,16 +64,27 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
   if len(pooled) == 0:
     # Every restart diverged: nothing to score, and nothing is recovered.
     res = None
-    out = {"attack": {"n_train": len(x_train), "n_candidates": 0, "recovered_strict": 0,
-                      "n_ssim_gt_0.4": 0, "n_ssim_gt_0.5": 0, "n_ssim_gt_0.6": 0,
-                      "mean_ssim_top10": None, "mean_ssim_top45": None,
-                      "ssim_threshold": thr, "all_restarts_diverged": True},
-           "per_sample": {}}
+    out = {
+      "attack": {
+        "n_train": len(x_train),
+        "n_candidates": 0,
+        "recovered_strict": 0,
+        "n_ssim_gt_0.4": 0,
+        "n_ssim_gt_0.5": 0,
+        "n_ssim_gt_0.6": 0,
+        "mean_ssim_top10": None,
+        "mean_ssim_top45": None,
+        "ssim_threshold": thr,
+        "all_restarts_diverged": True,
+      },
+      "per_sample": {},
+    }
   else:
     res = metrics.evaluate(pooled, x_train, x_held, **kw)
     out = {"attack": res.summary(), "per_sample": res.to_dict()}
-  base_mean = metrics.mean_image_baseline(x_train, x_held, pixel_space(np.zeros(img_shape), ds),
-                                          **kw)
+  base_mean = metrics.mean_image_baseline(
+    x_train, x_held, pixel_space(np.zeros(img_shape), ds), **kw
+  )
   out["baselines"] = {"mean_image": base_mean.summary()}
   if x_held is not None:
     # Half the held-out split at most, so the rest stays as the strict reference.
@@ -81,19 +100,30 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
       per.append({"restart": i, "diverged": True, "final_loss": None})
       continue
     ri = metrics.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
-    per.append({"restart": i, "diverged": False, "final_loss": float(final_loss[i]),
-                "mean_ssim": float(np.mean(ri.ssim)), "recovered_strict": int(ri.recovered_strict),
-                "n_ssim_gt_0.4": int(ri.n_ssim_gt_04)})
+    per.append(
+      {
+        "restart": i,
+        "diverged": False,
+        "final_loss": float(final_loss[i]),
+        "mean_ssim": float(np.mean(ri.ssim)),
+        "recovered_strict": int(ri.recovered_strict),
+        "n_ssim_gt_0.4": int(ri.n_ssim_gt_04),
+      }
+    )
   out["per_restart"] = per
   good = [p for p in per if not p["diverged"]]
-  sel = {"n_restarts": r, "n_diverged": int(np.sum(~ok)),
-         "diverged_restarts": [int(i) for i in np.flatnonzero(~ok)]}
+  sel = {
+    "n_restarts": r,
+    "n_diverged": int(np.sum(~ok)),
+    "diverged_restarts": [int(i) for i in np.flatnonzero(~ok)],
+  }
   if good and res is not None:
     losses = np.array([p["final_loss"] for p in good])
     quality = np.array([p["mean_ssim"] for p in good])
     best_by_loss = good[int(np.argmin(losses))]
     best_true = good[int(np.argmax(quality))]
-    sel.update({
+    sel.update(
+      {
         "spearman_neg_loss_vs_mean_ssim": metrics.spearman(-losses, quality),
         "best_by_loss_restart": best_by_loss["restart"],
         "best_by_loss_mean_ssim": best_by_loss["mean_ssim"],
@@ -101,7 +131,8 @@ def evaluate_candidates(cands, weights, final_loss, ds: data.Dataset, *,
         "best_true_restart": best_true["restart"],
         "best_true_mean_ssim": best_true["mean_ssim"],
         "best_true_recovered_strict": best_true["recovered_strict"],
-    })
+      }
+    )
     # Candidate level: does a larger lambda mean closer to some training image?
     flat_w = np.asarray(weights)[ok].reshape(-1)
     cs = metrics.ssim_matrix(metrics.stretch(pooled), metrics.stretch(x_train), filter_size)

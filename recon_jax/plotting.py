@@ -29,6 +29,22 @@ _TRAIN_COLOURS = ("tab:blue", "tab:red")
 _POINT_COLOURS = ("tab:green", "magenta")
 
 
+def _caption(ax: Any, note: str) -> None:
+  """A small wrapped caption under the x label (kept by the tight bounding box)."""
+  import textwrap
+
+  ax.annotate(
+    textwrap.fill(note, 95),
+    xy=(0.0, 0.0),
+    xycoords="axes fraction",
+    xytext=(-30, -34),
+    textcoords="offset points",
+    ha="left",
+    va="top",
+    fontsize=6.5,
+  )
+
+
 def _save(fig: Any, path: Union[str, os.PathLike], dpi: int = 100) -> None:
   """Writes the figure to `path` and closes it."""
   parent = os.path.dirname(os.fspath(path))
@@ -487,19 +503,8 @@ def heatmap(
   bar = fig.colorbar(im, ax=ax)
   if colorbar_label:
     bar.set_label(colorbar_label, fontsize=8)
-  if note:  # a small wrapped caption under the x label (kept by the tight bounding box)
-    import textwrap
-
-    ax.annotate(
-      textwrap.fill(note, 95),
-      xy=(0.0, 0.0),
-      xycoords="axes fraction",
-      xytext=(-30, -34),
-      textcoords="offset points",
-      ha="left",
-      va="top",
-      fontsize=6.5,
-    )
+  if note:
+    _caption(ax, note)
   _save(fig, path, dpi=120)
 
 
@@ -545,19 +550,8 @@ def line_plot(
   if ys_dict:
     ax.legend(fontsize=7, loc="best")
   ax.grid(alpha=0.3)
-  if note:  # a small wrapped caption under the x label (kept by the tight bounding box)
-    import textwrap
-
-    ax.annotate(
-      textwrap.fill(note, 95),
-      xy=(0.0, 0.0),
-      xycoords="axes fraction",
-      xytext=(-30, -34),
-      textcoords="offset points",
-      ha="left",
-      va="top",
-      fontsize=6.5,
-    )
+  if note:
+    _caption(ax, note)
   _save(fig, path, dpi=120)
 
 

@@ -14,26 +14,14 @@ Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.
 import ml_collections
 from ml_collections import config_dict
 
+from experiments.configs.victim import PRESETS as victim_presets
 from experiments.configs.victim import victim_section
 
 PRESETS = {
   "lfw": dict(),
-  "digits": dict(victim=dict(dataset="digits", n_per_class=25), steps=6000),
-  # He init: the default small init leaves a 32-32 victim at chance after 400 epochs.
+  "digits": dict(victim=victim_presets["digits"], steps=6000),
   "tiny": dict(
-    victim=dict(
-      dataset="digits",
-      n_per_class=3,
-      widths=(32, 32),
-      epochs=400,
-      init="kaiming",
-      init_std=None,
-      first_layer_std=None,
-    ),
-    num_restarts=2,
-    steps=20,
-    chunk_steps=10,
-    identify=False,
+    victim=victim_presets["tiny"], num_restarts=2, steps=20, chunk_steps=10, identify=False
   ),
   "paper": dict(
     victim=dict(

@@ -49,7 +49,7 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.victim = victim_section(**over.pop("victim", {}))
   c.checkpoint = ""  # attack this victim file instead of training one: recon_jax's
-  #                          victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors
+  #                    victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors
   # Only for PyTorch / safetensors checkpoints (see README, "Audit your own model"):
   c.foreign = ml_collections.ConfigDict()
   c.foreign.data_mean = ""  # .npy per-pixel mean the model was trained with ('' none)

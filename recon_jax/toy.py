@@ -66,8 +66,13 @@ def validate(cfg) -> tuple:
   for name in ("theta_norm", "lam_filter_frac", "dedup_radius", "save_every"):
     if not cfg[name] >= 0:
       refuse(name, f"must be >= 0, got {cfg[name]}.")
+  if cfg.lam_filter_frac > 1:
+    refuse(
+      "lam_filter_frac",
+      f"must be in [0, 1] (a fraction of the largest lambda), got {cfg.lam_filter_frac}.",
+    )
   if cfg.theta_norm > 0 and cfg.victim_bias == "all":
-    refuse("theta_norm", "> 0 needs a homogeneous victim (--config.victim_bias=none or first).")
+    refuse("theta_norm", "> 0 needs a homogeneous victim (victim_bias=none or first).")
   labels = pipeline.candidate_labels("binary", cfg.m)
   ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)

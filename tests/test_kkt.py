@@ -373,3 +373,76 @@ def test_attack_reduces_stationarity_on_trained_victim():
   assert not np.any(np.asarray(res.state.diverged))
   assert np.all(after * 4 <= before), (before, after)
   assert np.all(after < 0.2)
+
+
+def test_known_initialisation_fits_theta_star_minus_theta0():
+  """Loo et al.'s threat model: the KKT sum reproduces theta* - theta_0, not theta*."""
+  x, y, lam = _linear_problem()
+  w0 = np.random.default_rng(5).normal(size=(x.shape[1], 1))
+  delta = (x.T @ (lam * y))[:, None] / x.shape[0]
+  params = {"params": {"w": jnp.asarray(w0 + delta)}}
+  ref = {"params": {"w": jnp.asarray(delta)}}
+  args = (linear_apply, "binary", params, jnp.asarray(x), jnp.asarray(lam), jnp.asarray(y), None)
+  assert float(kkt.stationarity(*args, "mean", ref)) < 1e-28  # the planted point fits
+  assert float(kkt.stationarity(*args, "mean")) > 1e-2  # without theta_0 it does not
+  # The attack with Target.reference lowers its own objective from perturbed candidates.
+  target = Target(params, jnp.asarray(y), jnp.asarray(-10.0), jnp.asarray(10.0), reference=ref)
+  attack = kkt.kkt_attack(linear_apply, "binary")
+  hp = {
+    "lr_x": jnp.full(1, 0.05),
+    "lr_lam": jnp.full(1, 0.05),
+    "alpha": jnp.full(1, 10.0),
+    "lam_min": jnp.full(1, 0.01),
+    "sigma_x": jnp.full(1, 0.1),
+  }
+  x0 = jnp.asarray(x + 0.3 * np.random.default_rng(6).normal(size=x.shape))
+  res = loop.run(
+    attack,
+    lambda key, h: x0,
+    jax.random.split(jax.random.PRNGKey(0), 1),
+    hp,
+    target,
+    num_steps=200,
+    chunk_steps=100,
+    log=False,
+  )
+  first, last = res.history[0]["stat_rel"][0], res.history[-1]["stat_rel"][0]
+  assert last < 0.1 * first
+
+
+def test_annealed_alpha_stages_lower_the_objective():
+  """sweep.anneal's stages (alpha rising to 200) run on the one loop and lower the objective.
+
+  The objective changes with alpha, so it is compared at the last stage's alpha: the
+  stationarity of the initial and of the final candidates and multipliers at alpha = 200.
+  """
+  from recon_jax import sweep
+
+  d, n = 6, 4
+  y = np.array([1.0, -1.0, 1.0, -1.0])
+  module = models.build_model("mlp", widths=(8,), bias="none", init="normal", init_std=0.5)
+  apply_fn = models.make_apply_fn(module)
+  params = models.init_params(module, jax.random.PRNGKey(0), (d,), jnp.float64)
+  target = Target(params, jnp.asarray(y), jnp.asarray(-5.0), jnp.asarray(5.0))
+  attack = kkt.kkt_attack(apply_fn, "binary")
+  hp = {
+    "lr_x": np.full(2, 0.01),
+    "lr_lam": np.full(2, 0.01),
+    "alpha": np.array([5.0, 10.0]),
+    "lam_min": np.full(2, 0.01),
+    "sigma_x": np.full(2, 0.5),
+  }
+  stages = sweep.anneal(hp, steps=300, alpha_end=200.0, num_stages=3)
+  x_init = inits.gaussian(n, (d,), jnp.float64)
+  keys = jax.random.split(jax.random.PRNGKey(1), 2)
+  init_fn, _ = loop.make_runner(attack, x_init)
+  s0 = init_fn(keys, {k: jnp.asarray(v) for k, v in hp.items()}, target)
+  res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=100, log=False)
+  act = functools.partial(models.surrogate_relu, alpha=200.0)
+  stat = jax.vmap(
+    lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
+  )
+  before = np.asarray(stat(s0.inner.x, s0.inner.lam))
+  after = np.asarray(stat(res.state.inner.x, res.state.inner.lam))
+  assert not np.any(np.asarray(res.state.diverged))
+  assert np.all(after < before), (before, after)

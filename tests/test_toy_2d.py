@@ -196,6 +196,7 @@ def test_small_toy_run_recovers_most_points(tmp_path):
     ("theta_norm", 1.0),
     ("tol", 0.0),
     ("steps", 0),
+    ("lam_filter_frac", 2.0),
   ],
 )
 def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch, field, value):

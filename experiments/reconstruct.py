@@ -147,6 +147,14 @@ def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None, expli
       out.victim.summary.get("margins"),
       metrics["evaluation"]["ssim_threshold"],
     )
+  if "identification" in metrics:
+    ds = out.dataset
+    plotting.trusted_figure(
+      common.inside(workdir, "trusted.png"),
+      metrics["identification"],
+      out.arrays["candidates"] + ds.mean,
+      ds.x_train + ds.mean,
+    )
   return metrics
 
 

@@ -808,3 +808,37 @@ def init_study_figures(
       "mean L2 distance",
       f"{name}: from noise to ground-truth starts (Fig. 12)",
     )
+
+
+def trusted_figure(
+  path: Union[str, os.PathLike],
+  identification: Mapping[str, Any],
+  candidates: np.ndarray,
+  x_train: np.ndarray,
+) -> None:
+  """The candidates an attacker would trust most (by its pre-registered score), over the truth.
+
+  ``identification`` is the report of :func:`recon_jax.eval.identification.identification_report`;
+  ``candidates`` [R, m, H, W, C] and ``x_train`` in pixel space.  Each column: a trusted
+  candidate (its score, and whether it is a strict recovery), under it the training image it
+  resembles most.
+  """
+  from recon_jax.eval import images
+
+  top = list(identification.get("top", []))
+  if not top:
+    return
+  cands = np.stack([candidates[t["restart"], t["index"]] for t in top])
+  nearest = np.stack([x_train[t["train_idx"]] for t in top])
+  labels = [f"{t['score']:.2f}\n{'REAL' if t['recovered_strict'] else 'not real'}" for t in top]
+  real = sum(bool(t["recovered_strict"]) for t in top)
+  image_grid(
+    path,
+    [np.asarray(images.stretch(cands)), np.asarray(images.stretch(nearest))],
+    row_labels=["trusted\ncandidate", "most similar\ntraining image"],
+    col_titles=[labels, None],
+    title=(
+      f"The {len(top)} candidates the attacker trusts most by '{identification['trusted_score']}'"
+      f" (no ground truth used): {real} of {len(top)} are real (strict recoveries)"
+    ),
+  )

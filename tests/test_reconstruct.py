@@ -29,6 +29,7 @@ def test_main_job_writes_its_report(tmp_path):
   m = reconstruct.run(_tiny(identify=True), str(tmp_path))
   assert m["identification"]["trusted_score"] == "agreement"
   assert len(m["identification"]["top"]) == 10
+  assert os.path.getsize(tmp_path / "trusted.png") > 0
   for name in (
     "config.json",
     "metrics.json",

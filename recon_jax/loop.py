@@ -392,9 +392,29 @@ def resume_state(
   target: Target,
   batching: str = "auto",
 ):
-  """``(state, chunk records, meta)`` of a sweep saved by :class:`Checkpoint`, validated."""
-  from recon_jax import resume
+  """``(state, chunk records, meta)`` of a sweep saved by :class:`Checkpoint`, validated.
 
-  state, meta = resume.load_run(path, attack, x_init, keys, hparams, target, batching)
+  The template comes from ``jax.eval_shape`` of the sweep's own init, so a state
+  of another size, architecture or dtype is refused; so are other PRNG keys or
+  hyperparameters (the resumed run would not be the run that was started) and
+  NaN/Inf in the attack state.  Raises CheckpointError with a one-line reason.
+  """
+  from recon_jax import resume
+  from recon_jax.checkpoint import CheckpointError
+
+  init_fn, _ = make_runner(attack, x_init, batching=batching)
+  hp = {k: jnp.asarray(v) for k, v in hparams.items()}
+  template = resume.run_tree(jax.eval_shape(init_fn, keys, hp, target), keys, hparams)
+  tree, meta = resume.load(path, template)
+  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
+    not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hparams.items()
+  ):
+    raise CheckpointError(
+      f"{path} was written with other PRNG keys or hyperparameters than this configuration gives."
+    )
+  bad = resume.nonfinite_leaves(tree["run"].inner)
+  if bad:
+    raise CheckpointError(f"{path} holds NaN/Inf in {bad[0]}.")
+  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"], tree["run"])
   logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
   return state, list(meta.get("chunks", [])), meta

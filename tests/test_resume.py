@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
 FLAGS = [
   "--config=experiments/configs/reconstruct.py:tiny",
-  "--config.steps=400",
+  "--config.steps=2000",
   "--config.chunk_steps=10",
   "--config.save_every=1",
 ]
@@ -96,7 +96,7 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
   blob = serialization.msgpack_restore(state.read_bytes())
   saved = json.loads(blob["meta"])["chunks"]
   killed_at = saved[-1]["step"]
-  assert 0 < killed_at < 400, f"the kill did not land mid-way (step {killed_at})"
+  assert 0 < killed_at < 2000, f"the kill did not land mid-way (step {killed_at})"
   x_mid = np.asarray(blob["state"]["run"]["inner"]["x"])
 
   # Without --resume the non-empty workdir is refused (and the state is kept).
@@ -157,7 +157,7 @@ def test_same_config_and_seed_is_deterministic(uninterrupted):
   for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax"):
     assert env["versions"][pkg], pkg
   assert env["device_kind"] and env["x64"] is False
-  assert cfg["config"]["seed"] == 0 and cfg["config"]["steps"] == 400
+  assert cfg["config"]["seed"] == 0 and cfg["config"]["steps"] == 2000
 
 
 # ---------------------------------------------------------------------------

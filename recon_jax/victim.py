@@ -258,6 +258,35 @@ def cache_dir() -> str:
   )
 
 
+def _cache_path(stem: str) -> str:
+  """The cache file of ``stem`` for the current precision (float32 and float64 kept apart)."""
+  prec = "f64" if float_dtype() == jnp.float64 else "f32"
+  return os.path.join(cache_dir(), f"{stem}-{prec}.msgpack")
+
+
+def _through_cache(path: str, load_fn, train_fn, save_fn, use_cache: bool):
+  """``(value, from_cache)``: ``load_fn(path)`` if a usable file is cached, else ``train_fn()``.
+
+  A file that fails to load (CheckpointError) is ignored with a warning and
+  replaced; a cache that cannot be written only warns.
+  """
+  if use_cache and os.path.isfile(path):
+    try:
+      value = load_fn(path)
+      logging.info("victim loaded from cache %s", path)
+      return value, True
+    except checkpoint.CheckpointError as e:
+      logging.warning("ignoring unusable cached victim: %s", e)
+  value = train_fn()
+  if use_cache:
+    try:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      save_fn(path, value)
+    except OSError as e:
+      logging.warning("could not cache the victim at %s: %s", path, e)
+  return value, False
+
+
 def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True):
   """Loads the cached victim for ``cfg`` or trains and caches it.
 
@@ -265,26 +294,21 @@ def get_or_train(cfg: VictimConfig, ds: data.Dataset, *, use_cache: bool = True)
     ``(params, summary, cache_path or None)``; ``summary['source']`` says
     whether the parameters came from the cache or were trained now.
   """
-  prec = "f64" if float_dtype() == jnp.float64 else "f32"
-  path = os.path.join(
-    cache_dir(), f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}-{prec}.msgpack"
+  path = _cache_path(f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}")
+
+  def load_fn(p):
+    params, _, meta = load(p, cfg, ds)
+    check_data(p, meta, ds)
+    return params, meta["summary"]
+
+  def train_fn():
+    params, _, summary = fit(cfg, ds)
+    return params, summary
+
+  (params, summary), hit = _through_cache(
+    path, load_fn, train_fn, lambda p, v: save(p, cfg, ds, *v), use_cache
   )
-  if use_cache and os.path.isfile(path):
-    try:
-      params, _, meta = load(path, cfg, ds)
-      check_data(path, meta, ds)
-      logging.info("victim loaded from cache %s", path)
-      return params, dict(meta["summary"], source="cache"), path
-    except checkpoint.CheckpointError as e:
-      logging.warning("ignoring unusable cached victim: %s", e)
-  params, _, summary = fit(cfg, ds)
-  if use_cache:
-    try:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      save(path, cfg, ds, params, summary)
-    except OSError as e:
-      logging.warning("could not cache the victim at %s: %s", path, e)
-  return params, dict(summary, source="trained"), path if use_cache else None
+  return params, dict(summary, source="cache" if hit else "trained"), path if use_cache else None
 
 
 def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int):
@@ -343,27 +367,21 @@ def cached_params(kind: str, spec: dict, template, train_fn, *, use_cache: bool 
     bit for bit as trained, cast to the template's dtypes.
   """
   spec = json.loads(json.dumps(spec, sort_keys=True))
-  prec = "f64" if float_dtype() == jnp.float64 else "f32"
   digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-  path = os.path.join(cache_dir(), f"{kind}-{digest}-{prec}.msgpack")
-  if use_cache and os.path.isfile(path):
-    try:
-      params, meta = checkpoint.load(path)
-      checkpoint.check_matches(params, template, path)
-      if meta.get("spec") != spec:
-        raise checkpoint.CheckpointError(f"{path}: cached for another recipe.")
-      params = jax.tree_util.tree_map(
-        lambda t, a: jnp.asarray(a, jnp.asarray(t).dtype), template, params
-      )
-      logging.info("victim loaded from cache %s", path)
-      return params, meta.get("summary", {}), path
-    except checkpoint.CheckpointError as e:
-      logging.warning("ignoring unusable cached victim: %s", e)
-  params, summary = train_fn()
-  if use_cache:
-    try:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      checkpoint.save(path, params, {"spec": spec, "summary": summary})
-    except OSError as e:
-      logging.warning("could not cache the victim at %s: %s", path, e)
+  path = _cache_path(f"{kind}-{digest}")
+
+  def load_fn(p):
+    params, meta = checkpoint.load(p)
+    checkpoint.check_matches(params, template, p)
+    if meta.get("spec") != spec:
+      raise checkpoint.CheckpointError(f"{p}: cached for another recipe.")
+    params = jax.tree_util.tree_map(
+      lambda t, a: jnp.asarray(a, jnp.asarray(t).dtype), template, params
+    )
+    return params, meta.get("summary", {})
+
+  def save_fn(p, value):
+    checkpoint.save(p, value[0], {"spec": spec, "summary": value[1]})
+
+  (params, summary), _ = _through_cache(path, load_fn, train_fn, save_fn, use_cache)
   return params, summary, path if use_cache else None

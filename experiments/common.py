@@ -13,14 +13,10 @@ and runs with :func:`run_main`.  Library errors name the library's arguments;
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import importlib.util
-import io
-import json
 import logging as py_logging
 import os
-import platform
 import re
 import sys
 import textwrap
@@ -29,25 +25,19 @@ from typing import Any, Callable, Optional, Sequence
 
 from absl import app, flags
 from ml_collections import config_flags
-import numpy as np
 
-from recon_jax import checkpoint
-from recon_jax.errors import Error
+from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: the binaries' exit 2)
+from recon_jax.workdir import expand, flatten
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
 CONFIG_DIR = os.path.join(ROOT, "experiments", "configs")
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
+RUN_FLAGS = ("workdir", "overwrite", "resume")  # recon_jax.workdir's arguments, our flags
 
 
 class UserError(Error, ValueError):
-  """A bad setting, file or workdir, found by a binary: one line, exit code 1."""
-
-
-class RunFailed(Error, RuntimeError):
-  """The run finished and wrote its results, but they are a failure: one line, exit code 2."""
-
-  exit_code = 2
+  """A bad flag or setting found by a binary: one line, exit code 1."""
 
 
 def quiet_jax_startup() -> None:
@@ -134,7 +124,7 @@ def _show(v) -> str:
 def settings_text(cfg, config_path: str = "") -> str:
   """Every setting of ``cfg`` as ``NAME = VALUE  what it is`` lines (texts from the sources)."""
   comments = _setting_comments(config_path) if config_path else {}
-  flat = _flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
+  flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   rows = [(k, _show(v)) for k, v in flat.items()]
   width = min(max(len(k) + len(v) + 3 for k, v in rows), 34) if rows else 0
   out = []
@@ -204,7 +194,7 @@ def help_text(
 def _check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> None:
   """Refuses ``--config.NAME`` settings the config lacks, naming the closest ones."""
   _, cfg = load_config(path, preset)
-  keys = list(_flatten(cfg.to_dict()))
+  keys = list(flatten(cfg.to_dict()))
   sections = {k.rsplit(".", 1)[0] for k in keys if "." in k}
   for a in argv:
     m = re.match(r"^--?(?:no)?config\.([^=\s]+)", a)
@@ -282,7 +272,7 @@ def _define(config_name, default, path, preset, resume, workdir, fv, argv=None) 
   try:
     module, cfg = load_config(path, preset)
     presets = " Presets: " + ", ".join(module.PRESETS) + "."
-    keys = _flatten(cfg.to_dict())
+    keys = flatten(cfg.to_dict())
     name = next((k for k in ("num_restarts", "victim.n_per_class", "seed") if k in keys), None)
     example = f"--config.{name}={keys[name] + 1}" if name else example
   except (UserError, AttributeError, TypeError):
@@ -340,31 +330,24 @@ def run_main(job: Callable[[Any], Any]) -> None:
 def overrides(flag_values, prefix: str = "") -> dict:
   """The ``--config.X=V`` settings given on the command line under ``prefix``, as {X: V}."""
   over = config_flags.get_override_values(flag_values["config"])
-  flat = _flatten(over) if isinstance(over, dict) else {}
+  flat = flatten(over) if isinstance(over, dict) else {}
   return {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
 
 
 def setting_name(cfg, argument: Optional[str]) -> Optional[str]:
-  """The ``--config.`` path of the setting a library argument came from, if any.
+  """The flag or ``--config.`` path of the setting a library argument came from, if any.
 
   ``argument`` is the library's name (``lr``) or a dotted path (``victim.lr``);
   the shortest setting that is or ends with it wins (``seed``, not ``victim.seed``).
+  ``recon_jax.workdir``'s arguments, and a binary's own flags, are flags.
   """
+  if argument in RUN_FLAGS or (argument and argument != "config" and argument in FLAGS):
+    return f"--{argument}"
   if not argument or cfg is None or not (hasattr(cfg, "to_dict") or isinstance(cfg, dict)):
     return None
-  flat = _flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
+  flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   hits = [k for k in flat if k == argument or k.endswith("." + argument)]
   return f"--config.{sorted(hits, key=len)[0]}" if hits else None
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
 
 
 def error_line(e: BaseException, cfg=None) -> str:
@@ -372,15 +355,24 @@ def error_line(e: BaseException, cfg=None) -> str:
 
   A library message names its own argument first (``lr must be > 0``); that
   name becomes the setting's (``--config.victim.lr must be > 0``), or the
-  setting is put in front (``--config.victim.lr: ...``).
+  setting is put in front (``--config.victim.lr: ...``).  Settings named inside
+  the message as ``NAME=VALUE``, and the workdir's arguments (``overwrite=True``,
+  ``workdir /x``), become the user's flags too.
   """
   text = str(e).strip()
   msg = text.splitlines()[0] if text else type(e).__name__
+  msg = re.sub(r"\b(overwrite|resume)=True\b", r"--\1", msg)
+  msg = re.sub(r"(?<=: )workdir (?=\S)", "--workdir ", msg)
+  msg = re.sub(  # other settings named in the message as NAME=VALUE
+    r"(?<![\w.-])([A-Za-z_][\w.]*)=",
+    lambda m: (setting_name(cfg, m.group(1)) or m.group(1)) + "=",
+    msg,
+  )
   argument = getattr(e, "argument", None)
   name = setting_name(cfg, argument)
   if not name:
     return f"error: {msg}"
-  bare = name[len("--config.") :]
+  bare = name.lstrip("-").removeprefix("config.")
   for lead in (name, bare, argument, bare.rsplit(".", 1)[-1]):
     if msg.startswith(lead) and (len(msg) == len(lead) or msg[len(lead)] in " :=,;'("):
       return f"error: {name}{msg[len(lead) :]}"
@@ -413,168 +405,3 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
     )
     print(f"interrupted{hint}", file=sys.stderr)
     sys.exit(130)
-
-
-def expand(path: str) -> str:
-  """``~`` and environment variables expanded; '' stays ''."""
-  return os.path.expandvars(os.path.expanduser(path)) if path else path
-
-
-def prepare_workdir(workdir: str, overwrite: bool) -> str:
-  """Creates ``workdir``; refuses a non-empty one unless ``overwrite``."""
-  if not workdir:
-    raise UserError("--workdir is required.")
-  workdir = os.path.abspath(expand(workdir))
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise UserError(f"--workdir {workdir} exists and is not a folder.")
-  if os.path.isdir(workdir) and os.listdir(workdir) and not overwrite:
-    raise UserError(f"--workdir {workdir} is not empty; pass --overwrite to replace its results.")
-  try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, ".write-test")
-    with open(probe, "w") as f:
-      f.write("ok")
-    os.unlink(probe)
-  except OSError as e:
-    raise UserError(f"--workdir {workdir} is not writable ({e.strerror}).") from None
-  return workdir
-
-
-def inside(workdir: str, name: str) -> str:
-  """Path of ``name`` inside ``workdir``; refuses anything that would escape it."""
-  path = os.path.abspath(os.path.join(workdir, name))
-  if os.path.commonpath([path, os.path.abspath(workdir)]) != os.path.abspath(workdir):
-    raise UserError(f"refusing to write {name!r} outside the workdir.")
-  return path
-
-
-def jsonable(obj: Any):
-  """``obj`` as JSON values: dataclasses and ConfigDicts as dicts, arrays as lists, NaN as None."""
-  if hasattr(obj, "to_dict") and callable(obj.to_dict):
-    return jsonable(obj.to_dict())
-  if dataclasses.is_dataclass(obj):
-    return jsonable(dataclasses.asdict(obj))
-  if isinstance(obj, dict):
-    return {str(k): jsonable(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [jsonable(v) for v in obj]
-  if isinstance(obj, np.ndarray):
-    return jsonable(obj.tolist())
-  if isinstance(obj, (np.floating, float)):
-    v = float(obj)
-    return v if np.isfinite(v) else None
-  if isinstance(obj, np.integer):
-    return int(obj)
-  if isinstance(obj, np.bool_):
-    return bool(obj)
-  return obj
-
-
-def _main_process() -> bool:
-  from recon_jax import distributed
-
-  return distributed.is_main_process()
-
-
-def write_json(workdir: str, name: str, obj: Any) -> str:
-  """Atomic JSON write (on process 0 only in a multi-host run)."""
-  path = inside(workdir, name)
-  if _main_process():
-    checkpoint.atomic_write_text(
-      path, json.dumps(jsonable(obj), indent=2, sort_keys=True, allow_nan=False)
-    )
-  return path
-
-
-def write_npz(workdir: str, name: str, **arrays) -> str:
-  """Atomic compressed npz write (process 0 only)."""
-  path = inside(workdir, name)
-  if _main_process():
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
-    checkpoint.atomic_write_bytes(path, buf.getvalue())
-  return path
-
-
-def write_text(workdir: str, name: str, text: str) -> str:
-  path = inside(workdir, name)
-  if _main_process():
-    checkpoint.atomic_write_text(path, text)
-  return path
-
-
-def environment() -> dict:
-  """Versions, devices and precision: written into every config.json."""
-  import importlib.metadata as md
-
-  import jax
-
-  vers = {}
-  for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax", "dm-pix", "numpy", "ml_collections"):
-    try:
-      vers[pkg] = md.version(pkg)
-    except md.PackageNotFoundError:
-      vers[pkg] = None
-  return {
-    "versions": vers,
-    "python": platform.python_version(),
-    "devices": [str(d) for d in jax.devices()],
-    "device_kind": jax.devices()[0].device_kind,
-    "backend": jax.default_backend(),
-    "x64": bool(jax.config.jax_enable_x64),
-    "matmul_precision": str(jax.config.jax_default_matmul_precision),
-    "argv": sys.argv,
-  }
-
-
-def configure_precision(x64: bool, matmul_precision: str = "default") -> None:
-  import jax
-
-  if matmul_precision not in ("default", "high", "highest"):
-    raise UserError(
-      f"--config.matmul_precision must be default, high or highest, got {matmul_precision!r}."
-    )
-  jax.config.update("jax_enable_x64", bool(x64))
-  if matmul_precision != "default":
-    jax.config.update("jax_default_matmul_precision", matmul_precision)
-
-
-# Settings that cannot change a run's results: a resume may differ in them.
-NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")
-
-
-def _same(v):
-  return "" if v is None else v  # an unset path was null in older config.json files
-
-
-def check_resumable(cfg, workdir: str, state_file: str) -> None:
-  """Refuses a resume unless ``workdir`` holds ``state_file`` and a config.json of ``cfg``.
-
-  Settings a config.json written by an older version lacks count as their
-  defaults (so an older run still resumes).
-  """
-  workdir = os.path.abspath(expand(workdir))
-  if not os.path.isdir(workdir):
-    raise UserError(f"--resume: --workdir {workdir} does not exist; nothing to resume.")
-  state_path, cfg_path = inside(workdir, state_file), inside(workdir, "config.json")
-  if not os.path.isfile(state_path):
-    raise UserError(f"--resume: {state_path} not found; nothing to resume (run without --resume).")
-  try:
-    with open(cfg_path) as f:
-      stored = json.load(f)["config"]
-  except FileNotFoundError:
-    raise UserError(f"--resume: {cfg_path} not found.") from None
-  except (OSError, ValueError, KeyError, TypeError):
-    raise UserError(f"--resume: {cfg_path} is unreadable or corrupt.") from None
-  want = _flatten(json.loads(json.dumps(jsonable(cfg))))
-  have = _flatten(stored) if isinstance(stored, dict) else {}
-  diff = [
-    k
-    for k in sorted(want)
-    if k in have and k.split(".")[-1] not in NOT_COMPARED and _same(want[k]) != _same(have[k])
-  ]
-  if diff:
-    raise UserError(
-      f"--resume: the configuration differs from {cfg_path} in "
-      f"{', '.join(diff[:5])}; resume with the same settings."
-    )

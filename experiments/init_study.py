@@ -27,121 +27,44 @@ done_<sub-run>.json/.npz (each finished sub-run); --resume loads the finished
 sub-runs and continues the interrupted one.
 """
 
-from __future__ import annotations
-
-import json
-import os
-import time
-
-from absl import flags, logging
+from absl import flags
 
 from experiments import common
 
 FLAGS = flags.FLAGS
-CONFIG_FILE = "config.json"
-
-
-def prepare(cfg) -> None:
-  """Paths expanded, settings validated: everything that can fail before any work."""
-  from recon_jax import init_study
-
-  cfg.data_dir = common.expand(cfg.data_dir)
-  init_study.validate(cfg)
+CONFIG_FILE = "config.json"  # what --resume needs: finished sub-runs are done_<name>.*
 
 
 def run(cfg, workdir: str, *, resume: bool = False) -> dict:
-  """Runs the study (under ``cfg.x64``) and writes its report into ``workdir``.
+  """Runs the study (:func:`recon_jax.init_study.run`) into ``workdir``; returns its metrics.
 
-  Bad settings and unreadable data fail before anything is written.  Each
-  sub-run saves its state to ``state_<name>.msgpack`` every ``cfg.save_every``
-  chunks and, once finished, its results to ``done_<name>.json``/``.npz``;
-  with ``resume`` the finished sub-runs are loaded and the interrupted one
-  continues from its state file (victims are cached or retrained
-  deterministically), so the report equals that of an uninterrupted run.
-
-  Returns:
-    The metrics written to metrics.json.
+  Bad settings and unreadable data fail before anything is written.
   """
-  import jax
+  from recon_jax import init_study
+  from recon_jax import workdir as wd
 
-  from recon_jax import init_study, plotting
-
-  prepare(cfg)
+  cfg.data_dir = wd.expand(cfg.data_dir)
+  init_study.validate(cfg)
   if resume:
-    common.check_resumable(cfg, workdir, CONFIG_FILE)
-  with jax.enable_x64(bool(cfg.x64)):
-    t_start = time.time()
-    ds = init_study.load_data(cfg)  # a missing or corrupt data file fails here
-    if not resume:
-      os.makedirs(workdir, exist_ok=True)
-      common.write_json(workdir, CONFIG_FILE, {"config": cfg, "environment": common.environment()})
-    study = init_study.Study(cfg, ds)
-    runs, arrays = {}, {}
-    for sub in init_study.sub_runs(cfg):
-      done = _load_done(workdir, sub.name) if resume else None
-      if done is None:
-        entry, x = study.run(
-          sub, resume=resume, state_path=common.inside(workdir, f"state_{sub.name}.msgpack")
-        )
-        done = common.jsonable(entry), x
-        common.write_npz(workdir, f"done_{sub.name}.npz", x=done[1])
-        common.write_json(workdir, f"done_{sub.name}.json", done[0])
-      runs[sub.name], arrays[f"{sub.name}_x"] = done
-    metrics = {
-      "sub_runs": runs,
-      "dataset": ds.name,
-      "n_train": len(ds.x_train),
-      "backend": jax.default_backend(),
-      "x64": bool(cfg.x64),
-      "batching": study.batching,
-      "wall_s": time.time() - t_start,
-    }
-    metrics = common.jsonable(metrics)
-    common.write_json(workdir, "metrics.json", metrics)
-    common.write_npz(
-      workdir,
-      "reconstructions.npz",
-      x_train=ds.x_train,
-      x_part=ds.x_part,
-      noise=study.noise,
-      mix_l1=study.l1,
-      mix_l2=study.l2,
-      **arrays,
-    )
-    common.write_text(workdir, "summary.md", init_study.summary(cfg, metrics))
-    plotting.init_study_figures(workdir, metrics, arrays, ds.x_train, ds.x_part)
-  return metrics
-
-
-def _load_done(workdir: str, name: str):
-  """``(entry, x)`` of a sub-run finished before, or None."""
-  import numpy as np
-
-  jpath = common.inside(workdir, f"done_{name}.json")
-  if not os.path.isfile(jpath):
-    return None
-  try:
-    with open(jpath) as f:
-      entry = json.load(f)
-    with np.load(common.inside(workdir, f"done_{name}.npz")) as z:
-      x = z["x"]
-  except (OSError, ValueError, KeyError) as e:
-    raise common.UserError(
-      f"--resume: {jpath} (or its .npz) is unreadable ({e}); remove both to run that sub-run again."
-    ) from None
-  logging.info("%s: finished before, loaded from %s", name, jpath)
-  return entry, x
+    wd.check_resumable(cfg, workdir, CONFIG_FILE)
+  else:
+    init_study.load_data(cfg)  # a missing or corrupt data file fails before config.json
+    wd.write_config(wd.prepare(workdir, overwrite=True), cfg)
+  return init_study.run(cfg, workdir, resume=resume)
 
 
 def main(cfg):
-  """The command line: flags -> checks -> run -> one line of results."""
-  common.configure_precision(cfg.x64)
-  prepare(cfg)
-  if FLAGS.resume:  # before prepare_workdir, which would create a missing folder
-    common.check_resumable(cfg, FLAGS.workdir, CONFIG_FILE)
-  workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  from recon_jax import init_study
+  from recon_jax import workdir as wd
+
+  wd.set_precision(cfg.x64)
+  cfg.data_dir = wd.expand(cfg.data_dir)
+  init_study.validate(cfg)
+  workdir = wd.open_run(
+    cfg, FLAGS.workdir, CONFIG_FILE, resume=FLAGS.resume, overwrite=FLAGS.overwrite
+  )
   run(cfg, workdir, resume=FLAGS.resume)
-  with open(os.path.join(workdir, "summary.md")) as f:
+  with open(wd.inside(workdir, "summary.md")) as f:
     print(f.read())
 
 

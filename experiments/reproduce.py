@@ -29,6 +29,8 @@ from absl import flags, logging
 from experiments import common
 from experiments.configs.reproduce import CLAIMS, SECTIONS
 from recon_jax import claims
+from recon_jax import workdir as wd
+from recon_jax.errors import RunFailed
 
 FLAGS = flags.FLAGS
 # The file that lets a binary's --resume continue an interrupted run.
@@ -48,7 +50,7 @@ def _value(v) -> str:
 def jobs(cfg, name: str) -> list:
   """``[(folder, args)]`` of one run: one efficacy process, or one process per seed."""
   r = cfg.runs[name]
-  pre, over = "base." if r.binary == "efficacy" else "", common._flatten(r.overrides.to_dict())
+  pre, over = "base." if r.binary == "efficacy" else "", wd.flatten(r.overrides.to_dict())
   if cfg.data_dir and r.binary != "toy_2d":
     over["data_dir"] = cfg.data_dir
   args = [f"--config=experiments/configs/{r.binary}.py:{r.preset}"]
@@ -58,17 +60,9 @@ def jobs(cfg, name: str) -> list:
   return [(f"{name}/seed_{s}", args + [f"--config.seed={s}"]) for s in range(r.draws or cfg.seeds)]
 
 
-def _read(*path):
-  try:
-    with open(os.path.join(*path)) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
-
-
 def execute(binary: str, folder: str, args: list, log: str, resume: bool) -> None:
   """Runs one process, unless ``resume`` finds it finished; raises Failed with its error line."""
-  env = (_read(folder, "config.json") or {}).get("environment", {})
+  env = (wd.read_json(folder, "config.json") or {}).get("environment", {})
   same = args == [
     a for a in env.get("argv", [])[1:] if not a.startswith(("--workdir", "--resume", "--overwrite"))
   ]
@@ -112,7 +106,7 @@ def run_one(cfg, workdir: str, name: str, resume: bool) -> dict:
     except Failed as e:
       out["status"] = f"FAILED ({e}; log: logs/{name}.log)"
       break
-    m = _read(folder, "metrics.json")
+    m = wd.read_json(folder, "metrics.json")
     if m is None:
       out["status"] = f"FAILED ({rel}/metrics.json unreadable after the run)"
       break
@@ -120,9 +114,9 @@ def run_one(cfg, workdir: str, name: str, resume: bool) -> dict:
       m = claims.condense(
         r.binary,
         m,
-        _read(folder, "config.json")["config"]["base"]["victim"]["dataset"],
+        wd.read_json(folder, "config.json")["config"]["base"]["victim"]["dataset"],
         [
-          (_read(folder, "default", f"draw_{d}", "metrics.json") or {}).get("selection")
+          (wd.read_json(folder, "default", f"draw_{d}", "metrics.json") or {}).get("selection")
           for d in m["draws"]
         ],
       )
@@ -152,7 +146,7 @@ def run(cfg, workdir: str, sections, *, resume: bool = False, command: str = "")
       )
     rows = claims.claims(CLAIMS, results, sections[: i + 1], cfg.confidence)
     total = time.time() - t0
-    common.write_text(
+    wd.write_text(
       workdir,
       "RESULTS.md",
       claims.report(
@@ -176,7 +170,7 @@ def run(cfg, workdir: str, sections, *, resume: bool = False, command: str = "")
       "config": cfg,
       "runs": results,
     }
-    common.write_json(workdir, "results.json", out)
+    wd.write_json(workdir, "results.json", out)
   return out
 
 
@@ -198,12 +192,12 @@ def check(cfg, only: str) -> list:
   need = {
     v
     for n in names
-    for k, v in common._flatten(cfg.runs[n].overrides.to_dict()).items()
+    for k, v in wd.flatten(cfg.runs[n].overrides.to_dict()).items()
     if k.endswith("dataset") and v in ("mnist", "cifar10", "cifar100")
   }
   need |= {"mnist", "cifar10"} if cfg.scale == "paper" else set()
   if need:
-    path = os.path.abspath(common.expand(cfg.data_dir)) if cfg.data_dir else ""
+    path = os.path.abspath(wd.expand(cfg.data_dir)) if cfg.data_dir else ""
     if not os.path.isdir(path):
       raise common.UserError(
         f"--config.data_dir: the {cfg.scale} scale reads "
@@ -216,9 +210,9 @@ def check(cfg, only: str) -> list:
 def main(cfg):
   """The command line: flags -> checks -> run -> one line of results."""
   sections = check(cfg, FLAGS.only)
-  if FLAGS.resume and not os.path.isdir(common.expand(FLAGS.workdir)):
+  if FLAGS.resume and not os.path.isdir(wd.expand(FLAGS.workdir)):
     raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
-  workdir = common.prepare_workdir(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
   command = " ".join(
     ["python -m experiments.reproduce"]
     + [a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))]
@@ -231,7 +225,7 @@ def main(cfg):
   )
   failed = [n for n, r in out["runs"].items() if r["status"] != "ok"]
   if failed:
-    raise common.RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
+    raise RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
 
 
 if __name__ == "__main__":

@@ -27,3 +27,9 @@ class ConfigError(Error, ValueError):
       match = re.match(r"[`'\"]?([A-Za-z_][A-Za-z0-9_.]*)", message)
       argument = match.group(1) if match else None
     self.argument = argument
+
+
+class RunFailed(Error, RuntimeError):
+  """The run finished and wrote its results, but they are a failure (a binary exits with 2)."""
+
+  exit_code = 2

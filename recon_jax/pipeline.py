@@ -33,6 +33,7 @@ from recon_jax import (
   models,
   optim,
   sweep,
+  train,
   victim,
 )
 from recon_jax.attacks import inversion, kkt
@@ -42,6 +43,7 @@ from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (
 
 ATTACKS = ("kkt", "closed_form", "inversion", "weights")
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
+ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
 
 def cast_params(params, dtype=None):
@@ -517,13 +519,57 @@ def check_memory(cfg, v: victim.VictimConfig) -> None:
     )
 
 
-def validate(cfg) -> None:
+def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> victim.VictimConfig:
+  """``cfg``'s paths expanded in place and every setting checked: what can fail before any work.
+
+  Nothing is written or trained here.  ``explicit``: the settings the user set
+  (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.
+  """
+  from recon_jax.workdir import expand
+
+  cfg.data_dir = expand(cfg.data_dir)
+  cfg.checkpoint = expand(cfg.checkpoint)
+  if "foreign" in cfg:
+    cfg.foreign.data_mean = expand(cfg.foreign.data_mean)
+  validate(cfg, explicit)
+  return victim_config(cfg, requested_victim)
+
+
+def prepare_training(cfg) -> victim.VictimConfig:
+  """The victim of a training run (``cfg.victim``, ``data_dir``, ``chunk_epochs``,
+  ``save_every``), every setting checked and ``data_dir`` expanded; nothing is written."""
+  from recon_jax.workdir import expand
+
+  cfg.data_dir = expand(cfg.data_dir)
+  for name, low in (("chunk_epochs", 1), ("save_every", 0)):
+    if not _is_int(cfg[name]) or cfg[name] < low:
+      never = " (0: never)" if low == 0 else ""
+      raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
+  check_widths(cfg)
+  vcfg = victim_config(cfg)
+  validate_victim(vcfg)
+  check_data_dir(vcfg, cfg.data_dir)
+  return vcfg
+
+
+def validate(cfg, explicit=()) -> None:
   """Raises an error naming the first setting of ``cfg`` that cannot run, before any work.
 
   :class:`ConfigError` names the setting (its ``argument``); a recon_jax
   checkpoint is read (not its data) and its own faults are
-  :class:`~recon_jax.checkpoint.CheckpointError` naming the file.
+  :class:`~recon_jax.checkpoint.CheckpointError` naming the file.  ``explicit``:
+  the names of the settings the user set; with ``sweep=paper`` none of the
+  ranges may be among them (the paper's ranges would silently replace it).
   """
+  named = [n for n in RANGE_NAMES if n in explicit]
+  if cfg.get("sweep") == "paper" and named:
+    raise ConfigError(
+      f"sweep=paper draws {', '.join(RANGE_NAMES)} from Haim et al.'s ranges (App. B), "
+      f"which replace {named[0]}={cfg[named[0]]!r}; drop that setting or use sweep=random.",
+      "sweep",
+    )
+  if not _is_int(cfg.get("save_every", 0)) or cfg.get("save_every", 0) < 0:
+    raise ConfigError(f"save_every must be >= 0 (0: never), got {cfg.save_every}.", "save_every")
   if cfg.attack not in ATTACKS:
     raise ConfigError(f"attack must be one of {ATTACKS}, got {cfg.attack!r}.", "attack")
   for name in ("num_restarts", "steps", "chunk_steps"):
@@ -680,6 +726,27 @@ def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
   return None
 
 
+def run_warnings(metrics: dict, num_classes: int) -> list:
+  """What a reader of a reconstruction's metrics must know before trusting them.
+
+  Also sets ``metrics["victim_warning"]`` (:func:`victim_warning`).
+  """
+  out = []
+  loss = (metrics.get("assumed") or {}).get("task_from_loss", "logistic")
+  metrics["victim_warning"] = victim_warning(metrics.get("victim") or {}, loss, num_classes)
+  if metrics["victim_warning"]:
+    out.append(metrics["victim_warning"])
+  n_div = (metrics.get("selection") or {}).get("n_diverged")
+  if metrics.get("attack") != "weights" and n_div and n_div == metrics.get("num_restarts"):
+    out.append(
+      f"{ALL_DIVERGED} ({n_div} of {n_div}): nothing was reconstructed; "
+      "lower the learning rates (lr_x, lr_lam) or the alpha range"
+    )
+  if metrics.get("precision_warning"):
+    out.append(metrics["precision_warning"])
+  return out
+
+
 def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
   """What the report took as given about the victim and its data (stated in metrics.json)."""
   out = {
@@ -794,13 +861,17 @@ def reconstruct(
       padding=imp.get("padding", 0),
     )
   else:
-    vic = load_or_train_victim(
-      vcfg,
-      ds,
-      checkpoint=cfg.checkpoint,
-      use_cache=cfg.use_cache,
-      allow_data_mismatch=cfg.get("allow_data_mismatch", False),
-    )
+    try:
+      vic = load_or_train_victim(
+        vcfg,
+        ds,
+        checkpoint=cfg.checkpoint,
+        use_cache=cfg.use_cache,
+        allow_data_mismatch=cfg.get("allow_data_mismatch", False),
+      )
+    except train.TrainError as e:  # the victim's training diverged: name its learning rate
+      e.argument = "victim.lr"
+      raise
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
   target = make_target(vic.params, labels, ds.mean, dtype=dtype)
@@ -925,6 +996,7 @@ def reconstruct(
   )
   if result is not None:
     arrays.update(recon=result.recon, ssim=result.ssim)
+  metrics["warnings"] = run_warnings(metrics, ds.num_classes)
   logging.info(
     "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
     "baseline strict %s); oracle residual %.3f; total %.1fs",

@@ -1,16 +1,18 @@
-"""The 2-D toy of Haim et al. 2022 §4 (Fig. 2): its settings, its victim and its scoring.
+"""The 2-D toy of Haim et al. 2022 §4 (Fig. 2): its settings, its victim, its run and its scoring.
 
-``experiments/toy_2d.py`` trains a 2-W-W-1 ReLU victim on n points of the unit
-circle with alternating labels and runs the KKT attack with no prior from
-Gaussian starting points; this module checks its settings (:func:`validate`),
-describes its victim (:func:`victim_config`) and scores the attack's candidates
-(:func:`score`, with :mod:`recon_jax.eval.points`).
+:func:`run` trains a 2-W-W-1 ReLU victim on n points of the unit circle with
+alternating labels and runs the KKT attack with no prior from Gaussian
+starting points; this module also checks its settings (:func:`validate`),
+describes its victim (:func:`victim_config`) and scores the attack's
+candidates (:func:`score`, with :mod:`recon_jax.eval.points`).
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import time
+from typing import Any, Mapping, NamedTuple, Optional
 
+from absl import logging
 import numpy as np
 
 from recon_jax import models, pipeline, sweep, victim
@@ -151,3 +153,114 @@ def metrics_keys(score_: Mapping) -> dict:
       "per_restart",
     )
   }
+
+
+class ToyRun(NamedTuple):
+  """A toy run's outcome: the report and what its figure needs."""
+
+  metrics: dict  # metrics.json
+  arrays: dict  # reconstructions.npz
+  dataset: Any
+  victim: Any
+  labels: np.ndarray
+
+
+def run(
+  cfg,
+  *,
+  state_path: Optional[str] = None,
+  save_every: int = 1,
+  resume: bool = False,
+  save_meta: Optional[dict] = None,
+) -> ToyRun:
+  """Trains (or loads) the toy's victim, runs the attack sweep and scores it.
+
+  The precision is the caller's (float64 when ``cfg.x64``: a warning otherwise).
+  With ``state_path`` the sweep is saved every ``save_every`` chunks, and
+  ``resume`` continues from that file.
+  """
+  import jax
+  import jax.numpy as jnp
+
+  from recon_jax import data, diagnostics, inits, loop, losses
+
+  hp, stages, labels = validate(cfg)
+  t_start = time.time()
+  dtype = pipeline.float_dtype()
+  if bool(cfg.x64) != (dtype == jnp.float64):
+    logging.warning("x64=%s but JAX runs in %s", cfg.x64, np.dtype(dtype).name)
+  ds = data.load_dataset("toy2d", toy_n=cfg.n_train, seed=cfg.seed)
+  vic = pipeline.load_or_train_victim(victim_config(cfg), ds, use_cache=cfg.use_cache)
+  timing = {"victim_s": time.time() - t_start}
+  t0 = time.time()
+  params = pipeline.cast_params(vic.params, dtype)
+  x_train = jnp.asarray(ds.x_train, dtype)
+  oracle = diagnostics.oracle_residual(vic.apply_fn, "binary", params, x_train, ds.y_train)
+  kinks = diagnostics.kink_fraction(params, ds.x_train)
+  timing["oracle_s"] = time.time() - t0
+  logging.info(
+    "toy victim: loss %.3g, oracle residual %.4f, first-layer kinks on data %.2f",
+    vic.summary.get("loss", float("nan")),
+    oracle["residual_rel"],
+    kinks,
+  )
+  if cfg.theta_norm > 0:
+    scale = cfg.theta_norm / jnp.sqrt(losses.tree_sq_norm(params))
+    params = jax.tree_util.tree_map(lambda a: a * scale, params)
+  target = pipeline.make_target(params, labels, ds.mean, box=None, dtype=dtype)
+  attack = kkt.kkt_attack(vic.apply_fn, "binary", w_prior=0.0)  # no prior (Haim §4)
+  x_init = inits.gaussian(cfg.m, (2,), dtype)
+  keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
+  hp_arrays = {k: jnp.asarray(v) for k, v in hp.items()}
+  x0 = np.asarray(
+    jax.jit(jax.vmap(lambda k, h: loop.init_one(attack, x_init, k, h, target).inner.x))(
+      keys, hp_arrays
+    )
+  )
+  res = pipeline.run_attack(
+    attack,
+    x_init,
+    keys,
+    stages,
+    target,
+    chunk_steps=cfg.chunk_steps,
+    state_path=state_path,
+    save_every=save_every,
+    resume=resume,
+    save_meta=save_meta,
+  )
+  timing.update(compile_s=res.compile_s, run_s=res.run_s)
+  scores, at_init, after_filter, kept = score(cfg, res, x0, ds.x_train)
+  timing["total_s"] = time.time() - t_start
+  settings = ("m", "width", "num_restarts", "tol", "lam_filter_frac", "dedup_radius")
+  metrics = {
+    **metrics_keys(scores),
+    **{k: cfg[k] for k in settings},
+    "at_init": at_init,  # the selected restart's starting points, scored the same way
+    "oracle_residual_rel": oracle["residual_rel"],
+    "kink_fraction": kinks,
+    "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
+    "victim_source": vic.source,
+    "dtype": np.dtype(dtype).name,
+    "timing": timing,
+  }
+  arrays = dict(
+    x=res.candidates,
+    lam=res.weights,
+    x0=x0,
+    after_filter=after_filter,
+    kept=kept,
+    final_loss=res.final_loss,
+    diverged=res.diverged,
+    x_train=ds.x_train,
+    y_train=ds.y_train,
+    **{f"hp_{k}": v for k, v in hp.items()},
+  )
+  logging.info(
+    "toy 2d: recovered %d/%d (attacker-selected restart), best restart %d, pooled %d",
+    metrics["recovered"],
+    cfg.n_train,
+    metrics["recovered_best_restart"],
+    metrics["recovered_pooled"],
+  )
+  return ToyRun(metrics, arrays, ds, vic, labels)

@@ -347,6 +347,43 @@ def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) ->
   return {"phase": meta["phase"], "state": tree["state"], "histories": meta["histories"]}
 
 
+def fit_resumable(
+  cfg: VictimConfig,
+  ds: data.Dataset,
+  state_path: str,
+  *,
+  chunk: int = 2000,
+  save_every: int = 1,
+  resume: bool = False,
+  last_finite_path: Optional[str] = None,
+):
+  """:func:`fit`, saving its state to ``state_path`` every ``save_every`` chunks (0: never).
+
+  With ``resume`` it continues from that file.  If training diverges, the last
+  finite parameters are saved to ``last_finite_path`` (when given) for
+  inspection, and the :class:`~recon_jax.train.TrainError` names ``victim.lr``.
+  """
+  resume_from = load_training(state_path, cfg, ds, chunk) if resume else None
+  if resume_from:
+    logging.info(
+      "resuming phase %d at epoch %d", resume_from["phase"], int(resume_from["state"].step)
+    )
+  chunks = [0]
+
+  def on_chunk(phase, state, histories):
+    chunks[0] += 1
+    if save_every and chunks[0] % save_every == 0:
+      save_training(state_path, phase, state, histories, chunk)
+
+  try:
+    return fit(cfg, ds, chunk=chunk, on_chunk=on_chunk, resume_from=resume_from)
+  except train.TrainError as e:
+    if e.params is not None and last_finite_path:
+      save(last_finite_path, cfg, ds, e.params, {"error": str(e)})
+    e.argument = "victim.lr"  # the error line names the setting to change
+    raise
+
+
 def cached_params(kind: str, spec: dict, template, train_fn, *, use_cache: bool = True):
   """Parameters trained outside :func:`fit`, from the victim cache or trained now and cached.
 

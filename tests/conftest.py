@@ -3,6 +3,14 @@
 import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  # One compilation cache for the session, shared by the xdist workers and the
+  # subprocesses they start (they inherit the environment): a program compiled once
+  # is loaded, not compiled again, by every later test with the same HLO.
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="recon_jax_xla_")
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import jax  # noqa: E402
 
@@ -13,10 +21,17 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _victim_cache(tmp_path_factory):
-  """One victim cache for the whole session (per xdist worker): each tiny victim trains once."""
+def _victim_cache(tmp_path_factory, worker_id):
+  """One victim cache for the session, shared by the xdist workers: each tiny victim trains once.
+
+  Cache files are written atomically, so two workers training the same victim at once
+  both write a complete file.
+  """
+  base = tmp_path_factory.getbasetemp()
+  shared = (base.parent if worker_id != "master" else base) / "victim_cache"
+  shared.mkdir(exist_ok=True)
   old = os.environ.get("RECON_JAX_CACHE")
-  os.environ["RECON_JAX_CACHE"] = str(tmp_path_factory.mktemp("victim_cache"))
+  os.environ["RECON_JAX_CACHE"] = str(shared)
   yield
   if old is None:
     os.environ.pop("RECON_JAX_CACHE", None)

@@ -26,7 +26,8 @@ import pytest
 from experiments import common, reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, data, models, victim
+from recon_jax import checkpoint, data, models, pipeline, victim
+from recon_jax import workdir as wd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = victim_configs.get_config("tiny").victim
@@ -388,7 +389,7 @@ CASES = [
     R,
     "paper",
     {"lr_x": "0.1"},
-    ["--config.sweep=paper", "--config.lr_x", "replace"],
+    ["--config.sweep=paper", "--config.lr_x='0.1'", "replace"],
   ),
   # counts and sizes
   ("steps_zero", R, "tiny", {"steps": 0}, ["--config.steps"]),
@@ -490,7 +491,8 @@ def test_bad_setting_is_one_line_before_any_work(
     binary, preset, {k: v.format(d=files) if isinstance(v, str) else v for k, v in settings.items()}
   )
   workdir = tmp_path / "out"
-  line = _refused(capsys, lambda: binary.job(cfg, str(workdir)), cfg)
+  given = {"explicit": settings} if binary is R else {}  # as the command line passes them
+  line = _refused(capsys, lambda: binary.job(cfg, str(workdir), **given), cfg)
   for s in must:
     assert s.format(d=files) in line, (s, line)
   print(f"{case_id}: {line}")
@@ -527,7 +529,7 @@ def float32_run(tmp_path):
   work = tmp_path / "run"
   work.mkdir()
   cfg = _config(R, "tiny", {})
-  common.write_json(str(work), "config.json", {"config": cfg, "environment": {}})
+  wd.write_json(str(work), "config.json", {"config": cfg, "environment": {}})
   (work / "state.msgpack").write_bytes(b"state of the run")
   (work / "metrics.json").write_text("{}")
   return work
@@ -561,7 +563,7 @@ def test_refused_resume_or_overwrite_leaves_the_workdir_byte_identical(
 def test_train_victim_refused_resume_leaves_the_workdir_byte_identical(tmp_path, capsys):
   work = tmp_path / "run"
   work.mkdir()
-  common.write_json(str(work), "config.json", {"config": _config(T, "tiny", {}), "environment": {}})
+  wd.write_json(str(work), "config.json", {"config": _config(T, "tiny", {}), "environment": {}})
   (work / "train_state.msgpack").write_bytes(b"state")
   before = _tree_hash(work)
   cfg = _config(T, "tiny", {"x64": True})
@@ -612,7 +614,7 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line
   cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy", "data_dir": "~/mnist"})
-  R.prepare(cfg)
+  pipeline.prepare(cfg)
   assert cfg.foreign.data_mean == f"{files}/mean.npy" and cfg.data_dir == f"{files}/mnist"
 
 

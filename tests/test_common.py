@@ -1,8 +1,6 @@
 """experiments/common.py: error lines, exit codes, help text, flag checks, file modes."""
 
-import json
 import os
-import stat
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ from recon_jax import checkpoint, sweep
 from recon_jax.data import DataError
 from recon_jax.errors import ConfigError
 from recon_jax.train import TrainError
+from recon_jax.workdir import flatten
 
 
 def _line(e, cfg):
@@ -127,7 +126,7 @@ def test_help_text_lists_every_setting_with_its_default_and_the_presets():
   assert text.startswith("The binary.")
   for preset in recon_configs.PRESETS:
     assert preset in text
-  flat = common._flatten(recon_configs.get_config("tiny").to_dict())
+  flat = flatten(recon_configs.get_config("tiny").to_dict())
   for key in flat:
     assert f"  {key} = " in text, key
   assert "num_restarts = 2" in text and "victim.epochs = 400" in text  # the tiny preset's
@@ -175,33 +174,3 @@ def test_sweep_refuses_non_finite_ranges():
   with pytest.raises(ConfigError, match="refine_alpha"):
     sweep.refine({"alpha": np.ones(2)}, float("nan"), 0.1)
   assert sweep.parse_range("lr_x", "0.1:0.5", "log") == (0.1, 0.5, "log")
-
-
-def _mode(path):
-  return stat.S_IMODE(os.stat(path).st_mode)
-
-
-def test_written_files_are_readable_by_the_group_like_the_figures(tmp_path):
-  old = os.umask(0o022)
-  try:
-    common.write_json(str(tmp_path), "metrics.json", {"a": 1})
-    common.write_npz(str(tmp_path), "arrays.npz", x=np.zeros(2))
-    common.write_text(str(tmp_path), "table.tsv", "a\n")
-    checkpoint.save(str(tmp_path / "victim.msgpack"), {"w": np.ones(2)}, {})
-    for name in ("metrics.json", "arrays.npz", "table.tsv", "victim.msgpack"):
-      assert _mode(tmp_path / name) == 0o644, name
-    os.umask(0o077)  # the umask is respected
-    checkpoint.atomic_write_text(str(tmp_path / "private.txt"), "x")
-    assert _mode(tmp_path / "private.txt") == 0o600
-    os.chmod(tmp_path / "metrics.json", 0o640)  # a rewrite keeps the file's mode
-    common.write_json(str(tmp_path), "metrics.json", {"a": 2})
-    assert _mode(tmp_path / "metrics.json") == 0o640
-    assert json.loads((tmp_path / "metrics.json").read_text()) == {"a": 2}
-  finally:
-    os.umask(old)
-  assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
-
-
-def test_expand():
-  assert common.expand("") == ""
-  assert common.expand("~/x") == os.path.join(os.path.expanduser("~"), "x")

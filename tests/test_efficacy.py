@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from experiments import efficacy as harness
 from experiments.configs import efficacy as configs
 from recon_jax import efficacy, pipeline, sweep
 
@@ -49,7 +48,7 @@ def test_anneal_rises_geometrically_to_the_end_value():
 def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.base.identify = False  # covered by test_identification; slow at this size
-  out = harness.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3)
+  out = efficacy.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3)
   assert out["draws"] == [3, 4]
   for v in ("default", "m4n"):
     per = []
@@ -70,13 +69,13 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   assert "| default |" in (tmp_path / "results.md").read_text()
   assert (tmp_path / "efficacy.png").stat().st_size > 0
   # --resume keeps the finished draws (same numbers, nothing re-run).
-  again = harness.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3, resume=True)
+  again = efficacy.run(cfg, str(tmp_path), ["default", "m4n"], draws=2, first_draw=3, resume=True)
   assert again["variants"] == out["variants"]
 
 
 def test_unknown_variant_is_refused(tmp_path):
   with pytest.raises(ValueError, match="unknown variant"):
-    harness.run(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
+    efficacy.run(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
 
 
 def test_known_init_reference_is_theta_star_minus_theta0():

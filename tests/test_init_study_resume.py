@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from test_init_study import run_tiny, tiny_run  # the session's uninterrupted tiny study
 
-from experiments import common
 from experiments.configs import init_study as configs
 from recon_jax import loop, pipeline
+from recon_jax import workdir as wd
+from recon_jax.errors import ConfigError
 
 INTERRUPTED = "kkt_mlp_relu"  # the last sub-run of the tiny preset
 
@@ -88,12 +89,12 @@ def test_resume_refuses_missing_or_different_config(tmp_path):
   cfg = configs.get_config("tiny")
   from experiments import init_study as binary
 
-  with pytest.raises(common.UserError, match="does not exist"):
+  with pytest.raises(ConfigError, match="does not exist"):
     binary.run(cfg, str(tmp_path / "nowhere"), resume=True)
-  with pytest.raises(common.UserError, match="config.json not found"):
+  with pytest.raises(ConfigError, match="config.json not found"):
     binary.run(cfg, str(tmp_path), resume=True)
-  common.write_json(str(tmp_path), "config.json", {"config": dict(cfg.to_dict(), kkt_steps=5)})
-  with pytest.raises(common.UserError, match="differs .* kkt_steps"):
+  wd.write_json(str(tmp_path), "config.json", {"config": dict(cfg.to_dict(), kkt_steps=5)})
+  with pytest.raises(ConfigError, match="differs .* kkt_steps"):
     binary.run(cfg, str(tmp_path), resume=True)
   assert os.listdir(tmp_path) == ["config.json"]
 
@@ -102,7 +103,7 @@ def test_resume_refuses_an_unreadable_finished_sub_run(tmp_path):
   cfg = configs.get_config("tiny")
   from experiments import init_study as binary
 
-  common.write_json(str(tmp_path), "config.json", {"config": cfg})
+  wd.write_json(str(tmp_path), "config.json", {"config": cfg})
   (tmp_path / "done_bilevel_affine.json").write_text("{not json")
-  with pytest.raises(common.UserError, match="done_bilevel_affine.json"):
+  with pytest.raises(ConfigError, match="done_bilevel_affine.json"):
     binary.run(cfg, str(tmp_path), resume=True)

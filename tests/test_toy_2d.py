@@ -13,6 +13,7 @@ import pytest
 
 from experiments import common, toy_2d
 from experiments.configs import toy_2d as toy_config
+from recon_jax import toy
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
 
@@ -118,7 +119,7 @@ def test_points_scoring_refuses_mismatched_arrays():
 
 def test_presets_are_valid_and_named():
   for preset in toy_config.PRESETS:
-    toy_2d.validate(toy_config.get_config(preset))
+    toy.validate(toy_config.get_config(preset))
   small = toy_config.get_config("small")
   assert small.width == 200 and small.num_restarts == 8
   assert toy_config.get_config().width == 1000

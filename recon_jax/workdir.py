@@ -1,0 +1,214 @@
+"""A run's folder: opening it safely, writing its files atomically, resuming it.
+
+Every study writes the same kinds of file into its workdir: ``config.json`` (the
+settings and the environment), ``metrics.json``, arrays (``.npz``), text and
+figures, and while it runs a state file that a resume continues from.  Writes
+are atomic (a crash never leaves half a file) and happen on process 0 only in a
+multi-host run.  Errors name this module's arguments (``workdir``, ``overwrite``,
+``resume``); a binary names its own flags instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+import numpy as np
+
+from recon_jax import checkpoint, distributed
+from recon_jax.errors import ConfigError
+
+# Settings that cannot change a run's results: a resume may differ in them.
+NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")
+
+
+def expand(path: str) -> str:
+  """``~`` and environment variables expanded; '' stays ''."""
+  return os.path.expandvars(os.path.expanduser(path)) if path else path
+
+
+def prepare(workdir: str, overwrite: bool = False) -> str:
+  """Creates ``workdir`` and returns its absolute path; refuses a non-empty one unless ``overwrite``."""
+  if not workdir:
+    raise ConfigError("workdir is required.")
+  workdir = os.path.abspath(expand(workdir))
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f"workdir {workdir} exists and is not a folder.")
+  if os.path.isdir(workdir) and os.listdir(workdir) and not overwrite:
+    raise ConfigError(f"workdir {workdir} is not empty; overwrite=True replaces its results.")
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, ".write-test")
+    with open(probe, "w") as f:
+      f.write("ok")
+    os.unlink(probe)
+  except OSError as e:
+    raise ConfigError(f"workdir {workdir} is not writable ({e.strerror}).") from None
+  return workdir
+
+
+def open_run(cfg, workdir: str, state_file: str, *, resume: bool, overwrite: bool) -> str:
+  """The workdir of a run about to start: checked resumable (``resume``) or writable, then created."""
+  if resume:  # before prepare, which would create a missing folder
+    check_resumable(cfg, workdir, state_file)
+  return prepare(workdir, overwrite or resume)
+
+
+def inside(workdir: str, name: str) -> str:
+  """Path of ``name`` inside ``workdir``; refuses anything that would escape it."""
+  path = os.path.abspath(os.path.join(workdir, name))
+  if os.path.commonpath([path, os.path.abspath(workdir)]) != os.path.abspath(workdir):
+    raise ConfigError(f"refusing to write {name!r} outside the workdir.", argument="workdir")
+  return path
+
+
+def jsonable(obj: Any):
+  """``obj`` as JSON values: dataclasses and ConfigDicts as dicts, arrays as lists, NaN as None."""
+  if hasattr(obj, "to_dict") and callable(obj.to_dict):
+    return jsonable(obj.to_dict())
+  if dataclasses.is_dataclass(obj):
+    return jsonable(dataclasses.asdict(obj))
+  if isinstance(obj, dict):
+    return {str(k): jsonable(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [jsonable(v) for v in obj]
+  if isinstance(obj, np.ndarray):
+    return jsonable(obj.tolist())
+  if isinstance(obj, (np.floating, float)):
+    v = float(obj)
+    return v if np.isfinite(v) else None
+  if isinstance(obj, np.integer):
+    return int(obj)
+  if isinstance(obj, np.bool_):
+    return bool(obj)
+  return obj
+
+
+def _write(workdir: str, name: str, data: bytes) -> str:
+  path = inside(workdir, name)
+  if distributed.is_main_process():
+    checkpoint.atomic_write_bytes(path, data)
+  return path
+
+
+def write_json(workdir: str, name: str, obj: Any) -> str:
+  """``obj`` (through :func:`jsonable`) as ``workdir/name``, atomically."""
+  text = json.dumps(jsonable(obj), indent=2, sort_keys=True, allow_nan=False)
+  return _write(workdir, name, text.encode())
+
+
+def write_npz(workdir: str, name: str, **arrays) -> str:
+  """``arrays`` as a compressed ``workdir/name``, atomically."""
+  buf = io.BytesIO()
+  np.savez_compressed(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+  return _write(workdir, name, buf.getvalue())
+
+
+def write_text(workdir: str, name: str, text: str) -> str:
+  return _write(workdir, name, text.encode())
+
+
+def read_json(*path: str):
+  """The JSON file ``os.path.join(*path)``, or None when it is missing or unreadable."""
+  try:
+    with open(os.path.join(*path)) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def environment() -> dict:
+  """Versions, devices and precision: written into every config.json."""
+  import importlib.metadata as md
+
+  import jax
+
+  vers = {}
+  for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax", "dm-pix", "numpy", "ml_collections"):
+    try:
+      vers[pkg] = md.version(pkg)
+    except md.PackageNotFoundError:
+      vers[pkg] = None
+  return {
+    "versions": vers,
+    "python": platform.python_version(),
+    "devices": [str(d) for d in jax.devices()],
+    "device_kind": jax.devices()[0].device_kind,
+    "backend": jax.default_backend(),
+    "x64": bool(jax.config.jax_enable_x64),
+    "matmul_precision": str(jax.config.jax_default_matmul_precision),
+    "argv": sys.argv,
+  }
+
+
+def write_config(workdir: str, cfg, **extra) -> str:
+  """config.json: ``{"config": cfg, **extra, "environment": ...}`` (what a resume compares)."""
+  return write_json(workdir, "config.json", {"config": cfg, **extra, "environment": environment()})
+
+
+def set_precision(x64: bool, matmul_precision: str = "default") -> None:
+  """JAX's global precision for a run: float64 or not, and the matmul precision."""
+  import jax
+
+  if matmul_precision not in ("default", "high", "highest"):
+    raise ConfigError(
+      f"matmul_precision must be default, high or highest, got {matmul_precision!r}."
+    )
+  jax.config.update("jax_enable_x64", bool(x64))
+  if matmul_precision != "default":
+    jax.config.update("jax_default_matmul_precision", matmul_precision)
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+  """``{"a": {"b": 1}}`` as ``{"a.b": 1}``."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def _same(v):
+  return "" if v is None else v  # an unset path was null in older config.json files
+
+
+def check_resumable(cfg, workdir: str, state_file: str) -> None:
+  """Refuses a resume unless ``workdir`` holds ``state_file`` and a config.json of ``cfg``.
+
+  Settings a config.json written by an older version lacks count as their
+  defaults (so an older run still resumes); :data:`NOT_COMPARED` may differ.
+  """
+  workdir = os.path.abspath(expand(workdir))
+  if not os.path.isdir(workdir):
+    raise ConfigError(f"resume: workdir {workdir} does not exist; nothing to resume.")
+  state_path, cfg_path = inside(workdir, state_file), inside(workdir, "config.json")
+  if not os.path.isfile(state_path):
+    raise ConfigError(
+      f"resume: {state_path} not found; nothing to resume (start without resume=True)."
+    )
+  try:
+    with open(cfg_path) as f:
+      stored = json.load(f)["config"]
+  except FileNotFoundError:
+    raise ConfigError(f"resume: {cfg_path} not found.") from None
+  except (OSError, ValueError, KeyError, TypeError):
+    raise ConfigError(f"resume: {cfg_path} is unreadable or corrupt.") from None
+  want = flatten(json.loads(json.dumps(jsonable(cfg))))
+  have = flatten(stored) if isinstance(stored, dict) else {}
+  diff = [
+    k
+    for k in sorted(want)
+    if k in have and k.split(".")[-1] not in NOT_COMPARED and _same(want[k]) != _same(have[k])
+  ]
+  if diff:
+    raise ConfigError(
+      f"resume: the configuration differs from {cfg_path} in "
+      f"{', '.join(diff[:5])}; resume with the same settings."
+    )

@@ -1,0 +1,63 @@
+"""recon_jax.workdir: atomic writes with the usual file modes, paths, resumability."""
+
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from recon_jax import checkpoint
+from recon_jax import workdir as wd
+from recon_jax.errors import ConfigError
+
+
+def _mode(path):
+  return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_written_files_are_readable_by_the_group_like_the_figures(tmp_path):
+  old = os.umask(0o022)
+  try:
+    wd.write_json(str(tmp_path), "metrics.json", {"a": 1})
+    wd.write_npz(str(tmp_path), "arrays.npz", x=np.zeros(2))
+    wd.write_text(str(tmp_path), "table.tsv", "a\n")
+    checkpoint.save(str(tmp_path / "victim.msgpack"), {"w": np.ones(2)}, {})
+    for name in ("metrics.json", "arrays.npz", "table.tsv", "victim.msgpack"):
+      assert _mode(tmp_path / name) == 0o644, name
+    os.umask(0o077)  # the umask is respected
+    checkpoint.atomic_write_text(str(tmp_path / "private.txt"), "x")
+    assert _mode(tmp_path / "private.txt") == 0o600
+    os.chmod(tmp_path / "metrics.json", 0o640)  # a rewrite keeps the file's mode
+    wd.write_json(str(tmp_path), "metrics.json", {"a": 2})
+    assert _mode(tmp_path / "metrics.json") == 0o640
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"a": 2}
+  finally:
+    os.umask(old)
+  assert not [p for p in os.listdir(tmp_path) if p.startswith(".tmp-")]
+
+
+def test_expand():
+  assert wd.expand("") == ""
+  assert wd.expand("~/x") == os.path.join(os.path.expanduser("~"), "x")
+
+
+def test_prepare_refuses_a_non_empty_workdir_unless_overwrite(tmp_path):
+  (tmp_path / "old.txt").write_text("keep")
+  with pytest.raises(ConfigError, match="not empty") as e:
+    wd.prepare(str(tmp_path))
+  assert e.value.argument == "workdir"
+  assert wd.prepare(str(tmp_path), overwrite=True) == str(tmp_path)
+  assert (tmp_path / "old.txt").read_text() == "keep"
+
+
+def test_check_resumable_names_the_settings_that_differ(tmp_path):
+  cfg = {"seed": 0, "steps": 10, "use_cache": True}
+  wd.write_config(str(tmp_path), cfg)
+  with pytest.raises(ConfigError, match="nothing to resume"):
+    wd.check_resumable(cfg, str(tmp_path), "state.msgpack")
+  (tmp_path / "state.msgpack").write_bytes(b"x")
+  wd.check_resumable(dict(cfg, use_cache=False), str(tmp_path), "state.msgpack")  # not compared
+  with pytest.raises(ConfigError, match="differs .* in seed") as e:
+    wd.check_resumable(dict(cfg, seed=1), str(tmp_path), "state.msgpack")
+  assert e.value.argument == "resume"

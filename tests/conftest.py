@@ -17,7 +17,27 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+import ast  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+def cli_config(config_module, flags):
+  """The config that ``--config=FILE:PRESET --config.NAME=VALUE ...`` (``flags``) builds."""
+  preset = flags[0].rsplit(":", 1)[1]
+  cfg = config_module.get_config(preset)
+  for flag in flags[1:]:
+    name, value = flag[len("--config.") :].split("=", 1)
+    try:
+      value = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      pass
+    *path, leaf = name.split(".")
+    node = cfg
+    for part in path:
+      node = node[part]
+    node[leaf] = value
+  return cfg
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -37,3 +57,11 @@ def _victim_cache(tmp_path_factory, worker_id):
     os.environ.pop("RECON_JAX_CACHE", None)
   else:
     os.environ["RECON_JAX_CACHE"] = old
+
+
+@pytest.fixture(autouse=True)
+def _keep_precision():
+  """A binary's ``job`` sets its run's precision globally; every test gets x64 back."""
+  x64 = jax.config.jax_enable_x64
+  yield
+  jax.config.update("jax_enable_x64", x64)

@@ -121,14 +121,6 @@ def procs(request, tmp_path_factory):
 # ----------------------------------------------------------------------------- in-process
 
 
-@pytest.fixture(autouse=True)
-def _keep_precision():
-  """``job`` sets the run's precision globally; the other tests expect theirs back."""
-  x64 = jax.config.jax_enable_x64
-  yield
-  jax.config.update("jax_enable_x64", x64)
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
   """Data folders with a truncated MNIST and a corrupt CIFAR file; good and bad checkpoints."""

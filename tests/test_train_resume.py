@@ -1,4 +1,5 @@
-"""train_victim killed by SIGKILL mid-way and resumed ends with bitwise the same victim."""
+"""train_victim saving every chunk, killed by SIGKILL mid-way and resumed, ends with bitwise the
+victim of a run that never saved."""
 
 import os
 import signal
@@ -6,8 +7,14 @@ import subprocess
 import sys
 import time
 
+from conftest import cli_config
 from flax import serialization
 import numpy as np
+import pytest
+
+from experiments import train_victim
+from experiments.configs import victim as configs
+from recon_jax.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each, and a weight-decay phase so the
@@ -51,7 +58,12 @@ def _flat(tree, prefix=""):
 
 def test_kill_and_resume_train_victim(tmp_path):
   full = subprocess.run(
-    _cmd(tmp_path / "full"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    _cmd(tmp_path / "full", "--config.save_every=0"),
+    cwd=ROOT,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
   )
   assert full.returncode == 0, full.stderr[-2000:]
   work = tmp_path / "killed"
@@ -72,12 +84,17 @@ def test_kill_and_resume_train_victim(tmp_path):
   assert proc.returncode == -signal.SIGKILL
   assert not (work / "victim.msgpack").exists()
   # Without --resume the workdir is refused and the state kept.
-  again = subprocess.run(
-    _cmd(work), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120
-  )
-  assert again.returncode == 1 and "not empty" in again.stderr and state.exists()
+  cfg = cli_config(configs, FLAGS)
+  with pytest.raises(ConfigError, match="not empty"):
+    train_victim.job(cfg, str(work))
+  assert state.exists()
   resumed = subprocess.run(
-    _cmd(work, "--resume"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    _cmd(work, "--resume", "--config.save_every=0"),
+    cwd=ROOT,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
   )
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert "resuming phase" in resumed.stderr  # it continued, it did not start over

@@ -2,7 +2,7 @@ r"""Regenerate the papers' experiments at one scale -> RESULTS.md and results.js
 
 Every run is its own process of another binary (efficacy, toy_2d, init_study), which sets
 its own precision.  Each claim's verdict comes from intervals over data draws (seeds for the
-toy and the init study) by a criterion fixed here before any run (CRITERIA).
+toy and the init study) by a criterion fixed before any run (``recon_jax.claims``).
 
   python -m experiments.reproduce --config=experiments/configs/reproduce.py:quick \
       --workdir=/tmp/repro_quick
@@ -27,9 +27,9 @@ import time
 from absl import flags, logging
 
 from experiments import common
-from experiments.configs.reproduce import CLAIMS, SECTIONS
 from recon_jax import claims
 from recon_jax import workdir as wd
+from recon_jax.claims import CLAIMS, SECTIONS
 from recon_jax.errors import RunFailed
 
 FLAGS = flags.FLAGS

@@ -154,14 +154,14 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   cfg = configs.get_config("default")
   results = _results()
   results["partition_init"] = dict(results["main_faces"], alias="main_faces")
-  rows = claims.claims(configs.CLAIMS, results, ["main", "attacker"], cfg.confidence)
+  rows = claims.claims(claims.CLAIMS, results, ["main", "attacker"], cfg.confidence)
   by = {(r["criterion"], r["runs"][0]): r for r in rows}
   assert by["leak_quarter", "main_faces"]["verdict"] == "yes"
   assert by["leak_quarter", "main_faces"]["claim"].startswith("lfw: a substantial")
   assert by["leak_quarter", "main_digits"]["verdict"] == "not run (main_digits FAILED)"
   assert by["partition", "partition_init"]["verdict"] == claims.NEW
   rows = claims.claims(
-    configs.CLAIMS, {"main_faces": results["main_faces"]}, ["main"], cfg.confidence
+    claims.CLAIMS, {"main_faces": results["main_faces"]}, ["main"], cfg.confidence
   )
   assert rows[1]["verdict"] == "not run (main_digits not in the sections)"
 
@@ -171,9 +171,9 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
     cfg,
     str(tmp_path),
     results,
-    claims.claims(configs.CLAIMS, results, ["main", "attacker"], cfg.confidence),
+    claims.claims(claims.CLAIMS, results, ["main", "attacker"], cfg.confidence),
     ["main", "attacker"],
-    configs.SECTIONS,
+    claims.SECTIONS,
     90.0,
     "python -m x",
     False,

@@ -16,153 +16,17 @@ init_study; ``preset`` of that binary's config (efficacy: a reconstruct preset);
 draws of an efficacy run, seeds 0..draws-1 of the toy or the init study (0: the ``draws``
 or ``seeds`` setting).  ``sections.SECTION`` names the runs of a section (a run named in
 several sections runs once).  The run names are the roles that CLAIMS below read
-(main_faces, inversion, abl_kaiming, ...); a claim whose runs a config lacks is 'not run'.
-Each claim's criterion is fixed in experiments/reproduce.py (CRITERIA).
+(main_faces, inversion, abl_kaiming, ...) that ``recon_jax.claims.CLAIMS`` reads; a claim
+whose runs a config lacks is 'not run'.
+The claims, their sections and criteria are fixed in ``recon_jax.claims``.
 """
 
 import ml_collections
 
+from recon_jax.claims import SECTIONS
+
 SCALES = ("quick", "default", "paper")
 PRESETS = SCALES
-# section: (title, its runs)
-SECTIONS = {
-  "toy": ("1. Haim et al. §4, Fig. 2: the 2-D toy", ("toy",)),
-  "main": ("2. Haim et al. §5.2-5.3, Figs 3-4: the main attack", ("main_faces", "main_digits")),
-  "ablations": (
-    "3. Haim et al. §5.3 / App. C: n, width/depth, init, training length, biases",
-    (
-      "abl_base",
-      "abl_n_small",
-      "abl_n_large",
-      "abl_width",
-      "abl_depth",
-      "abl_kaiming",
-      "abl_short",
-      "abl_bias_all",
-    ),
-  ),
-  "baselines": (
-    "4. Haim et al. §5.4: model inversion and first-layer weights",
-    ("main_faces", "inversion", "weights"),
-  ),
-  "decoreco": (
-    "5. Buzaglo et al. (DecoReco): multiclass and regression with weight decay",
-    ("multiclass_ce", "regression_mse_wd"),
-  ),
-  "init_study": ("6. Runkel et al. §4.3-4.5: the initialisation study", ("init_study",)),
-  "attacker": (
-    "7. The attacker's side: restart selection without ground truth",
-    ("main_faces", "main_digits", "partition_init"),
-  ),
-}
-# The claims: (section, criterion of experiments/reproduce.py, its runs, the claim ({ds}: the
-# first run's dataset), the paper's result).
-CLAIMS = (
-  (
-    "toy",
-    "toy",
-    ("toy",),
-    "2-D toy: the KKT attack recovers all or nearly all training points (Fig. 2)",
-    "all 20/20",
-  ),
-  (
-    "main",
-    "leak_quarter",
-    ("main_faces",),
-    "{ds}: a substantial fraction of the training "
-    "images is reconstructed, above the baselines (Figs 3-4)",
-    "large portion, n = 500",
-  ),
-  ("main", "leak_quarter", ("main_digits",), "{ds}: as above", "large portion, n = 500"),
-  (
-    "ablations",
-    "n_trend",
-    ("abl_n_small", "abl_base", "abl_n_large"),
-    "larger n makes reconstruction harder (Fig. 4 top)",
-    "fewer good reconstructions as n grows",
-  ),
-  (
-    "ablations",
-    "all_leak",
-    ("abl_base", "abl_width", "abl_depth"),
-    "reconstruction works across widths and depths (Fig. 4 bottom)",
-    "good reconstructions for each",
-  ),
-  (
-    "ablations",
-    "lower_with_signal",
-    ("abl_base", "abl_kaiming"),
-    "Kaiming init in all "
-    "layers: lower quality than a 1e-4 first layer, some signal left (App. C, Figs 17-18)",
-    "lower quality, some correlation",
-  ),
-  (
-    "ablations",
-    "leak",
-    ("abl_short",),
-    "shorter training still reconstructs (App. C, Fig. 16)",
-    "reconstructions remain",
-  ),
-  (
-    "ablations",
-    "leak",
-    ("abl_bias_all",),
-    "a non-homogeneous victim (biases in all layers) still leaks (Fig. 4)",
-    "high-quality reconstructions",
-  ),
-  (
-    "baselines",
-    "fewer",
-    ("main_faces", "inversion"),
-    "model inversion recovers fewer training images than the KKT attack (§5.4, Fig. 5)",
-    "class representatives",
-  ),
-  (
-    "baselines",
-    "fewer",
-    ("main_faces", "weights"),
-    "first-layer weights recover fewer training images than the KKT attack (§5.4)",
-    "not training samples",
-  ),
-  (
-    "decoreco",
-    "leak",
-    ("multiclass_ce",),
-    "{ds}, 10-class CE victim: training images are reconstructed (DecoReco multiclass)",
-    "reconstructions",
-  ),
-  (
-    "decoreco",
-    "leak",
-    ("regression_mse_wd",),
-    "{ds}, MSE regression with weight decay: "
-    "training images are reconstructed (DecoReco general loss)",
-    "reconstructions",
-  ),
-  ("init_study", "findings", ("init_study",), "", "Runkel et al. §4.3-4.5"),
-  (
-    "attacker",
-    "selected_leak",
-    ("main_faces",),
-    "{ds}: the attacker's own pick (lowest-loss restart, no ground truth) beats the baselines",
-    "not reported",
-  ),
-  ("attacker", "selected_leak", ("main_digits",), "{ds}: as above", "not reported"),
-  (
-    "attacker",
-    "pick_rate",
-    ("main_faces", "main_digits"),
-    "the lowest-loss restart is the truly best one",
-    "not reported",
-  ),
-  (
-    "attacker",
-    "partition",
-    ("partition_init", "main_faces"),
-    "{ds}: the KKT attack started from disjoint partition images (Runkel's setting) vs from noise",
-    "argued, no number",
-  ),
-)
 
 
 def _run(binary: str, preset: str, draws: int = 0, **overrides) -> dict:

@@ -644,6 +644,8 @@ def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_
   metrics = json.loads((workdir / "metrics.json").read_text())
   assert any(w.startswith("every restart diverged") for w in metrics["warnings"])
   assert metrics["victim_warning"].startswith("the victim did not train")
+  assert metrics["recovered_strict"] == 0 and metrics["selection"]["n_diverged"] == 2
+  assert metrics["evaluation"]["n_candidates"] == 0
   for name in ("config.json", "reconstructions.npz", "restarts.tsv"):
     assert (workdir / name).is_file(), name
 

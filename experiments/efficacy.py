@@ -24,7 +24,7 @@ FLAGS = flags.FLAGS
 
 
 def main(cfg):
-  from recon_jax import claims, efficacy
+  from recon_jax import claims, efficacy, reports
   from recon_jax import workdir as wd
 
   wd.set_precision(cfg.base.x64, cfg.base.matmul_precision)
@@ -32,7 +32,9 @@ def main(cfg):
   for v in variants:
     efficacy.variant_config(cfg, v)
   workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
-  out = efficacy.run(cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume)
+  out = reports.run_efficacy(
+    cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume
+  )
   print(claims.efficacy_table(out, variants))
   print(f"wrote {workdir}")
 

@@ -36,11 +36,11 @@ CONFIG_FILE = "config.json"  # what --resume needs: finished sub-runs are done_<
 
 
 def run(cfg, workdir: str, *, resume: bool = False) -> dict:
-  """Runs the study (:func:`recon_jax.init_study.run`) into ``workdir``; returns its metrics.
+  """Runs the study (:func:`recon_jax.reports.run_init_study`) into ``workdir``; returns its metrics.
 
   Bad settings and unreadable data fail before anything is written.
   """
-  from recon_jax import init_study
+  from recon_jax import init_study, reports
   from recon_jax import workdir as wd
 
   cfg.data_dir = wd.expand(cfg.data_dir)
@@ -50,7 +50,7 @@ def run(cfg, workdir: str, *, resume: bool = False) -> dict:
   else:
     init_study.load_data(cfg)  # a missing or corrupt data file fails before config.json
     wd.write_config(wd.prepare(workdir, overwrite=True), cfg)
-  return init_study.run(cfg, workdir, resume=resume)
+  return reports.run_init_study(cfg, workdir, resume=resume)
 
 
 def main(cfg):

@@ -15,10 +15,8 @@ uncertainty.  A paired comparison is the interval of the per-draw differences.
 from __future__ import annotations
 
 import copy
-import os
 from typing import Mapping, Sequence
 
-from absl import logging
 import numpy as np
 import scipy.stats
 
@@ -143,54 +141,4 @@ def variant_config(cfg, name: str):
         f"variant {name!r} sets {key}, which the job has no setting for.", "variants"
       )
     target[leaf] = value
-  return out
-
-
-def run(cfg, path: str, variants, draws: int, first_draw: int = 0, *, resume=False) -> dict:
-  """Every variant of ``cfg`` on draws ``first_draw .. first_draw + draws - 1``, into workdir ``path``.
-
-  Each (variant, draw) is a reconstruction workdir ``path/VARIANT/draw_D``; with
-  ``resume`` finished ones are read back and an interrupted one continues.
-  Writes config.json, metrics.json (intervals, and paired differences against
-  the first variant), results.md and efficacy.png; returns the metrics.
-  """
-  from recon_jax import claims, pipeline, plotting, reports, workdir
-
-  for name, value, low in (("draws", draws, 1), ("first_draw", first_draw, 0)):
-    if value < low:
-      raise ConfigError(f"{name} must be >= {low}, got {value}.", name)
-  configs = {v: variant_config(cfg, v) for v in variants}
-  for v, vcfg in configs.items():
-    pipeline.prepare(vcfg)
-    if vcfg.x64 != cfg.base.x64:
-      raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
-  workdir.write_config(path, cfg, variants=list(variants), draws=draws, first_draw=first_draw)
-  per_draw = {v: [] for v in variants}
-  numbers = range(first_draw, first_draw + draws)
-  for draw in numbers:
-    for v in variants:
-      sub = workdir.inside(path, os.path.join(v, f"draw_{draw}"))
-      m = workdir.read_json(sub, "metrics.json") if resume else None
-      if m is None:
-        again = resume and os.path.isfile(os.path.join(sub, reports.STATE_FILE))
-        os.makedirs(sub, exist_ok=True)
-        m = reports.run_reconstruction(draw_config(configs[v], draw), sub, resume=again)
-      per_draw[v].append(draw_numbers(m))
-      logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])
-  base = per_draw[variants[0]]
-  out = {
-    "draws": list(numbers),
-    "n_train": m["n_train"],
-    "variants": {v: aggregate(per_draw[v], cfg.confidence) for v in variants},
-    "paired_vs_" + variants[0]: {
-      v: {
-        k: dict(d, verdict=verdict(d))
-        for k, d in paired(per_draw[v], base, confidence=cfg.confidence).items()
-      }
-      for v in variants[1:]
-    },
-  }
-  workdir.write_json(path, "metrics.json", out)
-  workdir.write_text(path, "results.md", claims.efficacy_table(out, variants))
-  plotting.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   return out

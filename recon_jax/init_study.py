@@ -15,19 +15,16 @@ run each, and their victims (:func:`sub_runs`, :func:`bilevel_victim`,
 :func:`kkt_victim_config`), the KKT hyperparameter draws (:func:`kkt_hparams`),
 the check of a study configuration (:func:`validate`), the paper's findings
 as testable criteria (:func:`findings`), one sub-run from victim to rows
-(:class:`Study`), the whole resumable study in a workdir (:func:`run`) and
-its summary.md (:func:`summary`).  ``experiments/init_study.py`` runs it.
+(:class:`Study`) and its summary.md (:func:`summary`);
+:func:`recon_jax.reports.run_init_study` runs the whole study in a workdir.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
 from typing import NamedTuple, Optional, Sequence
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -573,76 +570,3 @@ def summary(cfg, metrics: dict) -> str:
     "",
   ]
   return "\n".join(lines)
-
-
-def _load_done(path: str, name: str):
-  """``(entry, x)`` of a sub-run finished before in workdir ``path``, or None."""
-  from recon_jax import workdir
-
-  jpath = workdir.inside(path, f"done_{name}.json")
-  if not os.path.isfile(jpath):
-    return None
-  try:
-    with open(jpath) as f:
-      entry = json.load(f)
-    with np.load(workdir.inside(path, f"done_{name}.npz")) as z:
-      x = z["x"]
-  except (OSError, ValueError, KeyError) as e:
-    raise ConfigError(
-      f"resume: {jpath} (or its .npz) is unreadable ({e}); remove both to run that sub-run again."
-    ) from None
-  logging.info("%s: finished before, loaded from %s", name, jpath)
-  return entry, x
-
-
-def run(cfg, path: str, *, resume: bool = False) -> dict:
-  """Runs the study (under ``cfg.x64``) in workdir ``path`` and writes its report there.
-
-  Each sub-run saves its state to ``state_<name>.msgpack`` every
-  ``cfg.save_every`` chunks and, once finished, its results to
-  ``done_<name>.json``/``.npz``; with ``resume`` the finished sub-runs are
-  loaded and the interrupted one continues from its state file (victims are
-  cached or retrained deterministically), so the report equals that of an
-  uninterrupted run.  config.json is the caller's.  Returns metrics.json's dict.
-  """
-  from recon_jax import plotting, workdir
-
-  with jax.enable_x64(bool(cfg.x64)):
-    t_start = time.time()
-    ds = load_data(cfg)  # a missing or corrupt data file fails here
-    study = Study(cfg, ds)
-    runs, arrays = {}, {}
-    for sub in sub_runs(cfg):
-      done = _load_done(path, sub.name) if resume else None
-      if done is None:
-        state = workdir.inside(path, f"state_{sub.name}.msgpack")
-        entry, x = study.run(sub, resume=resume, state_path=state)
-        done = workdir.jsonable(entry), x
-        workdir.write_npz(path, f"done_{sub.name}.npz", x=x)
-        workdir.write_json(path, f"done_{sub.name}.json", done[0])
-      runs[sub.name], arrays[f"{sub.name}_x"] = done
-    metrics = workdir.jsonable(
-      {
-        "sub_runs": runs,
-        "dataset": ds.name,
-        "n_train": len(ds.x_train),
-        "backend": jax.default_backend(),
-        "x64": bool(cfg.x64),
-        "batching": study.batching,
-        "wall_s": time.time() - t_start,
-      }
-    )
-    workdir.write_json(path, "metrics.json", metrics)
-    workdir.write_npz(
-      path,
-      "reconstructions.npz",
-      x_train=ds.x_train,
-      x_part=ds.x_part,
-      noise=study.noise,
-      mix_l1=study.l1,
-      mix_l2=study.l2,
-      **arrays,
-    )
-    workdir.write_text(path, "summary.md", summary(cfg, metrics))
-    plotting.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
-  return metrics

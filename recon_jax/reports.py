@@ -1,14 +1,24 @@
-"""The last stage of the pipeline: a study's outcome written into its workdir.
+"""The last stage of the pipeline: a study run in its workdir and its outcome written there.
 
 Each writer takes what a study returned (:class:`recon_jax.pipeline.Reconstruction`,
 :class:`recon_jax.toy.ToyRun`, ...) and writes metrics.json, the arrays and the
-figures, so a binary, a notebook and a test produce the same folder.
+figures; the ``run_*`` functions run a whole study in a workdir, resumably
+(a reconstruction, the efficacy harness over draws, the initialisation study),
+so a binary, a notebook and a test produce the same folder.
 """
 
 from __future__ import annotations
 
-from recon_jax import pipeline, plotting, victim, workdir
-from recon_jax.errors import RunFailed
+import json
+import os
+import time
+
+from absl import logging
+import jax
+import numpy as np
+
+from recon_jax import claims, efficacy, init_study, pipeline, plotting, victim, workdir
+from recon_jax.errors import ConfigError, RunFailed
 
 
 def restart_table(rows: list) -> str:
@@ -120,3 +130,122 @@ def write_toy(path: str, cfg, out) -> dict:
     a["kept"],
   )
   return out.metrics
+
+
+def run_efficacy(
+  cfg, path: str, variants, draws: int, first_draw: int = 0, *, resume=False
+) -> dict:
+  """Every variant of efficacy config ``cfg`` on draws ``first_draw .. first_draw + draws - 1``, into workdir ``path``.
+
+  Each (variant, draw) is a reconstruction workdir ``path/VARIANT/draw_D``; with
+  ``resume`` finished ones are read back and an interrupted one continues.
+  Writes config.json, metrics.json (intervals, and paired differences against
+  the first variant), results.md and efficacy.png; returns the metrics.
+  """
+  for name, value, low in (("draws", draws, 1), ("first_draw", first_draw, 0)):
+    if value < low:
+      raise ConfigError(f"{name} must be >= {low}, got {value}.", name)
+  configs = {v: efficacy.variant_config(cfg, v) for v in variants}
+  for v, vcfg in configs.items():
+    pipeline.prepare(vcfg)
+    if vcfg.x64 != cfg.base.x64:
+      raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
+  workdir.write_config(path, cfg, variants=list(variants), draws=draws, first_draw=first_draw)
+  per_draw = {v: [] for v in variants}
+  numbers = range(first_draw, first_draw + draws)
+  for draw in numbers:
+    for v in variants:
+      sub = workdir.inside(path, os.path.join(v, f"draw_{draw}"))
+      m = workdir.read_json(sub, "metrics.json") if resume else None
+      if m is None:
+        again = resume and os.path.isfile(os.path.join(sub, STATE_FILE))
+        os.makedirs(sub, exist_ok=True)
+        m = run_reconstruction(efficacy.draw_config(configs[v], draw), sub, resume=again)
+      per_draw[v].append(efficacy.draw_numbers(m))
+      logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])
+  base = per_draw[variants[0]]
+  out = {
+    "draws": list(numbers),
+    "n_train": m["n_train"],
+    "variants": {v: efficacy.aggregate(per_draw[v], cfg.confidence) for v in variants},
+    "paired_vs_" + variants[0]: {
+      v: {
+        k: dict(d, verdict=efficacy.verdict(d))
+        for k, d in efficacy.paired(per_draw[v], base, confidence=cfg.confidence).items()
+      }
+      for v in variants[1:]
+    },
+  }
+  workdir.write_json(path, "metrics.json", out)
+  workdir.write_text(path, "results.md", claims.efficacy_table(out, variants))
+  plotting.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
+  return out
+
+
+def _load_done(path: str, name: str):
+  """``(entry, x)`` of a sub-run finished before in workdir ``path``, or None."""
+  jpath = workdir.inside(path, f"done_{name}.json")
+  if not os.path.isfile(jpath):
+    return None
+  try:
+    with open(jpath) as f:
+      entry = json.load(f)
+    with np.load(workdir.inside(path, f"done_{name}.npz")) as z:
+      x = z["x"]
+  except (OSError, ValueError, KeyError) as e:
+    raise ConfigError(
+      f"resume: {jpath} (or its .npz) is unreadable ({e}); remove both to run that sub-run again."
+    ) from None
+  logging.info("%s: finished before, loaded from %s", name, jpath)
+  return entry, x
+
+
+def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
+  """Runs the study (under ``cfg.x64``) in workdir ``path`` and writes its report there.
+
+  Each sub-run saves its state to ``state_<name>.msgpack`` every
+  ``cfg.save_every`` chunks and, once finished, its results to
+  ``done_<name>.json``/``.npz``; with ``resume`` the finished sub-runs are
+  loaded and the interrupted one continues from its state file (victims are
+  cached or retrained deterministically), so the report equals that of an
+  uninterrupted run.  config.json is the caller's.  Returns metrics.json's dict.
+  """
+  with jax.enable_x64(bool(cfg.x64)):
+    t_start = time.time()
+    ds = init_study.load_data(cfg)  # a missing or corrupt data file fails here
+    study = init_study.Study(cfg, ds)
+    runs, arrays = {}, {}
+    for sub in init_study.sub_runs(cfg):
+      done = _load_done(path, sub.name) if resume else None
+      if done is None:
+        state = workdir.inside(path, f"state_{sub.name}.msgpack")
+        entry, x = study.run(sub, resume=resume, state_path=state)
+        done = workdir.jsonable(entry), x
+        workdir.write_npz(path, f"done_{sub.name}.npz", x=x)
+        workdir.write_json(path, f"done_{sub.name}.json", done[0])
+      runs[sub.name], arrays[f"{sub.name}_x"] = done
+    metrics = workdir.jsonable(
+      {
+        "sub_runs": runs,
+        "dataset": ds.name,
+        "n_train": len(ds.x_train),
+        "backend": jax.default_backend(),
+        "x64": bool(cfg.x64),
+        "batching": study.batching,
+        "wall_s": time.time() - t_start,
+      }
+    )
+    workdir.write_json(path, "metrics.json", metrics)
+    workdir.write_npz(
+      path,
+      "reconstructions.npz",
+      x_train=ds.x_train,
+      x_part=ds.x_part,
+      noise=study.noise,
+      mix_l1=study.l1,
+      mix_l2=study.l2,
+      **arrays,
+    )
+    workdir.write_text(path, "summary.md", init_study.summary(cfg, metrics))
+    plotting.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
+  return metrics

@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 
 from experiments.configs import efficacy as configs
-from recon_jax import efficacy, pipeline, sweep
+from recon_jax import efficacy, pipeline, reports, sweep
 
 
 def test_interval_by_hand():
@@ -49,7 +49,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.base.identify = False  # covered by test_identification; slow at this size
   cfg.variants["other_sweep"] = {"seed": 1}  # another restart sweep: the same programs
-  out = efficacy.run(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
+  out = reports.run_efficacy(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
   assert out["draws"] == [3, 4]
   for v in ("default", "other_sweep"):
     per = []
@@ -71,7 +71,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   assert "| default |" in (tmp_path / "results.md").read_text()
   assert (tmp_path / "efficacy.png").stat().st_size > 0
   # --resume keeps the finished draws (same numbers, nothing re-run).
-  again = efficacy.run(
+  again = reports.run_efficacy(
     cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
   )
   assert again["variants"] == out["variants"]
@@ -79,7 +79,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
 
 def test_unknown_variant_is_refused(tmp_path):
   with pytest.raises(ValueError, match="unknown variant"):
-    efficacy.run(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
+    reports.run_efficacy(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
 
 
 def test_known_init_reference_is_theta_star_minus_theta0():

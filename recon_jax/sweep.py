@@ -1,16 +1,16 @@
 """Hyperparameter sweeps as arrays: one row per restart, vmapped in one program.
 
 A range is ``(lo, hi, 'log'|'lin')``; random search draws each restart's
-values independently, a grid takes the Cartesian product.  The result is a
+values independently (:func:`random_search`), and stages turn them into
+refinement (:func:`stages`) or annealing (:func:`anneal`) schedules.  The result is a
 dict of [R] arrays fed to :func:`recon_jax.loop.run` as per-restart
 hyperparameters: the W&B sweep of the reference becomes one compiled call.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from typing import Mapping, Sequence, Tuple
+from typing import Mapping, Tuple
 
 import numpy as np
 
@@ -78,13 +78,6 @@ def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.flo
         f"{name}: the range {lo:g}:{hi:g} does not fit in {np.dtype(dtype).name}.", argument=name
       )
   return out
-
-
-def grid(values: Mapping[str, Sequence[float]], dtype=np.float32):
-  """Cartesian product of explicit values: R = prod of the list lengths."""
-  names = sorted(values)
-  rows = list(itertools.product(*[list(values[n]) for n in names]))
-  return {n: np.array([r[i] for r in rows], dtype) for i, n in enumerate(names)}
 
 
 def refine(hparams: Mapping[str, np.ndarray], alpha: float, lr_scale: float) -> dict:

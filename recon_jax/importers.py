@@ -537,6 +537,10 @@ def from_state_dict(
   for name, a in sd.items():
     if not np.all(np.isfinite(a)):
       raise CheckpointError(f"{source}: tensor {name!r} holds NaN/Inf.")
+  if not any(np.any(sd[n] != 0) for names in layers.values() for n in names if n):
+    raise CheckpointError(
+      f"{source}: every weight is zero (an empty or untrained model); there is nothing to attack."
+    )
   order = _ordered(layers, sd, layer_order, source)
   kinds = [np.ndim(sd[layers[p][0]]) for p in order]
   n_conv = sum(1 for k in kinds if k == 4)

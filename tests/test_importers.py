@@ -416,6 +416,7 @@ def _bad_files(tmp_path):
     "buffer.safetensors": (dict(sd, **{"bn.running_mean": np.ones(5, np.float32)}), {}),
     "nan.safetensors": (dict(sd, **{"layers.2.weight": np.full((1, 4), np.nan, np.float32)}), {}),
     "no_layers.safetensors": ({}, {}),
+    "zeros.safetensors": ({k: np.zeros_like(v) for k, v in sd.items()}, {}),
   }
 
 
@@ -430,6 +431,7 @@ def test_bad_files_raise_one_line_errors_naming_the_file(tmp_path):
     "buffer.safetensors": ["'bn.running_mean'"],
     "nan.safetensors": ["NaN"],
     "no_layers.safetensors": ["no "],
+    "zeros.safetensors": ["every weight is zero"],
     "arrays.pth": ["not a PyTorch checkpoint"],
   }
   for name, (content, kwargs) in _bad_files(tmp_path).items():

@@ -5,9 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import implicit, loop
+from recon_jax import implicit, inits, loop
 from recon_jax.attacks.bilevel import bilevel_attack
-from recon_jax.inits import fixed
 from recon_jax.losses import energy as make_energy
 from recon_jax.losses import tree_sq_dist
 from recon_jax.models import Affine, OneHidden, init_params, make_apply_fn
@@ -18,11 +17,16 @@ N, D, WD = 4, 6, 0.1
 
 @pytest.fixture(autouse=True, scope="module")
 def _fast_compile():
-  """The programs here are tiny and compile-bound: skip XLA's optimisation passes."""
+  """The programs here are tiny and compile-bound: skip XLA's optimisation passes.
+
+  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
+  no later module runs a program compiled here without optimisations.
+  """
   old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
   yield
   jax.config.update("jax_disable_most_optimizations", old)
+  jax.clear_caches()
 
 
 Y = jnp.array([1.0, -1.0, 1.0, -1.0])
@@ -37,12 +41,26 @@ def _data(seed=0):
   return jax.random.uniform(jax.random.PRNGKey(seed), (N, D), jnp.float64)
 
 
-def _victim(apply_fn, p0, x, act=None, wd=WD):
-  params, gnorm = implicit.train_to_convergence(
+def _train(apply_fn, p0, x, act=None, wd=WD):
+  """theta(x) to a tight tolerance; always the same solver settings, so every call of one
+  model compiles the same program (a second call loads it from the compilation cache)."""
+  return implicit.train_to_convergence(
     apply_fn, p0, x, Y, "logistic", wd, tol=1e-12, maxiter=2000, act=act
   )
+
+
+def _victim(apply_fn, p0, x, act=None, wd=WD):
+  params, gnorm = _train(apply_fn, p0, x, act, wd)
   assert gnorm < 1e-9
   return params
+
+
+@pytest.fixture(scope="module")
+def affine_victim():
+  """(apply_fn, x_train, theta*) of the affine victim, trained once for the module."""
+  apply_fn, p0 = _affine()
+  x_train = _data(0)
+  return apply_fn, x_train, _victim(apply_fn, p0, x_train)
 
 
 def _target(params):
@@ -66,10 +84,8 @@ def _rel(a, b):
   return float(np.linalg.norm(np.ravel(a - b)) / np.linalg.norm(np.ravel(b)))
 
 
-def test_implicit_gradient_matches_fd_and_unrolled():
-  apply_fn, p0 = _affine()
-  x_train = _data(0)
-  pstar = _victim(apply_fn, p0, x_train)
+def test_implicit_gradient_matches_fd_and_unrolled(affine_victim):
+  apply_fn, _, pstar = affine_victim
   x = _data(5)  # a point away from the training data: a non-zero gradient
   energy = make_energy(apply_fn, "logistic", WD)
 
@@ -103,26 +119,41 @@ def test_implicit_gradient_matches_fd_and_unrolled():
   assert cos > 0.9
 
 
-def test_affine_ground_truth_init_stays():
-  apply_fn, p0 = _affine()
-  x_train = _data(0)
-  pstar = _victim(apply_fn, p0, x_train)
+@pytest.fixture(scope="module")
+def batched_runs(affine_victim):
+  """The affine bilevel attack run by vmap and by lax.map over three restarts.
+
+  Restart 0 starts at the training data (``mix`` with l1 = l2 = 1 is exactly x_GT),
+  restarts 1 and 2 at U(0, 1) noise (l2 = 0).  Both batchings in one fixture: one
+  compiled program each, shared by the two tests below.
+  """
+  apply_fn, x_train, pstar = affine_victim
   attack = bilevel_attack(apply_fn, "logistic", wd=WD, inner_tol=1e-10)
-  res = loop.run(
-    attack,
-    fixed(np.asarray(x_train), N, jnp.float64),
-    jax.random.split(jax.random.PRNGKey(0), 1),
-    {"lr_x": jnp.array([1.0])},
-    _target(pstar),
-    num_steps=20,
-    chunk_steps=20,
-    log=False,
-  )
-  last = res.history[-1]
-  assert last["param_dist"][0] < 1e-16
-  assert last["inner_grad_norm"][0] < 1e-9
-  x = np.asarray(res.state.inner.x[0])
-  assert np.linalg.norm(x - np.asarray(x_train)) < 1e-6
+  x_init = inits.mix(np.asarray(x_train), np.asarray(x_train), N, dtype=jnp.float64)
+  keys = jax.random.split(jax.random.PRNGKey(4), 3)
+  hp = {
+    "lr_x": jnp.array([1.0, 0.5, 2.0]),
+    "mix_l1": jnp.array([1.0, 0.0, 0.0]),
+    "mix_l2": jnp.array([1.0, 0.0, 0.0]),
+  }
+  return {
+    b: loop.run(
+      attack, x_init, keys, hp, _target(pstar), num_steps=20, chunk_steps=20, batching=b, log=False
+    )
+    for b in ("vmap", "map")
+  }
+
+
+def test_affine_ground_truth_init_stays(affine_victim, batched_runs):
+  _, x_train, _ = affine_victim
+  for res in batched_runs.values():
+    last = res.history[-1]
+    assert last["param_dist"][0] < 1e-16
+    assert last["inner_grad_norm"][0] < 1e-9
+    x = np.asarray(res.state.inner.x[0])
+    assert np.linalg.norm(x - np.asarray(x_train)) < 1e-6
+    # the noise restarts, same program and steps, are still far from theta* (~0.2 and ~1)
+    assert np.all(np.asarray(last["param_dist"][1:]) > 1e-6)
 
 
 def test_one_hidden_softplus_decreases_upper_loss():
@@ -139,7 +170,7 @@ def test_one_hidden_softplus_decreases_upper_loss():
   )
   res = loop.run(
     attack,
-    fixed(x0, N, jnp.float64),
+    inits.fixed(x0, N, jnp.float64),
     jax.random.split(jax.random.PRNGKey(0), 1),
     {"lr_x": jnp.array([0.03])},
     _target(pstar),
@@ -148,19 +179,15 @@ def test_one_hidden_softplus_decreases_upper_loss():
     log=False,
   )
   last = res.history[-1]
-  theta_x0, _ = implicit.train_to_convergence(
-    apply_fn, pstar, x0, Y, "logistic", wd, tol=1e-12, act=jax.nn.softplus
-  )
+  theta_x0, _ = _train(apply_fn, pstar, x0, jax.nn.softplus, wd)  # the victim's program
   loss0 = float(tree_sq_dist(theta_x0, pstar))  # the upper loss at the initial x
   assert float(last["loss"][0]) < 0.02 * loss0  # measured ~0.004 * loss0
   assert float(last["inner_grad_norm"][0]) < 1e-7  # the smooth inner problem converges
   assert not bool(last["diverged"][0])
 
 
-def test_unconverged_inner_is_reported_and_zero_wd_refused():
-  apply_fn, p0 = _affine()
-  x_train = _data(0)
-  pstar = _victim(apply_fn, p0, x_train)
+def test_unconverged_inner_is_reported_and_zero_wd_refused(affine_victim):
+  apply_fn, _, pstar = affine_victim
   attack = bilevel_attack(
     apply_fn,
     "logistic",
@@ -171,7 +198,8 @@ def test_unconverged_inner_is_reported_and_zero_wd_refused():
     inner_tol=1e-10,
   )
   state = attack.init(jax.random.PRNGKey(0), {"lr_x": jnp.array(0.1)}, _target(pstar), _data(7))
-  _, metrics = attack.step(state, {"lr_x": jnp.array(0.1)}, _target(pstar))
+  # One compiled step (run eagerly, every op of the solvers would compile on its own).
+  _, metrics = jax.jit(attack.step)(state, {"lr_x": jnp.array(0.1)}, _target(pstar))
   assert float(metrics["inner_grad_norm"]) > 1e-6  # not converged, and says so
   assert float(metrics["inner_iters"]) == 1
   with pytest.raises(ValueError, match="wd > 0"):
@@ -179,23 +207,8 @@ def test_unconverged_inner_is_reported_and_zero_wd_refused():
   bilevel_attack(apply_fn, "logistic", wd=0.0, allow_zero_wd=True)  # explicit opt-in
 
 
-def test_vmap_and_map_batching_agree():
-  apply_fn, p0 = _affine()
-  x_train = _data(0)
-  pstar = _victim(apply_fn, p0, x_train)
-  attack = bilevel_attack(apply_fn, "logistic", wd=WD, inner_tol=1e-10)
-
-  def x_init(key, hp):
-    return jax.random.uniform(key, (N, D), jnp.float64)
-
-  keys = jax.random.split(jax.random.PRNGKey(4), 3)
-  hp = {"lr_x": jnp.array([0.5, 1.0, 2.0])}
-  out = {
-    b: loop.run(
-      attack, x_init, keys, hp, _target(pstar), num_steps=5, chunk_steps=5, batching=b, log=False
-    )
-    for b in ("vmap", "map")
-  }
+def test_vmap_and_map_batching_agree(batched_runs):
+  out = batched_runs
   np.testing.assert_allclose(
     out["vmap"].state.inner.x, out["map"].state.inner.x, rtol=1e-7, atol=1e-9
   )

@@ -11,6 +11,22 @@ from recon_jax import inits, loop, losses, models, train
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compile():
+  """The programs here are tiny and compile-bound: skip XLA's optimisation passes
+  (LLVM's alone takes ~1.5 s on one 4-d jax.random.normal).
+
+  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
+  no later module runs a program compiled here without optimisations.
+  """
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", old)
+  jax.clear_caches()
+
+
 ALPHA = 3.0
 
 
@@ -439,8 +455,10 @@ def test_annealed_alpha_stages_lower_the_objective():
   s0 = init_fn(keys, {k: jnp.asarray(v) for k, v in hp.items()}, target)
   res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=100, log=False)
   act = functools.partial(models.surrogate_relu, alpha=200.0)
-  stat = jax.vmap(
-    lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
+  stat = jax.jit(
+    jax.vmap(
+      lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
+    )
   )
   before = np.asarray(stat(s0.inner.x, s0.inner.lam))
   after = np.asarray(stat(res.state.inner.x, res.state.inner.lam))

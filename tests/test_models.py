@@ -9,6 +9,22 @@ import pytest
 
 from recon_jax import models
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compile():
+  """The programs here are tiny and compile-bound: skip XLA's optimisation passes
+  (LLVM's alone takes ~1.5 s on one 4-d jax.random.normal).
+
+  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
+  no later module runs a program compiled here without optimisations.
+  """
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", old)
+  jax.clear_caches()
+
+
 ALPHA = 3.0
 
 
@@ -23,6 +39,17 @@ SPECIAL = np.array(
 )
 
 
+@pytest.fixture
+def optimized():
+  """XLA's optimisations on (as in production) for a test of the compiled program's bits."""
+  jax.config.update("jax_disable_most_optimizations", False)
+  jax.clear_caches()  # no executable compiled without optimisations is reused
+  yield
+  jax.config.update("jax_disable_most_optimizations", True)
+  jax.clear_caches()
+
+
+@pytest.mark.usefixtures("optimized")
 @pytest.mark.parametrize("fn", [models.surrogate_relu, models.surrogate_relu_jvp])
 def test_surrogate_forward_is_relu_bitwise(fn):
   x = jnp.asarray(SPECIAL)
@@ -36,6 +63,7 @@ def test_surrogate_forward_is_relu_bitwise(fn):
   np.testing.assert_array_equal(_bits(y), want)
 
 
+@pytest.mark.usefixtures("optimized")
 def test_surrogate_relu_float32_forward():
   x = jnp.asarray([-1.5, 0.0, 2.25, 1e30], jnp.float32)
   y = models.surrogate_relu(x, ALPHA)
@@ -124,17 +152,23 @@ def test_grad_of_grad_matches_hand_formula_and_jvp_twin():
   acts = {
     "vjp": functools.partial(models.surrogate_relu, alpha=ALPHA),
     "jvp": functools.partial(models.surrogate_relu_jvp, alpha=ALPHA),
+    "relu": jax.nn.relu,
   }
-  for name, act in acts.items():
-    gx, glam = jax.grad(functools.partial(_kkt_loss, act, w, v), argnums=(0, 1))(
-      jnp.asarray(x), jnp.asarray(lam)
-    )
+
+  @jax.jit  # one compiled program for all three (eagerly, every op compiles on its own)
+  def grads(xx, ll):
+    return {
+      name: jax.grad(functools.partial(_kkt_loss, act, w, v), argnums=(0, 1))(xx, ll)
+      for name, act in acts.items()
+    }
+
+  got = grads(jnp.asarray(x), jnp.asarray(lam))
+  for name in ("vjp", "jvp"):
+    gx, glam = got[name]
     np.testing.assert_allclose(np.asarray(gx), want_x, rtol=1e-12, atol=1e-13, err_msg=name)
     np.testing.assert_allclose(np.asarray(glam), want_lam, rtol=1e-12, atol=1e-13, err_msg=name)
   # The same loss through true ReLU differs: it has the step, not sigmoid, and no s'.
-  gx_relu = jax.grad(functools.partial(_kkt_loss, jax.nn.relu, w, v))(
-    jnp.asarray(x), jnp.asarray(lam)
-  )
+  gx_relu = got["relu"][0]
   assert np.max(np.abs(np.asarray(gx_relu) - want_x)) > 1e-2 * np.max(np.abs(want_x))
 
 
@@ -142,8 +176,10 @@ def test_grad_of_grad_second_order_term_is_present():
   # Dropping the s' term from the hand formula must break the match, so the
   # check above really tests the surrogate at the second differentiation level.
   w, v, x, lam = _one_hidden_setup(seed=1)
-  gx = jax.grad(
-    functools.partial(_kkt_loss, functools.partial(models.surrogate_relu, alpha=ALPHA), w, v)
+  gx = jax.jit(
+    jax.grad(
+      functools.partial(_kkt_loss, functools.partial(models.surrogate_relu, alpha=ALPHA), w, v)
+    )
   )(jnp.asarray(x), jnp.asarray(lam))
   z = x @ w.T
   s = 1.0 / (1.0 + np.exp(-ALPHA * z))
@@ -346,7 +382,9 @@ def test_default_activation_and_act_override():
 def test_small_cnn_with_surrogate():
   module = models.build_model("cnn", widths=(4, 4), bias="first")
   apply_fn = models.make_apply_fn(module)
-  params = models.init_params(module, jax.random.PRNGKey(0), (6, 6, 1), jnp.float64)
+  # One compiled initialiser (eagerly, each op of the conv initialisers compiles on its own).
+  init = jax.jit(models.init_params, static_argnums=(0, 2, 3))
+  params = init(module, jax.random.PRNGKey(0), (6, 6, 1), jnp.float64)
   params = jax.tree_util.tree_map(lambda a: a + 0.05, params)  # non-zero first bias
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 6, 6, 1), jnp.float64)
   surrogate = functools.partial(models.surrogate_relu, alpha=ALPHA)
@@ -361,10 +399,10 @@ def test_small_cnn_with_surrogate():
       for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(g))
     )
 
-  grad = jax.jit(jax.grad(loss), static_argnums=1)
-  g_s = np.asarray(grad(x, surrogate))
-  g_twin = np.asarray(grad(x, functools.partial(models.surrogate_relu_jvp, alpha=ALPHA)))
-  g_relu = np.asarray(grad(x, jax.nn.relu))
+  acts = (surrogate, functools.partial(models.surrogate_relu_jvp, alpha=ALPHA), jax.nn.relu)
+  # The three gradients in one compiled program (one compile instead of three).
+  grads = jax.jit(lambda xx: [jax.grad(loss)(xx, act) for act in acts])(x)
+  g_s, g_twin, g_relu = (np.asarray(g) for g in grads)
   assert np.all(np.isfinite(g_s))
   np.testing.assert_allclose(g_s, g_twin, rtol=1e-11, atol=1e-14)
   assert np.max(np.abs(g_s - g_relu)) > 1e-3 * np.max(np.abs(g_s))

@@ -18,6 +18,7 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 import ast  # noqa: E402
+import contextlib  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -65,3 +66,27 @@ def _keep_precision():
   x64 = jax.config.jax_enable_x64
   yield
   jax.config.update("jax_enable_x64", x64)
+
+
+@contextlib.contextmanager
+def fast_compile():
+  """XLA's optimisation passes off, for tiny compile-bound programs whose bits no test asserts
+  (LLVM's passes alone take ~1.5 s on one 4-d jax.random.normal).
+
+  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
+  nothing compiled here without optimisations is run later.
+  """
+  old = jax.config.read("jax_disable_most_optimizations")
+  jax.config.update("jax_disable_most_optimizations", True)
+  try:
+    yield
+  finally:
+    jax.config.update("jax_disable_most_optimizations", old)
+    jax.clear_caches()
+
+
+@pytest.fixture(scope="module")
+def fast_compile_module():
+  """:func:`fast_compile` for a whole test module (``pytestmark = usefixtures(...)``)."""
+  with fast_compile():
+    yield

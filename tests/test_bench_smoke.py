@@ -10,6 +10,7 @@ import os
 import sys
 
 from absl import flags
+from conftest import fast_compile
 import jax
 from ml_collections import config_flags
 import pytest
@@ -55,19 +56,13 @@ EXPECTED = {
 
 
 @pytest.fixture
-def fast_compile():
-  """XLA's optimisation passes off: the smoke run is compile-bound and asserts no timings.
-
-  JAX's in-memory executables do not record the flag, so they are dropped on the way out.
-  """
-  old = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", old)
-  jax.clear_caches()
+def fast():
+  """The smoke run is compile-bound and asserts no timings (conftest.fast_compile)."""
+  with fast_compile():
+    yield
 
 
-def test_quick_benchmark_runs_every_section_and_prints_json_records(tmp_path, capsys, fast_compile):
+def test_quick_benchmark_runs_every_section_and_prints_json_records(tmp_path, capsys, fast):
   x64 = jax.config.jax_enable_x64
   out = tmp_path / "results.json"
   bench.main(["--quick", f"--out={out}"])

@@ -15,18 +15,7 @@ from recon_jax.types import Target
 N, D, WD = 4, 6, 0.1
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compile():
-  """The programs here are tiny and compile-bound: skip XLA's optimisation passes.
-
-  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
-  no later module runs a program compiled here without optimisations.
-  """
-  old = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", old)
-  jax.clear_caches()
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 
 Y = jnp.array([1.0, -1.0, 1.0, -1.0])

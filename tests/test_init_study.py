@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-import jax
+from conftest import fast_compile
 import numpy as np
 import pytest
 
@@ -31,17 +31,6 @@ FINDINGS = {
   "lambda1_below_half_nearer_partition",
 }
 SUB_RUNS = ("bilevel_affine", "kkt_mlp_relu")  # the tiny preset's parts
-
-
-@contextlib.contextmanager
-def fast_compile():
-  """Tiny, compile-bound programs: skip XLA's optimisation passes."""
-  old = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  try:
-    yield
-  finally:
-    jax.config.update("jax_disable_most_optimizations", old)
 
 
 @contextlib.contextmanager

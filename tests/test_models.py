@@ -9,20 +9,7 @@ import pytest
 
 from recon_jax import models
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _fast_compile():
-  """The programs here are tiny and compile-bound: skip XLA's optimisation passes
-  (LLVM's alone takes ~1.5 s on one 4-d jax.random.normal).
-
-  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
-  no later module runs a program compiled here without optimisations.
-  """
-  old = jax.config.read("jax_disable_most_optimizations")
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", old)
-  jax.clear_caches()
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 
 ALPHA = 3.0

@@ -69,12 +69,14 @@ def _keep_precision():
 
 
 @contextlib.contextmanager
-def fast_compile():
+def fast_compile(clear: bool = True):
   """XLA's optimisation passes off, for tiny compile-bound programs whose bits no test asserts
   (LLVM's passes alone take ~1.5 s on one 4-d jax.random.normal).
 
-  JAX's in-memory executables do not record the flag, so they are dropped on the way out:
-  nothing compiled here without optimisations is run later.
+  JAX's in-memory executables do not record the flag, so they are dropped on the way out
+  (``clear``): nothing compiled here without optimisations is run later.  The init
+  study's tests keep them (``clear=False``): their resumed run must reuse the
+  reference run's programs to match it bit for bit.
   """
   old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
@@ -82,7 +84,8 @@ def fast_compile():
     yield
   finally:
     jax.config.update("jax_disable_most_optimizations", old)
-    jax.clear_caches()
+    if clear:
+      jax.clear_caches()
 
 
 @pytest.fixture(scope="module")

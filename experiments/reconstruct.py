@@ -26,7 +26,6 @@ from absl import flags
 from experiments import common
 
 FLAGS = flags.FLAGS
-STATE_FILE = "state.msgpack"
 
 
 def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None, explicit=()) -> dict:
@@ -57,7 +56,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   wd.set_precision(cfg.x64, cfg.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   pipeline.prepare(cfg, requested, explicit)
-  workdir = wd.open_run(cfg, workdir, STATE_FILE, resume=resume, overwrite=overwrite)
+  workdir = wd.open_run(cfg, workdir, reports.STATE_FILE, resume=resume, overwrite=overwrite)
   m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit)
   reports.check_outcome(m, workdir)
   print(

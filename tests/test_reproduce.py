@@ -9,7 +9,7 @@ import pytest
 
 from experiments import common, reproduce
 from experiments.configs import reproduce as configs
-from recon_jax import claims
+from recon_jax import claims, efficacy
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 
@@ -23,20 +23,7 @@ def eff(strict, heldout=None, mean=None, n=20, dataset="lfw", **per_draw):
     baseline_mean_strict=mean or [0] * k,
     **per_draw,
   )
-  default = {
-    key: {"per_draw": list(keys.get(key, [0] * k))}
-    for key in (
-      "strict_pooled",
-      "strict_selected",
-      "ssim_gt_0.4",
-      "baseline_mean_strict",
-      "baseline_mean_ssim_gt_0.4",
-      "baseline_heldout_strict",
-      "baseline_heldout_ssim_gt_0.4",
-      "oracle_residual_rel",
-      "time_s",
-    )
-  }
+  default = {key: {"per_draw": list(keys.get(key, [0] * k))} for key in efficacy.DRAW_KEYS}
   for v in default.values():
     v.update(claims.interval(v["per_draw"]))
   return {

@@ -40,7 +40,6 @@ R, T = reconstruct, train_victim
 
 def _env(tmp):
   env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg", RECON_JAX_CACHE=str(tmp / "cache"))
-  env.pop("XLA_FLAGS", None)
   return env
 
 

@@ -37,7 +37,6 @@ FLAGS = [
 
 def _env(cache):
   env = dict(os.environ, RECON_JAX_CACHE=str(cache), JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
-  env.pop("XLA_FLAGS", None)
   return env
 
 

@@ -33,7 +33,6 @@ FLAGS = [
 
 def _env():
   env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
-  env.pop("XLA_FLAGS", None)
   return env
 
 

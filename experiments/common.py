@@ -338,7 +338,8 @@ def setting_name(cfg, argument: Optional[str]) -> Optional[str]:
   """The flag or ``--config.`` path of the setting a library argument came from, if any.
 
   ``argument`` is the library's name (``lr``) or a dotted path (``victim.lr``);
-  the shortest setting that is or ends with it wins (``seed``, not ``victim.seed``).
+  the shortest setting that is or ends with it wins (``seed``, not ``victim.seed``);
+  a dotted path in one of the config's sections is that setting even when missing.
   ``recon_jax.workdir``'s arguments, and a binary's own flags, are flags.
   """
   if argument in RUN_FLAGS or (argument and argument != "config" and argument in FLAGS):
@@ -347,6 +348,8 @@ def setting_name(cfg, argument: Optional[str]) -> Optional[str]:
     return None
   flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   hits = [k for k in flat if k == argument or k.endswith("." + argument)]
+  if not hits and "." in argument and any(k.startswith(argument.split(".")[0] + ".") for k in flat):
+    return f"--config.{argument}"  # an entry missing from a section the config has
   return f"--config.{sorted(hits, key=len)[0]}" if hits else None
 
 

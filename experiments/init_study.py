@@ -32,38 +32,20 @@ from absl import flags
 from experiments import common
 
 FLAGS = flags.FLAGS
-CONFIG_FILE = "config.json"  # what --resume needs: finished sub-runs are done_<name>.*
-
-
-def run(cfg, workdir: str, *, resume: bool = False) -> dict:
-  """Runs the study (:func:`recon_jax.reports.run_init_study`) into ``workdir``; returns its metrics.
-
-  Bad settings and unreadable data fail before anything is written.
-  """
-  from recon_jax import init_study, reports
-  from recon_jax import workdir as wd
-
-  cfg.data_dir = wd.expand(cfg.data_dir)
-  init_study.validate(cfg)
-  if resume:
-    wd.check_resumable(cfg, workdir, CONFIG_FILE)
-  else:
-    init_study.load_data(cfg)  # a missing or corrupt data file fails before config.json
-    wd.write_config(wd.prepare(workdir, overwrite=True), cfg)
-  return reports.run_init_study(cfg, workdir, resume=resume)
 
 
 def main(cfg):
-  from recon_jax import init_study
+  from recon_jax import init_study, reports
   from recon_jax import workdir as wd
 
   wd.set_precision(cfg.x64)
   cfg.data_dir = wd.expand(cfg.data_dir)
   init_study.validate(cfg)
+  # config.json is what --resume needs: the finished sub-runs are done_<name>.*
   workdir = wd.open_run(
-    cfg, FLAGS.workdir, CONFIG_FILE, resume=FLAGS.resume, overwrite=FLAGS.overwrite
+    cfg, FLAGS.workdir, "config.json", resume=FLAGS.resume, overwrite=FLAGS.overwrite
   )
-  run(cfg, workdir, resume=FLAGS.resume)
+  reports.run_init_study(cfg, workdir, resume=FLAGS.resume)
   with open(wd.inside(workdir, "summary.md")) as f:
     print(f.read())
 

@@ -20,43 +20,18 @@ from absl import flags
 from experiments import common
 
 FLAGS = flags.FLAGS
-STATE_FILE = "state.msgpack"
-
-
-def run(cfg, workdir: str, *, resume: bool = False) -> dict:
-  """Runs the toy (:func:`recon_jax.toy.run`) and writes its report into ``workdir``.
-
-  The precision is the caller's (the binary enables float64 when ``cfg.x64``).
-  With ``resume`` the attack continues from ``workdir``'s state.msgpack.
-  """
-  from recon_jax import reports, toy
-  from recon_jax import workdir as wd
-
-  toy.validate(cfg)
-  if resume:
-    wd.check_resumable(cfg, workdir, STATE_FILE)
-  else:
-    wd.write_config(workdir, cfg, victim=toy.victim_config(cfg).to_dict())
-  out = toy.run(
-    cfg,
-    state_path=wd.inside(workdir, STATE_FILE),
-    save_every=cfg.save_every,
-    resume=resume,
-    save_meta={"config": wd.jsonable(cfg)},
-  )
-  return reports.write_toy(workdir, cfg, out)
 
 
 def main(cfg):
-  from recon_jax import toy
+  from recon_jax import reports, toy
   from recon_jax import workdir as wd
 
   wd.set_precision(cfg.x64)
   toy.validate(cfg)
   workdir = wd.open_run(
-    cfg, FLAGS.workdir, STATE_FILE, resume=FLAGS.resume, overwrite=FLAGS.overwrite
+    cfg, FLAGS.workdir, reports.STATE_FILE, resume=FLAGS.resume, overwrite=FLAGS.overwrite
   )
-  m = run(cfg, workdir, resume=FLAGS.resume)
+  m = reports.run_toy(cfg, workdir, resume=FLAGS.resume)
   print(
     f"wrote {workdir}: recovered {m['recovered']}/{m['n_train']} "
     f"(best restart {m['recovered_best_restart']}, pooled {m['recovered_pooled']}; "

@@ -22,37 +22,6 @@ from absl import flags
 from experiments import common
 
 FLAGS = flags.FLAGS
-STATE_FILE = "train_state.msgpack"
-
-
-def run(cfg, workdir: str, *, resume: bool = False) -> dict:
-  """Trains ``cfg.victim`` and writes the checkpoint and its report into ``workdir``.
-
-  A victim that did not learn its training set is still written; metrics.json
-  says so (``warning``) and so does a line on stderr.
-  """
-  from recon_jax import pipeline, reports, victim
-  from recon_jax import workdir as wd
-
-  vcfg = pipeline.prepare_training(cfg)
-  if resume:
-    wd.check_resumable(cfg, workdir, STATE_FILE)
-  ds = victim.load_data(vcfg, cfg.data_dir or None)
-  if not resume:
-    wd.write_config(workdir, cfg)
-  params, history, summary = victim.fit_resumable(
-    vcfg,
-    ds,
-    wd.inside(workdir, STATE_FILE),
-    chunk=cfg.chunk_epochs,
-    save_every=cfg.save_every,
-    resume=resume,
-    last_finite_path=wd.inside(workdir, "victim_last_finite.msgpack"),
-  )
-  metrics = reports.write_training(workdir, vcfg, ds, params, history, summary)
-  if metrics["warning"]:
-    print(f"warning: {metrics['warning']}", file=sys.stderr)
-  return metrics
 
 
 def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> dict:
@@ -60,13 +29,15 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
 
   Everything is checked before the workdir is created or touched.
   """
-  from recon_jax import pipeline
+  from recon_jax import pipeline, reports
   from recon_jax import workdir as wd
 
   wd.set_precision(cfg.x64)
   pipeline.prepare_training(cfg)
-  workdir = wd.open_run(cfg, workdir, STATE_FILE, resume=resume, overwrite=overwrite)
-  m = run(cfg, workdir, resume=resume)
+  workdir = wd.open_run(cfg, workdir, reports.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite)
+  m = reports.run_training(cfg, workdir, resume=resume)
+  if m["warning"]:
+    print(f"warning: {m['warning']}", file=sys.stderr)
   print(
     f"wrote {workdir}: loss {m['loss']:.3g}, train error {m['train_error']:.3g}, "
     f"test accuracy {m.get('test_accuracy', float('nan')):.3f}, epochs {m['epochs_run']}"

@@ -17,7 +17,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import claims, efficacy, init_study, pipeline, plotting, victim, workdir
+from recon_jax import claims, efficacy, init_study, pipeline, plotting, toy, victim, workdir
 from recon_jax.errors import ConfigError, RunFailed
 
 
@@ -33,7 +33,7 @@ def restart_table(rows: list) -> str:
   return "\n".join(lines) + "\n"
 
 
-STATE_FILE = "state.msgpack"  # a reconstruction's resumable state in its workdir
+STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
 
 
 def run_reconstruction(
@@ -100,6 +100,33 @@ def check_outcome(metrics: dict, path: str = "") -> dict:
   return metrics
 
 
+TRAIN_STATE_FILE = "train_state.msgpack"  # a victim's resumable training in its workdir
+
+
+def run_training(cfg, path: str, *, resume: bool = False) -> dict:
+  """Trains ``cfg.victim`` in workdir ``path``: config.json, the resumable training, the report.
+
+  A victim that did not learn its training set is still written; its metrics
+  say so (``warning``).  Returns metrics.json's dict.
+  """
+  vcfg = pipeline.prepare_training(cfg)
+  if resume:
+    workdir.check_resumable(cfg, path, TRAIN_STATE_FILE)
+  ds = victim.load_data(vcfg, cfg.data_dir or None)
+  if not resume:
+    workdir.write_config(path, cfg)
+  params, history, summary = victim.fit_resumable(
+    vcfg,
+    ds,
+    workdir.inside(path, TRAIN_STATE_FILE),
+    chunk=cfg.chunk_epochs,
+    save_every=cfg.save_every,
+    resume=resume,
+    last_finite_path=workdir.inside(path, "victim_last_finite.msgpack"),
+  )
+  return write_training(path, vcfg, ds, params, history, summary)
+
+
 def write_training(path: str, vcfg, ds, params, history, summary) -> dict:
   """victim.msgpack, metrics.json (with a ``warning`` if the victim did not learn its data),
   history.json and train_idx.npz of a trained victim; returns the metrics."""
@@ -110,6 +137,26 @@ def write_training(path: str, vcfg, ds, params, history, summary) -> dict:
   workdir.write_json(path, "history.json", history)
   workdir.write_npz(path, "train_idx.npz", train_idx=ds.train_idx, mean=ds.mean)
   return metrics
+
+
+def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
+  """The 2-D toy (:func:`recon_jax.toy.run`) in workdir ``path``, resumably; returns its metrics.
+
+  The precision is the caller's (the toy needs float64 to reach the KKT direction).
+  """
+  toy.validate(cfg)
+  if resume:
+    workdir.check_resumable(cfg, path, STATE_FILE)
+  else:
+    workdir.write_config(path, cfg, victim=toy.victim_config(cfg).to_dict())
+  out = toy.run(
+    cfg,
+    state_path=workdir.inside(path, STATE_FILE),
+    save_every=cfg.save_every,
+    resume=resume,
+    save_meta={"config": workdir.jsonable(cfg)},
+  )
+  return write_toy(path, cfg, out)
 
 
 def write_toy(path: str, cfg, out) -> dict:
@@ -208,8 +255,16 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
   ``done_<name>.json``/``.npz``; with ``resume`` the finished sub-runs are
   loaded and the interrupted one continues from its state file (victims are
   cached or retrained deterministically), so the report equals that of an
-  uninterrupted run.  config.json is the caller's.  Returns metrics.json's dict.
+  uninterrupted run.  Bad settings and unreadable data fail before anything is
+  written.  Returns metrics.json's dict.
   """
+  cfg.data_dir = workdir.expand(cfg.data_dir)
+  init_study.validate(cfg)
+  if resume:
+    workdir.check_resumable(cfg, path, "config.json")
+  else:
+    init_study.load_data(cfg)  # a missing or corrupt data file fails before config.json
+    workdir.write_config(workdir.prepare(path, overwrite=True), cfg)
   with jax.enable_x64(bool(cfg.x64)):
     t_start = time.time()
     ds = init_study.load_data(cfg)  # a missing or corrupt data file fails here

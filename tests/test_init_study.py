@@ -18,9 +18,8 @@ from conftest import fast_compile
 import numpy as np
 import pytest
 
-from experiments import init_study as binary
 from experiments.configs import init_study as configs
-from recon_jax import data, init_study, plotting
+from recon_jax import data, init_study, plotting, reports
 from recon_jax.errors import ConfigError
 from recon_jax.eval import nearest
 
@@ -58,7 +57,7 @@ def run_tiny(workdir: str, *, resume: bool = False) -> dict:
   """The ``tiny`` preset run in-process, its victims cached in this session's cache."""
   cfg = configs.get_config("tiny")
   with fast_compile(clear=False), victim_cache(os.path.join(_session_dir(), "cache")):
-    return binary.run(cfg, workdir, resume=resume)
+    return reports.run_init_study(cfg, workdir, resume=resume)
 
 
 @functools.lru_cache(maxsize=None)
@@ -205,7 +204,7 @@ def test_bad_settings_refused_before_anything_is_written(tmp_path, name, value):
   cfg = configs.get_config("tiny")
   cfg[name] = value
   with pytest.raises(ConfigError, match=f"^{name}") as e:
-    binary.run(cfg, str(tmp_path / "w"))
+    reports.run_init_study(cfg, str(tmp_path / "w"))
   assert e.value.argument == name  # the binary names --config.<name>
   assert not (tmp_path / "w").exists()
 
@@ -236,7 +235,7 @@ def test_missing_data_refused_before_anything_is_written(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.dataset, cfg.data_dir = "mnist", str(tmp_path / "nowhere")
   with pytest.raises(data.DataError, match="nowhere"):
-    binary.run(cfg, str(tmp_path / "w"))
+    reports.run_init_study(cfg, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
 
 

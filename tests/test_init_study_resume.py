@@ -87,23 +87,23 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
 
 def test_resume_refuses_missing_or_different_config(tmp_path):
   cfg = configs.get_config("tiny")
-  from experiments import init_study as binary
+  from recon_jax import reports
 
   with pytest.raises(ConfigError, match="does not exist"):
-    binary.run(cfg, str(tmp_path / "nowhere"), resume=True)
+    reports.run_init_study(cfg, str(tmp_path / "nowhere"), resume=True)
   with pytest.raises(ConfigError, match="config.json not found"):
-    binary.run(cfg, str(tmp_path), resume=True)
+    reports.run_init_study(cfg, str(tmp_path), resume=True)
   wd.write_json(str(tmp_path), "config.json", {"config": dict(cfg.to_dict(), kkt_steps=5)})
   with pytest.raises(ConfigError, match="differs .* kkt_steps"):
-    binary.run(cfg, str(tmp_path), resume=True)
+    reports.run_init_study(cfg, str(tmp_path), resume=True)
   assert os.listdir(tmp_path) == ["config.json"]
 
 
 def test_resume_refuses_an_unreadable_finished_sub_run(tmp_path):
   cfg = configs.get_config("tiny")
-  from experiments import init_study as binary
+  from recon_jax import reports
 
   wd.write_json(str(tmp_path), "config.json", {"config": cfg})
   (tmp_path / "done_bilevel_affine.json").write_text("{not json")
   with pytest.raises(ConfigError, match="done_bilevel_affine.json"):
-    binary.run(cfg, str(tmp_path), resume=True)
+    reports.run_init_study(cfg, str(tmp_path), resume=True)

@@ -176,9 +176,8 @@ def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
 
 def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   """MNIST and Fashion-MNIST share file names: the data fingerprint tells them apart."""
-  from experiments import train_victim
   from experiments.configs import victim as victim_configs
-  from recon_jax import data
+  from recon_jax import data, reports
 
   for name, seed in (("a", 0), ("b", 1)):
     rng = np.random.default_rng(seed)
@@ -192,7 +191,7 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   vcfg = victim_configs.get_config("tiny")
   vcfg.victim.dataset, vcfg.data_dir, vcfg.victim.epochs = "mnist", str(tmp_path / "a"), 50
   (tmp_path / "victim").mkdir()
-  train_victim.run(vcfg, str(tmp_path / "victim"))
+  reports.run_training(vcfg, str(tmp_path / "victim"))
   cfg = _tiny(
     checkpoint=str(tmp_path / "victim" / "victim.msgpack"),
     steps=4,

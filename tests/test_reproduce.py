@@ -9,7 +9,8 @@ import pytest
 
 from experiments import common, reproduce
 from experiments.configs import reproduce as configs
-from recon_jax import claims, efficacy
+from recon_jax import claims, efficacy, reproduction
+from recon_jax.errors import ConfigError
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 
@@ -186,7 +187,7 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   cfg.runs.multiclass_ce.overrides = {"nope": 1}  # refused by efficacy in one line
   cfg.sections.decoreco = ("multiclass_ce",)
   w = str(tmp_path / "w")
-  out = reproduce.run(cfg, w, ["toy", "decoreco"])
+  out = reproduction.run(cfg, w, ["toy", "decoreco"], programs=reproduce.PROGRAMS)
   toy = out["runs"]["toy"]
   assert toy["status"] == "ok" and toy["commands"] == [
     f"python -m experiments.toy_2d --config=experiments/configs/toy_2d.py:quick "
@@ -207,7 +208,9 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   assert "![toy/seed_0/toy_2d.png](toy/seed_0/toy_2d.png)" in md
   assert json.loads((tmp_path / "w" / "results.json").read_text())["claims"] == out["claims"]
   stamp = os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json")
-  again = reproduce.run(cfg, w, ["toy"], resume=True)  # the finished toy is not run again
+  again = reproduction.run(
+    cfg, w, ["toy"], programs=reproduce.PROGRAMS, resume=True
+  )  # the finished toy is not run again
   assert os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json") == stamp
   assert again["runs"]["toy"]["results"] == out["runs"]["toy"]["results"]
   assert (
@@ -237,11 +240,11 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   assert not (tmp_path / "w").exists()
   cfg = configs.get_config("paper")
   cfg.data_dir = str(tmp_path / "none")
-  with pytest.raises(common.UserError, match=r"^--config.data_dir: the paper scale .* got '/"):
-    reproduce.check(cfg, "")
+  with pytest.raises(ConfigError, match=r"^data_dir: the paper scale .* got '/"):
+    reproduction.sections_to_run(cfg)
   cfg.data_dir = str(tmp_path)  # a folder: the runs read it (a missing file fails that run)
-  assert reproduce.check(cfg, "main,toy,init_study") == ["toy", "main", "init_study"]
-  [(folder, args)] = reproduce.jobs(cfg, "main_faces")
+  assert reproduction.sections_to_run(cfg, "main,toy,init_study") == ["toy", "main", "init_study"]
+  [(folder, args)] = reproduction.jobs(cfg, "main_faces", reproduce.PROGRAMS)
   assert folder == "main_faces" and args == [
     "--config=experiments/configs/efficacy.py:paper",
     "--config.base.victim.dataset=cifar10",
@@ -249,8 +252,21 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
     "--draws=5",
     "--first_draw=0",
   ]
-  assert f"--config.data_dir={tmp_path}" in reproduce.jobs(cfg, "init_study")[2][1]
-  assert [j[1][-1] for j in reproduce.jobs(cfg, "toy")] == [f"--config.seed={s}" for s in range(3)]
-  with pytest.raises(common.UserError, match="--only: no section 'nope'; choose from toy, main"):
-    reproduce.check(configs.get_config("quick"), "toy,nope")
-  assert reproduce.check(configs.get_config("quick"), "attacker, toy") == ["toy", "attacker"]
+  assert (
+    f"--config.data_dir={tmp_path}"
+    in reproduction.jobs(cfg, "init_study", reproduce.PROGRAMS)[2][1]
+  )
+  assert [j[1][-1] for j in reproduction.jobs(cfg, "toy", reproduce.PROGRAMS)] == [
+    f"--config.seed={s}" for s in range(3)
+  ]
+  with pytest.raises(ConfigError, match="^only: no section 'nope'; choose from toy, main"):
+    reproduction.sections_to_run(configs.get_config("quick"), "toy,nope")
+  assert reproduction.sections_to_run(configs.get_config("quick"), "attacker, toy") == [
+    "toy",
+    "attacker",
+  ]
+  cfg = configs.get_config("quick")
+  del cfg.runs["toy"]
+  with pytest.raises(ConfigError, match="^runs.toy: missing") as e:
+    reproduction.sections_to_run(cfg, "toy")
+  assert common.error_line(e.value, cfg).startswith("error: --config.runs.toy: missing")

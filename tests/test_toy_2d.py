@@ -11,9 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import common, toy_2d
+from experiments import common
 from experiments.configs import toy_2d as toy_config
-from recon_jax import toy
+from recon_jax import reports, toy
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
 
@@ -129,7 +129,7 @@ def test_presets_are_valid_and_named():
 
 def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   cfg = toy_config.get_config("quick")
-  out = toy_2d.run(cfg, str(tmp_path))
+  out = reports.run_toy(cfg, str(tmp_path))
   for name in ("config.json", "metrics.json", "reconstructions.npz", "toy_2d.png"):
     assert os.path.getsize(tmp_path / name) > 0, name
   saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -159,7 +159,7 @@ def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   # the pooled kept set contains the selected restart's, the best restart is at least as good
   assert out["recovered_pooled"] >= out["recovered_best_restart"] >= out["recovered"]
   # resuming a finished run takes no more steps and reports the same
-  again = toy_2d.run(cfg, str(tmp_path), resume=True)
+  again = reports.run_toy(cfg, str(tmp_path), resume=True)
   np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["x"], z["x"])
   assert again["per_restart"] == out["per_restart"]
 
@@ -175,7 +175,7 @@ def test_small_toy_run_recovers_most_points(tmp_path):
   cfg.update(
     {"n_train": 10, "width": 100, "m": 40, "num_restarts": 2, "steps": 3000, "refine_steps": 2000}
   )
-  out = toy_2d.run(cfg, str(tmp_path))
+  out = reports.run_toy(cfg, str(tmp_path))
   assert out["recovered"] >= 6, out["per_restart"]
   assert out["median_distance"] < 0.05
   assert out["at_init"]["recovered"] <= 1  # the starting points were not already there
@@ -207,7 +207,7 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
   workdir = tmp_path / "out"
   workdir.mkdir()
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: toy_2d.run(cfg, str(workdir)), cfg)
+    common.main_guard(lambda: reports.run_toy(cfg, str(workdir)), cfg)
   assert e.value.code == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: ") and f"--config.{field}" in err and "\n" not in err, err

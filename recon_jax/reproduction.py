@@ -1,0 +1,201 @@
+"""The papers' experiments at one scale: runs of the binaries, the claims judged, RESULTS.md.
+
+A run is one or more processes of a binary (efficacy over draws; the toy or the init
+study once per seed), each with its own precision, so one run's x64 or compiler
+settings never leak into the next.  Their metrics are condensed
+(:func:`recon_jax.claims.condense`), every claim is judged by its criterion over the
+draws (:func:`recon_jax.claims.claims`), and RESULTS.md and results.json are
+rewritten after each section, so an interrupted reproduction still has a report.
+
+The binaries are started, never imported: :class:`Programs` says how.  A run that
+fails is FAILED in its section, and the others go on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import NamedTuple
+
+from absl import logging
+
+from recon_jax import claims, reports, workdir
+from recon_jax.errors import ConfigError
+
+# The file in a run's folder from which its binary's resume continues an interrupted run.
+STATE = {"efficacy": "config.json", "toy_2d": reports.STATE_FILE, "init_study": "config.json"}
+RUN_FLAGS = ("--workdir", "--resume", "--overwrite")  # where, not what: a run's identity lacks them
+
+
+class Programs(NamedTuple):
+  """How to start the binary ``NAME``: ``python -m module.format(NAME)`` in ``cwd``,
+  its config file and preset ``config.format(NAME, PRESET)``."""
+
+  module: str
+  config: str
+  cwd: str
+
+
+class Failed(Exception):
+  """A run's process exited with an error (the message: its one-line error)."""
+
+
+def _value(v) -> str:
+  if isinstance(v, bool):
+    return str(v).lower()
+  return ",".join(str(x) for x in v) if isinstance(v, (tuple, list)) else str(v)
+
+
+def jobs(cfg, name: str, programs: Programs) -> list:
+  """``[(folder, args)]`` of the run ``name``: one efficacy process, or one per seed."""
+  r = cfg.runs[name]
+  pre, over = "base." if r.binary == "efficacy" else "", workdir.flatten(r.overrides.to_dict())
+  if cfg.data_dir and r.binary != "toy_2d":
+    over["data_dir"] = cfg.data_dir
+  args = [f"--config={programs.config.format(r.binary, r.preset)}"]
+  args += [f"--config.{pre}{k}={_value(v)}" for k, v in over.items()]
+  if r.binary == "efficacy":
+    return [(name, args + [f"--draws={r.draws or cfg.draws}", f"--first_draw={cfg.first_draw}"])]
+  return [(f"{name}/seed_{s}", args + [f"--config.seed={s}"]) for s in range(r.draws or cfg.seeds)]
+
+
+def launch(programs: Programs, binary: str, folder: str, args: list, log: str, resume: bool):
+  """Runs one process into ``folder``, its output appended to ``log``.
+
+  With ``resume``, a process that finished with the same arguments is not run again,
+  and one that was interrupted continues (its binary's ``--resume``).  Raises
+  :class:`Failed` with the process's error line.
+  """
+  env = (workdir.read_json(folder, "config.json") or {}).get("environment", {})
+  same = args == [a for a in env.get("argv", [])[1:] if not a.startswith(RUN_FLAGS)]
+  if resume and same and os.path.isfile(os.path.join(folder, "metrics.json")):
+    return
+  mode = []
+  if os.path.isdir(folder) and os.listdir(folder):
+    keep = resume and same and os.path.isfile(os.path.join(folder, STATE[binary]))
+    mode = ["--resume" if keep else "--overwrite"]
+  cmd = [sys.executable, "-m", programs.module.format(binary)] + args
+  cmd += [f"--workdir={folder}"] + mode
+  logging.info("reproduce: %s", " ".join(cmd[1:]))
+  with open(log, "a") as fh:
+    fh.write("$ " + " ".join(cmd[1:]) + "\n")
+    fh.flush()
+    env = dict(os.environ, MPLBACKEND="Agg")
+    rc = subprocess.run(cmd, cwd=programs.cwd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+  if rc.returncode:
+    with open(log) as fh:
+      lines = [line.strip() for line in fh if line.strip()]
+    err = [line for line in lines if line.startswith("error:")] or lines[-1:]
+    code = rc.returncode
+    raise Failed(f"{f'killed by signal {-code}' if code < 0 else f'exit code {code}'}: {err[-1]}")
+
+
+def _condensed(binary: str, folder: str) -> dict | None:
+  """What the claims read of a finished process's folder (None: no metrics.json)."""
+  m = workdir.read_json(folder, "metrics.json")
+  if m is None or binary != "efficacy":
+    return m if m is None else claims.condense(binary, m)
+  # + the data set, and per draw whether the attacker's pick was the truly best restart
+  dataset = workdir.read_json(folder, "config.json")["config"]["base"]["victim"]["dataset"]
+  picks = [
+    (workdir.read_json(folder, "default", f"draw_{d}", "metrics.json") or {}).get("selection")
+    for d in m["draws"]
+  ]
+  return claims.condense(binary, m, dataset, picks)
+
+
+def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False) -> dict:
+  """The run ``name``'s processes -> ``{binary, commands, status, results, wall_s}``."""
+  r, t0 = cfg.runs[name], time.time()
+  out = {"binary": r.binary, "commands": [], "results": [], "status": "ok"}
+  os.makedirs(os.path.join(path, "logs"), exist_ok=True)
+  for rel, args in jobs(cfg, name, programs):
+    folder = os.path.join(path, rel)
+    out["commands"].append(
+      " ".join([f"python -m {programs.module.format(r.binary)}"] + args + [f"--workdir={folder}"])
+    )
+    try:
+      launch(programs, r.binary, folder, args, os.path.join(path, "logs", f"{name}.log"), resume)
+    except Failed as e:
+      out["status"] = f"FAILED ({e}; log: logs/{name}.log)"
+      break
+    m = _condensed(r.binary, folder)
+    if m is None:
+      out["status"] = f"FAILED ({rel}/metrics.json unreadable after the run)"
+      break
+    out["results"].append(m)
+  out["wall_s"] = time.time() - t0
+  return out
+
+
+def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, command: str = ""):
+  """Runs the ``sections``' runs (each once) into ``path``; writes RESULTS.md, results.json.
+
+  ``command``: the command line that made this reproduction (shown in RESULTS.md).
+  Returns results.json's dict.
+  """
+  t0, results, seen, path = time.time(), {}, {}, os.path.abspath(path)
+  command = command or (
+    f"python -m {programs.module.format('reproduce')} "
+    f"--config={programs.config.format('reproduce', cfg.scale)} --workdir={path}"
+  )
+  out = {}
+  for i, sec in enumerate(sections):
+    for name in (n for n in cfg.sections[sec] if n not in results):
+      key = json.dumps([cfg.runs[name].binary] + [a for _, a in jobs(cfg, name, programs)])
+      if key in seen:  # the same run under two names runs once
+        results[name] = dict(results[seen[key]], alias=seen[key])
+        continue
+      seen[key], results[name] = name, run_one(cfg, path, name, programs, resume)
+      logging.info(
+        "reproduce: %s %s (%.0f s)", name, results[name]["status"], results[name]["wall_s"]
+      )
+    done = sections[: i + 1]
+    rows = claims.claims(claims.CLAIMS, results, done, cfg.confidence)
+    total, more = time.time() - t0, i + 1 < len(sections)
+    report = claims.report(cfg, path, results, rows, done, claims.SECTIONS, total, command, more)
+    workdir.write_text(path, "RESULTS.md", report)
+    out = dict(scale=cfg.scale, command=command, sections=done, claims=rows, total_s=total)
+    out.update(config=cfg, runs=results)
+    workdir.write_json(path, "results.json", out)
+  return out
+
+
+def sections_to_run(cfg, only: str = "") -> list:
+  """The sections to run (``only``, comma-separated; empty: all), in report order.
+
+  A bad section, a run whose binary is unknown, or a ``data_dir`` the runs need
+  and lack are refused before any work.  Sets ``cfg.data_dir`` to its absolute path
+  (the runs' processes start elsewhere).
+  """
+  want = [s.strip() for s in (only or "").split(",") if s.strip()] or list(cfg.sections)
+  for s in want:
+    if s not in claims.SECTIONS or s not in cfg.sections:
+      choices = ", ".join(x for x in claims.SECTIONS if x in cfg.sections)
+      raise ConfigError(f"only: no section {s!r}; choose from {choices}.", "only")
+  names = sorted({n for s in want for n in cfg.sections[s]})
+  for n in names:
+    if n not in cfg.runs or cfg.runs[n].binary not in STATE:
+      raise ConfigError(
+        f"runs.{n}: missing, or its binary is not one of {', '.join(STATE)}.", f"runs.{n}"
+      )
+  need = {
+    v
+    for n in names
+    for k, v in workdir.flatten(cfg.runs[n].overrides.to_dict()).items()
+    if k.endswith("dataset") and v in ("mnist", "cifar10", "cifar100")
+  }
+  need |= {"mnist", "cifar10"} if cfg.scale == "paper" else set()
+  if need:
+    folder = os.path.abspath(workdir.expand(cfg.data_dir)) if cfg.data_dir else ""
+    if not os.path.isdir(folder):
+      raise ConfigError(
+        f"data_dir: the {cfg.scale} scale reads {' and '.join(sorted(need))} from it; "
+        f"got {cfg.data_dir!r}.",
+        "data_dir",
+      )
+    cfg.data_dir = folder
+  return [s for s in claims.SECTIONS if s in want]

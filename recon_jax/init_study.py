@@ -460,10 +460,9 @@ class Study:
       target,
       chunk_steps=min(cfg.chunk_steps, steps),
       batching=self.batching,
-      state_path=state_path,
-      save_every=cfg.save_every,
-      resume=resume and os.path.isfile(state_path),
-      save_meta={"sub_run": sub.name},
+      state_file=loop.StateFile(
+        state_path, cfg.save_every, resume and os.path.isfile(state_path), {"sub_run": sub.name}
+      ),
     )
     x_rec = np.asarray(out.candidates, np.float64) + offset
     last = out.chunks[-1]

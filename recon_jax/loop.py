@@ -358,6 +358,17 @@ def chunk_record(rec: dict) -> dict:
   return out
 
 
+class StateFile(NamedTuple):
+  """Where a sweep saves its state: ``path``, every ``every`` chunks and at its end
+  (0: never); ``resume``: continue from that file (it must exist and match);
+  ``meta``: JSON-able data stored with the state."""
+
+  path: str
+  every: int = 1
+  resume: bool = False
+  meta: Optional[dict] = None
+
+
 class Checkpoint:
   """Saves a running sweep to ``path`` every ``every`` chunks (and at its end).
 

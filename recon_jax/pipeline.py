@@ -245,10 +245,7 @@ def run_attack(
   *,
   chunk_steps: int = 500,
   batching: str = "auto",
-  state_path: Optional[str] = None,
-  save_every: int = 1,
-  resume: bool = False,
-  save_meta: Optional[dict] = None,
+  state_file: Optional[loop.StateFile] = None,
   log: bool = True,
 ) -> AttackRun:
   """Runs ``attack`` from ``x_init`` for R = len(keys) restarts through ``stages``.
@@ -261,19 +258,16 @@ def run_attack(
     target: what the attacker sees.
     chunk_steps: steps per compiled chunk.
     batching: 'auto', 'vmap' or 'map' over restarts.
-    state_path: where to save the run every ``save_every`` chunks (None: nowhere).
-    resume: continue from ``state_path`` (which must exist and match).
-    save_meta: JSON-able metadata stored with the state.
+    state_file: where and how often to save the run, and whether to continue from
+      that file (None: never saved).
     log: one log line per chunk.
   """
-  state0, chunks = None, []
-  if resume:
-    if not state_path:
-      raise ConfigError(argument="state_path", message="resume needs a state_path.")
+  state0, chunks, sf = None, [], state_file
+  if sf is not None and sf.resume:
     state0, chunks, _ = loop.resume_state(
-      state_path, attack, x_init, keys, stages[0][1], target, batching
+      sf.path, attack, x_init, keys, stages[0][1], target, batching
     )
-  ckpt = loop.Checkpoint(state_path, save_every, save_meta, chunks) if state_path else None
+  ckpt = loop.Checkpoint(sf.path, sf.every, sf.meta, chunks) if sf is not None else None
   res = loop.run_stages(
     attack,
     x_init,
@@ -822,18 +816,14 @@ class Reconstruction(NamedTuple):
 def reconstruct(
   cfg,
   *,
-  state_path: Optional[str] = None,
-  save_every: int = 1,
-  resume: bool = False,
-  save_meta: Optional[dict] = None,
+  state_file: Optional[loop.StateFile] = None,
   requested_victim: Optional[dict] = None,
 ) -> Reconstruction:
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
 
-  ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  With
-  ``state_path`` the sweep is saved there every ``save_every`` chunks; with
-  ``resume`` it continues from that file.  ``requested_victim``: see
-  :func:`victim_config`.
+  ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  The sweep
+  saves to and resumes from ``state_file`` (see :func:`run_attack`).
+  ``requested_victim``: see :func:`victim_config`.
   """
   validate(cfg)
   t_start = time.time()
@@ -914,10 +904,7 @@ def reconstruct(
       target,
       chunk_steps=cfg.chunk_steps,
       batching=cfg.batching,
-      state_path=state_path,
-      save_every=save_every,
-      resume=resume,
-      save_meta=save_meta,
+      state_file=state_file,
     )
     cands, weights, final_loss = run.candidates, run.weights, run.final_loss
     timing.update(

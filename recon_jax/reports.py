@@ -17,7 +17,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import claims, efficacy, init_study, pipeline, plotting, toy, victim, workdir
+from recon_jax import claims, efficacy, init_study, loop, pipeline, plotting, toy, victim, workdir
 from recon_jax.errors import ConfigError, RunFailed
 
 
@@ -36,6 +36,17 @@ def restart_table(rows: list) -> str:
 STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
 
 
+def _begin(cfg, path: str, resume: bool, **config_extra) -> loop.StateFile:
+  """config.json written (``config_extra`` added), or checked against ``cfg`` when
+  resuming; returns where the sweep saves its state, with the config stored beside it."""
+  if resume:
+    workdir.check_resumable(cfg, path, STATE_FILE)
+  else:
+    workdir.write_config(path, cfg, **config_extra)
+  meta = {"config": workdir.jsonable(cfg)}
+  return loop.StateFile(workdir.inside(path, STATE_FILE), cfg.save_every, resume, meta)
+
+
 def run_reconstruction(
   cfg, path: str, *, resume: bool = False, requested_victim=None, explicit=()
 ) -> dict:
@@ -46,18 +57,8 @@ def run_reconstruction(
   Returns metrics.json's dict; its ``warnings`` say what a reader must know.
   """
   pipeline.prepare(cfg, requested_victim, explicit)
-  if resume:
-    workdir.check_resumable(cfg, path, STATE_FILE)
-  else:
-    workdir.write_config(path, cfg)
-  out = pipeline.reconstruct(
-    cfg,
-    state_path=workdir.inside(path, STATE_FILE),
-    save_every=cfg.save_every,
-    resume=resume,
-    save_meta={"config": workdir.jsonable(cfg)},
-    requested_victim=requested_victim,
-  )
+  state_file = _begin(cfg, path, resume)
+  out = pipeline.reconstruct(cfg, state_file=state_file, requested_victim=requested_victim)
   return write_reconstruction(path, out)
 
 
@@ -145,18 +146,8 @@ def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
   The precision is the caller's (the toy needs float64 to reach the KKT direction).
   """
   toy.validate(cfg)
-  if resume:
-    workdir.check_resumable(cfg, path, STATE_FILE)
-  else:
-    workdir.write_config(path, cfg, victim=toy.victim_config(cfg).to_dict())
-  out = toy.run(
-    cfg,
-    state_path=workdir.inside(path, STATE_FILE),
-    save_every=cfg.save_every,
-    resume=resume,
-    save_meta={"config": workdir.jsonable(cfg)},
-  )
-  return write_toy(path, cfg, out)
+  state_file = _begin(cfg, path, resume, victim=toy.victim_config(cfg).to_dict())
+  return write_toy(path, cfg, toy.run(cfg, state_file=state_file))
 
 
 def write_toy(path: str, cfg, out) -> dict:

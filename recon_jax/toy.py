@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 from absl import logging
 import numpy as np
 
-from recon_jax import models, pipeline, sweep, victim
+from recon_jax import loop, models, pipeline, sweep, victim
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
@@ -168,21 +168,18 @@ class ToyRun(NamedTuple):
 def run(
   cfg,
   *,
-  state_path: Optional[str] = None,
-  save_every: int = 1,
-  resume: bool = False,
-  save_meta: Optional[dict] = None,
+  state_file: Optional[loop.StateFile] = None,
 ) -> ToyRun:
   """Trains (or loads) the toy's victim, runs the attack sweep and scores it.
 
   The precision is the caller's (float64 when ``cfg.x64``: a warning otherwise).
-  With ``state_path`` the sweep is saved every ``save_every`` chunks, and
-  ``resume`` continues from that file.
+  The sweep saves to and resumes from ``state_file``
+  (:class:`recon_jax.loop.StateFile`, None: never saved).
   """
   import jax
   import jax.numpy as jnp
 
-  from recon_jax import data, diagnostics, inits, loop, losses
+  from recon_jax import data, diagnostics, inits, losses
 
   hp, stages, labels = validate(cfg)
   t_start = time.time()
@@ -224,10 +221,7 @@ def run(
     stages,
     target,
     chunk_steps=cfg.chunk_steps,
-    state_path=state_path,
-    save_every=save_every,
-    resume=resume,
-    save_meta=save_meta,
+    state_file=state_file,
   )
   timing.update(compile_s=res.compile_s, run_s=res.run_s)
   scores, at_init, after_filter, kept = score(cfg, res, x0, ds.x_train)

@@ -58,9 +58,9 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
   calls = []
   run_attack = pipeline.run_attack
 
-  def spy(attack, *args, state_path=None, resume=False, **kw):
-    calls.append((os.path.basename(state_path), resume))
-    out = run_attack(attack, *args, state_path=state_path, resume=resume, **kw)
+  def spy(attack, *args, state_file=None, **kw):
+    calls.append((os.path.basename(state_file.path), state_file.resume))
+    out = run_attack(attack, *args, state_file=state_file, **kw)
     calls.append([c["step"] for c in out.chunks])
     return out
 

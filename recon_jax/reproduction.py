@@ -167,8 +167,9 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
 def sections_to_run(cfg, only: str = "") -> list:
   """The sections to run (``only``, comma-separated; empty: all), in report order.
 
-  A bad section, a run whose binary is unknown, or a ``data_dir`` the runs need
-  and lack are refused before any work.  Sets ``cfg.data_dir`` to its absolute path
+  A bad section, a run whose binary is unknown, or a ``data_dir`` without the
+  files that the runs' settings name (``dataset`` mnist, cifar10, cifar100) are
+  refused before any work.  Sets ``cfg.data_dir`` to its absolute path
   (the runs' processes start elsewhere).
   """
   want = [s.strip() for s in (only or "").split(",") if s.strip()] or list(cfg.sections)
@@ -188,7 +189,6 @@ def sections_to_run(cfg, only: str = "") -> list:
     for k, v in workdir.flatten(cfg.runs[n].overrides.to_dict()).items()
     if k.endswith("dataset") and v in ("mnist", "cifar10", "cifar100")
   }
-  need |= {"mnist", "cifar10"} if cfg.scale == "paper" else set()
   if need:
     folder = os.path.abspath(workdir.expand(cfg.data_dir)) if cfg.data_dir else ""
     if not os.path.isdir(folder):

@@ -239,6 +239,7 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   ]
   assert not (tmp_path / "w").exists()
   cfg = configs.get_config("paper")
+  assert reproduction.sections_to_run(cfg, "toy") == ["toy"]  # the toy reads no data files
   cfg.data_dir = str(tmp_path / "none")
   with pytest.raises(ConfigError, match=r"^data_dir: the paper scale .* got '/"):
     reproduction.sections_to_run(cfg)

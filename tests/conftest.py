@@ -85,23 +85,24 @@ def _keep_precision():
 
 
 @contextlib.contextmanager
-def fast_compile(clear: bool = True):
-  """XLA's optimisation passes off, for tiny compile-bound programs whose bits no test asserts
+def fast_compile():
+  """XLA's optimisation passes off, for tiny compile-bound programs
   (LLVM's passes alone take ~1.5 s on one 4-d jax.random.normal).
 
-  JAX's in-memory executables do not record the flag, so they are dropped on the way out
-  (``clear``): nothing compiled here without optimisations is run later.  The init
-  study's tests keep them (``clear=False``): their resumed run must reuse the
-  reference run's programs to match it bit for bit.
+  JAX's in-memory executables do not record the flag (the persistent cache's keys
+  do), so they are dropped on the way in and out: nothing compiled with
+  optimisations runs in here, nothing compiled without them runs later.  Two runs
+  under ``fast_compile`` then compile (or load) the same programs and give the
+  same bits, which the init study's resume test asserts.
   """
   old = jax.config.read("jax_disable_most_optimizations")
   jax.config.update("jax_disable_most_optimizations", True)
+  jax.clear_caches()
   try:
     yield
   finally:
     jax.config.update("jax_disable_most_optimizations", old)
-    if clear:
-      jax.clear_caches()
+    jax.clear_caches()
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def _session_dir() -> str:
 def run_tiny(workdir: str, *, resume: bool = False) -> dict:
   """The ``tiny`` preset run in-process, its victims cached in this session's cache."""
   cfg = configs.get_config("tiny")
-  with fast_compile(clear=False), victim_cache(os.path.join(_session_dir(), "cache")):
+  with fast_compile(), victim_cache(os.path.join(_session_dir(), "cache")):
     return reports.run_init_study(cfg, workdir, resume=resume)
 
 

@@ -208,19 +208,11 @@ def train_to_convergence(
   """
   if wd < 0:
     raise ConfigError(f"wd must be >= 0, got {wd}.")
-  run, grad_norm = _lbfgs_program(apply_fn, loss, float(wd), act, tol, maxiter, history_size)
-  params, _ = run(params, jnp.asarray(x), jnp.asarray(y))
-  return params, float(grad_norm(params, jnp.asarray(x), jnp.asarray(y)))
-
-
-@functools.lru_cache(maxsize=16)
-def _lbfgs_program(apply_fn, loss, wd, act, tol, maxiter, history_size):
-  """The compiled L-BFGS run and ``||grad E||`` of one energy: victims of the same
-  architecture, loss and settings (a study's seeds and draws) are traced once."""
   energy = losses.energy(apply_fn, loss, wd, act)
+
   solver = jaxopt.LBFGS(fun=energy, maxiter=maxiter, tol=tol, history_size=history_size, jit=True)
-
-  def grad_norm(params, x, y):
-    return jnp.sqrt(losses.tree_sq_norm(jax.grad(energy)(params, x, y)))
-
-  return jax.jit(solver.run), jax.jit(grad_norm)
+  run = jax.jit(solver.run)
+  params, _ = run(params, jnp.asarray(x), jnp.asarray(y))
+  g = jax.grad(energy)(params, jnp.asarray(x), jnp.asarray(y))
+  gnorm = float(jnp.sqrt(losses.tree_sq_norm(g)))
+  return params, gnorm

@@ -33,13 +33,13 @@ from recon_jax import (
   models,
   optim,
   sweep,
-  train,
   victim,
 )
 from recon_jax.attacks import inversion, kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import report as evaluation
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
+from recon_jax.workdir import expand
 
 ATTACKS = ("kkt", "closed_form", "inversion", "weights")
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
@@ -519,8 +519,6 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> victim
   Nothing is written or trained here.  ``explicit``: the settings the user set
   (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.
   """
-  from recon_jax.workdir import expand
-
   cfg.data_dir = expand(cfg.data_dir)
   cfg.checkpoint = expand(cfg.checkpoint)
   if "foreign" in cfg:
@@ -532,8 +530,6 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> victim
 def prepare_training(cfg) -> victim.VictimConfig:
   """The victim of a training run (``cfg.victim``, ``data_dir``, ``chunk_epochs``,
   ``save_every``), every setting checked and ``data_dir`` expanded; nothing is written."""
-  from recon_jax.workdir import expand
-
   cfg.data_dir = expand(cfg.data_dir)
   for name, low in (("chunk_epochs", 1), ("save_every", 0)):
     if not _is_int(cfg[name]) or cfg[name] < low:
@@ -851,17 +847,13 @@ def reconstruct(
       padding=imp.get("padding", 0),
     )
   else:
-    try:
-      vic = load_or_train_victim(
-        vcfg,
-        ds,
-        checkpoint=cfg.checkpoint,
-        use_cache=cfg.use_cache,
-        allow_data_mismatch=cfg.get("allow_data_mismatch", False),
-      )
-    except train.TrainError as e:  # the victim's training diverged: name its learning rate
-      e.argument = "victim.lr"
-      raise
+    vic = load_or_train_victim(
+      vcfg,
+      ds,
+      checkpoint=cfg.checkpoint,
+      use_cache=cfg.use_cache,
+      allow_data_mismatch=cfg.get("allow_data_mismatch", False),
+    )
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
   target = make_target(vic.params, labels, ds.mean, dtype=dtype)

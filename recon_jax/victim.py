@@ -168,18 +168,22 @@ def fit(
         on_chunk(ph, st, hists)
 
     prior = list(hists[ph])
-    params, hists[ph] = train.train(
-      apply_fn,
-      params,
-      x,
-      y,
-      phases[ph],
-      x_test=xt,
-      y_test=yt,
-      callback=callback,
-      state=state if ph == start else None,
-      history=prior,
-    )
+    try:
+      params, hists[ph] = train.train(
+        apply_fn,
+        params,
+        x,
+        y,
+        phases[ph],
+        x_test=xt,
+        y_test=yt,
+        callback=callback,
+        state=state if ph == start else None,
+        history=prior,
+      )
+    except train.TrainError as e:
+      e.argument = "lr"  # this config's learning rate: the setting to lower
+      raise
   history = list(hists[0])
   if len(phases) > 1:
     history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in hists[1]]
@@ -361,7 +365,7 @@ def fit_resumable(
 
   With ``resume`` it continues from that file.  If training diverges, the last
   finite parameters are saved to ``last_finite_path`` (when given) for
-  inspection, and the :class:`~recon_jax.train.TrainError` names ``victim.lr``.
+  inspection, and the :class:`~recon_jax.train.TrainError` names ``lr`` (:func:`fit`).
   """
   resume_from = load_training(state_path, cfg, ds, chunk) if resume else None
   if resume_from:
@@ -380,7 +384,6 @@ def fit_resumable(
   except train.TrainError as e:
     if e.params is not None and last_finite_path:
       save(last_finite_path, cfg, ds, e.params, {"error": str(e)})
-    e.argument = "victim.lr"  # the error line names the setting to change
     raise
 
 

@@ -61,7 +61,8 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   reports.check_outcome(m, workdir)
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
-    f"(held-out baseline {m['baseline_heldout_recovered_strict']})"
+    f"(held-out baseline {m['baseline_heldout_recovered_strict']}); "
+    f"{m['identifiability']['verdict']}"
   )
   return m
 

@@ -180,7 +180,7 @@ HEADS = {
   "efficacy": (
     "run | data | n | draws | strict pooled | strict attacker-selected | SSIM > "
     "0.4 | mean-image baseline strict | held-out baseline strict | oracle "
-    "residual | s per draw"
+    "residual | log10 identifiability ratio | s per draw"
   ),
   "toy_2d": (
     "run | recovered (attacker-selected restart) | best restart | pooled | its "
@@ -200,6 +200,7 @@ EFFICACY_KEYS = (
   "baseline_mean_strict",
   "baseline_heldout_strict",
   "oracle_residual_rel",
+  "log10_identifiability_ratio",
   "time_s",
 )
 
@@ -407,12 +408,8 @@ def table_rows(name: str, r: Mapping) -> list:
   """The rows of one run in its section's table (:data:`HEADS`)."""
   if r["binary"] == "efficacy":
     m = r["results"][0]
-    a = [
-      fmt(
-        m["variants"]["default"][k], 3 if k == "oracle_residual_rel" else 0 if k == "time_s" else 1
-      )
-      for k in EFFICACY_KEYS
-    ]
+    digits = {"oracle_residual_rel": 3, "log10_identifiability_ratio": 2, "time_s": 0}
+    a = [_fmt_or_dash(m["variants"]["default"].get(k), digits.get(k, 1)) for k in EFFICACY_KEYS]
     return [" | ".join([name, m["dataset"], str(m["n_train"]), str(len(m["draws"]))] + a)]
   if r["binary"] == "toy_2d":
     return [
@@ -511,6 +508,25 @@ def report(
   return "\n".join(lines) + "\n"
 
 
+def _fmt_or_dash(iv, digits: int) -> str:
+  return "–" if not iv or not iv["n"] else fmt(iv, digits)
+
+
+def _truth_best(a: Mapping) -> str:
+  """``k of K``: draws whose identifiability ratio is >= 1 (the truth fits at least as well
+  as anything the attack found) and through whose training set runs no flat family."""
+  ratios = (a.get("identifiability_ratio") or {}).get("per_draw", [])
+  flat = (a.get("truth_not_unique") or {}).get("per_draw", [None] * len(ratios))
+  pairs = [(r, f) for r, f in zip(ratios, flat) if r is not None]
+  return f"{sum(r >= 1 and not f for r, f in pairs)} of {len(pairs)}" if pairs else "–"
+
+
+def _count(a: Mapping, key: str) -> str:
+  """``k of K``: draws whose 0/1 number ``key`` is 1."""
+  v = [x for x in (a.get(key) or {}).get("per_draw", []) if x is not None]
+  return f"{int(sum(v))} of {len(v)}" if v else "–"
+
+
 def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
   """results.md of the efficacy harness: means and 95% intervals over draws, attack next to
   its baselines, then the paired differences against the first variant."""
@@ -520,8 +536,10 @@ def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
     "mean [95% t interval] over draws.",
     "",
     "| variant | strict pooled | strict attacker-selected | SSIM > 0.4 | mean-image "
-    "baseline strict | held-out baseline strict | oracle residual | time per draw (s) |",
-    "|---|---|---|---|---|---|---|---|",
+    "baseline strict | held-out baseline strict | oracle residual | identifiability ratio "
+    "(log10) | draws where the truth fits best | draws where other images fit exactly as "
+    "well | time per draw (s) |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
   ]
   for v in variants:
     a = out["variants"][v]
@@ -529,6 +547,8 @@ def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
       f"| {v} | {fmt(a['strict_pooled'])} | {fmt(a['strict_selected'])} | "
       f"{fmt(a['ssim_gt_0.4'])} | {fmt(a['baseline_mean_strict'])} | "
       f"{fmt(a['baseline_heldout_strict'])} | {fmt(a['oracle_residual_rel'], 3)} | "
+      f"{_fmt_or_dash(a.get('log10_identifiability_ratio'), 2)} | {_truth_best(a)} | "
+      f"{_count(a, 'truth_not_unique')} | "
       f"{fmt(a['time_s'], 0)} |"
     )
   paired_ = out.get("paired_vs_" + variants[0], {})

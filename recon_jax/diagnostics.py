@@ -23,53 +23,71 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 
-from recon_jax.attacks.kkt import weighted_output
+from recon_jax.losses import margins
 
 
-def oracle_residual(apply_fn, problem: str, params, x_train, labels) -> dict:
-  """Best fit of the stationarity equations by the TRUE training set.
+def gradient_matrix(apply_fn, problem: str, params):
+  """A jitted ``cols(x [k, ...], labels [k]) -> [k * C, P]``: per-candidate margin gradients.
 
-  Solves ``min_{lambda >= 0} ||theta* - sum_i lambda_i grad g_i(x_i)||^2`` (a
-  non-negative least-squares problem; unconstrained for 'general') with the
-  network's true ReLU derivative, and reports the residual as a fraction of
-  ``||theta*||^2``.  If other inputs fit the equations better than the truth,
-  the attack cannot single out the training data: a cheap go/no-go
-  diagnostic for a victim.
+  Row ``i`` (``i*C + c`` for 'general') is ``grad_theta g_i(theta; x_i)`` at
+  ``theta = params`` with the network's OWN activation (ReLU's true
+  derivative, a smooth victim's exact one), flattened like
+  ``ravel_pytree(params)``.  Built once, it serves every set of candidates of
+  the same shape without recompiling.
+  """
+  flat, unravel = jax.flatten_util.ravel_pytree(params)
+
+  def one(xi, yi):
+    def g(p):
+      return margins(problem, apply_fn(unravel(p), xi[None], None), yi[None])[0]
+
+    return jax.jacrev(g)(flat).reshape(-1, flat.shape[0])
+
+  return jax.jit(lambda x, y: jax.vmap(one)(x, y).reshape(-1, flat.shape[0]))
+
+
+def stationarity_fit(cols, problem: str, reference, x, labels) -> dict:
+  """Best fit of the stationarity equations by the candidates ``x``.
+
+  Solves ``min_lambda ||reference - sum_i lambda_i grad g_i(x_i)||^2`` over
+  ``lambda >= 0`` (non-negative least squares; free real multipliers for
+  'general') in float64, and measures the residual directly (no normal
+  equations, so a residual near machine precision stays measurable).
+
+  Args:
+    cols: :func:`gradient_matrix` of the victim.
+    problem: 'binary', 'multiclass' or 'general'.
+    reference: what the sum must reproduce (theta*, or theta* - theta_0).
+    x, labels: [k, ...] candidates and their labels.
 
   Returns:
-    dict with ``residual_rel`` (float), ``lam`` [n] (or [n, C]) in the paper's
-    eq. (6) normalisation (no 1/m), ``n_active``.
+    dict with ``residual_rel`` (residual / ||reference||^2), ``lam`` [k] (or
+    [k, C]) in the paper's eq. (6) normalisation (no 1/m), ``n_active``.
   """
-  flat_params, unravel = jax.flatten_util.ravel_pytree(params)
-  x_train = jnp.asarray(x_train)
-  labels = jnp.asarray(labels)
-
-  def per_sample_grad(xi, yi, lam_i):
-    def f(p):
-      return weighted_output(
-        apply_fn, problem, unravel(p), xi[None], lam_i[None], yi[None], None, "sum"
-      )
-
-    return jax.grad(f)(flat_params)
-
-  n = x_train.shape[0]
+  theta = np.asarray(jax.flatten_util.ravel_pytree(reference)[0], np.float64)
+  k = len(x)
+  v = np.asarray(cols(jnp.asarray(x), jnp.asarray(labels)), np.float64).T  # [P, k*C]
   if problem == "general":
-    c = apply_fn(params, x_train[:1], None).shape[1]
-    cols = []
-    for j in range(c):
-      lam_j = jnp.zeros((n, c)).at[:, j].set(1.0)
-      cols.append(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, lam_j))
-    v = np.concatenate([np.asarray(cc) for cc in cols], axis=0).T
-    sol, *_ = np.linalg.lstsq(v.astype(np.float64), np.asarray(flat_params, np.float64), rcond=None)
+    sol, *_ = np.linalg.lstsq(v, theta, rcond=None)
   else:
-    v = np.asarray(jax.jit(jax.vmap(per_sample_grad))(x_train, labels, jnp.ones(n))).T
-    sol, _ = scipy.optimize.nnls(
-      v.astype(np.float64), np.asarray(flat_params, np.float64), maxiter=50 * n
-    )
-  theta = np.asarray(flat_params, np.float64)
+    sol, _ = scipy.optimize.nnls(v, theta, maxiter=50 * v.shape[1])
   resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta**2))
-  lam = sol.reshape(-1, n).T if problem == "general" else sol  # columns were stacked per class
+  lam = sol.reshape(k, -1) if problem == "general" else sol
   return {"residual_rel": resid, "lam": lam, "n_active": int(np.sum(np.abs(sol) > 0))}
+
+
+def oracle_residual(apply_fn, problem: str, params, x_train, labels, reference=None) -> dict:
+  """Best fit of the stationarity equations by the TRUE training set.
+
+  :func:`stationarity_fit` of the training set with the network's true
+  derivative, against ``reference`` (default theta*).  If other inputs fit the
+  equations better than the truth, the attack cannot single out the training
+  data: a cheap go/no-go diagnostic for a victim (see
+  :mod:`recon_jax.eval.identifiability` for the comparison with an attack).
+  """
+  cols = gradient_matrix(apply_fn, problem, params)
+  ref = params if reference is None else reference
+  return stationarity_fit(cols, problem, ref, x_train, labels)
 
 
 def kink_fraction(params, x_train, rel_tol: float = 1e-3) -> float:
@@ -88,6 +106,24 @@ def kink_fraction(params, x_train, rel_tol: float = 1e-3) -> float:
     z = z + np.asarray(layer["bias"])
   a = np.abs(z)
   return float(np.mean(np.any(a <= rel_tol * (a.max(axis=0, keepdims=True) + 1e-30), axis=0)))
+
+
+def images_on_kink(params, x_train, rel_tol: float = 1e-3) -> float:
+  """Fraction of training points that sit on the kink of some first-layer ReLU.
+
+  A point counts when ``|w.x_i + b| <= rel_tol * max_j |w.x_j + b|`` for at
+  least one unit.  There the ReLU derivative is set-valued: gradient descent
+  and L-BFGS stall, and the stationarity residual scored with ``1{z > 0}``
+  stays above 0 even at a (Clarke) stationary point.  Meaningless (and
+  harmless) for a smooth activation.
+  """
+  layer = params["params"]["layer_0"]
+  x = np.asarray(x_train, np.float64).reshape(len(x_train), -1)
+  z = x @ np.asarray(layer["kernel"], np.float64)
+  if "bias" in layer:
+    z = z + np.asarray(layer["bias"], np.float64)
+  a = np.abs(z)
+  return float(np.mean(np.any(a <= rel_tol * (a.max(axis=0, keepdims=True) + 1e-300), axis=1)))
 
 
 # float32 machine epsilon is 1.19e-7: a relative change below ~8 ulps is noise.

@@ -32,6 +32,9 @@ DRAW_KEYS = (
   "baseline_heldout_strict",
   "baseline_heldout_ssim_gt_0.4",
   "oracle_residual_rel",
+  "identifiability_ratio",
+  "log10_identifiability_ratio",
+  "truth_not_unique",
   "time_s",
 )
 
@@ -62,6 +65,7 @@ def draw_numbers(metrics: Mapping) -> dict:
     "baseline_heldout_strict": metrics.get("baseline_heldout_recovered_strict"),
     "baseline_heldout_ssim_gt_0.4": metrics.get("baseline_heldout_n_ssim_gt_0.4"),
     "oracle_residual_rel": metrics["oracle_residual_rel"],
+    **_identifiability_numbers(metrics.get("identifiability") or {}),
     "time_s": metrics["timing"]["total_s"],
     # attacker-side identification (when the run computed it): AUC and precision@10
     **{
@@ -69,6 +73,21 @@ def draw_numbers(metrics: Mapping) -> dict:
       for name, v in metrics.get("identification", {}).get("scores", {}).items()
       for stat, key in (("auc", "auc"), ("p10", "precision@10"))
     },
+  }
+
+
+def _identifiability_numbers(ident: Mapping) -> dict:
+  """The draw's identifiability ratio (attack's best residual / truth's) and its log10 (the
+  ratio spans orders of magnitude, so its log is the number to average), and whether a flat
+  family of exact solutions runs through the training set (1) or not (0)."""
+  ratio = ident.get("ratio")
+  ok = ratio is not None and np.isfinite(ratio) and ratio > 0
+  family = ident.get("family") or {}
+  return {
+    "identifiability_ratio": ratio,
+    "log10_identifiability_ratio": float(np.log10(ratio)) if ok else None,
+    # 1: images far from the training set (in the pixel box) fit exactly as well as it does
+    "truth_not_unique": None if "confirmed" not in family else float(family["confirmed"]),
   }
 
 

@@ -185,6 +185,7 @@ def train_to_convergence(
   maxiter: int = 5000,
   act=None,
   history_size: int = 20,
+  return_info: bool = False,
 ):
   """Trains a victim to a tight minimiser of ``E = mean loss + wd/2 ||theta||^2`` (L-BFGS).
 
@@ -202,6 +203,8 @@ def train_to_convergence(
     maxiter: L-BFGS iteration cap.
     act: activation passed to ``apply_fn``.
 
+    return_info: return ``{'grad_norm', 'iters'}`` instead of the bare gradient norm.
+
   Returns:
     ``(params, grad_norm)``; ``grad_norm`` (a float) is ``||grad E(theta)||`` at the
     returned parameters, recomputed.
@@ -212,7 +215,9 @@ def train_to_convergence(
 
   solver = jaxopt.LBFGS(fun=energy, maxiter=maxiter, tol=tol, history_size=history_size, jit=True)
   run = jax.jit(solver.run)
-  params, _ = run(params, jnp.asarray(x), jnp.asarray(y))
+  params, state = run(params, jnp.asarray(x), jnp.asarray(y))
   g = jax.grad(energy)(params, jnp.asarray(x), jnp.asarray(y))
   gnorm = float(jnp.sqrt(losses.tree_sq_norm(g)))
+  if return_info:
+    return params, {"grad_norm": gnorm, "iters": int(state.iter_num)}
   return params, gnorm

@@ -37,6 +37,7 @@ from recon_jax import (
 )
 from recon_jax.attacks import inversion, kkt
 from recon_jax.errors import ConfigError
+from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.workdir import expand
@@ -414,6 +415,15 @@ def _victim_problem(v: victim.VictimConfig) -> Optional[Tuple[str, str]]:
     value = getattr(v, name)
     if not (_finite(value) and value >= 0):
       return name, f"must be a finite number >= 0, got {value!r}."
+  if not (_finite(v.converge_tol) and v.converge_tol >= 0):
+    return "converge_tol", f"must be a finite number >= 0 (0: off), got {v.converge_tol!r}."
+  if not _is_int(v.converge_maxiter) or v.converge_maxiter < 1:
+    return "converge_maxiter", f"must be an integer >= 1, got {v.converge_maxiter!r}."
+  if v.converge_tol > 0 and v.loss != "mse" and victim.final_weight_decay(v) <= 0:
+    return "converge_tol", (
+      f"needs weight decay in the last training phase (weight_decay, or wd with wd_epochs): "
+      f"with loss={v.loss} and none the training energy has no stationary point."
+    )
   if not (_finite(v.momentum) and 0 <= v.momentum < 1):
     return "momentum", f"must be in [0, 1), got {v.momentum!r}."
   if v.adaptive not in ADAPTIVE:
@@ -600,6 +610,46 @@ def validate(cfg, explicit=()) -> None:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   if cfg.attack == "inversion" and problem != "binary":
     raise ConfigError("attack=inversion is defined for binary victims only.", "attack")
+  derivative = cfg.get("derivative", "auto")
+  if derivative not in ("auto",) + kkt.DERIVATIVES:
+    raise ConfigError(
+      f"derivative must be auto or one of {kkt.DERIVATIVES}, got {derivative!r}.", "derivative"
+    )
+  multipliers = cfg.get("multipliers", "free")
+  if multipliers not in kkt.MULTIPLIERS:
+    raise ConfigError(
+      f"multipliers must be one of {kkt.MULTIPLIERS}, got {multipliers!r}.", "multipliers"
+    )
+  if multipliers == "tied" and (cfg.attack != "kkt" or problem != "binary"):
+    raise ConfigError(
+      "multipliers=tied needs attack=kkt on a binary (logistic) victim.", "multipliers"
+    )
+  if cfg.get("subspace", False):
+    if cfg.attack != "kkt":
+      raise ConfigError(
+        "subspace keeps the KKT attack's candidates in a span: attack=kkt only.", "subspace"
+      )
+    if vcfg.arch not in ("mlp", "one_hidden", "affine"):
+      raise ConfigError(
+        f"subspace needs a dense first layer; arch={vcfg.arch} has none.", "subspace"
+      )
+  search = cfg.get("search", "first_order")
+  if search not in SEARCHES:
+    raise ConfigError(f"search must be one of {SEARCHES}, got {search!r}.", "search")
+  if search == "lm" and not (
+    cfg.attack == "kkt" and multipliers == "tied" and cfg.get("subspace", False)
+  ):
+    raise ConfigError(
+      "search=lm solves the tied equations in the data subspace: it needs attack=kkt, "
+      "multipliers=tied and subspace=True.",
+      "search",
+    )
+  cg = cfg.get("lm_cg_maxiter", 20)
+  if not _is_int(cg) or cg < 1:
+    raise ConfigError(f"lm_cg_maxiter must be an integer >= 1, got {cg!r}.", "lm_cg_maxiter")
+  tol = cfg.get("subspace_tol", 1e-3)
+  if not (_finite(tol) and 0 < tol < 1):
+    raise ConfigError(f"subspace_tol must be in (0, 1), got {tol!r}.", "subspace_tol")
   if cfg.batching not in loop.BATCHINGS:
     raise ConfigError(
       f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
@@ -759,13 +809,50 @@ def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool)
   return out
 
 
-def make_attack(cfg, apply_fn, problem: str, num_outputs: int = 1) -> Attack:
-  """The attack a job config names (``cfg.attack``), with the config's options."""
+SMOOTH = ("gelu", "softplus", "tanh", "identity")
+SEARCHES = ("first_order", "lm")
+
+
+def resolve_derivative(derivative: str, activation: str) -> str:
+  """'auto': the victim's own derivative when its activation is smooth, else the surrogate."""
+  if derivative != "auto":
+    return derivative
+  return "exact" if activation in SMOOTH else "surrogate"
+
+
+def make_attack(
+  cfg,
+  apply_fn,
+  problem: str,
+  num_outputs: int = 1,
+  *,
+  activation: str = "relu",
+  basis=None,
+  input_shape=None,
+) -> Attack:
+  """The attack a job config names (``cfg.attack``), with the config's options.
+
+  ``activation``: the victim's (for ``derivative='auto'``); ``basis``: the
+  candidates' subspace when ``cfg.subspace`` (see :func:`recon_jax.attacks.kkt.first_layer_basis`).
+  """
   if cfg.attack == "closed_form":
     from recon_jax.attacks import closed_form
 
     return closed_form.closed_form_attack(
       apply_fn, problem, optimizer=cfg.optimizer, w_prior=cfg.w_prior, num_outputs=num_outputs
+    )
+  derivative = resolve_derivative(cfg.get("derivative", "auto"), activation)
+  if cfg.attack == "kkt" and cfg.get("search", "first_order") == "lm":
+    from recon_jax.attacks import gauss_newton
+
+    return gauss_newton.lm_attack(
+      apply_fn,
+      basis,
+      input_shape,
+      derivative=derivative,
+      w_prior=cfg.w_prior,
+      normalize=cfg.normalize,
+      cg_maxiter=cfg.get("lm_cg_maxiter", 20),
     )
   if cfg.attack == "kkt":
     return kkt.kkt_attack(
@@ -776,6 +863,9 @@ def make_attack(cfg, apply_fn, problem: str, num_outputs: int = 1) -> Attack:
       w_prior=cfg.w_prior,
       normalize=cfg.normalize,
       num_outputs=num_outputs,
+      derivative=derivative,
+      multipliers=cfg.get("multipliers", "free"),
+      basis=basis,
     )
   if cfg.attack == "inversion":
     return inversion.inversion_attack(apply_fn, w_prior=cfg.w_prior)
@@ -797,6 +887,40 @@ def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
     jax.tree_util.tree_leaves(params)[0].dtype,
   )
   return jax.tree_util.tree_map(jnp.subtract, params, theta0)
+
+
+def identifiability_report(vic: Victim, problem, target: Target, ds, cands, weights, diverged):
+  """:func:`recon_jax.eval.identifiability.identifiability` of a run, or why it was skipped.
+
+  Scored against ``target.fit`` (theta*, or theta* - theta_0 with a known
+  initialisation), with the victim's own activation derivative.
+  """
+  n = len(ds.x_train)
+  need = identifiability.matrix_bytes(
+    target.params, n, vic.num_outputs if problem == "general" else 1
+  )
+  if need > identifiability.MAX_BYTES:
+    return {
+      "skipped": f"the gradient matrix of {n} samples needs {need / 2**30:.1f} GiB "
+      f"(more than {identifiability.MAX_BYTES / 2**30:.0f} GiB)",
+      "truth_residual": None,
+      "ratio": None,
+      "verdict": identifiability.NOTHING_TO_SCORE,
+    }
+  dtype = jax.tree_util.tree_leaves(target.params)[0].dtype
+  return identifiability.identifiability(
+    vic.apply_fn,
+    problem,
+    target.params,
+    jnp.asarray(ds.x_train, dtype),
+    jnp.asarray(ds.y_train),
+    cands,
+    weights,
+    np.asarray(target.labels),
+    reference=target.fit,
+    diverged=diverged,
+    box=(np.asarray(target.box_lo), np.asarray(target.box_hi)),
+  )
 
 
 class Reconstruction(NamedTuple):
@@ -861,22 +985,25 @@ def reconstruct(
   if cfg.get("known_init", False):
     target = target._replace(reference=cast_params(known_init_reference(vcfg, ds, params), dtype))
 
-  t0 = time.time()
-  oracle = diagnostics.oracle_residual(
-    vic.apply_fn, problem, params, jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
-  )
-  timing["oracle_s"] = time.time() - t0
-  logging.info(
-    "KKT oracle residual (true training set): %.4f of ||theta*||^2", oracle["residual_rel"]
-  )
-
-  hp, run = {}, None
+  hp, run, basis = {}, None, None
   if cfg.attack == "weights":
     w = np.asarray(inversion.first_layer_images(params, ds.x_train.shape[1:]))
     cands, weights, final_loss = w[None], np.ones((1, len(w))), np.zeros(1)
   else:
     hp = hparams_for(cfg)
-    attack = make_attack(cfg, vic.apply_fn, problem, vic.num_outputs)
+    basis = None
+    if cfg.get("subspace", False):
+      basis = kkt.first_layer_basis(target.fit, cfg.get("subspace_tol", 1e-3))
+      logging.info("candidates kept in the first layer's %d-dimensional span", basis.shape[1])
+    attack = make_attack(
+      cfg,
+      vic.apply_fn,
+      problem,
+      vic.num_outputs,
+      activation="relu" if foreign else vcfg.activation,
+      basis=basis,
+      input_shape=ds.x_train.shape[1:],
+    )
     x_init = inits.make_x_init(
       cfg.init,
       m=m,
@@ -906,6 +1033,13 @@ def reconstruct(
     )
 
   t0 = time.time()
+  if run is None:  # first-layer images carry no labels: only the truth (and its family) is scored
+    ident = identifiability_report(vic, problem, target, ds, cands[:0], weights[:0], None)
+  else:
+    ident = identifiability_report(vic, problem, target, ds, cands, weights, run.diverged)
+  timing["identifiability_s"] = time.time() - t0
+  logging.info("%s", identifiability.line(ident))
+  t0 = time.time()
   ev = evaluation.evaluate_candidates(
     cands, weights, final_loss, ds, ssim_threshold=cfg.ssim_threshold, seed=cfg.seed
   )
@@ -919,13 +1053,18 @@ def reconstruct(
     "n_train": n,
     "m": m,
     "num_restarts": cfg.num_restarts if cfg.attack != "weights" else 1,
+    "derivative": resolve_derivative(cfg.get("derivative", "auto"), vcfg.activation)
+    if not foreign
+    else resolve_derivative(cfg.get("derivative", "auto"), "relu"),
+    "subspace_dim": None if basis is None else int(basis.shape[1]),
     "recovered_strict": ev["attack"]["recovered_strict"],
     "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
     "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
     "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
     "baseline_heldout_recovered_strict": ev["baselines"].get("heldout", {}).get("recovered_strict"),
     "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
-    "oracle_residual_rel": oracle["residual_rel"],
+    "oracle_residual_rel": ident.get("truth_residual"),
+    "identifiability": ident,
     "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     "victim_source": vic.source,
     "assumed": assumptions(cfg, vcfg, ds, foreign),
@@ -951,7 +1090,11 @@ def reconstruct(
       ssim_threshold=cfg.ssim_threshold,
       normalize=cfg.normalize,
       key=cfg.seed,
-      stability_candidates=cfg.get("identify_stability_candidates", 64),
+      # The stability score perturbs the candidates and re-runs steps of the attack;
+      # the LM search's step moves its subspace coordinates, not the candidates.
+      stability_candidates=0
+      if cfg.get("search", "first_order") == "lm"
+      else cfg.get("identify_stability_candidates", 64),
     )
     timing["identification_s"] = time.time() - t0
   if run is not None:
@@ -978,13 +1121,13 @@ def reconstruct(
   metrics["warnings"] = run_warnings(metrics, ds.num_classes)
   logging.info(
     "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
-    "baseline strict %s); oracle residual %.3f; total %.1fs",
+    "baseline strict %s); oracle residual %s; total %.1fs",
     metrics["recovered_strict"],
     n,
     metrics["n_ssim_gt_0.4"],
     metrics["baseline_mean_image_n_ssim_gt_0.4"],
     metrics["baseline_heldout_recovered_strict"],
-    oracle["residual_rel"],
+    ident.get("truth_residual"),
     timing["total_s"],
   )
   return Reconstruction(metrics, arrays, result, ds, vic)

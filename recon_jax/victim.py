@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import time
 from typing import Optional, Sequence
 
 from absl import logging
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import checkpoint, data, losses, models, train
+from recon_jax import checkpoint, data, diagnostics, losses, models, train
 from recon_jax.types import float_dtype
 
 
@@ -52,6 +53,11 @@ class VictimConfig:
   batch_size: Optional[int] = None
   loss_threshold: float = 0.0
   seed: int = 0
+  # Optional last phase: L-BFGS on the weight-decay-regularised energy until
+  # ||grad E|| <= converge_tol * ||theta|| (a stationary point, where the training
+  # set solves the stationarity equations exactly); 0 disables it.
+  converge_tol: float = 0.0
+  converge_maxiter: int = 5000
 
   def to_dict(self):
     d = dataclasses.asdict(self)
@@ -59,8 +65,93 @@ class VictimConfig:
     return d
 
   def key(self) -> str:
-    blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+    d = self.to_dict()
+    for name, default in ADDED_FIELDS.items():  # unset, they keep older victims' cache keys
+      if d[name] == default:
+        del d[name]
+    blob = json.dumps(d, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# Fields added after victims were first cached, with their defaults (see VictimConfig.key).
+ADDED_FIELDS = {"converge_tol": 0.0, "converge_maxiter": 5000}
+
+
+def final_weight_decay(cfg: VictimConfig) -> float:
+  """The weight decay of the victim's last training phase: what its theta* is stationary for."""
+  return float(cfg.wd if cfg.wd_epochs > 0 else cfg.weight_decay)
+
+
+def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:
+  """How close theta* is to a stationary point of its last phase's energy, and to ReLU kinks.
+
+  ``grad_norm_rel`` = ``||grad E(theta*)|| / ||theta*||`` with ``E`` = mean loss +
+  ``wd/2 ||theta||^2`` (``wd``: :func:`final_weight_decay`); ``images_on_kink``:
+  the fraction of training points on some first-layer ReLU's kink (ReLU
+  victims; see :func:`recon_jax.diagnostics.images_on_kink`).
+  """
+  energy = losses.energy(apply_fn, cfg.loss, final_weight_decay(cfg))
+  g = jax.grad(energy)(params, x, y)
+  out = {
+    "grad_norm_rel": float(
+      jnp.sqrt(losses.tree_sq_norm(g)) / jnp.maximum(jnp.sqrt(losses.tree_sq_norm(params)), 1e-300)
+    ),
+    "final_weight_decay": final_weight_decay(cfg),
+  }
+  if cfg.activation == "relu" and "layer_0" in params.get("params", {}):
+    out["images_on_kink"] = diagnostics.images_on_kink(params, x)
+  if cfg.converge_tol > 0:
+    out["stationary"] = bool(out["grad_norm_rel"] <= cfg.converge_tol)
+  return out
+
+
+CONVERGE_ROUNDS = 4
+
+
+def converge(apply_fn, cfg: VictimConfig, params, x, y):
+  """The last phase: L-BFGS on the regularised energy to ``||grad E|| <= converge_tol ||theta||``.
+
+  Returns ``(params, record)``; the record says how many iterations ran.
+  """
+  from recon_jax import implicit
+
+  t0 = time.time()
+  iters = 0
+  # The tolerance is relative to ||theta||, which moves while L-BFGS runs: a few rounds,
+  # each aiming at the tolerance of the norm it starts from.
+  for _ in range(CONVERGE_ROUNDS):
+    scale = float(jnp.sqrt(losses.tree_sq_norm(params)))
+    params, info = implicit.train_to_convergence(
+      apply_fn,
+      params,
+      x,
+      y,
+      cfg.loss,
+      final_weight_decay(cfg),
+      tol=cfg.converge_tol * scale,
+      maxiter=max(cfg.converge_maxiter - iters, 1),
+      return_info=True,
+    )
+    iters += info["iters"]
+    scale = float(jnp.sqrt(losses.tree_sq_norm(params)))
+    if info["grad_norm"] <= cfg.converge_tol * scale or iters >= cfg.converge_maxiter:
+      break
+  info["iters"] = iters
+  out = apply_fn(params, x, None)
+  rec = {
+    "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
+    "train_error": float(losses.error_rate(cfg.loss, out, y)),
+    "lbfgs_iters": int(info["iters"]),
+    "time_s": time.time() - t0,
+    "phase": "converge",
+  }
+  logging.info(
+    "converge: %d L-BFGS iterations, ||grad E|| %.3g (%.3g of ||theta||)",
+    rec["lbfgs_iters"],
+    info["grad_norm"],
+    info["grad_norm"] / max(scale, 1e-300),
+  )
+  return params, rec
 
 
 def out_dim(cfg: VictimConfig, ds: data.Dataset) -> int:
@@ -187,9 +278,13 @@ def fit(
   history = list(hists[0])
   if len(phases) > 1:
     history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in hists[1]]
+  if cfg.converge_tol > 0:
+    params, rec = converge(apply_fn, cfg, params, x, y)
+    history.append(dict(rec, epoch=history[-1]["epoch"]))
   out = apply_fn(params, x, None)
   summary = dict(history[-1])
   summary["epochs_run"] = summary.pop("epoch")
+  summary.update(stationarity(apply_fn, cfg, params, x, y))
   margins = np.asarray(losses.margins(cfg.loss, out, y))
   summary["margins"] = (margins[:, 0] if margins.ndim == 2 else margins).tolist()
   summary["outputs"] = np.asarray(out).tolist()

@@ -3,6 +3,8 @@
 Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
   lfw     10 faces + 10 non-faces of scikit-image's LFW subset, 625-256-256-1 victim (default)
   digits  25 + 25 scikit-learn digits (even vs odd), 64-256-256-1 victim, 6000 steps
+  lfw_wd  the same data and network with softplus units trained with weight decay to a
+          stationary point (float64): the training set is an exact zero of the equations
   tiny    3 + 3 digits, 64-32-32-1 victim (He init, 400 epochs), 2 restarts x 20 steps
           (a smoke test, seconds)
   paper   Haim et al. App. B: d-1000-1000-1 victim, 100 restarts of their hyperparameter
@@ -20,6 +22,13 @@ from experiments.configs.victim import victim_section
 PRESETS = {
   "lfw": dict(),
   "digits": dict(victim=victim_presets["digits"], steps=6000),
+  # A victim at a stationary point of a weight-decay-regularised loss, where the training set
+  # is an exact zero of the stationarity equations: softplus units, 10^4 epochs of GD, 2000
+  # with weight decay 1e-2, then L-BFGS to ||grad E|| <= 1e-10 ||theta||, all in float64.
+  "lfw_wd": dict(
+    victim=dict(activation="softplus", wd=1e-2, wd_epochs=2000, converge_tol=1e-10),
+    x64=True,
+  ),
   "tiny": dict(
     victim=victim_presets["tiny"], num_restarts=2, steps=20, chunk_steps=10, identify=False
   ),
@@ -78,6 +87,12 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   c.anneal_alpha = 0.0  # > 0: alpha rises geometrically to this over `steps` (0: fixed)
   c.anneal_stages = 8  # how many steps of that rise (each a stage of steps/anneal_stages)
   c.known_init = False  # the attacker also knows theta_0 and fits theta* - theta_0
+  c.derivative = "auto"  # auto (victim's own if smooth, else surrogate) | surrogate | exact
+  c.multipliers = "free"  # free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))
+  c.subspace = False  # keep candidates in the span of the first layer's weights
+  c.subspace_tol = 1e-3  # that span: singular values above this x the largest
+  c.search = "first_order"  # first_order (optimizer) | lm (Levenberg-Marquardt; tied, subspace)
+  c.lm_cg_maxiter = 20  # conjugate-gradient iterations per Levenberg-Marquardt step
   c.identify = True  # attacker-side scores: which candidates would an attacker trust?
   c.identify_stability_candidates = 64  # candidates re-run for the stability score (0: none)
   c.optimizer = "sgd"  # sgd (momentum 0.9) | adam

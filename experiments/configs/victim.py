@@ -44,6 +44,8 @@ HELP = {
   "batch_size": "minibatch size (unset: full batch)",
   "loss_threshold": "stop once the training loss is this low (0: run every epoch)",
   "seed": "seed of the victim's initialisation and minibatches",
+  "converge_tol": "last phase: L-BFGS to ||grad E|| <= this x ||theta|| (0: off; needs wd)",
+  "converge_maxiter": "L-BFGS iteration cap of that phase",
 }
 
 

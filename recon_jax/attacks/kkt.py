@@ -51,7 +51,7 @@ import optax
 
 from recon_jax import optim, priors
 from recon_jax.errors import ConfigError
-from recon_jax.losses import PROBLEMS, margins, tree_sq_norm
+from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.models import surrogate_relu
 from recon_jax.types import Attack, HParams, Target
 
@@ -94,6 +94,9 @@ def kkt_attack(
   w_prior: float = 1.0,
   normalize: str = "mean",
   num_outputs: int = 1,
+  derivative: str = "surrogate",
+  multipliers: str = "free",
+  basis=None,
 ) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
@@ -106,6 +109,17 @@ def kkt_attack(
     w_stat, w_lam, w_prior: weights alpha_1..3 of eq. (8).
     normalize: 'mean' (1/m, reference code) or 'sum' (paper eq. 6).
     num_outputs: C, the width of lambda for 'general'.
+    derivative: 'surrogate' (ReLU with derivative sigmoid(alpha x), Haim et al.)
+      or 'exact' (the network's own activation: for a smooth victim, softplus or
+      GELU, whose derivative is already informative; ``alpha`` is then unused).
+    multipliers: 'free' (lambda optimised, with the lambda >= lam_min hinge) or
+      'tied' (binary only): lambda_i = c sigma(-y_i Phi(x_i)), what stationarity
+      of a logistic loss with weight decay gives (c = 1/(n wd) there), with the
+      one scale c >= 0 eliminated in closed form at every step, so lambda is a
+      function of the candidates, not m free variables.
+    basis: optional [d, k] orthonormal columns: the candidates (flattened) are
+      kept in their span (see :func:`first_layer_basis`), their start and every
+      update projected onto it.
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
   (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
@@ -118,23 +132,44 @@ def kkt_attack(
     raise ConfigError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
   if normalize not in ("mean", "sum"):
     raise ConfigError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
+  if derivative not in DERIVATIVES:
+    raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
+  if multipliers not in MULTIPLIERS:
+    raise ConfigError(f"multipliers must be one of {MULTIPLIERS}, got {multipliers!r}.")
+  if multipliers == "tied" and problem != "binary":
+    raise ConfigError(
+      f"multipliers='tied' is defined for binary (logistic) victims, not problem={problem!r}."
+    )
   base = optim.base_optimizer(optimizer, momentum)
+  project = _projector(basis)
+
+  def activation(hp):
+    if derivative == "exact":
+      return None  # the network's own
+    return functools.partial(surrogate_relu, alpha=hp["alpha"])
 
   def loss_fn(xl, hp: HParams, target: Target):
     x, lam = xl
-    act = functools.partial(surrogate_relu, alpha=hp["alpha"])
-    stat = stationarity(
-      apply_fn, problem, target.params, x, lam, target.labels, act, normalize, target.reference
-    )
-    lam_pen = (
-      priors.lambda_prior(lam, hp["lam_min"]) if problem != "general" else jnp.zeros((), stat.dtype)
-    )
+    act = activation(hp)
+    if multipliers == "tied":
+      stat, lam = tied_stationarity(apply_fn, target, x, act, normalize)
+      lam_pen = jnp.zeros((), stat.dtype)
+    else:
+      stat = stationarity(
+        apply_fn, problem, target.params, x, lam, target.labels, act, normalize, target.reference
+      )
+      lam_pen = (
+        priors.lambda_prior(lam, hp["lam_min"])
+        if problem != "general"
+        else jnp.zeros((), stat.dtype)
+      )
     prior = priors.box_prior(x, target.box_lo, target.box_hi)
     loss = w_stat * stat + w_lam * lam_pen + w_prior * prior
-    return loss, {"stat": stat, "lam_pen": lam_pen, "prior": prior}
+    return loss, {"stat": stat, "lam_pen": lam_pen, "prior": prior, "lam": lam}
 
   def init(key, hp, target, x0):
     m = target.labels.shape[0]
+    x0 = project(x0)
     if problem == "general":
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
     else:
@@ -143,12 +178,17 @@ def kkt_attack(
 
   def step(state: KKTState, hp, target):
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)((state.x, state.lam), hp, target)
+    gx, gl = grads
+    grads = (project(gx), gl)
     updates, opt_state = base.update(grads, state.opt_state, (state.x, state.lam))
     # The base optimiser runs at rate 1; the per-restart rates scale its updates
     # (exact for SGD-momentum and Adam), so rates vmap as ordinary arrays.
     ux, ul = updates
     x = optim.scaled(state.x, ux, hp["lr_x"])
-    lam = optim.scaled(state.lam, ul, hp["lr_lam"])
+    # Tied multipliers are a function of the candidates: the state keeps their value at
+    # this step's candidates (one step behind the updated x; no second evaluation).
+    lam = aux.pop("lam") if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
+    aux.pop("lam", None)
     norm = tree_sq_norm(target.fit)
     return KKTState(x, lam, opt_state), {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
 
@@ -157,6 +197,86 @@ def kkt_attack(
     return state.x, w
 
   return Attack(init, step, candidates, name=f"kkt[{problem}]")
+
+
+DERIVATIVES = ("surrogate", "exact")
+MULTIPLIERS = ("free", "tied")
+
+
+def tied_residual(apply_fn, target: Target, x, act, normalize="mean"):
+  """The tied residual ``reference - c sum_i sigma(-g_i) grad g_i`` (a pytree) and ``lam``.
+
+  ``g_i = y_i Phi(x_i)``.  At a stationary point of ``mean_i log(1 + exp(-g_i)) +
+  wd/2 ||theta||^2`` the training set makes it 0 with ``c = 1/(n wd)`` (times m
+  under ``normalize='mean'``).  The scale is eliminated in closed form,
+  ``c = |<ref, u>| / ||u||^2`` with ``u`` the sum: the least-squares scale where
+  the cosine of ``ref`` and ``u`` is positive, so the squared residual is
+  ``||ref||^2 (1 - cos^2)``; where it is negative the same formula gives
+  ``||ref||^2 (1 + 3 cos^2)``, so the squared residual is C^1 and decreases with
+  the cosine everywhere (a start pointing away from the reference still has a
+  gradient), and ``c >= 0`` always.  The gradient in ``x`` flows through ``c``
+  and through the multipliers ``sigma(-g_i)``.
+
+  Returns:
+    ``(residual pytree, lam [m] = c sigma(-g))``.
+  """
+  g = margins("binary", apply_fn(target.params, x, act), target.labels)
+  w = jax.nn.sigmoid(-g)
+  u = jax.grad(weighted_output, argnums=2)(
+    apply_fn, "binary", target.params, x, w, target.labels, act, normalize
+  )
+  ref = target.fit
+  uu = jnp.maximum(tree_sq_norm(u), jnp.finfo(u_dtype(u)).tiny)
+  c = jnp.abs(tree_dot(ref, u)) / uu
+  return jax.tree_util.tree_map(lambda r, v: r - c * v, ref, u), c * w
+
+
+def tied_stationarity(apply_fn, target: Target, x, act, normalize="mean"):
+  """``||tied_residual||^2`` and the multipliers (see :func:`tied_residual`)."""
+  r, lam = tied_residual(apply_fn, target, x, act, normalize)
+  return tree_sq_norm(r), lam
+
+
+def u_dtype(tree):
+  return jax.tree_util.tree_leaves(tree)[0].dtype
+
+
+def first_layer_basis(params, rel_tol: float = 1e-3) -> np.ndarray:
+  """Orthonormal [d, k] basis of the span of the first layer's weight vectors.
+
+  At a stationary point of a weight-decay-regularised loss the first layer's
+  kernel is a combination of the training inputs (its gradient is), so the
+  training data lies in this span (rank <= n; n - 1 for mean-subtracted data).
+  Pass the known-initialisation reference theta* - theta_0 for its change.
+  Directions with singular value below ``rel_tol`` times the largest are dropped.
+  """
+  try:
+    kernel = np.asarray(params["params"]["layer_0"]["kernel"], np.float64)
+  except (KeyError, TypeError):
+    raise ConfigError(
+      "the first-layer subspace needs a dense first layer ('layer_0' with a kernel)."
+    ) from None
+  if not (np.isfinite(rel_tol) and 0 < rel_tol < 1):
+    raise ConfigError(f"rel_tol must be in (0, 1), got {rel_tol}.")
+  u, sv, _ = np.linalg.svd(kernel, full_matrices=False)
+  keep = sv > rel_tol * sv[0] if sv.size and sv[0] > 0 else np.zeros(sv.shape, bool)
+  return u[:, keep]
+
+
+def _projector(basis):
+  """``x -> x`` projected (flattened per candidate) onto the columns of ``basis``."""
+  if basis is None:
+    return lambda x: x
+  b = jnp.asarray(basis)
+
+  def project(x):
+    flat = x.reshape(x.shape[0], -1)
+    if flat.shape[1] != b.shape[0]:
+      raise ConfigError(f"basis has {b.shape[0]} rows; a candidate has {flat.shape[1]} entries.")
+    bb = b.astype(x.dtype)
+    return ((flat @ bb) @ bb.T).reshape(x.shape)
+
+  return project
 
 
 def check_hparams(hparams: dict) -> None:

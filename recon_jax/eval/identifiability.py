@@ -1,0 +1,317 @@
+"""Identifiability: does the attack's objective prefer the training set to what the attack found?
+
+Minimising the stationarity residual can only lead to the training set if the
+training set fits the equations at least as well as anything else.  On victims
+trained without weight decay it often does not: wrong images satisfy
+``theta* = sum_i lambda_i grad g_i(x_i)`` better than the truth does (Refael et
+al. 2025, "No Prior, No Leakage"), and then a reconstruction that looks
+plausible is no evidence of membership.  On a victim at a stationary point of a
+weight-decay-regularised loss the training set is an exact zero of the
+equations, and a failed attack is a failure of the search.
+
+This module scores the truth and the attack's candidates the same way
+(:func:`recon_jax.diagnostics.stationarity_fit`: the network's own derivative,
+the best non-negative multipliers, the residual as a fraction of
+``||reference||^2``) and compares them with the same number of candidates: the
+truth has n samples, so each restart is represented by its n highest-weight
+candidates.  It uses the training set, so it is evaluation, never attack.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.optimize
+import scipy.sparse
+
+from recon_jax import diagnostics
+from recon_jax.losses import margins
+
+PREFERS_OTHER = (
+  "the objective prefers other images (reconstructions are not evidence of membership)"
+)
+NOT_UNIQUE = (
+  "other images fit exactly as well as the training set (the equations cannot single it "
+  "out; reconstructions are not evidence of membership)"
+)
+TRUTH_FITS_BEST = "the training set fits best; the search did not reach it"
+NOTHING_TO_SCORE = "no restart finished: nothing to compare"
+COMPARISON = "each restart's n highest-weight candidates against the n training samples"
+# The gradient matrix [P, n] is built in float64; larger victims are skipped, with a reason.
+MAX_BYTES = 4 * 2**30
+
+
+def matrix_bytes(params, n: int, num_outputs: int = 1) -> int:
+  """Bytes of the float64 gradient matrix of ``n`` candidates (what the score costs in memory)."""
+  p = sum(int(np.size(a)) for a in jax.tree_util.tree_leaves(params))
+  return 8 * p * n * num_outputs
+
+
+def top_n(weights, n: int) -> np.ndarray:
+  """Indices of the ``n`` largest weights (|lambda| summed over outputs for [m, C] weights)."""
+  w = np.asarray(weights, np.float64)
+  w = np.abs(w).sum(axis=-1) if w.ndim > 1 else w
+  w = np.where(np.isfinite(w), w, -np.inf)
+  return np.sort(np.argsort(-w, kind="stable")[:n])
+
+
+def verdict(ratio: Optional[float], family: Optional[dict] = None) -> str:
+  """The one-line reading of ``ratio`` = attack's best residual / truth's residual, and of the
+  flat family of exact solutions through the truth (:func:`flat_family`), when it exists."""
+  if ratio is not None and np.isfinite(ratio) and ratio < 1.0:
+    return PREFERS_OTHER
+  if family and family.get("confirmed"):
+    return NOT_UNIQUE
+  if ratio is None or not np.isfinite(ratio):
+    return NOTHING_TO_SCORE
+  return TRUTH_FITS_BEST
+
+
+def _farthest_in_box(flat, k_range, m_null, box, rng):
+  """A member ``T = A B`` [n, d] of the family that stays in the pixel box, as far as a linear
+  program takes it along a random direction.
+
+  ``A`` = ``m_null`` [n, L] spans the left null space of M; the rows of ``B`` [L, d]
+  are orthogonal to ``k_range`` (so ``t_i K = 0``); ``lo <= x_i + t_i <= hi``.
+  None if the solver fails.
+  """
+  n, d = flat.shape
+  big_l = m_null.shape[1]
+  lo, hi = box  # flattened, [d] each
+  a_eq = scipy.sparse.kron(scipy.sparse.eye(big_l), k_range.T).tocsr()  # B k_range = 0
+  t_of_b = scipy.sparse.kron(scipy.sparse.csr_matrix(m_null), scipy.sparse.eye(d)).tocsr()
+  a_ub = scipy.sparse.vstack([t_of_b, -t_of_b]).tocsr()
+  # T = 0 is feasible: the right-hand sides hold 0, also for a sample outside the box.
+  b_ub = np.concatenate(
+    [np.maximum(hi - flat, 0).reshape(-1), np.maximum(flat - lo, 0).reshape(-1)]
+  )
+  direction = t_of_b.T @ rng.normal(size=n * d)
+  res = scipy.optimize.linprog(
+    -direction,
+    A_ub=a_ub,
+    b_ub=b_ub,
+    A_eq=a_eq if a_eq.shape[0] else None,
+    b_eq=np.zeros(a_eq.shape[0]) if a_eq.shape[0] else None,
+    bounds=(None, None),
+    method="highs",
+  )
+  if not res.success:
+    return None
+  return (t_of_b @ res.x).reshape(n, d)
+
+
+def _rank(a, rel_tol: float) -> int:
+  sv = np.linalg.svd(np.asarray(a, np.float64), compute_uv=False)
+  return int(np.sum(sv > rel_tol * sv[0])) if sv.size and sv[0] > 0 else 0
+
+
+def flat_family(
+  apply_fn,
+  problem: str,
+  params,
+  reference,
+  x_train,
+  y_train,
+  lam,
+  cols,
+  truth_residual: float,
+  *,
+  box=None,
+  distance: float = 0.5,
+  rel_tol: float = 1e-8,
+  seed: int = 0,
+) -> dict:
+  """Exact solutions of the stationarity equations other than the training set, if any.
+
+  For a network whose first layer is dense (``layer_0``'s kernel K, [d, h]),
+  moving a sample ``x_i`` along a direction ``t`` with ``t K = 0`` changes no
+  activation and no gradient but the first layer's, ``x_i delta_i^T``; so the
+  KKT sum is unchanged by ``x_i -> x_i + t_i`` whenever ``sum_i lambda_i t_i
+  delta_i^T = 0``.  With ``M = diag(lambda) [delta_i]`` ([n, h]) that leaves a
+  linear family of dimension ``(n - rank M) (d - rank K)`` through the training
+  set, every member with exactly the truth's residual.  Weight decay makes K
+  low-rank (it did to rank 2 on LFW), and samples with lambda_i = 0 (off the
+  margin) are free in every direction K sees too; then the training set is not
+  the only solution, however good the search.
+
+  One member is scored the same way as the truth, as the witness: inside the
+  pixel ``box`` (lo, hi), the one a linear program finds farthest along a
+  random direction (so the witness is made of valid images); without a box, a
+  random member at relative distance ``distance``.
+
+  Returns:
+    JSON-able dict: ``dimension``, ``first_layer_rank``, ``multiplier_rank``,
+    ``witness_residual``, ``witness_distance`` (relative to the training set's
+    norm), ``confirmed`` (the witness fits as well as the truth), or
+    ``skipped`` with the reason.
+  """
+  try:
+    kernel = np.asarray(params["params"]["layer_0"]["kernel"], np.float64)
+  except (KeyError, TypeError):
+    return {"skipped": "the victim has no dense first layer ('layer_0' with a kernel)"}
+  if problem == "general" or np.ndim(lam) != 1:
+    return {"skipped": "defined for one multiplier per sample (binary, multiclass)"}
+  x = np.asarray(x_train, np.float64)
+  n, d = len(x), kernel.shape[0]
+  flat = x.reshape(n, -1)
+  if flat.shape[1] != d:
+    return {"skipped": f"the first layer takes {d} inputs, a sample has {flat.shape[1]}"}
+
+  def first_layer_grads(xi, yi):
+    g = lambda p: margins(problem, apply_fn(p, xi[None], None), yi[None])[0]
+    return jax.grad(g)(params)["params"]["layer_0"]["kernel"]
+
+  grads = np.asarray(jax.jit(jax.vmap(first_layer_grads))(jnp.asarray(x_train), y_train))
+  # grad_K g_i = x_i delta_i^T, so delta_i = grad_K^T x_i / ||x_i||^2.
+  norms = np.maximum(np.sum(flat**2, axis=1), 1e-300)
+  delta = np.einsum("idh,id->ih", grads.astype(np.float64), flat) / norms[:, None]
+  m = np.asarray(lam, np.float64)[:, None] * delta
+  rank_k, rank_m = _rank(kernel, rel_tol), _rank(m, rel_tol)
+  out = {
+    "dimension": int((n - rank_m) * (d - rank_k)),
+    "first_layer_rank": rank_k,
+    "multiplier_rank": rank_m,
+    "witness_residual": None,
+    "witness_distance": None,
+    "confirmed": False,
+  }
+  if out["dimension"] == 0:
+    return out
+  u_k = np.linalg.svd(kernel, full_matrices=True)[0]
+  u_m = np.linalg.svd(m, full_matrices=True)[0]
+  rng = np.random.default_rng(seed)
+  if box is None:
+    # A random member at relative distance `distance`.
+    t = u_m[:, rank_m:] @ rng.normal(size=(n - rank_m, d - rank_k)) @ u_k[:, rank_k:].T
+    t *= distance * np.linalg.norm(flat) / max(np.linalg.norm(t), 1e-300)
+  else:
+    box = tuple(np.broadcast_to(np.asarray(b, np.float64), x.shape[1:]).reshape(-1) for b in box)
+    t = _farthest_in_box(flat, u_k[:, :rank_k], u_m[:, rank_m:], box, rng)
+    if t is None:
+      out["witness_note"] = "the linear program found no member in the box"
+      return out
+  t = t.reshape(x.shape)
+  witness = x + t
+  fit = diagnostics.stationarity_fit(cols, problem, reference, witness, y_train)
+  out["witness_residual"] = fit["residual_rel"]
+  out["witness_distance"] = float(np.linalg.norm(t) / max(np.linalg.norm(flat), 1e-300))
+  out["confirmed"] = bool(
+    out["witness_distance"] > 1e-3 and fit["residual_rel"] <= truth_residual * (1 + 1e-3) + FLOOR
+  )
+  return out
+
+
+# Residuals below this (relative to ||reference||^2) are float64 round-off: equal fits.
+FLOOR = 1e-14
+
+
+def identifiability(
+  apply_fn,
+  problem: str,
+  params,
+  x_train,
+  y_train,
+  candidates,
+  weights,
+  labels,
+  *,
+  reference=None,
+  diverged=None,
+  box=None,
+) -> dict:
+  """The truth's stationarity residual against each restart's, and the verdict.
+
+  Args:
+    apply_fn: the victim, ``apply_fn(params, x, act=None)``.
+    problem: 'binary', 'multiclass' or 'general'.
+    params: theta*, where the gradients are taken.
+    x_train, y_train: the training set (attack input space, e.g. mean-subtracted).
+    candidates: [R, m, ...] the attack's final candidates.
+    weights: [R, m] (or [R, m, C]) their multipliers; the n largest are scored.
+    labels: [m] the labels the attack assumed for its candidates.
+    reference: what the sum must reproduce (theta* - theta_0 with a known
+      initialisation); default ``params``.
+    diverged: [R] bool, restarts left out.
+    box: (lo, hi) pixel bounds of the attack's space, for :func:`flat_family`'s witness.
+
+  Returns:
+    JSON-able dict: ``truth_residual``, ``attack_best_residual``,
+    ``attack_median_residual``, ``ratio`` (best / truth: >= 1 means the truth fits
+    at least as well as anything the attack found), ``verdict``, ``comparison``,
+    ``per_restart_residual``, ``best_restart``, ``attack_best_residual_all_m``
+    (the best restart with all m candidates, for reference), ``truth_lam``
+    ``family`` (:func:`flat_family`) and ``cost_s``.
+  """
+  t0 = time.time()
+  reference = params if reference is None else reference
+  cands = np.asarray(candidates)
+  r, m = cands.shape[:2]
+  n = len(x_train)
+  diverged = np.zeros(r, bool) if diverged is None else np.asarray(diverged, bool)
+  cols = diagnostics.gradient_matrix(apply_fn, problem, params)
+  truth = diagnostics.stationarity_fit(cols, problem, reference, x_train, y_train)
+  labels = np.asarray(labels)
+  k = min(n, m)
+  per_restart = []
+  for i in range(r):
+    if diverged[i]:
+      per_restart.append(None)
+      continue
+    idx = top_n(weights[i], k)
+    fit = diagnostics.stationarity_fit(cols, problem, reference, cands[i, idx], labels[idx])
+    per_restart.append(fit["residual_rel"])
+  done = [v for v in per_restart if v is not None]
+  out = {
+    "truth_residual": truth["residual_rel"],
+    "attack_best_residual": None,
+    "attack_median_residual": None,
+    "ratio": None,
+    "comparison": COMPARISON,
+    "per_restart_residual": per_restart,
+    "best_restart": None,
+    "attack_best_residual_all_m": None,
+    "truth_lam": np.asarray(truth["lam"]).tolist(),
+  }
+  if done:
+    best = int(np.nanargmin([np.inf if v is None else v for v in per_restart]))
+    out["attack_best_residual"] = per_restart[best]
+    out["attack_median_residual"] = float(np.median(done))
+    out["ratio"] = float(per_restart[best] / max(truth["residual_rel"], 1e-300))
+    out["best_restart"] = best
+    if m > k:
+      all_m = diagnostics.stationarity_fit(cols, problem, reference, cands[best], labels)
+      out["attack_best_residual_all_m"] = all_m["residual_rel"]
+    else:
+      out["attack_best_residual_all_m"] = per_restart[best]
+  out["family"] = flat_family(
+    apply_fn,
+    problem,
+    params,
+    reference,
+    x_train,
+    y_train,
+    truth["lam"],
+    cols,
+    truth["residual_rel"],
+    box=box,
+  )
+  out["verdict"] = verdict(out["ratio"], out["family"])
+  out["cost_s"] = time.time() - t0
+  return out
+
+
+def line(report: dict) -> str:
+  """One line for a log or a table: the residuals, the ratio and the verdict."""
+  if report.get("skipped"):
+    return f"identifiability not scored: {report['skipped']}"
+  if report.get("ratio") is None:
+    return f"identifiability: truth residual {report['truth_residual']:.3g}; {report['verdict']}"
+  return (
+    f"identifiability: truth residual {report['truth_residual']:.3g}, attack best "
+    f"{report['attack_best_residual']:.3g} (median {report['attack_median_residual']:.3g}), "
+    f"ratio {report['ratio']:.3g}: {report['verdict']}"
+  )

@@ -1118,6 +1118,9 @@ def reconstruct(
   )
   if result is not None:
     arrays.update(recon=result.recon, ssim=result.ssim)
+  witness = (ident.get("family") or {}).pop("_witness", None)
+  if witness is not None:
+    arrays["family_witness"] = np.asarray(witness, np.float32)
   metrics["warnings"] = run_warnings(metrics, ds.num_classes)
   logging.info(
     "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from typing import Any, Mapping, Optional, Sequence, Union
 
 import matplotlib
@@ -117,12 +118,17 @@ def image_grid(
         per_row_titles[i] = t
 
   cell = 1.0
-  fig, axes = plt.subplots(
-    n_blocks * n_rows,
-    n_cols,
-    figsize=(cell * n_cols + 1.0, cell * n_blocks * n_rows * 1.15 + 0.5),
-    squeeze=False,
-  )
+  width = cell * n_cols + 1.0
+  # Room above the grid for the title (wrapped to the figure's width) and for the first
+  # row's column titles, so neither overlaps the other.
+  if title:
+    chars = max(int(width * 13), 40)
+    title = "\n".join(textwrap.fill(part, chars) for part in str(title).split("\n"))
+  title_lines = title.count("\n") + 1 if title else 0
+  col_lines = max([str(t).count("\n") + 1 for t in (per_row_titles[0] or []) if t] or [0])
+  top_in = 0.2 * title_lines + 0.14 * col_lines + 0.1
+  height = cell * n_blocks * n_rows * 1.15 + 0.4 + top_in
+  fig, axes = plt.subplots(n_blocks * n_rows, n_cols, figsize=(width, height), squeeze=False)
   for b in range(n_blocks):
     for r in range(n_rows):
       for c in range(n_cols):
@@ -142,8 +148,8 @@ def image_grid(
         if c == 0 and row_labels is not None and r < len(row_labels):
           ax.set_ylabel(str(row_labels[r]), fontsize=8, rotation=90)
   if title:
-    fig.suptitle(title, fontsize=10)
-  fig.subplots_adjust(wspace=0.05, hspace=0.35)
+    fig.suptitle(title, fontsize=10, y=1 - 0.05 / height, va="top")
+  fig.subplots_adjust(wspace=0.05, hspace=0.35, top=1 - top_in / height, bottom=0.2 / height)
   _save(fig, path)
 
 
@@ -840,5 +846,36 @@ def trusted_figure(
     title=(
       f"The {len(top)} candidates the attacker trusts most by '{identification['trusted_score']}'"
       f" (no ground truth used): {real} of {len(top)} are real (strict recoveries)"
+    ),
+  )
+
+
+def witness_figure(
+  path: Union[str, os.PathLike],
+  identifiability: Mapping[str, Any],
+  witness: np.ndarray,
+  x_train: np.ndarray,
+  max_images: int = 10,
+) -> None:
+  """The training images over other images that fit the stationarity equations as well.
+
+  ``witness`` and ``x_train`` [n, H, W, C] in pixel space; ``identifiability`` the report
+  of :func:`recon_jax.eval.identifiability.identifiability`, whose ``family`` made the witness.
+  """
+  fam = identifiability.get("family") or {}
+  k = min(max_images, len(x_train))
+  moved = np.sqrt(np.sum((witness - x_train).reshape(len(x_train), -1) ** 2, axis=1))
+  order = np.argsort(-moved)[:k]  # the images the family moves most
+  image_grid(
+    path,
+    [np.clip(x_train[order], 0, 1), np.clip(witness[order], 0, 1)],
+    row_labels=["training\nimage", "other image,\nsame fit"],
+    col_titles=[[f"#{i}" for i in order], None],
+    title=(
+      f"Top: training images. Bottom: the same samples moved along {fam.get('dimension')} flat "
+      "directions, inside the pixel box.\nStationarity residual of the whole set: "
+      f"{identifiability['truth_residual']:.3g} (training set), "
+      f"{fam.get('witness_residual', float('nan')):.3g} (moved): the equations cannot tell "
+      "them apart"
     ),
   )

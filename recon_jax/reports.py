@@ -80,6 +80,14 @@ def write_reconstruction(path: str, out) -> dict:
       out.victim.summary.get("margins"),
       metrics["evaluation"]["ssim_threshold"],
     )
+  fam = (metrics.get("identifiability") or {}).get("family") or {}
+  if fam.get("confirmed") and "family_witness" in out.arrays:
+    plotting.witness_figure(
+      workdir.inside(path, "identifiability.png"),
+      metrics["identifiability"],
+      out.arrays["family_witness"] + ds.mean,
+      ds.x_train + ds.mean,
+    )
   if "identification" in metrics:
     plotting.trusted_figure(
       workdir.inside(path, "trusted.png"),

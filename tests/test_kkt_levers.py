@@ -213,3 +213,26 @@ def test_converge_tol_needs_weight_decay():
   with pytest.raises(ConfigError, match="converge_tol"):
     pipeline.validate_victim(cfg)
   pipeline.validate_victim(dataclasses.replace(cfg, weight_decay=1e-3))
+
+
+def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary):
+  from recon_jax.attacks import gauss_newton
+
+  apply_fn, params, x, y = stationary
+  basis = kkt.first_layer_basis(params, 1e-8)
+  assert 1 <= basis.shape[1] <= len(x)
+  attack = gauss_newton.lm_attack(apply_fn, basis, x.shape[1:], cg_maxiter=10)
+  noise = 0.3 * jnp.asarray(np.random.default_rng(4).normal(size=x.shape))
+  x0 = (x + noise) @ basis @ basis.T
+  target = _target(params, y)
+  norm = float(sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params)))
+  first = float(kkt.tied_stationarity(apply_fn, target, x0, None)[0]) / norm
+  res = _run(attack, x0, target, steps=20)
+  last = res.history[-1]["stat_rel"][0]
+  assert not np.asarray(res.state.diverged)[0]
+  assert last < 0.1 * first, (first, last)
+  xs, lam = attack.candidates(jax.tree_util.tree_map(lambda a: a[0], res.state.inner))
+  np.testing.assert_allclose(np.asarray(xs), np.asarray(xs) @ basis @ basis.T, atol=1e-10)
+  assert np.all(np.asarray(lam) >= 0)
+  with pytest.raises(ConfigError, match="basis"):
+    gauss_newton.lm_attack(apply_fn, None, x.shape[1:])

@@ -44,6 +44,14 @@ def test_main_job_writes_its_report(tmp_path):
   assert saved["n_train"] == 6 and 0 <= saved["recovered_strict"] <= 6
   assert set(saved["baselines"]) == {"mean_image", "heldout"}
   assert 0.0 <= saved["oracle_residual_rel"] <= 1.0
+  ident = saved["identifiability"]
+  assert ident["truth_residual"] == saved["oracle_residual_rel"]
+  assert ident["ratio"] == ident["attack_best_residual"] / ident["truth_residual"]
+  assert ident["attack_median_residual"] >= ident["attack_best_residual"]
+  assert ident["verdict"] and len(ident["per_restart_residual"]) == 2
+  assert {"dimension", "first_layer_rank", "confirmed"} <= set(ident["family"])
+  if ident["family"]["confirmed"]:
+    assert os.path.getsize(tmp_path / "identifiability.png") > 0
   assert saved["victim_source"] in ("trained", "cache")
   assert _npz(tmp_path / "reconstructions.npz")["candidates"].shape == (2, 12, 8, 8, 1)
   assert m["timing"]["compile_s"] > 0

@@ -24,6 +24,25 @@ VARIANTS = {
   # lambda eliminated in closed form at every step (Iurada et al.). A step costs ~30x a KKT
   # step on a CPU (the Gram matrix), so 4 restarts x 1000 steps: about the default's wall time.
   "closed_form": {"attack": "closed_form", "num_restarts": 4, "steps": 1000, "chunk_steps": 250},
+  # m = n candidates instead of 2n.
+  "m1": {"m_per_sample": 1},
+  # Multipliers tied to the candidates, lambda_i = c sigma(-y_i Phi(x_i)) (weight-decay
+  # victims, e.g. the lfw_wd preset); Adam, since the tied loss is scaled unlike the free one.
+  "tied": {
+    "multipliers": "tied",
+    "m_per_sample": 1,
+    "optimizer": "adam",
+    "lr_x": "1e-4:1e-1:log",
+  },
+  # Levenberg-Marquardt on the tied equations in the first layer's span (200 steps).
+  "lm": {
+    "multipliers": "tied",
+    "m_per_sample": 1,
+    "subspace": True,
+    "search": "lm",
+    "steps": 200,
+    "chunk_steps": 50,
+  },
 }
 
 

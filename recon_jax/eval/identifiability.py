@@ -196,6 +196,7 @@ def flat_family(
       return out
   t = t.reshape(x.shape)
   witness = x + t
+  out["_witness"] = witness  # an array: the caller stores it (not JSON)
   fit = diagnostics.stationarity_fit(cols, problem, reference, witness, y_train)
   out["witness_residual"] = fit["residual_rel"]
   out["witness_distance"] = float(np.linalg.norm(t) / max(np.linalg.norm(flat), 1e-300))

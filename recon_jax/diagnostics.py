@@ -21,6 +21,7 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
+import scipy.linalg
 import scipy.optimize
 
 from recon_jax.losses import margins
@@ -46,13 +47,27 @@ def gradient_matrix(apply_fn, problem: str, params):
   return jax.jit(lambda x, y: jax.vmap(one)(x, y).reshape(-1, flat.shape[0]))
 
 
+def _triangle(v, theta):
+  """``(R, Q^T theta)`` with ``V = Q R``: the k x k problem with the same least-squares solution
+  as ``V`` [P, k] (``||theta - V lam||^2 = ||Q^T theta - R lam||^2 + const``), at a fraction
+  of the cost of fitting V.  R from the Cholesky factor of ``V^T V``, which is ~30x faster
+  than a QR of a tall V here; a QR where the columns are (nearly) dependent."""
+  try:
+    r = scipy.linalg.cholesky(v.T @ v)
+    return r, scipy.linalg.solve_triangular(r, v.T @ theta, trans="T")
+  except np.linalg.LinAlgError:
+    q, r = np.linalg.qr(v)
+    return r, q.T @ theta
+
+
 def stationarity_fit(cols, problem: str, reference, x, labels) -> dict:
   """Best fit of the stationarity equations by the candidates ``x``.
 
   Solves ``min_lambda ||reference - sum_i lambda_i grad g_i(x_i)||^2`` over
   ``lambda >= 0`` (non-negative least squares; free real multipliers for
-  'general') in float64, and measures the residual directly (no normal
-  equations, so a residual near machine precision stays measurable).
+  'general') in float64 on the k x k triangle of the gradient matrix, and measures
+  the residual directly on the whole matrix, so a residual near machine precision
+  stays measurable.
 
   Args:
     cols: :func:`gradient_matrix` of the victim.
@@ -67,10 +82,11 @@ def stationarity_fit(cols, problem: str, reference, x, labels) -> dict:
   theta = np.asarray(jax.flatten_util.ravel_pytree(reference)[0], np.float64)
   k = len(x)
   v = np.asarray(cols(jnp.asarray(x), jnp.asarray(labels)), np.float64).T  # [P, k*C]
+  r, rhs = _triangle(v, theta)
   if problem == "general":
-    sol, *_ = np.linalg.lstsq(v, theta, rcond=None)
+    sol, *_ = np.linalg.lstsq(r, rhs, rcond=None)
   else:
-    sol, _ = scipy.optimize.nnls(v, theta, maxiter=50 * v.shape[1])
+    sol, _ = scipy.optimize.nnls(r, rhs, maxiter=50 * v.shape[1])
   resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta**2))
   lam = sol.reshape(k, -1) if problem == "general" else sol
   return {"residual_rel": resid, "lam": lam, "n_active": int(np.sum(np.abs(sol) > 0))}

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import (
+  attacks,
   data,
   diagnostics,
   distributed,
@@ -35,14 +36,13 @@ from recon_jax import (
   sweep,
   victim,
 )
-from recon_jax.attacks import inversion, kkt
+from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.workdir import expand
 
-ATTACKS = ("kkt", "closed_form", "inversion", "weights")
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
@@ -466,7 +466,6 @@ INPUT_SHAPES = {
 }
 # Arrays of candidate size the attack keeps per restart: x, its gradient, and the
 # optimiser's slots (momentum for SGD; first and second moments for Adam).
-STATE_ARRAYS = {"sgd": 3, "adam": 4}
 
 
 def available_memory() -> Optional[int]:
@@ -494,7 +493,7 @@ def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
   n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
   m = int(cfg.m) or int(cfg.get("m_per_sample", 2)) * n
   d = int(np.prod(INPUT_SHAPES[v.dataset.strip().lower()]))
-  arrays = STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3)
+  arrays = attacks.get(cfg.attack).state_arrays(cfg)
   nbytes = 8 if (cfg.get("x64") or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
   how = (
@@ -570,8 +569,7 @@ def validate(cfg, explicit=()) -> None:
     )
   if not _is_int(cfg.get("save_every", 0)) or cfg.get("save_every", 0) < 0:
     raise ConfigError(f"save_every must be >= 0 (0: never), got {cfg.save_every}.", "save_every")
-  if cfg.attack not in ATTACKS:
-    raise ConfigError(f"attack must be one of {ATTACKS}, got {cfg.attack!r}.", "attack")
+  spec = attacks.get(cfg.attack)
   for name in ("num_restarts", "steps", "chunk_steps"):
     if not _is_int(cfg[name]) or cfg[name] <= 0:
       raise ConfigError(f"{name} must be an integer > 0, got {cfg[name]!r}.", name)
@@ -579,8 +577,11 @@ def validate(cfg, explicit=()) -> None:
     raise ConfigError(
       f"refine_steps must be an integer >= 0, got {cfg.refine_steps!r}.", "refine_steps"
     )
-  if cfg.refine_steps and cfg.attack != "kkt":
-    raise ConfigError("refine_steps sharpens the surrogate alpha: attack=kkt only.", "refine_steps")
+  if cfg.refine_steps and "alpha" not in spec.hparams:
+    raise ConfigError(
+      f"refine_steps sharpens the surrogate alpha, which attack={cfg.attack} does not use.",
+      "refine_steps",
+    )
   if not _is_int(cfg.m) or cfg.m < 0:
     raise ConfigError(f"m must be >= 0 (0: m_per_sample x n), got {cfg.m}.", "m")
   if not _is_int(cfg.seed) or cfg.seed < 0:
@@ -593,7 +594,7 @@ def validate(cfg, explicit=()) -> None:
   if own:
     check_checkpoint_shapes(checkpoint, vcfg)
   problem = resolve_problem(cfg.problem, vcfg.loss)
-  if cfg.attack != "weights":
+  if spec.direct is None:
     if problem == "multiclass" and vcfg.loss != "ce":
       raise ConfigError(
         f"problem=multiclass needs a victim trained with loss=ce (one output "
@@ -608,48 +609,8 @@ def validate(cfg, explicit=()) -> None:
       )
     if cfg.m:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
-  if cfg.attack == "inversion" and problem != "binary":
-    raise ConfigError("attack=inversion is defined for binary victims only.", "attack")
-  derivative = cfg.get("derivative", "auto")
-  if derivative not in ("auto",) + kkt.DERIVATIVES:
-    raise ConfigError(
-      f"derivative must be auto or one of {kkt.DERIVATIVES}, got {derivative!r}.", "derivative"
-    )
-  multipliers = cfg.get("multipliers", "free")
-  if multipliers not in kkt.MULTIPLIERS:
-    raise ConfigError(
-      f"multipliers must be one of {kkt.MULTIPLIERS}, got {multipliers!r}.", "multipliers"
-    )
-  if multipliers == "tied" and (cfg.attack != "kkt" or problem != "binary"):
-    raise ConfigError(
-      "multipliers=tied needs attack=kkt on a binary (logistic) victim.", "multipliers"
-    )
-  if cfg.get("subspace", False):
-    if cfg.attack != "kkt":
-      raise ConfigError(
-        "subspace keeps the KKT attack's candidates in a span: attack=kkt only.", "subspace"
-      )
-    if vcfg.arch not in ("mlp", "one_hidden", "affine"):
-      raise ConfigError(
-        f"subspace needs a dense first layer; arch={vcfg.arch} has none.", "subspace"
-      )
-  search = cfg.get("search", "first_order")
-  if search not in SEARCHES:
-    raise ConfigError(f"search must be one of {SEARCHES}, got {search!r}.", "search")
-  if search == "lm" and not (
-    cfg.attack == "kkt" and multipliers == "tied" and cfg.get("subspace", False)
-  ):
-    raise ConfigError(
-      "search=lm solves the tied equations in the data subspace: it needs attack=kkt, "
-      "multipliers=tied and subspace=True.",
-      "search",
-    )
-  cg = cfg.get("lm_cg_maxiter", 20)
-  if not _is_int(cg) or cg < 1:
-    raise ConfigError(f"lm_cg_maxiter must be an integer >= 1, got {cg!r}.", "lm_cg_maxiter")
-  tol = cfg.get("subspace_tol", 1e-3)
-  if not (_finite(tol) and 0 < tol < 1):
-    raise ConfigError(f"subspace_tol must be in (0, 1), got {tol!r}.", "subspace_tol")
+  foreign = bool(checkpoint) and not own
+  spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
   if cfg.batching not in loop.BATCHINGS:
     raise ConfigError(
       f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
@@ -677,7 +638,7 @@ def validate(cfg, explicit=()) -> None:
       f"max_memory_gb must be a finite number >= 0 (0: this machine's memory), got {limit!r}.",
       "max_memory_gb",
     )
-  if cfg.attack != "weights":
+  if spec.direct is None:
     stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
     check_memory(cfg, vcfg)
 
@@ -777,7 +738,9 @@ def run_warnings(metrics: dict, num_classes: int) -> list:
   if metrics["victim_warning"]:
     out.append(metrics["victim_warning"])
   n_div = (metrics.get("selection") or {}).get("n_diverged")
-  if metrics.get("attack") != "weights" and n_div and n_div == metrics.get("num_restarts"):
+  spec = attacks.specs().get(metrics.get("attack"))
+  searched = spec is None or spec.direct is None
+  if searched and n_div and n_div == metrics.get("num_restarts"):
     out.append(
       f"{ALL_DIVERGED} ({n_div} of {n_div}): nothing was reconstructed; "
       "lower the learning rates (lr_x, lr_lam) or the alpha range"
@@ -809,67 +772,31 @@ def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool)
   return out
 
 
-SMOOTH = ("gelu", "softplus", "tanh", "identity")
-SEARCHES = ("first_order", "lm")
-
-
-def resolve_derivative(derivative: str, activation: str) -> str:
-  """'auto': the victim's own derivative when its activation is smooth, else the surrogate."""
-  if derivative != "auto":
-    return derivative
-  return "exact" if activation in SMOOTH else "surrogate"
-
-
 def make_attack(
   cfg,
   apply_fn,
   problem: str,
   num_outputs: int = 1,
   *,
-  activation: str = "relu",
-  basis=None,
-  input_shape=None,
+  victim_config: Optional[victim.VictimConfig] = None,
+  foreign: bool = False,
+  input_shape=(),
+  n: int = 0,
+  target: Optional[Target] = None,
 ) -> Attack:
-  """The attack a job config names (``cfg.attack``), with the config's options.
-
-  ``activation``: the victim's (for ``derivative='auto'``); ``basis``: the
-  candidates' subspace when ``cfg.subspace`` (see :func:`recon_jax.attacks.kkt.first_layer_basis`).
-  """
-  if cfg.attack == "closed_form":
-    from recon_jax.attacks import closed_form
-
-    return closed_form.closed_form_attack(
-      apply_fn, problem, optimizer=cfg.optimizer, w_prior=cfg.w_prior, num_outputs=num_outputs
-    )
-  derivative = resolve_derivative(cfg.get("derivative", "auto"), activation)
-  if cfg.attack == "kkt" and cfg.get("search", "first_order") == "lm":
-    from recon_jax.attacks import gauss_newton
-
-    return gauss_newton.lm_attack(
-      apply_fn,
-      basis,
-      input_shape,
-      derivative=derivative,
-      w_prior=cfg.w_prior,
-      normalize=cfg.normalize,
-      cg_maxiter=cfg.get("lm_cg_maxiter", 20),
-    )
-  if cfg.attack == "kkt":
-    return kkt.kkt_attack(
-      apply_fn,
-      problem,
-      optimizer=cfg.optimizer,
-      w_lam=cfg.w_lam,
-      w_prior=cfg.w_prior,
-      normalize=cfg.normalize,
-      num_outputs=num_outputs,
-      derivative=derivative,
-      multipliers=cfg.get("multipliers", "free"),
-      basis=basis,
-    )
-  if cfg.attack == "inversion":
-    return inversion.inversion_attack(apply_fn, w_prior=cfg.w_prior)
-  raise ConfigError(f"attack must be one of {ATTACKS[:3]} to run a sweep, got {cfg.attack!r}.")
+  """The attack a job config names (``cfg.attack``), built by its registered spec
+  (:mod:`recon_jax.attacks`) from the config's options and what the run knows."""
+  setup = attacks.Setup(
+    problem,
+    victim_config or victim.VictimConfig(),
+    foreign,
+    apply_fn,
+    num_outputs,
+    tuple(input_shape),
+    n,
+    target,
+  )
+  return attacks.get(cfg.attack).build(cfg, setup)
 
 
 def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
@@ -985,24 +912,23 @@ def reconstruct(
   if cfg.get("known_init", False):
     target = target._replace(reference=cast_params(known_init_reference(vcfg, ds, params), dtype))
 
-  hp, run, basis = {}, None, None
-  if cfg.attack == "weights":
-    w = np.asarray(inversion.first_layer_images(params, ds.x_train.shape[1:]))
-    cands, weights, final_loss = w[None], np.ones((1, len(w))), np.zeros(1)
+  hp, run = {}, None
+  spec = attacks.get(cfg.attack)
+  if spec.direct is not None:  # candidates read off theta*, no search
+    cands = np.asarray(spec.direct(params, ds.x_train.shape[1:]))
+    weights, final_loss = np.ones(cands.shape[:2]), np.zeros(len(cands))
   else:
     hp = hparams_for(cfg)
-    basis = None
-    if cfg.get("subspace", False):
-      basis = kkt.first_layer_basis(target.fit, cfg.get("subspace_tol", 1e-3))
-      logging.info("candidates kept in the first layer's %d-dimensional span", basis.shape[1])
     attack = make_attack(
       cfg,
       vic.apply_fn,
       problem,
       vic.num_outputs,
-      activation="relu" if foreign else vcfg.activation,
-      basis=basis,
+      victim_config=vcfg,
+      foreign=foreign,
       input_shape=ds.x_train.shape[1:],
+      n=n,
+      target=target,
     )
     x_init = inits.make_x_init(
       cfg.init,
@@ -1052,11 +978,7 @@ def reconstruct(
     "dataset": vcfg.dataset,
     "n_train": n,
     "m": m,
-    "num_restarts": cfg.num_restarts if cfg.attack != "weights" else 1,
-    "derivative": resolve_derivative(cfg.get("derivative", "auto"), vcfg.activation)
-    if not foreign
-    else resolve_derivative(cfg.get("derivative", "auto"), "relu"),
-    "subspace_dim": None if basis is None else int(basis.shape[1]),
+    "num_restarts": cfg.num_restarts if spec.direct is None else 1,
     "recovered_strict": ev["attack"]["recovered_strict"],
     "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
     "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],

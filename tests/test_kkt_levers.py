@@ -169,9 +169,9 @@ def test_bad_lever_options_are_refused():
     kkt.kkt_attack(lambda p, x, a=None: x, "binary", derivative="fd")
   with pytest.raises(ConfigError, match="tied"):
     kkt.kkt_attack(lambda p, x, a=None: x, "multiclass", multipliers="tied")
-  assert pipeline.resolve_derivative("auto", "softplus") == "exact"
-  assert pipeline.resolve_derivative("auto", "relu") == "surrogate"
-  assert pipeline.resolve_derivative("surrogate", "softplus") == "surrogate"
+  assert kkt.resolve_derivative("auto", "softplus") == "exact"
+  assert kkt.resolve_derivative("auto", "relu") == "surrogate"
+  assert kkt.resolve_derivative("surrogate", "softplus") == "surrogate"
 
 
 def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():

@@ -67,7 +67,7 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   c.foreign.padding = 0  # conv padding (PyTorch's default)
   c.data_dir = ""  # folder with MNIST/CIFAR files (never downloaded)
   c.allow_data_mismatch = False  # attack a checkpoint trained on other images (warns)
-  c.attack = "kkt"  # kkt | closed_form | inversion | weights
+  c.attack = "kkt"  # kkt | closed_form | bilevel (weight-decay victims) | inversion | weights
   c.problem = "auto"  # auto (from victim.loss) | binary | multiclass | general
   c.num_restarts = 16  # restarts R, batched in one compiled program
   c.steps = 4000  # optimisation steps per restart
@@ -93,6 +93,7 @@ def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
   c.subspace_tol = 1e-3  # that span: singular values above this x the largest
   c.search = "first_order"  # first_order (optimizer) | lm (Levenberg-Marquardt; tied, subspace)
   c.lm_cg_maxiter = 20  # conjugate-gradient iterations per Levenberg-Marquardt step
+  c.bilevel_inner_maxiter = 100  # attack=bilevel: L-BFGS iterations of each inner solve
   c.identify = True  # attacker-side scores: which candidates would an attacker trust?
   c.identify_stability_candidates = 64  # candidates re-run for the stability score (0: none)
   c.optimizer = "sgd"  # sgd (momentum 0.9) | adam

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import implicit, losses, optim, priors
+from recon_jax.attacks.spec import AttackSpec, Setup, register, require
 from recon_jax.errors import ConfigError
 from recon_jax.models import get_activation
 from recon_jax.types import Attack, HParams, Target
@@ -193,3 +194,67 @@ def bilevel_attack(
     return state.x, jnp.ones(state.x.shape[:1], state.x.dtype)
 
   return Attack(init, step, candidates, name=f"bilevel[{loss},{hessian_solve}]")
+
+
+def _check(cfg, setup: Setup) -> None:
+  require(
+    not setup.foreign,
+    "attack=bilevel needs the victim's training recipe (its loss and weight decay): "
+    "a recon_jax victim, not an imported checkpoint.",
+    "attack",
+  )
+  from recon_jax.victim import final_weight_decay
+
+  v = setup.victim
+  require(
+    final_weight_decay(v) > 0 or v.loss == "mse",
+    "attack=bilevel fits theta(x) = argmin E, which has no minimiser without weight decay: "
+    "train the victim with weight decay (victim.weight_decay, or victim.wd with wd_epochs; "
+    "e.g. the lfw_wd preset).",
+    "attack",
+  )
+  require(
+    (cfg.m == 0 and cfg.get("m_per_sample", 2) == 1) or cfg.m > 0,
+    "attack=bilevel fits the training energy of its m candidates to theta*: use m = n "
+    "(m_per_sample=1).",
+    "m_per_sample",
+  )
+  it = cfg.get("bilevel_inner_maxiter", 100)
+  require(
+    isinstance(it, int) and not isinstance(it, bool) and it >= 1,
+    f"bilevel_inner_maxiter must be an integer >= 1, got {it!r}.",
+    "bilevel_inner_maxiter",
+  )
+
+
+def _build(cfg, setup: Setup) -> Attack:
+  from recon_jax.victim import final_weight_decay
+
+  require(
+    int(setup.target.labels.shape[0]) == setup.n,
+    f"attack=bilevel needs m = n = {setup.n} candidates, got m = "
+    f"{int(setup.target.labels.shape[0])}.",
+    "m",
+  )
+  return bilevel_attack(
+    setup.apply_fn,
+    setup.victim.loss,
+    wd=final_weight_decay(setup.victim),
+    inner_maxiter=cfg.get("bilevel_inner_maxiter", 100),
+    optimizer=cfg.optimizer,
+    w_prior=cfg.w_prior,
+  )
+
+
+SPEC = register(
+  AttackSpec(
+    name="bilevel",
+    build=_build,
+    check=_check,
+    hparams=("lr_x", "sigma_x"),
+    # x, its gradient, the optimiser's slots; theta and its warm start are per restart too,
+    # but of parameter size (not counted here).
+    state_arrays=lambda cfg: 3,
+    doc="min_x ||theta* - theta(x)||^2, theta(x) = argmin E (Runkel et al.), implicit gradients",
+  )
+)

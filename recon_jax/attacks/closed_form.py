@@ -151,6 +151,7 @@ import optax
 
 from recon_jax import optim, priors
 from recon_jax.attacks import kkt
+from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_sq_norm
 from recon_jax.models import surrogate_relu
@@ -413,3 +414,25 @@ def closed_form_attack(
     return state.x, w
 
   return Attack(init, step, candidates, name=f"closed_form[{problem}]")
+
+
+def _build(cfg, setup: Setup) -> Attack:
+  return closed_form_attack(
+    setup.apply_fn,
+    setup.problem,
+    optimizer=cfg.optimizer,
+    w_prior=cfg.w_prior,
+    num_outputs=setup.num_outputs,
+  )
+
+
+SPEC = register(
+  AttackSpec(
+    name="closed_form",
+    build=_build,
+    check=no_check,
+    hparams=("lr_x", "sigma_x", "alpha"),
+    state_arrays=lambda cfg: kkt.STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3),
+    doc="lambda eliminated in closed form at every step (Iurada et al.)",
+  )
+)

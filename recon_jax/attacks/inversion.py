@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
+from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register, require
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack
 
@@ -56,3 +57,31 @@ def first_layer_images(params, input_shape):
     if leaf.ndim == 2 and leaf.shape[0] == int(jnp.prod(jnp.array(input_shape))):
       return jnp.asarray(leaf).T.reshape(leaf.shape[1], *input_shape)
   raise ConfigError("no dense first layer whose input size matches the images.")
+
+
+def _check(cfg, setup: Setup) -> None:
+  require(
+    setup.problem == "binary", f"attack={cfg.attack} is defined for binary victims only.", "attack"
+  )
+
+
+SPEC = register(
+  AttackSpec(
+    name="inversion",
+    build=lambda cfg, setup: inversion_attack(setup.apply_fn, w_prior=cfg.w_prior),
+    check=_check,
+    hparams=("lr_x", "sigma_x"),
+    doc="model inversion baseline (Haim et al. §5.4)",
+  )
+)
+WEIGHTS_SPEC = register(
+  AttackSpec(
+    name="weights",
+    build=lambda cfg, setup: None,
+    check=no_check,
+    hparams=(),
+    state_arrays=lambda cfg: 0,
+    direct=lambda params, input_shape: first_layer_images(params, input_shape)[None],
+    doc="first-layer weights read as images (Haim et al. §5.4): no search",
+  )
+)

@@ -44,12 +44,14 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
 from recon_jax import optim, priors
+from recon_jax.attacks.spec import AttackSpec, Setup, register, require
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.models import surrogate_relu
@@ -287,3 +289,112 @@ def check_hparams(hparams: dict) -> None:
   for name in ("lam_min", "sigma_x"):
     if name in hparams and np.any(np.asarray(hparams[name]) < 0):
       raise ConfigError(f"{name} must be >= 0, got {float(np.min(hparams[name])):g}.")
+
+
+# ----------------------------------------------------------------------------- the main job
+
+SMOOTH = ("gelu", "softplus", "tanh", "identity")
+SEARCHES = ("first_order", "lm")
+# Arrays of candidate size a restart keeps: x, its gradient, the optimiser's slots.
+STATE_ARRAYS = {"sgd": 3, "adam": 4}
+
+
+def resolve_derivative(derivative: str, activation: str) -> str:
+  """'auto': the victim's own derivative when its activation is smooth, else the surrogate."""
+  if derivative != "auto":
+    return derivative
+  return "exact" if activation in SMOOTH else "surrogate"
+
+
+def _activation(setup: Setup) -> str:
+  return "relu" if setup.foreign else setup.victim.activation
+
+
+def _check(cfg, setup: Setup) -> None:
+  derivative = cfg.get("derivative", "auto")
+  require(
+    derivative in ("auto",) + DERIVATIVES,
+    f"derivative must be auto or one of {DERIVATIVES}, got {derivative!r}.",
+    "derivative",
+  )
+  multipliers = cfg.get("multipliers", "free")
+  require(
+    multipliers in MULTIPLIERS,
+    f"multipliers must be one of {MULTIPLIERS}, got {multipliers!r}.",
+    "multipliers",
+  )
+  require(
+    multipliers == "free" or setup.problem == "binary",
+    "multipliers=tied needs a binary (logistic) victim.",
+    "multipliers",
+  )
+  if cfg.get("subspace", False):
+    require(
+      setup.foreign or setup.victim.arch in ("mlp", "one_hidden", "affine"),
+      f"subspace needs a dense first layer; arch={getattr(setup.victim, 'arch', '?')} has none.",
+      "subspace",
+    )
+  tol = cfg.get("subspace_tol", 1e-3)
+  require(
+    isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 < tol < 1,
+    f"subspace_tol must be in (0, 1), got {tol!r}.",
+    "subspace_tol",
+  )
+  search = cfg.get("search", "first_order")
+  require(search in SEARCHES, f"search must be one of {SEARCHES}, got {search!r}.", "search")
+  require(
+    search == "first_order" or (multipliers == "tied" and cfg.get("subspace", False)),
+    "search=lm solves the tied equations in the data subspace: it needs multipliers=tied "
+    "and subspace=True.",
+    "search",
+  )
+  cg = cfg.get("lm_cg_maxiter", 20)
+  require(
+    isinstance(cg, int) and not isinstance(cg, bool) and cg >= 1,
+    f"lm_cg_maxiter must be an integer >= 1, got {cg!r}.",
+    "lm_cg_maxiter",
+  )
+
+
+def _build(cfg, setup: Setup) -> Attack:
+  derivative = resolve_derivative(cfg.get("derivative", "auto"), _activation(setup))
+  basis = None
+  if cfg.get("subspace", False):
+    basis = first_layer_basis(setup.target.fit, cfg.get("subspace_tol", 1e-3))
+    logging.info("candidates kept in the first layer's %d-dimensional span", basis.shape[1])
+  if cfg.get("search", "first_order") == "lm":
+    from recon_jax.attacks import gauss_newton
+
+    return gauss_newton.lm_attack(
+      setup.apply_fn,
+      basis,
+      setup.input_shape,
+      derivative=derivative,
+      w_prior=cfg.w_prior,
+      normalize=cfg.normalize,
+      cg_maxiter=cfg.get("lm_cg_maxiter", 20),
+    )
+  return kkt_attack(
+    setup.apply_fn,
+    setup.problem,
+    optimizer=cfg.optimizer,
+    w_lam=cfg.w_lam,
+    w_prior=cfg.w_prior,
+    normalize=cfg.normalize,
+    num_outputs=setup.num_outputs,
+    derivative=derivative,
+    multipliers=cfg.get("multipliers", "free"),
+    basis=basis,
+  )
+
+
+SPEC = register(
+  AttackSpec(
+    name="kkt",
+    build=_build,
+    check=_check,
+    hparams=("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min"),
+    state_arrays=lambda cfg: STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3),
+    doc="the KKT / margin attack (Haim et al.), DecoReco for multiclass and general",
+  )
+)

@@ -269,13 +269,13 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
   """
   import numpy as np
 
-  from recon_jax import inits, models, pipeline
+  from recon_jax import inits, job, models, pipeline
   from recon_jax.attacks import kkt
 
   dt = pipeline.float_dtype()
   module = models.build_model("mlp", widths=(h, h), bias="first")
   params = init_params(module, d, seed)
-  target = pipeline.make_target(params, pipeline.candidate_labels("binary", m), np.full((d,), 0.45))
+  target = pipeline.make_target(params, job.candidate_labels("binary", m), np.full((d,), 0.45))
   attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
   return attack, inits.gaussian(m, (d,), dt), target
 
@@ -285,11 +285,11 @@ def kkt_hparams(num_restarts: int, seed: int = 0) -> dict:
   import jax.numpy as jnp
 
   from experiments.configs import reconstruct as configs
-  from recon_jax import pipeline
+  from recon_jax import job
 
   cfg = configs.get_config("lfw")
   cfg.num_restarts, cfg.seed = num_restarts, seed
-  return {k: jnp.asarray(v) for k, v in pipeline.hparams_for(cfg).items()}
+  return {k: jnp.asarray(v) for k, v in job.hparams_for(cfg).items()}
 
 
 # ----------------------------------------------------------------------------
@@ -626,7 +626,7 @@ def run_train(args, dtypes, emit):
   import jax.numpy as jnp
   import numpy as np
 
-  from recon_jax import models, pipeline, train
+  from recon_jax import job, models, train
 
   # --quick: the quick KKT network's shapes (their eager initialisation is compiled already)
   cases = (
@@ -640,7 +640,7 @@ def run_train(args, dtypes, emit):
         module = models.build_model("mlp", widths=widths, bias="first")
         params = init_params(module, d)
         x = jnp.asarray(np.random.default_rng(0).uniform(-0.5, 0.5, (n, d)), dt)
-        y = jnp.asarray(pipeline.candidate_labels("binary", n), dt)
+        y = jnp.asarray(job.candidate_labels("binary", n), dt)
         cfg = train.TrainConfig(loss="logistic", lr=0.01, epochs=k, chunk=k)
         _, chunk = train.make_train_chunk(models.make_apply_fn(module), cfg)
         state, key = train.init_state(params, cfg), jax.random.PRNGKey(0)
@@ -744,7 +744,7 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   import jax.numpy as jnp
   import numpy as np
 
-  from recon_jax import models, pipeline
+  from recon_jax import job, models, pipeline
 
   dt = pipeline.float_dtype()
   if net == "affine":
@@ -752,7 +752,7 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   else:
     module, act = models.build_model("one_hidden", widths=(width,), init="kaiming"), "softplus"
   theta_star = init_params(module, d, seed)
-  target = pipeline.make_target(theta_star, pipeline.candidate_labels("binary", n))
+  target = pipeline.make_target(theta_star, job.candidate_labels("binary", n))
   x = jnp.asarray(np.random.default_rng(seed).uniform(0, 1, (n, d)), dt)
   return models.make_apply_fn(module), act, target, x
 

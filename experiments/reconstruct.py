@@ -48,14 +48,14 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   Everything is checked before the workdir is created or touched; a run
   whose every restart diverged writes its results, then raises RunFailed (exit code 2).
   """
-  from recon_jax import distributed, pipeline, reports
+  from recon_jax import checks, distributed, reports
   from recon_jax import workdir as wd
 
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
   wd.set_precision(cfg.x64, cfg.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
-  pipeline.prepare(cfg, requested, explicit)
+  checks.prepare(cfg, requested, explicit)
   workdir = wd.open_run(cfg, workdir, reports.STATE_FILE, resume=resume, overwrite=overwrite)
   m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit)
   reports.check_outcome(m, workdir)

@@ -29,11 +29,11 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
 
   Everything is checked before the workdir is created or touched.
   """
-  from recon_jax import pipeline, reports
+  from recon_jax import checks, reports
   from recon_jax import workdir as wd
 
   wd.set_precision(cfg.x64)
-  pipeline.prepare_training(cfg)
+  checks.prepare_training(cfg)
   workdir = wd.open_run(cfg, workdir, reports.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite)
   m = reports.run_training(cfg, workdir, resume=resume)
   if m["warning"]:

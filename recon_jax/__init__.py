@@ -13,10 +13,10 @@ from recon_jax.attacks.kkt import kkt_attack
 from recon_jax.data import Dataset, load_dataset
 from recon_jax.errors import ConfigError, Error
 from recon_jax.eval.report import evaluate_candidates
+from recon_jax.job import candidate_labels
 from recon_jax.pipeline import (
   AttackRun,
   Victim,
-  candidate_labels,
   import_victim,
   load_or_train_victim,
   make_target,

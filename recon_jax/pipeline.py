@@ -14,7 +14,6 @@ the report without writing anything but the optional resume file.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
@@ -25,6 +24,7 @@ import numpy as np
 
 from recon_jax import (
   attacks,
+  checks,
   data,
   diagnostics,
   distributed,
@@ -32,18 +32,22 @@ from recon_jax import (
   loop,
   losses,
   models,
-  optim,
-  sweep,
   victim,
 )
-from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
+from recon_jax.job import (
+  candidate_labels,
+  hparams_for,
+  is_foreign,
+  resolve_problem,
+  stages_for,
+  total_steps,
+  victim_config,
+)
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
-from recon_jax.workdir import expand
 
-RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
 
@@ -78,52 +82,12 @@ def make_target(
   return Target(params, labels, jnp.asarray(lo - offset, dtype), jnp.asarray(hi - offset, dtype))
 
 
-def candidate_labels(problem: str, m: int, num_classes: int = 2) -> np.ndarray:
-  """Balanced labels of the ``m`` candidates: m/2 per sign (binary), m/C per class."""
-  if problem == "binary":
-    if m < 2 or m % 2:
-      raise ConfigError(
-        argument="m", message=f"m must be even and >= 2 for a binary victim, got {m}."
-      )
-    return np.concatenate([np.ones(m // 2), -np.ones(m // 2)]).astype(np.float32)
-  if problem == "multiclass":
-    if m < num_classes or m % num_classes:
-      raise ConfigError(
-        argument="m", message=f"m={m} must be a positive multiple of the {num_classes} classes."
-      )
-    return np.repeat(np.arange(num_classes), m // num_classes).astype(np.int32)
-  if problem == "general":
-    return np.zeros(m, np.float32)
-  raise ConfigError(
-    argument="problem", message=f"problem must be one of {losses.PROBLEMS}, got {problem!r}."
-  )
-
-
-def resolve_problem(problem: str, loss: str) -> str:
-  """``problem``, or the one the victim's training loss implies when it is 'auto'."""
-  if problem == "auto":
-    return losses.problem_for_loss(loss)
-  if problem not in losses.PROBLEMS:
-    raise ConfigError(
-      argument="problem",
-      message=f"problem must be auto or one of {losses.PROBLEMS}, got {problem!r}.",
-    )
-  return problem
-
-
 class Victim(NamedTuple):
   params: Any  # theta* (flax variable dict)
   apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
   num_outputs: int  # C, the width of the output layer
   summary: dict  # training summary (loss, errors, margins, ...)
   source: str  # 'trained', 'cache' or the checkpoint path
-
-
-def is_foreign(path: str) -> bool:
-  """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
-  from recon_jax import importers
-
-  return importers.detect_format(path) != "msgpack"
 
 
 def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
@@ -303,393 +267,8 @@ def run_attack(
 # ----------------------------------------------------------------------------- one job
 
 
-def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
-  """The victim of a job config: its ``victim`` section, or the checkpoint's own.
-
-  A recon_jax checkpoint carries the config it was trained with (architecture
-  and data provenance), and that is the one used; ``requested`` (victim
-  settings the user set explicitly, ``{field: value}``) must agree with it.
-  """
-  v = dict(cfg.victim)
-  v["widths"] = tuple(int(w) for w in v["widths"])
-  if not cfg.get("checkpoint") or is_foreign(cfg.checkpoint):
-    return victim.VictimConfig(**v)
-  _, stored, _ = victim.load(cfg.checkpoint)
-  for field, value in (requested or {}).items():
-    want = tuple(value) if field == "widths" else value
-    if getattr(stored, field) != want:
-      raise ConfigError(
-        f"victim.{field}={value} contradicts the checkpoint {cfg.checkpoint}, "
-        f"which was trained with {field}={getattr(stored, field)}.",
-        argument=f"victim.{field}",
-      )
-  return stored
-
-
-def total_steps(cfg) -> int:
-  return int(cfg.steps) + int(cfg.refine_steps)
-
-
-def hparams_for(cfg) -> dict:
-  """The per-restart hyperparameters of a job: paper ranges or the config's ranges."""
-  if cfg.sweep == "paper":
-    ranges = dict(sweep.INVERSION_RANGES if cfg.attack == "inversion" else sweep.PAPER_RANGES)
-  elif cfg.sweep == "random":
-    ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
-  else:
-    raise ConfigError(
-      argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
-    )
-  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
-  kkt.check_hparams(hp)
-  return hp
-
-
-def stages_for(cfg, hp: dict) -> list:
-  """The run's stages: the sweep (alpha fixed, or annealed), then the optional refinement."""
-  anneal = cfg.get("anneal_alpha", 0.0)
-  if anneal:
-    main = sweep.anneal(hp, cfg.steps, anneal, cfg.get("anneal_stages", 8))
-  else:
-    main = [(cfg.steps, hp)]
-  tail = sweep.stages(main[-1][1], 1, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
-  return main + tail[1:]
-
-
-def _is_int(v) -> bool:
-  return not isinstance(v, bool) and isinstance(v, (int, np.integer))
-
-
-def _is_num(v) -> bool:
-  return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating))
-
-
-def _finite(v) -> bool:
-  return _is_num(v) and bool(np.isfinite(v))
-
-
-ARCHS = ("mlp", "affine", "one_hidden", "cnn")
-ACTIVATIONS = ("relu", "gelu", "softplus", "tanh", "identity", "surrogate_relu")
-ADAPTIVE = ("none", "loss", "grad")
-
-
-def _victim_problem(v: victim.VictimConfig) -> Optional[Tuple[str, str]]:
-  """``(field, message)`` for the first field of ``v`` no victim can be built or trained with."""
-  ints = {"n_per_class": 1, "epochs": 1, "wd_epochs": 0, "data_seed": 0, "seed": 0}
-  if not isinstance(v.dataset, str) or v.dataset.strip().lower() not in data.DATASETS:
-    return "dataset", f"{v.dataset!r} is unknown; valid: {', '.join(data.DATASETS)}."
-  if v.task not in data.TASKS:
-    return "task", f"must be one of {', '.join(data.TASKS)}, got {v.task!r}."
-  if v.task == "multiclass" and v.loss != "ce":
-    return "task", f"multiclass needs loss=ce (the labels follow the loss), got {v.loss!r}."
-  for name, low in ints.items():
-    value = getattr(v, name)
-    if not _is_int(value) or value < low:
-      return name, f"must be an integer >= {low}, got {value!r}."
-  if v.arch not in ARCHS:
-    return "arch", f"must be one of {', '.join(ARCHS)}, got {v.arch!r}."
-  widths = v.widths
-  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
-    return "widths", f"must be integers >= 1, got {widths!r}."
-  if v.arch in ("mlp", "cnn") and not len(widths):
-    return "widths", f"arch={v.arch} needs at least one width."
-  if v.bias not in models.BIAS_MODES:
-    return "bias", f"must be one of {', '.join(models.BIAS_MODES)}, got {v.bias!r}."
-  if v.init not in models.INIT_SCHEMES:
-    return "init", f"must be one of {', '.join(models.INIT_SCHEMES)}, got {v.init!r}."
-  for name in ("init_std", "first_layer_std"):
-    value = getattr(v, name)
-    if value is not None and not (_finite(value) and value > 0):
-      return name, f"must be a finite number > 0 (or unset), got {value!r}."
-  if v.init == "normal" and v.init_std is None:
-    return "init_std", "must be set (> 0) for init=normal."
-  if not (_finite(v.init_gain) and v.init_gain > 0):
-    return "init_gain", f"must be a finite number > 0, got {v.init_gain!r}."
-  if v.activation not in ACTIVATIONS:
-    return "activation", f"must be one of {', '.join(ACTIVATIONS)}, got {v.activation!r}."
-  if v.loss not in losses.LOSSES:
-    return "loss", f"must be one of {', '.join(losses.LOSSES)}, got {v.loss!r}."
-  if not (_finite(v.lr) and v.lr > 0):
-    return "lr", f"must be a finite number > 0, got {v.lr!r}."
-  for name in ("weight_decay", "wd", "loss_threshold"):
-    value = getattr(v, name)
-    if not (_finite(value) and value >= 0):
-      return name, f"must be a finite number >= 0, got {value!r}."
-  if not (_finite(v.converge_tol) and v.converge_tol >= 0):
-    return "converge_tol", f"must be a finite number >= 0 (0: off), got {v.converge_tol!r}."
-  if not _is_int(v.converge_maxiter) or v.converge_maxiter < 1:
-    return "converge_maxiter", f"must be an integer >= 1, got {v.converge_maxiter!r}."
-  if v.converge_tol > 0 and v.loss != "mse" and victim.final_weight_decay(v) <= 0:
-    return "converge_tol", (
-      f"needs weight decay in the last training phase (weight_decay, or wd with wd_epochs): "
-      f"with loss={v.loss} and none the training energy has no stationary point."
-    )
-  if not (_finite(v.momentum) and 0 <= v.momentum < 1):
-    return "momentum", f"must be in [0, 1), got {v.momentum!r}."
-  if v.adaptive not in ADAPTIVE:
-    return "adaptive", f"must be one of {', '.join(ADAPTIVE)}, got {v.adaptive!r}."
-  if v.batch_size is not None and not (_is_int(v.batch_size) and v.batch_size >= 1):
-    return "batch_size", f"must be an integer >= 1 (or unset: full batch), got {v.batch_size!r}."
-  if not isinstance(v.subtract_mean, (bool, np.bool_)):
-    return "subtract_mean", f"must be True or False, got {v.subtract_mean!r}."
-  return None
-
-
-def validate_victim(v: victim.VictimConfig, checkpoint: str = "") -> None:
-  """Raises an error naming the first field of ``v`` that no victim can be built or trained with.
-
-  A :class:`ConfigError` naming ``victim.<field>`` for the user's own settings;
-  with ``checkpoint`` (the file the settings were read from) a
-  :class:`~recon_jax.checkpoint.CheckpointError` naming that file: its
-  metadata is at fault, not a setting.
-  """
-  found = _victim_problem(v)
-  if found is None:
-    return
-  field, message = found
-  if checkpoint:
-    from recon_jax.checkpoint import CheckpointError
-
-    raise CheckpointError(f"{checkpoint}: corrupt victim metadata: {field} {message}")
-  raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")
-
-
-# Shapes of one input of every dataset (what load_dataset returns), for estimates made
-# before any data is read.
-INPUT_SHAPES = {
-  "digits": (8, 8, 1),
-  "lfw": (25, 25, 1),
-  "mnist": (28, 28, 1),
-  "cifar10": (32, 32, 3),
-  "cifar100": (32, 32, 3),
-  "toy2d": (2,),
-}
 # Arrays of candidate size the attack keeps per restart: x, its gradient, and the
 # optimiser's slots (momentum for SGD; first and second moments for Adam).
-
-
-def available_memory() -> Optional[int]:
-  """Bytes of memory this machine can give a new allocation now (None: unknown)."""
-  try:
-    with open("/proc/meminfo") as f:
-      for line in f:
-        if line.startswith("MemAvailable:"):
-          return int(line.split()[1]) * 1024
-  except (OSError, ValueError, IndexError):
-    pass
-  try:
-    return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-  except (OSError, ValueError, AttributeError):
-    return None
-
-
-def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
-  """Bytes of the attack's batched restart state, and how they were counted.
-
-  R x m x prod(input_shape) x (arrays per candidate: x, gradient, optimiser
-  slots) x bytes per number: a lower bound of what the run needs.
-  """
-  task = "multiclass" if v.loss == "ce" else "binary"
-  n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
-  m = int(cfg.m) or int(cfg.get("m_per_sample", 2)) * n
-  d = int(np.prod(INPUT_SHAPES[v.dataset.strip().lower()]))
-  arrays = attacks.get(cfg.attack).state_arrays(cfg)
-  nbytes = 8 if (cfg.get("x64") or jax.config.jax_enable_x64) else 4
-  r = int(cfg.num_restarts)
-  how = (
-    f"{r} restarts x m={m} candidates x {d} inputs x {arrays} arrays "
-    f"({cfg.get('optimizer', 'sgd')}) x {nbytes} bytes"
-  )
-  return r * m * d * arrays * nbytes, how
-
-
-def check_memory(cfg, v: victim.VictimConfig) -> None:
-  """Refuses a sweep whose restart state cannot fit: the limit or this machine's memory."""
-  if v.dataset.strip().lower() not in INPUT_SHAPES:
-    return
-  need, how = state_memory(cfg, v)
-  limit_gb = float(cfg.get("max_memory_gb", 0.0) or 0.0)
-  if limit_gb > 0:
-    limit, what = int(limit_gb * 2**30), "max_memory_gb limit"
-  else:
-    limit, what = available_memory(), "memory available on this machine"
-  if limit is not None and need > limit:
-    raise ConfigError(
-      f"num_restarts={cfg.num_restarts} needs at least {need / 2**30:.1f} GiB for the "
-      f"restarts' state ({how}), more than the {limit / 2**30:.1f} GiB {what}; use fewer "
-      "restarts (or candidates m), or split the sweep over several runs (seed).",
-      argument="num_restarts",
-    )
-
-
-def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> victim.VictimConfig:
-  """``cfg``'s paths expanded in place and every setting checked: what can fail before any work.
-
-  Nothing is written or trained here.  ``explicit``: the settings the user set
-  (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.
-  """
-  cfg.data_dir = expand(cfg.data_dir)
-  cfg.checkpoint = expand(cfg.checkpoint)
-  if "foreign" in cfg:
-    cfg.foreign.data_mean = expand(cfg.foreign.data_mean)
-  validate(cfg, explicit)
-  return victim_config(cfg, requested_victim)
-
-
-def prepare_training(cfg) -> victim.VictimConfig:
-  """The victim of a training run (``cfg.victim``, ``data_dir``, ``chunk_epochs``,
-  ``save_every``), every setting checked and ``data_dir`` expanded; nothing is written."""
-  cfg.data_dir = expand(cfg.data_dir)
-  for name, low in (("chunk_epochs", 1), ("save_every", 0)):
-    if not _is_int(cfg[name]) or cfg[name] < low:
-      never = " (0: never)" if low == 0 else ""
-      raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
-  check_widths(cfg)
-  vcfg = victim_config(cfg)
-  validate_victim(vcfg)
-  check_data_dir(vcfg, cfg.data_dir)
-  return vcfg
-
-
-def validate(cfg, explicit=()) -> None:
-  """Raises an error naming the first setting of ``cfg`` that cannot run, before any work.
-
-  :class:`ConfigError` names the setting (its ``argument``); a recon_jax
-  checkpoint is read (not its data) and its own faults are
-  :class:`~recon_jax.checkpoint.CheckpointError` naming the file.  ``explicit``:
-  the names of the settings the user set; with ``sweep=paper`` none of the
-  ranges may be among them (the paper's ranges would silently replace it).
-  """
-  named = [n for n in RANGE_NAMES if n in explicit]
-  if cfg.get("sweep") == "paper" and named:
-    raise ConfigError(
-      f"sweep=paper draws {', '.join(RANGE_NAMES)} from Haim et al.'s ranges (App. B), "
-      f"which replace {named[0]}={cfg[named[0]]!r}; drop that setting or use sweep=random.",
-      "sweep",
-    )
-  if not _is_int(cfg.get("save_every", 0)) or cfg.get("save_every", 0) < 0:
-    raise ConfigError(f"save_every must be >= 0 (0: never), got {cfg.save_every}.", "save_every")
-  spec = attacks.get(cfg.attack)
-  for name in ("num_restarts", "steps", "chunk_steps"):
-    if not _is_int(cfg[name]) or cfg[name] <= 0:
-      raise ConfigError(f"{name} must be an integer > 0, got {cfg[name]!r}.", name)
-  if not _is_int(cfg.refine_steps) or cfg.refine_steps < 0:
-    raise ConfigError(
-      f"refine_steps must be an integer >= 0, got {cfg.refine_steps!r}.", "refine_steps"
-    )
-  if cfg.refine_steps and "alpha" not in spec.hparams:
-    raise ConfigError(
-      f"refine_steps sharpens the surrogate alpha, which attack={cfg.attack} does not use.",
-      "refine_steps",
-    )
-  if not _is_int(cfg.m) or cfg.m < 0:
-    raise ConfigError(f"m must be >= 0 (0: m_per_sample x n), got {cfg.m}.", "m")
-  if not _is_int(cfg.seed) or cfg.seed < 0:
-    raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed!r}.", "seed")
-  checkpoint = cfg.get("checkpoint") or ""
-  check_widths(cfg)
-  vcfg = victim_config(cfg)
-  own = bool(checkpoint) and not is_foreign(checkpoint)
-  validate_victim(vcfg, checkpoint if own else "")
-  if own:
-    check_checkpoint_shapes(checkpoint, vcfg)
-  problem = resolve_problem(cfg.problem, vcfg.loss)
-  if spec.direct is None:
-    if problem == "multiclass" and vcfg.loss != "ce":
-      raise ConfigError(
-        f"problem=multiclass needs a victim trained with loss=ce (one output "
-        f"per class); this victim was trained with loss={vcfg.loss}.",
-        "problem",
-      )
-    if problem == "binary" and vcfg.loss == "ce":
-      raise ConfigError(
-        "problem=binary needs a one-output victim; this one was trained with "
-        "loss=ce (use problem=multiclass or general).",
-        "problem",
-      )
-    if cfg.m:
-      candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
-  foreign = bool(checkpoint) and not own
-  spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
-  if cfg.batching not in loop.BATCHINGS:
-    raise ConfigError(
-      f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
-    )
-  if cfg.init not in inits.INIT_SCHEMES:
-    raise ConfigError(f"init must be one of {inits.INIT_SCHEMES}, got {cfg.init!r}.", "init")
-  if cfg.get("optimizer", "sgd") not in optim.OPTIMIZERS:
-    raise ConfigError(
-      f"optimizer must be one of {optim.OPTIMIZERS}, got {cfg.optimizer!r}.", "optimizer"
-    )
-  if cfg.get("normalize", "mean") not in ("mean", "sum"):
-    raise ConfigError(f"normalize must be mean or sum, got {cfg.normalize!r}.", "normalize")
-  for name in ("w_lam", "w_prior"):
-    if name in cfg and not (_finite(cfg[name]) and cfg[name] >= 0):
-      raise ConfigError(f"{name} must be a finite number >= 0, got {cfg[name]!r}.", name)
-  thr = cfg.get("ssim_threshold")
-  if thr is not None and not (_finite(thr) and 0 < thr <= 1):
-    raise ConfigError(
-      f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.", "ssim_threshold"
-    )
-  check_data_dir(vcfg, cfg.get("data_dir"))
-  limit = cfg.get("max_memory_gb", 0.0)
-  if not (_finite(limit) and limit >= 0):
-    raise ConfigError(
-      f"max_memory_gb must be a finite number >= 0 (0: this machine's memory), got {limit!r}.",
-      "max_memory_gb",
-    )
-  if spec.direct is None:
-    stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
-    check_memory(cfg, vcfg)
-
-
-def check_widths(cfg) -> None:
-  """Refuses a ``victim.widths`` setting that is not a list of integers >= 1 (e.g. ``64,abc``)."""
-  widths = cfg.victim.widths
-  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
-    raise ConfigError(
-      f"victim.widths must be integers >= 1, e.g. 256,256, got {widths!r}.", "victim.widths"
-    )
-
-
-def _num_classes(v: victim.VictimConfig) -> int:
-  """The number of classes of ``v``'s data (as :func:`recon_jax.victim.load_data` draws it)."""
-  return data.dataset.num_classes(
-    v.dataset.strip().lower(), "multiclass" if v.loss == "ce" else "binary"
-  )
-
-
-def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
-  """Refuses a recon_jax checkpoint whose parameters do not fit the network its metadata names.
-
-  Checked from shapes alone (no data is read): CheckpointError naming the file
-  and the first parameter that differs.
-  """
-  from recon_jax import checkpoint as ckpt
-
-  name = v.dataset.strip().lower()
-  if name not in INPUT_SHAPES:
-    return
-  params, _ = ckpt.load(path)
-  shapes_only = data.Dataset(
-    **{**dict.fromkeys(data.Dataset._fields), "num_classes": _num_classes(v)}
-  )  # all victim.build reads
-  module, _ = victim.build(v, shapes_only)
-  template = jax.eval_shape(
-    lambda: models.init_params(module, jax.random.PRNGKey(0), INPUT_SHAPES[name])
-  )
-  ckpt.check_matches(params, template, path)
-
-
-def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
-  """Refuses a file dataset (mnist, cifar10, cifar100) without an existing ``data_dir``.
-
-  Only the folder is checked (cheap); its files are read, and checked, with the data.
-  """
-  name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
-  if name in data.files.FILE_DATASETS:
-    expected = getattr(data.files, f"_{name.upper()}_EXPECTED", f"{name} files")
-    data.files.require_dir(name, data_dir or None, expected)
 
 
 def _as_float(v) -> Optional[float]:
@@ -872,7 +451,7 @@ def reconstruct(
   saves to and resumes from ``state_file`` (see :func:`run_attack`).
   ``requested_victim``: see :func:`victim_config`.
   """
-  validate(cfg)
+  checks.validate(cfg)
   t_start = time.time()
   vcfg = victim_config(cfg, requested_victim)
   problem = resolve_problem(cfg.problem, vcfg.loss)

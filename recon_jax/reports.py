@@ -17,7 +17,18 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import claims, efficacy, init_study, loop, pipeline, plotting, toy, victim, workdir
+from recon_jax import (
+  checks,
+  claims,
+  efficacy,
+  init_study,
+  loop,
+  pipeline,
+  plotting,
+  toy,
+  victim,
+  workdir,
+)
 from recon_jax.errors import ConfigError, RunFailed
 
 
@@ -52,11 +63,11 @@ def run_reconstruction(
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``requested_victim``, ``explicit``: see :func:`recon_jax.pipeline.prepare`.  With
+  ``requested_victim``, ``explicit``: see :func:`recon_jax.checks.prepare`.  With
   ``resume`` it continues from ``path``'s state file (the config must match).
   Returns metrics.json's dict; its ``warnings`` say what a reader must know.
   """
-  pipeline.prepare(cfg, requested_victim, explicit)
+  checks.prepare(cfg, requested_victim, explicit)
   state_file = _begin(cfg, path, resume)
   out = pipeline.reconstruct(cfg, state_file=state_file, requested_victim=requested_victim)
   return write_reconstruction(path, out)
@@ -118,7 +129,7 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
   A victim that did not learn its training set is still written; its metrics
   say so (``warning``).  Returns metrics.json's dict.
   """
-  vcfg = pipeline.prepare_training(cfg)
+  vcfg = checks.prepare_training(cfg)
   if resume:
     workdir.check_resumable(cfg, path, TRAIN_STATE_FILE)
   ds = victim.load_data(vcfg, cfg.data_dir or None)
@@ -193,7 +204,7 @@ def run_efficacy(
       raise ConfigError(f"{name} must be >= {low}, got {value}.", name)
   configs = {v: efficacy.variant_config(cfg, v) for v in variants}
   for v, vcfg in configs.items():
-    pipeline.prepare(vcfg)
+    checks.prepare(vcfg)
     if vcfg.x64 != cfg.base.x64:
       raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
   workdir.write_config(path, cfg, variants=list(variants), draws=draws, first_draw=first_draw)

@@ -15,7 +15,7 @@ from typing import Any, Mapping, NamedTuple, Optional
 from absl import logging
 import numpy as np
 
-from recon_jax import loop, models, pipeline, sweep, victim
+from recon_jax import job, loop, models, pipeline, sweep, victim
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
@@ -75,7 +75,7 @@ def validate(cfg) -> tuple:
     )
   if cfg.theta_norm > 0 and cfg.victim_bias == "all":
     refuse("theta_norm", "> 0 needs a homogeneous victim (victim_bias=none or first).")
-  labels = pipeline.candidate_labels("binary", cfg.m)
+  labels = job.candidate_labels("binary", cfg.m)
   ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
   kkt.check_hparams(hp)

@@ -26,7 +26,7 @@ import pytest
 from experiments import common, reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, data, models, pipeline, victim
+from recon_jax import checkpoint, checks, data, models, victim
 from recon_jax import workdir as wd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -605,7 +605,7 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line
   cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy", "data_dir": "~/mnist"})
-  pipeline.prepare(cfg)
+  checks.prepare(cfg)
   assert cfg.foreign.data_mean == f"{files}/mean.npy" and cfg.data_dir == f"{files}/mnist"
 
 

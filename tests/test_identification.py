@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import attacker, models, pipeline, victim
+from recon_jax import attacker, job, models, pipeline, victim
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 
 def _digits():
   """The tiny preset's data: 3 + 3 digits (8x8) and their held-out split, in pixel space."""
-  ds = victim.load_data(pipeline.victim_config(configs.get_config("tiny")))
+  ds = victim.load_data(job.victim_config(configs.get_config("tiny")))
   return ds, ds.x_train + ds.mean, ds.x_test + ds.mean
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import implicit, loop, models, pipeline, victim
+from recon_jax import checks, implicit, loop, models, victim
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
@@ -211,8 +211,8 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
 def test_converge_tol_needs_weight_decay():
   cfg = victim.VictimConfig(converge_tol=1e-8)
   with pytest.raises(ConfigError, match="converge_tol"):
-    pipeline.validate_victim(cfg)
-  pipeline.validate_victim(dataclasses.replace(cfg, weight_decay=1e-3))
+    checks.validate_victim(cfg)
+  checks.validate_victim(dataclasses.replace(cfg, weight_decay=1e-3))
 
 
 def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary):

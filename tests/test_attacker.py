@@ -2,6 +2,7 @@
 
 import functools
 
+from helpers import linear_apply, mlp
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,12 +16,6 @@ from recon_jax.eval.images import ncc_matrix
 from recon_jax.types import Target
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
-
-
-def linear_apply(p, x, act=None):
-  """Bias-free linear model ``x w`` (w: [d, C]): grad_w of y x w is y x."""
-  del act
-  return x.reshape(x.shape[0], -1) @ p["params"]["w"]
 
 
 def _planted_linear(m=6, d=12, used=4, seed=0, normalize="mean"):
@@ -38,18 +33,7 @@ def _planted_linear(m=6, d=12, used=4, seed=0, normalize="mean"):
   return target, jnp.asarray(x), jnp.asarray(lam)
 
 
-def _mlp(out_dim=1, d=5, seed=0):
-  module = models.build_model(
-    "mlp",
-    out_dim=out_dim,
-    widths=(6,),
-    bias="first",
-    init="normal",
-    init_std=0.5,
-    first_layer_std=0.5,
-  )
-  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
-  return models.make_apply_fn(module), params
+_mlp = functools.partial(mlp, widths=(6,), d=5, std=0.5)
 
 
 def _is_config_error(excinfo, argument):

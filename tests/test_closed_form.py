@@ -2,6 +2,7 @@
 
 import functools
 
+from helpers import linear_apply
 import jax
 from jax.flatten_util import ravel_pytree
 import jax.numpy as jnp
@@ -20,12 +21,6 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 ALPHA = 5.0
 SOLVE = jax.jit(cf.solve_multipliers, static_argnums=(2, 3), static_argnames="polish")
 JAC = jax.jit(cf.margin_jacobian, static_argnums=(0, 1, 5))
-
-
-def linear_apply(p, x, act=None):
-  """Bias-free linear model ``x w`` (w: [d, C])."""
-  del act
-  return x.reshape(x.shape[0], -1) @ p["params"]["w"]
 
 
 def _mlp(out_dim=1, widths=(6,), d=4, seed=0, std=0.5):

@@ -1,23 +1,10 @@
 """Tests for recon_jax.diagnostics: the KKT oracle residual, the kink fraction, the float32 floor."""
 
+from helpers import linear_apply, linear_problem
 import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import diagnostics
-
-
-def linear_apply(p, x, act=None):
-  """Bias-free linear model ``x w`` (w: [d, C]); homogeneous of degree 1."""
-  del act
-  return x.reshape(x.shape[0], -1) @ p["params"]["w"]
-
-
-def _linear_problem(m=4, d=8, seed=0):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(m, d))
-  y = np.where(np.arange(m) % 2 == 0, 1.0, -1.0)
-  lam = rng.uniform(0.5, 2.0, size=(m,))
-  return x, y, lam
 
 
 def test_kink_fraction_counts_units_whose_kink_is_on_a_training_point():
@@ -30,7 +17,7 @@ def test_kink_fraction_counts_units_whose_kink_is_on_a_training_point():
 
 
 def test_oracle_recovers_planted_binary_multipliers():
-  x, y, lam = _linear_problem(m=4, d=8)
+  x, y, lam = linear_problem(m=4, d=8)
   params = {"params": {"w": jnp.asarray((x.T @ (lam * y))[:, None])}}  # paper eq. (6), no 1/m
   res = diagnostics.oracle_residual(linear_apply, "binary", params, x, y)
   assert res["residual_rel"] < 1e-20
@@ -39,7 +26,7 @@ def test_oracle_recovers_planted_binary_multipliers():
 
 
 def test_oracle_residual_positive_for_random_params():
-  x, y, _ = _linear_problem(m=3, d=8)
+  x, y, _ = linear_problem(m=3, d=8)
   w = np.random.default_rng(8).normal(size=(8, 1))
   res = diagnostics.oracle_residual(linear_apply, "binary", {"params": {"w": jnp.asarray(w)}}, x, y)
   # Non-negative least squares by hand: the residual can be no smaller than the

@@ -5,6 +5,7 @@ known in closed form: a reference that the training set reproduces exactly, and 
 that only another input reproduces.
 """
 
+from helpers import linear_apply
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,11 +13,6 @@ import pytest
 
 from recon_jax import diagnostics, efficacy
 from recon_jax.eval import identifiability as ident
-
-
-def linear_apply(p, x, act=None):
-  del act
-  return x.reshape(x.shape[0], -1) @ p["params"]["w"]
 
 
 @pytest.fixture(autouse=True)

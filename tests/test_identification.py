@@ -3,6 +3,7 @@
 import functools
 import json
 
+from helpers import linear_apply
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,12 +77,6 @@ def test_candidate_truth_bad_input(args, argument):
 
 
 # ---------------------------------------------------------------- identification_report
-
-
-def linear_apply(p, x, act=None):
-  """Bias-free linear model ``x w``: grad_w of the margin y x w is y x."""
-  del act
-  return x.reshape(x.shape[0], -1) @ p["params"]["w"]
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 import functools
 
+from helpers import linear_apply, linear_problem, mlp
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,20 +16,6 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 
 
 ALPHA = 3.0
-
-
-def linear_apply(p, x, act=None):
-  """Bias-free linear model ``x w`` (w: [d, C]); homogeneous of degree 1."""
-  del act
-  return x.reshape(x.shape[0], -1) @ p["params"]["w"]
-
-
-def _linear_problem(m=4, d=8, seed=0):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(m, d))
-  y = np.where(np.arange(m) % 2 == 0, 1.0, -1.0)
-  lam = rng.uniform(0.5, 2.0, size=(m,))
-  return x, y, lam
 
 
 def _stat(problem, params, x, lam, labels, act=None, normalize="mean", apply_fn=linear_apply):
@@ -50,7 +37,7 @@ def _stat(problem, params, x, lam, labels, act=None, normalize="mean", apply_fn=
 
 
 def test_weighted_output_by_hand():
-  x, y, lam = _linear_problem()
+  x, y, lam = linear_problem()
   w = np.random.default_rng(1).normal(size=(8, 1))
   params = {"params": {"w": jnp.asarray(w)}}
   want = np.sum(lam * y * (x @ w)[:, 0])
@@ -73,7 +60,7 @@ def test_weighted_output_by_hand():
 
 @pytest.mark.parametrize("normalize", ["mean", "sum"])
 def test_stationarity_zero_at_planted_linear_kkt_point(normalize):
-  x, y, lam = _linear_problem()
+  x, y, lam = linear_problem()
   scale = 1 / x.shape[0] if normalize == "mean" else 1.0
   w = scale * (x.T @ (lam * y))[:, None]  # theta = (1/m) sum_i lam_i y_i x_i
   params = {"params": {"w": jnp.asarray(w)}}
@@ -128,7 +115,7 @@ def test_stationarity_zero_at_planted_two_class_multiclass_point():
 
 
 def test_mean_and_sum_normalisation_differ_by_m():
-  x, y, lam = _linear_problem()
+  x, y, lam = linear_problem()
   params = {"params": {"w": jnp.asarray(np.random.default_rng(5).normal(size=(8, 1)))}}
   np.testing.assert_allclose(
     _stat("binary", params, x, lam, y, normalize="mean"),
@@ -140,19 +127,7 @@ def test_mean_and_sum_normalisation_differ_by_m():
 # ---------------------------------------------------------------- gradients
 
 
-def _mlp(out_dim=1, widths=(8, 8), bias="first", d=5, seed=0, std=0.5):
-  module = models.build_model(
-    "mlp",
-    out_dim=out_dim,
-    widths=widths,
-    bias=bias,
-    init="normal",
-    init_std=std,
-    first_layer_std=std,
-  )
-  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
-  params = jax.tree_util.tree_map(lambda a: a + 0.1 if a.ndim == 1 else a, params)
-  return models.make_apply_fn(module), params
+_mlp = functools.partial(mlp, widths=(8, 8), d=5, std=0.5, bias_shift=0.1)
 
 
 @pytest.mark.parametrize("problem, out_dim", [("binary", 1), ("multiclass", 3), ("general", 2)])
@@ -380,7 +355,7 @@ def test_attack_reduces_stationarity_on_trained_victim():
 
 def test_known_initialisation_fits_theta_star_minus_theta0():
   """Loo et al.'s threat model: the KKT sum reproduces theta* - theta_0, not theta*."""
-  x, y, lam = _linear_problem()
+  x, y, lam = linear_problem()
   w0 = np.random.default_rng(5).normal(size=(x.shape[1], 1))
   delta = (x.T @ (lam * y))[:, None] / x.shape[0]
   params = {"params": {"w": jnp.asarray(w0 + delta)}}

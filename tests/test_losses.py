@@ -1,17 +1,16 @@
 """Tests for recon_jax.losses: per-sample losses, margins, the training energy, tree norms."""
 
+import functools
+
+from helpers import mlp
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import losses, models
+from recon_jax import losses
 
-
-def _mlp(widths=(8,), d=4, seed=0):
-  module = models.build_model("mlp", widths=widths, bias="first")
-  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
-  return models.make_apply_fn(module), params
+_mlp = functools.partial(mlp, widths=(8,), d=4)
 
 
 def _blobs(n_per_class=4, d=4, seed=0):

@@ -1,7 +1,9 @@
 """Tests for recon_jax.train: gradient-descent training, its schedules, resume and failure mode."""
 
 import dataclasses
+import functools
 
+from helpers import mlp
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,10 +22,7 @@ def _blobs(num_classes, n_per_class=4, d=4, seed=0, scale=3.0):
   return jnp.asarray(x), jnp.asarray(y)
 
 
-def _mlp(out_dim=1, widths=(16, 16), bias="first", d=4, seed=0):
-  module = models.build_model("mlp", out_dim=out_dim, widths=widths, bias=bias)
-  params = models.init_params(module, jax.random.PRNGKey(seed), (d,), jnp.float64)
-  return models.make_apply_fn(module), params
+_mlp = functools.partial(mlp, widths=(16, 16), d=4)
 
 
 def _leaves(tree):

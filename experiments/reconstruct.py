@@ -28,12 +28,19 @@ from experiments import common
 FLAGS = flags.FLAGS
 
 
-def run(cfg, workdir: str, *, resume: bool = False, requested_victim=None, explicit=()) -> dict:
+def run(
+  cfg, workdir: str, *, resume: bool = False, requested_victim=None, explicit=(), checked=False
+) -> dict:
   """:func:`recon_jax.reports.run_reconstruction`, its warnings also printed on stderr."""
   from recon_jax import pipeline, reports
 
   m = reports.run_reconstruction(
-    cfg, workdir, resume=resume, requested_victim=requested_victim, explicit=explicit
+    cfg,
+    workdir,
+    resume=resume,
+    requested_victim=requested_victim,
+    explicit=explicit,
+    checked=checked,
   )
   for w in m["warnings"]:
     if not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run (check_outcome)
@@ -57,7 +64,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   checks.prepare(cfg, requested, explicit)
   workdir = wd.open_run(cfg, workdir, reports.STATE_FILE, resume=resume, overwrite=overwrite)
-  m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit)
+  m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit, checked=True)
   reports.check_outcome(m, workdir)
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "

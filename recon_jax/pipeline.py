@@ -444,14 +444,17 @@ def reconstruct(
   *,
   state_file: Optional[loop.StateFile] = None,
   requested_victim: Optional[dict] = None,
+  checked: bool = False,
 ) -> Reconstruction:
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
 
   ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  The sweep
   saves to and resumes from ``state_file`` (see :func:`run_attack`).
-  ``requested_victim``: see :func:`victim_config`.
+  ``requested_victim``: see :func:`victim_config`; ``checked``: the caller ran
+  :func:`recon_jax.checks.prepare` on ``cfg`` already (else it is checked here).
   """
-  checks.validate(cfg)
+  if not checked:
+    checks.validate(cfg)
   t_start = time.time()
   vcfg = victim_config(cfg, requested_victim)
   problem = resolve_problem(cfg.problem, vcfg.loss)

@@ -47,11 +47,13 @@ def restart_table(rows: list) -> str:
 STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
 
 
-def _begin(cfg, path: str, resume: bool, **config_extra) -> loop.StateFile:
+def _begin(cfg, path: str, resume: bool, checked: bool = False, **config_extra) -> loop.StateFile:
   """config.json written (``config_extra`` added), or checked against ``cfg`` when
-  resuming; returns where the sweep saves its state, with the config stored beside it."""
+  resuming (unless ``checked``: the binary's :func:`recon_jax.workdir.open_run` did);
+  returns where the sweep saves its state, with the config stored beside it."""
   if resume:
-    workdir.check_resumable(cfg, path, STATE_FILE)
+    if not checked:
+      workdir.check_resumable(cfg, path, STATE_FILE)
   else:
     workdir.write_config(path, cfg, **config_extra)
   meta = {"config": workdir.jsonable(cfg)}
@@ -59,17 +61,22 @@ def _begin(cfg, path: str, resume: bool, **config_extra) -> loop.StateFile:
 
 
 def run_reconstruction(
-  cfg, path: str, *, resume: bool = False, requested_victim=None, explicit=()
+  cfg, path: str, *, resume: bool = False, requested_victim=None, explicit=(), checked=False
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``requested_victim``, ``explicit``: see :func:`recon_jax.checks.prepare`.  With
-  ``resume`` it continues from ``path``'s state file (the config must match).
-  Returns metrics.json's dict; its ``warnings`` say what a reader must know.
+  ``requested_victim``, ``explicit``: see :func:`recon_jax.checks.prepare`; ``checked``:
+  the caller ran it already (a binary does, before it opens the workdir), so the
+  settings are checked once.  With ``resume`` it continues from ``path``'s state file
+  (the config must match).  Returns metrics.json's dict; its ``warnings`` say what a
+  reader must know.
   """
-  checks.prepare(cfg, requested_victim, explicit)
-  state_file = _begin(cfg, path, resume)
-  out = pipeline.reconstruct(cfg, state_file=state_file, requested_victim=requested_victim)
+  if not checked:
+    checks.prepare(cfg, requested_victim, explicit)
+  state_file = _begin(cfg, path, resume, checked)
+  out = pipeline.reconstruct(
+    cfg, state_file=state_file, requested_victim=requested_victim, checked=True
+  )
   return write_reconstruction(path, out)
 
 

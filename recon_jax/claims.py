@@ -32,6 +32,9 @@ CRITERIA = {
   "SSIM > 0.4 - its best baseline's) per draw both lie above 0",
   "fewer": "the interval of (KKT - baseline attack) strict pooled per draw lies above 0",
   "findings": "the init study's own criterion holds in every one of >= 3 seeds",
+  "identifiable": "on every draw the training set fits the stationarity equations at least "
+  "as well as the attack's best restart (identifiability ratio >= 1) and no flat family of "
+  "exact solutions runs through it (recon_jax.eval.identifiability)",
 }
 # section: (title, its runs)
 SECTIONS = {
@@ -62,6 +65,10 @@ SECTIONS = {
   "attacker": (
     "7. The attacker's side: restart selection without ground truth",
     ("main_faces", "main_digits", "partition_init"),
+  ),
+  "identifiability": (
+    "8. Identifiability: does the stationarity objective single out the training set?",
+    ("main_faces", "main_faces_wd"),
   ),
 }
 # The papers' claims, fixed before any run: (section, criterion (CRITERIA), the runs it
@@ -164,6 +171,20 @@ CLAIMS = (
     ("main_faces", "main_digits"),
     "the lowest-loss restart is the truly best one",
     "not reported",
+  ),
+  (
+    "identifiability",
+    "identifiable",
+    ("main_faces",),
+    "{ds}, trained without weight decay: the training set is what fits the equations best",
+    "assumed (§3: theta* is near a KKT point of its training set)",
+  ),
+  (
+    "identifiability",
+    "identifiable",
+    ("main_faces_wd",),
+    "{ds}, softplus victim at a stationary point of a weight-decay-regularised loss: as above",
+    "weight decay helps (Buzaglo et al.)",
   ),
   (
     "attacker",
@@ -336,6 +357,19 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       baselines=f"Kaiming's best baseline {fmt(interval(best_baseline(kai, s), conf))}",
       statistic=f"base - Kaiming {fmt(lower)}; Kaiming - baseline {fmt(sig)}",
       verdict=_yes(lower, sig),
+    )
+  if kind == "identifiable":
+    m = rs[0]
+    ratios = per_draw(m, "identifiability_ratio")
+    flat = per_draw(m, "truth_not_unique") if "truth_not_unique" in m["variants"]["default"] else []
+    flat = flat or [float("nan")] * len(ratios)
+    best = [r >= 1 and f != 1 for r, f in zip(ratios, flat) if r == r]
+    logs = interval(per_draw(m, "log10_identifiability_ratio"), conf)
+    return e(
+      attack=f"the training set fits best on {sum(best)} of {len(best)} draws; other images "
+      f"fit exactly as well on {int(sum(f for f in flat if f == f))}",
+      statistic=f"log10 identifiability ratio {fmt(logs, 2)}",
+      verdict="too few draws" if len(best) < 2 else _yes(all(best)),
     )
   if kind == "pick_rate":
     same = [s for m in rs for s in m["pick_same"]]

@@ -83,6 +83,29 @@ def test_paired_trend_and_signal_criteria():
   assert one("pick_rate", eff([1] * 4), eff([1] * 2))["attack"] == ("the same restart in 3/6 draws")
 
 
+def test_identifiable_needs_the_truth_best_and_no_flat_family_on_every_draw():
+  ratios = [1.5, 2.0, 1.0, 3.0, 1.2]
+  logs = [float(__import__("math").log10(r)) for r in ratios]
+  row = one(
+    "identifiable",
+    eff(
+      [0] * 5,
+      identifiability_ratio=ratios,
+      log10_identifiability_ratio=logs,
+      truth_not_unique=[0] * 5,
+    ),
+  )
+  assert row["verdict"] == "yes" and "best on 5 of 5 draws" in row["attack"]
+  flat = eff([0] * 5, identifiability_ratio=ratios, truth_not_unique=[0, 1, 0, 0, 0])
+  row = one("identifiable", flat)
+  assert row["verdict"] == "no" and "best on 4 of 5" in row["attack"]
+  assert "exactly as well on 1" in row["attack"]
+  assert (
+    one("identifiable", eff([0] * 5, identifiability_ratio=[1.1, 0.9, 2, 2, 2]))["verdict"] == "no"
+  )
+  assert one("identifiable", eff([0], identifiability_ratio=[2.0]))["verdict"] == "too few draws"
+
+
 def test_toy_and_init_study_verdicts_over_seeds():
   def toy(*got):
     return [

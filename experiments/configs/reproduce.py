@@ -51,6 +51,9 @@ def _runs(scale: str) -> dict:
     n_rows, widths, depth, short = (2, 5), (16, 16), (32, 32, 32), 200
     kaiming = ("tiny", {}, {})  # = main_digits: one run
     npc_deco, toy, init = 1, "quick", ("tiny", {})
+    # A smooth victim at a stationary point of a weight-decay-regularised loss.
+    wd = dict(activation="softplus", wd=1e-2, wd_epochs=200, converge_tol=1e-8)
+    faces_wd = ("tiny", dict(faces[1], **wd), {"x64": True})
   elif scale == "default":
     attack = {"num_restarts": 8, "steps": 3000, "chunk_steps": 1000}
     faces, digits = ("lfw", {}), ("digits", {})
@@ -59,6 +62,7 @@ def _runs(scale: str) -> dict:
     # tiny's victim is He-initialised in every layer; the rest is set back to digits'.
     kaiming = ("tiny", {"n_per_class": 10, "widths": (256, 256), "epochs": 10_000}, attack)
     npc_deco, toy, init = 5, "small", ("default", {})
+    faces_wd = ("lfw_wd", {}, {})  # the preset is float64 already
   else:
     attack = {}
     faces, digits = ("paper", {"dataset": "cifar10"}), ("paper", {"dataset": "mnist"})
@@ -76,6 +80,8 @@ def _runs(scale: str) -> dict:
       {"num_restarts": 100, "steps": 50_000, "chunk_steps": 5000, "sweep": "paper"},
     )
     npc_deco, toy = 50, "paper"
+    wd = dict(activation="softplus", wd=1e-2, wd_epochs=2000, converge_tol=1e-10)
+    faces_wd = ("paper", dict(faces[1], **wd), {"x64": True})
     init = (
       "default",
       {
@@ -92,6 +98,7 @@ def _runs(scale: str) -> dict:
     "toy": _run("toy_2d", toy),
     "main_faces": _recon(faces[0], attack, faces[1]),
     "main_digits": _recon(digits[0], attack, digits[1]),
+    "main_faces_wd": _recon(faces_wd[0], attack, faces_wd[1], **faces_wd[2]),
     "inversion": _recon(faces[0], attack, faces[1], attack="inversion"),
     "weights": _recon(faces[0], attack, faces[1], attack="weights"),
     "abl_base": _recon(base_preset, attack, base_victim),

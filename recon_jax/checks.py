@@ -131,6 +131,9 @@ def validate_victim(v: victim.VictimConfig, checkpoint: str = "") -> None:
   raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")
 
 
+# PRNGKey takes a seed of at most 32 bits without losing it.
+MAX_SEED = 2**32 - 1
+
 # Shapes of one input of every dataset (what load_dataset returns), for estimates made
 # before any data is read.
 INPUT_SHAPES = {
@@ -259,8 +262,27 @@ def validate(cfg, explicit=()) -> None:
     )
   if not _is_int(cfg.m) or cfg.m < 0:
     raise ConfigError(f"m must be >= 0 (0: m_per_sample x n), got {cfg.m}.", "m")
-  if not _is_int(cfg.seed) or cfg.seed < 0:
-    raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed!r}.", "seed")
+  if not _is_int(cfg.get("m_per_sample", 2)) or cfg.get("m_per_sample", 2) < 1:
+    raise ConfigError(
+      f"m_per_sample must be an integer >= 1, got {cfg.m_per_sample!r}.", "m_per_sample"
+    )
+  if not _is_int(cfg.seed) or not 0 <= cfg.seed <= MAX_SEED:
+    raise ConfigError(f"seed must be an integer in [0, {MAX_SEED}], got {cfg.seed!r}.", "seed")
+  cap = cfg.get("identify_stability_candidates", 0)
+  if not _is_int(cap) or cap < 0:
+    raise ConfigError(
+      f"identify_stability_candidates must be an integer >= 0 (0: no stability score), "
+      f"got {cap!r}.",
+      "identify_stability_candidates",
+    )
+  if cfg.get("foreign", {}).get("data_mean") and not (
+    cfg.get("checkpoint") and is_foreign(cfg.checkpoint)
+  ):
+    raise ConfigError(
+      "foreign.data_mean is the training mean of a PyTorch or safetensors checkpoint; "
+      "without such a checkpoint it would be ignored (a recon_jax victim records its own).",
+      "foreign.data_mean",
+    )
   checkpoint = cfg.get("checkpoint") or ""
   check_widths(cfg)
   vcfg = victim_config(cfg)
@@ -314,8 +336,8 @@ def validate(cfg, explicit=()) -> None:
       "max_memory_gb",
     )
   if spec.direct is None:
+    check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
     stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
-    check_memory(cfg, vcfg)
 
 
 def check_widths(cfg) -> None:

@@ -105,7 +105,8 @@ def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
 
 
 def load_data_mean(path: str, input_shape) -> np.ndarray:
-  """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C) or (C, H, W)."""
+  """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C), (C, H, W)
+  or, for one channel, (H, W)."""
   try:
     with open(path, "rb") as f:
       mean = np.load(f, allow_pickle=False)
@@ -114,6 +115,8 @@ def load_data_mean(path: str, input_shape) -> np.ndarray:
   h, w, c = input_shape
   if mean.shape == (c, h, w) and (c, h, w) != (h, w, c):
     mean = np.transpose(mean, (1, 2, 0))
+  if mean.shape == (h, w) and c == 1:  # a grayscale mean as np.mean(x, 0) gives it
+    mean = mean[..., None]
   if mean.shape != (h, w, c):
     raise ConfigError(
       f"data_mean: {path} has shape {mean.shape}; the images are {(h, w, c)} "

@@ -28,6 +28,7 @@ from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
 from recon_jax import checkpoint, checks, data, models, victim
 from recon_jax import workdir as wd
+from recon_jax.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = victim_configs.get_config("tiny").victim
@@ -429,6 +430,47 @@ CASES = [
   ("momentum_one", T, "tiny", {"victim.momentum": 1.0}, ["--config.victim.momentum"]),
   ("data_seed_negative", R, "tiny", {"victim.data_seed": -1}, ["--config.victim.data_seed"]),
   ("seed_negative", R, "tiny", {"seed": -1}, ["--config.seed "]),
+  ("seed_huge", R, "tiny", {"seed": 99999999999999999999}, ["--config.seed ", "4294967295"]),
+  ("m_per_sample_zero", R, "tiny", {"m_per_sample": 0}, ["--config.m_per_sample "]),
+  (
+    "stability_candidates_negative",
+    R,
+    "tiny",
+    {"identify_stability_candidates": -1},
+    ["--config.identify_stability_candidates"],
+  ),
+  (
+    "data_mean_without_checkpoint",
+    R,
+    "tiny",
+    {"foreign.data_mean": "/nonexistent/mean.npy"},
+    ["--config.foreign.data_mean", "ignored"],
+  ),
+  (
+    "num_restarts_ten_billion",
+    R,
+    "tiny",
+    {"num_restarts": 10_000_000_000},
+    ["--config.num_restarts=10000000000", "GiB"],
+  ),
+  # the attacks' own settings (their specs)
+  ("bilevel_without_weight_decay", R, "tiny", {"attack": "bilevel"}, ["weight decay"]),
+  (
+    "tied_multipliers_multiclass",
+    R,
+    "tiny",
+    {"multipliers": "tied", "victim.loss": "ce", "victim.task": "multiclass"},
+    ["--config.multipliers"],
+  ),
+  ("lm_without_subspace", R, "tiny", {"search": "lm"}, ["--config.search"]),
+  ("unknown_derivative", R, "tiny", {"derivative": "fd"}, ["--config.derivative", "fd"]),
+  (
+    "converge_tol_without_weight_decay",
+    T,
+    "tiny",
+    {"victim.converge_tol": 1e-8},
+    ["--config.victim.converge_tol", "weight decay"],
+  ),
   # the attack's settings
   ("ssim_threshold_above_1", R, "tiny", {"ssim_threshold": 1.5}, ["--config.ssim_threshold"]),
   ("ssim_threshold_zero", R, "tiny", {"ssim_threshold": 0.0}, ["--config.ssim_threshold"]),
@@ -605,7 +647,8 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line
   cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy", "data_dir": "~/mnist"})
-  checks.prepare(cfg)
+  with pytest.raises(ConfigError, match="foreign.data_mean"):  # no foreign checkpoint
+    checks.prepare(cfg)
   assert cfg.foreign.data_mean == f"{files}/mean.npy" and cfg.data_dir == f"{files}/mnist"
 
 

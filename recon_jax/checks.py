@@ -226,6 +226,7 @@ def prepare_training(cfg) -> victim.VictimConfig:
   vcfg = victim_config(cfg)
   validate_victim(vcfg)
   check_data_dir(vcfg, cfg.data_dir)
+  check_data_files(vcfg, cfg.data_dir)
   return vcfg
 
 
@@ -308,6 +309,8 @@ def validate(cfg, explicit=()) -> None:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   foreign = bool(checkpoint) and not own
   spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
+  if foreign:
+    check_foreign(cfg, vcfg)
   if cfg.batching not in loop.BATCHINGS:
     raise ConfigError(
       f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
@@ -329,6 +332,7 @@ def validate(cfg, explicit=()) -> None:
       f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.", "ssim_threshold"
     )
   check_data_dir(vcfg, cfg.get("data_dir"))
+  check_data_files(vcfg, cfg.get("data_dir"))
   limit = cfg.get("max_memory_gb", 0.0)
   if not (_finite(limit) and limit >= 0):
     raise ConfigError(
@@ -380,3 +384,47 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
   if name in data.files.FILE_DATASETS:
     expected = getattr(data.files, f"_{name.upper()}_EXPECTED", f"{name} files")
     data.files.require_dir(name, data_dir or None, expected)
+
+
+def check_foreign(cfg, v: victim.VictimConfig) -> None:
+  """Reads a PyTorch or safetensors victim, and its ``foreign.data_mean``, as the run will:
+  a file the run cannot use is refused here, before the workdir is touched.
+
+  Errors name the file (CheckpointError) or the ``foreign.*`` setting (ConfigError).
+  """
+  from recon_jax import importers
+
+  name = v.dataset.strip().lower()
+  shape = INPUT_SHAPES.get(name)
+  opts = cfg.get("foreign", {})
+  try:
+    imp = importers.load_foreign(
+      cfg.checkpoint,
+      input_shape=shape,
+      input_layout=opts.get("input_layout", "nchw"),
+      stride=opts.get("stride", 1),
+      padding=opts.get("padding", 0),
+    )
+    if opts.get("data_mean") and shape is not None and len(shape) == 3:
+      importers.load_data_mean(opts["data_mean"], shape)
+  except ConfigError as e:
+    if e.argument in ("input_layout", "stride", "padding", "data_mean"):
+      e.argument = f"foreign.{e.argument}"
+    raise
+  if shape is None:
+    return
+  out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))
+  want = losses.num_outputs(v.loss, _num_classes(v))
+  if out.shape[1] != want:
+    raise ConfigError(
+      f"victim.loss={v.loss!r} needs {want} output(s); {cfg.checkpoint} has {out.shape[1]}.",
+      "victim.loss",
+    )
+
+
+def check_data_files(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
+  """Reads a file dataset (MNIST, CIFAR) as the run will, so that a truncated, corrupt or
+  foreign file is refused before the workdir is touched (the error names the file)."""
+  name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
+  if name in data.files.FILE_DATASETS:
+    victim.load_data(v, data_dir or None)

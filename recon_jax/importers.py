@@ -725,3 +725,29 @@ def load_foreign(
     source=path,
     format=fmt,
   )
+
+
+def load_data_mean(path: str, input_shape) -> np.ndarray:
+  """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C), (C, H, W)
+  or, for one channel, (H, W)."""
+  try:
+    with open(path, "rb") as f:
+      mean = np.load(f, allow_pickle=False)
+  except (OSError, ValueError) as e:
+    raise ConfigError(
+      f"{path} is not a readable .npy file ({_one_line(e)}).", argument="data_mean"
+    ) from None
+  h, w, c = input_shape
+  if mean.shape == (c, h, w) and (c, h, w) != (h, w, c):
+    mean = np.transpose(mean, (1, 2, 0))
+  if mean.shape == (h, w) and c == 1:  # a grayscale mean as np.mean(x, 0) gives it
+    mean = mean[..., None]
+  if mean.shape != (h, w, c):
+    raise ConfigError(
+      f"{path} has shape {mean.shape}; the images are {(h, w, c)} (HWC), {(c, h, w)} (CHW)"
+      + (f" or {(h, w)}." if c == 1 else "."),
+      argument="data_mean",
+    )
+  if not np.issubdtype(mean.dtype, np.number) or not np.all(np.isfinite(mean)):
+    raise ConfigError(f"{path} holds non-finite or non-numeric values.", argument="data_mean")
+  return mean.astype(np.float32)

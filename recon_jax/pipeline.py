@@ -28,6 +28,7 @@ from recon_jax import (
   data,
   diagnostics,
   distributed,
+  importers,
   inits,
   loop,
   losses,
@@ -104,27 +105,6 @@ def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
   )
 
 
-def load_data_mean(path: str, input_shape) -> np.ndarray:
-  """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C), (C, H, W)
-  or, for one channel, (H, W)."""
-  try:
-    with open(path, "rb") as f:
-      mean = np.load(f, allow_pickle=False)
-  except (OSError, ValueError) as e:
-    raise ConfigError(f"data_mean: {path} is not a readable .npy file ({e}).") from None
-  h, w, c = input_shape
-  if mean.shape == (c, h, w) and (c, h, w) != (h, w, c):
-    mean = np.transpose(mean, (1, 2, 0))
-  if mean.shape == (h, w) and c == 1:  # a grayscale mean as np.mean(x, 0) gives it
-    mean = mean[..., None]
-  if mean.shape != (h, w, c):
-    raise ConfigError(
-      f"data_mean: {path} has shape {mean.shape}; the images are {(h, w, c)} "
-      f"(HWC) or {(c, h, w)} (CHW)."
-    )
-  return mean.astype(np.float32)
-
-
 def import_victim(
   path: str,
   cfg: victim.VictimConfig,
@@ -140,8 +120,6 @@ def import_victim(
   ``cfg.loss`` says how it was trained; its train error and margins on ``ds``
   are computed here, since the file carries no summary.
   """
-  from recon_jax import importers
-
   imp = importers.load_foreign(
     path,
     input_shape=ds.x_train.shape[1:],
@@ -466,7 +444,7 @@ def reconstruct(
     ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
     imp = cfg.get("foreign", {})
     if imp.get("data_mean"):
-      ds = shift_dataset(ds, load_data_mean(imp["data_mean"], ds.x_train.shape[1:]))
+      ds = shift_dataset(ds, importers.load_data_mean(imp["data_mean"], ds.x_train.shape[1:]))
   else:
     ds = victim.load_data(vcfg, cfg.data_dir or None)
   n = len(ds.x_train)

@@ -529,9 +529,15 @@ def test_bad_setting_is_one_line_before_any_work(
   for s in must:
     assert s.format(d=files) in line, (s, line)
   print(f"{case_id}: {line}")
-  # Refused before the workdir was made, or (a data file read in the run) before any write.
-  assert not workdir.exists() or os.listdir(workdir) == []
+  assert not workdir.exists()  # refused before the workdir was made
   assert not (tmp_path / "cache").exists()
+  # A finished run's workdir is byte-identical after the refused run, even with overwrite.
+  workdir.mkdir()
+  (workdir / "config.json").write_text('{"config": {"finished": true}}')
+  (workdir / "metrics.json").write_text('{"recovered_strict": 3}')
+  before = _tree_hash(workdir)
+  _refused(capsys, lambda: binary.job(cfg, str(workdir), overwrite=True, **given), cfg)
+  assert _tree_hash(workdir) == before
 
 
 def test_checkpoint_contradicting_a_victim_setting_names_both(files, tmp_path, capsys):
@@ -642,7 +648,10 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   )
   line = _refused(capsys, lambda: T.job(cfg, "~/home_run"), cfg)
   assert f"{files}/mnist/train-images-idx3-ubyte" in line, line
-  assert (files / "home_run").is_dir()  # the workdir, created in HOME before the data read
+  assert not (files / "home_run").exists()  # the data is refused before the workdir is made
+  from recon_jax import workdir as wd
+
+  assert wd.expand("~/home_run") == f"{files}/home_run"
   cfg = _config(R, "tiny", {"checkpoint": "~/absent.msgpack"})
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line

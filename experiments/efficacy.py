@@ -24,13 +24,14 @@ FLAGS = flags.FLAGS
 
 
 def main(cfg):
-  from recon_jax import claims, efficacy, reports
+  from recon_jax import claims, reports
   from recon_jax import workdir as wd
 
   wd.set_precision(cfg.base.x64, cfg.base.matmul_precision)
   variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
-  for v in variants:
-    efficacy.variant_config(cfg, v)
+  reports.check_efficacy(cfg, variants, FLAGS.draws, FLAGS.first_draw)  # before the workdir
+  if FLAGS.resume:
+    wd.check_resumable(cfg, FLAGS.workdir, "config.json", "efficacy")
   workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
   out = reports.run_efficacy(
     cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume

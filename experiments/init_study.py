@@ -43,7 +43,12 @@ def main(cfg):
   init_study.validate(cfg)
   # config.json is what --resume needs: the finished sub-runs are done_<name>.*
   workdir = wd.open_run(
-    cfg, FLAGS.workdir, "config.json", resume=FLAGS.resume, overwrite=FLAGS.overwrite
+    cfg,
+    FLAGS.workdir,
+    "config.json",
+    resume=FLAGS.resume,
+    overwrite=FLAGS.overwrite,
+    study="init_study",
   )
   reports.run_init_study(cfg, workdir, resume=FLAGS.resume)
   with open(wd.inside(workdir, "summary.md")) as f:

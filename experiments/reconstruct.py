@@ -63,7 +63,9 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   wd.set_precision(cfg.x64, cfg.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   checks.prepare(cfg, requested, explicit)
-  workdir = wd.open_run(cfg, workdir, reports.STATE_FILE, resume=resume, overwrite=overwrite)
+  workdir = wd.open_run(
+    cfg, workdir, reports.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+  )
   m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit, checked=True)
   reports.check_outcome(m, workdir)
   print(

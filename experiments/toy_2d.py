@@ -29,7 +29,12 @@ def main(cfg):
   wd.set_precision(cfg.x64)
   toy.validate(cfg)
   workdir = wd.open_run(
-    cfg, FLAGS.workdir, reports.STATE_FILE, resume=FLAGS.resume, overwrite=FLAGS.overwrite
+    cfg,
+    FLAGS.workdir,
+    reports.STATE_FILE,
+    resume=FLAGS.resume,
+    overwrite=FLAGS.overwrite,
+    study="toy_2d",
   )
   m = reports.run_toy(cfg, workdir, resume=FLAGS.resume)
   print(

@@ -34,7 +34,9 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
 
   wd.set_precision(cfg.x64)
   checks.prepare_training(cfg)
-  workdir = wd.open_run(cfg, workdir, reports.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite)
+  workdir = wd.open_run(
+    cfg, workdir, reports.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
+  )
   m = reports.run_training(cfg, workdir, resume=resume)
   if m["warning"]:
     print(f"warning: {m['warning']}", file=sys.stderr)

@@ -47,15 +47,17 @@ def restart_table(rows: list) -> str:
 STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
 
 
-def _begin(cfg, path: str, resume: bool, checked: bool = False, **config_extra) -> loop.StateFile:
+def _begin(
+  cfg, path: str, resume: bool, study: str, checked: bool = False, **config_extra
+) -> loop.StateFile:
   """config.json written (``config_extra`` added), or checked against ``cfg`` when
   resuming (unless ``checked``: the binary's :func:`recon_jax.workdir.open_run` did);
   returns where the sweep saves its state, with the config stored beside it."""
   if resume:
     if not checked:
-      workdir.check_resumable(cfg, path, STATE_FILE)
+      workdir.check_resumable(cfg, path, STATE_FILE, study)
   else:
-    workdir.write_config(path, cfg, **config_extra)
+    workdir.write_config(path, cfg, study=study, **config_extra)
   meta = {"config": workdir.jsonable(cfg)}
   return loop.StateFile(workdir.inside(path, STATE_FILE), cfg.save_every, resume, meta)
 
@@ -73,7 +75,7 @@ def run_reconstruction(
   """
   if not checked:
     checks.prepare(cfg, requested_victim, explicit)
-  state_file = _begin(cfg, path, resume, checked)
+  state_file = _begin(cfg, path, resume, "reconstruct", checked)
   out = pipeline.reconstruct(
     cfg, state_file=state_file, requested_victim=requested_victim, checked=True
   )
@@ -138,10 +140,10 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
   """
   vcfg = checks.prepare_training(cfg)
   if resume:
-    workdir.check_resumable(cfg, path, TRAIN_STATE_FILE)
+    workdir.check_resumable(cfg, path, TRAIN_STATE_FILE, "train_victim")
   ds = victim.load_data(vcfg, cfg.data_dir or None)
   if not resume:
-    workdir.write_config(path, cfg)
+    workdir.write_config(path, cfg, study="train_victim")
   params, history, summary = victim.fit_resumable(
     vcfg,
     ds,
@@ -172,7 +174,7 @@ def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
   The precision is the caller's (the toy needs float64 to reach the KKT direction).
   """
   toy.validate(cfg)
-  state_file = _begin(cfg, path, resume, victim=toy.victim_config(cfg).to_dict())
+  state_file = _begin(cfg, path, resume, "toy_2d", victim=toy.victim_config(cfg).to_dict())
   return write_toy(path, cfg, toy.run(cfg, state_file=state_file))
 
 
@@ -196,6 +198,29 @@ def write_toy(path: str, cfg, out) -> dict:
   return out.metrics
 
 
+MAX_DRAWS = 1000  # each draw is a whole reconstruction per variant
+
+
+def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
+  """The reconstruction config of every variant, each checked (:func:`checks.prepare`), and
+  the draws; raises ConfigError naming the setting.  Nothing is written."""
+  variants = list(variants)
+  if not variants:
+    raise ConfigError("variants must name at least one variant of the config.", "variants")
+  for name, value, low, high in (
+    ("draws", draws, 1, MAX_DRAWS),
+    ("first_draw", first_draw, 0, 2**31 - 1),
+  ):
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+      raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}.", name)
+  configs = {v: efficacy.variant_config(cfg, v) for v in variants}
+  for v, vcfg in configs.items():
+    checks.prepare(vcfg)
+    if vcfg.x64 != cfg.base.x64:
+      raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
+  return configs
+
+
 def run_efficacy(
   cfg, path: str, variants, draws: int, first_draw: int = 0, *, resume=False
 ) -> dict:
@@ -206,15 +231,12 @@ def run_efficacy(
   Writes config.json, metrics.json (intervals, and paired differences against
   the first variant), results.md and efficacy.png; returns the metrics.
   """
-  for name, value, low in (("draws", draws, 1), ("first_draw", first_draw, 0)):
-    if value < low:
-      raise ConfigError(f"{name} must be >= {low}, got {value}.", name)
-  configs = {v: efficacy.variant_config(cfg, v) for v in variants}
-  for v, vcfg in configs.items():
-    checks.prepare(vcfg)
-    if vcfg.x64 != cfg.base.x64:
-      raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
-  workdir.write_config(path, cfg, variants=list(variants), draws=draws, first_draw=first_draw)
+  configs = check_efficacy(cfg, variants, draws, first_draw)
+  if resume:
+    workdir.check_resumable(cfg, path, "config.json", "efficacy")
+  workdir.write_config(
+    path, cfg, study="efficacy", variants=list(variants), draws=draws, first_draw=first_draw
+  )
   per_draw = {v: [] for v in variants}
   numbers = range(first_draw, first_draw + draws)
   for draw in numbers:
@@ -278,10 +300,10 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
   cfg.data_dir = workdir.expand(cfg.data_dir)
   init_study.validate(cfg)
   if resume:
-    workdir.check_resumable(cfg, path, "config.json")
+    workdir.check_resumable(cfg, path, "config.json", "init_study")
   else:
     init_study.load_data(cfg)  # a missing or corrupt data file fails before config.json
-    workdir.write_config(workdir.prepare(path, overwrite=True), cfg)
+    workdir.write_config(workdir.prepare(path, overwrite=True), cfg, study="init_study")
   with jax.enable_x64(bool(cfg.x64)):
     t_start = time.time()
     ds = init_study.load_data(cfg)  # a missing or corrupt data file fails here

@@ -16,7 +16,7 @@ import json
 import os
 import platform
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -52,10 +52,13 @@ def prepare(workdir: str, overwrite: bool = False) -> str:
   return workdir
 
 
-def open_run(cfg, workdir: str, state_file: str, *, resume: bool, overwrite: bool) -> str:
-  """The workdir of a run about to start: checked resumable (``resume``) or writable, then created."""
+def open_run(
+  cfg, workdir: str, state_file: str, *, resume: bool, overwrite: bool, study: Optional[str] = None
+) -> str:
+  """The workdir of a run about to start: checked resumable (``resume``: the same ``study``
+  and settings) or writable, then created."""
   if resume:  # before prepare, which would create a missing folder
-    check_resumable(cfg, workdir, state_file)
+    check_resumable(cfg, workdir, state_file, study)
   return prepare(workdir, overwrite or resume)
 
 
@@ -146,9 +149,11 @@ def environment() -> dict:
   }
 
 
-def write_config(workdir: str, cfg, **extra) -> str:
-  """config.json: ``{"config": cfg, **extra, "environment": ...}`` (what a resume compares)."""
-  return write_json(workdir, "config.json", {"config": cfg, **extra, "environment": environment()})
+def write_config(workdir: str, cfg, *, study: Optional[str] = None, **extra) -> str:
+  """config.json: ``{"config": cfg, "study": study, **extra, "environment": ...}`` (what a
+  resume compares: the settings, and which study wrote them)."""
+  head = {"config": cfg, **({"study": study} if study else {})}
+  return write_json(workdir, "config.json", {**head, **extra, "environment": environment()})
 
 
 def set_precision(x64: bool, matmul_precision: str = "default") -> None:
@@ -179,8 +184,9 @@ def _same(v):
   return "" if v is None else v  # an unset path was null in older config.json files
 
 
-def check_resumable(cfg, workdir: str, state_file: str) -> None:
-  """Refuses a resume unless ``workdir`` holds ``state_file`` and a config.json of ``cfg``.
+def check_resumable(cfg, workdir: str, state_file: str, study: Optional[str] = None) -> None:
+  """Refuses a resume unless ``workdir`` holds ``state_file`` and a config.json of ``cfg``
+  written by the same ``study`` (when given; a config.json that names none passes).
 
   Settings a config.json written by an older version lacks count as their
   defaults (so an older run still resumes); :data:`NOT_COMPARED` may differ.
@@ -195,11 +201,16 @@ def check_resumable(cfg, workdir: str, state_file: str) -> None:
     )
   try:
     with open(cfg_path) as f:
-      stored = json.load(f)["config"]
+      whole = json.load(f)
+    stored, wrote = whole["config"], whole.get("study")
   except FileNotFoundError:
     raise ConfigError(f"resume: {cfg_path} not found.") from None
   except (OSError, ValueError, KeyError, TypeError):
     raise ConfigError(f"resume: {cfg_path} is unreadable or corrupt.") from None
+  if study and wrote not in (None, study):
+    raise ConfigError(
+      f"resume: {cfg_path} is a {wrote} run, not a {study} run; resume it with its own binary."
+    )
   want = flatten(json.loads(json.dumps(jsonable(cfg))))
   have = flatten(stored) if isinstance(stored, dict) else {}
   diff = [

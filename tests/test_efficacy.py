@@ -1,6 +1,7 @@
 """The efficacy harness: aggregation by hand, and a tiny configuration over 2 draws end to end."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ import scipy.stats
 
 from experiments.configs import efficacy as configs
 from recon_jax import efficacy, pipeline, reports, sweep
+from recon_jax.errors import ConfigError
 
 
 def test_interval_by_hand():
@@ -75,11 +77,35 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
     cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
   )
   assert again["variants"] == out["variants"]
+  # ... but not with other settings: the finished draws were computed with the old ones.
+  before = (tmp_path / "config.json").read_bytes()
+  cfg.base.seed = 7
+  with pytest.raises(ConfigError, match="base.seed"):
+    reports.run_efficacy(
+      cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
+    )
+  assert (tmp_path / "config.json").read_bytes() == before
 
 
 def test_unknown_variant_is_refused(tmp_path):
   with pytest.raises(ValueError, match="unknown variant"):
     reports.run_efficacy(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
+
+
+@pytest.mark.parametrize(
+  "variants, draws, first, setting",
+  [
+    ([], 1, 0, "variants"),
+    (["default"], 10**12, 0, "draws"),
+    (["default"], 0, 0, "draws"),
+    (["default"], 1, -1, "first_draw"),
+  ],
+)
+def test_efficacy_settings_are_refused_before_any_work(tmp_path, variants, draws, first, setting):
+  with pytest.raises(ConfigError) as e:
+    reports.check_efficacy(configs.get_config("tiny"), variants, draws, first)
+  assert e.value.argument == setting
+  assert os.listdir(tmp_path) == []
 
 
 def test_known_init_reference_is_theta_star_minus_theta0():

@@ -61,3 +61,14 @@ def test_check_resumable_names_the_settings_that_differ(tmp_path):
   with pytest.raises(ConfigError, match="differs .* in seed") as e:
     wd.check_resumable(dict(cfg, seed=1), str(tmp_path), "state.msgpack")
   assert e.value.argument == "resume"
+
+
+def test_a_resume_is_refused_on_another_studys_workdir(tmp_path):
+  cfg = {"seed": 0, "steps": 10}
+  wd.write_config(str(tmp_path), cfg, study="toy_2d")
+  (tmp_path / "state.msgpack").write_bytes(b"x")
+  wd.check_resumable(cfg, str(tmp_path), "state.msgpack", "toy_2d")
+  with pytest.raises(ConfigError, match="toy_2d run, not a reconstruct run"):
+    wd.check_resumable(cfg, str(tmp_path), "state.msgpack", "reconstruct")
+  wd.write_config(str(tmp_path), cfg)  # an older config.json names no study: it passes
+  wd.check_resumable(cfg, str(tmp_path), "state.msgpack", "reconstruct")

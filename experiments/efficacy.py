@@ -33,6 +33,7 @@ def main(cfg):
   if FLAGS.resume:
     wd.check_resumable(cfg, FLAGS.workdir, "config.json", "efficacy")
   workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  wd.lock(workdir)
   out = reports.run_efficacy(
     cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume
   )

@@ -10,11 +10,13 @@ multi-host run.  Errors name this module's arguments (``workdir``, ``overwrite``
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import io
 import json
 import os
 import platform
+import socket
 import sys
 from typing import Any, Optional
 
@@ -39,7 +41,7 @@ def prepare(workdir: str, overwrite: bool = False) -> str:
   workdir = os.path.abspath(expand(workdir))
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"workdir {workdir} exists and is not a folder.")
-  if os.path.isdir(workdir) and os.listdir(workdir) and not overwrite:
+  if os.path.isdir(workdir) and set(os.listdir(workdir)) - {LOCK} and not overwrite:
     raise ConfigError(f"workdir {workdir} is not empty; overwrite=True replaces its results.")
   try:
     os.makedirs(workdir, exist_ok=True)
@@ -56,10 +58,71 @@ def open_run(
   cfg, workdir: str, state_file: str, *, resume: bool, overwrite: bool, study: Optional[str] = None
 ) -> str:
   """The workdir of a run about to start: checked resumable (``resume``: the same ``study``
-  and settings) or writable, then created."""
+  and settings) or writable, then created and locked for this process (:func:`lock`)."""
   if resume:  # before prepare, which would create a missing folder
     check_resumable(cfg, workdir, state_file, study)
-  return prepare(workdir, overwrite or resume)
+  path = prepare(workdir, overwrite or resume)
+  lock(path)
+  return path
+
+
+LOCK = ".lock"  # in a workdir while a binary's process runs in it: "PID HOST"
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # exists, another user's
+    return True
+  return True
+
+
+def lock(workdir: str) -> None:
+  """Marks ``workdir`` as in use by this process until it exits; refuses one in use.
+
+  A lock left by a process of this host that is gone (killed) is taken over; one
+  held by a live process, or by a process of another host (its liveness cannot be
+  checked from here), is refused in one line naming the lock file.  Only the main
+  process of a multi-host run locks.
+  """
+  if not distributed.is_main_process():
+    return
+  path = os.path.join(os.path.abspath(workdir), LOCK)
+  me = (os.getpid(), socket.gethostname())
+  try:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+  except FileExistsError:
+    try:
+      with open(path) as f:
+        pid_text, host = f.read().split(maxsplit=1)
+      owner = (int(pid_text), host.strip())
+    except (OSError, ValueError):
+      owner = None  # unreadable: a lock being written, or debris; treated as stale
+    if owner == me:
+      return
+    if owner is not None and (owner[1] != me[1] or _alive(owner[0])):
+      where = f" on {owner[1]}" if owner[1] != me[1] else ""
+      raise ConfigError(
+        f"workdir {workdir} is in use by process {owner[0]}{where} ({path}); wait for it to "
+        "finish, or delete that file if the process is gone.",
+        argument="workdir",
+      ) from None
+    checkpoint.atomic_write_bytes(path, f"{me[0]} {me[1]}".encode())  # a stale lock: take it
+  else:
+    with os.fdopen(fd, "w") as f:
+      f.write(f"{me[0]} {me[1]}")
+  atexit.register(_unlock, path, me)
+
+
+def _unlock(path: str, me) -> None:
+  try:
+    with open(path) as f:
+      if f.read().split(maxsplit=1) == [str(me[0]), me[1]]:
+        os.unlink(path)
+  except (OSError, ValueError):
+    pass
 
 
 def inside(workdir: str, name: str) -> str:

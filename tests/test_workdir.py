@@ -72,3 +72,32 @@ def test_a_resume_is_refused_on_another_studys_workdir(tmp_path):
     wd.check_resumable(cfg, str(tmp_path), "state.msgpack", "reconstruct")
   wd.write_config(str(tmp_path), cfg)  # an older config.json names no study: it passes
   wd.check_resumable(cfg, str(tmp_path), "state.msgpack", "reconstruct")
+
+
+def test_a_workdir_in_use_is_refused_and_a_stale_lock_taken_over(tmp_path):
+  import socket
+  import subprocess
+
+  host = socket.gethostname()
+  lock = tmp_path / wd.LOCK
+  live = subprocess.Popen(["sleep", "30"])
+  try:
+    lock.write_text(f"{live.pid} {host}")
+    with pytest.raises(ConfigError, match=f"in use by process {live.pid}") as e:
+      wd.open_run({}, str(tmp_path), "state.msgpack", resume=False, overwrite=True)
+    assert e.value.argument == "workdir"
+    assert lock.read_text() == f"{live.pid} {host}"  # untouched
+  finally:
+    live.kill()
+    live.wait()
+  lock.write_text(f"{live.pid} {host}")  # that process is gone: a stale lock
+  wd.lock(str(tmp_path))
+  assert lock.read_text() == f"{os.getpid()} {host}"
+  wd.lock(str(tmp_path))  # this process again: fine
+  lock.write_text(f"1 another-host-{host}")  # liveness unknown: refused
+  with pytest.raises(ConfigError, match="on another-host"):
+    wd.lock(str(tmp_path))
+  lock.unlink()
+  # The lock alone does not make a workdir "not empty".
+  (tmp_path / wd.LOCK).write_text(f"{os.getpid()} {host}")
+  assert wd.prepare(str(tmp_path)) == str(tmp_path)

@@ -53,6 +53,7 @@ def main(cfg):
   reports.run_init_study(cfg, workdir, resume=FLAGS.resume)
   with open(wd.inside(workdir, "summary.md")) as f:
     print(f.read())
+  print(f"wrote {workdir}")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ Writes config.json, metrics.json, reconstructions.npz and toy_2d.png;
 state.msgpack while it runs (--resume continues from it).
 """
 
+import sys
+
 from absl import flags
 
 from experiments import common
@@ -37,6 +39,8 @@ def main(cfg):
     study="toy_2d",
   )
   m = reports.run_toy(cfg, workdir, resume=FLAGS.resume)
+  if m.get("victim_warning"):
+    print(f"warning: {m['victim_warning']}", file=sys.stderr)
   print(
     f"wrote {workdir}: recovered {m['recovered']}/{m['n_train']} "
     f"(best restart {m['recovered_best_restart']}, pooled {m['recovered_pooled']}; "

@@ -172,7 +172,16 @@ def sections_to_run(cfg, only: str = "") -> list:
   refused before any work.  Sets ``cfg.data_dir`` to its absolute path
   (the runs' processes start elsewhere).
   """
-  want = [s.strip() for s in (only or "").split(",") if s.strip()] or list(cfg.sections)
+  for name, low in (("draws", 1), ("seeds", 1), ("first_draw", 0)):
+    value = cfg.get(name, low)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 1000:
+      raise ConfigError(f"{name} must be an integer in [{low}, 1000], got {value!r}.", name)
+  if not 0 < cfg.get("confidence", 0.95) < 1:
+    raise ConfigError(f"confidence must be in (0, 1), got {cfg.confidence!r}.", "confidence")
+  named = [s.strip() for s in (only or "").split(",")]
+  if only and not any(named):
+    raise ConfigError(f"only names no section ({only!r}); leave it out to run them all.", "only")
+  want = [s for s in named if s] or list(cfg.sections)
   for s in want:
     if s not in claims.SECTIONS or s not in cfg.sections:
       choices = ", ".join(x for x in claims.SECTIONS if x in cfg.sections)

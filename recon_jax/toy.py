@@ -9,13 +9,14 @@ candidates (:func:`score`, with :mod:`recon_jax.eval.points`).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Mapping, NamedTuple, Optional
 
 from absl import logging
 import numpy as np
 
-from recon_jax import job, loop, models, pipeline, sweep, victim
+from recon_jax import checks, job, loop, models, pipeline, sweep, victim
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
@@ -66,8 +67,8 @@ def validate(cfg) -> tuple:
     if not cfg[name] > 0:
       refuse(name, f"must be > 0, got {cfg[name]}.")
   for name in ("theta_norm", "lam_filter_frac", "dedup_radius", "save_every"):
-    if not cfg[name] >= 0:
-      refuse(name, f"must be >= 0, got {cfg[name]}.")
+    if not (cfg[name] >= 0 and math.isfinite(cfg[name])):
+      refuse(name, f"must be a finite number >= 0, got {cfg[name]}.")
   if cfg.lam_filter_frac > 1:
     refuse(
       "lam_filter_frac",
@@ -75,6 +76,18 @@ def validate(cfg) -> tuple:
     )
   if cfg.theta_norm > 0 and cfg.victim_bias == "all":
     refuse("theta_norm", "> 0 needs a homogeneous victim (victim_bias=none or first).")
+  # Activations of the victim's training (n_train points) and of the attack (R x m
+  # candidates), forward and backward, through two layers of `width` units.
+  nbytes = 8 if cfg.get("x64", False) else 4
+  need = 6 * nbytes * (n + cfg.num_restarts * cfg.m) * cfg.width
+  have = checks.available_memory()
+  if have is not None and need > have:
+    refuse(
+      "n_train",
+      f"with width={cfg.width}, num_restarts={cfg.num_restarts} and m={cfg.m} needs about "
+      f"{need / 2**30:.1f} GiB of activations, more than the {have / 2**30:.1f} GiB available; "
+      "use fewer points, a narrower victim or fewer restarts.",
+    )
   labels = job.candidate_labels("binary", cfg.m)
   ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
@@ -234,6 +247,8 @@ def run(
     "oracle_residual_rel": oracle["residual_rel"],
     "kink_fraction": kinks,
     "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
+    # the same warning as the main job's: a victim at chance holds nothing to find
+    "victim_warning": pipeline.victim_warning(vic.summary, "logistic", 2),
     "victim_source": vic.source,
     "dtype": np.dtype(dtype).name,
     "timing": timing,

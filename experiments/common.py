@@ -24,6 +24,7 @@ import traceback
 from typing import Any, Callable, Optional, Sequence
 
 from absl import app, flags
+import ml_collections
 from ml_collections import config_flags
 
 from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: the binaries' exit 2)
@@ -83,6 +84,15 @@ def load_config(path: str, preset: Optional[str]):
     cfg = module.get_config(preset) if preset else module.get_config()
   except KeyError as e:  # our config files: an unknown preset
     raise UserError(f"--config={path}:{preset}: {e.args[0] if e.args else e}") from None
+  except SyntaxError as e:
+    raise UserError(f"--config: {path}, line {e.lineno}: {e.msg}.") from None
+  except AttributeError as e:
+    raise UserError(f"--config: {path} has no get_config ({e}).") from None
+  if not isinstance(cfg, ml_collections.ConfigDict):
+    raise UserError(
+      f"--config: get_config() of {path} must return an ml_collections.ConfigDict, "
+      f"not {type(cfg).__name__}."
+    )
   return module, cfg
 
 

@@ -153,6 +153,18 @@ def test_unknown_setting_and_preset_are_refused_with_a_hint():
     common.load_config("/nowhere/config.py", None)
 
 
+def test_a_broken_config_file_is_one_line(tmp_path):
+  (tmp_path / "syntax.py").write_text("def get_config(:\n")
+  with pytest.raises(common.UserError, match=r"syntax.py, line 1: invalid syntax"):
+    common.load_config(str(tmp_path / "syntax.py"), None)
+  (tmp_path / "number.py").write_text("def get_config():\n  return 3\n")
+  with pytest.raises(common.UserError, match="must return an ml_collections.ConfigDict, not int"):
+    common.load_config(str(tmp_path / "number.py"), None)
+  (tmp_path / "empty.py").write_text("x = 1\n")
+  with pytest.raises(common.UserError, match="has no get_config"):
+    common.load_config(str(tmp_path / "empty.py"), None)
+
+
 def test_flag_messages_are_one_clean_line():
   from absl import flags
 

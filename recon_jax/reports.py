@@ -130,6 +130,15 @@ def check_outcome(metrics: dict, path: str = "") -> dict:
 
 
 TRAIN_STATE_FILE = "train_state.msgpack"  # a victim's resumable training in its workdir
+# What a victim's training writes (write_training, and the last finite parameters).
+TRAINING_RESULTS = (
+  "victim.msgpack",
+  "metrics.json",
+  "history.json",
+  "train_idx.npz",
+  "victim_last_finite.msgpack",
+  TRAIN_STATE_FILE,
+)
 
 
 def run_training(cfg, path: str, *, resume: bool = False) -> dict:
@@ -143,6 +152,8 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
     workdir.check_resumable(cfg, path, TRAIN_STATE_FILE, "train_victim")
   ds = victim.load_data(vcfg, cfg.data_dir or None)
   if not resume:
+    # A new run's config.json must not sit beside an earlier run's victim: its results go.
+    workdir.remove(path, TRAINING_RESULTS)
     workdir.write_config(path, cfg, study="train_victim")
   params, history, summary = victim.fit_resumable(
     vcfg,

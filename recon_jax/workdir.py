@@ -125,6 +125,16 @@ def _unlock(path: str, me) -> None:
     pass
 
 
+def remove(workdir: str, names) -> None:
+  """Deletes the files ``names`` of ``workdir`` that exist (a run replacing an earlier one's)."""
+  if not distributed.is_main_process():
+    return
+  for name in names:
+    path = inside(workdir, name)
+    if os.path.isfile(path):
+      os.unlink(path)
+
+
 def inside(workdir: str, name: str) -> str:
   """Path of ``name`` inside ``workdir``; refuses anything that would escape it."""
   path = os.path.abspath(os.path.join(workdir, name))

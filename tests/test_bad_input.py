@@ -719,6 +719,20 @@ def test_victim_training_that_diverges_names_the_learning_rate(tmp_path, capsys)
   assert (tmp_path / "v" / "victim_last_finite.msgpack").is_file()
 
 
+def test_a_diverging_overwrite_leaves_no_earlier_victim_beside_its_config(tmp_path, capsys):
+  work = tmp_path / "v"
+  good = _config(T, "tiny", {"victim.epochs": 20, "chunk_epochs": 20})
+  T.job(good, str(work))
+  assert (work / "victim.msgpack").is_file()
+  bad = _config(T, "tiny", {"victim.lr": 1e8, "victim.epochs": 40, "chunk_epochs": 20})
+  line = _refused(capsys, lambda: T.job(bad, str(work), overwrite=True), bad)
+  assert "--config.victim.lr" in line
+  stored = json.loads((work / "config.json").read_text())["config"]
+  assert stored["victim"]["lr"] == 1e8  # config.json is the failed run's ...
+  assert not (work / "victim.msgpack").exists()  # ... and no earlier victim contradicts it
+  assert (work / "victim_last_finite.msgpack").is_file()
+
+
 # ----------------------------------------------------------------------------- command line
 
 

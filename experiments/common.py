@@ -18,6 +18,7 @@ import importlib.util
 import logging as py_logging
 import os
 import re
+import signal
 import sys
 import textwrap
 import traceback
@@ -330,6 +331,7 @@ def run_main(job: Callable[[Any], Any]) -> None:
   def main(argv):
     if len(argv) > 1:
       _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    signal.signal(signal.SIGTERM, _on_sigterm)
     logging.set_verbosity(logging.INFO)
     cfg = FLAGS.config
     main_guard(lambda: job(cfg), cfg, FLAGS.verbose)
@@ -406,7 +408,7 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
       traceback.print_exc()
     print(error_line(e, cfg), file=sys.stderr)
     sys.exit(int(getattr(e, "exit_code", 1)))
-  except KeyboardInterrupt:
+  except KeyboardInterrupt as e:
     if verbose:
       traceback.print_exc()
     workdir = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
@@ -416,5 +418,15 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
       if workdir and "resume" in FLAGS
       else ""
     )
-    print(f"interrupted{hint}", file=sys.stderr)
-    sys.exit(130)
+    how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+    print(f"{how}{hint}", file=sys.stderr)
+    sys.exit(143 if isinstance(e, Terminated) else 130)
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised in the main thread so that it ends a run as Ctrl-C does (one line)."""
+
+
+def _on_sigterm(signum, frame):
+  del signum, frame
+  raise Terminated()

@@ -143,12 +143,19 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
     f"--config={programs.config.format('reproduce', cfg.scale)} --workdir={path}"
   )
   out = {}
+  key_of = lambda name: json.dumps(  # noqa: E731
+    [cfg.runs[name].binary] + [a for _, a in jobs(cfg, name, programs)]
+  )
+  total_runs = len({key_of(n) for sec in sections for n in cfg.sections[sec]})
+  started = []
   for i, sec in enumerate(sections):
     for name in (n for n in cfg.sections[sec] if n not in results):
-      key = json.dumps([cfg.runs[name].binary] + [a for _, a in jobs(cfg, name, programs)])
+      key = key_of(name)
       if key in seen:  # the same run under two names runs once
         results[name] = dict(results[seen[key]], alias=seen[key])
         continue
+      started.append(time.time())
+      print(progress(len(started), total_runs, name, started), file=sys.stderr, flush=True)
       seen[key], results[name] = name, run_one(cfg, path, name, programs, resume)
       logging.info(
         "reproduce: %s %s (%.0f s)", name, results[name]["status"], results[name]["wall_s"]
@@ -162,6 +169,16 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
     out.update(config=cfg, runs=results)
     workdir.write_json(path, "results.json", out)
   return out
+
+
+def progress(i: int, total: int, name: str, started: list) -> str:
+  """``reproduce: run i of N (name); elapsed, and the rest estimated from the runs so far``."""
+  elapsed = started[-1] - started[0]
+  line = f"reproduce: run {i} of {total} ({name}); {elapsed / 60:.0f} min so far"
+  if i > 1:
+    rest = elapsed / (i - 1) * (total - i + 1)
+    line += f", about {rest / 60:.0f} min to go at the pace so far"
+  return line
 
 
 def sections_to_run(cfg, only: str = "") -> list:

@@ -294,3 +294,10 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   with pytest.raises(ConfigError, match="^runs.toy: missing") as e:
     reproduction.sections_to_run(cfg, "toy")
   assert common.error_line(e.value, cfg).startswith("error: --config.runs.toy: missing")
+
+
+def test_progress_counts_runs_and_estimates_the_rest():
+  assert reproduction.progress(1, 4, "toy", [100.0]) == "reproduce: run 1 of 4 (toy); 0 min so far"
+  line = reproduction.progress(3, 4, "main_faces", [0.0, 600.0, 1200.0])
+  assert line.startswith("reproduce: run 3 of 4 (main_faces); 20 min so far")
+  assert line.endswith("about 20 min to go at the pace so far")  # 10 min a run, 2 to go

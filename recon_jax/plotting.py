@@ -836,7 +836,9 @@ def trusted_figure(
     return
   cands = np.stack([candidates[t["restart"], t["index"]] for t in top])
   nearest = np.stack([x_train[t["train_idx"]] for t in top])
-  labels = [f"{t['score']:.2f}\n{'REAL' if t['recovered_strict'] else 'not real'}" for t in top]
+  labels = [
+    f"score {t['score']:.2f}\n{'REAL' if t['recovered_strict'] else 'not real'}" for t in top
+  ]
   real = sum(bool(t["recovered_strict"]) for t in top)
   image_grid(
     path,

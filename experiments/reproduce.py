@@ -37,9 +37,18 @@ PROGRAMS = reproduction.Programs("experiments.{}", "experiments/configs/{}.py:{}
 def main(cfg):
   """The command line: flags -> checks -> the runs -> one line of results."""
   sections = reproduction.sections_to_run(cfg, FLAGS.only)
-  if FLAGS.resume and not os.path.isdir(wd.expand(FLAGS.workdir)):
-    raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
+  if FLAGS.resume:
+    folder = wd.expand(FLAGS.workdir)
+    if not os.path.isdir(folder):
+      raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
+    if os.path.isfile(os.path.join(folder, "config.json")):  # the same settings, a reproduce run
+      wd.check_resumable(cfg, folder, "config.json", "reproduce")
+    elif not os.path.isfile(os.path.join(folder, "results.json")):  # (older runs: results only)
+      raise common.UserError(f"--resume: --workdir {FLAGS.workdir} holds no reproduce run.")
   workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  wd.lock(workdir)
+  if not FLAGS.resume:
+    wd.write_config(workdir, cfg, study="reproduce")
   command = " ".join(
     ["python -m experiments.reproduce"]
     + [a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))]

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import implicit, losses, optim, priors
-from recon_jax.attacks.spec import AttackSpec, Setup, register, require
+from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
 from recon_jax.models import get_activation
 from recon_jax.types import Attack, HParams, Target
@@ -219,12 +219,7 @@ def _check(cfg, setup: Setup) -> None:
     "(m_per_sample=1).",
     "m_per_sample",
   )
-  it = cfg.get("bilevel_inner_maxiter", 100)
-  require(
-    isinstance(it, int) and not isinstance(it, bool) and it >= 1,
-    f"bilevel_inner_maxiter must be an integer >= 1, got {it!r}.",
-    "bilevel_inner_maxiter",
-  )
+  require_int(cfg, "bilevel_inner_maxiter", 100)
 
 
 def _build(cfg, setup: Setup) -> Attack:

@@ -51,7 +51,7 @@ import numpy as np
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks.spec import AttackSpec, Setup, register, require
+from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.models import surrogate_relu
@@ -348,12 +348,7 @@ def _check(cfg, setup: Setup) -> None:
     "and subspace=True.",
     "search",
   )
-  cg = cfg.get("lm_cg_maxiter", 20)
-  require(
-    isinstance(cg, int) and not isinstance(cg, bool) and cg >= 1,
-    f"lm_cg_maxiter must be an integer >= 1, got {cg!r}.",
-    "lm_cg_maxiter",
-  )
+  require_int(cfg, "lm_cg_maxiter", 20)
 
 
 def _build(cfg, setup: Setup) -> Attack:

@@ -80,3 +80,14 @@ def require(condition: bool, message: str, setting: str) -> None:
   """Raises ConfigError(message, setting) unless ``condition``."""
   if not condition:
     raise ConfigError(message, setting)
+
+
+def require_int(cfg, name: str, default: int, low: int = 1) -> int:
+  """``cfg[name]`` (``default`` if absent), refused unless an integer >= ``low``."""
+  value = cfg.get(name, default)
+  require(
+    isinstance(value, int) and not isinstance(value, bool) and value >= low,
+    f"{name} must be an integer >= {low}, got {value!r}.",
+    name,
+  )
+  return value

@@ -12,7 +12,9 @@ from recon_jax.attacks.inversion import inversion_attack
 from recon_jax.attacks.kkt import kkt_attack
 from recon_jax.data import Dataset, load_dataset
 from recon_jax.errors import ConfigError, Error
+from recon_jax.eval.identifiability import identifiability
 from recon_jax.eval.report import evaluate_candidates
+from recon_jax.inits import make_x_init
 from recon_jax.job import candidate_labels
 from recon_jax.pipeline import (
   AttackRun,
@@ -23,6 +25,7 @@ from recon_jax.pipeline import (
   reconstruct,
   run_attack,
 )
+from recon_jax.sweep import random_search
 from recon_jax.types import Attack, Target
 from recon_jax.victim import VictimConfig
 
@@ -39,12 +42,15 @@ __all__ = [
   "candidate_labels",
   "closed_form_attack",
   "evaluate_candidates",
+  "identifiability",
   "import_victim",
   "inversion_attack",
   "kkt_attack",
   "load_dataset",
   "load_or_train_victim",
   "make_target",
+  "make_x_init",
+  "random_search",
   "reconstruct",
   "run_attack",
 ]

@@ -113,7 +113,7 @@ def test_attack_contract(name, overrides, problem):
   cands, weights = attack.candidates(new)
   assert cands.shape == (m, D) and weights.shape[0] == m
 
-  steps = 4 if name == "bilevel" or overrides.get("search") == "lm" else 20
+  steps = 2 if name == "bilevel" or overrides.get("search") == "lm" else 20
   stages = [(steps, hp)]
   run = lambda **kw: loop.run_stages(
     attack, x_init, keys, stages, target, chunk_steps=steps // 2, log=False, **kw

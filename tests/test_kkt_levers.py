@@ -19,6 +19,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 
 WD = 0.1
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 
 @pytest.fixture(autouse=True)
@@ -184,14 +185,14 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
   cfg = victim.VictimConfig(
     dataset="digits",
     n_per_class=3,
-    widths=(16, 16),
+    widths=(8, 8),
     init="kaiming",
     init_std=None,
     first_layer_std=None,
-    epochs=200,
+    epochs=100,
     activation=recipe.activation,
     wd=recipe.wd,
-    wd_epochs=100,
+    wd_epochs=50,
     converge_tol=recipe.converge_tol,
   )
   ds = victim.load_data(cfg)
@@ -205,7 +206,7 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
   d = plain.to_dict()
   for name in victim.ADDED_FIELDS:
     d.pop(name)
-  assert plain.key() == victim.VictimConfig(**{**d, "widths": (16, 16)}).key()
+  assert plain.key() == victim.VictimConfig(**{**d, "widths": (8, 8)}).key()
 
 
 def test_converge_tol_needs_weight_decay():

@@ -60,7 +60,7 @@ def _triangle(v, theta):
     return r, q.T @ theta
 
 
-def stationarity_fit(cols, problem: str, reference, x, labels) -> dict:
+def stationarity_fit(cols, problem: str, reference, x, labels, rows=None) -> dict:
   """Best fit of the stationarity equations by the candidates ``x``.
 
   Solves ``min_lambda ||reference - sum_i lambda_i grad g_i(x_i)||^2`` over
@@ -74,6 +74,7 @@ def stationarity_fit(cols, problem: str, reference, x, labels) -> dict:
     problem: 'binary', 'multiclass' or 'general'.
     reference: what the sum must reproduce (theta*, or theta* - theta_0).
     x, labels: [k, ...] candidates and their labels.
+    rows: ``cols(x, labels)`` when the caller has it already (not computed again).
 
   Returns:
     dict with ``residual_rel`` (residual / ||reference||^2), ``lam`` [k] (or
@@ -81,7 +82,9 @@ def stationarity_fit(cols, problem: str, reference, x, labels) -> dict:
   """
   theta = np.asarray(jax.flatten_util.ravel_pytree(reference)[0], np.float64)
   k = len(x)
-  v = np.asarray(cols(jnp.asarray(x), jnp.asarray(labels)), np.float64).T  # [P, k*C]
+  if rows is None:
+    rows = cols(jnp.asarray(x), jnp.asarray(labels))
+  v = np.asarray(rows, np.float64).T  # [P, k*C]
   r, rhs = _triangle(v, theta)
   if problem == "general":
     sol, *_ = np.linalg.lstsq(r, rhs, rcond=None)

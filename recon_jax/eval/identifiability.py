@@ -23,13 +23,13 @@ import time
 from typing import Optional
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import scipy.optimize
 import scipy.sparse
 
 from recon_jax import diagnostics
-from recon_jax.losses import margins
 
 PREFERS_OTHER = (
   "the objective prefers other images (reconstructions are not evidence of membership)"
@@ -120,6 +120,7 @@ def flat_family(
   cols,
   truth_residual: float,
   *,
+  rows=None,
   box=None,
   distance: float = 0.5,
   rel_tol: float = 1e-8,
@@ -138,6 +139,7 @@ def flat_family(
   margin) are free in every direction K sees too; then the training set is not
   the only solution, however good the search.
 
+  ``rows``: ``cols(x_train, y_train)``, the truth's gradients, when the caller has them.
   One member is scored the same way as the truth, as the witness: inside the
   pixel ``box`` (lo, hi), the one a linear program finds farthest along a
   random direction (so the witness is made of valid images); without a box, a
@@ -161,11 +163,12 @@ def flat_family(
   if flat.shape[1] != d:
     return {"skipped": f"the first layer takes {d} inputs, a sample has {flat.shape[1]}"}
 
-  def first_layer_grads(xi, yi):
-    g = lambda p: margins(problem, apply_fn(p, xi[None], None), yi[None])[0]
-    return jax.grad(g)(params)["params"]["layer_0"]["kernel"]
-
-  grads = np.asarray(jax.jit(jax.vmap(first_layer_grads))(jnp.asarray(x_train), y_train))
+  if rows is None:
+    rows = cols(jnp.asarray(x_train), jnp.asarray(y_train))
+  unravel = jax.flatten_util.ravel_pytree(params)[1]
+  grads = np.stack(
+    [np.asarray(unravel(row)["params"]["layer_0"]["kernel"]) for row in np.asarray(rows)]
+  )
   # grad_K g_i = x_i delta_i^T, so delta_i = grad_K^T x_i / ||x_i||^2.
   norms = np.maximum(np.sum(flat**2, axis=1), 1e-300)
   delta = np.einsum("idh,id->ih", grads.astype(np.float64), flat) / norms[:, None]
@@ -254,7 +257,8 @@ def identifiability(
   n = len(x_train)
   diverged = np.zeros(r, bool) if diverged is None else np.asarray(diverged, bool)
   cols = diagnostics.gradient_matrix(apply_fn, problem, params)
-  truth = diagnostics.stationarity_fit(cols, problem, reference, x_train, y_train)
+  truth_rows = cols(jnp.asarray(x_train), jnp.asarray(y_train))
+  truth = diagnostics.stationarity_fit(cols, problem, reference, x_train, y_train, rows=truth_rows)
   labels = np.asarray(labels)
   k = min(n, m)
   per_restart = []
@@ -298,6 +302,7 @@ def identifiability(
     truth["lam"],
     cols,
     truth["residual_rel"],
+    rows=truth_rows,
     box=box,
   )
   out["verdict"] = verdict(out["ratio"], out["family"])

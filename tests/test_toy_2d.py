@@ -206,12 +206,15 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
   cfg[field] = value
   workdir = tmp_path / "out"
   workdir.mkdir()
+  (workdir / "config.json").write_text('{"config": {"finished": true}}')  # a finished run
+  (workdir / "metrics.json").write_text('{"recovered": 17}')
+  before = {p.name: p.read_bytes() for p in workdir.iterdir()}
   with pytest.raises(SystemExit) as e:
     common.main_guard(lambda: reports.run_toy(cfg, str(workdir)), cfg)
   assert e.value.code == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: ") and f"--config.{field}" in err and "\n" not in err, err
-  assert os.listdir(workdir) == []  # nothing written
+  assert {p.name: p.read_bytes() for p in workdir.iterdir()} == before  # nothing written
   assert not os.path.exists(tmp_path / "cache")  # no victim trained
 
 

@@ -118,13 +118,7 @@ def kink_fraction(params, x_train, rel_tol: float = 1e-3) -> float:
   derivative at those points is not defined, and the oracle residual (which
   uses ``1{z > 0}``) overstates how far the victim is from a (Clarke) KKT point.
   """
-  layer = params["params"]["layer_0"]
-  x = np.asarray(x_train).reshape(len(x_train), -1)
-  z = x @ np.asarray(layer["kernel"])
-  if "bias" in layer:
-    z = z + np.asarray(layer["bias"])
-  a = np.abs(z)
-  return float(np.mean(np.any(a <= rel_tol * (a.max(axis=0, keepdims=True) + 1e-30), axis=0)))
+  return float(np.mean(np.any(_on_kink(params, x_train, rel_tol), axis=0)))
 
 
 def images_on_kink(params, x_train, rel_tol: float = 1e-3) -> float:
@@ -136,13 +130,19 @@ def images_on_kink(params, x_train, rel_tol: float = 1e-3) -> float:
   stays above 0 even at a (Clarke) stationary point.  Meaningless (and
   harmless) for a smooth activation.
   """
+  return float(np.mean(np.any(_on_kink(params, x_train, rel_tol), axis=1)))
+
+
+def _on_kink(params, x_train, rel_tol: float) -> np.ndarray:
+  """[n, h]: training point i within ``rel_tol`` (relative to the unit's largest |w.x + b|
+  over the training set) of first-layer unit j's kink."""
   layer = params["params"]["layer_0"]
   x = np.asarray(x_train, np.float64).reshape(len(x_train), -1)
   z = x @ np.asarray(layer["kernel"], np.float64)
   if "bias" in layer:
     z = z + np.asarray(layer["bias"], np.float64)
   a = np.abs(z)
-  return float(np.mean(np.any(a <= rel_tol * (a.max(axis=0, keepdims=True) + 1e-300), axis=1)))
+  return a <= rel_tol * (a.max(axis=0, keepdims=True) + 1e-300)
 
 
 # float32 machine epsilon is 1.19e-7: a relative change below ~8 ulps is noise.

@@ -575,11 +575,10 @@ def reconstruct(
       ssim_threshold=cfg.ssim_threshold,
       normalize=cfg.normalize,
       key=cfg.seed,
-      # The stability score perturbs the candidates and re-runs steps of the attack;
-      # the LM search's step moves its subspace coordinates, not the candidates.
-      stability_candidates=0
-      if cfg.get("search", "first_order") == "lm"
-      else cfg.get("identify_stability_candidates", 64),
+      # The stability score perturbs the candidates and re-runs steps of the attack.
+      stability_candidates=cfg.get("identify_stability_candidates", 64)
+      if spec.rerunnable(cfg)
+      else 0,
     )
     timing["identification_s"] = time.time() - t0
   if run is not None:

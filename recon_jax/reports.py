@@ -233,18 +233,21 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
 
 
 def run_efficacy(
-  cfg, path: str, variants, draws: int, first_draw: int = 0, *, resume=False
+  cfg, path: str, variants, draws: int, first_draw: int = 0, *, resume=False, configs=None
 ) -> dict:
   """Every variant of efficacy config ``cfg`` on draws ``first_draw .. first_draw + draws - 1``, into workdir ``path``.
 
   Each (variant, draw) is a reconstruction workdir ``path/VARIANT/draw_D``; with
   ``resume`` finished ones are read back and an interrupted one continues.
   Writes config.json, metrics.json (intervals, and paired differences against
-  the first variant), results.md and efficacy.png; returns the metrics.
+  the first variant), results.md and efficacy.png; returns the metrics.  ``configs``:
+  :func:`check_efficacy`'s result when the caller checked the settings (and a resume's
+  config.json) already, as the binary does before it opens the workdir.
   """
-  configs = check_efficacy(cfg, variants, draws, first_draw)
-  if resume:
-    workdir.check_resumable(cfg, path, "config.json", "efficacy")
+  if configs is None:
+    configs = check_efficacy(cfg, variants, draws, first_draw)
+    if resume:
+      workdir.check_resumable(cfg, path, "config.json", "efficacy")
   workdir.write_config(
     path, cfg, study="efficacy", variants=list(variants), draws=draws, first_draw=first_draw
   )

@@ -136,12 +136,11 @@ def converge(apply_fn, cfg: VictimConfig, params, x, y):
     scale = float(jnp.sqrt(losses.tree_sq_norm(params)))
     if info["grad_norm"] <= cfg.converge_tol * scale or iters >= cfg.converge_maxiter:
       break
-  info["iters"] = iters
   out = apply_fn(params, x, None)
   rec = {
     "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
     "train_error": float(losses.error_rate(cfg.loss, out, y)),
-    "lbfgs_iters": int(info["iters"]),
+    "lbfgs_iters": int(iters),
     "time_s": time.time() - t0,
     "phase": "converge",
   }

@@ -203,7 +203,7 @@ def test_a_full_rank_first_layer_and_independent_units_leave_no_family():
   y = np.array([1.0, -1.0, 1.0])
   cols = diagnostics.gradient_matrix(apply_fn, "binary", params)
   lam = np.ones(n)
-  fam = ident.flat_family(apply_fn, "binary", params, params, x, y, lam, cols, 0.1)
+  fam = ident.flat_family("binary", params, params, x, y, lam, cols, 0.1)
   assert fam["first_layer_rank"] == d and fam["dimension"] == 0 and not fam["confirmed"]
   assert ident.verdict(2.0, fam) == ident.TRUTH_FITS_BEST
   assert ident.verdict(2.0, {"confirmed": True}) == ident.NOT_UNIQUE

@@ -130,7 +130,7 @@ def lm_attack(
   def step(state: LMState, hp, target):
     z, st = solver.update(state.z, state.solver, hp, target)
     st = _typed(st, state.solver)
-    n_stat = jax.flatten_util.ravel_pytree(target.fit)[0].shape[0]
+    n_stat = sum(a.size for a in jax.tree_util.tree_leaves(target.fit))  # static
     stat = jnp.sum(jnp.square(st.residual[:n_stat]))
     prior = jnp.sum(jnp.square(st.residual[n_stat:]))
     metrics = {

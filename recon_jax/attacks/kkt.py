@@ -189,8 +189,8 @@ def kkt_attack(
     x = optim.scaled(state.x, ux, hp["lr_x"])
     # Tied multipliers are a function of the candidates: the state keeps their value at
     # this step's candidates (one step behind the updated x; no second evaluation).
-    lam = aux.pop("lam") if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
-    aux.pop("lam", None)
+    tied_lam = aux.pop("lam")
+    lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
     norm = tree_sq_norm(target.fit)
     return KKTState(x, lam, opt_state), {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
 
@@ -228,7 +228,8 @@ def tied_residual(apply_fn, target: Target, x, act, normalize="mean"):
     apply_fn, "binary", target.params, x, w, target.labels, act, normalize
   )
   ref = target.fit
-  uu = jnp.maximum(tree_sq_norm(u), jnp.finfo(u_dtype(u)).tiny)
+  uu = tree_sq_norm(u)
+  uu = jnp.maximum(uu, jnp.finfo(uu.dtype).tiny)
   c = jnp.abs(tree_dot(ref, u)) / uu
   return jax.tree_util.tree_map(lambda r, v: r - c * v, ref, u), c * w
 
@@ -237,10 +238,6 @@ def tied_stationarity(apply_fn, target: Target, x, act, normalize="mean"):
   """``||tied_residual||^2`` and the multipliers (see :func:`tied_residual`)."""
   r, lam = tied_residual(apply_fn, target, x, act, normalize)
   return tree_sq_norm(r), lam
-
-
-def u_dtype(tree):
-  return jax.tree_util.tree_leaves(tree)[0].dtype
 
 
 def first_layer_basis(params, rel_tol: float = 1e-3) -> np.ndarray:
@@ -390,6 +387,9 @@ SPEC = register(
     check=_check,
     hparams=("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min"),
     state_arrays=lambda cfg: STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3),
+    # LM's step moves subspace coordinates and a solver state that perturbed candidates
+    # would leave stale: no re-run from them.
+    rerunnable=lambda cfg: cfg.get("search", "first_order") != "lm",
     doc="the KKT / margin attack (Haim et al.), DecoReco for multiclass and general",
   )
 )

@@ -44,6 +44,8 @@ class AttackSpec(NamedTuple):
     state_arrays: ``cfg -> int``: arrays of candidate size a restart keeps (memory).
     direct: for an attack without a search (``weights``): ``(params, input_shape) ->
       [k, *input_shape]`` candidates, read off theta* directly; None for the rest.
+    rerunnable: ``cfg -> bool``: whether steps can be re-run from perturbed candidates
+      (the attacker-side stability score does).
     doc: one line for ``--help`` and errors.
   """
 
@@ -53,6 +55,7 @@ class AttackSpec(NamedTuple):
   hparams: Tuple[str, ...] = ("lr_x", "sigma_x")
   state_arrays: Callable = lambda cfg: 3
   direct: Optional[Callable] = None
+  rerunnable: Callable = lambda cfg: True
   doc: str = ""
 
 

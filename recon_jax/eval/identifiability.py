@@ -104,13 +104,13 @@ def _farthest_in_box(flat, k_range, m_null, box, rng):
   return (t_of_b @ res.x).reshape(n, d)
 
 
-def _rank(a, rel_tol: float) -> int:
-  sv = np.linalg.svd(np.asarray(a, np.float64), compute_uv=False)
-  return int(np.sum(sv > rel_tol * sv[0])) if sv.size and sv[0] > 0 else 0
+def _svd_rank(a, rel_tol: float):
+  """``(rank, U)``: the numerical rank of ``a`` and its full left singular vectors."""
+  u, sv, _ = np.linalg.svd(np.asarray(a, np.float64), full_matrices=True)
+  return (int(np.sum(sv > rel_tol * sv[0])) if sv.size and sv[0] > 0 else 0), u
 
 
 def flat_family(
-  apply_fn,
   problem: str,
   params,
   reference,
@@ -173,7 +173,7 @@ def flat_family(
   norms = np.maximum(np.sum(flat**2, axis=1), 1e-300)
   delta = np.einsum("idh,id->ih", grads.astype(np.float64), flat) / norms[:, None]
   m = np.asarray(lam, np.float64)[:, None] * delta
-  rank_k, rank_m = _rank(kernel, rel_tol), _rank(m, rel_tol)
+  (rank_k, u_k), (rank_m, u_m) = _svd_rank(kernel, rel_tol), _svd_rank(m, rel_tol)
   out = {
     "dimension": int((n - rank_m) * (d - rank_k)),
     "first_layer_rank": rank_k,
@@ -184,8 +184,6 @@ def flat_family(
   }
   if out["dimension"] == 0:
     return out
-  u_k = np.linalg.svd(kernel, full_matrices=True)[0]
-  u_m = np.linalg.svd(m, full_matrices=True)[0]
   rng = np.random.default_rng(seed)
   if box is None:
     # A random member at relative distance `distance`.
@@ -293,7 +291,6 @@ def identifiability(
     else:
       out["attack_best_residual_all_m"] = per_restart[best]
   out["family"] = flat_family(
-    apply_fn,
     problem,
     params,
     reference,

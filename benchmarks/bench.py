@@ -25,7 +25,7 @@ Selections (``--only``, comma-separated; default all):
   on a CPU that one restart already saturates it cannot exceed ~1/R.
 * ``breakdown`` where the KKT step's time goes: every dot of the compiled step
   timed alone (same shapes and contracting dims) against the whole step.
-* ``train``    victim training (recon_jax.train, full-batch GD): epochs/s.
+* ``train``    victim training (recon_jax.victims.train, full-batch GD): epochs/s.
 * ``e2e``      the main job as a subprocess, ``python -m experiments.reconstruct
   --config=experiments/configs/reconstruct.py:tiny --config.use_cache=False``:
   wall, compile, run time (skipped with --quick).
@@ -159,7 +159,7 @@ def precision(dtype: str):
   float dtype of the block, ``pipeline.float_dtype()``."""
   import jax
 
-  from recon_jax import pipeline
+  from recon_jax.studies import pipeline
 
   old = jax.config.read("jax_enable_x64")
   jax.config.update("jax_enable_x64", dtype == "float64")
@@ -232,7 +232,7 @@ class Ceiling:
 def _compiled_init():
   import jax
 
-  from recon_jax import models
+  from recon_jax.victims import models
 
   return jax.jit(models.init_params, static_argnums=(0, 2, 3))
 
@@ -242,7 +242,7 @@ def init_params(module, d: int, seed: int = 0):
   program (run eagerly, each op of the initialisers compiles on its own: seconds)."""
   import jax
 
-  from recon_jax import pipeline
+  from recon_jax.studies import pipeline
 
   return _compiled_init()(module, jax.random.PRNGKey(seed), (d,), pipeline.float_dtype())
 
@@ -269,8 +269,10 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
   """
   import numpy as np
 
-  from recon_jax import inits, job, models, pipeline
+  from recon_jax import inits
   from recon_jax.attacks import kkt
+  from recon_jax.studies import job, pipeline
+  from recon_jax.victims import models
 
   dt = pipeline.float_dtype()
   module = models.build_model("mlp", widths=(h, h), bias="first")
@@ -285,7 +287,7 @@ def kkt_hparams(num_restarts: int, seed: int = 0) -> dict:
   import jax.numpy as jnp
 
   from experiments.configs import reconstruct as configs
-  from recon_jax import job
+  from recon_jax.studies import job
 
   cfg = configs.get_config("lfw")
   cfg.num_restarts, cfg.seed = num_restarts, seed
@@ -626,7 +628,8 @@ def run_train(args, dtypes, emit):
   import jax.numpy as jnp
   import numpy as np
 
-  from recon_jax import job, models, train
+  from recon_jax.studies import job
+  from recon_jax.victims import models, train
 
   # --quick: the quick KKT network's shapes (their eager initialisation is compiled already)
   cases = (
@@ -744,7 +747,8 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   import jax.numpy as jnp
   import numpy as np
 
-  from recon_jax import job, models, pipeline
+  from recon_jax.studies import job, pipeline
+  from recon_jax.victims import models
 
   dt = pipeline.float_dtype()
   if net == "affine":
@@ -767,7 +771,8 @@ def run_bilevel(args, dtypes, emit):
   import jax
   import jax.numpy as jnp
 
-  from recon_jax import losses, models, priors
+  from recon_jax import losses, priors
+  from recon_jax.victims import models
 
   wd = 1e-3
   if args.quick:

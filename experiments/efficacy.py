@@ -24,17 +24,17 @@ FLAGS = flags.FLAGS
 
 
 def main(cfg):
-  from recon_jax import claims, reports
   from recon_jax import workdir as wd
+  from recon_jax.studies import claims, runner
 
   wd.set_precision(cfg.base.x64, cfg.base.matmul_precision)
   variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
-  configs = reports.check_efficacy(cfg, variants, FLAGS.draws, FLAGS.first_draw)
+  configs = runner.check_efficacy(cfg, variants, FLAGS.draws, FLAGS.first_draw)
   if FLAGS.resume:  # all checked before the workdir is touched, and only here
     wd.check_resumable(cfg, FLAGS.workdir, "config.json", "efficacy")
   workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
   wd.lock(workdir)
-  out = reports.run_efficacy(
+  out = runner.run_efficacy(
     cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume, configs=configs
   )
   print(claims.efficacy_table(out, variants))

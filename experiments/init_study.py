@@ -11,7 +11,7 @@ One attack run per (attack, victim) covers every x-initialisation: the eq. (10)
 mix ``l2 (l1 x_GT + (1 - l1) x_part) + (1 - l2) x_rnd`` over the deduplicated
 grid (21 restarts, ``--config.grid``), which contains the three §4.3 settings
 (random l2 = 0, ground truth l1 = l2 = 1, partition l1 = 0, l2 = 1).  Sub-runs
-(:func:`recon_jax.init_study.sub_runs`): the bilevel attack on the affine net
+(:func:`recon_jax.studies.init_study.sub_runs`): the bilevel attack on the affine net
 and on the one-hidden net with a smooth activation (and the paper's ReLU on the
 three settings), each victim trained with L-BFGS on the attack's own energy;
 the KKT attack on a homogeneous ReLU MLP trained like the main job.
@@ -35,8 +35,8 @@ FLAGS = flags.FLAGS
 
 
 def main(cfg):
-  from recon_jax import init_study, reports
   from recon_jax import workdir as wd
+  from recon_jax.studies import init_study, runner
 
   wd.set_precision(cfg.x64)
   cfg.data_dir = wd.expand(cfg.data_dir)
@@ -50,7 +50,7 @@ def main(cfg):
     overwrite=FLAGS.overwrite,
     study="init_study",
   )
-  reports.run_init_study(cfg, workdir, resume=FLAGS.resume)
+  runner.run_init_study(cfg, workdir, resume=FLAGS.resume)
   with open(wd.inside(workdir, "summary.md")) as f:
     print(f.read())
   print(f"wrote {workdir}")

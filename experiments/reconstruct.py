@@ -31,10 +31,10 @@ FLAGS = flags.FLAGS
 def run(
   cfg, workdir: str, *, resume: bool = False, requested_victim=None, explicit=(), checked=False
 ) -> dict:
-  """:func:`recon_jax.reports.run_reconstruction`, its warnings also printed on stderr."""
-  from recon_jax import pipeline, reports
+  """:func:`recon_jax.studies.runner.run_reconstruction`, its warnings also printed on stderr."""
+  from recon_jax.studies import pipeline, runner
 
-  m = reports.run_reconstruction(
+  m = runner.run_reconstruction(
     cfg,
     workdir,
     resume=resume,
@@ -55,8 +55,9 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   Everything is checked before the workdir is created or touched; a run
   whose every restart diverged writes its results, then raises RunFailed (exit code 2).
   """
-  from recon_jax import checks, distributed, reports
+  from recon_jax import distributed
   from recon_jax import workdir as wd
+  from recon_jax.studies import checks, runner
 
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
@@ -64,10 +65,10 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   checks.prepare(cfg, requested, explicit)
   workdir = wd.open_run(
-    cfg, workdir, reports.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+    cfg, workdir, runner.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
   )
   m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit, checked=True)
-  reports.check_outcome(m, workdir)
+  runner.check_outcome(m, workdir)
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
     f"(held-out baseline {m['baseline_heldout_recovered_strict']}); "

@@ -25,20 +25,20 @@ FLAGS = flags.FLAGS
 
 
 def main(cfg):
-  from recon_jax import reports, toy
   from recon_jax import workdir as wd
+  from recon_jax.studies import runner, toy
 
   wd.set_precision(cfg.x64)
   toy.validate(cfg)
   workdir = wd.open_run(
     cfg,
     FLAGS.workdir,
-    reports.STATE_FILE,
+    runner.STATE_FILE,
     resume=FLAGS.resume,
     overwrite=FLAGS.overwrite,
     study="toy_2d",
   )
-  m = reports.run_toy(cfg, workdir, resume=FLAGS.resume)
+  m = runner.run_toy(cfg, workdir, resume=FLAGS.resume)
   if m.get("victim_warning"):
     print(f"warning: {m['victim_warning']}", file=sys.stderr)
   print(

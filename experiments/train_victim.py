@@ -29,15 +29,15 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
 
   Everything is checked before the workdir is created or touched.
   """
-  from recon_jax import checks, reports
   from recon_jax import workdir as wd
+  from recon_jax.studies import checks, runner
 
   wd.set_precision(cfg.x64)
   checks.prepare_training(cfg)
   workdir = wd.open_run(
-    cfg, workdir, reports.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
+    cfg, workdir, runner.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
   )
-  m = reports.run_training(cfg, workdir, resume=resume)
+  m = runner.run_training(cfg, workdir, resume=resume)
   if m["warning"]:
     print(f"warning: {m['warning']}", file=sys.stderr)
   print(

@@ -15,8 +15,8 @@ from recon_jax.errors import ConfigError, Error
 from recon_jax.eval.identifiability import identifiability
 from recon_jax.eval.report import evaluate_candidates
 from recon_jax.inits import make_x_init
-from recon_jax.job import candidate_labels
-from recon_jax.pipeline import (
+from recon_jax.studies.job import candidate_labels
+from recon_jax.studies.pipeline import (
   AttackRun,
   Victim,
   import_victim,
@@ -27,7 +27,7 @@ from recon_jax.pipeline import (
 )
 from recon_jax.sweep import random_search
 from recon_jax.types import Attack, Target
-from recon_jax.victim import VictimConfig
+from recon_jax.victims.victim import VictimConfig
 
 __all__ = [
   "Attack",

@@ -2,7 +2,7 @@
 
 A checkpoint is a flax msgpack blob of ``{'params': <pytree of arrays>,
 'meta': <JSON string>}``.  ``meta`` holds the architecture (what
-:func:`recon_jax.models.build_model` needs), the data provenance (dataset,
+:func:`recon_jax.victims.models.build_model` needs), the data provenance (dataset,
 task, seed, training indices, mean subtraction) and training metrics.
 Writes are atomic: a temp file in the same folder, fsync, then rename.
 """

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import models
+from recon_jax.victims import models
 
 
 def linear_apply(p, x, act=None):

@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import attacks, implicit, loop, models, pipeline, victim
+from recon_jax import attacks, implicit, loop
+from recon_jax.studies import pipeline
 from recon_jax.types import Target
+from recon_jax.victims import models, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 

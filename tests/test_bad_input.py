@@ -26,9 +26,11 @@ import pytest
 from experiments import common, reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, checks, data, models, victim
+from recon_jax import checkpoint, data
 from recon_jax import workdir as wd
 from recon_jax.errors import ConfigError
+from recon_jax.studies import checks
+from recon_jax.victims import models, victim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = victim_configs.get_config("tiny").victim

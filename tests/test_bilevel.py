@@ -9,8 +9,8 @@ from recon_jax import implicit, inits, loop
 from recon_jax.attacks.bilevel import bilevel_attack
 from recon_jax.losses import energy as make_energy
 from recon_jax.losses import tree_sq_dist
-from recon_jax.models import Affine, OneHidden, init_params, make_apply_fn
 from recon_jax.types import Target
+from recon_jax.victims.models import Affine, OneHidden, init_params, make_apply_fn
 
 N, D, WD = 4, 6, 0.1
 

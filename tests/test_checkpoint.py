@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import checkpoint, data, models, victim
+from recon_jax import checkpoint, data
+from recon_jax.victims import models, victim
 
 
 def _params(dtype=np.float64, seed=0):

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from recon_jax import loop, losses, models
+from recon_jax import loop, losses
 from recon_jax.attacks import closed_form as cf
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
+from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 

@@ -11,7 +11,7 @@ from experiments.configs import victim as victim_configs
 from recon_jax import checkpoint, sweep
 from recon_jax.data import DataError
 from recon_jax.errors import ConfigError
-from recon_jax.train import TrainError
+from recon_jax.victims.train import TrainError
 from recon_jax.workdir import flatten
 
 

@@ -8,8 +8,9 @@ import pytest
 import scipy.stats
 
 from experiments.configs import efficacy as configs
-from recon_jax import efficacy, pipeline, reports, sweep
+from recon_jax import sweep
 from recon_jax.errors import ConfigError
+from recon_jax.studies import efficacy, pipeline, runner
 
 
 def test_interval_by_hand():
@@ -51,7 +52,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.base.identify = False  # covered by test_identification; slow at this size
   cfg.variants["other_sweep"] = {"seed": 1}  # another restart sweep: the same programs
-  out = reports.run_efficacy(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
+  out = runner.run_efficacy(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
   assert out["draws"] == [3, 4]
   for v in ("default", "other_sweep"):
     per = []
@@ -73,7 +74,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   assert "| default |" in (tmp_path / "results.md").read_text()
   assert (tmp_path / "efficacy.png").stat().st_size > 0
   # --resume keeps the finished draws (same numbers, nothing re-run).
-  again = reports.run_efficacy(
+  again = runner.run_efficacy(
     cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
   )
   assert again["variants"] == out["variants"]
@@ -81,7 +82,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   before = (tmp_path / "config.json").read_bytes()
   cfg.base.seed = 7
   with pytest.raises(ConfigError, match="base.seed"):
-    reports.run_efficacy(
+    runner.run_efficacy(
       cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
     )
   assert (tmp_path / "config.json").read_bytes() == before
@@ -89,7 +90,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
 
 def test_unknown_variant_is_refused(tmp_path):
   with pytest.raises(ValueError, match="unknown variant"):
-    reports.run_efficacy(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
+    runner.run_efficacy(configs.get_config("tiny"), str(tmp_path), ["nope"], draws=1, first_draw=0)
 
 
 @pytest.mark.parametrize(
@@ -103,7 +104,7 @@ def test_unknown_variant_is_refused(tmp_path):
 )
 def test_efficacy_settings_are_refused_before_any_work(tmp_path, variants, draws, first, setting):
   with pytest.raises(ConfigError) as e:
-    reports.check_efficacy(configs.get_config("tiny"), variants, draws, first)
+    runner.check_efficacy(configs.get_config("tiny"), variants, draws, first)
   assert e.value.argument == setting
   assert os.listdir(tmp_path) == []
 
@@ -111,7 +112,8 @@ def test_efficacy_settings_are_refused_before_any_work(tmp_path, variants, draws
 def test_known_init_reference_is_theta_star_minus_theta0():
   import jax
 
-  from recon_jax import data, models, victim
+  from recon_jax import data
+  from recon_jax.victims import models, victim
 
   vcfg = victim.VictimConfig(dataset="digits", n_per_class=2, widths=(8, 8), epochs=5)
   ds = data.load_dataset("digits", n_per_class=2)

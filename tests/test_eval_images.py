@@ -1,4 +1,4 @@
-"""Tests for recon_jax.eval.images and recon_jax.plotting (fast, CPU)."""
+"""Tests for recon_jax.eval.images and recon_jax.studies.figures (fast, CPU)."""
 
 import json
 import warnings
@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from recon_jax import plotting as P
 from recon_jax.eval import images as M
+from recon_jax.studies import figures as P
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
 

@@ -11,8 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import diagnostics, efficacy
+from recon_jax import diagnostics
 from recon_jax.eval import identifiability as ident
+from recon_jax.studies import efficacy
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +149,7 @@ def test_efficacy_aggregates_the_ratio_per_draw():
 
 
 def _one_hidden(kernel, w2):
-  from recon_jax import models
+  from recon_jax.victims import models
 
   module = models.build_model("mlp", widths=(kernel.shape[1],), bias="first", activation="softplus")
   params = {

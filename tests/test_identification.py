@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import attacker, job, models, pipeline, victim
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
+from recon_jax.eval import selection
+from recon_jax.studies import job, pipeline
+from recon_jax.victims import models, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -181,30 +183,30 @@ def test_report_planted_candidates_score_high(planted):
 
 
 def test_report_scores_are_the_attacker_functions(planted):
-  """The pooled scores are recon_jax.attacker's, restart by restart (with the documented keys)."""
+  """The pooled scores are recon_jax.eval.selection's, restart by restart (with the documented keys)."""
   kw, rep = planted
   arrays, run, target = rep["_arrays"], kw["run"], kw["target"]
   inner, m = run.state.inner, run.candidates.shape[1]
   np.testing.assert_allclose(
-    arrays["agreement"], np.asarray(attacker.agreement_score(run.candidates)).reshape(-1)
+    arrays["agreement"], np.asarray(selection.agreement_score(run.candidates)).reshape(-1)
   )
   np.testing.assert_allclose(arrays["lambda"], inner.lam.reshape(-1))
   np.testing.assert_allclose(
     arrays["margin"],
-    attacker.margin_score(
+    selection.margin_score(
       linear_apply, "binary", target, inner.x.reshape(3 * m, 8, 8, 1), jnp.tile(target.labels, 3)
     ),
   )
   np.testing.assert_allclose(
     arrays["leave_one_out"][2 * m :],
-    attacker.leave_one_out_score(linear_apply, "binary", target, inner.x[2], inner.lam[2]),
+    selection.leave_one_out_score(linear_apply, "binary", target, inner.x[2], inner.lam[2]),
     rtol=1e-10,
   )
   picked = np.flatnonzero(~np.isnan(arrays["stability"]))
   keys = jax.random.split(jax.random.split(jax.random.PRNGKey(3))[1], len(picked))
   hp = {k: jnp.asarray(v) for k, v in kw["hparams"].items()}
   one = jax.jit(
-    lambda r, i, k: attacker.stability_score(
+    lambda r, i, k: selection.stability_score(
       kw["attack"],
       jax.tree_util.tree_map(lambda a: a[r], inner),
       {n: v[r] for n, v in hp.items()},
@@ -236,7 +238,7 @@ def test_leave_one_out_uses_each_restarts_surrogate():
     act = functools.partial(models.surrogate_relu, alpha=float(alpha[r]))
     np.testing.assert_allclose(
       got[r],
-      attacker.leave_one_out_score(apply_fn, "binary", target, x[r], lam[r], act, normalize="sum"),
+      selection.leave_one_out_score(apply_fn, "binary", target, x[r], lam[r], act, normalize="sum"),
       rtol=1e-10,
     )
   assert not np.allclose(got[0], got[1])

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.importers: foreign (safetensors / PyTorch) victims as flax networks.
+"""Tests for recon_jax.victims.importers: foreign (safetensors / PyTorch) victims as flax networks.
 
 The core tests write safetensors files with numpy and compare the imported
 network with a numpy forward pass in PyTorch's conventions (NCHW inputs,
@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from recon_jax import checkpoint, models
+from recon_jax import checkpoint
 from recon_jax.attacks import kkt
 from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
-from recon_jax.importers import (
+from recon_jax.types import Target
+from recon_jax.victims import models
+from recon_jax.victims.importers import (
   ImportedCNN,
   ImportedMLP,
   detect_format,
@@ -30,7 +32,6 @@ from recon_jax.importers import (
   load_foreign,
   read_state_dict,
 )
-from recon_jax.types import Target
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 

@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from experiments.configs import init_study as configs
-from recon_jax import data, init_study, plotting, reports
+from recon_jax import data
 from recon_jax.errors import ConfigError
 from recon_jax.eval import nearest
+from recon_jax.studies import figures, init_study, runner
 
 FINDINGS = {
   "random_to_noise",
@@ -57,7 +58,7 @@ def run_tiny(workdir: str, *, resume: bool = False) -> dict:
   """The ``tiny`` preset run in-process, its victims cached in this session's cache."""
   cfg = configs.get_config("tiny")
   with fast_compile(), victim_cache(os.path.join(_session_dir(), "cache")):
-    return reports.run_init_study(cfg, workdir, resume=resume)
+    return runner.run_init_study(cfg, workdir, resume=resume)
 
 
 @functools.lru_cache(maxsize=None)
@@ -204,7 +205,7 @@ def test_bad_settings_refused_before_anything_is_written(tmp_path, name, value):
   cfg = configs.get_config("tiny")
   cfg[name] = value
   with pytest.raises(ConfigError, match=f"^{name}") as e:
-    reports.run_init_study(cfg, str(tmp_path / "w"))
+    runner.run_init_study(cfg, str(tmp_path / "w"))
   assert e.value.argument == name  # the binary names --config.<name>
   assert not (tmp_path / "w").exists()
 
@@ -235,7 +236,7 @@ def test_missing_data_refused_before_anything_is_written(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.dataset, cfg.data_dir = "mnist", str(tmp_path / "nowhere")
   with pytest.raises(data.DataError, match="nowhere"):
-    reports.run_init_study(cfg, str(tmp_path / "w"))
+    runner.run_init_study(cfg, str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
 
 
@@ -265,7 +266,7 @@ def test_figures_of_a_grid_study(tmp_path):
   rows = [dict(l1=a, l2=b, l2_train=1 - a * b, l2_partition=a, l2_noise=b) for a, b in zip(l1, l2)]
   entry = {"grid": True, "points": rows, "settings": {k: rows[v] for k, v in idx.items()}}
   x = np.random.default_rng(0).uniform(size=(len(rows), *ds.x_train.shape))
-  plotting.init_study_figures(
+  figures.init_study_figures(
     str(tmp_path), {"sub_runs": {"s": entry}}, {"s_x": x}, ds.x_train, ds.x_part
   )
   want = {"s_settings.png", "s_partition_to_gt.png", "s_noise_to_gt.png"} | {

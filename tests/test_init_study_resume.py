@@ -8,9 +8,10 @@ import pytest
 from test_init_study import run_tiny, tiny_run  # the session's uninterrupted tiny study
 
 from experiments.configs import init_study as configs
-from recon_jax import loop, pipeline
+from recon_jax import loop
 from recon_jax import workdir as wd
 from recon_jax.errors import ConfigError
+from recon_jax.studies import pipeline
 
 INTERRUPTED = "kkt_mlp_relu"  # the last sub-run of the tiny preset
 
@@ -87,23 +88,23 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
 
 def test_resume_refuses_missing_or_different_config(tmp_path):
   cfg = configs.get_config("tiny")
-  from recon_jax import reports
+  from recon_jax.studies import runner
 
   with pytest.raises(ConfigError, match="does not exist"):
-    reports.run_init_study(cfg, str(tmp_path / "nowhere"), resume=True)
+    runner.run_init_study(cfg, str(tmp_path / "nowhere"), resume=True)
   with pytest.raises(ConfigError, match="config.json not found"):
-    reports.run_init_study(cfg, str(tmp_path), resume=True)
+    runner.run_init_study(cfg, str(tmp_path), resume=True)
   wd.write_json(str(tmp_path), "config.json", {"config": dict(cfg.to_dict(), kkt_steps=5)})
   with pytest.raises(ConfigError, match="differs .* kkt_steps"):
-    reports.run_init_study(cfg, str(tmp_path), resume=True)
+    runner.run_init_study(cfg, str(tmp_path), resume=True)
   assert os.listdir(tmp_path) == ["config.json"]
 
 
 def test_resume_refuses_an_unreadable_finished_sub_run(tmp_path):
   cfg = configs.get_config("tiny")
-  from recon_jax import reports
+  from recon_jax.studies import runner
 
   wd.write_json(str(tmp_path), "config.json", {"config": cfg})
   (tmp_path / "done_bilevel_affine.json").write_text("{not json")
   with pytest.raises(ConfigError, match="done_bilevel_affine.json"):
-    reports.run_init_study(cfg, str(tmp_path), resume=True)
+    runner.run_init_study(cfg, str(tmp_path), resume=True)

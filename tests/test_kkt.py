@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits, loop, losses, models, train
+from recon_jax import inits, loop, losses
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
+from recon_jax.victims import models, train
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 

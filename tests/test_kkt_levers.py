@@ -13,10 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import checks, implicit, loop, models, victim
+from recon_jax import implicit, loop
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
+from recon_jax.studies import checks
 from recon_jax.types import Target
+from recon_jax.victims import models, victim
 
 WD = 0.1
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits, loop, models, sweep
+from recon_jax import inits, loop, sweep
 from recon_jax.attacks import kkt
 from recon_jax.types import Attack, Target
+from recon_jax.victims import models
 
 M, D = 3, 4
 

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.models: the surrogate ReLU, homogeneity, initialisers, builders."""
+"""Tests for recon_jax.victims.models: the surrogate ReLU, homogeneity, initialisers, builders."""
 
 import functools
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import models
+from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 

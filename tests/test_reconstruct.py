@@ -161,7 +161,9 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
   assert m["assumed"]["data_mean_file"] == str(tmp_path / "mean.npy")
   assert m["assumed"]["training_mean_subtracted"] is True
   # The imported network is the reference forward pass: relu(W0 x + b0), then W1, W2 (no bias).
-  from recon_jax import data, pipeline, victim
+  from recon_jax import data
+  from recon_jax.studies import pipeline
+  from recon_jax.victims import victim
 
   ds = data.load_dataset("digits", n_per_class=3, subtract_mean=False)
   ds = pipeline.shift_dataset(ds, mean)
@@ -185,7 +187,8 @@ def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
 def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   """MNIST and Fashion-MNIST share file names: the data fingerprint tells them apart."""
   from experiments.configs import victim as victim_configs
-  from recon_jax import data, reports
+  from recon_jax import data
+  from recon_jax.studies import runner
 
   for name, seed in (("a", 0), ("b", 1)):
     rng = np.random.default_rng(seed)
@@ -199,7 +202,7 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   vcfg = victim_configs.get_config("tiny")
   vcfg.victim.dataset, vcfg.data_dir, vcfg.victim.epochs = "mnist", str(tmp_path / "a"), 50
   (tmp_path / "victim").mkdir()
-  reports.run_training(vcfg, str(tmp_path / "victim"))
+  runner.run_training(vcfg, str(tmp_path / "victim"))
   cfg = _tiny(
     checkpoint=str(tmp_path / "victim" / "victim.msgpack"),
     steps=4,

@@ -9,8 +9,8 @@ import pytest
 
 from experiments import common, reproduce
 from experiments.configs import reproduce as configs
-from recon_jax import claims, efficacy, reproduction
 from recon_jax.errors import ConfigError
+from recon_jax.studies import claims, efficacy, reproduction
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 

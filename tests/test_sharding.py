@@ -23,7 +23,8 @@ if mode == "multiprocess":
   distributed.maybe_initialize(True)  # JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
 import re
 import jax, jax.numpy as jnp, numpy as np
-from recon_jax import inits, loop, models
+from recon_jax import inits, loop
+from recon_jax.victims import models
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
 

@@ -13,9 +13,9 @@ import pytest
 
 from experiments import common
 from experiments.configs import toy_2d as toy_config
-from recon_jax import reports, toy
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
+from recon_jax.studies import runner, toy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -129,7 +129,7 @@ def test_presets_are_valid_and_named():
 
 def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   cfg = toy_config.get_config("quick")
-  out = reports.run_toy(cfg, str(tmp_path))
+  out = runner.run_toy(cfg, str(tmp_path))
   for name in ("config.json", "metrics.json", "reconstructions.npz", "toy_2d.png"):
     assert os.path.getsize(tmp_path / name) > 0, name
   saved = json.loads((tmp_path / "metrics.json").read_text())
@@ -159,7 +159,7 @@ def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   # the pooled kept set contains the selected restart's, the best restart is at least as good
   assert out["recovered_pooled"] >= out["recovered_best_restart"] >= out["recovered"]
   # resuming a finished run takes no more steps and reports the same
-  again = reports.run_toy(cfg, str(tmp_path), resume=True)
+  again = runner.run_toy(cfg, str(tmp_path), resume=True)
   np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["x"], z["x"])
   assert again["per_restart"] == out["per_restart"]
 
@@ -175,7 +175,7 @@ def test_small_toy_run_recovers_most_points(tmp_path):
   cfg.update(
     {"n_train": 10, "width": 100, "m": 40, "num_restarts": 2, "steps": 3000, "refine_steps": 2000}
   )
-  out = reports.run_toy(cfg, str(tmp_path))
+  out = runner.run_toy(cfg, str(tmp_path))
   assert out["recovered"] >= 6, out["per_restart"]
   assert out["median_distance"] < 0.05
   assert out["at_init"]["recovered"] <= 1  # the starting points were not already there
@@ -210,7 +210,7 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
   (workdir / "metrics.json").write_text('{"recovered": 17}')
   before = {p.name: p.read_bytes() for p in workdir.iterdir()}
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: reports.run_toy(cfg, str(workdir)), cfg)
+    common.main_guard(lambda: runner.run_toy(cfg, str(workdir)), cfg)
   assert e.value.code == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: ") and f"--config.{field}" in err and "\n" not in err, err

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.train: gradient-descent training, its schedules, resume and failure mode."""
+"""Tests for recon_jax.victims.train: gradient-descent training, its schedules, resume and failure mode."""
 
 import dataclasses
 import functools
@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import losses, models, train
+from recon_jax import losses
+from recon_jax.victims import models, train
 
 
 def _blobs(num_classes, n_per_class=4, d=4, seed=0, scale=3.0):

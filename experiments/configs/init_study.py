@@ -71,7 +71,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.bilevel_inner_maxiter = 100  # inner L-BFGS (theta(x)) iteration cap per outer step
   c.bilevel_inner_tol = 1e-7  # inner L-BFGS: until ||grad E|| <= this
   # KKT attack (§4.4) on a homogeneous ReLU MLP d-w-...-w-1 trained like the main job
-  # (recon_jax.victim.VictimConfig defaults: GD, no weight decay, mean subtracted).
+  # (recon_jax.victims.victim.VictimConfig defaults: GD, no weight decay, mean subtracted).
   c.kkt_width = 256  # hidden width of the KKT victim
   c.kkt_depth = 2  # hidden layers of the KKT victim
   c.kkt_victim_epochs = 10_000  # gradient-descent epochs of the KKT victim

@@ -1,4 +1,4 @@
-"""train_victim's config; its victim section (``recon_jax.victim.VictimConfig``) is shared.
+"""train_victim's config; its victim section (``recon_jax.victims.victim.VictimConfig``) is shared.
 
 Presets (``--config=experiments/configs/victim.py:PRESET``):
   lfw     10 faces + 10 non-faces of scikit-image's LFW subset, 625-256-256-1 MLP,
@@ -14,7 +14,7 @@ import dataclasses
 import ml_collections
 from ml_collections import config_dict
 
-from recon_jax import victim
+from recon_jax.victims import victim
 
 _OPTIONAL = {"init_std": float, "first_layer_std": float, "batch_size": int}
 

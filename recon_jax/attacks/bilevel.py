@@ -39,8 +39,8 @@ import optax
 from recon_jax import implicit, losses, optim, priors
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
-from recon_jax.models import get_activation
 from recon_jax.types import Attack, HParams, Target
+from recon_jax.victims.models import get_activation
 
 THETA0 = ("target", "uniform", "gaussian")
 
@@ -203,7 +203,7 @@ def _check(cfg, setup: Setup) -> None:
     "a recon_jax victim, not an imported checkpoint.",
     "attack",
   )
-  from recon_jax.victim import final_weight_decay
+  from recon_jax.victims.victim import final_weight_decay
 
   v = setup.victim
   require(
@@ -223,7 +223,7 @@ def _check(cfg, setup: Setup) -> None:
 
 
 def _build(cfg, setup: Setup) -> Attack:
-  from recon_jax.victim import final_weight_decay
+  from recon_jax.victims.victim import final_weight_decay
 
   require(
     int(setup.target.labels.shape[0]) == setup.n,

@@ -33,8 +33,8 @@ import numpy as np
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.losses import tree_sq_norm
-from recon_jax.models import surrogate_relu
 from recon_jax.types import Attack, HParams, Target
+from recon_jax.victims.models import surrogate_relu
 
 
 class LMState(NamedTuple):

@@ -54,8 +54,8 @@ from recon_jax import optim, priors
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
-from recon_jax.models import surrogate_relu
 from recon_jax.types import Attack, HParams, Target
+from recon_jax.victims.models import surrogate_relu
 
 
 class KKTState(NamedTuple):
@@ -104,7 +104,7 @@ def kkt_attack(
 
   Args:
     apply_fn: ``apply_fn(params, x, act) -> [m, C]``, the victim network with a
-      pluggable activation (see :func:`recon_jax.models.make_apply_fn`).
+      pluggable activation (see :func:`recon_jax.victims.models.make_apply_fn`).
     problem: 'binary', 'multiclass' or 'general'.
     optimizer: 'sgd' (momentum SGD, as the reference) or 'adam'.
     momentum: SGD momentum.

@@ -1,7 +1,7 @@
 """Can the attacker tell which reconstructions are real?  Attacker scores against the truth.
 
 Runkel et al. (2024) argue that an adversary cannot tell whether a
-reconstructed image was part of the training set.  :mod:`recon_jax.attacker`
+reconstructed image was part of the training set.  :mod:`recon_jax.eval.selection`
 computes per-candidate scores from what the attacker has (theta*, the
 candidates, the attack's own state); this module is the measurement: it marks
 every candidate real or not with the ground truth (:func:`candidate_truth`)
@@ -30,11 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import attacker, data, distributed
+from recon_jax import data, distributed
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images
-from recon_jax.models import surrogate_relu
+from recon_jax.eval import images, selection
 from recon_jax.types import Attack, HParams, Target
+from recon_jax.victims.models import surrogate_relu
 
 SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
 # The score the attacker trusts, chosen before looking at any result (see
@@ -134,7 +134,9 @@ def _leave_one_out_restarts(apply_fn, problem, target, x, lam, alpha, normalize,
   def one(args):
     xr, lr, ar = args
     act = functools.partial(surrogate_relu, alpha=ar) if surrogate else None
-    return attacker.leave_one_out_score(apply_fn, problem, target, xr, lr, act, normalize=normalize)
+    return selection.leave_one_out_score(
+      apply_fn, problem, target, xr, lr, act, normalize=normalize
+    )
 
   return jax.lax.map(one, (x, lam, alpha))
 
@@ -150,7 +152,7 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
     r, i, k = args
     state = jax.tree_util.tree_map(lambda a: a[r], inner)
     hp = {name: v[r] for name, v in hparams.items()}
-    return attacker.stability_score(
+    return selection.stability_score(
       attack, state, hp, target, i, k, steps=steps, noise_scale=noise_scale
     )
 
@@ -199,7 +201,7 @@ def identification_report(
   stability_candidates: Optional[int] = None,
   stability_select: str = "lambda",
   stability_noise: float = 0.05,
-  agreement_threshold: float = attacker.DEFAULT_NCC_THRESHOLD,
+  agreement_threshold: float = selection.DEFAULT_NCC_THRESHOLD,
   normalize: Optional[str] = None,
   filter_size: Optional[int] = None,
   key: Any = 0,
@@ -209,20 +211,20 @@ def identification_report(
   """How well each attacker score picks out the real reconstructions of one run.
 
   The candidates of the non-diverged restarts are pooled (N = R' m, restart
-  major) and scored by every applicable score of :mod:`recon_jax.attacker`:
+  major) and scored by every applicable score of :mod:`recon_jax.eval.selection`:
 
-  * ``lambda``: :func:`~recon_jax.attacker.lambda_score` (signed lambda;
+  * ``lambda``: :func:`~recon_jax.eval.selection.lambda_score` (signed lambda;
     ``||lambda_i||`` for 'general'); attacks without multipliers skip it.
-  * ``agreement``: :func:`~recon_jax.attacker.agreement_score`, the fraction
+  * ``agreement``: :func:`~recon_jax.eval.selection.agreement_score`, the fraction
     of the other valid restarts holding a candidate of NCC > ``agreement_threshold``,
     on the candidates in the attack's input space (training mean subtracted:
     the shared mean face would otherwise dominate the NCC); needs >= 2 valid
     restarts.
-  * ``leave_one_out``: :func:`~recon_jax.attacker.leave_one_out_score` without
+  * ``leave_one_out``: :func:`~recon_jax.eval.selection.leave_one_out_score` without
     refit, per restart, with the surrogate ReLU at that restart's final
     ``alpha`` (the residual the attack minimised) and the attack's
     normalisation; needs multipliers.
-  * ``stability``: :func:`~recon_jax.attacker.stability_scores` (only the
+  * ``stability``: :func:`~recon_jax.eval.selection.stability_scores` (only the
     kicked ``x_i`` moves, ``stability_steps`` steps of the attack at the
     restart's final hyperparameters, kick ``N(0, stability_noise^2)`` per
     input entry).  Its cost is capped: it runs on at most
@@ -232,10 +234,10 @@ def identification_report(
     to 'random'), 'random' a uniform draw seeded by ``key`` (an unbiased
     sample of the pool).  Its metrics are over that subset (their ``n`` says
     how many).  The cost is ``K * stability_steps`` attack steps of one restart.
-  * ``margin``: :func:`~recon_jax.attacker.margin_score` of the whole pool
+  * ``margin``: :func:`~recon_jax.eval.selection.margin_score` of the whole pool
     (one gamma); 'general' has no margin and skips it.
 
-  Then :func:`recon_jax.attacker.identification_metrics` of each score against
+  Then :func:`recon_jax.eval.selection.identification_metrics` of each score against
   :func:`candidate_truth`.
 
   The trusted score is fixed a priori, not chosen by its AUC on this run
@@ -254,8 +256,8 @@ def identification_report(
   lists the ``TOP_K`` = 10 candidates it ranks highest.
 
   Args:
-    attack: the attack that ran (:func:`recon_jax.pipeline.make_attack`).
-    run: its :class:`recon_jax.pipeline.AttackRun`.
+    attack: the attack that ran (:func:`recon_jax.studies.pipeline.make_attack`).
+    run: its :class:`recon_jax.studies.pipeline.AttackRun`.
     hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
       (the last stage's: ``job.stages_for(cfg, hp)[-1][1]``).
     target: what the attack saw (theta*, labels, box).
@@ -358,12 +360,12 @@ def identification_report(
   else:
     if has_lam:
       lam = jnp.asarray(inner.lam)[valid]
-      timed("lambda", lambda: jax.vmap(attacker.lambda_score)(lam))
+      timed("lambda", lambda: jax.vmap(selection.lambda_score)(lam))
     else:
       skipped["lambda"] = f"the attack {attack.name} has no multipliers"
     if len(valid) >= 2:
       timed(
-        "agreement", lambda: attacker.agreement_score(cands, agreement_threshold, valid=ok)[valid]
+        "agreement", lambda: selection.agreement_score(cands, agreement_threshold, valid=ok)[valid]
       )
     else:
       skipped["agreement"] = f"needs >= 2 valid restarts, got {len(valid)}"
@@ -408,7 +410,7 @@ def identification_report(
       labels = jnp.tile(jnp.asarray(target.labels), len(valid))
       timed(
         "margin",
-        lambda: attacker.margin_score(
+        lambda: selection.margin_score(
           apply_fn, problem, target, jnp.asarray(inner.x)[valid].reshape(n_pool, *img_shape), labels
         ),
       )
@@ -419,7 +421,7 @@ def identification_report(
   for name in SCORES:
     if name in scores:
       sub = subsets.get(name, slice(None))
-      results[name] = attacker.identification_metrics(scores[name], truth.real[sub], k_list)
+      results[name] = selection.identification_metrics(scores[name], truth.real[sub], k_list)
 
   trusted = next((s for s in trust_order if s in scores), None)
   top = []

@@ -4,7 +4,7 @@ A foreign checkpoint is read as a flat state dict of numpy arrays (no torch
 needed for safetensors; ``torch.load(..., weights_only=True)`` for PyTorch
 files, which refuses pickles that would run code), then mapped onto a flax
 network with the library's calling convention ``module.apply(params, x,
-act=None)`` on NHWC inputs, so :func:`recon_jax.models.make_apply_fn` and every
+act=None)`` on NHWC inputs, so :func:`recon_jax.victims.models.make_apply_fn` and every
 attack work on it unchanged.
 
 What is inferred from tensor names and shapes:
@@ -28,7 +28,7 @@ activations other than ReLU cannot be expressed and are refused or caught as
 shape mismatches.
 
 MLPs whose bias layout is 'first', 'all' or 'none' become
-:class:`recon_jax.models.MLP` parameters (names ``layer_i``), so everything in
+:class:`recon_jax.victims.models.MLP` parameters (names ``layer_i``), so everything in
 the library that knows that class works on them; other bias layouts become an
 :class:`ImportedMLP`, convolutional networks an :class:`ImportedCNN`.
 """
@@ -48,9 +48,9 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from recon_jax import models
 from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
+from recon_jax.victims import models
 
 FORMATS = ("msgpack", "safetensors", "torch")
 INPUT_LAYOUTS = ("nchw", "nhwc")
@@ -679,13 +679,13 @@ def from_state_dict(
   if n_conv:
     arch["convs"] = convs_arch
     module = ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
-    arch["module"] = "recon_jax.importers.ImportedCNN"
+    arch["module"] = "recon_jax.victims.importers.ImportedCNN"
   elif layout in models.BIAS_MODES:
     module = models.MLP(widths=tuple(widths[:-1]), out_dim=out_dim, bias=layout)
-    arch["module"] = "recon_jax.models.MLP"
+    arch["module"] = "recon_jax.victims.models.MLP"
   else:
     module = ImportedMLP(features=tuple(widths), use_bias=tuple(flags))
-    arch["module"] = "recon_jax.importers.ImportedMLP"
+    arch["module"] = "recon_jax.victims.importers.ImportedMLP"
   json.dumps(arch)  # arch must stay JSON-able
   return Imported({"params": params}, module, format, arch, tuple(names))
 

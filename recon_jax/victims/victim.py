@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import checkpoint, data, diagnostics, losses, models, train
+from recon_jax import checkpoint, data, diagnostics, losses
 from recon_jax.types import float_dtype
+from recon_jax.victims import models, train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,7 +460,7 @@ def fit_resumable(
 
   With ``resume`` it continues from that file.  If training diverges, the last
   finite parameters are saved to ``last_finite_path`` (when given) for
-  inspection, and the :class:`~recon_jax.train.TrainError` names ``lr`` (:func:`fit`).
+  inspection, and the :class:`~recon_jax.victims.train.TrainError` names ``lr`` (:func:`fit`).
   """
   resume_from = load_training(state_path, cfg, ds, chunk) if resume else None
   if resume_from:

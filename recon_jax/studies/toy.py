@@ -16,10 +16,12 @@ from typing import Any, Mapping, NamedTuple, Optional
 from absl import logging
 import numpy as np
 
-from recon_jax import checks, job, loop, models, pipeline, sweep, victim
+from recon_jax import loop, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
+from recon_jax.studies import checks, job, pipeline
+from recon_jax.victims import models, victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 # The victim's init schemes that need no extra scale ('normal' needs init_std).

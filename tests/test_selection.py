@@ -1,4 +1,4 @@
-"""Tests for recon_jax.attacker: each identification score on a planted case with a known answer."""
+"""Tests for recon_jax.eval.selection: each identification score on a planted case with a known answer."""
 
 import functools
 
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from recon_jax import attacker, models
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
+from recon_jax.eval import selection
 from recon_jax.eval.images import ncc_matrix
 from recon_jax.types import Target
+from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -46,16 +47,16 @@ def _is_config_error(excinfo, argument):
 
 def test_lambda_score():
   np.testing.assert_array_equal(
-    attacker.lambda_score(jnp.array([0.5, -2.0, 1.0])), [0.5, -2.0, 1.0]
+    selection.lambda_score(jnp.array([0.5, -2.0, 1.0])), [0.5, -2.0, 1.0]
   )
   np.testing.assert_array_equal(
-    attacker.lambda_score(jnp.array([0.5, -2.0]), signed=False), [0.5, 2.0]
+    selection.lambda_score(jnp.array([0.5, -2.0]), signed=False), [0.5, 2.0]
   )
   np.testing.assert_allclose(
-    attacker.lambda_score(jnp.array([[3.0, -4.0], [0.0, 1.0]])), [5.0, 1.0]
+    selection.lambda_score(jnp.array([[3.0, -4.0], [0.0, 1.0]])), [5.0, 1.0]
   )
   with pytest.raises(ConfigError) as e:
-    attacker.lambda_score(jnp.zeros((2, 3, 4)))
+    selection.lambda_score(jnp.zeros((2, 3, 4)))
   _is_config_error(e, "lam")
 
 
@@ -79,47 +80,47 @@ def _restarts(num_restarts=4, m=5, shape=(6, 6, 1), seed=0):
 
 def test_ncc_matches_the_evaluation_ncc():
   c = _restarts().reshape(20, 6, 6, 1)
-  np.testing.assert_allclose(attacker.ncc(c[:7], c), ncc_matrix(c[:7], c), atol=1e-12)
-  assert float(attacker.ncc(np.ones((1, 2, 2)), c[:1, :2, :2, 0])[0, 0]) == 0.0  # constant: 0
+  np.testing.assert_allclose(selection.ncc(c[:7], c), ncc_matrix(c[:7], c), atol=1e-12)
+  assert float(selection.ncc(np.ones((1, 2, 2)), c[:1, :2, :2, 0])[0, 0]) == 0.0  # constant: 0
   with pytest.raises(ConfigError) as e:
-    attacker.ncc(c[:1], c[:1, :2])
+    selection.ncc(c[:1], c[:1, :2])
   _is_config_error(e, "a")
 
 
 def test_agreement_duplicates_across_restarts_cluster():
   c = _restarts()
-  frac = np.asarray(attacker.agreement_score(c))
+  frac = np.asarray(selection.agreement_score(c))
   want = np.zeros((4, 5))
   want[:, 0] = 1.0  # the common one: every other restart has it
   want[0, 1] = want[1, 3] = 1 / 3  # the pair: one other restart of three
   np.testing.assert_allclose(frac, want)  # the within-restart duplicate scores 0
-  count = np.asarray(attacker.agreement_score(c, fraction=False))
+  count = np.asarray(selection.agreement_score(c, fraction=False))
   np.testing.assert_allclose(count, 3 * want)
   # Restart 3 diverged: it no longer votes, but its own candidates are scored.
   valid = np.array([True, True, True, False])
-  frac = np.asarray(attacker.agreement_score(c, valid=valid, batch_size=2))
+  frac = np.asarray(selection.agreement_score(c, valid=valid, batch_size=2))
   np.testing.assert_allclose(frac[:3, 0], 1.0)
   np.testing.assert_allclose(frac[3, 0], 1.0)
   np.testing.assert_allclose(frac[0, 1], 0.5)
   np.testing.assert_allclose(
-    np.asarray(attacker.agreement_score(c, valid=valid, fraction=False))[:3, 0], 2.0
+    np.asarray(selection.agreement_score(c, valid=valid, fraction=False))[:3, 0], 2.0
   )
   # Only one valid voter left: the voter itself has no one to agree with.
-  only = np.asarray(attacker.agreement_score(c, valid=[True, False, False, False]))
+  only = np.asarray(selection.agreement_score(c, valid=[True, False, False, False]))
   assert np.all(np.isnan(only[0])) and np.all(only[1:, 0] == 1.0)
 
 
 def test_agreement_threshold_and_l2_metric():
   c = _restarts()
   # Near 1 only the exact affine copy of the pair still matches; at -0.99 everything does.
-  strict = np.asarray(attacker.agreement_score(c, threshold=0.99999))
+  strict = np.asarray(selection.agreement_score(c, threshold=0.99999))
   assert strict[0, 1] == strict[1, 3] == 1 / 3 and np.sum(strict > 0) == 2
-  assert float(jnp.min(attacker.agreement_score(c, threshold=-0.99))) == 1.0
+  assert float(jnp.min(selection.agreement_score(c, threshold=-0.99))) == 1.0
   rng = np.random.default_rng(1)
   pts = rng.uniform(-1, 1, size=(3, 4, 2))
   pts[1, 2] = pts[0, 0] + 0.01
   pts[2, 3] = pts[0, 0] - 0.01
-  got = np.asarray(attacker.agreement_score(pts, 0.05, metric="l2", fraction=False))
+  got = np.asarray(selection.agreement_score(pts, 0.05, metric="l2", fraction=False))
   want = np.zeros((3, 4))
   want[0, 0], want[1, 2], want[2, 3] = 2, 2, 2
   np.testing.assert_array_equal(got, want)
@@ -137,7 +138,7 @@ def test_agreement_threshold_and_l2_metric():
 )
 def test_agreement_bad_input(kwargs, argument):
   with pytest.raises(ConfigError) as e:
-    attacker.agreement_score(**kwargs)
+    selection.agreement_score(**kwargs)
   _is_config_error(e, argument)
 
 
@@ -148,7 +149,7 @@ def test_agreement_bad_input(kwargs, argument):
 def test_leave_one_out_planted_linear(normalize):
   target, x, lam = _planted_linear(normalize=normalize)
   score = np.asarray(
-    attacker.leave_one_out_score(linear_apply, "binary", target, x, lam, normalize=normalize)
+    selection.leave_one_out_score(linear_apply, "binary", target, x, lam, normalize=normalize)
   )
   # At the planted point r = 0: removing a planted term raises the residual by ||v_i||^2.
   w = np.asarray(target.params["params"]["w"])
@@ -157,7 +158,7 @@ def test_leave_one_out_planted_linear(normalize):
   np.testing.assert_allclose(score, want, rtol=1e-12, atol=1e-15)
   assert np.all(score[:4] > 1e-3) and np.all(np.abs(score[4:]) < 1e-15)
   # An unused candidate the attack gave a multiplier anyway: removing it helps (score < 0).
-  score = attacker.leave_one_out_score(
+  score = selection.leave_one_out_score(
     linear_apply, "binary", target, x, lam.at[5].set(0.3), normalize=normalize
   )
   assert float(score[5]) < 0 and np.all(np.asarray(score[:4]) > 0)
@@ -180,7 +181,7 @@ def test_leave_one_out_matches_masked_stationarity(problem, out_dim):
     )
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0))
   act = functools.partial(models.surrogate_relu, alpha=3.0)
-  got = attacker.leave_one_out_score(apply_fn, problem, target, x, lam, act, batch_size=2)
+  got = selection.leave_one_out_score(apply_fn, problem, target, x, lam, act, batch_size=2)
 
   stat = jax.jit(lambda lm: kkt.stationarity(apply_fn, problem, params, x, lm, labels, act))
   norm = sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params))
@@ -196,7 +197,7 @@ def test_leave_one_out_with_a_known_init_reference():
   labels = jnp.asarray([1.0, -1.0, 1.0, -1.0])
   reference = jax.tree_util.tree_map(lambda a: 0.5 * a + 0.1, params)
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0), reference)
-  got = attacker.leave_one_out_score(apply_fn, "binary", target, x, lam)
+  got = selection.leave_one_out_score(apply_fn, "binary", target, x, lam)
   stat = jax.jit(
     lambda lm: kkt.stationarity(
       apply_fn, "binary", params, x, lm, labels, None, reference=reference
@@ -218,7 +219,7 @@ def test_leave_one_out_refit_planted_and_brute_force():
   target, x, lam = _planted_linear(m=6, d=12, used=4)
   wrong_lam = jnp.ones(6)  # ignored by the refit
   score = np.asarray(
-    attacker.leave_one_out_score(
+    selection.leave_one_out_score(
       linear_apply, "binary", target, x, wrong_lam, refit=True, ridge=1e-12
     )
   )
@@ -226,7 +227,7 @@ def test_leave_one_out_refit_planted_and_brute_force():
   # Exact rise of the ridge objective against removing each row and solving again.
   ridge = 1e-3
   score = np.asarray(
-    attacker.leave_one_out_score(
+    selection.leave_one_out_score(
       linear_apply, "binary", target, x, wrong_lam, refit=True, ridge=ridge
     )
   )
@@ -249,7 +250,7 @@ def test_leave_one_out_refit_general_blocks():
   )
   ridge = 1e-2
   got = np.asarray(
-    attacker.leave_one_out_score(
+    selection.leave_one_out_score(
       linear_apply, "general", target, jnp.asarray(x), jnp.ones((m, c)), refit=True, ridge=ridge
     )
   )
@@ -276,7 +277,7 @@ def test_leave_one_out_bad_input():
     args = dict(apply_fn=linear_apply, problem="binary", target=target, x=x, lam=lam)
     args.update(kwargs)
     with pytest.raises(ConfigError) as e:
-      attacker.leave_one_out_score(**args)
+      selection.leave_one_out_score(**args)
     _is_config_error(e, argument)
 
 
@@ -302,19 +303,19 @@ def test_stability_planted_kkt_point_is_stable_and_elsewhere_is_not():
   attack, state, hp = _linear_attack_state(target, x, lam)
   key = jax.random.PRNGKey(1)
   scores = np.asarray(
-    attacker.stability_scores(attack, state, hp, target, key, steps=40, noise_scale=0.05)
+    selection.stability_scores(attack, state, hp, target, key, steps=40, noise_scale=0.05)
   )
   np.testing.assert_allclose(scores, 1.0, atol=1e-6)
   # The same run with candidate 3 moved off its planted point: it drifts back towards it.
   x_off = x.at[3].set(x[3] + jnp.asarray(np.random.default_rng(9).normal(size=6)))
   state_off = state._replace(x=x_off)
   off = float(
-    attacker.stability_scores(attack, state_off, hp, target, key, steps=40, noise_scale=0.05)[3]
+    selection.stability_scores(attack, state_off, hp, target, key, steps=40, noise_scale=0.05)[3]
   )
   assert off < 0.0
   # All free (at a rate stable for the joint Hessian, 2 sum_j lam_j^2 / m^2 <= 0.57): the
   # others absorb part of the kick, so the kicked candidate comes back part of the way.
-  free = attacker.stability_scores(
+  free = selection.stability_scores(
     attack,
     state,
     {**hp, "lr_x": jnp.asarray(1.0)},
@@ -345,11 +346,11 @@ def test_stability_batched_equals_single_and_jits():
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   key = jax.random.PRNGKey(4)
   kw = dict(steps=5, noise_scale=0.1, free="x_lam")
-  batched = attacker.stability_scores(
+  batched = selection.stability_scores(
     attack, state, hp, target, key, indices=[0, 2], batch_size=1, **kw
   )
   keys = jax.random.split(key, 2)
-  single = jax.jit(lambda s, i, k: attacker.stability_score(attack, s, hp, target, i, k, **kw))
+  single = jax.jit(lambda s, i, k: selection.stability_score(attack, s, hp, target, i, k, **kw))
   np.testing.assert_allclose(
     batched, [single(state, 0, keys[0]), single(state, 2, keys[1])], rtol=1e-10
   )
@@ -373,7 +374,7 @@ def test_stability_bad_input(kwargs, argument):
   )
   args.update(kwargs)
   with pytest.raises(ConfigError) as e:
-    attacker.stability_score(**args)
+    selection.stability_score(**args)
   _is_config_error(e, argument)
 
 
@@ -392,17 +393,17 @@ def test_margin_score_by_hand():
     jnp.asarray(0.0),
     jnp.asarray(1.0),
   )
-  got = np.asarray(attacker.margin_score(linear_apply, "binary", target, jnp.asarray(x)))
+  got = np.asarray(selection.margin_score(linear_apply, "binary", target, jnp.asarray(x)))
   # Positive margins 0.9 1.0 1.05 1.1 3.0: the lowest ceil(0.25 * 5) = 2 have median 0.95.
   np.testing.assert_allclose(got, -np.abs(g - 0.95) / 0.95, rtol=1e-12)
   order = list(np.argsort(-got, kind="stable"))
   assert set(order[:2]) == {0, 2} and order[2:] == [5, 1, 4, 3]
-  got = attacker.margin_score(linear_apply, "binary", target, jnp.asarray(x), reference=1.0)
+  got = selection.margin_score(linear_apply, "binary", target, jnp.asarray(x), reference=1.0)
   np.testing.assert_allclose(got, -np.abs(g - 1.0), rtol=1e-12)
-  got = attacker.margin_score(linear_apply, "binary", target, jnp.asarray(x), quantile=1.0)
+  got = selection.margin_score(linear_apply, "binary", target, jnp.asarray(x), quantile=1.0)
   np.testing.assert_allclose(got, -np.abs(g - 1.05) / 1.05, rtol=1e-12)
   # No positive margin, no gamma.
-  got = attacker.margin_score(linear_apply, "binary", target, jnp.zeros((6, 3)))
+  got = selection.margin_score(linear_apply, "binary", target, jnp.zeros((6, 3)))
   assert np.all(np.isnan(got))
 
 
@@ -413,7 +414,7 @@ def test_margin_score_multiclass_by_hand():
   target = Target(
     {"params": {"w": jnp.eye(3)}}, jnp.asarray(labels), jnp.asarray(0.0), jnp.asarray(1.0)
   )
-  got = attacker.margin_score(linear_apply, "multiclass", target, jnp.asarray(out))
+  got = selection.margin_score(linear_apply, "multiclass", target, jnp.asarray(out))
   np.testing.assert_allclose(got, [0.0, -1.0, -3.0, -5.0], atol=1e-12)
 
 
@@ -428,7 +429,7 @@ def test_margin_score_bad_input():
     args = dict(apply_fn=linear_apply, problem="binary", target=target, x=x)
     args.update(kwargs)
     with pytest.raises(ConfigError) as e:
-      attacker.margin_score(**args)
+      selection.margin_score(**args)
     _is_config_error(e, argument)
 
 
@@ -438,20 +439,20 @@ def test_margin_score_bad_input():
 def test_identification_metrics_separating_and_random():
   y = np.array([True] * 6 + [False] * 14)
   s = np.where(y, 2.0, 1.0) + 0.01 * np.arange(20)
-  res = attacker.identification_metrics(s, y)
+  res = selection.identification_metrics(s, y)
   assert res["auc"] == 1.0 and res["precision@5"] == 1.0 and res["precision@10"] == 0.6
   assert res["n"] == 20 and res["n_recovered"] == 6 and res["base_rate"] == 0.3
-  assert attacker.identification_metrics(-s, y)["auc"] == 0.0
+  assert selection.identification_metrics(-s, y)["auc"] == 0.0
   rng = np.random.default_rng(0)
   y = rng.uniform(size=4000) < 0.3
-  res = attacker.identification_metrics(rng.normal(size=4000), y, k_list=(100,))
+  res = selection.identification_metrics(rng.normal(size=4000), y, k_list=(100,))
   assert abs(res["auc"] - 0.5) < 0.04 and abs(res["precision@100"] - 0.3) < 0.15
 
 
 def test_identification_metrics_by_hand():
   s = np.array([0.9, 0.8, 0.8, 0.3, 0.1])
   y = np.array([True, False, True, False, True])
-  res = attacker.identification_metrics(s, y, k_list=(1, 2, 3, 10))
+  res = selection.identification_metrics(s, y, k_list=(1, 2, 3, 10))
   # Pairs (pos, neg): (.9,.8)=1 (.9,.3)=1 (.8,.8)=1/2 (.8,.3)=1 (.1,.8)=0 (.1,.3)=0.
   assert res["auc"] == pytest.approx(3.5 / 6, abs=1e-15)
   assert res["precision@1"] == 1.0
@@ -460,9 +461,9 @@ def test_identification_metrics_by_hand():
   assert res["precision@10"] == pytest.approx(3 / 5)  # k clipped to N
   # NaN scores rank lowest; one class empty: AUC is NaN.
   s_nan = np.array([np.nan, 0.5, 0.2])
-  assert attacker.identification_metrics(s_nan, [False, True, False])["auc"] == 1.0
-  assert np.isnan(attacker.identification_metrics(s, np.ones(5, bool))["auc"])
-  assert np.isnan(attacker.identification_metrics(s, np.zeros(5, bool))["auc"])
+  assert selection.identification_metrics(s_nan, [False, True, False])["auc"] == 1.0
+  assert np.isnan(selection.identification_metrics(s, np.ones(5, bool))["auc"])
+  assert np.isnan(selection.identification_metrics(s, np.zeros(5, bool))["auc"])
 
 
 def test_auc_matches_sklearn_with_ties():
@@ -470,14 +471,14 @@ def test_auc_matches_sklearn_with_ties():
   s = rng.integers(0, 5, size=300).astype(float)
   y = rng.uniform(size=300) < 0.4
   np.testing.assert_allclose(
-    attacker.identification_metrics(s, y)["auc"], roc_auc_score(y, s), rtol=1e-12
+    selection.identification_metrics(s, y)["auc"], roc_auc_score(y, s), rtol=1e-12
   )
 
 
 def test_identification_metrics_bad_input():
   with pytest.raises(ConfigError) as e:
-    attacker.identification_metrics(np.zeros(3), np.zeros(4, bool))
+    selection.identification_metrics(np.zeros(3), np.zeros(4, bool))
   _is_config_error(e, "is_recovered")
   with pytest.raises(ConfigError) as e:
-    attacker.identification_metrics(np.zeros(3), np.zeros(3, bool), k_list=(0,))
+    selection.identification_metrics(np.zeros(3), np.zeros(3, bool), k_list=(0,))
   _is_config_error(e, "k_list")

@@ -22,23 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import (
-  attacks,
-  checks,
-  data,
-  diagnostics,
-  distributed,
-  importers,
-  inits,
-  loop,
-  losses,
-  models,
-  victim,
-)
+from recon_jax import attacks, data, diagnostics, distributed, inits, loop, losses
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
-from recon_jax.job import (
+from recon_jax.studies import checks
+from recon_jax.studies.job import (
   candidate_labels,
   hparams_for,
   is_foreign,
@@ -48,6 +37,7 @@ from recon_jax.job import (
   victim_config,
 )
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
+from recon_jax.victims import importers, models, victim
 
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
@@ -116,7 +106,7 @@ def import_victim(
 ) -> Victim:
   """A PyTorch or safetensors victim: its weights mapped onto a flax network.
 
-  The architecture is inferred from the tensors (see :mod:`recon_jax.importers`);
+  The architecture is inferred from the tensors (see :mod:`recon_jax.victims.importers`);
   ``cfg.loss`` says how it was trained; its train error and margins on ``ds``
   are computed here, since the file carries no summary.
   """
@@ -364,7 +354,7 @@ def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
 
   theta_0 is re-created from the victim's recipe and seed (as a model
   fine-tuned from public weights would be): the initial parameters of
-  :func:`recon_jax.victim.fit`.
+  :func:`recon_jax.victims.victim.fit`.
   """
   module, _ = victim.build(vcfg, ds)
   theta0 = models.init_params(
@@ -432,7 +422,7 @@ def reconstruct(
   ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  The sweep
   saves to and resumes from ``state_file`` (see :func:`run_attack`).
   ``requested_victim``: see :func:`victim_config`; ``checked``: the caller ran
-  :func:`recon_jax.checks.prepare` on ``cfg`` already (else it is checked here).
+  :func:`recon_jax.studies.checks.prepare` on ``cfg`` already (else it is checked here).
   """
   if not checked:
     checks.validate(cfg)

@@ -1,7 +1,7 @@
 """The last stage of the pipeline: a study run in its workdir and its outcome written there.
 
-Each writer takes what a study returned (:class:`recon_jax.pipeline.Reconstruction`,
-:class:`recon_jax.toy.ToyRun`, ...) and writes metrics.json, the arrays and the
+Each writer takes what a study returned (:class:`recon_jax.studies.pipeline.Reconstruction`,
+:class:`recon_jax.studies.toy.ToyRun`, ...) and writes metrics.json, the arrays and the
 figures; the ``run_*`` functions run a whole study in a workdir, resumably
 (a reconstruction, the efficacy harness over draws, the initialisation study),
 so a binary, a notebook and a test produce the same folder.
@@ -17,19 +17,10 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import (
-  checks,
-  claims,
-  efficacy,
-  init_study,
-  loop,
-  pipeline,
-  plotting,
-  toy,
-  victim,
-  workdir,
-)
+from recon_jax import loop, workdir
 from recon_jax.errors import ConfigError, RunFailed
+from recon_jax.studies import checks, claims, efficacy, figures, init_study, pipeline, toy
+from recon_jax.victims import victim
 
 
 def restart_table(rows: list) -> str:
@@ -67,7 +58,7 @@ def run_reconstruction(
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``requested_victim``, ``explicit``: see :func:`recon_jax.checks.prepare`; ``checked``:
+  ``requested_victim``, ``explicit``: see :func:`recon_jax.studies.checks.prepare`; ``checked``:
   the caller ran it already (a binary does, before it opens the workdir), so the
   settings are checked once.  With ``resume`` it continues from ``path``'s state file
   (the config must match).  Returns metrics.json's dict; its ``warnings`` say what a
@@ -85,14 +76,14 @@ def run_reconstruction(
 def write_reconstruction(path: str, out) -> dict:
   """metrics.json, reconstructions.npz, restarts.tsv and the figures of a reconstruction.
 
-  ``out``: :func:`recon_jax.pipeline.reconstruct`'s result.  Returns its metrics.
+  ``out``: :func:`recon_jax.studies.pipeline.reconstruct`'s result.  Returns its metrics.
   """
   metrics, ds = out.metrics, out.dataset
   workdir.write_json(path, "metrics.json", metrics)
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", restart_table(metrics["per_restart"]))
   if out.eval_result is not None:
-    plotting.reconstruction_report(
+    figures.reconstruction_report(
       path,
       out.eval_result,
       ds.x_train + ds.mean,
@@ -102,14 +93,14 @@ def write_reconstruction(path: str, out) -> dict:
     )
   fam = (metrics.get("identifiability") or {}).get("family") or {}
   if fam.get("confirmed") and "family_witness" in out.arrays:
-    plotting.witness_figure(
+    figures.witness_figure(
       workdir.inside(path, "identifiability.png"),
       metrics["identifiability"],
       out.arrays["family_witness"] + ds.mean,
       ds.x_train + ds.mean,
     )
   if "identification" in metrics:
-    plotting.trusted_figure(
+    figures.trusted_figure(
       workdir.inside(path, "trusted.png"),
       metrics["identification"],
       out.arrays["candidates"] + ds.mean,
@@ -180,7 +171,7 @@ def write_training(path: str, vcfg, ds, params, history, summary) -> dict:
 
 
 def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
-  """The 2-D toy (:func:`recon_jax.toy.run`) in workdir ``path``, resumably; returns its metrics.
+  """The 2-D toy (:func:`recon_jax.studies.toy.run`) in workdir ``path``, resumably; returns its metrics.
 
   The precision is the caller's (the toy needs float64 to reach the KKT direction).
   """
@@ -190,11 +181,11 @@ def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
 
 
 def write_toy(path: str, cfg, out) -> dict:
-  """metrics.json, reconstructions.npz and toy_2d.png of :func:`recon_jax.toy.run`'s result."""
+  """metrics.json, reconstructions.npz and toy_2d.png of :func:`recon_jax.studies.toy.run`'s result."""
   workdir.write_json(path, "metrics.json", out.metrics)
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   a = out.arrays
-  plotting.toy_figure(
+  figures.toy_figure(
     workdir.inside(path, "toy_2d.png"),
     cfg,
     out.dataset,
@@ -278,7 +269,7 @@ def run_efficacy(
   }
   workdir.write_json(path, "metrics.json", out)
   workdir.write_text(path, "results.md", claims.efficacy_table(out, variants))
-  plotting.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
+  figures.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   return out
 
 
@@ -355,5 +346,5 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
       **arrays,
     )
     workdir.write_text(path, "summary.md", init_study.summary(cfg, metrics))
-    plotting.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
+    figures.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
   return metrics

@@ -2,8 +2,8 @@
 the victim's recipe, the sweep's hyperparameters and stages.
 
 Pure functions of the job config (the fields of ``experiments/configs/reconstruct.py``),
-shared by the checks made before any work (:mod:`recon_jax.checks`) and the run itself
-(:mod:`recon_jax.pipeline`).
+shared by the checks made before any work (:mod:`recon_jax.studies.checks`) and the run itself
+(:mod:`recon_jax.studies.pipeline`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import Optional
 
 import numpy as np
 
-from recon_jax import data, losses, sweep, victim
+from recon_jax import data, losses, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
+from recon_jax.victims import victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 
@@ -54,7 +55,7 @@ def resolve_problem(problem: str, loss: str) -> str:
 
 def is_foreign(path: str) -> bool:
   """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
-  from recon_jax import importers
+  from recon_jax.victims import importers
 
   return importers.detect_format(path) != "msgpack"
 
@@ -83,7 +84,7 @@ def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
 
 
 def _num_classes(v: victim.VictimConfig) -> int:
-  """The number of classes of ``v``'s data (as :func:`recon_jax.victim.load_data` draws it)."""
+  """The number of classes of ``v``'s data (as :func:`recon_jax.victims.victim.load_data` draws it)."""
   return data.dataset.num_classes(
     v.dataset.strip().lower(), "multiclass" if v.loss == "ce" else "binary"
   )

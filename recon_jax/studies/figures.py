@@ -604,7 +604,7 @@ def efficacy_figure(
 ) -> None:
   """Per-draw strict counts of each variant next to its baselines, with the mean and interval.
 
-  ``out`` is the efficacy harness's report (:func:`recon_jax.efficacy.aggregate` per variant).
+  ``out`` is the efficacy harness's report (:func:`recon_jax.studies.efficacy.aggregate` per variant).
   """
   series = [
     ("strict_pooled", "attack: strict, all restarts pooled", "tab:red", "o"),
@@ -669,7 +669,7 @@ def toy_figure(
   """
   import jax.numpy as jnp
 
-  from recon_jax import pipeline
+  from recon_jax.studies import pipeline
 
   n, r = cfg.n_train, metrics["selected_restart"]
   g = np.linspace(-1.6, 1.6, 121)
@@ -747,7 +747,7 @@ def init_study_figures(
   <name>_partition_to_gt.png and <name>_noise_to_gt.png.  ``arrays``:
   ``{<name>_x: [R, m, ...]}``.
   """
-  from recon_jax import init_study
+  from recon_jax.studies import init_study
 
   k = min(10, len(x_train))
   for name, r in metrics["sub_runs"].items():

@@ -14,9 +14,9 @@ from typing import Optional, Tuple
 import jax
 import numpy as np
 
-from recon_jax import attacks, data, inits, loop, losses, models, optim, victim
+from recon_jax import attacks, data, inits, loop, losses, optim
 from recon_jax.errors import ConfigError
-from recon_jax.job import (
+from recon_jax.studies.job import (
   RANGE_NAMES,
   _num_classes,
   candidate_labels,
@@ -26,6 +26,7 @@ from recon_jax.job import (
   stages_for,
   victim_config,
 )
+from recon_jax.victims import models, victim
 from recon_jax.workdir import expand
 
 
@@ -392,7 +393,7 @@ def check_foreign(cfg, v: victim.VictimConfig) -> None:
 
   Errors name the file (CheckpointError) or the ``foreign.*`` setting (ConfigError).
   """
-  from recon_jax import importers
+  from recon_jax.victims import importers
 
   name = v.dataset.strip().lower()
   shape = INPUT_SHAPES.get(name)

@@ -16,7 +16,7 @@ import os
 import statistics
 from typing import Mapping, Sequence
 
-from recon_jax import efficacy
+from recon_jax.studies import efficacy
 
 NEW = "n/a (new measurement)"
 CRITERIA = {
@@ -227,7 +227,7 @@ EFFICACY_KEYS = (
 
 
 def interval(values: Sequence[float], conf: float = 0.95) -> dict:
-  """:func:`recon_jax.efficacy.interval` of ``values``."""
+  """:func:`recon_jax.studies.efficacy.interval` of ``values``."""
   return efficacy.interval(values, conf)
 
 

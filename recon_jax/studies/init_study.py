@@ -16,7 +16,7 @@ run each, and their victims (:func:`sub_runs`, :func:`bilevel_victim`,
 the check of a study configuration (:func:`validate`), the paper's findings
 as testable criteria (:func:`findings`), one sub-run from victim to rows
 (:class:`Study`) and its summary.md (:func:`summary`);
-:func:`recon_jax.reports.run_init_study` runs the whole study in a workdir.
+:func:`recon_jax.studies.runner.run_init_study` runs the whole study in a workdir.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import data, implicit, inits, loop, models, optim, sweep, victim
+from recon_jax import data, implicit, inits, loop, optim, sweep
 from recon_jax.attacks import bilevel, kkt
 from recon_jax.errors import ConfigError
 from recon_jax.types import float_dtype
+from recon_jax.victims import models, victim
 
 # The three §4.3 settings as (l1, l2) of eq. (10).
 SETTINGS = {"random": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
@@ -196,7 +197,7 @@ def bilevel_victim(
 def kkt_victim_config(cfg) -> victim.VictimConfig:
   """The §4.4 KKT victim: a homogeneous ReLU MLP d-w-...-w-1 trained like the main job.
 
-  :class:`recon_jax.victim.VictimConfig` defaults (first-layer bias only,
+  :class:`recon_jax.victims.victim.VictimConfig` defaults (first-layer bias only,
   N(0, 0.003) init with the first layer N(0, 1e-4), gradient descent at 0.05
   on the logistic loss without weight decay, training mean subtracted): the
   setting of Haim et al., on the study's training images.
@@ -396,8 +397,9 @@ class Study:
 
     from absl import logging
 
-    from recon_jax import diagnostics, losses, pipeline
+    from recon_jax import diagnostics, losses
     from recon_jax.eval import nearest
+    from recon_jax.studies import pipeline
 
     cfg, ds = self.cfg, self.ds
     t0 = time.time()

@@ -1,0 +1,3 @@
+"""Victims: the networks (:mod:`.models`), their training (:mod:`.train`), the recipe, cache
+and stationarity of a trained victim (:mod:`.victim`), checkpoints (:mod:`recon_jax.checkpoint`) and
+foreign checkpoints imported into them (:mod:`.importers`)."""

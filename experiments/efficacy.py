@@ -25,9 +25,10 @@ FLAGS = flags.FLAGS
 
 def main(cfg):
   from recon_jax import workdir as wd
+  from recon_jax.precision import set_precision
   from recon_jax.studies import claims, runner
 
-  wd.set_precision(cfg.base.x64, cfg.base.matmul_precision)
+  set_precision(cfg.base.x64, cfg.base.matmul_precision)
   variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
   configs = runner.check_efficacy(cfg, variants, FLAGS.draws, FLAGS.first_draw)
   if FLAGS.resume:  # all checked before the workdir is touched, and only here

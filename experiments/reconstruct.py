@@ -57,11 +57,12 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   """
   from recon_jax import distributed
   from recon_jax import workdir as wd
+  from recon_jax.precision import set_precision
   from recon_jax.studies import checks, runner
 
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
-  wd.set_precision(cfg.x64, cfg.matmul_precision)
+  set_precision(cfg.x64, cfg.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   checks.prepare(cfg, requested, explicit)
   workdir = wd.open_run(

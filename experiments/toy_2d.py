@@ -26,9 +26,10 @@ FLAGS = flags.FLAGS
 
 def main(cfg):
   from recon_jax import workdir as wd
+  from recon_jax.precision import set_precision
   from recon_jax.studies import runner, toy
 
-  wd.set_precision(cfg.x64)
+  set_precision(cfg.x64)
   toy.validate(cfg)
   workdir = wd.open_run(
     cfg,

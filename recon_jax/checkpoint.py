@@ -73,10 +73,6 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     raise
 
 
-def atomic_write_text(path: str, text: str) -> None:
-  atomic_write_bytes(path, text.encode("utf-8"))
-
-
 def save(path: str, params: Any, meta: dict) -> None:
   """Saves ``params`` (a flax variable dict) and JSON-able ``meta`` atomically."""
   blob = {

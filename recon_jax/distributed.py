@@ -153,20 +153,3 @@ def gather_restarts(tree: Any, tiled: bool = True) -> Any:
   from jax.experimental import multihost_utils
 
   return multihost_utils.process_allgather(tree, tiled=tiled)
-
-
-def process_restart_slice(num_restarts: int) -> slice:
-  """This process's block of ``num_restarts`` restarts when each host runs its own.
-
-  For the host-local alternative to a global mesh (each process runs
-  ``loop.run(..., shard=True)`` over its local devices on its block of the
-  keys and hyperparameters, then :func:`gather_restarts` concatenates).
-
-  Raises:
-    ValueError: when the restarts do not divide over the processes.
-  """
-  p, i = jax.process_count(), jax.process_index()
-  if num_restarts % p:
-    raise ConfigError(f"{num_restarts} restarts do not divide over {p} processes.")
-  per = num_restarts // p
-  return slice(i * per, (i + 1) * per)

@@ -229,19 +229,6 @@ def write_config(workdir: str, cfg, *, study: Optional[str] = None, **extra) -> 
   return write_json(workdir, "config.json", {**head, **extra, "environment": environment()})
 
 
-def set_precision(x64: bool, matmul_precision: str = "default") -> None:
-  """JAX's global precision for a run: float64 or not, and the matmul precision."""
-  import jax
-
-  if matmul_precision not in ("default", "high", "highest"):
-    raise ConfigError(
-      f"matmul_precision must be default, high or highest, got {matmul_precision!r}."
-    )
-  jax.config.update("jax_enable_x64", bool(x64))
-  if matmul_precision != "default":
-    jax.config.update("jax_default_matmul_precision", matmul_precision)
-
-
 def flatten(d: dict, prefix: str = "") -> dict:
   """``{"a": {"b": 1}}`` as ``{"a.b": 1}``."""
   out = {}

@@ -58,14 +58,15 @@ def cli_config(config_module, flags):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _victim_cache(tmp_path_factory, worker_id):
+def _victim_cache(tmp_path_factory, request):
   """One victim cache for the session, shared by the xdist workers: each tiny victim trains once.
 
   Cache files are written atomically, so two workers training the same victim at once
   both write a complete file.
   """
   base = tmp_path_factory.getbasetemp()
-  shared = (base.parent if worker_id != "master" else base) / "victim_cache"
+  worker = getattr(request.config, "workerinput", None)  # set on xdist workers only
+  shared = (base.parent if worker else base) / "victim_cache"
   shared.mkdir(exist_ok=True)
   old = os.environ.get("RECON_JAX_CACHE")
   os.environ["RECON_JAX_CACHE"] = str(shared)

@@ -170,13 +170,6 @@ def test_failed_write_keeps_old_file_and_cleans_up(tmp_path, monkeypatch):
   assert (tmp_path / "ck.msgpack").read_bytes() == before
 
 
-def test_atomic_write_text(tmp_path):
-  path = str(tmp_path / "a.json")
-  checkpoint.atomic_write_text(path, '{"a": 1}')
-  assert json.loads((tmp_path / "a.json").read_text(encoding="utf-8")) == {"a": 1}
-  assert os.listdir(tmp_path) == ["a.json"]
-
-
 # ---------------------------------------------------------------- victims
 
 

@@ -224,7 +224,9 @@ def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary
   apply_fn, params, x, y = stationary
   basis = kkt.first_layer_basis(params, 1e-8)
   assert 1 <= basis.shape[1] <= len(x)
-  attack = gauss_newton.lm_attack(apply_fn, basis, x.shape[1:], cg_maxiter=10)
+  attack = gauss_newton.lm_attack(
+    apply_fn, basis, x.shape[1:], residual_fn=kkt.tied_residual, cg_maxiter=10
+  )
   noise = 0.3 * jnp.asarray(np.random.default_rng(4).normal(size=x.shape))
   x0 = (x + noise) @ basis @ basis.T
   target = _target(params, y)
@@ -238,4 +240,4 @@ def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary
   np.testing.assert_allclose(np.asarray(xs), np.asarray(xs) @ basis @ basis.T, atol=1e-10)
   assert np.all(np.asarray(lam) >= 0)
   with pytest.raises(ConfigError, match="basis"):
-    gauss_newton.lm_attack(apply_fn, None, x.shape[1:])
+    gauss_newton.lm_attack(apply_fn, None, x.shape[1:], residual_fn=kkt.tied_residual)

@@ -217,4 +217,3 @@ def test_distributed_helpers_single_process(monkeypatch):
   got = distributed.gather_restarts(tree)
   assert isinstance(got["a"], np.ndarray) and got["a"].tolist() == [0, 1, 2]
   assert distributed.is_main_process()
-  assert distributed.process_restart_slice(8) == slice(0, 8)

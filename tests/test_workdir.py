@@ -26,7 +26,7 @@ def test_written_files_are_readable_by_the_group_like_the_figures(tmp_path):
     for name in ("metrics.json", "arrays.npz", "table.tsv", "victim.msgpack"):
       assert _mode(tmp_path / name) == 0o644, name
     os.umask(0o077)  # the umask is respected
-    checkpoint.atomic_write_text(str(tmp_path / "private.txt"), "x")
+    checkpoint.atomic_write_bytes(str(tmp_path / "private.txt"), b"x")
     assert _mode(tmp_path / "private.txt") == 0o600
     os.chmod(tmp_path / "metrics.json", 0o640)  # a rewrite keeps the file's mode
     wd.write_json(str(tmp_path), "metrics.json", {"a": 2})

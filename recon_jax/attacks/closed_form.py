@@ -388,18 +388,25 @@ def closed_form_attack(
   def step(state: ClosedFormState, hp: HParams, target: Target):
     act = functools.partial(surrogate_relu, alpha=hp["alpha"])
     x = state.x
-    k, b = gram_system(apply_fn, problem, target.params, x, target.labels, act)
-    lam = solve_multipliers(k, b, nonneg, iters, ridge, state.lam.reshape(-1).astype(b.dtype))
-    lam = jax.lax.stop_gradient(lam.reshape(state.lam.shape).astype(x.dtype))
-    norm = tree_sq_norm(target.params)
 
     def loss_fn(xx):
-      stat = kkt.stationarity(apply_fn, problem, target.params, xx, lam, target.labels, act, "sum")
+      rel, lam = projection_residual(
+        apply_fn,
+        problem,
+        target.params,
+        xx,
+        target.labels,
+        act,
+        iters=iters,
+        ridge=ridge,
+        lam0=state.lam,
+        num_outputs=outputs,
+      )
       prior = priors.box_prior(xx, target.box_lo, target.box_hi)
-      rel = stat / norm
-      return rel + w_prior * prior, (rel, prior)
+      return rel + w_prior * prior, (rel, prior, lam)
 
-    (loss, (rel, prior)), gx = jax.value_and_grad(loss_fn, has_aux=True)(x)
+    (loss, (rel, prior, lam)), gx = jax.value_and_grad(loss_fn, has_aux=True)(x)
+    lam = lam.astype(x.dtype)
     updates, opt_state = base.update(gx, state.opt_state, x)
     new_x = optim.scaled(x, updates, hp["lr_x"])
     if rescale is not False:

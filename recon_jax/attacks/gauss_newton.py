@@ -6,7 +6,7 @@ the training set solves
 .. math::
   \\theta^* = c \\sum_i \\sigma(-y_i \\Phi(x_i)) \\, y_i \\nabla_\\theta \\Phi(x_i)
 
-exactly (:func:`recon_jax.attacks.kkt.tied_residual`), and its first layer lies in
+exactly (the residual :func:`recon_jax.attacks.kkt.tied_residual`), and its first layer lies in
 the span of the training inputs (:func:`recon_jax.attacks.kkt.first_layer_basis`).
 With the candidates written in that span, ``x_i = B z_i``, the unknowns are the
 ``m x k`` coordinates ``z`` (about n x n), and the equations a nonlinear
@@ -30,7 +30,6 @@ import jaxopt
 from jaxopt import linear_solve
 import numpy as np
 
-from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.losses import tree_sq_norm
 from recon_jax.types import Attack, HParams, Target
@@ -44,11 +43,15 @@ class LMState(NamedTuple):
   solver: Any  # jaxopt's LevenbergMarquardtState
 
 
+DERIVATIVES = ("surrogate", "exact")
+
+
 def lm_attack(
   apply_fn,
   basis,
   input_shape,
   *,
+  residual_fn,
   derivative: str = "exact",
   w_prior: float = 1.0,
   normalize: str = "mean",
@@ -62,6 +65,8 @@ def lm_attack(
     basis: [d, k] orthonormal columns (e.g. :func:`recon_jax.attacks.kkt.first_layer_basis`);
       the candidates are ``z @ basis.T``.
     input_shape: the shape of one candidate (d entries).
+    residual_fn: ``residual_fn(apply_fn, target, x, act, normalize) -> (residual pytree,
+      lam [m])``, the equations to solve (:func:`recon_jax.attacks.kkt.tied_residual`).
     derivative: 'exact' (the network's own activation) or 'surrogate'
       (ReLU with derivative sigmoid(alpha x), alpha from the restart's hyperparameters).
     w_prior: weight of the pixel-box residuals.
@@ -81,8 +86,8 @@ def lm_attack(
     raise ConfigError(
       "the Levenberg-Marquardt search runs in the data subspace: it needs a basis (subspace)."
     )
-  if derivative not in kkt.DERIVATIVES:
-    raise ConfigError(f"derivative must be one of {kkt.DERIVATIVES}, got {derivative!r}.")
+  if derivative not in DERIVATIVES:
+    raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
   if not (isinstance(cg_maxiter, int) and cg_maxiter >= 1):
     raise ConfigError(f"cg_maxiter must be an integer >= 1, got {cg_maxiter!r}.")
   b = jnp.asarray(basis)
@@ -102,7 +107,7 @@ def lm_attack(
 
   def residual(z, hp: HParams, target: Target):
     x = to_x(z)
-    r, lam = kkt.tied_residual(apply_fn, target, x, act(hp), normalize)
+    r, lam = residual_fn(apply_fn, target, x, act(hp), normalize)
     flat = jax.flatten_util.ravel_pytree(r)[0]
     over = jax.nn.relu(x - target.box_hi) + jax.nn.relu(target.box_lo - x)
     box = jnp.sqrt(w_prior / over[0].size) * over.reshape(-1)

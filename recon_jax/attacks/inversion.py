@@ -14,8 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register, require
-from recon_jax.errors import ConfigError
+from recon_jax.attacks.spec import AttackSpec, Setup, register, require
 from recon_jax.types import Attack
 
 
@@ -50,15 +49,6 @@ def inversion_attack(apply_fn, *, w_prior: float = 1.0, momentum: float = 0.9) -
   return Attack(init, step, candidates, name="inversion")
 
 
-def first_layer_images(params, input_shape):
-  """First-layer weight vectors read as images (Haim et al. §5.4, Fig. 5b): [h, *input_shape]."""
-  leaves = jax.tree_util.tree_leaves_with_path(params)
-  for path, leaf in leaves:
-    if leaf.ndim == 2 and leaf.shape[0] == int(jnp.prod(jnp.array(input_shape))):
-      return jnp.asarray(leaf).T.reshape(leaf.shape[1], *input_shape)
-  raise ConfigError("no dense first layer whose input size matches the images.")
-
-
 def _check(cfg, setup: Setup) -> None:
   require(
     setup.problem == "binary", f"attack={cfg.attack} is defined for binary victims only.", "attack"
@@ -72,16 +62,5 @@ SPEC = register(
     check=_check,
     hparams=("lr_x", "sigma_x"),
     doc="model inversion baseline (Haim et al. §5.4)",
-  )
-)
-WEIGHTS_SPEC = register(
-  AttackSpec(
-    name="weights",
-    build=lambda cfg, setup: None,
-    check=no_check,
-    hparams=(),
-    state_arrays=lambda cfg: 0,
-    direct=lambda params, input_shape: first_layer_images(params, input_shape)[None],
-    doc="first-layer weights read as images (Haim et al. §5.4): no search",
   )
 )

@@ -51,6 +51,7 @@ import numpy as np
 import optax
 
 from recon_jax import optim, priors
+from recon_jax.attacks import gauss_newton
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
@@ -201,7 +202,7 @@ def kkt_attack(
   return Attack(init, step, candidates, name=f"kkt[{problem}]")
 
 
-DERIVATIVES = ("surrogate", "exact")
+DERIVATIVES = gauss_newton.DERIVATIVES
 MULTIPLIERS = ("free", "tied")
 
 
@@ -355,12 +356,11 @@ def _build(cfg, setup: Setup) -> Attack:
     basis = first_layer_basis(setup.target.fit, cfg.get("subspace_tol", 1e-3))
     logging.info("candidates kept in the first layer's %d-dimensional span", basis.shape[1])
   if cfg.get("search", "first_order") == "lm":
-    from recon_jax.attacks import gauss_newton
-
     return gauss_newton.lm_attack(
       setup.apply_fn,
       basis,
       setup.input_shape,
+      residual_fn=tied_residual,
       derivative=derivative,
       w_prior=cfg.w_prior,
       normalize=cfg.normalize,

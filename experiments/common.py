@@ -97,14 +97,10 @@ def load_config(path: str, preset: Optional[str]):
   return module, cfg
 
 
-def _setting_comments(path: str) -> dict:
-  """``{setting: comment}`` from the ``c.NAME = VALUE  # comment`` lines of a config file.
-
-  Settings of a ``victim`` section take their text from ``configs/victim.py``'s HELP.
-  """
-  from experiments.configs import victim as victim_configs
-
-  out = {f"victim.{k}": v for k, v in victim_configs.HELP.items()}
+def _setting_comments(path: str, known: Optional[dict] = None) -> dict:
+  """``{setting: comment}``: ``known`` (a config file's HELP), then the file's own
+  ``c.NAME = VALUE  # comment`` lines for the settings it lacks."""
+  out = dict(known or {})
   try:
     with open(path) as f:
       lines = f.read().splitlines()
@@ -132,9 +128,10 @@ def _show(v) -> str:
   return repr(v)
 
 
-def settings_text(cfg, config_path: str = "") -> str:
-  """Every setting of ``cfg`` as ``NAME = VALUE  what it is`` lines (texts from the sources)."""
-  comments = _setting_comments(config_path) if config_path else {}
+def settings_text(cfg, config_path: str = "", known: Optional[dict] = None) -> str:
+  """Every setting of ``cfg`` as ``NAME = VALUE  what it is`` lines: the texts of ``known``
+  (the config file's HELP) and of the config file's comments."""
+  comments = _setting_comments(config_path, known) if config_path else dict(known or {})
   flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   rows = [(k, _show(v)) for k, v in flat.items()]
   width = min(max(len(k) + len(v) + 3 for k, v in rows), 34) if rows else 0
@@ -197,7 +194,7 @@ def help_text(
     "",
     f"settings of {rel}:{preset or '(its default preset)'} with their defaults",
     "(set any as --config.NAME=VALUE; pick a preset with --config=FILE:PRESET --help):",
-    settings_text(cfg, os.path.abspath(expand(path))),
+    settings_text(cfg, os.path.abspath(expand(path)), getattr(module, "HELP", None)),
   ]
   return "\n".join(parts).strip() + "\n"
 

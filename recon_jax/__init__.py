@@ -25,6 +25,7 @@ from recon_jax.studies.pipeline import (
   reconstruct,
   run_attack,
 )
+from recon_jax.studies.settings import reconstruct_config
 from recon_jax.sweep import random_search
 from recon_jax.types import Attack, Target
 from recon_jax.victims.victim import VictimConfig
@@ -52,5 +53,6 @@ __all__ = [
   "make_x_init",
   "random_search",
   "reconstruct",
+  "reconstruct_config",
   "run_attack",
 ]

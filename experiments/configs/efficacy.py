@@ -9,6 +9,8 @@ import ml_collections
 
 from experiments.configs import reconstruct
 
+HELP = {f"base.{k}": v for k, v in reconstruct.HELP.items()}  # --help's text of each setting
+
 VARIANTS = {
   "default": {},
   # Haim et al.'s sweep with a sharp-alpha refinement stage after it.

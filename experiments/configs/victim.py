@@ -9,59 +9,11 @@ Presets (``--config=experiments/configs/victim.py:PRESET``):
   python -m experiments.train_victim --config=experiments/configs/victim.py:digits
 """
 
-import dataclasses
-
 import ml_collections
-from ml_collections import config_dict
 
-from recon_jax.victims import victim
+from recon_jax.studies.settings import VICTIM_HELP, victim_section
 
-_OPTIONAL = {"init_std": float, "first_layer_std": float, "batch_size": int}
-
-# What each victim setting means (shown by --help as victim.NAME).
-HELP = {
-  "dataset": "digits | lfw (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
-  "task": "binary | multiclass (the labels follow loss: ce is multiclass)",
-  "n_per_class": "training images per class (the n the attack must find)",
-  "subtract_mean": "train on images minus their mean (as Haim et al.)",
-  "data_seed": "seed of the training-image draw",
-  "arch": "mlp | affine | one_hidden | cnn",
-  "widths": "hidden widths (cnn: channels), e.g. 256,256",
-  "bias": "biases in first | all | none of the layers",
-  "init": "weight init: normal | kaiming | uniform | torch",
-  "init_std": "std of init=normal (or He's std override); unset: the scheme's",
-  "first_layer_std": "std of the first layer's weights (unset: as init)",
-  "init_gain": "multiplies the init scale",
-  "activation": "relu | gelu | softplus | tanh | identity",
-  "loss": "logistic (binary) | ce (multiclass) | mse (regression)",
-  "lr": "gradient-descent learning rate (> 0)",
-  "epochs": "full-batch GD steps",
-  "weight_decay": "L2 weight decay of the training energy (>= 0)",
-  "wd_epochs": "steps of an optional second phase with weight decay wd (0: off)",
-  "wd": "weight decay of that second phase (>= 0)",
-  "momentum": "SGD momentum in [0, 1)",
-  "adaptive": "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
-  "batch_size": "minibatch size (unset: full batch)",
-  "loss_threshold": "stop once the training loss is this low (0: run every epoch)",
-  "seed": "seed of the victim's initialisation and minibatches",
-  "converge_tol": "last phase: L-BFGS to ||grad E|| <= this x ||theta|| (0: off; needs wd)",
-  "converge_maxiter": "L-BFGS iteration cap of that phase",
-}
-
-
-def victim_section(**overrides) -> ml_collections.ConfigDict:
-  """VictimConfig's defaults as a ConfigDict (optional fields as typed placeholders)."""
-  c = ml_collections.ConfigDict()
-  for f in dataclasses.fields(victim.VictimConfig):
-    value = overrides.pop(f.name, f.default)
-    if f.name in _OPTIONAL:
-      c[f.name] = config_dict.placeholder(_OPTIONAL[f.name])
-      c[f.name] = value
-    else:
-      c[f.name] = tuple(value) if f.name == "widths" else value
-  if overrides:
-    raise KeyError(f"unknown victim settings {sorted(overrides)}")
-  return c
+HELP = {f"victim.{k}": v for k, v in VICTIM_HELP.items()}  # --help's text of each setting
 
 
 PRESETS = {

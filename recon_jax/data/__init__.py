@@ -39,11 +39,21 @@ Modules: ``dataset`` (:class:`Dataset`, :func:`load_dataset`,
 """
 
 from recon_jax.data.common import DataError
-from recon_jax.data.dataset import DATASETS, TASKS, Dataset, fingerprint, load_dataset
+from recon_jax.data.dataset import (
+  BINARY,
+  DATASETS,
+  INPUT_SHAPES,
+  TASKS,
+  Dataset,
+  fingerprint,
+  load_dataset,
+)
 from recon_jax.data.formats import write_cifar10_bin, write_idx
 
 __all__ = [
+  "BINARY",
   "DATASETS",
+  "INPUT_SHAPES",
   "DataError",
   "Dataset",
   "TASKS",

@@ -10,7 +10,19 @@ import numpy as np
 from recon_jax.data import embedded, files, sampling
 from recon_jax.data.common import DataError, Splits, check_count, gather
 
-DATASETS = ("digits", "lfw", "toy2d", "mnist", "cifar10", "cifar100")
+# Adding a dataset: its loader (embedded.py or files.py) and a row in each table below.
+# The shape of one input, as the networks see it.
+INPUT_SHAPES = {
+  "digits": (8, 8, 1),
+  "lfw": (25, 25, 1),
+  "toy2d": (2,),
+  "mnist": (28, 28, 1),
+  "cifar10": (32, 32, 3),
+  "cifar100": (32, 32, 3),
+}
+DATASETS = tuple(INPUT_SHAPES)
+# The datasets with a binary task (cifar100 has no binary split of its classes).
+BINARY = tuple(d for d in DATASETS if d != "cifar100")
 TASKS = ("binary", "multiclass")
 
 _MULTICLASS_CLASSES = {
@@ -127,9 +139,9 @@ def load_dataset(
   n_per_class = check_count(n_per_class, "n_per_class", allow_zero=False)
   n_test_per_class = check_count(n_test_per_class, "n_test_per_class")
   n_part_per_class = check_count(n_part_per_class, "n_part_per_class")
-  if name == "cifar100" and task == "binary":
+  if name not in BINARY and task == "binary":
     raise DataError(
-      "task 'binary' is not available for dataset cifar100 (it has no binary "
+      f"task 'binary' is not available for dataset {name} (it has no binary "
       "labelling); use task='multiclass'",
       "task",
     )

@@ -137,14 +137,6 @@ MAX_SEED = 2**32 - 1
 
 # Shapes of one input of every dataset (what load_dataset returns), for estimates made
 # before any data is read.
-INPUT_SHAPES = {
-  "digits": (8, 8, 1),
-  "lfw": (25, 25, 1),
-  "mnist": (28, 28, 1),
-  "cifar10": (32, 32, 3),
-  "cifar100": (32, 32, 3),
-  "toy2d": (2,),
-}
 
 
 def available_memory() -> Optional[int]:
@@ -171,7 +163,7 @@ def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
   task = "multiclass" if v.loss == "ce" else "binary"
   n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
   m = int(cfg.m) or int(cfg.get("m_per_sample", 2)) * n
-  d = int(np.prod(INPUT_SHAPES[v.dataset.strip().lower()]))
+  d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
   arrays = attacks.get(cfg.attack).state_arrays(cfg)
   nbytes = 8 if (cfg.get("x64") or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
@@ -184,7 +176,7 @@ def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
 
 def check_memory(cfg, v: victim.VictimConfig) -> None:
   """Refuses a sweep whose restart state cannot fit: the limit or this machine's memory."""
-  if v.dataset.strip().lower() not in INPUT_SHAPES:
+  if v.dataset.strip().lower() not in data.INPUT_SHAPES:
     return
   need, how = state_memory(cfg, v)
   limit_gb = float(cfg.get("max_memory_gb", 0.0) or 0.0)
@@ -363,7 +355,7 @@ def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
   from recon_jax import checkpoint as ckpt
 
   name = v.dataset.strip().lower()
-  if name not in INPUT_SHAPES:
+  if name not in data.INPUT_SHAPES:
     return
   params, _ = ckpt.load(path)
   shapes_only = data.Dataset(
@@ -371,7 +363,7 @@ def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
   )  # all victim.build reads
   module, _ = victim.build(v, shapes_only)
   template = jax.eval_shape(
-    lambda: models.init_params(module, jax.random.PRNGKey(0), INPUT_SHAPES[name])
+    lambda: models.init_params(module, jax.random.PRNGKey(0), data.INPUT_SHAPES[name])
   )
   ckpt.check_matches(params, template, path)
 
@@ -396,7 +388,7 @@ def check_foreign(cfg, v: victim.VictimConfig) -> None:
   from recon_jax.victims import importers
 
   name = v.dataset.strip().lower()
-  shape = INPUT_SHAPES.get(name)
+  shape = data.INPUT_SHAPES.get(name)
   opts = cfg.get("foreign", {})
   try:
     imp = importers.load_foreign(

@@ -41,6 +41,7 @@ CASES = [
       "search": "lm",
     },
   ),
+  ("kkt", {"split_every": 2, "split_eps": 0.1}),
   ("closed_form", {}),
   ("inversion", {}),
   ("bilevel", {"m_per_sample": 1, "bilevel_inner_maxiter": 20}),

@@ -36,6 +36,9 @@ VARIANTS = {
     "optimizer": "adam",
     "lr_x": "1e-4:1e-1:log",
   },
+  # Sample splitting (Shen et al. 2026): every 250 steps the candidate whose split lowers
+  # the objective most becomes two, 0.5 apart, in the slot of an unused candidate.
+  "split": {"split_every": 250, "split_eps": 0.5},
   # Levenberg-Marquardt on the tied equations in the first layer's span (200 steps).
   "lm": {
     "multipliers": "tied",

@@ -51,7 +51,7 @@ import numpy as np
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks import gauss_newton
+from recon_jax.attacks import gauss_newton, splitting
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
@@ -63,6 +63,15 @@ class KKTState(NamedTuple):
   x: jax.Array  # [m, *input_shape] candidates
   lam: jax.Array  # [m] multipliers ([m, C] for 'general')
   opt_state: optax.OptState
+
+
+class SplitKKTState(NamedTuple):
+  """:class:`KKTState` and a step count, for an attack that splits candidates."""
+
+  x: jax.Array
+  lam: jax.Array
+  opt_state: optax.OptState
+  count: jax.Array  # steps taken; a split every ``split_every`` of them
 
 
 def weighted_output(apply_fn, problem: str, params, x, lam, labels, act, normalize="mean"):
@@ -100,6 +109,8 @@ def kkt_attack(
   derivative: str = "surrogate",
   multipliers: str = "free",
   basis=None,
+  split_every: int = 0,
+  split_eps: float = 0.05,
 ) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
@@ -123,6 +134,11 @@ def kkt_attack(
     basis: optional [d, k] orthonormal columns: the candidates (flattened) are
       kept in their span (see :func:`first_layer_basis`), their start and every
       update projected onto it.
+    split_every: every this many steps, split the candidate whose split lowers the
+      objective most into two, in the slot of the smallest multiplier, kept only if the
+      objective fell (:mod:`recon_jax.attacks.splitting`; binary or multiclass, free
+      multipliers; 0: off).
+    split_eps: the distance of the two copies from the split candidate (input units).
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
   (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
@@ -143,6 +159,12 @@ def kkt_attack(
     raise ConfigError(
       f"multipliers='tied' is defined for binary (logistic) victims, not problem={problem!r}."
     )
+  if not (isinstance(split_every, int) and split_every >= 0):
+    raise ConfigError(f"split_every must be an integer >= 0, got {split_every!r}.")
+  if split_every and (multipliers != "free" or problem == "general"):
+    raise ConfigError("split_every needs free multipliers on a binary or multiclass victim.")
+  if split_every and not split_eps > 0:
+    raise ConfigError(f"split_eps must be > 0, got {split_eps!r}.")
   base = optim.base_optimizer(optimizer, momentum)
   project = _projector(basis)
 
@@ -177,7 +199,36 @@ def kkt_attack(
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
     else:
       lam = jax.random.uniform(key, (m,), x0.dtype)
+    if split_every:
+      return SplitKKTState(x0, lam, base.init((x0, lam)), jnp.zeros((), jnp.int32))
     return KKTState(x0, lam, base.init((x0, lam)))
+
+  def split_step(state, hp, target):
+    """The split of :mod:`recon_jax.attacks.splitting` at the current candidates."""
+    act = activation(hp)
+    grads = jax.grad(weighted_output, argnums=2)(
+      apply_fn, problem, target.params, state.x, state.lam, target.labels, act, normalize
+    )
+    residual = jax.tree_util.tree_map(jnp.subtract, target.fit, grads)
+    mu, v = splitting.split_scores(
+      apply_fn,
+      problem,
+      target.params,
+      residual,
+      state.x,
+      state.lam,
+      target.labels,
+      act,
+      project=project if basis is not None else None,
+    )
+    x, lam, moved = splitting.split(state.x, state.lam, target.labels, mu, v, split_eps)
+    # The freed slot's own term leaves the sum at first order: keep the split only where
+    # the whole objective fell.
+    better = loss_fn((x, lam), hp, target)[0] < loss_fn((state.x, state.lam), hp, target)[0]
+    moved = moved & better
+    x, lam = jnp.where(better, x, state.x), jnp.where(better, lam, state.lam)
+    opt_state = splitting.reset_rows(state.opt_state, moved, {x.shape, lam.shape})
+    return state._replace(x=x, lam=lam, opt_state=opt_state), jnp.any(moved)
 
   def step(state: KKTState, hp, target):
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)((state.x, state.lam), hp, target)
@@ -193,7 +244,18 @@ def kkt_attack(
     tied_lam = aux.pop("lam")
     lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
     norm = tree_sq_norm(target.fit)
-    return KKTState(x, lam, opt_state), {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
+    metrics = {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
+    new = state._replace(x=x, lam=lam, opt_state=opt_state)
+    if split_every:
+      new = new._replace(count=state.count + 1)
+      new, did = jax.lax.cond(
+        new.count % split_every == 0,
+        lambda s: split_step(s, hp, target),
+        lambda s: (s, jnp.zeros((), bool)),
+        new,
+      )
+      metrics["split"] = did.astype(loss.dtype)
+    return new, metrics
 
   def candidates(state: KKTState):
     w = state.lam if state.lam.ndim == 1 else jnp.linalg.norm(state.lam, axis=-1)
@@ -347,6 +409,19 @@ def _check(cfg, setup: Setup) -> None:
     "search",
   )
   require_int(cfg, "lm_cg_maxiter", 20)
+  split_every = require_int(cfg, "split_every", 0, low=0)
+  if split_every:
+    require(
+      multipliers == "free" and setup.problem != "general" and search == "first_order",
+      "split_every needs free multipliers, a binary or multiclass victim and search=first_order.",
+      "split_every",
+    )
+    eps = cfg.get("split_eps", 0.05)
+    require(
+      isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
+      f"split_eps must be > 0, got {eps!r}.",
+      "split_eps",
+    )
 
 
 def _build(cfg, setup: Setup) -> Attack:
@@ -377,6 +452,8 @@ def _build(cfg, setup: Setup) -> Attack:
     derivative=derivative,
     multipliers=cfg.get("multipliers", "free"),
     basis=basis,
+    split_every=int(cfg.get("split_every", 0)),
+    split_eps=float(cfg.get("split_eps", 0.05)),
   )
 
 

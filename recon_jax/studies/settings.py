@@ -92,6 +92,8 @@ SETTINGS = (
   ("subspace_tol", 1e-3, "that span: singular values above this x the largest"),
   ("search", "first_order", "first_order (optimizer) | lm (Levenberg-Marquardt; tied, subspace)"),
   ("lm_cg_maxiter", 20, "conjugate-gradient iterations per Levenberg-Marquardt step"),
+  ("split_every", 0, "split a candidate in two every this many steps (0: off; Shen et al.)"),
+  ("split_eps", 0.05, "distance of the two copies from the split candidate"),
   ("bilevel_inner_maxiter", 100, "attack=bilevel: L-BFGS iterations of each inner solve"),
   ("identify", True, "attacker-side scores: which candidates would an attacker trust?"),
   ("identify_stability_candidates", 64, "candidates re-run for the stability score (0: none)"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from recon_jax.eval import images as M
-from recon_jax.studies import figures as P
+from recon_jax.studies import figures, report_figures
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
 
@@ -249,7 +249,7 @@ def _png_shape(path):
 def test_image_grid_wraps(tmp_path, rng):
   imgs = rng.uniform(size=(45, 8, 8, 1))
   wrapped = tmp_path / "grid45.png"
-  P.image_grid(
+  figures.image_grid(
     wrapped,
     [imgs, imgs, imgs],
     row_labels=["a", "b", "c"],
@@ -260,7 +260,7 @@ def test_image_grid_wraps(tmp_path, rng):
   # 3 blocks x 3 rows by 15 columns: far taller than one 3 x 45 strip would be.
   assert h > 0.4 * w
   rgb = tmp_path / "rgb.png"
-  P.image_grid(rgb, [rng.uniform(size=(4, 8, 8, 3))])
+  figures.image_grid(rgb, [rng.uniform(size=(4, 8, 8, 3))])
   _png_shape(rgb)
   assert not plt.get_fignums()
 
@@ -270,18 +270,20 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
   heldout = smooth_images(rng, 6)
   cands = np.concatenate([train[[0, 2]], rng.uniform(size=(3, H, H, 1))])
   res = M.evaluate(cands, train, heldout, ssim_threshold=0.8)
-  P.reconstruction_figure(
+  report_figures.reconstruction_figure(
     tmp_path / "sub" / "rec.png", res, M.stretch(train), M.stretch(heldout), k=45
   )
   _png_shape(tmp_path / "sub" / "rec.png")
   margins = rng.uniform(size=5)
-  P.ssim_vs_margin(tmp_path / "svm.png", margins, res.ssim, (0.4, 0.8), res.recovered_strict_mask)
-  P.ssim_vs_margin(tmp_path / "svm2.png", margins, res.ssim)
+  report_figures.ssim_vs_margin(
+    tmp_path / "svm.png", margins, res.ssim, (0.4, 0.8), res.recovered_strict_mask
+  )
+  report_figures.ssim_vs_margin(tmp_path / "svm2.png", margins, res.ssim)
   xs = np.linspace(-1, 1, 20)
   field = (xs, xs, np.add.outer(xs, xs))
   train2 = rng.normal(size=(6, 2))
   labels = np.array([1, -1] * 3)
-  P.points_2d_panels(
+  figures.points_2d_panels(
     tmp_path / "pts.png",
     [
       {"title": "data", "train": train2, "train_labels": labels, "field": field},
@@ -295,10 +297,10 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
       {"title": "colours", "points": rng.normal(size=(2, 2)), "colors": ["r", "g"]},
     ],
   )
-  P.heatmap(
+  figures.heatmap(
     tmp_path / "hm.png", np.array([[0.1, np.nan], [0.5, 0.9]]), ["a", "b"], [1, 2], "x", "y", "t"
   )
-  P.line_plot(tmp_path / "lp.png", [1, 2, 3], {"u": [1, 2, 3], "v": [3, 2, 1]}, "x", "y", "t")
+  figures.line_plot(tmp_path / "lp.png", [1, 2, 3], {"u": [1, 2, 3], "v": [3, 2, 1]}, "x", "y", "t")
   for name in ("svm.png", "svm2.png", "pts.png", "hm.png", "lp.png"):
     _png_shape(tmp_path / name)
   assert not plt.get_fignums()

@@ -22,7 +22,7 @@ from experiments.configs import init_study as configs
 from recon_jax import data
 from recon_jax.errors import ConfigError
 from recon_jax.eval import nearest
-from recon_jax.studies import figures, init_study, runner
+from recon_jax.studies import init_study, init_study_figures, runner
 
 FINDINGS = {
   "random_to_noise",
@@ -266,7 +266,7 @@ def test_figures_of_a_grid_study(tmp_path):
   rows = [dict(l1=a, l2=b, l2_train=1 - a * b, l2_partition=a, l2_noise=b) for a, b in zip(l1, l2)]
   entry = {"grid": True, "points": rows, "settings": {k: rows[v] for k, v in idx.items()}}
   x = np.random.default_rng(0).uniform(size=(len(rows), *ds.x_train.shape))
-  figures.init_study_figures(
+  init_study_figures.init_study_figures(
     str(tmp_path), {"sub_runs": {"s": entry}}, {"s_x": x}, ds.x_train, ds.x_part
   )
   want = {"s_settings.png", "s_partition_to_gt.png", "s_noise_to_gt.png"} | {

@@ -2,9 +2,9 @@
 
 import pytest
 
-import recon_jax as rj
 from experiments.configs import efficacy as efficacy_configs
 from experiments.configs import reconstruct as reconstruct_configs
+import recon_jax as rj
 from recon_jax import workdir
 from recon_jax.studies import settings
 

@@ -15,12 +15,14 @@ uncertainty.  A paired comparison is the interval of the per-draw differences.
 from __future__ import annotations
 
 import copy
-from typing import Mapping, Sequence
+import os
+from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 import scipy.stats
 
 from recon_jax.errors import ConfigError
+from recon_jax.studies import figures
 
 # The numbers of one draw, read from a reconstruction report (pipeline.reconstruct).
 DRAW_KEYS = (
@@ -161,3 +163,53 @@ def variant_config(cfg, name: str):
       )
     target[leaf] = value
   return out
+
+
+def efficacy_figure(
+  path: Union[str, os.PathLike], out: Mapping[str, Any], variants: Sequence[str]
+) -> None:
+  """Per-draw strict counts of each variant next to its baselines, with the mean and interval.
+
+  ``out`` is the efficacy harness's report (:func:`recon_jax.studies.efficacy.aggregate` per variant).
+  """
+  series = [
+    ("strict_pooled", "attack: strict, all restarts pooled", "tab:red", "o"),
+    ("strict_selected", "attack: strict, attacker-selected restart", "tab:orange", "s"),
+    ("baseline_heldout_strict", "baseline: unseen images scored as candidates", "tab:gray", "^"),
+    ("baseline_mean_strict", "baseline: the training-mean image", "k", "x"),
+  ]
+  n = out["n_train"]
+  fig, ax = figures.plt.subplots(figsize=(2.2 + 2.0 * len(variants), 4.2))
+  width = 0.8 / len(series)
+  for i, v in enumerate(variants):
+    agg = out["variants"][v]
+    for j, (key, label, colour, marker) in enumerate(series):
+      x0 = i + (j - (len(series) - 1) / 2) * width
+      vals = np.asarray([np.nan if y is None else y for y in agg[key]["per_draw"]], float)
+      jitter = np.linspace(-0.25, 0.25, len(vals)) * width if len(vals) > 1 else np.zeros(1)
+      ax.scatter(
+        x0 + jitter, vals, s=14, c=colour, marker=marker, alpha=0.6, label=label if i == 0 else None
+      )
+      iv = agg[key]
+      if np.isfinite(iv["ci_low"]):
+        ax.errorbar(
+          [x0],
+          [iv["mean"]],
+          yerr=[[iv["mean"] - iv["ci_low"]], [iv["ci_high"] - iv["mean"]]],
+          fmt="_",
+          c=colour,
+          capsize=4,
+          lw=1.5,
+          ms=14,
+        )
+  ax.set_xticks(range(len(variants)))
+  ax.set_xticklabels(variants)
+  ax.set_ylabel(f"training images strictly recovered (of {n})")
+  ax.set_ylim(-0.5, n + 0.5)
+  ax.set_title(
+    f"Strict recoveries per data draw ({len(out['draws'])} draws); bars: mean and 95% t interval",
+    fontsize=9,
+  )
+  ax.legend(fontsize=7, loc="upper right")
+  ax.grid(axis="y", alpha=0.3)
+  figures.save(fig, path)

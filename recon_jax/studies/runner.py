@@ -19,7 +19,16 @@ import numpy as np
 
 from recon_jax import loop, workdir
 from recon_jax.errors import ConfigError, RunFailed
-from recon_jax.studies import checks, claims, efficacy, figures, init_study, pipeline, toy
+from recon_jax.studies import (
+  checks,
+  claims,
+  efficacy,
+  init_study,
+  init_study_figures,
+  pipeline,
+  report_figures,
+  toy,
+)
 from recon_jax.victims import victim
 
 
@@ -83,7 +92,7 @@ def write_reconstruction(path: str, out) -> dict:
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", restart_table(metrics["per_restart"]))
   if out.eval_result is not None:
-    figures.reconstruction_report(
+    report_figures.reconstruction_report(
       path,
       out.eval_result,
       ds.x_train + ds.mean,
@@ -93,14 +102,14 @@ def write_reconstruction(path: str, out) -> dict:
     )
   fam = (metrics.get("identifiability") or {}).get("family") or {}
   if fam.get("confirmed") and "family_witness" in out.arrays:
-    figures.witness_figure(
+    report_figures.witness_figure(
       workdir.inside(path, "identifiability.png"),
       metrics["identifiability"],
       out.arrays["family_witness"] + ds.mean,
       ds.x_train + ds.mean,
     )
   if "identification" in metrics:
-    figures.trusted_figure(
+    report_figures.trusted_figure(
       workdir.inside(path, "trusted.png"),
       metrics["identification"],
       out.arrays["candidates"] + ds.mean,
@@ -185,7 +194,7 @@ def write_toy(path: str, cfg, out) -> dict:
   workdir.write_json(path, "metrics.json", out.metrics)
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   a = out.arrays
-  figures.toy_figure(
+  toy.toy_figure(
     workdir.inside(path, "toy_2d.png"),
     cfg,
     out.dataset,
@@ -269,7 +278,7 @@ def run_efficacy(
   }
   workdir.write_json(path, "metrics.json", out)
   workdir.write_text(path, "results.md", claims.efficacy_table(out, variants))
-  figures.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
+  efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   return out
 
 
@@ -346,5 +355,5 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
       **arrays,
     )
     workdir.write_text(path, "summary.md", init_study.summary(cfg, metrics))
-    figures.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
+    init_study_figures.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
   return metrics

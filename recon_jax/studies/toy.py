@@ -10,8 +10,9 @@ candidates (:func:`score`, with :mod:`recon_jax.eval.points`).
 from __future__ import annotations
 
 import math
+import os
 import time
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional, Union
 
 from absl import logging
 import numpy as np
@@ -20,7 +21,7 @@ from recon_jax import loop, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
-from recon_jax.studies import checks, job, pipeline
+from recon_jax.studies import checks, figures, job, pipeline
 from recon_jax.victims import models, victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
@@ -275,3 +276,85 @@ def run(
     metrics["recovered_pooled"],
   )
   return ToyRun(metrics, arrays, ds, vic, labels)
+
+
+def toy_figure(
+  path: Union[str, os.PathLike],
+  cfg,
+  ds,
+  vic,
+  metrics: Mapping[str, Any],
+  candidates,
+  x0,
+  labels,
+  after_filter,
+  kept,
+) -> None:
+  """toy_2d.png: data, decision regions and the selected restart's candidates, step by step.
+
+  ``cfg``: the toy's config; ``ds``/``vic``: its data set and victim;
+  ``metrics``: its metrics.json; the rest: the attack's candidates, starting
+  points, candidate labels and the masks of the lambda filter and de-duplication.
+  """
+  import jax.numpy as jnp
+
+  n, r = cfg.n_train, metrics["selected_restart"]
+  g = np.linspace(-1.6, 1.6, 121)
+  gx, gy = np.meshgrid(g, g)
+  grid = jnp.asarray(np.stack([gx.ravel(), gy.ravel()], 1), pipeline.float_dtype())
+  params = pipeline.cast_params(vic.params)
+  out = np.asarray(vic.apply_fn(params, grid, None))[:, 0].reshape(gx.shape)
+  train = {"train": ds.x_train, "train_labels": ds.y_train}
+  panels = [
+    {"title": f"(a) the {n} training points", **train},
+    {
+      "title": "(b) the victim's decision regions\n(red: output > 0, blue: < 0)",
+      **train,
+      "field": (g, g, np.tanh(out / (np.abs(out).max() + 1e-12))),
+    },
+  ]
+  net = f"a 2-{cfg.width}-{cfg.width}-1 ReLU net"
+  if r is None:
+    title = (
+      f"Haim et al. §4: {n} points on the unit circle, {net}: all "
+      f"{cfg.num_restarts} restarts of the attack diverged"
+    )
+  else:
+    f, k = after_filter[r], kept[r]
+    row = metrics["per_restart"][r]
+    panels += [
+      {
+        "title": f"(c) start: {cfg.m} candidates ~ N(0, σ²)",
+        **train,
+        "points": x0[r],
+        "labels": labels,
+      },
+      {
+        "title": f"(d) after the attack: all {cfg.m} candidates",
+        **train,
+        "points": candidates[r],
+        "labels": labels,
+      },
+      {
+        "title": f"(e) λ filter: the {int(f.sum())} with\nλ ≥ {cfg.lam_filter_frac:g} × max λ "
+        "(λ ≈ 0: no information)",
+        **train,
+        "points": candidates[r][f],
+        "labels": labels[f],
+      },
+      {
+        "title": f"(f) de-duplicated (radius {cfg.dedup_radius:g}):\n{int(k.sum())} kept, "
+        f"{row['recovered']}/{n} within {cfg.tol:g} of a training point",
+        **train,
+        "points": candidates[r][k],
+        "labels": labels[k],
+      },
+    ]
+    title = (
+      f"Haim et al. §4: reconstructing {n} training points on the unit circle from {net}"
+      f"\nrestart {r} of {cfg.num_restarts} (the attacker's pick: lowest final loss): "
+      f"{metrics['recovered']}/{n} recovered within {cfg.tol:g}; best restart "
+      f"{metrics['recovered_best_restart']}/{n}, all restarts pooled "
+      f"{metrics['recovered_pooled']}/{n}"
+    )
+  figures.points_2d_panels(path, panels, title=title, ncols=3)

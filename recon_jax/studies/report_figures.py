@@ -1,0 +1,289 @@
+"""The main job's figures: Haim et al.'s Fig. 3 and Fig. 4 layouts, the candidates the
+attacker trusts and the identifiability witness (PNG, written by :mod:`.runner`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from recon_jax.eval import images
+from recon_jax.eval.images import EvalResult
+from recon_jax.studies import figures
+
+
+def reconstruction_figure(
+  path: Union[str, os.PathLike],
+  result: EvalResult,
+  x_train_disp: Any,
+  x_heldout_disp: Optional[Any],
+  k: int = 45,
+  title: Optional[str] = None,
+) -> None:
+  """Haim Fig. 3 layout from an `EvalResult`, plus the held-out check, readable on its own.
+
+  Row 1: the best reconstruction of each shown training image, best first,
+  titled with its SSIM to that image and a '*' when strictly recovered; row 2:
+  the training images; row 3: for each reconstruction the held-out image (never
+  seen by the victim) it resembles most, titled with that SSIM.  Rows longer
+  than 15 images wrap into blocks.  The title says how many images are shown
+  and the result; a caption under the grid says what the rows and numbers are.
+
+  Args:
+    path: Output PNG path.
+    result: Output of `recon_jax.eval.images.evaluate`.
+    x_train_disp: Training images for display [n, H, W, C] in [0, 1].
+    x_heldout_disp: Held-out images for display [h, H, W, C] in [0, 1],
+      or None to omit row 3.
+    k: Number of reconstructions shown (capped at n).
+    title: Optional first title line (default: which images are shown).
+  """
+  import textwrap
+
+  n = int(result.n_train)
+  order = np.asarray(result.order)[: max(1, min(int(k), n))]
+  rows = [np.asarray(result.recon)[order], np.asarray(x_train_disp)[order]]
+  numbers = [
+    [f"{result.ssim[i]:.2f}{'*' if result.recovered_strict_mask[i] else ''}" for i in order],
+    None,
+  ]
+  labels = ["best\nreconstruction", "training\nimage"]
+  near = np.asarray(result.nearest_heldout_idx)[order]
+  held = x_heldout_disp is not None and np.all(near >= 0)
+  if held:
+    rows.append(np.asarray(x_heldout_disp)[near])
+    numbers.append([f"{result.ssim_heldout_max[i]:.2f}" for i in order])
+    labels.append("nearest\nheld-out")
+  shown = (
+    f"all {n} training images"
+    if len(order) == n
+    else f"the {len(order)} of {n} training images reconstructed best"
+  )
+  head = [
+    title or f"Reconstructions of {shown}, best first",
+    f"strictly recovered: {result.recovered_strict}/{n}",
+  ]
+  notes = [
+    f"Row 1: the reconstruction of the training image under it (row 2); the number over "
+    f"it is their SSIM (1 = identical); * = strictly recovered: SSIM >= "
+    f"{result.ssim_threshold:.2f} and higher than its SSIM with every held-out image."
+  ]
+  if held:
+    notes.append(
+      "Row 3: the held-out image (never seen by the victim) most similar to the "
+      "reconstruction, with that SSIM over it. A reconstruction no closer to its "
+      "training image than to this unseen one shows no memorised data."
+    )
+  n_cols = min(len(order), figures.DEFAULT_MAX_COLS)
+  n_blocks = math.ceil(len(order) / n_cols)
+  width = max(1.0 * n_cols + 1.0, 6.0)
+  chars = int(width * 15)
+  head_lines = sum(len(textwrap.wrap(t, int(width * 11))) for t in head)
+  caption = "\n".join(textwrap.fill(t, chars) for t in notes)
+  grid_h, head_h = 1.2 * n_blocks * len(rows), 0.28 * head_lines + 0.1
+  cap_h = 0.16 * (caption.count("\n") + 1) + 0.15
+  height = grid_h + head_h + cap_h
+  fig, axes = figures.plt.subplots(
+    n_blocks * len(rows), n_cols, figsize=(width, height), squeeze=False
+  )
+  for b in range(n_blocks):
+    for r, row in enumerate(rows):
+      for c in range(n_cols):
+        ax = axes[b * len(rows) + r, c]
+        j = b * n_cols + c
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for spine in ax.spines.values():
+          spine.set_visible(False)
+        if j < len(row):
+          img, cmap = figures.to_display(row[j])
+          ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+          if numbers[r] is not None:
+            ax.set_title(numbers[r][j], fontsize=7, pad=2)
+        if c == 0:
+          ax.set_ylabel(labels[r], fontsize=7.5)
+  left = 0.9 / width
+  fig.subplots_adjust(
+    left=left,
+    right=1 - 0.1 / width,
+    top=1 - head_h / height,
+    bottom=cap_h / height,
+    wspace=0.05,
+    hspace=0.35,
+  )
+  fig.suptitle(
+    "\n".join(textwrap.fill(t, int(width * 11)) for t in head),
+    fontsize=10,
+    y=1 - 0.05 / height,
+    va="top",
+  )
+  fig.text(0.1 / width, 0.05 / height, caption, fontsize=7, ha="left", va="bottom")
+  figures.save(fig, path)
+
+
+def ssim_vs_margin(
+  path: Union[str, os.PathLike],
+  margins: Any,
+  ssim: Any,
+  threshold_lines: Sequence[float] = (0.4,),
+  strict_mask: Optional[Any] = None,
+  title: Optional[str] = None,
+) -> None:
+  """Scatter of per-sample SSIM against the margin y * Phi(x) (Haim Fig. 4), readable alone.
+
+  Args:
+    path: Output PNG path.
+    margins: [n] margins y_i * Phi(theta; x_i).
+    ssim: [n] best SSIM per training sample.
+    threshold_lines: SSIM values drawn as labelled horizontal lines: 0.4 is
+      Haim et al.'s "recovered" level, any other the strict threshold.
+    strict_mask: Optional [n] bool; strictly recovered samples highlighted.
+    title: Optional title (default: what the plot shows).
+  """
+  margins = np.asarray(margins, dtype=np.float64).reshape(-1)
+  ssim = np.asarray(ssim, dtype=np.float64).reshape(-1)
+  fig, ax = figures.plt.subplots(figsize=(5.6, 4.2))
+  if strict_mask is None:
+    ax.scatter(margins, ssim, s=14, c="tab:blue", label="training image")
+  else:
+    strict_mask = np.asarray(strict_mask, dtype=bool).reshape(-1)
+    ax.scatter(
+      margins[~strict_mask],
+      ssim[~strict_mask],
+      s=14,
+      c="tab:gray",
+      label=f"not strictly recovered ({int((~strict_mask).sum())})",
+    )
+    ax.scatter(
+      margins[strict_mask],
+      ssim[strict_mask],
+      s=18,
+      c="tab:red",
+      label=f"strictly recovered ({int(strict_mask.sum())})",
+    )
+  styles = iter([("--", "k"), (":", "tab:red"), ("-.", "tab:purple")])
+  for t in sorted({float(v) for v in threshold_lines}):
+    ls, colour = next(styles, ("--", "k"))
+    name = "SSIM 0.4 (Haim et al.)" if np.isclose(t, 0.4) else f"strict threshold {t:.2f}"
+    if np.isclose(t, 0.4) and len(set(threshold_lines)) == 1 and strict_mask is not None:
+      name = "SSIM 0.4 (Haim et al.; also the strict threshold)"
+    ax.axhline(t, ls=ls, lw=1.0, c=colour, label=name)
+  ax.set_xlabel(r"margin $y\,\Phi(\theta; x)$ of the training image (small: on the margin)")
+  ax.set_ylabel("SSIM of its best reconstruction")
+  finite = ssim[np.isfinite(ssim)]
+  ax.set_ylim(min(-0.05, float(finite.min()) - 0.05) if finite.size else -0.05, 1.05)
+  ax.set_title(
+    title
+    or f"Reconstruction quality vs margin, {ssim.size} training images\n"
+    "(Haim et al. Fig. 4: samples on the margin are reconstructed best)",
+    fontsize=9,
+  )
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=7, loc="best", framealpha=0.9)
+  figures.save(fig, path, dpi=120)
+
+
+def reconstruction_report(
+  figdir: Union[str, os.PathLike],
+  result: Any,
+  x_train: np.ndarray,
+  x_held: Optional[np.ndarray],
+  train_margins: Optional[Any],
+  ssim_threshold: float,
+  prefix: str = "",
+) -> None:
+  """The two figures of a reconstruction run (pixel-space images in, PNGs out).
+
+  ``reconstructions.png``: each training image under its best reconstruction
+  (and the nearest held-out image); ``ssim_vs_margin.png`` (when the training
+  margins are known): SSIM of each training image's reconstruction against its
+  margin, Haim et al. Fig. 4.
+  """
+
+  os.makedirs(figdir, exist_ok=True)
+  x_train_disp = np.asarray(images.stretch(x_train))
+  x_held_disp = np.asarray(images.stretch(x_held)) if x_held is not None else None
+  reconstruction_figure(
+    os.path.join(figdir, f"{prefix}reconstructions.png"),
+    result,
+    x_train_disp,
+    x_held_disp,
+    k=min(45, len(x_train)),
+  )
+  if train_margins is not None:
+    ssim_vs_margin(
+      os.path.join(figdir, f"{prefix}ssim_vs_margin.png"),
+      np.asarray(train_margins),
+      result.ssim,
+      threshold_lines=(0.4, ssim_threshold),
+      strict_mask=result.recovered_strict_mask,
+    )
+
+
+def trusted_figure(
+  path: Union[str, os.PathLike],
+  identification: Mapping[str, Any],
+  candidates: np.ndarray,
+  x_train: np.ndarray,
+) -> None:
+  """The candidates an attacker would trust most (by its pre-registered score), over the truth.
+
+  ``identification`` is the report of :func:`recon_jax.eval.identification.identification_report`;
+  ``candidates`` [R, m, H, W, C] and ``x_train`` in pixel space.  Each column: a trusted
+  candidate (its score, and whether it is a strict recovery), under it the training image it
+  resembles most.
+  """
+
+  top = list(identification.get("top", []))
+  if not top:
+    return
+  cands = np.stack([candidates[t["restart"], t["index"]] for t in top])
+  nearest = np.stack([x_train[t["train_idx"]] for t in top])
+  labels = [
+    f"score {t['score']:.2f}\n{'REAL' if t['recovered_strict'] else 'not real'}" for t in top
+  ]
+  real = sum(bool(t["recovered_strict"]) for t in top)
+  figures.image_grid(
+    path,
+    [np.asarray(images.stretch(cands)), np.asarray(images.stretch(nearest))],
+    row_labels=["trusted\ncandidate", "most similar\ntraining image"],
+    col_titles=[labels, None],
+    title=(
+      f"The {len(top)} candidates the attacker trusts most by '{identification['trusted_score']}'"
+      f" (no ground truth used): {real} of {len(top)} are real (strict recoveries)"
+    ),
+  )
+
+
+def witness_figure(
+  path: Union[str, os.PathLike],
+  identifiability: Mapping[str, Any],
+  witness: np.ndarray,
+  x_train: np.ndarray,
+  max_images: int = 10,
+) -> None:
+  """The training images over other images that fit the stationarity equations as well.
+
+  ``witness`` and ``x_train`` [n, H, W, C] in pixel space; ``identifiability`` the report
+  of :func:`recon_jax.eval.identifiability.identifiability`, whose ``family`` made the witness.
+  """
+  fam = identifiability.get("family") or {}
+  k = min(max_images, len(x_train))
+  moved = np.sqrt(np.sum((witness - x_train).reshape(len(x_train), -1) ** 2, axis=1))
+  order = np.argsort(-moved)[:k]  # the images the family moves most
+  figures.image_grid(
+    path,
+    [np.clip(x_train[order], 0, 1), np.clip(witness[order], 0, 1)],
+    row_labels=["training\nimage", "other image,\nsame fit"],
+    col_titles=[[f"#{i}" for i in order], None],
+    title=(
+      f"Top: training images. Bottom: the same samples moved along {fam.get('dimension')} flat "
+      "directions, inside the pixel box.\nStationarity residual of the whole set: "
+      f"{identifiability['truth_residual']:.3g} (training set), "
+      f"{fam.get('witness_residual', float('nan')):.3g} (moved): the equations cannot tell "
+      "them apart"
+    ),
+  )

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from recon_jax.eval import images as M
+from recon_jax.eval import images, points, report, similarity
 from recon_jax.studies import figures, report_figures
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
@@ -37,33 +37,35 @@ def rng():
 def test_ssim_identity_difference_symmetry(rng):
   a = rng.uniform(size=(4, 16, 16, 3))
   b = rng.uniform(size=(4, 16, 16, 3))
-  np.testing.assert_allclose(np.asarray(M.ssim(a, a)), 1.0, atol=1e-6)
-  assert np.all(np.asarray(M.ssim(a, b)) < 0.5)
-  np.testing.assert_allclose(np.asarray(M.ssim(a, b)), np.asarray(M.ssim(b, a)), atol=1e-12)
+  np.testing.assert_allclose(np.asarray(similarity.ssim(a, a)), 1.0, atol=1e-6)
+  assert np.all(np.asarray(similarity.ssim(a, b)) < 0.5)
+  np.testing.assert_allclose(
+    np.asarray(similarity.ssim(a, b)), np.asarray(similarity.ssim(b, a)), atol=1e-12
+  )
 
 
 def test_ssim_matrix_matches_pairwise(rng):
   a = smooth_images(rng, 3)
   b = smooth_images(rng, 4)
-  mat = np.asarray(M.ssim_matrix(a, b))
+  mat = np.asarray(similarity.ssim_matrix(a, b))
   assert mat.shape == (3, 4)
   for i in range(3):
-    pair = np.asarray(M.ssim(np.repeat(a[i : i + 1], 4, axis=0), b))
+    pair = np.asarray(similarity.ssim(np.repeat(a[i : i + 1], 4, axis=0), b))
     np.testing.assert_allclose(mat[i], pair, atol=1e-10)
-  assert M.ssim_matrix(a, b[:0]).shape == (3, 0)
+  assert similarity.ssim_matrix(a, b[:0]).shape == (3, 0)
 
 
 def test_default_filter_size_and_thresholds():
-  assert M.default_filter_size(32) == 11
-  assert M.default_filter_size(25) == 7
-  assert M.default_filter_size(16) == 7
-  assert M.default_filter_size(8) == 3
-  assert M.default_filter_size(2) == 2  # never larger than the image
+  assert similarity.default_filter_size(32) == 11
+  assert similarity.default_filter_size(25) == 7
+  assert similarity.default_filter_size(16) == 7
+  assert similarity.default_filter_size(8) == 3
+  assert similarity.default_filter_size(2) == 2  # never larger than the image
   with pytest.raises(ValueError):
-    M.ssim(np.zeros((1, 4, 4, 1)), np.zeros((1, 4, 4, 1)), filter_size=5)
-  assert M.strict_threshold_for(8) == 0.8
-  assert M.strict_threshold_for(25) == 0.7
-  assert M.strict_threshold_for(32) == 0.7
+    similarity.ssim(np.zeros((1, 4, 4, 1)), np.zeros((1, 4, 4, 1)), filter_size=5)
+  assert images.strict_threshold_for(8) == 0.8
+  assert images.strict_threshold_for(25) == 0.7
+  assert images.strict_threshold_for(32) == 0.7
 
 
 # ---------------------------------------------------------------- stretch / NCC
@@ -71,44 +73,44 @@ def test_default_filter_size_and_thresholds():
 
 def test_stretch_range_and_constant(rng):
   x = rng.normal(size=(3, 5, 5, 2)) * 7 - 2
-  s = np.asarray(M.stretch(x))
+  s = np.asarray(similarity.stretch(x))
   assert s.min(axis=(1, 2, 3)).tolist() == [0.0, 0.0, 0.0]
   assert s.max(axis=(1, 2, 3)).tolist() == [1.0, 1.0, 1.0]
-  const = np.asarray(M.stretch(np.full((2, 4, 4, 1), 3.3)))
+  const = np.asarray(similarity.stretch(np.full((2, 4, 4, 1), 3.3)))
   assert not np.isnan(const).any()
   np.testing.assert_array_equal(const, 0.5)
 
 
 def test_ncc_affine_invariance_and_constant(rng):
   a = rng.uniform(size=(3, 6, 6, 1))
-  np.testing.assert_allclose(np.diag(np.asarray(M.ncc_matrix(a, 2 * a + 3))), 1.0, atol=1e-12)
-  np.testing.assert_allclose(np.diag(np.asarray(M.ncc_matrix(0.5 * a - 1, a))), 1.0, atol=1e-12)
+  np.testing.assert_allclose(np.diag(np.asarray(similarity.ncc(a, 2 * a + 3))), 1.0, atol=1e-12)
+  np.testing.assert_allclose(np.diag(np.asarray(similarity.ncc(0.5 * a - 1, a))), 1.0, atol=1e-12)
   mixed = np.concatenate([a, np.full((1, 6, 6, 1), 2.0)])
-  ncc = np.asarray(M.ncc_matrix(mixed, mixed))
+  ncc = np.asarray(similarity.ncc(mixed, mixed))
   assert not np.isnan(ncc).any()
   np.testing.assert_array_equal(ncc[3], 0.0)
   assert np.all(np.abs(ncc) <= 1.0)
 
 
 def test_match_recovers_permutation(rng):
-  train = M.stretch(smooth_images(rng, 7))
+  train = similarity.stretch(smooth_images(rng, 7))
   perm = rng.permutation(7)
-  cands = M.stretch(np.asarray(train)[perm] + 0.01 * rng.normal(size=(7, H, H, 1)))
-  _, best_idx, _ = M.match_and_vote(train, cands)
+  cands = similarity.stretch(np.asarray(train)[perm] + 0.01 * rng.normal(size=(7, H, H, 1)))
+  _, best_idx, _ = images.match_and_vote(train, cands)
   # cands[j] is a copy of train[perm[j]], so train i is found at inv[i].
   np.testing.assert_array_equal(np.asarray(best_idx), np.argsort(perm))
 
 
 def test_voting_averages_near_duplicates(rng):
-  train = np.asarray(M.stretch(smooth_images(rng, 2)))
+  train = np.asarray(similarity.stretch(smooth_images(rng, 2)))
   c0 = train[0] + 0.01 * rng.normal(size=train[0].shape)
   c1 = train[0] + 0.01 * rng.normal(size=train[0].shape)
   junk = rng.uniform(size=(3, H, H, 1))
-  cands = np.asarray(M.stretch(np.stack([c0, c1, train[1], *junk])))
-  recon, best_idx, n_votes = M.match_and_vote(train, cands, vote_frac=0.9)
+  cands = np.asarray(similarity.stretch(np.stack([c0, c1, train[1], *junk])))
+  recon, best_idx, n_votes = images.match_and_vote(train, cands, vote_frac=0.9)
   assert np.asarray(n_votes).tolist() == [2, 1]
   assert int(best_idx[1]) == 2
-  expected = np.asarray(M.stretch(0.5 * (cands[0:1] + cands[1:2])))[0]
+  expected = np.asarray(similarity.stretch(0.5 * (cands[0:1] + cands[1:2])))[0]
   np.testing.assert_allclose(np.asarray(recon[0]), expected, atol=1e-12)
   np.testing.assert_allclose(np.asarray(recon[1]), cands[2], atol=1e-12)
 
@@ -116,12 +118,12 @@ def test_voting_averages_near_duplicates(rng):
 def test_match_never_picks_padding(rng):
   # Both real NCCs are about -1; internal zero-padding of the candidate
   # batch (which would score NCC 0) must never be chosen or vote.
-  train = np.asarray(M.stretch(smooth_images(rng, 1)))
+  train = np.asarray(similarity.stretch(smooth_images(rng, 1)))
   cands = np.concatenate([1.0 - train, 1.0 - train + 0.01 * rng.normal(size=train.shape)])
-  recon, best_idx, n_votes = M.match_and_vote(train, cands)
+  recon, best_idx, n_votes = images.match_and_vote(train, cands)
   assert int(best_idx[0]) in (0, 1)
   assert int(n_votes[0]) == 1
-  expected = np.asarray(M.stretch(cands[int(best_idx[0])][None]))[0]
+  expected = np.asarray(similarity.stretch(cands[int(best_idx[0])][None]))[0]
   np.testing.assert_allclose(np.asarray(recon[0]), expected, atol=1e-12)
 
 
@@ -132,7 +134,7 @@ def test_evaluate_exact_train_copies(rng):
   train = smooth_images(rng, 5)
   heldout = smooth_images(rng, 6)
   cands = np.concatenate([train[[0, 2, 4]] * 3.0 + 1.0, rng.uniform(size=(3, H, H, 1))])
-  res = M.evaluate(cands, train, heldout, ssim_threshold=0.8)
+  res = images.evaluate(cands, train, heldout, ssim_threshold=0.8)
   assert res.recovered_strict == 3
   assert res.recovered_strict_mask.tolist() == [True, False, True, False, True]
   np.testing.assert_allclose(res.ssim[[0, 2, 4]], 1.0, atol=1e-6)
@@ -161,13 +163,15 @@ def test_evaluate_heldout_copies_not_strict(rng):
   # threshold would call them recovered, strict recovery must not.
   train = smooth_images(rng, 5)
   heldout = train + 0.05 * rng.normal(size=train.shape)
-  res = M.evaluate(heldout.copy(), train, heldout, ssim_threshold=0.8)
+  res = images.evaluate(heldout.copy(), train, heldout, ssim_threshold=0.8)
   assert np.all(res.ssim >= 0.8)
   assert res.recovered_strict == 0
   np.testing.assert_array_equal(res.nearest_heldout_idx, np.arange(5))
   np.testing.assert_allclose(res.ssim_heldout_max, 1.0, atol=1e-6)
   # Excluding the copies from the reference set changes the verdict.
-  ex = M.evaluate(heldout.copy(), train, heldout, ssim_threshold=0.8, heldout_exclude=[0, 1, 2])
+  ex = images.evaluate(
+    heldout.copy(), train, heldout, ssim_threshold=0.8, heldout_exclude=[0, 1, 2]
+  )
   assert not set(ex.nearest_heldout_idx.tolist()) & {0, 1, 2}
   assert ex.n_heldout_ref == 2
   assert ex.recovered_strict == 3
@@ -176,7 +180,7 @@ def test_evaluate_heldout_copies_not_strict(rng):
 def test_mean_image_baseline(rng):
   train = smooth_images(rng, 6)
   heldout = smooth_images(rng, 5)
-  res = M.mean_image_baseline(train, heldout, train.mean(axis=0), ssim_threshold=0.8)
+  res = images.mean_image_baseline(train, heldout, train.mean(axis=0), ssim_threshold=0.8)
   assert res.n_candidates == 1
   assert np.all(res.best_idx == 0)
   for count in (res.recovered_strict, res.n_ssim_gt_04, res.n_ssim_gt_05, res.n_ssim_gt_06):
@@ -189,15 +193,15 @@ def test_heldout_baseline_excludes_drawn(rng):
   # Held-out = noisy train copies: each drawn image would match itself
   # with SSIM 1 were it not excluded from the references.
   heldout = np.concatenate([train, train]) + 0.05 * rng.normal(size=(10, H, H, 1))
-  res = M.heldout_baseline(0, train, heldout, 4, ssim_threshold=0.8)
+  res = images.heldout_baseline(0, train, heldout, 4, ssim_threshold=0.8)
   assert res.n_candidates == 4 and res.heldout_excluded.size == 4
   assert res.n_heldout_ref == 6
   assert not set(res.nearest_heldout_idx.tolist()) & set(res.heldout_excluded.tolist())
   assert np.all(res.ssim_heldout_max < 1.0 - 1e-6)
   assert 0 <= res.recovered_strict <= res.n_train
-  same = M.heldout_baseline(jax.random.PRNGKey(0), train, heldout, 4, ssim_threshold=0.8)
+  same = images.heldout_baseline(jax.random.PRNGKey(0), train, heldout, 4, ssim_threshold=0.8)
   np.testing.assert_array_equal(same.heldout_excluded, res.heldout_excluded)
-  capped = M.heldout_baseline(1, train, heldout, 100, ssim_threshold=0.8)
+  capped = images.heldout_baseline(1, train, heldout, 100, ssim_threshold=0.8)
   assert capped.n_candidates == 10 and capped.n_heldout_ref == 0
   assert np.all(capped.nearest_heldout_idx == -1)
   json.dumps(capped.to_dict(), allow_nan=False)
@@ -209,33 +213,33 @@ def test_heldout_baseline_excludes_drawn(rng):
 def test_greedy_dedup_and_lambda_filter():
   pts = np.array([[0.0, 0.0], [0.0, 0.01], [1.0, 1.0]])
   for seed in range(4):
-    kept = M.greedy_dedup(pts, 0.03, seed)
+    kept = points.greedy_dedup(pts, 0.03, seed)
     assert kept.sum() == 2 and kept[2] and kept[0] != kept[1]
-  assert M.greedy_dedup(pts, 0.005, 0).sum() == 3
-  mask = M.lambda_filter(np.array([0.1, 5.0, 10.0, 4.99]), 5.0)
+  assert points.greedy_dedup(pts, 0.005, 0).sum() == 3
+  mask = points.lambda_filter(np.array([0.1, 5.0, 10.0, 4.99]), 5.0)
   assert mask.tolist() == [False, True, True, False]
 
 
 def test_points_recovered():
   train = np.array([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]])
   kept = np.array([[0.0, 0.01], [1.0, 1.04], [3.0, 3.0]])
-  count, dists = M.points_recovered(kept, train, tol=0.05)
+  count, dists = points.points_recovered(kept, train, tol=0.05)
   assert count == 2
   np.testing.assert_allclose(dists[:2], [0.01, 0.04], atol=1e-12)
   assert dists[2] > 2.0
-  count0, dists0 = M.points_recovered(np.zeros((0, 2)), train)
+  count0, dists0 = points.points_recovered(np.zeros((0, 2)), train)
   assert count0 == 0 and np.all(np.isinf(dists0))
 
 
 def test_spearman():
   x = np.arange(10.0)
-  assert M.spearman(x, x**3) == pytest.approx(1.0)
-  assert M.spearman(x, -x) == pytest.approx(-1.0)
+  assert report.spearman(x, x**3) == pytest.approx(1.0)
+  assert report.spearman(x, -x) == pytest.approx(-1.0)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    assert np.isnan(M.spearman(x, np.ones(10)))
-    assert np.isnan(M.spearman([1.0], [2.0]))
-  assert M.spearman([1.0, 2.0, np.nan, 3.0], [1.0, 2.0, 0.0, 3.0]) == pytest.approx(1.0)
+    assert np.isnan(report.spearman(x, np.ones(10)))
+    assert np.isnan(report.spearman([1.0], [2.0]))
+  assert report.spearman([1.0, 2.0, np.nan, 3.0], [1.0, 2.0, 0.0, 3.0]) == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------- plotting
@@ -269,9 +273,9 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
   train = smooth_images(rng, 5)
   heldout = smooth_images(rng, 6)
   cands = np.concatenate([train[[0, 2]], rng.uniform(size=(3, H, H, 1))])
-  res = M.evaluate(cands, train, heldout, ssim_threshold=0.8)
+  res = images.evaluate(cands, train, heldout, ssim_threshold=0.8)
   report_figures.reconstruction_figure(
-    tmp_path / "sub" / "rec.png", res, M.stretch(train), M.stretch(heldout), k=45
+    tmp_path / "sub" / "rec.png", res, similarity.stretch(train), similarity.stretch(heldout), k=45
   )
   _png_shape(tmp_path / "sub" / "rec.png")
   margins = rng.uniform(size=5)

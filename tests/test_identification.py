@@ -12,7 +12,7 @@ import pytest
 from experiments.configs import reconstruct as configs
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
-from recon_jax.eval import selection
+from recon_jax.eval import selection, stability
 from recon_jax.studies import job, pipeline
 from recon_jax.victims import models, victim
 
@@ -206,7 +206,7 @@ def test_report_scores_are_the_attacker_functions(planted):
   keys = jax.random.split(jax.random.split(jax.random.PRNGKey(3))[1], len(picked))
   hp = {k: jnp.asarray(v) for k, v in kw["hparams"].items()}
   one = jax.jit(
-    lambda r, i, k: selection.stability_score(
+    lambda r, i, k: stability.stability_score(
       kw["attack"],
       jax.tree_util.tree_map(lambda a: a[r], inner),
       {n: v[r] for n, v in hp.items()},

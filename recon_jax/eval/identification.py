@@ -32,7 +32,7 @@ import numpy as np
 
 from recon_jax import data, distributed
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images, selection
+from recon_jax.eval import images, ranking, selection, similarity, stability
 from recon_jax.types import Attack, HParams, Target
 from recon_jax.victims.models import surrogate_relu
 
@@ -64,7 +64,7 @@ def candidate_truth(
 ) -> CandidateTruth:
   """Marks each candidate real when it is a strict recovery of some training image.
 
-  With ``s`` the per-image stretch to [0, 1] (:func:`recon_jax.eval.images.stretch`)::
+  With ``s`` the per-image stretch to [0, 1] (:func:`recon_jax.eval.similarity.stretch`)::
 
     ssim_train_i   = max_j SSIM(s(c_i), s(x_j))           (train_idx_i = its argmax)
     ssim_heldout_i = max_k SSIM(s(c_i), s(h_k))           (-inf without held-out images)
@@ -111,12 +111,16 @@ def candidate_truth(
   if n == 0:
     empty = np.zeros((0,))
     return CandidateTruth(np.zeros((0,), bool), np.zeros((0,), np.int64), empty, empty)
-  c = images.stretch(cands)
-  s_train = np.asarray(images.ssim_matrix(c, images.stretch(x_train), filter_size), np.float64)
+  c = similarity.stretch(cands)
+  s_train = np.asarray(
+    similarity.ssim_matrix(c, similarity.stretch(x_train), filter_size), np.float64
+  )
   train_idx = np.argmax(s_train, axis=1)
   ssim_train = s_train[np.arange(n), train_idx]
   if held is not None and len(held):
-    s_held = np.asarray(images.ssim_matrix(c, images.stretch(held), filter_size), np.float64)
+    s_held = np.asarray(
+      similarity.ssim_matrix(c, similarity.stretch(held), filter_size), np.float64
+    )
     ssim_heldout = s_held.max(axis=1)
   else:
     ssim_heldout = np.full(n, -np.inf)
@@ -152,7 +156,7 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
     r, i, k = args
     state = jax.tree_util.tree_map(lambda a: a[r], inner)
     hp = {name: v[r] for name, v in hparams.items()}
-    return selection.stability_score(
+    return stability.stability_score(
       attack, state, hp, target, i, k, steps=steps, noise_scale=noise_scale
     )
 
@@ -224,7 +228,7 @@ def identification_report(
     refit, per restart, with the surrogate ReLU at that restart's final
     ``alpha`` (the residual the attack minimised) and the attack's
     normalisation; needs multipliers.
-  * ``stability``: :func:`~recon_jax.eval.selection.stability_scores` (only the
+  * ``stability``: :func:`~recon_jax.eval.stability.stability_scores` (only the
     kicked ``x_i`` moves, ``stability_steps`` steps of the attack at the
     restart's final hyperparameters, kick ``N(0, stability_noise^2)`` per
     input entry).  Its cost is capped: it runs on at most
@@ -237,7 +241,7 @@ def identification_report(
   * ``margin``: :func:`~recon_jax.eval.selection.margin_score` of the whole pool
     (one gamma); 'general' has no margin and skips it.
 
-  Then :func:`recon_jax.eval.selection.identification_metrics` of each score against
+  Then :func:`recon_jax.eval.ranking.identification_metrics` of each score against
   :func:`candidate_truth`.
 
   The trusted score is fixed a priori, not chosen by its AUC on this run
@@ -421,7 +425,7 @@ def identification_report(
   for name in SCORES:
     if name in scores:
       sub = subsets.get(name, slice(None))
-      results[name] = selection.identification_metrics(scores[name], truth.real[sub], k_list)
+      results[name] = ranking.identification_metrics(scores[name], truth.real[sub], k_list)
 
   trusted = next((s for s in trust_order if s in scores), None)
   top = []

@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Tuple
 import numpy as np
 
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images
+from recon_jax.eval import similarity
 
 
 def _flat(x, name: str) -> np.ndarray:
@@ -55,13 +55,13 @@ def nearest_ssim(x, ref, *, filter_size: Optional[int] = None) -> Tuple[np.ndarr
   """(SSIM [n], index [n]) of the most similar reference image of each ``x_i``.
 
   Both sets are clipped to [0, 1] (the SSIM's value range) and compared in
-  float32; ``filter_size`` as :func:`recon_jax.eval.images.ssim_matrix`.
+  float32; ``filter_size`` as :func:`recon_jax.eval.similarity.ssim_matrix`.
   """
   x, ref = np.asarray(x), np.asarray(ref)
   if len(ref) == 0:
     raise ConfigError("ref holds no images.")
   s = np.asarray(
-    images.ssim_matrix(
+    similarity.ssim_matrix(
       np.clip(x, 0, 1).astype(np.float32),
       np.clip(ref, 0, 1).astype(np.float32),
       filter_size=filter_size,

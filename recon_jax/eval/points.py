@@ -20,10 +20,13 @@ Every function takes host arrays and returns numpy arrays or JSON-able dicts.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from recon_jax.errors import ConfigError
-from recon_jax.eval.images import greedy_dedup, lambda_filter, points_recovered
+from recon_jax.eval import similarity
+from recon_jax.eval.similarity import Array, KeyOrSeed
 
 __all__ = [
   "greedy_dedup",
@@ -198,3 +201,93 @@ def score_point_clouds(
     "tol": float(tol),
     "per_restart": rows,
   }
+
+
+def lambda_filter(lam: Array, thresh: float) -> np.ndarray:
+  """Keeps candidates whose KKT multiplier is large (Haim §4, Fig. 2e).
+
+  Points with lambda ~ 0 do not enter the KKT stationarity condition, so
+  their x can be anything; they carry no information.
+
+  Args:
+    lam: Multipliers [m].
+    thresh: Minimum multiplier to keep (the paper uses 5 in 2-D).
+
+  Returns:
+    Boolean numpy mask [m], True where lam >= thresh.
+  """
+  return np.asarray(lam).reshape(-1) >= thresh
+
+
+@jax.jit
+def _greedy_dedup(points: jax.Array, perm: jax.Array, radius: jax.Array) -> jax.Array:
+  shuffled = points[perm]
+  m = shuffled.shape[0]
+
+  def body(i, kept):
+    diff = shuffled - shuffled[i][None, :]
+    dist = jnp.sqrt(jnp.sum(diff * diff, axis=1))
+    # Only points already processed can be in `kept`, so this is the
+    # sequential greedy rule without materialising an [m, m] matrix.
+    clash = jnp.any(kept & (dist < radius))
+    return kept.at[i].set(~clash)
+
+  kept = jax.lax.fori_loop(0, m, body, jnp.zeros((m,), dtype=jnp.bool_))
+  return jnp.zeros((m,), dtype=jnp.bool_).at[perm].set(kept)
+
+
+def greedy_dedup(points: Array, radius: float, key_or_seed: KeyOrSeed) -> np.ndarray:
+  """Removes near-duplicate points greedily in random order (Haim §4).
+
+  Points are visited in a random order; a point is dropped when it lies at
+  Euclidean distance < `radius` from a point already kept.
+
+  Args:
+    points: Points [m, D] (or [m, ...], flattened).
+    radius: Duplicate radius (the paper uses 0.03 in 2-D).
+    key_or_seed: JAX PRNG key or int seed for the visiting order.
+
+  Returns:
+    Boolean numpy mask [m] of kept points.
+  """
+  pts = similarity.as_float(points)
+  m = int(pts.shape[0])
+  if m == 0:
+    return np.zeros((0,), dtype=bool)
+  pts = pts.reshape((m, -1))
+  perm = jax.random.permutation(similarity.as_key(key_or_seed), m)
+  return np.asarray(_greedy_dedup(pts, perm, jnp.asarray(radius, dtype=pts.dtype)))
+
+
+@jax.jit
+def _min_dists(x_train: jax.Array, pts: jax.Array) -> jax.Array:
+  diff = x_train[:, None, :] - pts[None, :, :]
+  return jnp.min(jnp.sqrt(jnp.sum(diff * diff, axis=2)), axis=1)
+
+
+def points_recovered(
+  points_kept: Array, x_train: Array, tol: float = 0.05
+) -> tuple[int, np.ndarray]:
+  """Counts training points that have a kept point within `tol`.
+
+  Args:
+    points_kept: Kept reconstructions [k, D] (after filtering/dedup).
+    x_train: Training points [n, D].
+    tol: Euclidean distance below which a training point is recovered.
+
+  Returns:
+    (count of training points with min distance < tol, per-train minimum
+    distance [n] as numpy; inf when no points are kept).
+  """
+  x_train = similarity.as_float(x_train)
+  n = int(x_train.shape[0])
+  x_train = x_train.reshape((n, -1))
+  pts = similarity.as_float(points_kept)
+  k = int(pts.shape[0])
+  if k == 0 or n == 0:
+    dists = np.full(n, np.inf)
+  else:
+    pts = pts.reshape((k, -1))
+    dtype = jnp.result_type(x_train.dtype, pts.dtype)
+    dists = np.asarray(_min_dists(x_train.astype(dtype), pts.astype(dtype)), dtype=np.float64)
+  return int(np.sum(dists < tol)), dists

@@ -13,11 +13,14 @@ lambda ranks candidates, measured against the truth (Spearman).
 from __future__ import annotations
 
 from typing import Optional
+import warnings
 
 import numpy as np
 
 from recon_jax import data
-from recon_jax.eval import images as metrics
+from recon_jax.errors import ConfigError
+from recon_jax.eval import images, similarity
+from recon_jax.eval.similarity import Array
 
 
 def pixel_space(x, ds: data.Dataset) -> np.ndarray:
@@ -54,7 +57,7 @@ def evaluate_candidates(
   r, m = cands.shape[:2]
   img_shape = cands.shape[2:]
   height = img_shape[0]
-  thr = ssim_threshold if ssim_threshold is not None else metrics.strict_threshold_for(height)
+  thr = ssim_threshold if ssim_threshold is not None else images.strict_threshold_for(height)
   x_train = pixel_space(ds.x_train, ds)
   x_held = pixel_space(ds.x_test, ds) if len(ds.x_test) else None
   final_loss = np.asarray(final_loss, np.float64)
@@ -80,16 +83,16 @@ def evaluate_candidates(
       "per_sample": {},
     }
   else:
-    res = metrics.evaluate(pooled, x_train, x_held, **kw)
+    res = images.evaluate(pooled, x_train, x_held, **kw)
     out = {"attack": res.summary(), "per_sample": res.to_dict()}
-  base_mean = metrics.mean_image_baseline(
+  base_mean = images.mean_image_baseline(
     x_train, x_held, pixel_space(np.zeros(img_shape), ds), **kw
   )
   out["baselines"] = {"mean_image": base_mean.summary()}
   if x_held is not None:
     # Half the held-out split at most, so the rest stays as the strict reference.
     num = int(min(len(pooled), len(x_held) // 2))
-    base_held = metrics.heldout_baseline(seed, x_train, x_held, num, **kw)
+    base_held = images.heldout_baseline(seed, x_train, x_held, num, **kw)
     out["baselines"]["heldout"] = base_held.summary()
 
   # Per restart: the truth (mean best SSIM over the training set) against the
@@ -99,7 +102,7 @@ def evaluate_candidates(
     if not ok[i]:
       per.append({"restart": i, "diverged": True, "final_loss": None})
       continue
-    ri = metrics.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
+    ri = images.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
     per.append(
       {
         "restart": i,
@@ -124,7 +127,7 @@ def evaluate_candidates(
     best_true = good[int(np.argmax(quality))]
     sel.update(
       {
-        "spearman_neg_loss_vs_mean_ssim": metrics.spearman(-losses, quality),
+        "spearman_neg_loss_vs_mean_ssim": spearman(-losses, quality),
         "best_by_loss_restart": best_by_loss["restart"],
         "best_by_loss_mean_ssim": best_by_loss["mean_ssim"],
         "best_by_loss_recovered_strict": best_by_loss["recovered_strict"],
@@ -135,10 +138,43 @@ def evaluate_candidates(
     )
     # Candidate level: does a larger lambda mean closer to some training image?
     flat_w = np.asarray(weights)[ok].reshape(-1)
-    cs = metrics.ssim_matrix(metrics.stretch(pooled), metrics.stretch(x_train), filter_size)
+    cs = similarity.ssim_matrix(
+      similarity.stretch(pooled), similarity.stretch(x_train), filter_size
+    )
     cand_best = np.asarray(cs).max(axis=1)
-    sel["spearman_weight_vs_candidate_ssim"] = metrics.spearman(flat_w, cand_best)
+    sel["spearman_weight_vs_candidate_ssim"] = spearman(flat_w, cand_best)
   out["selection"] = sel
 
   out["_result"] = res
   return out
+
+
+def spearman(a: Array, b: Array) -> float:
+  """Spearman rank correlation, returning NaN instead of warning.
+
+  Pairs where either value is non-finite are dropped first. Fewer than two
+  remaining pairs, or a constant input, give NaN (correlation undefined).
+
+  Args:
+    a: Values [N].
+    b: Values [N].
+
+  Returns:
+    The correlation as a Python float (or nan).
+  """
+  from scipy import stats  # Local import: only needed here.
+
+  a = np.asarray(a, dtype=np.float64).reshape(-1)
+  b = np.asarray(b, dtype=np.float64).reshape(-1)
+  if a.shape != b.shape:
+    raise ConfigError(f"lengths differ: {a.shape} vs {b.shape}")
+  ok = np.isfinite(a) & np.isfinite(b)
+  a, b = a[ok], b[ok]
+  if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+    return float("nan")
+  with warnings.catch_warnings():
+    # Belt and braces: the constant case is handled above, but scipy
+    # versions differ in which inputs they deem degenerate.
+    warnings.simplefilter("ignore", getattr(stats, "ConstantInputWarning", RuntimeWarning))
+    rho = stats.spearmanr(a, b).statistic
+  return float(rho)

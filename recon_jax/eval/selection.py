@@ -20,13 +20,12 @@ margin_score        ``-|g_i - gamma| / gamma``, ``gamma`` the median of the smal
                     positive margins
 ==================  =============================================================
 
-:func:`identification_metrics` is the measurement: it takes the ground truth
-(which candidates the evaluation matched to a training sample) and reports
-how well a score ranks them (ROC AUC, precision@k).  Nothing else here reads
-the training set, and this module imports nothing from :mod:`recon_jax.eval`
-(the small NCC it needs is written here).
+The stability score, which re-runs the attack, is in :mod:`recon_jax.eval.stability`;
+how well a score ranks the real candidates first (ROC AUC, precision@k, with the
+ground truth) is measured in :mod:`recon_jax.eval.ranking`.  Nothing here reads the
+training set.
 
-All scores except :func:`identification_metrics` are jitted jnp functions
+All scores are jitted jnp functions
 whose array arguments may be traced (their settings: thresholds, step counts,
 noise scales, are Python values checked up front); the loops over candidates
 are ``vmap`` (or ``lax.map`` in batches, to bound memory) and the re-runs of
@@ -36,23 +35,22 @@ the attack are ``lax.scan``.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from recon_jax.errors import ConfigError
+from recon_jax.eval import similarity
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
-from recon_jax.types import Attack, HParams, Target
+from recon_jax.types import Target
 
 # Default NCC above which two candidates count as the same image (see agreement_score).
 DEFAULT_NCC_THRESHOLD = 0.9
-STABILITY_FREE = ("x", "x_lam", "all")
 AGREEMENT_METRICS = ("ncc", "l2")
 
 
-def _map(fn: Callable, xs, batch_size: Optional[int]):
+def batched_map(fn: Callable, xs, batch_size: Optional[int]):
   """``fn(*x)`` over the leading axis of ``xs``: vmap (None) or lax.map in batches."""
   if batch_size is None:
     return jax.vmap(lambda *a: fn(*a))(*xs)
@@ -92,37 +90,6 @@ def lambda_score(lam, *, signed: bool = True) -> jax.Array:
 # --------------------------------------------------------------------------
 # 2. agreement across restarts
 # --------------------------------------------------------------------------
-def _unit_centred(flat: jax.Array) -> jax.Array:
-  """Rows centred and scaled to unit norm (NCC features); constant rows become 0 (NCC 0)."""
-  centred = flat - jnp.mean(flat, axis=-1, keepdims=True)
-  norm = jnp.linalg.norm(centred, axis=-1, keepdims=True)
-  safe = jnp.where(norm > 0, norm, jnp.ones_like(norm))
-  return jnp.where(norm > 0, centred / safe, jnp.zeros_like(centred))
-
-
-def ncc(a, b) -> jax.Array:
-  """Normalised cross-correlation ``<a - mean a, b - mean b> / (||.|| ||.||)`` of all pairs.
-
-  ``a`` [Na, ...], ``b`` [Nb, ...] -> [Na, Nb] in [-1, 1]; a pair with a
-  constant sample scores 0.  Invariant to a positive affine change of either
-  sample's intensities.
-  """
-  a, b = jnp.asarray(a), jnp.asarray(b)
-  if a.shape[1:] != b.shape[1:]:
-    raise ConfigError(
-      f"a and b must have the same sample shape, got {a.shape[1:]} and {b.shape[1:]}."
-    )
-  dtype = jnp.result_type(a.dtype, b.dtype, jnp.float32)
-  return _ncc(a.astype(dtype), b.astype(dtype))
-
-
-@jax.jit
-def _ncc(a, b):
-  fa = _unit_centred(a.reshape(a.shape[0], -1))
-  fb = _unit_centred(b.reshape(b.shape[0], -1))
-  return jnp.clip(jnp.matmul(fa, fb.T, precision=jax.lax.Precision.HIGHEST), -1.0, 1.0)
-
-
 @functools.partial(jax.jit, static_argnames=("metric", "fraction", "batch_size"))
 def _agreement(
   flat: jax.Array, threshold, valid, metric: str, fraction: bool, batch_size: Optional[int]
@@ -130,7 +97,7 @@ def _agreement(
   """[R, m] scores from the flattened candidates [R, m, D]."""
   num_restarts = flat.shape[0]
   if metric == "ncc":
-    flat = _unit_centred(flat)  # NCC = dot product of these features
+    flat = similarity.unit_centred(flat)  # NCC = dot product of these features
 
     def one_restart(fr):  # [m, D] -> [m, R]
       sim = jnp.einsum("id,sjd->isj", fr, flat, precision=jax.lax.Precision.HIGHEST)
@@ -284,7 +251,7 @@ def per_candidate_terms(
 
     return jax.grad(f)(params)
 
-  return _map(one, (x, lam, labels), batch_size)
+  return batched_map(one, (x, lam, labels), batch_size)
 
 
 def _margin_jacobian(apply_fn, problem, params, x, labels, act, batch_size):
@@ -298,7 +265,7 @@ def _margin_jacobian(apply_fn, problem, params, x, labels, act, batch_size):
     leaves = jax.tree_util.tree_leaves(jac)
     return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
 
-  return _map(one, (x, labels), batch_size)
+  return batched_map(one, (x, labels), batch_size)
 
 
 def leave_one_out_score(
@@ -417,185 +384,6 @@ def _leave_one_out(
 
 
 # --------------------------------------------------------------------------
-# 4. stability under perturbation
-# --------------------------------------------------------------------------
-def _check_state(state) -> None:
-  if not (hasattr(state, "_replace") and hasattr(state, "x")):
-    raise ConfigError(
-      f"state must be a NamedTuple with a field x of candidates [m, ...] "
-      f"(e.g. KKTState), got {type(state).__name__}."
-    )
-
-
-def _check_stability_args(state, steps, noise_scale, free) -> None:
-  _check_state(state)
-  if int(steps) != steps or int(steps) <= 0:
-    raise ConfigError(f"steps must be a positive integer, got {steps}.")
-  if not float(noise_scale) > 0.0:
-    raise ConfigError(f"noise_scale must be > 0, got {noise_scale}.")
-  if free not in STABILITY_FREE:
-    raise ConfigError(f"free must be one of {STABILITY_FREE}, got {free!r}.")
-
-
-_STABILITY_STATIC = ("attack", "steps", "noise_scale", "free", "reset_optimizer")
-
-
-def _stability(
-  attack: Attack, state, hparams, target, index, key, steps, noise_scale, free, reset_optimizer
-):
-  x0 = state.x
-  m = x0.shape[0]
-  sel = jnp.arange(m) == index
-  selx = sel.reshape((m,) + (1,) * (x0.ndim - 1))
-  noise = jnp.where(
-    selx, noise_scale * jax.random.normal(key, x0.shape, x0.dtype), jnp.zeros_like(x0)
-  )
-  x_pert = x0 + noise
-  start = state._replace(x=x_pert)
-  if reset_optimizer and hasattr(state, "opt_state"):
-    # Zeroed optax sgd/adam buffers (trace, mu, nu, count) are their init state.
-    start = start._replace(opt_state=jax.tree_util.tree_map(jnp.zeros_like, state.opt_state))
-  lam0 = getattr(state, "lam", None)
-
-  def body(s, _):
-    new, _ = attack.step(s, hparams, target)
-    if free != "all":
-      new = new._replace(x=jnp.where(selx, new.x, x_pert))
-      if lam0 is not None:
-        sell = sel.reshape((m,) + (1,) * (lam0.ndim - 1))
-        keep = sell if free == "x_lam" else jnp.zeros_like(sell)
-        new = new._replace(lam=jnp.where(keep, new.lam, lam0))
-    return new, None
-
-  final, _ = jax.lax.scan(body, start, None, length=int(steps))
-  d0 = jnp.linalg.norm(jnp.sum(noise, axis=0).reshape(-1))
-  d1 = jnp.linalg.norm(jnp.sum(jnp.where(selx, final.x - x0, 0.0), axis=0).reshape(-1))
-  return 1.0 - d1 / d0
-
-
-def stability_score(
-  attack: Attack,
-  state,
-  hparams: HParams,
-  target: Target,
-  index,
-  key,
-  *,
-  steps: int = 30,
-  noise_scale: float = 0.05,
-  free: str = "x",
-  reset_optimizer: bool = True,
-) -> jax.Array:
-  """Does candidate ``index`` come back after a kick?  ``1 - ||x_i(T) - x_i|| / ||eps||``.
-
-  ``x_i(0) = x_i + eps``, ``eps ~ N(0, noise_scale^2 I)`` per input entry (an
-  absolute scale in the attack's input space), then T = ``steps`` steps of
-  ``attack.step`` in ``lax.scan``.  What moves (``free``):
-
-  * 'x' (default): only ``x_i``; every other candidate and every multiplier is
-    held where the attack left it.  At an isolated KKT point the kick is
-    undone (score -> 1).  The multipliers are held because for a homogeneous
-    network ``lambda_i x_i`` has a flat scale direction that a free ``lambda_i``
-    would let the candidate slide along;
-  * 'x_lam': ``x_i`` and ``lambda_i``;
-  * 'all': the whole attack (others may absorb the kick).
-
-  Score 1: the candidate returns exactly; 0: it stays where it was kicked (a
-  flat region); < 0: it drifts away (not a stationary point).  The optimiser
-  buffers are re-initialised (zeroed) unless ``reset_optimizer=False``.  The
-  attack's own learning rates are used: if a few dozen steps do not move the
-  candidates, pass ``hparams`` with a larger ``lr_x``.
-
-  Args:
-    attack: the attack whose ``step`` is re-run.
-    state: one restart's attack state, a NamedTuple with field ``x`` [m, ...]
-      (and ``lam``, ``opt_state`` where present, as :class:`KKTState`).
-    hparams: that restart's hyperparameters (scalars).
-    target: theta*, labels, box.
-    index: the candidate (int, may be traced).
-    key: PRNG key of the kick.
-    steps: T.
-    noise_scale: per-entry standard deviation of the kick.
-    free: 'x', 'x_lam' or 'all'.
-    reset_optimizer: zero the optimiser state before the re-run.
-
-  Returns:
-    scalar score (NaN if the re-run diverged).
-  """
-  _check_stability_args(state, steps, noise_scale, free)
-  return _stability_jit(
-    attack,
-    state,
-    hparams,
-    target,
-    jnp.asarray(index),
-    key,
-    int(steps),
-    float(noise_scale),
-    free,
-    bool(reset_optimizer),
-  )
-
-
-_stability_jit = jax.jit(_stability, static_argnames=_STABILITY_STATIC)
-
-
-@functools.partial(jax.jit, static_argnames=_STABILITY_STATIC + ("batch_size",))
-def _stability_batch(
-  attack, state, hparams, target, idx, keys, steps, noise_scale, free, reset_optimizer, batch_size
-):
-  def one(i, k):
-    return _stability(
-      attack, state, hparams, target, i, k, steps, noise_scale, free, reset_optimizer
-    )
-
-  return _map(one, (idx, keys), batch_size)
-
-
-def stability_scores(
-  attack: Attack,
-  state,
-  hparams: HParams,
-  target: Target,
-  key,
-  *,
-  indices=None,
-  steps: int = 30,
-  noise_scale: float = 0.05,
-  free: str = "x",
-  reset_optimizer: bool = True,
-  batch_size: Optional[int] = None,
-) -> jax.Array:
-  """:func:`stability_score` of several candidates, vmapped (one kicked copy of the run each).
-
-  Candidate ``indices[k]`` (default all m) is kicked with
-  ``jax.random.split(key, len(indices))[k]``.  Memory grows with the number of
-  copies run at once; ``batch_size`` bounds it (``lax.map`` in batches).
-
-  Returns:
-    [len(indices)] scores.
-  """
-  _check_stability_args(state, steps, noise_scale, free)
-  idx = jnp.arange(state.x.shape[0]) if indices is None else jnp.asarray(indices).reshape(-1)
-  keys = jax.random.split(key, idx.shape[0])
-  if batch_size is not None and int(batch_size) <= 0:
-    raise ConfigError(f"batch_size must be > 0 or None, got {batch_size}.")
-  return _stability_batch(
-    attack,
-    state,
-    hparams,
-    target,
-    idx,
-    keys,
-    int(steps),
-    float(noise_scale),
-    free,
-    bool(reset_optimizer),
-    None if batch_size is None else int(batch_size),
-  )
-
-
-# --------------------------------------------------------------------------
 # 5. margin
 # --------------------------------------------------------------------------
 def margin_reference(g, quantile: float = 0.25) -> jax.Array:
@@ -675,79 +463,3 @@ def _margin_score(apply_fn, problem, params, x, labels, act, reference, quantile
   g = margins(problem, apply_fn(params, x, act), labels)
   gamma = margin_reference(g, quantile) if reference is None else jnp.asarray(reference, g.dtype)
   return -jnp.abs(g - gamma) / gamma
-
-
-# --------------------------------------------------------------------------
-# 6. the measurement (takes the ground truth)
-# --------------------------------------------------------------------------
-def _average_ranks(s: np.ndarray) -> np.ndarray:
-  """1-based ranks of ``s`` in ascending order, ties given their average rank."""
-  _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-  ends = np.cumsum(counts)  # rank of each distinct value's last member
-  return (ends - (counts - 1) / 2.0)[inverse.reshape(-1)]
-
-
-def auc_mann_whitney(scores, labels) -> float:
-  """``P(s+ > s-) + 1/2 P(s+ = s-)`` over positive/negative pairs (Mann-Whitney U / n+ n-).
-
-  From average ranks: ``AUC = (sum_{i+} rank_i - n+ (n+ + 1) / 2) / (n+ n-)``.
-  NaN when either class is empty.
-  """
-  s = np.asarray(scores, np.float64).reshape(-1)
-  y = np.asarray(labels, bool).reshape(-1)
-  n_pos, n_neg = int(y.sum()), int((~y).sum())
-  if n_pos == 0 or n_neg == 0:
-    return float("nan")
-  ranks = _average_ranks(s)
-  return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
-def precision_at_k(scores, labels, k: int) -> float:
-  """Fraction of real samples among the k highest scores, ties at the cut shared.
-
-  With ``t`` the k-th highest score, ``a`` / ``a+`` the items (real items)
-  scoring above t, ``b`` / ``b+`` those scoring exactly t::
-
-    precision@k = (a+ + (k - a) b+ / b) / k
-
-  (the expectation over random tie-breaking).  ``k`` is clipped to N; NaN for N = 0.
-  """
-  s = np.asarray(scores, np.float64).reshape(-1)
-  y = np.asarray(labels, bool).reshape(-1)
-  k = min(int(k), s.size)
-  if k == 0:
-    return float("nan")
-  t = np.sort(s)[::-1][k - 1]
-  above, tie = s > t, s == t
-  hits = y[above].sum() + (k - above.sum()) * y[tie].sum() / tie.sum()
-  return float(hits / k)
-
-
-def identification_metrics(scores, is_recovered, k_list: Sequence[int] = (5, 10)) -> dict:
-  """How well a score ranks the recovered candidates first: ROC AUC and precision@k.
-
-  This is the measurement and the one function here that takes the ground
-  truth: ``is_recovered[i]`` says whether the evaluation matched candidate i
-  to a training sample.  NaN scores (e.g. a diverged restart) count as the
-  lowest score.
-
-  Returns:
-    ``{'auc': Mann-Whitney AUC (ties half, NaN if a class is empty),
-    'precision@k': for each k (see :func:`precision_at_k`), 'n': N,
-    'n_recovered': N+, 'base_rate': N+/N (the precision of a random ranking)}``.
-  """
-  s = np.asarray(scores, np.float64).reshape(-1)
-  y = np.asarray(is_recovered)
-  if y.size != s.size:
-    raise ConfigError(f"is_recovered must have one entry per score: {y.size} vs {s.size}.")
-  y = y.reshape(-1).astype(bool)
-  ks = [int(k) for k in k_list]
-  if any(k <= 0 for k in ks):
-    raise ConfigError(f"k_list must hold positive integers, got {list(k_list)}.")
-  s = np.where(np.isnan(s), -np.inf, s)
-  n, n_pos = int(s.size), int(y.sum())
-  out = {"auc": auc_mann_whitney(s, y)}
-  for k in ks:
-    out[f"precision@{k}"] = precision_at_k(s, y, k)
-  out.update(n=n, n_recovered=n_pos, base_rate=n_pos / n if n else float("nan"))
-  return out

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from recon_jax.eval import images
+from recon_jax.eval import similarity
 from recon_jax.eval.images import EvalResult
 from recon_jax.studies import figures
 
@@ -204,8 +204,8 @@ def reconstruction_report(
   """
 
   os.makedirs(figdir, exist_ok=True)
-  x_train_disp = np.asarray(images.stretch(x_train))
-  x_held_disp = np.asarray(images.stretch(x_held)) if x_held is not None else None
+  x_train_disp = np.asarray(similarity.stretch(x_train))
+  x_held_disp = np.asarray(similarity.stretch(x_held)) if x_held is not None else None
   reconstruction_figure(
     os.path.join(figdir, f"{prefix}reconstructions.png"),
     result,
@@ -248,7 +248,7 @@ def trusted_figure(
   real = sum(bool(t["recovered_strict"]) for t in top)
   figures.image_grid(
     path,
-    [np.asarray(images.stretch(cands)), np.asarray(images.stretch(nearest))],
+    [np.asarray(similarity.stretch(cands)), np.asarray(similarity.stretch(nearest))],
     row_labels=["trusted\ncandidate", "most similar\ntraining image"],
     col_titles=[labels, None],
     title=(

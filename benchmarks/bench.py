@@ -39,8 +39,8 @@ Selections (``--only``, comma-separated; default all):
   on an 80 GB and a 141 GB device.
 
 Everything but the timing is the library's: the problem is built with
-``pipeline.make_target`` / ``candidate_labels`` / ``hparams_for`` (the main
-job's default sweep), arrays take ``pipeline.float_dtype()``, the step runs in
+``loading.make_target`` / ``candidate_labels`` / ``hparams_for`` (the main
+job's default sweep), arrays take ``float_dtype()``, the step runs in
 ``loop.make_runner``.  Timings are the best (minimum) of several runs after a
 warm-up call: the machine may be shared, and the minimum is the least disturbed
 estimate.  Targets are reported as true/false, never asserted.
@@ -156,15 +156,15 @@ def _clean(v):
 @contextlib.contextmanager
 def precision(dtype: str):
   """x64 on for 'float64', off for 'float32' (as the binaries set it); yields the library's
-  float dtype of the block, ``pipeline.float_dtype()``."""
+  float dtype of the block, ``float_dtype()``."""
   import jax
 
-  from recon_jax.studies import pipeline
+  from recon_jax.types import float_dtype
 
   old = jax.config.read("jax_enable_x64")
   jax.config.update("jax_enable_x64", dtype == "float64")
   try:
-    yield pipeline.float_dtype()
+    yield float_dtype()
   finally:
     jax.config.update("jax_enable_x64", old)
 
@@ -242,9 +242,9 @@ def init_params(module, d: int, seed: int = 0):
   program (run eagerly, each op of the initialisers compiles on its own: seconds)."""
   import jax
 
-  from recon_jax.studies import pipeline
+  from recon_jax.types import float_dtype
 
-  return _compiled_init()(module, jax.random.PRNGKey(seed), (d,), pipeline.float_dtype())
+  return _compiled_init()(module, jax.random.PRNGKey(seed), (d,), float_dtype())
 
 
 def _shapes(tree):
@@ -265,19 +265,20 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
   """(attack, x_init, target) of the binary KKT attack on a d-h-h-1 MLP with bias='first'.
 
   The pixel box is [0, 1] after subtracting a per-pixel mean of 0.45, as for mean-subtracted
-  data; theta*, the box and x take the current ``pipeline.float_dtype()``.
+  data; theta*, the box and x take the current ``float_dtype()``.
   """
   import numpy as np
 
   from recon_jax import inits
   from recon_jax.attacks import kkt
-  from recon_jax.studies import job, pipeline
-  from recon_jax.victims import models
+  from recon_jax.studies import job
+  from recon_jax.types import float_dtype
+  from recon_jax.victims import loading, models
 
-  dt = pipeline.float_dtype()
+  dt = float_dtype()
   module = models.build_model("mlp", widths=(h, h), bias="first")
   params = init_params(module, d, seed)
-  target = pipeline.make_target(params, job.candidate_labels("binary", m), np.full((d,), 0.45))
+  target = loading.make_target(params, job.candidate_labels("binary", m), np.full((d,), 0.45))
   attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
   return attack, inits.gaussian(m, (d,), dt), target
 
@@ -747,16 +748,17 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   import jax.numpy as jnp
   import numpy as np
 
-  from recon_jax.studies import job, pipeline
-  from recon_jax.victims import models
+  from recon_jax.studies import job
+  from recon_jax.types import float_dtype
+  from recon_jax.victims import loading, models
 
-  dt = pipeline.float_dtype()
+  dt = float_dtype()
   if net == "affine":
     module, act = models.build_model("affine", init="kaiming"), None
   else:
     module, act = models.build_model("one_hidden", widths=(width,), init="kaiming"), "softplus"
   theta_star = init_params(module, d, seed)
-  target = pipeline.make_target(theta_star, job.candidate_labels("binary", n))
+  target = loading.make_target(theta_star, job.candidate_labels("binary", n))
   x = jnp.asarray(np.random.default_rng(seed).uniform(0, 1, (n, d)), dt)
   return models.make_apply_fn(module), act, target, x
 

@@ -51,7 +51,7 @@ the sweep runs unsharded with a warning):
 
 Single-host multi-device (several GPUs in one machine, or
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` on a CPU) needs no
-flag at all: ``loop.run(..., shard=True)`` shards over the local devices.
+flag at all: ``loop.run_stages(..., shard=True)`` shards over the local devices.
 """
 
 from __future__ import annotations

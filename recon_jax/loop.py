@@ -173,62 +173,6 @@ class RunResult(NamedTuple):
   run_s: float  # wall time of running all chunks (compilation excluded)
 
 
-def run(
-  attack: Attack,
-  x_init: XInitFn,
-  keys,
-  hparams: HParams,
-  target: Target,
-  *,
-  num_steps: int,
-  chunk_steps: int = 500,
-  batching: str = "auto",
-  shard: bool = True,
-  state: Optional[RestartState] = None,
-  progress: Optional[Callable] = None,
-  log: bool = True,
-  checkpoint: Optional["Checkpoint"] = None,
-) -> RunResult:
-  """Runs R restarts for ``num_steps`` steps, in compiled chunks of ``chunk_steps``.
-
-  Args:
-    attack: the attack (pure init/step).
-    x_init: x-initialisation ``(key, hparams) -> x0``.
-    keys: [R] PRNG keys, one per restart.
-    hparams: dict of [R] arrays (per-restart hyperparameters).
-    target: what the attacker sees (shared by all restarts).
-    num_steps: total steps (counted from ``state.step`` when resuming).
-    chunk_steps: steps per compiled chunk; the host logs between chunks.
-    batching: 'vmap' or 'map' over restarts, or 'auto' (map on CPU, vmap
-      elsewhere; see :func:`resolve_batching`). Results do not depend on it.
-    shard: split restarts across local devices when more than one.
-    state: a state to resume from (e.g. loaded from a checkpoint). Its buffers
-      are donated to the compiled chunk, so the caller's copy is consumed.
-    progress: ``progress(state, record)`` called on the host after each chunk.
-    log: log one line per chunk.
-    checkpoint: save the run for a resume (:class:`Checkpoint`).
-
-  Returns:
-    RunResult.
-  """
-  if num_steps <= 0:
-    raise ConfigError(f"num_steps must be > 0, got {num_steps}.")
-  return run_stages(
-    attack,
-    x_init,
-    keys,
-    [(num_steps, hparams)],
-    target,
-    chunk_steps=chunk_steps,
-    batching=batching,
-    shard=shard,
-    state=state,
-    progress=progress,
-    log=log,
-    checkpoint=checkpoint,
-  )
-
-
 def run_stages(
   attack: Attack,
   x_init: XInitFn,
@@ -255,8 +199,18 @@ def run_stages(
   of a fresh state reads the first stage's hyperparameters.
 
   Args:
-    attack, x_init, keys, target, chunk_steps, batching, shard, state,
-      progress, log: as :func:`run`.
+    attack: the attack (pure init/step).
+    x_init: x-initialisation ``(key, hparams) -> x0``.
+    keys: [R] PRNG keys, one per restart.
+    target: what the attacker sees (shared by all restarts).
+    chunk_steps: steps per compiled chunk; the host logs between chunks.
+    batching: 'vmap' or 'map' over restarts, or 'auto' (map on CPU, vmap
+      elsewhere; see :func:`resolve_batching`). Results do not depend on it.
+    shard: split restarts across local devices when more than one.
+    state: a state to resume from (e.g. loaded from a checkpoint). Its buffers
+      are donated to the compiled chunk, so the caller's copy is consumed.
+    progress: ``progress(state, record)`` called on the host after each chunk.
+    log: log one line per chunk.
     checkpoint: where and how often to save the run for a later resume
       (:class:`Checkpoint`); the one resumable-run mechanism of every attack.
     stages: (steps in this stage, hparams) pairs; every hparams dict has the
@@ -429,3 +383,77 @@ def resume_state(
   state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"], tree["run"])
   logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
   return state, list(meta.get("chunks", [])), meta
+
+
+class AttackRun(NamedTuple):
+  """What :func:`run_attack` returns (host numpy arrays, restart axis first)."""
+
+  candidates: np.ndarray  # [R, m, *input_shape], the attack's input space
+  weights: np.ndarray  # [R, m] lambda (KKT) or ones
+  final_loss: np.ndarray  # [R], NaN where the restart diverged
+  diverged: np.ndarray  # [R] bool
+  chunks: list  # JSON records of every chunk (a resumed run: all of them)
+  state: Any  # the final batched loop state
+  compile_s: float
+  run_s: float
+
+
+def run_attack(
+  attack: Attack,
+  x_init,
+  keys,
+  stages: Sequence[Tuple[int, HParams]],
+  target: Target,
+  *,
+  chunk_steps: int = 500,
+  batching: str = "auto",
+  state_file: Optional[StateFile] = None,
+  log: bool = True,
+) -> AttackRun:
+  """Runs ``attack`` from ``x_init`` for R = len(keys) restarts through ``stages``.
+
+  Args:
+    attack: the attack.
+    x_init: ``(key, hparams) -> x0`` (see :mod:`recon_jax.inits`).
+    keys: [R] PRNG keys.
+    stages: ``[(steps, hparams)]`` (see :func:`recon_jax.sweep.stages`).
+    target: what the attacker sees.
+    chunk_steps: steps per compiled chunk.
+    batching: 'auto', 'vmap' or 'map' over restarts.
+    state_file: where and how often to save the run, and whether to continue from
+      that file (None: never saved).
+    log: one log line per chunk.
+  """
+  state0, chunks, sf = None, [], state_file
+  if sf is not None and sf.resume:
+    state0, chunks, _ = resume_state(sf.path, attack, x_init, keys, stages[0][1], target, batching)
+  ckpt = Checkpoint(sf.path, sf.every, sf.meta, chunks) if sf is not None else None
+  res = run_stages(
+    attack,
+    x_init,
+    keys,
+    stages,
+    target,
+    chunk_steps=chunk_steps,
+    batching=batching,
+    state=state0,
+    log=log,
+    checkpoint=ckpt,
+  )
+  if ckpt is None:
+    chunks = [chunk_record(r) for r in res.history]
+  else:
+    chunks = ckpt.chunks
+  cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(res.state.inner))
+  diverged = np.asarray(distributed.gather_restarts(res.state.diverged))
+  final_loss = np.where(diverged, np.nan, distributed.gather_restarts(res.state.loss))
+  return AttackRun(
+    np.asarray(cx),
+    np.asarray(w),
+    np.asarray(final_loss, np.float64),
+    diverged,
+    chunks,
+    res.state,
+    res.compile_s,
+    res.run_s,
+  )

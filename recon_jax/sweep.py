@@ -3,7 +3,7 @@
 A range is ``(lo, hi, 'log'|'lin')``; random search draws each restart's
 values independently (:func:`random_search`), and stages turn them into
 refinement (:func:`stages`) or annealing (:func:`anneal`) schedules.  The result is a
-dict of [R] arrays fed to :func:`recon_jax.loop.run` as per-restart
+dict of [R] arrays fed to :func:`recon_jax.loop.run_attack` as per-restart
 hyperparameters: the W&B sweep of the reference becomes one compiled call.
 """
 

@@ -126,8 +126,8 @@ def batched_runs(affine_victim):
     "mix_l2": jnp.array([1.0, 0.0, 0.0]),
   }
   return {
-    b: loop.run(
-      attack, x_init, keys, hp, _target(pstar), num_steps=20, chunk_steps=20, batching=b, log=False
+    b: loop.run_stages(
+      attack, x_init, keys, [(20, hp)], _target(pstar), chunk_steps=20, batching=b, log=False
     )
     for b in ("vmap", "map")
   }
@@ -157,13 +157,12 @@ def test_one_hidden_softplus_decreases_upper_loss():
   attack = bilevel_attack(
     apply_fn, "logistic", wd=wd, act="softplus", inner_tol=1e-9, optimizer="adam"
   )
-  res = loop.run(
+  res = loop.run_stages(
     attack,
     inits.fixed(x0, N, jnp.float64),
     jax.random.split(jax.random.PRNGKey(0), 1),
-    {"lr_x": jnp.array([0.03])},
+    [(60, {"lr_x": jnp.array([0.03])})],
     _target(pstar),
-    num_steps=60,
     chunk_steps=20,
     log=False,
   )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from recon_jax import checkpoint, data
-from recon_jax.victims import models, victim
+from recon_jax.victims import cache, models, victim
 
 
 def _params(dtype=np.float64, seed=0):
@@ -248,7 +248,7 @@ def test_victim_load_without_victim_config(tmp_path):
 def test_get_or_train_uses_the_cache(tmp_path, monkeypatch):
   monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))
   ds, cfg = _toy_dataset(), _victim_cfg()
-  params, summary, path = victim.get_or_train(cfg, ds)
+  params, summary, path = cache.get_or_train(cfg, ds)
   assert path.startswith(str(tmp_path / "cache")) and os.path.isfile(path)
   assert cfg.key() in os.path.basename(path)
 
@@ -256,7 +256,7 @@ def test_get_or_train_uses_the_cache(tmp_path, monkeypatch):
     raise AssertionError("trained again instead of loading the cache")
 
   monkeypatch.setattr(victim, "fit", no_training)
-  params2, summary2, path2 = victim.get_or_train(cfg, ds)
+  params2, summary2, path2 = cache.get_or_train(cfg, ds)
   assert path2 == path and summary2["margins"] == summary["margins"]
   for a, b in zip(jax.tree_util.tree_leaves(params2), jax.tree_util.tree_leaves(params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -385,7 +385,7 @@ def test_attack_recovers_planted_random_features_data():
   attack = cf.closed_form_attack(rf_apply, "binary")
   hp = {"lr_x": jnp.full(r, 1.0), "alpha": jnp.full(r, 20.0), "restart": jnp.arange(r)}
   keys = jax.random.split(jax.random.PRNGKey(0), r)
-  res = loop.run(attack, perturbed, keys, hp, target, num_steps=300, chunk_steps=150, log=False)
+  res = loop.run_stages(attack, perturbed, keys, [(300, hp)], target, chunk_steps=150, log=False)
   act = functools.partial(models.surrogate_relu, alpha=20.0)
   objective = jax.jit(
     jax.vmap(lambda xx: cf.projection_residual(rf_apply, "binary", theta, xx, y, act)[0])

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
+from recon_jax import loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
 from recon_jax.eval import selection, stability
 from recon_jax.studies import job, pipeline
-from recon_jax.victims import models, victim
+from recon_jax.victims import loading, models, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -88,7 +89,7 @@ def planted():
   theta = (1/m) sum_i lam_i y_i x_i over the 6 training digits, each twice
   (m = 12), so the attack's stationarity residual is 0 there.  Restarts 0 and
   1 start AT that solution (x and lambda: an init that plants lambda), restart
-  2 from uniform noise with random multipliers; :func:`pipeline.run_attack`
+  2 from uniform noise with random multipliers; :func:`loop.run_attack`
   runs 3 steps (the planted restarts do not move: every gradient is 0).
   """
   ds, _, _ = _digits()
@@ -99,7 +100,7 @@ def planted():
   labels = np.concatenate([ds.y_train, ds.y_train])
   lam_gt = np.tile(rng.uniform(1.0, 1.5, n), 2)
   w = (x_gt.reshape(m, -1).T @ (lam_gt * labels))[:, None] / m
-  target = pipeline.make_target({"params": {"w": w}}, labels, ds.mean)
+  target = loading.make_target({"params": {"w": w}}, labels, ds.mean)
   kkt_attack = pipeline.make_attack(configs.get_config("tiny"), linear_apply, "binary")
   noise = jnp.asarray(rng.uniform(size=x_gt.shape) - ds.mean)
 
@@ -121,7 +122,7 @@ def planted():
     "lam_min": np.full(3, 0.0),
     "gt": np.array([1.0, 1.0, 0.0]),
   }
-  run = pipeline.run_attack(
+  run = loop.run_attack(
     attack,
     x_init,
     jax.random.split(jax.random.PRNGKey(0), 3),
@@ -231,7 +232,7 @@ def test_leave_one_out_uses_each_restarts_surrogate():
   apply_fn = models.make_apply_fn(module)
   rng = np.random.default_rng(1)
   x, lam = jnp.asarray(rng.normal(size=(2, 4, 5))), jnp.asarray(rng.uniform(0.5, 2, (2, 4)))
-  target = pipeline.make_target(params, np.array([1.0, -1.0, 1.0, -1.0]), box=None)
+  target = loading.make_target(params, np.array([1.0, -1.0, 1.0, -1.0]), box=None)
   alpha = jnp.asarray([3.0, 30.0])
   got = ident._leave_one_out_restarts(apply_fn, "binary", target, x, lam, alpha, "sum", True)
   for r in range(2):

@@ -24,14 +24,8 @@ from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 from recon_jax.victims import models
-from recon_jax.victims.importers import (
-  ImportedCNN,
-  ImportedMLP,
-  detect_format,
-  from_state_dict,
-  load_foreign,
-  read_state_dict,
-)
+from recon_jax.victims.importers import ImportedCNN, ImportedMLP, from_state_dict, load_foreign
+from recon_jax.victims.readers import detect_format, read_state_dict
 
 TOL = dict(rtol=1e-6, atol=1e-6)
 

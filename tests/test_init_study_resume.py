@@ -11,7 +11,6 @@ from experiments.configs import init_study as configs
 from recon_jax import loop
 from recon_jax import workdir as wd
 from recon_jax.errors import ConfigError
-from recon_jax.studies import pipeline
 
 INTERRUPTED = "kkt_mlp_relu"  # the last sub-run of the tiny preset
 
@@ -57,7 +56,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
   assert f"done_{INTERRUPTED}.json" not in files and "metrics.json" not in files
 
   calls = []
-  run_attack = pipeline.run_attack
+  run_attack = loop.run_attack
 
   def spy(attack, *args, state_file=None, **kw):
     calls.append((os.path.basename(state_file.path), state_file.resume))
@@ -65,7 +64,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
     calls.append([c["step"] for c in out.chunks])
     return out
 
-  monkeypatch.setattr(pipeline, "run_attack", spy)
+  monkeypatch.setattr(loop, "run_attack", spy)
   run_tiny(wd, resume=True)
   # The affine sub-run was loaded, not rerun; the KKT one continued from step 2 and
   # reports both chunks.

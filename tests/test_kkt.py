@@ -347,7 +347,7 @@ def test_attack_reduces_stationarity_on_trained_victim():
     )
   )
   before = np.asarray(stat(s0.inner.x, s0.inner.lam)) / norm
-  res = loop.run(attack, x_init, keys, hp, target, num_steps=300, chunk_steps=150, log=False)
+  res = loop.run_stages(attack, x_init, keys, [(300, hp)], target, chunk_steps=150, log=False)
   after = res.history[-1]["stat_rel"]
   assert not np.any(np.asarray(res.state.diverged))
   assert np.all(after * 4 <= before), (before, after)
@@ -375,13 +375,12 @@ def test_known_initialisation_fits_theta_star_minus_theta0():
     "sigma_x": jnp.full(1, 0.1),
   }
   x0 = jnp.asarray(x + 0.3 * np.random.default_rng(6).normal(size=x.shape))
-  res = loop.run(
+  res = loop.run_stages(
     attack,
     lambda key, h: x0,
     jax.random.split(jax.random.PRNGKey(0), 1),
-    hp,
+    [(200, hp)],
     target,
-    num_steps=200,
     chunk_steps=100,
     log=False,
   )

@@ -95,13 +95,12 @@ def _run(attack, x0, target, steps=300, lr=0.02):
     "alpha": jnp.full(1, 10.0),
     "lam_min": jnp.full(1, 0.0),
   }
-  return loop.run(
+  return loop.run_stages(
     attack,
     lambda key, h: x0,
     jax.random.split(jax.random.PRNGKey(0), 1),
-    hp,
+    [(steps, hp)],
     target,
-    num_steps=steps,
     chunk_steps=steps // 2,
     log=False,
   )

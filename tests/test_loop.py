@@ -71,13 +71,12 @@ def test_toy_run_matches_closed_form():
   target = _toy_target()
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
   hp = {"lr_x": jnp.array([0.1, 0.2, 0.5]), "sigma_x": jnp.array([1.0, 2.0, 0.5])}
-  res = loop.run(
+  res = loop.run_stages(
     toy_attack(),
     inits.gaussian(M, (D,), jnp.float64),
     keys,
-    hp,
+    [(20, hp)],
     target,
-    num_steps=20,
     chunk_steps=7,
     log=False,
   )
@@ -113,7 +112,7 @@ def test_stages_continue_with_each_stages_hyperparameters():
   np.testing.assert_allclose(np.asarray(res.state.inner.x), want, rtol=1e-12, atol=1e-14)
   assert [r["step"] for r in res.history] == [4, 6, 10, 11]  # chunks restart at a stage edge
   # Resuming after the first stage skips it and runs only the second.
-  mid = loop.run(toy_attack(), x_init, keys, hp1, target, num_steps=6, chunk_steps=6, log=False)
+  mid = loop.run_stages(toy_attack(), x_init, keys, [(6, hp1)], target, chunk_steps=6, log=False)
   again = loop.run_stages(
     toy_attack(),
     x_init,
@@ -162,13 +161,12 @@ def test_jit_equals_no_jit():
   with jax.disable_jit():
     plain, _ = loop.scan_one(toy_attack(), s0, hp, target, 5)
   _states_equal(jitted, plain, exact=False)
-  res = loop.run(
+  res = loop.run_stages(
     toy_attack(),
     x_init,
     key[None],
-    jax.tree_util.tree_map(lambda a: a[None], hp),
+    [(5, jax.tree_util.tree_map(lambda a: a[None], hp))],
     target,
-    num_steps=5,
     chunk_steps=5,
     log=False,
   )
@@ -179,13 +177,12 @@ def test_nan_restart_is_frozen_at_its_last_finite_state():
   target = _toy_target()
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
   hp = {"lr_x": jnp.array([0.1, 1e30, 0.2]), "sigma_x": jnp.ones(3)}
-  res = loop.run(
+  res = loop.run_stages(
     toy_attack(),
     inits.gaussian(M, (D,), jnp.float64),
     keys,
-    hp,
+    [(30, hp)],
     target,
-    num_steps=30,
     chunk_steps=10,
     log=False,
   )
@@ -217,8 +214,8 @@ def test_trace_once_per_chunk_size():
   counts = {}
   for steps, chunk in ((10, 10), (20, 10), (40, 10), (15, 10)):
     calls = []
-    res = loop.run(
-      toy_attack(calls), x_init, keys, hp, target, num_steps=steps, chunk_steps=chunk, log=False
+    res = loop.run_stages(
+      toy_attack(calls), x_init, keys, [(steps, hp)], target, chunk_steps=chunk, log=False
     )
     counts[steps] = len(calls)
     assert len(res.history) == -(-steps // chunk)
@@ -247,11 +244,11 @@ def test_bad_arguments():
   hp = {"lr_x": jnp.array([0.1]), "sigma_x": jnp.ones(1)}
   x_init = inits.gaussian(M, (D,), jnp.float64)
   with pytest.raises(ValueError, match="steps"):
-    loop.run(toy_attack(), x_init, keys, hp, target, num_steps=0)
+    loop.run_stages(toy_attack(), x_init, keys, [(0, hp)], target)
   with pytest.raises(ValueError, match="chunk_steps"):
-    loop.run(toy_attack(), x_init, keys, hp, target, num_steps=5, chunk_steps=0)
+    loop.run_stages(toy_attack(), x_init, keys, [(5, hp)], target, chunk_steps=0)
   with pytest.raises(ValueError, match="batching"):
-    loop.run(toy_attack(), x_init, keys, hp, target, num_steps=5, batching="pmap")
+    loop.run_stages(toy_attack(), x_init, keys, [(5, hp)], target, batching="pmap")
 
 
 # ---------------------------------------------------------------- the KKT attack in the loop
@@ -281,7 +278,8 @@ def _kkt_hp(lr_x):
 
 
 KEYS = jax.random.split(jax.random.PRNGKey(42), 3)
-COMMON = dict(num_steps=20, chunk_steps=10, log=False)
+STEPS = 20
+COMMON = dict(chunk_steps=10, log=False)
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +287,13 @@ def kkt_full():
   """Three clean KKT restarts, 20 steps in two chunks (shared by several tests)."""
   attack, x_init, target = _kkt_problem()
   hp = _kkt_hp([0.05, 0.1, 0.02])
-  return attack, x_init, target, hp, loop.run(attack, x_init, KEYS, hp, target, **COMMON)
+  return (
+    attack,
+    x_init,
+    target,
+    hp,
+    loop.run_stages(attack, x_init, KEYS, [(STEPS, hp)], target, **COMMON),
+  )
 
 
 def test_vmapped_restarts_equal_single_runs(kkt_full):
@@ -310,7 +314,7 @@ def test_vmapped_restarts_equal_single_runs(kkt_full):
 
 def test_map_equals_vmap(kkt_full):
   attack, x_init, target, hp, res = kkt_full
-  mapped = loop.run(attack, x_init, KEYS, hp, target, batching="map", **COMMON)
+  mapped = loop.run_stages(attack, x_init, KEYS, [(STEPS, hp)], target, batching="map", **COMMON)
   _states_equal(res.state, mapped.state, exact=False)
   for k in ("loss", "stat", "stat_rel"):
     np.testing.assert_allclose(res.history[-1][k], mapped.history[-1][k], rtol=1e-12)
@@ -318,16 +322,20 @@ def test_map_equals_vmap(kkt_full):
 
 def test_nan_restart_leaves_others_untouched():
   attack, x_init, target = _kkt_problem()
-  res = loop.run(attack, x_init, KEYS, _kkt_hp([0.05, 1e30, 0.02]), target, **COMMON)
-  clean = loop.run(attack, x_init, KEYS[np.array([0, 2])], _kkt_hp([0.05, 0.02]), target, **COMMON)
+  res = loop.run_stages(
+    attack, x_init, KEYS, [(STEPS, _kkt_hp([0.05, 1e30, 0.02]))], target, **COMMON
+  )
+  clean = loop.run_stages(
+    attack, x_init, KEYS[np.array([0, 2])], [(STEPS, _kkt_hp([0.05, 0.02]))], target, **COMMON
+  )
   np.testing.assert_array_equal(np.asarray(res.state.diverged), [False, True, False])
   at = int(res.state.diverged_at[1])
   assert 0 < at < 20
   assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree_util.tree_leaves(res.state))
   _states_equal(_slice(res.state, [0, 2]), clean.state, exact=False)
   # Frozen where it failed: the same restart run alone for diverged_at steps ends there.
-  alone = loop.run(
-    attack, x_init, KEYS[1:2], _kkt_hp([1e30]), target, num_steps=at, chunk_steps=at, log=False
+  alone = loop.run_stages(
+    attack, x_init, KEYS[1:2], [(at, _kkt_hp([1e30]))], target, chunk_steps=at, log=False
   )
   assert not bool(alone.state.diverged[0])
   _states_equal(_slice(res.state.inner, [1]), alone.state.inner, exact=False)
@@ -335,15 +343,15 @@ def test_nan_restart_leaves_others_untouched():
 
 def test_resume_continues_to_the_same_result(kkt_full):
   attack, x_init, target, hp, full = kkt_full
-  half = loop.run(attack, x_init, KEYS, hp, target, num_steps=10, chunk_steps=10, log=False)
+  half = loop.run_stages(attack, x_init, KEYS, [(10, hp)], target, chunk_steps=10, log=False)
   np.testing.assert_array_equal(np.asarray(half.state.step), [10, 10, 10])
-  resumed = loop.run(
-    attack, x_init, KEYS, hp, target, num_steps=20, chunk_steps=10, state=half.state, log=False
+  resumed = loop.run_stages(
+    attack, x_init, KEYS, [(20, hp)], target, chunk_steps=10, state=half.state, log=False
   )
   assert [r["step"] for r in resumed.history] == [20]
   _states_equal(full.state, resumed.state)
   # Nothing left to do: the state comes back unchanged, with no chunks run.
   keep = jax.tree_util.tree_map(np.array, resumed.state)
-  again = loop.run(attack, x_init, KEYS, hp, target, num_steps=20, state=resumed.state, log=False)
+  again = loop.run_stages(attack, x_init, KEYS, [(20, hp)], target, state=resumed.state, log=False)
   assert again.history == []
   _states_equal(again.state, keep)

@@ -45,7 +45,7 @@ keys = jax.random.split(jax.random.PRNGKey(1), R)
 
 def sweep(shard, batching="vmap"):
   # two chunks: the second call reuses the compiled chunk on the first one's output
-  return loop.run(attack, x_init, keys, hp, target, num_steps=12, chunk_steps=6,
+  return loop.run_stages(attack, x_init, keys, [(12, hp)], target, chunk_steps=6,
                   batching=batching, shard=shard, log=False)
 
 def result(res):
@@ -60,7 +60,7 @@ if mode == "single":
   info["x_spec"] = str(getattr(x.sharding, "spec", None))
   info["shard_shapes"] = sorted({tuple(s.data.shape) for s in x.addressable_shards})
   # The compiled chunk of a sharded state needs no communication: restarts are independent.
-  # Lowered with loop.run's own placement and chunk length, so these are the programs the
+  # Lowered with loop.run_stages's own placement and chunk length, so these are the programs the
   # sweeps run (compiled once: the persistent compilation cache serves the second request).
   sharding = loop.restart_sharding(R)
   hps = jax.device_put({k: jnp.asarray(v) for k, v in hp.items()}, sharding)

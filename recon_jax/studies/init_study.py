@@ -33,7 +33,7 @@ from recon_jax import data, implicit, inits, loop, optim, sweep
 from recon_jax.attacks import bilevel, kkt
 from recon_jax.errors import ConfigError
 from recon_jax.types import float_dtype
-from recon_jax.victims import models, victim
+from recon_jax.victims import cache, models, victim
 
 # The three §4.3 settings as (l1, l2) of eq. (10).
 SETTINGS = {"random": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
@@ -190,7 +190,7 @@ def bilevel_victim(
     )
     return params, {"grad_norm": gnorm}
 
-  params, summary, _ = victim.cached_params("converged", spec, p0, train, use_cache=use_cache)
+  params, summary, _ = cache.cached_params("converged", spec, p0, train, use_cache=use_cache)
   return apply_fn, params, summary
 
 
@@ -399,11 +399,12 @@ class Study:
 
     from recon_jax import diagnostics, losses
     from recon_jax.eval import nearest
-    from recon_jax.studies import pipeline
+    from recon_jax.types import float_dtype
+    from recon_jax.victims import loading
 
     cfg, ds = self.cfg, self.ds
     t0 = time.time()
-    dtype = pipeline.float_dtype()
+    dtype = float_dtype()
     sel = np.arange(len(self.l1)) if sub.grid else np.array(sorted(self.idx.values()))
     l1, l2 = self.l1[sel], self.l2[sel]
     hp = {"mix_l1": jnp.asarray(l1, dtype), "mix_l2": jnp.asarray(l2, dtype)}
@@ -433,18 +434,18 @@ class Study:
         restart_from_target_each_step=cfg.bilevel_restart_from_target,
         optimizer=cfg.bilevel_optimizer,
       )
-      target = pipeline.make_target(params, ds.y_train, dtype=dtype)
+      target = loading.make_target(params, ds.y_train, dtype=dtype)
       x_init = inits.mix(ds.x_train, ds.x_part, n, dtype=dtype)
       hp["lr_x"] = jnp.asarray(np.full(len(sel), cfg.bilevel_lr_x), dtype)
       steps, offset, draws = cfg.bilevel_steps, 0.0, {}
       metric_keys = ("param_dist", "inner_grad_norm", "inner_iters")
     else:
       dsc = self.centred()
-      vic = pipeline.load_or_train_victim(kkt_victim_config(cfg), dsc, use_cache=cfg.use_cache)
+      vic = loading.load_or_train_victim(kkt_victim_config(cfg), dsc, use_cache=cfg.use_cache)
       params = vic.params
       vsum = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
       attack = kkt.kkt_attack(vic.apply_fn, "binary")
-      target = pipeline.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
+      target = loading.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
       x_init = inits.mix(dsc.x_train, dsc.x_part, n, offset=dsc.mean, dtype=dtype)
       draws = kkt_hparams(cfg, len(sel))
       hp.update({k: jnp.asarray(v, dtype) for k, v in draws.items()})
@@ -454,7 +455,7 @@ class Study:
     entry["theta_star_sq_norm"] = float(losses.tree_sq_norm(target.params))
     entry["victim_s"] = time.time() - t0
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(sub.seed), 1), len(sel))
-    out = pipeline.run_attack(
+    out = loop.run_attack(
       attack,
       x_init,
       keys,

@@ -15,7 +15,7 @@ import numpy as np
 from recon_jax import data, losses, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
-from recon_jax.victims import victim
+from recon_jax.victims import readers, victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 
@@ -55,9 +55,7 @@ def resolve_problem(problem: str, loss: str) -> str:
 
 def is_foreign(path: str) -> bool:
   """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
-  from recon_jax.victims import importers
-
-  return importers.detect_format(path) != "msgpack"
+  return readers.detect_format(path) != "msgpack"
 
 
 def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:

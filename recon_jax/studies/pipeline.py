@@ -5,7 +5,7 @@ x-initialisation -> attack -> the one batched loop -> candidates ->
 evaluation -> report dict.
 
 The pieces (:func:`make_target`, :func:`candidate_labels`,
-:func:`load_or_train_victim`, :func:`run_attack`) are plain functions of
+:func:`load_or_train_victim`, :func:`recon_jax.loop.run_attack`) are plain functions of
 library objects; :func:`reconstruct` chains them for one configuration (a
 mapping with the fields of ``experiments/configs/reconstruct.py``) and returns
 the report without writing anything but the optional resume file.
@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, NamedTuple, Optional
 
 from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import attacks, data, diagnostics, distributed, inits, loop, losses
-from recon_jax.errors import ConfigError
+from recon_jax import attacks, data, diagnostics, inits, loop
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.studies import checks
@@ -37,202 +36,9 @@ from recon_jax.studies.job import (
   victim_config,
 )
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
-from recon_jax.victims import importers, models, victim
+from recon_jax.victims import importers, loading, models, victim
 
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
-
-
-def cast_params(params, dtype=None):
-  """``params`` with every leaf a ``dtype`` array (default :func:`float_dtype`)."""
-  dtype = dtype or float_dtype()
-  return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
-
-
-def make_target(
-  params, labels, mean=None, *, box: Optional[Tuple[float, float]] = (0.0, 1.0), dtype=None
-) -> Target:
-  """What the attacker sees: theta*, the candidates' labels and the pixel box.
-
-  Args:
-    params: theta*.
-    labels: [m] labels assumed for the candidates (see :func:`candidate_labels`).
-    mean: the per-pixel mean subtracted from the training data (or None): the
-      attack works in that shifted space, so the box moves with it.
-    box: (lo, hi) pixel range of the data; None: no box (the 2-D toy).
-    dtype: float dtype (default :func:`float_dtype`).
-  """
-  dtype = dtype or float_dtype()
-  params = cast_params(params, dtype)
-  labels = jnp.asarray(labels)
-  if box is None:
-    shape = np.shape(mean) if mean is not None else ()
-    inf = jnp.full(shape, jnp.inf, dtype)
-    return Target(params, labels, -inf, inf)
-  lo, hi = box
-  offset = np.zeros(()) if mean is None else np.asarray(mean)
-  return Target(params, labels, jnp.asarray(lo - offset, dtype), jnp.asarray(hi - offset, dtype))
-
-
-class Victim(NamedTuple):
-  params: Any  # theta* (flax variable dict)
-  apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
-  num_outputs: int  # C, the width of the output layer
-  summary: dict  # training summary (loss, errors, margins, ...)
-  source: str  # 'trained', 'cache' or the checkpoint path
-
-
-def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
-  """``ds`` in the input space of a model trained on ``x - mean`` (pixels in, mean recorded).
-
-  ``ds`` must hold plain pixels (loaded with ``subtract_mean=False``).
-  """
-  mean = np.asarray(mean, ds.x_train.dtype)
-  if mean.shape != ds.x_train.shape[1:]:
-    raise ConfigError(f"data_mean has shape {mean.shape}, the images {ds.x_train.shape[1:]}.")
-  sub = lambda a: a - mean if len(a) else a
-  return ds._replace(
-    x_train=sub(ds.x_train), x_test=sub(ds.x_test), x_part=sub(ds.x_part), mean=mean
-  )
-
-
-def import_victim(
-  path: str,
-  cfg: victim.VictimConfig,
-  ds: data.Dataset,
-  *,
-  input_layout: str = "nchw",
-  stride=1,
-  padding=0,
-) -> Victim:
-  """A PyTorch or safetensors victim: its weights mapped onto a flax network.
-
-  The architecture is inferred from the tensors (see :mod:`recon_jax.victims.importers`);
-  ``cfg.loss`` says how it was trained; its train error and margins on ``ds``
-  are computed here, since the file carries no summary.
-  """
-  imp = importers.load_foreign(
-    path,
-    input_shape=ds.x_train.shape[1:],
-    input_layout=input_layout,
-    stride=stride,
-    padding=padding,
-  )
-  apply_fn = models.make_apply_fn(imp.module)
-  out = apply_fn(imp.params, jnp.asarray(ds.x_train, jnp.float32))
-  want = losses.num_outputs(cfg.loss, ds.num_classes)
-  if out.shape[1] != want:
-    raise ConfigError(
-      f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has {out.shape[1]}.",
-      argument="loss",
-    )
-  y = jnp.asarray(ds.y_train)
-  margins = np.asarray(losses.margins(cfg.loss, out, y))
-  summary = {
-    "train_error": float(losses.error_rate(cfg.loss, out, y)),
-    "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
-    "margins": (margins[:, 0] if margins.ndim == 2 else margins).tolist(),
-    "imported": {"format": imp.format, "arch": imp.arch},
-  }
-  return Victim(imp.params, apply_fn, int(out.shape[1]), summary, path)
-
-
-def load_or_train_victim(
-  cfg: victim.VictimConfig,
-  ds: data.Dataset,
-  *,
-  checkpoint: str = "",
-  use_cache: bool = True,
-  allow_data_mismatch: bool = False,
-) -> Victim:
-  """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained now.
-
-  PyTorch and safetensors files go through :func:`import_victim`.
-  """
-  module, apply_fn = victim.build(cfg, ds)
-  if checkpoint:
-    params, _, meta = victim.load(checkpoint, cfg, ds)
-    victim.check_data(checkpoint, meta, ds, allow_data_mismatch)
-    summary, source = meta.get("summary", {}), checkpoint
-  else:
-    params, summary, _ = victim.get_or_train(cfg, ds, use_cache=use_cache)
-    source = summary.pop("source")
-  return Victim(params, apply_fn, victim.out_dim(cfg, ds), summary, source)
-
-
-class AttackRun(NamedTuple):
-  """What :func:`run_attack` returns (host numpy arrays, restart axis first)."""
-
-  candidates: np.ndarray  # [R, m, *input_shape], the attack's input space
-  weights: np.ndarray  # [R, m] lambda (KKT) or ones
-  final_loss: np.ndarray  # [R], NaN where the restart diverged
-  diverged: np.ndarray  # [R] bool
-  chunks: list  # JSON records of every chunk (a resumed run: all of them)
-  state: Any  # the final batched loop state
-  compile_s: float
-  run_s: float
-
-
-def run_attack(
-  attack: Attack,
-  x_init,
-  keys,
-  stages: Sequence[Tuple[int, HParams]],
-  target: Target,
-  *,
-  chunk_steps: int = 500,
-  batching: str = "auto",
-  state_file: Optional[loop.StateFile] = None,
-  log: bool = True,
-) -> AttackRun:
-  """Runs ``attack`` from ``x_init`` for R = len(keys) restarts through ``stages``.
-
-  Args:
-    attack: the attack.
-    x_init: ``(key, hparams) -> x0`` (see :mod:`recon_jax.inits`).
-    keys: [R] PRNG keys.
-    stages: ``[(steps, hparams)]`` (see :func:`recon_jax.sweep.stages`).
-    target: what the attacker sees.
-    chunk_steps: steps per compiled chunk.
-    batching: 'auto', 'vmap' or 'map' over restarts.
-    state_file: where and how often to save the run, and whether to continue from
-      that file (None: never saved).
-    log: one log line per chunk.
-  """
-  state0, chunks, sf = None, [], state_file
-  if sf is not None and sf.resume:
-    state0, chunks, _ = loop.resume_state(
-      sf.path, attack, x_init, keys, stages[0][1], target, batching
-    )
-  ckpt = loop.Checkpoint(sf.path, sf.every, sf.meta, chunks) if sf is not None else None
-  res = loop.run_stages(
-    attack,
-    x_init,
-    keys,
-    stages,
-    target,
-    chunk_steps=chunk_steps,
-    batching=batching,
-    state=state0,
-    log=log,
-    checkpoint=ckpt,
-  )
-  if ckpt is None:
-    chunks = [loop.chunk_record(r) for r in res.history]
-  else:
-    chunks = ckpt.chunks
-  cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(res.state.inner))
-  diverged = np.asarray(distributed.gather_restarts(res.state.diverged))
-  final_loss = np.where(diverged, np.nan, distributed.gather_restarts(res.state.loss))
-  return AttackRun(
-    np.asarray(cx),
-    np.asarray(w),
-    np.asarray(final_loss, np.float64),
-    diverged,
-    chunks,
-    res.state,
-    res.compile_s,
-    res.run_s,
-  )
 
 
 # ----------------------------------------------------------------------------- one job
@@ -366,7 +172,9 @@ def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
   return jax.tree_util.tree_map(jnp.subtract, params, theta0)
 
 
-def identifiability_report(vic: Victim, problem, target: Target, ds, cands, weights, diverged):
+def identifiability_report(
+  vic: loading.Victim, problem, target: Target, ds, cands, weights, diverged
+):
   """:func:`recon_jax.eval.identifiability.identifiability` of a run, or why it was skipped.
 
   Scored against ``target.fit`` (theta*, or theta* - theta_0 with a known
@@ -407,7 +215,7 @@ class Reconstruction(NamedTuple):
   arrays: dict  # name -> array (reconstructions.npz)
   eval_result: Any  # metrics.EvalResult of the pooled candidates (or None)
   dataset: data.Dataset
-  victim: Victim
+  victim: loading.Victim
 
 
 def reconstruct(
@@ -420,7 +228,7 @@ def reconstruct(
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
 
   ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  The sweep
-  saves to and resumes from ``state_file`` (see :func:`run_attack`).
+  saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
   ``requested_victim``: see :func:`victim_config`; ``checked``: the caller ran
   :func:`recon_jax.studies.checks.prepare` on ``cfg`` already (else it is checked here).
   """
@@ -434,7 +242,9 @@ def reconstruct(
     ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
     imp = cfg.get("foreign", {})
     if imp.get("data_mean"):
-      ds = shift_dataset(ds, importers.load_data_mean(imp["data_mean"], ds.x_train.shape[1:]))
+      ds = loading.shift_dataset(
+        ds, importers.load_data_mean(imp["data_mean"], ds.x_train.shape[1:])
+      )
   else:
     ds = victim.load_data(vcfg, cfg.data_dir or None)
   n = len(ds.x_train)
@@ -442,7 +252,7 @@ def reconstruct(
   labels = candidate_labels(problem, m, ds.num_classes)  # a bad m fails before training
   t0 = time.time()
   if foreign:
-    vic = import_victim(
+    vic = loading.import_victim(
       cfg.checkpoint,
       vcfg,
       ds,
@@ -451,7 +261,7 @@ def reconstruct(
       padding=imp.get("padding", 0),
     )
   else:
-    vic = load_or_train_victim(
+    vic = loading.load_or_train_victim(
       vcfg,
       ds,
       checkpoint=cfg.checkpoint,
@@ -460,10 +270,12 @@ def reconstruct(
     )
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
-  target = make_target(vic.params, labels, ds.mean, dtype=dtype)
+  target = loading.make_target(vic.params, labels, ds.mean, dtype=dtype)
   params = target.params
   if cfg.get("known_init", False):
-    target = target._replace(reference=cast_params(known_init_reference(vcfg, ds, params), dtype))
+    target = target._replace(
+      reference=loading.cast_params(known_init_reference(vcfg, ds, params), dtype)
+    )
 
   hp, run = {}, None
   spec = attacks.get(cfg.attack)
@@ -494,7 +306,7 @@ def reconstruct(
     )
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
     stages = stages_for(cfg, hp)
-    run = run_attack(
+    run = loop.run_attack(
       attack,
       x_init,
       keys,

@@ -22,7 +22,8 @@ from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
 from recon_jax.studies import checks, figures, job, pipeline
-from recon_jax.victims import models, victim
+from recon_jax.types import float_dtype
+from recon_jax.victims import loading, models, victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 # The victim's init schemes that need no extra scale ('normal' needs init_std).
@@ -199,14 +200,14 @@ def run(
 
   hp, stages, labels = validate(cfg)
   t_start = time.time()
-  dtype = pipeline.float_dtype()
+  dtype = float_dtype()
   if bool(cfg.x64) != (dtype == jnp.float64):
     logging.warning("x64=%s but JAX runs in %s", cfg.x64, np.dtype(dtype).name)
   ds = data.load_dataset("toy2d", toy_n=cfg.n_train, seed=cfg.seed)
-  vic = pipeline.load_or_train_victim(victim_config(cfg), ds, use_cache=cfg.use_cache)
+  vic = loading.load_or_train_victim(victim_config(cfg), ds, use_cache=cfg.use_cache)
   timing = {"victim_s": time.time() - t_start}
   t0 = time.time()
-  params = pipeline.cast_params(vic.params, dtype)
+  params = loading.cast_params(vic.params, dtype)
   x_train = jnp.asarray(ds.x_train, dtype)
   oracle = diagnostics.oracle_residual(vic.apply_fn, "binary", params, x_train, ds.y_train)
   kinks = diagnostics.kink_fraction(params, ds.x_train)
@@ -220,7 +221,7 @@ def run(
   if cfg.theta_norm > 0:
     scale = cfg.theta_norm / jnp.sqrt(losses.tree_sq_norm(params))
     params = jax.tree_util.tree_map(lambda a: a * scale, params)
-  target = pipeline.make_target(params, labels, ds.mean, box=None, dtype=dtype)
+  target = loading.make_target(params, labels, ds.mean, box=None, dtype=dtype)
   attack = kkt.kkt_attack(vic.apply_fn, "binary", w_prior=0.0)  # no prior (Haim §4)
   x_init = inits.gaussian(cfg.m, (2,), dtype)
   keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
@@ -230,7 +231,7 @@ def run(
       keys, hp_arrays
     )
   )
-  res = pipeline.run_attack(
+  res = loop.run_attack(
     attack,
     x_init,
     keys,
@@ -301,8 +302,8 @@ def toy_figure(
   n, r = cfg.n_train, metrics["selected_restart"]
   g = np.linspace(-1.6, 1.6, 121)
   gx, gy = np.meshgrid(g, g)
-  grid = jnp.asarray(np.stack([gx.ravel(), gy.ravel()], 1), pipeline.float_dtype())
-  params = pipeline.cast_params(vic.params)
+  grid = jnp.asarray(np.stack([gx.ravel(), gy.ravel()], 1), float_dtype())
+  params = loading.cast_params(vic.params)
   out = np.asarray(vic.apply_fn(params, grid, None))[:, 0].reshape(gx.shape)
   train = {"train": ds.x_train, "train_labels": ds.y_train}
   panels = [

@@ -26,7 +26,7 @@ FLAGS = flags.FLAGS
 def main(cfg):
   from recon_jax import workdir as wd
   from recon_jax.precision import set_precision
-  from recon_jax.studies import claims, runner
+  from recon_jax.studies import results_md, runner
 
   set_precision(cfg.base.x64, cfg.base.matmul_precision)
   variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
@@ -38,7 +38,7 @@ def main(cfg):
   out = runner.run_efficacy(
     cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume, configs=configs
   )
-  print(claims.efficacy_table(out, variants))
+  print(results_md.efficacy_table(out, variants))
   print(f"wrote {workdir}")
 
 

@@ -37,11 +37,11 @@ FLAGS = flags.FLAGS
 def main(cfg):
   from recon_jax import workdir as wd
   from recon_jax.precision import set_precision
-  from recon_jax.studies import init_study, runner
+  from recon_jax.studies import init_study_settings, runner
 
   set_precision(cfg.x64)
   cfg.data_dir = wd.expand(cfg.data_dir)
-  init_study.validate(cfg)
+  init_study_settings.validate(cfg)
   # config.json is what --resume needs: the finished sub-runs are done_<name>.*
   workdir = wd.open_run(
     cfg,

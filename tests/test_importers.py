@@ -24,7 +24,8 @@ from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 from recon_jax.victims import models
-from recon_jax.victims.importers import ImportedCNN, ImportedMLP, from_state_dict, load_foreign
+from recon_jax.victims.importers import from_state_dict, load_foreign
+from recon_jax.victims.models import ImportedCNN, ImportedMLP
 from recon_jax.victims.readers import detect_format, read_state_dict
 
 TOL = dict(rtol=1e-6, atol=1e-6)

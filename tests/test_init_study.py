@@ -22,7 +22,7 @@ from experiments.configs import init_study as configs
 from recon_jax import data
 from recon_jax.errors import ConfigError
 from recon_jax.eval import nearest
-from recon_jax.studies import init_study, init_study_figures, runner
+from recon_jax.studies import init_study, init_study_figures, init_study_settings, runner
 
 FINDINGS = {
   "random_to_noise",
@@ -242,7 +242,7 @@ def test_missing_data_refused_before_anything_is_written(tmp_path):
 
 def test_presets():
   for preset in ("default", "quick", "tiny"):
-    init_study.validate(configs.get_config(preset))
+    init_study_settings.validate(configs.get_config(preset))
   assert configs.get_config().x64 and configs.get_config().save_every == 1
   names = [s.name for s in init_study.sub_runs(configs.get_config())]
   assert names == [

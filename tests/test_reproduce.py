@@ -10,7 +10,7 @@ import pytest
 from experiments import common, reproduce
 from experiments.configs import reproduce as configs
 from recon_jax.errors import ConfigError
-from recon_jax.studies import claims, efficacy, reproduction
+from recon_jax.studies import claims, efficacy, reproduction, results_md
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 
@@ -178,7 +178,7 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
 
   (tmp_path / "main_faces").mkdir()
   (tmp_path / "main_faces" / "efficacy.png").write_bytes(b"png")
-  md = claims.report(
+  md = results_md.report(
     cfg,
     str(tmp_path),
     results,

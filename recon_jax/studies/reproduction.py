@@ -24,7 +24,7 @@ from absl import logging
 
 from recon_jax import workdir
 from recon_jax.errors import ConfigError
-from recon_jax.studies import claims, runner
+from recon_jax.studies import claims, results_md, runner
 
 # The file in a run's folder from which its binary's resume continues an interrupted run.
 STATE = {"efficacy": "config.json", "toy_2d": runner.STATE_FILE, "init_study": "config.json"}
@@ -164,7 +164,9 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
     done = sections[: i + 1]
     rows = claims.claims(claims.CLAIMS, results, done, cfg.confidence)
     total, more = time.time() - t0, i + 1 < len(sections)
-    report = claims.report(cfg, path, results, rows, done, claims.SECTIONS, total, command, more)
+    report = results_md.report(
+      cfg, path, results, rows, done, claims.SECTIONS, total, command, more
+    )
     workdir.write_text(path, "RESULTS.md", report)
     out = dict(scale=cfg.scale, command=command, sections=done, claims=rows, total_s=total)
     out.update(config=cfg, runs=results)

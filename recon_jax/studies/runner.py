@@ -21,12 +21,13 @@ from recon_jax import loop, workdir
 from recon_jax.errors import ConfigError, RunFailed
 from recon_jax.studies import (
   checks,
-  claims,
   efficacy,
   init_study,
   init_study_figures,
+  init_study_settings,
   pipeline,
   report_figures,
+  results_md,
   toy,
 )
 from recon_jax.victims import victim
@@ -277,7 +278,7 @@ def run_efficacy(
     },
   }
   workdir.write_json(path, "metrics.json", out)
-  workdir.write_text(path, "results.md", claims.efficacy_table(out, variants))
+  workdir.write_text(path, "results.md", results_md.efficacy_table(out, variants))
   efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   return out
 
@@ -312,7 +313,7 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
   written.  Returns metrics.json's dict.
   """
   cfg.data_dir = workdir.expand(cfg.data_dir)
-  init_study.validate(cfg)
+  init_study_settings.validate(cfg)
   if resume:
     workdir.check_resumable(cfg, path, "config.json", "init_study")
   else:
@@ -354,6 +355,6 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
       mix_l2=study.l2,
       **arrays,
     )
-    workdir.write_text(path, "summary.md", init_study.summary(cfg, metrics))
+    workdir.write_text(path, "summary.md", init_study_settings.summary(cfg, metrics))
     init_study_figures.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
   return metrics

@@ -30,7 +30,8 @@ shape mismatches.
 MLPs whose bias layout is 'first', 'all' or 'none' become
 :class:`recon_jax.victims.models.MLP` parameters (names ``layer_i``), so everything in
 the library that knows that class works on them; other bias layouts become an
-:class:`ImportedMLP`, convolutional networks an :class:`ImportedCNN`.
+:class:`recon_jax.victims.models.ImportedMLP`, convolutional networks an
+:class:`recon_jax.victims.models.ImportedCNN`.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import re
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import flax.linen as nn
-import jax
 import numpy as np
 
 from recon_jax.checkpoint import CheckpointError
@@ -68,70 +68,6 @@ class Imported(NamedTuple):
   format: str
   arch: dict
   source_names: tuple
-
-
-class ImportedMLP(nn.Module):
-  """Fully connected network with a bias on any subset of its layers.
-
-  Attributes:
-    features: output width of each layer, the last being the output size.
-    use_bias: one flag per layer.
-    activation: default activation between layers; attacks pass ``act=``.
-  """
-
-  features: Sequence[int]
-  use_bias: Sequence[bool]
-  activation: models.Activation = jax.nn.relu
-
-  @nn.compact
-  def __call__(self, x, act: Optional[models.Activation] = None):
-    act = act or self.activation
-    h = x.reshape((x.shape[0], -1))
-    for i, (width, bias) in enumerate(zip(self.features, self.use_bias)):
-      h = nn.Dense(width, use_bias=bias, name=f"layer_{i}")(h)
-      if i < len(self.features) - 1:
-        h = act(h)
-    return h
-
-
-class ImportedCNN(nn.Module):
-  """Conv2d layers, then Linear layers, with ReLU (or ``act``) between them.
-
-  Inputs are NHWC.  The feature map is flattened in NHWC order before the
-  first Linear layer (the importer permutes that layer's columns to match).
-
-  Attributes:
-    convs: per conv layer ``(features, (kh, kw), (sh, sw), ((top, bottom),
-      (left, right)), use_bias)``.
-    dense: per Linear layer ``(features, use_bias)``; the last gives the output.
-    activation: default activation; attacks pass ``act=``.
-  """
-
-  convs: Sequence[tuple]
-  dense: Sequence[tuple]
-  activation: models.Activation = jax.nn.relu
-
-  @nn.compact
-  def __call__(self, x, act: Optional[models.Activation] = None):
-    act = act or self.activation
-    h = x
-    for i, (features, kernel, strides, padding, bias) in enumerate(self.convs):
-      h = act(
-        nn.Conv(
-          features,
-          tuple(kernel),
-          strides=tuple(strides),
-          padding=tuple(tuple(p) for p in padding),
-          use_bias=bias,
-          name=f"conv_{i}",
-        )(h)
-      )
-    h = h.reshape((h.shape[0], -1))
-    for j, (features, bias) in enumerate(self.dense):
-      h = nn.Dense(features, use_bias=bias, name=f"layer_{j}")(h)
-      if j < len(self.dense) - 1:
-        h = act(h)
-    return h
 
 
 # --------------------------------------------------------------------------
@@ -474,14 +410,14 @@ def from_state_dict(
   }
   if n_conv:
     arch["convs"] = convs_arch
-    module = ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
-    arch["module"] = "recon_jax.victims.importers.ImportedCNN"
+    module = models.ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
+    arch["module"] = "recon_jax.victims.models.ImportedCNN"
   elif layout in models.BIAS_MODES:
     module = models.MLP(widths=tuple(widths[:-1]), out_dim=out_dim, bias=layout)
     arch["module"] = "recon_jax.victims.models.MLP"
   else:
-    module = ImportedMLP(features=tuple(widths), use_bias=tuple(flags))
-    arch["module"] = "recon_jax.victims.importers.ImportedMLP"
+    module = models.ImportedMLP(features=tuple(widths), use_bias=tuple(flags))
+    arch["module"] = "recon_jax.victims.models.ImportedMLP"
   json.dumps(arch)  # arch must stay JSON-able
   return Imported({"params": params}, module, format, arch, tuple(names))
 

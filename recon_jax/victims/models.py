@@ -322,3 +322,67 @@ def init_params(module: nn.Module, key, input_shape, dtype=jnp.float32):
   """Initial ``{'params': ...}`` for inputs of shape ``input_shape`` (no batch dim)."""
   params = module.init(key, jnp.zeros((1, *input_shape), dtype))
   return jax.tree_util.tree_map(lambda a: a.astype(dtype), params)
+
+
+class ImportedMLP(nn.Module):
+  """Fully connected network with a bias on any subset of its layers.
+
+  Attributes:
+    features: output width of each layer, the last being the output size.
+    use_bias: one flag per layer.
+    activation: default activation between layers; attacks pass ``act=``.
+  """
+
+  features: Sequence[int]
+  use_bias: Sequence[bool]
+  activation: Activation = jax.nn.relu
+
+  @nn.compact
+  def __call__(self, x, act: Optional[Activation] = None):
+    act = act or self.activation
+    h = x.reshape((x.shape[0], -1))
+    for i, (width, bias) in enumerate(zip(self.features, self.use_bias)):
+      h = nn.Dense(width, use_bias=bias, name=f"layer_{i}")(h)
+      if i < len(self.features) - 1:
+        h = act(h)
+    return h
+
+
+class ImportedCNN(nn.Module):
+  """Conv2d layers, then Linear layers, with ReLU (or ``act``) between them.
+
+  Inputs are NHWC.  The feature map is flattened in NHWC order before the
+  first Linear layer (the importer permutes that layer's columns to match).
+
+  Attributes:
+    convs: per conv layer ``(features, (kh, kw), (sh, sw), ((top, bottom),
+      (left, right)), use_bias)``.
+    dense: per Linear layer ``(features, use_bias)``; the last gives the output.
+    activation: default activation; attacks pass ``act=``.
+  """
+
+  convs: Sequence[tuple]
+  dense: Sequence[tuple]
+  activation: Activation = jax.nn.relu
+
+  @nn.compact
+  def __call__(self, x, act: Optional[Activation] = None):
+    act = act or self.activation
+    h = x
+    for i, (features, kernel, strides, padding, bias) in enumerate(self.convs):
+      h = act(
+        nn.Conv(
+          features,
+          tuple(kernel),
+          strides=tuple(strides),
+          padding=tuple(tuple(p) for p in padding),
+          use_bias=bias,
+          name=f"conv_{i}",
+        )(h)
+      )
+    h = h.reshape((h.shape[0], -1))
+    for j, (features, bias) in enumerate(self.dense):
+      h = nn.Dense(features, use_bias=bias, name=f"layer_{j}")(h)
+      if j < len(self.dense) - 1:
+        h = act(h)
+    return h

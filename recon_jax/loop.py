@@ -226,6 +226,14 @@ def run_stages(
   if chunk_steps <= 0:
     raise ConfigError(f"chunk_steps must be > 0, got {chunk_steps}.")
   num_restarts = int(np.shape(keys)[0])
+  if log:
+    logging.info(
+      "%s: %d restarts x %d steps in chunks of %d (the first chunk compiles)",
+      attack.name,
+      num_restarts,
+      sum(steps for steps, _ in stages),
+      chunk_steps,
+    )
   stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
   sharding = restart_sharding(num_restarts) if shard else None
   init_fn, chunk_fn = make_runner(

@@ -330,6 +330,12 @@ def reconstruct(
     ident = identifiability_report(vic, problem, target, ds, cands, weights, run.diverged)
   timing["identifiability_s"] = time.time() - t0
   logging.info("%s", identifiability.line(ident))
+  logging.info(
+    "evaluating %d candidates against %d training and %d held-out images and the baselines",
+    int(np.prod(cands.shape[:2])),
+    n,
+    len(ds.x_test),
+  )
   t0 = time.time()
   ev = evaluation.evaluate_candidates(
     cands, weights, final_loss, ds, ssim_threshold=cfg.ssim_threshold, seed=cfg.seed

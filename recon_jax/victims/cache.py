@@ -45,6 +45,7 @@ def _through_cache(path: str, load_fn, train_fn, save_fn, use_cache: bool):
       return value, True
     except checkpoint.CheckpointError as e:
       logging.warning("ignoring unusable cached victim: %s", e)
+  logging.info("training the victim (not cached%s)", f" at {path}" if use_cache else "")
   value = train_fn()
   if use_cache:
     try:

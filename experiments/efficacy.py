@@ -23,23 +23,34 @@ from experiments import common
 FLAGS = flags.FLAGS
 
 
-def main(cfg):
+def job(cfg, workdir, *, variants="default", draws=5, first_draw=0, resume=False, overwrite=False):
+  """The harness over ``draws`` data draws into ``workdir``; everything checked first."""
   from recon_jax import workdir as wd
   from recon_jax.precision import set_precision
   from recon_jax.studies import results_md, runner
 
   set_precision(cfg.base.x64, cfg.base.matmul_precision)
-  variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip()]
-  configs = runner.check_efficacy(cfg, variants, FLAGS.draws, FLAGS.first_draw)
-  if FLAGS.resume:  # all checked before the workdir is touched, and only here
-    wd.check_resumable(cfg, FLAGS.workdir, "config.json", "efficacy")
-  workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+  names = [v.strip() for v in variants.split(",") if v.strip()]
+  configs = runner.check_efficacy(cfg, names, draws, first_draw)
+  if resume:  # all checked before the workdir is touched, and only here
+    wd.check_resumable(cfg, workdir, "config.json", "efficacy")
+  workdir = wd.prepare(workdir, overwrite or resume)
   wd.lock(workdir)
-  out = runner.run_efficacy(
-    cfg, workdir, variants, FLAGS.draws, FLAGS.first_draw, resume=FLAGS.resume, configs=configs
-  )
-  print(results_md.efficacy_table(out, variants))
+  out = runner.run_efficacy(cfg, workdir, names, draws, first_draw, resume=resume, configs=configs)
+  print(results_md.efficacy_table(out, names))
   print(f"wrote {workdir}")
+
+
+def main(cfg):
+  job(
+    cfg,
+    FLAGS.workdir,
+    variants=FLAGS.variants,
+    draws=FLAGS.draws,
+    first_draw=FLAGS.first_draw,
+    resume=FLAGS.resume,
+    overwrite=FLAGS.overwrite,
+  )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ from experiments import common
 FLAGS = flags.FLAGS
 
 
-def main(cfg):
+def job(cfg, workdir, *, resume=False, overwrite=False):
+  """The study into ``workdir``; its settings and data checked before the workdir is touched."""
   from recon_jax import workdir as wd
   from recon_jax.precision import set_precision
   from recon_jax.studies import init_study_settings, runner
@@ -44,17 +45,16 @@ def main(cfg):
   init_study_settings.validate(cfg)
   # config.json is what --resume needs: the finished sub-runs are done_<name>.*
   workdir = wd.open_run(
-    cfg,
-    FLAGS.workdir,
-    "config.json",
-    resume=FLAGS.resume,
-    overwrite=FLAGS.overwrite,
-    study="init_study",
+    cfg, workdir, "config.json", resume=resume, overwrite=overwrite, study="init_study"
   )
-  runner.run_init_study(cfg, workdir, resume=FLAGS.resume)
+  runner.run_init_study(cfg, workdir, resume=resume)
   with open(wd.inside(workdir, "summary.md")) as f:
     print(f.read())
   print(f"wrote {workdir}")
+
+
+def main(cfg):
+  job(cfg, FLAGS.workdir, resume=FLAGS.resume, overwrite=FLAGS.overwrite)
 
 
 if __name__ == "__main__":

@@ -34,28 +34,27 @@ FLAGS = flags.FLAGS
 PROGRAMS = reproduction.Programs("experiments.{}", "experiments/configs/{}.py:{}", common.ROOT)
 
 
-def main(cfg):
-  """The command line: flags -> checks -> the runs -> one line of results."""
-  sections = reproduction.sections_to_run(cfg, FLAGS.only)
-  if FLAGS.resume:
-    folder = wd.expand(FLAGS.workdir)
+def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=()):
+  """Checks -> the runs -> one line of results.  ``argv``: the command line, for RESULTS.md."""
+  sections = reproduction.sections_to_run(cfg, only)
+  given = workdir
+  if resume:
+    folder = wd.expand(workdir)
     if not os.path.isdir(folder):
-      raise common.UserError(f"--resume: --workdir {FLAGS.workdir} does not exist.")
+      raise common.UserError(f"--resume: --workdir {given} does not exist.")
     if os.path.isfile(os.path.join(folder, "config.json")):  # the same settings, a reproduce run
       wd.check_resumable(cfg, folder, "config.json", "reproduce")
     elif not os.path.isfile(os.path.join(folder, "results.json")):  # (older runs: results only)
-      raise common.UserError(f"--resume: --workdir {FLAGS.workdir} holds no reproduce run.")
-  workdir = wd.prepare(FLAGS.workdir, FLAGS.overwrite or FLAGS.resume)
+      raise common.UserError(f"--resume: --workdir {given} holds no reproduce run.")
+  workdir = wd.prepare(workdir, overwrite or resume)
   wd.lock(workdir)
-  if not FLAGS.resume:
+  if not resume:
     wd.write_config(workdir, cfg, study="reproduce")
   command = " ".join(
     ["python -m experiments.reproduce"]
-    + [a for a in sys.argv[1:] if not a.startswith(("--resume", "--overwrite"))]
+    + [a for a in argv if not a.startswith(("--resume", "--overwrite"))]
   )
-  out = reproduction.run(
-    cfg, workdir, sections, programs=PROGRAMS, resume=FLAGS.resume, command=command
-  )
+  out = reproduction.run(cfg, workdir, sections, programs=PROGRAMS, resume=resume, command=command)
   n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
   print(
     f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
@@ -64,6 +63,17 @@ def main(cfg):
   failed = [n for n, r in out["runs"].items() if r["status"] != "ok"]
   if failed:
     raise RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
+
+
+def main(cfg):
+  job(
+    cfg,
+    FLAGS.workdir,
+    only=FLAGS.only,
+    resume=FLAGS.resume,
+    overwrite=FLAGS.overwrite,
+    argv=sys.argv[1:],
+  )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ VARIANTS = {
     "optimizer": "adam",
     "lr_x": "1e-4:1e-1:log",
   },
+  # Candidates kept in the span of the first layer's weights (the data subspace of a
+  # weight-decay victim; Tansley et al. 2026).
+  "subspace": {"subspace": True},
   # Sample splitting (Shen et al. 2026): every 250 steps the candidate whose split lowers
   # the objective most becomes two, 0.5 apart, in the slot of an unused candidate.
   "split": {"split_every": 250, "split_eps": 0.5},

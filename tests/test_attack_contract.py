@@ -39,6 +39,7 @@ CASES = [
       "subspace": True,
       "subspace_tol": 1e-8,
       "search": "lm",
+      "lm_cg_maxiter": 5,
     },
   ),
   ("kkt", {"split_every": 2, "split_eps": 0.1}),

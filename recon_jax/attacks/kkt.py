@@ -137,7 +137,9 @@ def kkt_attack(
     split_every: every this many steps, split the candidate whose split lowers the
       objective most into two, in the slot of the smallest multiplier, kept only if the
       objective fell (:mod:`recon_jax.attacks.splitting`; binary or multiclass, free
-      multipliers; 0: off).
+      multipliers; 0: off).  The split is a ``lax.cond`` on the step count: free on the
+      steps between splits under ``lax.map`` (the CPU default), but evaluated on every
+      step when restarts are vmapped (a batched predicate runs both branches).
     split_eps: the distance of the two copies from the split candidate (input units).
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``

@@ -83,6 +83,8 @@ def test_stretch_range_and_constant(rng):
 
 def test_ncc_affine_invariance_and_constant(rng):
   a = rng.uniform(size=(3, 6, 6, 1))
+  np.testing.assert_allclose(np.diag(np.asarray(similarity.ncc(a, a))), 1.0, atol=1e-12)
+  np.testing.assert_allclose(np.diag(np.asarray(similarity.ncc(a, -a))), -1.0, atol=1e-12)
   np.testing.assert_allclose(np.diag(np.asarray(similarity.ncc(a, 2 * a + 3))), 1.0, atol=1e-12)
   np.testing.assert_allclose(np.diag(np.asarray(similarity.ncc(0.5 * a - 1, a))), 1.0, atol=1e-12)
   mixed = np.concatenate([a, np.full((1, 6, 6, 1), 2.0)])

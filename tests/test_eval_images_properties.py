@@ -1,4 +1,4 @@
-"""Property tests (hypothesis) of recon_jax.eval.images on small 8x8x1 images."""
+"""Property tests (hypothesis) of recon_jax.eval.similarity on small 8x8x1 images."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,7 +1,6 @@
 """Sample splitting: its second-order prediction, its eigenpair, and that a split lowers the
 KKT objective where plain descent has stalled."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np

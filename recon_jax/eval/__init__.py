@@ -1,7 +1,13 @@
 """Scoring reconstructions against the truth; only this package reads the training set.
 
-* :mod:`recon_jax.eval.images`: image metrics (stretch, NCC, SSIM), matching
-  with voting, strict recovery, the mean-image and held-out baselines.
+* :mod:`recon_jax.eval.similarity`: stretch to [0, 1], normalised
+  cross-correlation, SSIM (dm-pix) and its filter sizes.
+* :mod:`recon_jax.eval.images`: matching with voting, strict recovery and its
+  thresholds, the mean-image and held-out baselines.
+* :mod:`recon_jax.eval.selection`: the attacker's per-candidate scores (lambda,
+  agreement, leave-one-out, margin); :mod:`recon_jax.eval.stability`: the
+  stability score (re-runs the attack); :mod:`recon_jax.eval.ranking`: ROC AUC
+  and precision@k of a score against the truth.
 * :mod:`recon_jax.eval.report`: the one evaluation every attack's candidates
   go through, as a JSON-able report dict (figures are drawn by
   :mod:`recon_jax.studies.figures`).

@@ -1,8 +1,8 @@
 """Evaluation of reconstruction attacks: matching, SSIM, strict recovery, baselines.
 
 Implements the post-processing of Haim et al. 2022 (Appendix B.3: stretch,
-NCC nearest neighbours, voting, SSIM sorting) and the point-cloud helpers of
-their Section 4 (lambda filter, greedy de-duplication).
+NCC nearest neighbours, voting, SSIM sorting); the similarity measures
+themselves (stretch, NCC, SSIM) are in :mod:`recon_jax.eval.similarity`.
 
 On top of the paper's protocol this module reports *strict recovery*: a
 training image only counts as recovered when its reconstruction is both
@@ -53,16 +53,6 @@ def strict_threshold_for(height: int) -> float:
     `DEFAULT_STRICT_THRESHOLD[height]` if present, else 0.7.
   """
   return float(DEFAULT_STRICT_THRESHOLD.get(int(height), _FALLBACK_STRICT_THRESHOLD))
-
-
-# --------------------------------------------------------------------------
-# Small helpers
-# --------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------
-# Stretch, NCC, SSIM
-# --------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------
@@ -419,13 +409,3 @@ def heldout_baseline(
     vote_frac=vote_frac,
     heldout_exclude=drawn,
   )
-
-
-# --------------------------------------------------------------------------
-# Haim Section 4 helpers for generic data [m, D]
-# --------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------
-# Rank correlation
-# --------------------------------------------------------------------------

@@ -12,9 +12,6 @@ import numpy as np
 from recon_jax.errors import ConfigError
 
 
-# --------------------------------------------------------------------------
-# 6. the measurement (takes the ground truth)
-# --------------------------------------------------------------------------
 def _average_ranks(s: np.ndarray) -> np.ndarray:
   """1-based ranks of ``s`` in ascending order, ties given their average rank."""
   _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)

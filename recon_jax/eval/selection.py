@@ -65,7 +65,7 @@ def _check_problem(problem: str) -> None:
 
 
 # --------------------------------------------------------------------------
-# 1. lambda
+# lambda
 # --------------------------------------------------------------------------
 def lambda_score(lam, *, signed: bool = True) -> jax.Array:
   """The KKT multiplier of each candidate.
@@ -88,7 +88,7 @@ def lambda_score(lam, *, signed: bool = True) -> jax.Array:
 
 
 # --------------------------------------------------------------------------
-# 2. agreement across restarts
+# agreement across restarts
 # --------------------------------------------------------------------------
 @functools.partial(jax.jit, static_argnames=("metric", "fraction", "batch_size"))
 def _agreement(
@@ -207,7 +207,7 @@ def agreement_score(
 
 
 # --------------------------------------------------------------------------
-# 3. leave one out
+# leave one out
 # --------------------------------------------------------------------------
 def _scale(normalize: str, m: int) -> float:
   if normalize not in ("mean", "sum"):
@@ -384,7 +384,7 @@ def _leave_one_out(
 
 
 # --------------------------------------------------------------------------
-# 5. margin
+# margin
 # --------------------------------------------------------------------------
 def margin_reference(g, quantile: float = 0.25) -> jax.Array:
   """``gamma``: the median of the smallest ``ceil(quantile n+)`` positive margins in ``g``.

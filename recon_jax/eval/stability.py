@@ -17,10 +17,10 @@ from recon_jax.errors import ConfigError
 from recon_jax.eval import selection
 from recon_jax.types import Attack, HParams, Target
 
+# Which parts of the attack's state the re-run may move (see stability_score).
+STABILITY_FREE = ("x", "x_lam", "all")
 
-# --------------------------------------------------------------------------
-# 4. stability under perturbation
-# --------------------------------------------------------------------------
+
 def _check_state(state) -> None:
   if not (hasattr(state, "_replace") and hasattr(state, "x")):
     raise ConfigError(
@@ -73,6 +73,9 @@ def _stability(
   d0 = jnp.linalg.norm(jnp.sum(noise, axis=0).reshape(-1))
   d1 = jnp.linalg.norm(jnp.sum(jnp.where(selx, final.x - x0, 0.0), axis=0).reshape(-1))
   return 1.0 - d1 / d0
+
+
+_stability_jit = jax.jit(_stability, static_argnames=_STABILITY_STATIC)
 
 
 def stability_score(
@@ -192,9 +195,3 @@ def stability_scores(
     bool(reset_optimizer),
     None if batch_size is None else int(batch_size),
   )
-
-
-STABILITY_FREE = ("x", "x_lam", "all")
-
-
-_stability_jit = jax.jit(_stability, static_argnames=_STABILITY_STATIC)

@@ -225,6 +225,15 @@ def _refused(capsys, fn, cfg, code=1):
 
 # (id, binary, preset, settings, substrings of the error line). {d}: the files fixture.
 CASES = [
+  # a setting that would change nothing: annealing the surrogate of a victim whose own
+  # (smooth) derivative the attack uses
+  (
+    "anneal_exact_derivative",
+    R,
+    "tiny",
+    {"victim.activation": "softplus", "anneal_alpha": 200.0},
+    ["--config.anneal_alpha", "--config.derivative=surrogate"],
+  ),
   # unknown names
   (
     "unknown_dataset",

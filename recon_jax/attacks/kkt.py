@@ -379,6 +379,15 @@ def _check(cfg, setup: Setup) -> None:
     f"derivative must be auto or one of {DERIVATIVES}, got {derivative!r}.",
     "derivative",
   )
+  if setup.foreign or setup.victim is not None:
+    require(
+      not cfg.get("anneal_alpha", 0.0)
+      or resolve_derivative(derivative, _activation(setup)) == "surrogate",
+      "anneal_alpha anneals the surrogate ReLU's sharpness, but this victim's derivative is "
+      "exact (derivative=auto with a smooth activation): it would change nothing; set "
+      "derivative=surrogate or leave anneal_alpha at 0.",
+      "anneal_alpha",
+    )
   multipliers = cfg.get("multipliers", "free")
   require(
     multipliers in MULTIPLIERS,

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from recon_jax import priors
 
@@ -29,3 +30,37 @@ def test_project_box_clips_to_per_pixel_bounds():
   x = jnp.array([[[-1.0, 0.5], [2.0, 0.9]]])
   hi = jnp.array([[1.0, 1.0], [1.0, 0.8]])
   np.testing.assert_allclose(priors.project_box(x, 0.0, hi), [[[0.0, 0.5], [1.0, 0.8]]])
+
+
+def test_tv_prior_of_a_step_edge_and_of_a_constant_image():
+  eps = 1e-3
+  flat = jnp.full((2, 4, 5, 1), 0.3)
+  np.testing.assert_allclose(priors.tv_prior(flat, eps), 0.0, atol=1e-12)
+  # One candidate, a vertical edge of height h between columns 1 and 2: the 4 pixels of
+  # column 1 have dw = h, every other difference is 0.
+  h = 0.7
+  edge = jnp.zeros((1, 4, 5)).at[:, :, 2:].set(h)
+  want = 4 * (np.sqrt(h**2 + eps**2) - eps) / 20
+  np.testing.assert_allclose(priors.tv_prior(edge, eps), want, rtol=1e-6)
+  # [m, H, W] and [m, H, W, 1] are the same images; candidates add up.
+  np.testing.assert_allclose(priors.tv_prior(edge[..., None], eps), want, rtol=1e-6)
+  np.testing.assert_allclose(priors.tv_prior(jnp.concatenate([edge, edge]), eps), 2 * want)
+
+
+def test_tv_prior_gradient_matches_finite_differences_and_noise_pays_more():
+  with jax.enable_x64(True):
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4, 2)))
+    g = jax.grad(priors.tv_prior)(x)
+    v = jnp.asarray(np.random.default_rng(1).normal(size=x.shape))
+    h = 1e-6
+    fd = (priors.tv_prior(x + h * v) - priors.tv_prior(x - h * v)) / (2 * h)
+    np.testing.assert_allclose(float(jnp.sum(g * v)), float(fd), rtol=1e-6)
+  i, j = np.mgrid[:8, :8]
+  smooth = jnp.asarray((i + j) / 14.0)[None]  # a plane from 0 to 1
+  noise = jnp.asarray(np.random.default_rng(2).uniform(size=(1, 8, 8)))  # also in [0, 1]
+  assert priors.tv_prior(noise) > 3 * priors.tv_prior(smooth)
+
+
+def test_tv_prior_refuses_vectors():
+  with pytest.raises(ValueError, match="tv_prior"):
+    priors.tv_prior(jnp.zeros((3, 2)))

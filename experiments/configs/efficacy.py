@@ -42,6 +42,10 @@ VARIANTS = {
   # Sample splitting (Shen et al. 2026): every 250 steps the candidate whose split lowers
   # the objective most becomes two, 0.5 apart, in the slot of an unused candidate.
   "split": {"split_every": 250, "split_eps": 0.5},
+  # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
+  "wide": {"num_restarts": 64, "steps": 1000},
+  # A total-variation prior on the candidates (a natural-image prior; Refael et al. 2025).
+  "tv": {"w_tv": 0.1},
   # Levenberg-Marquardt on the tied equations in the first layer's span (200 steps).
   "lm": {
     "multipliers": "tied",

@@ -53,6 +53,7 @@ import optax
 from recon_jax import optim, priors
 from recon_jax.attacks import gauss_newton, splitting
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
+from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.types import Attack, HParams, Target
@@ -104,6 +105,7 @@ def kkt_attack(
   w_stat: float = 1.0,
   w_lam: float = 1.0,
   w_prior: float = 1.0,
+  w_tv: float = 0.0,
   normalize: str = "mean",
   num_outputs: int = 1,
   derivative: str = "surrogate",
@@ -121,6 +123,9 @@ def kkt_attack(
     optimizer: 'sgd' (momentum SGD, as the reference) or 'adam'.
     momentum: SGD momentum.
     w_stat, w_lam, w_prior: weights alpha_1..3 of eq. (8).
+    w_tv: weight of a total-variation prior on image candidates
+      (:func:`recon_jax.priors.tv_prior`; 0: off), a natural-image prior that the
+      stationarity equations lack (Refael et al. 2025: without a prior, no leakage).
     normalize: 'mean' (1/m, reference code) or 'sum' (paper eq. 6).
     num_outputs: C, the width of lambda for 'general'.
     derivative: 'surrogate' (ReLU with derivative sigmoid(alpha x), Haim et al.)
@@ -192,7 +197,11 @@ def kkt_attack(
       )
     prior = priors.box_prior(x, target.box_lo, target.box_hi)
     loss = w_stat * stat + w_lam * lam_pen + w_prior * prior
-    return loss, {"stat": stat, "lam_pen": lam_pen, "prior": prior, "lam": lam}
+    aux = {"stat": stat, "lam_pen": lam_pen, "prior": prior, "lam": lam}
+    if w_tv:
+      aux["tv"] = priors.tv_prior(x)
+      loss = loss + w_tv * aux["tv"]
+    return loss, aux
 
   def init(key, hp, target, x0):
     m = target.labels.shape[0]
@@ -420,6 +429,24 @@ def _check(cfg, setup: Setup) -> None:
     "search",
   )
   require_int(cfg, "lm_cg_maxiter", 20)
+  w_tv = cfg.get("w_tv", 0.0)
+  require(
+    isinstance(w_tv, (int, float)) and not isinstance(w_tv, bool) and 0 <= w_tv < np.inf,
+    f"w_tv must be a finite number >= 0, got {w_tv!r}.",
+    "w_tv",
+  )
+  if w_tv:
+    require(
+      search == "first_order",
+      "w_tv is a term of the first-order objective; search=lm does not take it.",
+      "w_tv",
+    )
+    dataset = getattr(setup.victim, "dataset", None)
+    require(
+      setup.foreign or len(INPUT_SHAPES.get(dataset, (0, 0))) >= 2,
+      f"w_tv needs image candidates; dataset {dataset!r} has none.",
+      "w_tv",
+    )
   split_every = require_int(cfg, "split_every", 0, low=0)
   if split_every:
     require(
@@ -458,6 +485,7 @@ def _build(cfg, setup: Setup) -> Attack:
     optimizer=cfg.optimizer,
     w_lam=cfg.w_lam,
     w_prior=cfg.w_prior,
+    w_tv=float(cfg.get("w_tv", 0.0)),
     normalize=cfg.normalize,
     num_outputs=setup.num_outputs,
     derivative=derivative,

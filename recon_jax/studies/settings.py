@@ -100,6 +100,7 @@ SETTINGS = (
   ("optimizer", "sgd", "sgd (momentum 0.9) | adam"),
   ("w_lam", 1.0, "weight of the lambda >= lam_min penalty (>= 0)"),
   ("w_prior", 1.0, "weight of the pixel-box prior (>= 0)"),
+  ("w_tv", 0.0, "kkt: weight of a total-variation prior on image candidates (0: off)"),
   ("normalize", "mean", "mean (1/m, the reference code) | sum (the paper's eq. 6)"),
   ("batching", "auto", "auto (map on CPU, vmap on GPU/TPU) | vmap | map"),
   ("ssim_threshold", _NONE_FLOAT, "strict recovery; default by image size"),

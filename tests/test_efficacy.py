@@ -123,3 +123,44 @@ def test_known_init_reference_is_theta_star_minus_theta0():
   )
   ref = pipeline.known_init_reference(vcfg, ds, theta0)
   assert all(float(np.abs(a).max()) == 0 for a in jax.tree_util.tree_leaves(ref))
+
+
+def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
+  """One row of efficacy.NUMBERS: the per-draw numbers, the intervals, the paired
+  differences, results.md and RESULTS.md's table all carry it, with no other edit."""
+  from recon_jax.studies import results_md
+
+  extra = efficacy.Number(
+    "spread", lambda m: m["extra"]["spread"], "spread of it", digits=2, paired=True, summary=True
+  )
+  monkeypatch.setattr(efficacy, "NUMBERS", efficacy.NUMBERS + (extra,))
+  report = {
+    "recovered_strict": 1,
+    "n_ssim_gt_0.4": 3,
+    "baseline_mean_image_recovered_strict": 0,
+    "baseline_mean_image_n_ssim_gt_0.4": 1,
+    "oracle_residual_rel": 0.1,
+    "identifiability": {"ratio": 2.0, "family": {"confirmed": False}},
+    "timing": {"total_s": 1.0},
+  }
+  a = [efficacy.draw_numbers(dict(report, extra={"spread": s})) for s in (1.0, 2.0, 4.0)]
+  b = [efficacy.draw_numbers(dict(report, extra={"spread": 0.5})) for _ in range(3)]
+  assert [d["spread"] for d in a] == [1.0, 2.0, 4.0]
+  assert [d["truth_fits_best"] for d in a] == [1.0] * 3
+  agg = {"x": efficacy.aggregate(a), "y": efficacy.aggregate(b)}
+  np.testing.assert_allclose(agg["x"]["spread"]["mean"], 7 / 3)
+  diff = {k: dict(d, verdict=efficacy.verdict(d)) for k, d in efficacy.paired(a, b).items()}
+  assert diff["spread"]["per_draw"] == [0.5, 1.5, 3.5]
+  out = {"n_train": 20, "draws": [0, 1, 2], "variants": agg, "paired_vs_x": {"y": diff}}
+  md = results_md.efficacy_table(out, ["x", "y"])
+  assert "| spread of it |" in md and "| 2.33 [" in md
+  head = md.splitlines()[2].strip("| ").split(" | ")
+  assert head.index("spread of it") > head.index("strict pooled")
+  assert "draws where the truth fits best" in md and "| 3 of 3 |" in md
+  run = {
+    "binary": "efficacy",
+    "results": [dict(out, dataset="lfw", variants={"default": agg["x"]})],
+  }
+  row = results_md.table_rows("r", run)[0].split(" | ")
+  assert len(row) == len(results_md.heads()["efficacy"].split(" | "))
+  assert row[-1].startswith("2.33") and results_md.heads()["efficacy"].endswith("spread of it")

@@ -249,7 +249,6 @@ def test_tv_prior_lowers_its_objective_and_smooths_the_candidates():
 
   rng = np.random.default_rng(0)
   n, hw = 4, 4
-  x = rng.uniform(-0.5, 0.5, size=(n, hw, hw, 1))
   y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
   module = models.build_model("mlp", widths=(8,), init="normal", init_std=0.5, activation="relu")
   apply_fn = models.make_apply_fn(module)

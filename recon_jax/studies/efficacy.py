@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import scipy.stats
@@ -24,21 +24,97 @@ import scipy.stats
 from recon_jax.errors import ConfigError
 from recon_jax.studies import figures
 
-# The numbers of one draw, read from a reconstruction report (pipeline.reconstruct).
-DRAW_KEYS = (
-  "strict_pooled",
-  "strict_selected",
-  "ssim_gt_0.4",
-  "baseline_mean_strict",
-  "baseline_mean_ssim_gt_0.4",
-  "baseline_heldout_strict",
-  "baseline_heldout_ssim_gt_0.4",
-  "oracle_residual_rel",
-  "identifiability_ratio",
-  "log10_identifiability_ratio",
-  "truth_not_unique",
-  "time_s",
+
+class Number(NamedTuple):
+  """One number of a draw: its key in results.json, where a reconstruction report has it,
+  and how the harness's tables show it.  Adding a number to the harness is one row of
+  :data:`NUMBERS`: the draws, the intervals, results.md and RESULTS.md follow from it."""
+
+  key: str
+  read: Callable[[Mapping], Any]  # metrics.json's dict -> float, or None where it is absent
+  column: str = ""  # its column in results.md ('': aggregated, not shown)
+  digits: int = 1
+  count: bool = False  # a 0/1 number, shown as 'k of K' draws instead of a mean
+  paired: bool = False  # compared draw by draw against the first variant
+  summary: bool = False  # also a column of RESULTS.md's table of harness runs
+
+
+def _ident(metrics: Mapping) -> Mapping:
+  return metrics.get("identifiability") or {}
+
+
+def _ratio(metrics: Mapping):
+  """The attack's best residual over the truth's (>= 1: the truth fits at least as well)."""
+  ratio = _ident(metrics).get("ratio")
+  return ratio if ratio is not None and np.isfinite(ratio) and ratio > 0 else None
+
+
+def _not_unique(metrics: Mapping):
+  """1: images far from the training set (in the pixel box) fit exactly as well as it does."""
+  family = _ident(metrics).get("family") or {}
+  return None if "confirmed" not in family else float(family["confirmed"])
+
+
+def _truth_fits_best(metrics: Mapping):
+  """1: the truth fits at least as well as the attack's best and no flat family runs through it."""
+  ratio = _ratio(metrics)
+  return None if ratio is None else float(ratio >= 1 and not _not_unique(metrics))
+
+
+# ``strict_selected`` is the restart the attacker picks without ground truth (its lowest
+# final loss); ``strict_pooled`` pools every restart's candidates.  The identifiability
+# ratio spans orders of magnitude, so its log10 is the number to average.
+NUMBERS = (
+  Number(
+    "strict_pooled", lambda m: m["recovered_strict"], "strict pooled", paired=True, summary=True
+  ),
+  Number(
+    "strict_selected",
+    lambda m: m.get("selection", {}).get("best_by_loss_recovered_strict", 0),
+    "strict attacker-selected",
+    paired=True,
+    summary=True,
+  ),
+  Number("ssim_gt_0.4", lambda m: m["n_ssim_gt_0.4"], "SSIM > 0.4", paired=True, summary=True),
+  Number(
+    "baseline_mean_strict",
+    lambda m: m["baseline_mean_image_recovered_strict"],
+    "mean-image baseline strict",
+    summary=True,
+  ),
+  Number("baseline_mean_ssim_gt_0.4", lambda m: m["baseline_mean_image_n_ssim_gt_0.4"]),
+  Number(
+    "baseline_heldout_strict",
+    lambda m: m.get("baseline_heldout_recovered_strict"),
+    "held-out baseline strict",
+    summary=True,
+  ),
+  Number("baseline_heldout_ssim_gt_0.4", lambda m: m.get("baseline_heldout_n_ssim_gt_0.4")),
+  Number(
+    "oracle_residual_rel",
+    lambda m: m["oracle_residual_rel"],
+    "oracle residual",
+    digits=3,
+    summary=True,
+  ),
+  Number("identifiability_ratio", _ratio),
+  Number(
+    "log10_identifiability_ratio",
+    lambda m: None if _ratio(m) is None else float(np.log10(_ratio(m))),
+    "identifiability ratio (log10)",
+    digits=2,
+    summary=True,
+  ),
+  Number("truth_fits_best", _truth_fits_best, "draws where the truth fits best", count=True),
+  Number(
+    "truth_not_unique",
+    _not_unique,
+    "draws where other images fit exactly as well",
+    count=True,
+  ),
+  Number("time_s", lambda m: m["timing"]["total_s"], "time per draw (s)", digits=0, summary=True),
 )
+DRAW_KEYS = tuple(n.key for n in NUMBERS)
 
 
 def draw_config(cfg, draw: int):
@@ -52,44 +128,15 @@ def draw_config(cfg, draw: int):
 
 
 def draw_numbers(metrics: Mapping) -> dict:
-  """The per-draw numbers of one reconstruction report.
-
-  ``strict_selected`` is the restart the attacker picks without ground truth
-  (its lowest final loss); ``strict_pooled`` pools every restart's candidates.
-  """
-  sel = metrics.get("selection", {})
+  """The per-draw numbers of one reconstruction report (:data:`NUMBERS`), and the attacker's
+  identification scores where the run computed them (AUC and precision@10 of each)."""
   return {
-    "strict_pooled": metrics["recovered_strict"],
-    "strict_selected": sel.get("best_by_loss_recovered_strict", 0),
-    "ssim_gt_0.4": metrics["n_ssim_gt_0.4"],
-    "baseline_mean_strict": metrics["baseline_mean_image_recovered_strict"],
-    "baseline_mean_ssim_gt_0.4": metrics["baseline_mean_image_n_ssim_gt_0.4"],
-    "baseline_heldout_strict": metrics.get("baseline_heldout_recovered_strict"),
-    "baseline_heldout_ssim_gt_0.4": metrics.get("baseline_heldout_n_ssim_gt_0.4"),
-    "oracle_residual_rel": metrics["oracle_residual_rel"],
-    **_identifiability_numbers(metrics.get("identifiability") or {}),
-    "time_s": metrics["timing"]["total_s"],
-    # attacker-side identification (when the run computed it): AUC and precision@10
+    **{n.key: n.read(metrics) for n in NUMBERS},
     **{
       f"{stat}_{name}": v.get(key)
       for name, v in metrics.get("identification", {}).get("scores", {}).items()
       for stat, key in (("auc", "auc"), ("p10", "precision@10"))
     },
-  }
-
-
-def _identifiability_numbers(ident: Mapping) -> dict:
-  """The draw's identifiability ratio (attack's best residual / truth's) and its log10 (the
-  ratio spans orders of magnitude, so its log is the number to average), and whether a flat
-  family of exact solutions runs through the training set (1) or not (0)."""
-  ratio = ident.get("ratio")
-  ok = ratio is not None and np.isfinite(ratio) and ratio > 0
-  family = ident.get("family") or {}
-  return {
-    "identifiability_ratio": ratio,
-    "log10_identifiability_ratio": float(np.log10(ratio)) if ok else None,
-    # 1: images far from the training set (in the pixel box) fit exactly as well as it does
-    "truth_not_unique": None if "confirmed" not in family else float(family["confirmed"]),
   }
 
 
@@ -116,18 +163,21 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
 
 
 def aggregate(per_draw: Sequence[Mapping], confidence: float = 0.95) -> dict:
-  """``{key: interval}`` over draws for every key of :data:`DRAW_KEYS` (and the AUC keys)."""
-  extra = sorted({k for d in per_draw for k in d} - set(DRAW_KEYS))
-  return {k: interval([d.get(k) for d in per_draw], confidence) for k in (*DRAW_KEYS, *extra)}
+  """``{key: interval}`` over draws for every number of :data:`NUMBERS` (and the AUC keys)."""
+  keys = [n.key for n in NUMBERS]
+  extra = sorted({k for d in per_draw for k in d} - set(keys))
+  return {k: interval([d.get(k) for d in per_draw], confidence) for k in (*keys, *extra)}
 
 
 def paired(
   a: Sequence[Mapping],
   b: Sequence[Mapping],
-  keys=("strict_pooled", "strict_selected", "ssim_gt_0.4"),
+  keys: Optional[Sequence[str]] = None,
   confidence: float = 0.95,
 ) -> dict:
-  """Per-draw differences ``a - b`` (same draws, same order) and their interval, per key."""
+  """Per-draw differences ``a - b`` (same draws, same order) and their interval, per key
+  (default: the :data:`NUMBERS` compared pair by pair)."""
+  keys = tuple(n.key for n in NUMBERS if n.paired) if keys is None else keys
   if len(a) != len(b):
     raise ConfigError(f"paired comparison needs the same draws: {len(a)} vs {len(b)}.")
   return {k: interval([x[k] - y[k] for x, y in zip(a, b)], confidence) for k in keys}

@@ -8,15 +8,18 @@ from __future__ import annotations
 import os
 from typing import Mapping, Sequence
 
+from recon_jax.studies import efficacy
 from recon_jax.studies.claims import CRITERIA, fmt
 
-# The columns of each binary's table in the report, and the figures it links.
+
+def _summary():
+  """The harness's numbers in RESULTS.md's table of harness runs (read at each call, so a
+  number added to :data:`efficacy.NUMBERS` shows up without a second edit)."""
+  return [n for n in efficacy.NUMBERS if n.summary]
+
+
+# The columns of each binary's table in the report (the harness's: :func:`heads`).
 HEADS = {
-  "efficacy": (
-    "run | data | n | draws | strict pooled | strict attacker-selected | SSIM > "
-    "0.4 | mean-image baseline strict | held-out baseline strict | oracle "
-    "residual | log10 identifiability ratio | s per draw"
-  ),
   "toy_2d": (
     "run | recovered (attacker-selected restart) | best restart | pooled | its "
     "starting points | oracle residual | kinks on data"
@@ -32,24 +35,17 @@ FIGURES = {
 }
 
 
-EFFICACY_KEYS = (
-  "strict_pooled",
-  "strict_selected",
-  "ssim_gt_0.4",
-  "baseline_mean_strict",
-  "baseline_heldout_strict",
-  "oracle_residual_rel",
-  "log10_identifiability_ratio",
-  "time_s",
-)
+def heads() -> dict:
+  """The columns of each binary's table in RESULTS.md."""
+  harness = " | ".join(["run", "data", "n", "draws"] + [n.column for n in _summary()])
+  return {"efficacy": harness, **HEADS}
 
 
 def table_rows(name: str, r: Mapping) -> list:
-  """The rows of one run in its section's table (:data:`HEADS`)."""
+  """The rows of one run in its section's table (:func:`heads`)."""
   if r["binary"] == "efficacy":
     m = r["results"][0]
-    digits = {"oracle_residual_rel": 3, "log10_identifiability_ratio": 2, "time_s": 0}
-    a = [_fmt_or_dash(m["variants"]["default"].get(k), digits.get(k, 1)) for k in EFFICACY_KEYS]
+    a = [_fmt_or_dash(m["variants"]["default"].get(n.key), n.digits) for n in _summary()]
     return [" | ".join([name, m["dataset"], str(m["n_train"]), str(len(m["draws"]))] + a)]
   if r["binary"] == "toy_2d":
     return [
@@ -124,7 +120,7 @@ def report(
   for sec in sections:
     lines += ["", f"## {titles[sec][0]}", ""]
     names = [n for n in cfg.sections[sec] if n in results]
-    for binary, head in HEADS.items():
+    for binary, head in heads().items():
       ok = [n for n in names if results[n]["binary"] == binary and results[n]["status"] == "ok"]
       if ok:
         lines += [f"| {head} |", "|" + "---|" * (head.count("|") + 1)]
@@ -152,57 +148,44 @@ def _fmt_or_dash(iv, digits: int) -> str:
   return "–" if not iv or not iv["n"] else fmt(iv, digits)
 
 
-def _truth_best(a: Mapping) -> str:
-  """``k of K``: draws whose identifiability ratio is >= 1 (the truth fits at least as well
-  as anything the attack found) and through whose training set runs no flat family."""
-  ratios = (a.get("identifiability_ratio") or {}).get("per_draw", [])
-  flat = (a.get("truth_not_unique") or {}).get("per_draw", [None] * len(ratios))
-  pairs = [(r, f) for r, f in zip(ratios, flat) if r is not None]
-  return f"{sum(r >= 1 and not f for r, f in pairs)} of {len(pairs)}" if pairs else "–"
-
-
-def _count(a: Mapping, key: str) -> str:
-  """``k of K``: draws whose 0/1 number ``key`` is 1."""
-  v = [x for x in (a.get(key) or {}).get("per_draw", []) if x is not None]
+def _count(iv) -> str:
+  """``k of K``: draws whose 0/1 number is 1."""
+  v = [x for x in (iv or {}).get("per_draw", []) if x is not None]
   return f"{int(sum(v))} of {len(v)}" if v else "–"
+
+
+def _cell(number, iv) -> str:
+  return _count(iv) if number.count else _fmt_or_dash(iv, number.digits)
 
 
 def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
   """results.md of the efficacy harness: means and 95% intervals over draws, attack next to
   its baselines, then the paired differences against the first variant."""
   n = out["n_train"]
+  shown = [x for x in efficacy.NUMBERS if x.column]
   lines = [
     f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
     "mean [95% t interval] over draws.",
     "",
-    "| variant | strict pooled | strict attacker-selected | SSIM > 0.4 | mean-image "
-    "baseline strict | held-out baseline strict | oracle residual | identifiability ratio "
-    "(log10) | draws where the truth fits best | draws where other images fit exactly as "
-    "well | time per draw (s) |",
-    "|---|---|---|---|---|---|---|---|---|---|---|",
+    "| " + " | ".join(["variant"] + [x.column for x in shown]) + " |",
+    "|" + "---|" * (len(shown) + 1),
   ]
   for v in variants:
     a = out["variants"][v]
-    lines.append(
-      f"| {v} | {fmt(a['strict_pooled'])} | {fmt(a['strict_selected'])} | "
-      f"{fmt(a['ssim_gt_0.4'])} | {fmt(a['baseline_mean_strict'])} | "
-      f"{fmt(a['baseline_heldout_strict'])} | {fmt(a['oracle_residual_rel'], 3)} | "
-      f"{_fmt_or_dash(a.get('log10_identifiability_ratio'), 2)} | {_truth_best(a)} | "
-      f"{_count(a, 'truth_not_unique')} | "
-      f"{fmt(a['time_s'], 0)} |"
-    )
+    lines.append("| " + " | ".join([v] + [_cell(x, a.get(x.key)) for x in shown]) + " |")
   paired_ = out.get("paired_vs_" + variants[0], {})
   if paired_:
+    both = [x for x in efficacy.NUMBERS if x.paired]
     lines += [
       "",
       f"Paired differences against `{variants[0]}` (same draws):",
       "",
-      "| variant | strict pooled | strict attacker-selected | verdict (pooled) |",
-      "|---|---|---|---|",
+      "| "
+      + " | ".join(["variant"] + [x.column for x in both])
+      + f" | verdict ({both[0].column}) |",
+      "|" + "---|" * (len(both) + 2),
     ]
     for v, d in paired_.items():
-      lines.append(
-        f"| {v} | {fmt(d['strict_pooled'])} | {fmt(d['strict_selected'])} | "
-        f"{d['strict_pooled']['verdict']} |"
-      )
+      cells = [fmt(d[x.key]) if x.key in d else "–" for x in both]
+      lines.append("| " + " | ".join([v, *cells, d[both[0].key]["verdict"]]) + " |")
   return "\n".join(lines) + "\n"

@@ -495,6 +495,20 @@ CASES = [
   ("w_lam_negative", R, "tiny", {"w_lam": -1.0}, ["--config.w_lam"]),
   ("w_prior_negative", R, "tiny", {"w_prior": -0.5}, ["--config.w_prior"]),
   ("w_tv_negative", R, "tiny", {"w_tv": -0.5}, ["--config.w_tv"]),
+  (
+    "kkt_setting_for_another_attack",
+    R,
+    "tiny",
+    {"attack": "closed_form", "multipliers": "tied"},
+    ["--config.multipliers", "does not read it"],
+  ),
+  (
+    "bilevel_setting_for_kkt",
+    R,
+    "tiny",
+    {"bilevel_inner_maxiter": 5},
+    ["--config.bilevel_inner_maxiter", "does not read it"],
+  ),
   ("w_tv_on_points", R, "tiny", {"w_tv": 0.1, "victim.dataset": "toy2d"}, ["--config.w_tv"]),
   (
     "multiclass_on_binary_victim",

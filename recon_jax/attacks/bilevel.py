@@ -250,6 +250,7 @@ SPEC = register(
     # x, its gradient, the optimiser's slots; theta and its warm start are per restart too,
     # but of parameter size (not counted here).
     state_arrays=lambda cfg: 3,
+    settings=("bilevel_inner_maxiter",),
     doc="min_x ||theta* - theta(x)||^2, theta(x) = argmin E (Runkel et al.), implicit gradients",
   )
 )

@@ -507,5 +507,17 @@ SPEC = register(
     # would leave stale: no re-run from them.
     rerunnable=lambda cfg: cfg.get("search", "first_order") != "lm",
     doc="the KKT / margin attack (Haim et al.), DecoReco for multiclass and general",
+    settings=(
+      "w_lam",
+      "derivative",
+      "multipliers",
+      "subspace",
+      "subspace_tol",
+      "search",
+      "lm_cg_maxiter",
+      "split_every",
+      "split_eps",
+      "w_tv",
+    ),
   )
 )

@@ -47,6 +47,8 @@ class AttackSpec(NamedTuple):
     rerunnable: ``cfg -> bool``: whether steps can be re-run from perturbed candidates
       (the attacker-side stability score does).
     doc: one line for ``--help`` and errors.
+    settings: the job settings only this attack reads; the main job refuses them away
+      from their defaults when another attack is selected (they would change nothing).
   """
 
   name: str
@@ -57,6 +59,7 @@ class AttackSpec(NamedTuple):
   direct: Optional[Callable] = None
   rerunnable: Callable = lambda cfg: True
   doc: str = ""
+  settings: Tuple[str, ...] = ()
 
 
 _REGISTRY: dict = {}

@@ -16,6 +16,7 @@ import numpy as np
 
 from recon_jax import attacks, data, inits, loop, losses, optim
 from recon_jax.errors import ConfigError
+from recon_jax.studies import settings
 from recon_jax.studies.job import (
   RANGE_NAMES,
   _num_classes,
@@ -302,6 +303,7 @@ def validate(cfg, explicit=()) -> None:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   foreign = bool(checkpoint) and not own
   spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
+  check_unread_settings(cfg, spec)
   if foreign:
     check_foreign(cfg, vcfg)
   if cfg.batching not in loop.BATCHINGS:
@@ -335,6 +337,22 @@ def validate(cfg, explicit=()) -> None:
   if spec.direct is None:
     check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
     stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
+
+
+def check_unread_settings(cfg, spec) -> None:
+  """Refuses a setting that only another attack reads, away from its default: it would
+  change nothing, and a run that silently ignores it misleads."""
+  defaults = {name: default for name, default, _ in settings.SETTINGS}
+  for other in attacks.specs().values():
+    for name in other.settings:
+      if name in spec.settings or name not in cfg or name not in defaults:
+        continue
+      if cfg[name] != defaults[name]:
+        raise ConfigError(
+          f"{name} is a setting of attack={other.name}; attack={spec.name} does not read it "
+          f"(leave it at {defaults[name]!r}).",
+          name,
+        )
 
 
 def check_widths(cfg) -> None:

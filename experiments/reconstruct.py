@@ -57,6 +57,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   """
   from recon_jax import distributed
   from recon_jax import workdir as wd
+  from recon_jax.eval import identifiability
   from recon_jax.precision import set_precision
   from recon_jax.studies import checks, runner
 
@@ -73,7 +74,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
     f"(held-out baseline {m['baseline_heldout_recovered_strict']}); "
-    f"{m['identifiability']['verdict']}"
+    f"{m['identifiability']['verdict']}{identifiability.why(m['identifiability'].get('family'))}"
   )
   return m
 

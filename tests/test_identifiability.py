@@ -191,6 +191,7 @@ def test_a_low_rank_first_layer_leaves_a_flat_family_of_exact_solutions():
   assert fam["witness_distance"] > 0.01
   assert fam["witness_residual"] <= out["truth_residual"] * (1 + 1e-6) + 1e-15
   assert fam["confirmed"]
+  assert "the first layer has rank 1 on 6 inputs" in ident.line(out)
   assert out["verdict"] in (ident.NOT_UNIQUE, ident.PREFERS_OTHER)
   if out["ratio"] >= 1:
     assert out["verdict"] == ident.NOT_UNIQUE  # never "the training set fits best"
@@ -206,6 +207,7 @@ def test_a_full_rank_first_layer_and_independent_units_leave_no_family():
   lam = np.ones(n)
   fam = ident.flat_family("binary", params, params, x, y, lam, cols, 0.1)
   assert fam["first_layer_rank"] == d and fam["dimension"] == 0 and not fam["confirmed"]
+  assert ident.why(fam) == ""
   assert ident.verdict(2.0, fam) == ident.TRUTH_FITS_BEST
   assert ident.verdict(2.0, {"confirmed": True}) == ident.NOT_UNIQUE
   assert ident.verdict(0.5, {"confirmed": True}) == ident.PREFERS_OTHER

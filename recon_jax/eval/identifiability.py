@@ -146,7 +146,7 @@ def flat_family(
   random member at relative distance ``distance``.
 
   Returns:
-    JSON-able dict: ``dimension``, ``first_layer_rank``, ``multiplier_rank``,
+    JSON-able dict: ``dimension``, ``first_layer_rank`` (of ``input_dim``), ``multiplier_rank``,
     ``witness_residual``, ``witness_distance`` (relative to the training set's
     norm), ``confirmed`` (the witness fits as well as the truth), or
     ``skipped`` with the reason.
@@ -177,6 +177,7 @@ def flat_family(
   out = {
     "dimension": int((n - rank_m) * (d - rank_k)),
     "first_layer_rank": rank_k,
+    "input_dim": int(d),
     "multiplier_rank": rank_m,
     "witness_residual": None,
     "witness_distance": None,
@@ -307,14 +308,29 @@ def identifiability(
   return out
 
 
+def why(family: Optional[dict]) -> str:
+  """Where a flat family is confirmed, the reason in words ('' otherwise): the network sees
+  its inputs only through the first layer's range, so the rest of every image is free."""
+  if not (family and family.get("confirmed") and "input_dim" in family):
+    return ""
+  return (
+    f"; the first layer has rank {family['first_layer_rank']} on {family['input_dim']} "
+    "inputs, so the network sees each input through that many directions only"
+  )
+
+
 def line(report: dict) -> str:
-  """One line for a log or a table: the residuals, the ratio and the verdict."""
+  """One line for a log or a table: the residuals, the ratio and the verdict (and, where a
+  flat family runs through the truth, why)."""
   if report.get("skipped"):
     return f"identifiability not scored: {report['skipped']}"
+  reason = why(report.get("family"))
   if report.get("ratio") is None:
-    return f"identifiability: truth residual {report['truth_residual']:.3g}; {report['verdict']}"
+    return (
+      f"identifiability: truth residual {report['truth_residual']:.3g}; {report['verdict']}{reason}"
+    )
   return (
     f"identifiability: truth residual {report['truth_residual']:.3g}, attack best "
     f"{report['attack_best_residual']:.3g} (median {report['attack_median_residual']:.3g}), "
-    f"ratio {report['ratio']:.3g}: {report['verdict']}"
+    f"ratio {report['ratio']:.3g}: {report['verdict']}{reason}"
   )

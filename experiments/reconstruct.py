@@ -29,7 +29,14 @@ FLAGS = flags.FLAGS
 
 
 def run(
-  cfg, workdir: str, *, resume: bool = False, requested_victim=None, explicit=(), checked=False
+  cfg,
+  workdir: str,
+  *,
+  resume: bool = False,
+  requested_victim=None,
+  explicit=(),
+  checked=False,
+  plan=None,
 ) -> dict:
   """:func:`recon_jax.studies.runner.run_reconstruction`, its warnings also printed on stderr."""
   from recon_jax.studies import pipeline, runner
@@ -41,6 +48,7 @@ def run(
     requested_victim=requested_victim,
     explicit=explicit,
     checked=checked,
+    plan=plan,
   )
   for w in m["warnings"]:
     if not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run (check_outcome)
@@ -65,11 +73,11 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
   set_precision(cfg.x64, cfg.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
-  checks.prepare(cfg, requested, explicit)
+  plan = checks.prepare(cfg, requested, explicit)
   workdir = wd.open_run(
     cfg, workdir, runner.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
   )
-  m = run(cfg, workdir, resume=resume, requested_victim=requested, explicit=explicit, checked=True)
+  m = run(cfg, workdir, resume=resume, checked=True, plan=plan)
   runner.check_outcome(m, workdir)
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "

@@ -19,12 +19,12 @@ from recon_jax.errors import ConfigError
 from recon_jax.studies import settings
 from recon_jax.studies.job import (
   RANGE_NAMES,
+  Plan,
   _num_classes,
   candidate_labels,
-  hparams_for,
   is_foreign,
+  plan,
   resolve_problem,
-  stages_for,
   victim_config,
 )
 from recon_jax.victims import models, victim
@@ -194,18 +194,18 @@ def check_memory(cfg, v: victim.VictimConfig) -> None:
     )
 
 
-def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> victim.VictimConfig:
+def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   """``cfg``'s paths expanded in place and every setting checked: what can fail before any work.
 
   Nothing is written or trained here.  ``explicit``: the settings the user set
-  (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.
+  (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.  Returns the
+  job's :class:`~recon_jax.studies.job.Plan`, which the run takes as it is.
   """
   cfg.data_dir = expand(cfg.data_dir)
   cfg.checkpoint = expand(cfg.checkpoint)
   if "foreign" in cfg:
     cfg.foreign.data_mean = expand(cfg.foreign.data_mean)
-  validate(cfg, explicit)
-  return victim_config(cfg, requested_victim)
+  return validate(cfg, explicit, requested_victim)
 
 
 def prepare_training(cfg) -> victim.VictimConfig:
@@ -224,8 +224,10 @@ def prepare_training(cfg) -> victim.VictimConfig:
   return vcfg
 
 
-def validate(cfg, explicit=()) -> None:
-  """Raises an error naming the first setting of ``cfg`` that cannot run, before any work.
+def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
+  """Raises an error naming the first setting of ``cfg`` that cannot run, before any work;
+  returns the job's :class:`~recon_jax.studies.job.Plan` (``requested_victim``: see
+  :func:`victim_config`).
 
   :class:`ConfigError` names the setting (its ``argument``); a recon_jax
   checkpoint is read (not its data) and its own faults are
@@ -280,7 +282,7 @@ def validate(cfg, explicit=()) -> None:
     )
   checkpoint = cfg.get("checkpoint") or ""
   check_widths(cfg)
-  vcfg = victim_config(cfg)
+  vcfg = victim_config(cfg, requested_victim)
   own = bool(checkpoint) and not is_foreign(checkpoint)
   validate_victim(vcfg, checkpoint if own else "")
   if own:
@@ -336,7 +338,7 @@ def validate(cfg, explicit=()) -> None:
     )
   if spec.direct is None:
     check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
-    stages_for(cfg, hparams_for(cfg))  # bad ranges or refine_* fail here, before training
+  return plan(cfg, vcfg=vcfg)  # bad ranges or refine_* fail here, before training
 
 
 def check_unread_settings(cfg, spec) -> None:

@@ -8,11 +8,11 @@ shared by the checks made before any work (:mod:`recon_jax.studies.checks`) and 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
-from recon_jax import data, losses, sweep
+from recon_jax import attacks, data, losses, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.victims import readers, victim
@@ -116,3 +116,26 @@ def stages_for(cfg, hp: dict) -> list:
     main = [(cfg.steps, hp)]
   tail = sweep.stages(main[-1][1], 1, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
   return main + tail[1:]
+
+
+class Plan(NamedTuple):
+  """A job config resolved once, before any work: what the run reads instead of deriving it
+  again from the config (:func:`recon_jax.studies.checks.prepare` returns it checked)."""
+
+  victim: victim.VictimConfig  # the config's victim section, or the checkpoint's own recipe
+  problem: str  # 'binary', 'multiclass' or 'general'
+  foreign: bool  # a PyTorch or safetensors checkpoint
+  hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
+  stages: list  # [(steps, hparams)] of the sweep ([] likewise)
+
+
+def plan(cfg, requested: Optional[dict] = None, vcfg: Optional[victim.VictimConfig] = None) -> Plan:
+  """The :class:`Plan` of job config ``cfg`` (``requested``: see :func:`victim_config`;
+  ``vcfg``: the victim when the caller has resolved it already).  Not checked here."""
+  vcfg = victim_config(cfg, requested) if vcfg is None else vcfg
+  foreign = bool(cfg.get("checkpoint")) and is_foreign(cfg.checkpoint)
+  hp, stages = {}, []
+  if attacks.get(cfg.attack).direct is None:
+    hp = hparams_for(cfg)
+    stages = stages_for(cfg, hp)
+  return Plan(vcfg, resolve_problem(cfg.problem, vcfg.loss), foreign, hp, stages)

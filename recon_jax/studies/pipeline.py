@@ -27,14 +27,11 @@ from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.studies import checks
 from recon_jax.studies.job import (
+  Plan,
   candidate_labels,
-  hparams_for,
-  is_foreign,
-  resolve_problem,
-  stages_for,
   total_steps,
-  victim_config,
 )
+from recon_jax.studies.job import plan as job_plan
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import importers, loading, models, victim
 
@@ -224,20 +221,22 @@ def reconstruct(
   state_file: Optional[loop.StateFile] = None,
   requested_victim: Optional[dict] = None,
   checked: bool = False,
+  plan: Optional[Plan] = None,
 ) -> Reconstruction:
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
 
-  ``cfg`` has the fields of ``experiments/configs/reconstruct.py``.  The sweep
-  saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
-  ``requested_victim``: see :func:`victim_config`; ``checked``: the caller ran
-  :func:`recon_jax.studies.checks.prepare` on ``cfg`` already (else it is checked here).
+  ``cfg`` has the fields of :func:`recon_jax.reconstruct_config`.  The sweep saves to
+  and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
+  ``plan``: the job resolved by :func:`recon_jax.studies.checks.prepare` (the run
+  takes it as it is); without one, ``cfg`` is checked here (``checked``: the caller
+  checked it already) and resolved, ``requested_victim`` as in :func:`victim_config`.
   """
-  if not checked:
-    checks.validate(cfg)
+  if plan is None:
+    plan = (
+      job_plan(cfg, requested_victim) if checked else checks.validate(cfg, (), requested_victim)
+    )
   t_start = time.time()
-  vcfg = victim_config(cfg, requested_victim)
-  problem = resolve_problem(cfg.problem, vcfg.loss)
-  foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
+  vcfg, problem, foreign = plan.victim, plan.problem, plan.foreign
   if foreign:  # pixels in; the model's own training mean (or none) is subtracted here
     ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
     imp = cfg.get("foreign", {})
@@ -283,7 +282,7 @@ def reconstruct(
     cands = np.asarray(spec.direct(params, ds.x_train.shape[1:]))
     weights, final_loss = np.ones(cands.shape[:2]), np.zeros(len(cands))
   else:
-    hp = hparams_for(cfg)
+    hp = plan.hparams
     attack = make_attack(
       cfg,
       vic.apply_fn,
@@ -305,7 +304,7 @@ def reconstruct(
       dtype=dtype,
     )
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
-    stages = stages_for(cfg, hp)
+    stages = plan.stages
     run = loop.run_attack(
       attack,
       x_init,

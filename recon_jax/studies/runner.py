@@ -64,22 +64,28 @@ def _begin(
 
 
 def run_reconstruction(
-  cfg, path: str, *, resume: bool = False, requested_victim=None, explicit=(), checked=False
+  cfg,
+  path: str,
+  *,
+  resume: bool = False,
+  requested_victim=None,
+  explicit=(),
+  checked=False,
+  plan=None,
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``requested_victim``, ``explicit``: see :func:`recon_jax.studies.checks.prepare`; ``checked``:
-  the caller ran it already (a binary does, before it opens the workdir), so the
-  settings are checked once.  With ``resume`` it continues from ``path``'s state file
-  (the config must match).  Returns metrics.json's dict; its ``warnings`` say what a
-  reader must know.
+  ``requested_victim``, ``explicit``: see :func:`recon_jax.studies.checks.prepare`;
+  ``plan``: its result when the caller ran it already (a binary does, before it opens the
+  workdir), so the settings are checked and resolved once; ``checked``: the caller also
+  checked a resume against ``path``'s config.json.  With ``resume`` it continues from
+  ``path``'s state file (the config must match).  Returns metrics.json's dict; its
+  ``warnings`` say what a reader must know.
   """
-  if not checked:
-    checks.prepare(cfg, requested_victim, explicit)
+  if plan is None:
+    plan = checks.prepare(cfg, requested_victim, explicit)
   state_file = _begin(cfg, path, resume, "reconstruct", checked)
-  out = pipeline.reconstruct(
-    cfg, state_file=state_file, requested_victim=requested_victim, checked=True
-  )
+  out = pipeline.reconstruct(cfg, state_file=state_file, plan=plan)
   return write_reconstruction(path, out)
 
 

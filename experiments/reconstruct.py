@@ -28,28 +28,12 @@ from experiments import common
 FLAGS = flags.FLAGS
 
 
-def run(
-  cfg,
-  workdir: str,
-  *,
-  resume: bool = False,
-  requested_victim=None,
-  explicit=(),
-  checked=False,
-  plan=None,
-) -> dict:
-  """:func:`recon_jax.studies.runner.run_reconstruction`, its warnings also printed on stderr."""
+def run(cfg, workdir: str, **kwargs) -> dict:
+  """:func:`recon_jax.studies.runner.run_reconstruction` (``kwargs`` are its own), its warnings
+  also printed on stderr."""
   from recon_jax.studies import pipeline, runner
 
-  m = runner.run_reconstruction(
-    cfg,
-    workdir,
-    resume=resume,
-    requested_victim=requested_victim,
-    explicit=explicit,
-    checked=checked,
-    plan=plan,
-  )
+  m = runner.run_reconstruction(cfg, workdir, **kwargs)
   for w in m["warnings"]:
     if not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run (check_outcome)
       print(f"warning: {w}", file=sys.stderr)

@@ -338,7 +338,7 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     )
   if spec.direct is None:
     check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
-  return plan(cfg, vcfg=vcfg)  # bad ranges or refine_* fail here, before training
+  return plan(cfg, vcfg)  # bad ranges or refine_* fail here, before training
 
 
 def check_unread_settings(cfg, spec) -> None:

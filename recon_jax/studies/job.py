@@ -129,10 +129,9 @@ class Plan(NamedTuple):
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
 
 
-def plan(cfg, requested: Optional[dict] = None, vcfg: Optional[victim.VictimConfig] = None) -> Plan:
-  """The :class:`Plan` of job config ``cfg`` (``requested``: see :func:`victim_config`;
-  ``vcfg``: the victim when the caller has resolved it already).  Not checked here."""
-  vcfg = victim_config(cfg, requested) if vcfg is None else vcfg
+def plan(cfg, vcfg: victim.VictimConfig) -> Plan:
+  """The :class:`Plan` of job config ``cfg`` with its victim ``vcfg`` (:func:`victim_config`).
+  Not checked here: :func:`recon_jax.studies.checks.validate` calls it last."""
   foreign = bool(cfg.get("checkpoint")) and is_foreign(cfg.checkpoint)
   hp, stages = {}, []
   if attacks.get(cfg.attack).direct is None:

@@ -31,7 +31,6 @@ from recon_jax.studies.job import (
   candidate_labels,
   total_steps,
 )
-from recon_jax.studies.job import plan as job_plan
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import importers, loading, models, victim
 
@@ -220,7 +219,6 @@ def reconstruct(
   *,
   state_file: Optional[loop.StateFile] = None,
   requested_victim: Optional[dict] = None,
-  checked: bool = False,
   plan: Optional[Plan] = None,
 ) -> Reconstruction:
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
@@ -228,13 +226,11 @@ def reconstruct(
   ``cfg`` has the fields of :func:`recon_jax.reconstruct_config`.  The sweep saves to
   and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
   ``plan``: the job resolved by :func:`recon_jax.studies.checks.prepare` (the run
-  takes it as it is); without one, ``cfg`` is checked here (``checked``: the caller
-  checked it already) and resolved, ``requested_victim`` as in :func:`victim_config`.
+  takes it as it is); without one, ``cfg`` is checked and resolved here,
+  ``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`.
   """
   if plan is None:
-    plan = (
-      job_plan(cfg, requested_victim) if checked else checks.validate(cfg, (), requested_victim)
-    )
+    plan = checks.validate(cfg, (), requested_victim)
   t_start = time.time()
   vcfg, problem, foreign = plan.victim, plan.problem, plan.foreign
   if foreign:  # pixels in; the model's own training mean (or none) is subtracted here

@@ -28,12 +28,12 @@ from experiments import common
 FLAGS = flags.FLAGS
 
 
-def run(cfg, workdir: str, **kwargs) -> dict:
-  """:func:`recon_jax.studies.runner.run_reconstruction` (``kwargs`` are its own), its warnings
-  also printed on stderr."""
+def run(job, workdir: str, **kwargs) -> dict:
+  """:func:`recon_jax.studies.runner.run_reconstruction` (``job`` and ``kwargs`` are its
+  own), its warnings also printed on stderr."""
   from recon_jax.studies import pipeline, runner
 
-  m = runner.run_reconstruction(cfg, workdir, **kwargs)
+  m = runner.run_reconstruction(job, workdir, **kwargs)
   for w in m["warnings"]:
     if not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run (check_outcome)
       print(f"warning: {w}", file=sys.stderr)
@@ -52,16 +52,18 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   from recon_jax.eval import identifiability
   from recon_jax.precision import set_precision
   from recon_jax.studies import checks, runner
+  from recon_jax.studies.settings import JobConfig
 
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
   set_precision(cfg.x64, cfg.matmul_precision)
+  settings = JobConfig(**cfg)  # the flags end here: the library reads its typed settings
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
-  plan = checks.prepare(cfg, requested, explicit)
+  plan = checks.prepare(settings, requested, explicit)
   workdir = wd.open_run(
-    cfg, workdir, runner.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+    plan.config, workdir, runner.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
   )
-  m = run(cfg, workdir, resume=resume, checked=True, plan=plan)
+  m = run(plan, workdir, resume=resume, checked=True)
   runner.check_outcome(m, workdir)
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "

@@ -682,10 +682,11 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   cfg = _config(R, "tiny", {"checkpoint": "~/absent.msgpack"})
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line
-  cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy", "data_dir": "~/mnist"})
+  plan = checks.prepare(_config(R, "tiny", {"data_dir": "~/mnist"}))
+  assert plan.config.data_dir == f"{files}/mnist"  # the run and config.json see it expanded
+  cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy"})
   with pytest.raises(ConfigError, match="foreign.data_mean"):  # no foreign checkpoint
     checks.prepare(cfg)
-  assert cfg.foreign.data_mean == f"{files}/mean.npy" and cfg.data_dir == f"{files}/mnist"
 
 
 def test_verbose_shows_the_traceback(capsys):

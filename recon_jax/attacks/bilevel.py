@@ -214,12 +214,12 @@ def _check(cfg, setup: Setup) -> None:
     "attack",
   )
   require(
-    (cfg.m == 0 and cfg.get("m_per_sample", 2) == 1) or cfg.m > 0,
+    (cfg.m == 0 and cfg.m_per_sample == 1) or cfg.m > 0,
     "attack=bilevel fits the training energy of its m candidates to theta*: use m = n "
     "(m_per_sample=1).",
     "m_per_sample",
   )
-  require_int(cfg, "bilevel_inner_maxiter", 100)
+  require_int(cfg, "bilevel_inner_maxiter")
 
 
 def _build(cfg, setup: Setup) -> Attack:
@@ -235,7 +235,7 @@ def _build(cfg, setup: Setup) -> Attack:
     setup.apply_fn,
     setup.victim.loss,
     wd=final_weight_decay(setup.victim),
-    inner_maxiter=cfg.get("bilevel_inner_maxiter", 100),
+    inner_maxiter=cfg.bilevel_inner_maxiter,
     optimizer=cfg.optimizer,
     w_prior=cfg.w_prior,
   )

@@ -439,7 +439,7 @@ SPEC = register(
     build=_build,
     check=no_check,
     hparams=("lr_x", "sigma_x", "alpha"),
-    state_arrays=lambda cfg: kkt.STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3),
+    state_arrays=lambda cfg: kkt.STATE_ARRAYS.get(cfg.optimizer, 3),
     doc="lambda eliminated in closed form at every step (Iurada et al.)",
   )
 )

@@ -382,7 +382,7 @@ def _activation(setup: Setup) -> str:
 
 
 def _check(cfg, setup: Setup) -> None:
-  derivative = cfg.get("derivative", "auto")
+  derivative = cfg.derivative
   require(
     derivative in ("auto",) + DERIVATIVES,
     f"derivative must be auto or one of {DERIVATIVES}, got {derivative!r}.",
@@ -390,14 +390,13 @@ def _check(cfg, setup: Setup) -> None:
   )
   if setup.foreign or setup.victim is not None:
     require(
-      not cfg.get("anneal_alpha", 0.0)
-      or resolve_derivative(derivative, _activation(setup)) == "surrogate",
+      not cfg.anneal_alpha or resolve_derivative(derivative, _activation(setup)) == "surrogate",
       "anneal_alpha anneals the surrogate ReLU's sharpness, but this victim's derivative is "
       "exact (derivative=auto with a smooth activation): it would change nothing; set "
       "derivative=surrogate or leave anneal_alpha at 0.",
       "anneal_alpha",
     )
-  multipliers = cfg.get("multipliers", "free")
+  multipliers = cfg.multipliers
   require(
     multipliers in MULTIPLIERS,
     f"multipliers must be one of {MULTIPLIERS}, got {multipliers!r}.",
@@ -408,28 +407,28 @@ def _check(cfg, setup: Setup) -> None:
     "multipliers=tied needs a binary (logistic) victim.",
     "multipliers",
   )
-  if cfg.get("subspace", False):
+  if cfg.subspace:
     require(
       setup.foreign or setup.victim.arch in ("mlp", "one_hidden", "affine"),
       f"subspace needs a dense first layer; arch={getattr(setup.victim, 'arch', '?')} has none.",
       "subspace",
     )
-  tol = cfg.get("subspace_tol", 1e-3)
+  tol = cfg.subspace_tol
   require(
     isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 < tol < 1,
     f"subspace_tol must be in (0, 1), got {tol!r}.",
     "subspace_tol",
   )
-  search = cfg.get("search", "first_order")
+  search = cfg.search
   require(search in SEARCHES, f"search must be one of {SEARCHES}, got {search!r}.", "search")
   require(
-    search == "first_order" or (multipliers == "tied" and cfg.get("subspace", False)),
+    search == "first_order" or (multipliers == "tied" and cfg.subspace),
     "search=lm solves the tied equations in the data subspace: it needs multipliers=tied "
     "and subspace=True.",
     "search",
   )
-  require_int(cfg, "lm_cg_maxiter", 20)
-  w_tv = cfg.get("w_tv", 0.0)
+  require_int(cfg, "lm_cg_maxiter")
+  w_tv = cfg.w_tv
   require(
     isinstance(w_tv, (int, float)) and not isinstance(w_tv, bool) and 0 <= w_tv < np.inf,
     f"w_tv must be a finite number >= 0, got {w_tv!r}.",
@@ -447,14 +446,14 @@ def _check(cfg, setup: Setup) -> None:
       f"w_tv needs image candidates; dataset {dataset!r} has none.",
       "w_tv",
     )
-  split_every = require_int(cfg, "split_every", 0, low=0)
+  split_every = require_int(cfg, "split_every", low=0)
   if split_every:
     require(
       multipliers == "free" and setup.problem != "general" and search == "first_order",
       "split_every needs free multipliers, a binary or multiclass victim and search=first_order.",
       "split_every",
     )
-    eps = cfg.get("split_eps", 0.05)
+    eps = cfg.split_eps
     require(
       isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
       f"split_eps must be > 0, got {eps!r}.",
@@ -463,12 +462,12 @@ def _check(cfg, setup: Setup) -> None:
 
 
 def _build(cfg, setup: Setup) -> Attack:
-  derivative = resolve_derivative(cfg.get("derivative", "auto"), _activation(setup))
+  derivative = resolve_derivative(cfg.derivative, _activation(setup))
   basis = None
-  if cfg.get("subspace", False):
-    basis = first_layer_basis(setup.target.fit, cfg.get("subspace_tol", 1e-3))
+  if cfg.subspace:
+    basis = first_layer_basis(setup.target.fit, cfg.subspace_tol)
     logging.info("candidates kept in the first layer's %d-dimensional span", basis.shape[1])
-  if cfg.get("search", "first_order") == "lm":
+  if cfg.search == "lm":
     return gauss_newton.lm_attack(
       setup.apply_fn,
       basis,
@@ -477,7 +476,7 @@ def _build(cfg, setup: Setup) -> Attack:
       derivative=derivative,
       w_prior=cfg.w_prior,
       normalize=cfg.normalize,
-      cg_maxiter=cfg.get("lm_cg_maxiter", 20),
+      cg_maxiter=cfg.lm_cg_maxiter,
     )
   return kkt_attack(
     setup.apply_fn,
@@ -485,14 +484,14 @@ def _build(cfg, setup: Setup) -> Attack:
     optimizer=cfg.optimizer,
     w_lam=cfg.w_lam,
     w_prior=cfg.w_prior,
-    w_tv=float(cfg.get("w_tv", 0.0)),
+    w_tv=float(cfg.w_tv),
     normalize=cfg.normalize,
     num_outputs=setup.num_outputs,
     derivative=derivative,
-    multipliers=cfg.get("multipliers", "free"),
+    multipliers=cfg.multipliers,
     basis=basis,
-    split_every=int(cfg.get("split_every", 0)),
-    split_eps=float(cfg.get("split_eps", 0.05)),
+    split_every=int(cfg.split_every),
+    split_eps=float(cfg.split_eps),
   )
 
 
@@ -502,10 +501,10 @@ SPEC = register(
     build=_build,
     check=_check,
     hparams=("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min"),
-    state_arrays=lambda cfg: STATE_ARRAYS.get(cfg.get("optimizer", "sgd"), 3),
+    state_arrays=lambda cfg: STATE_ARRAYS.get(cfg.optimizer, 3),
     # LM's step moves subspace coordinates and a solver state that perturbed candidates
     # would leave stale: no re-run from them.
-    rerunnable=lambda cfg: cfg.get("search", "first_order") != "lm",
+    rerunnable=lambda cfg: cfg.search != "lm",
     doc="the KKT / margin attack (Haim et al.), DecoReco for multiclass and general",
     settings=(
       "w_lam",

@@ -88,9 +88,9 @@ def require(condition: bool, message: str, setting: str) -> None:
     raise ConfigError(message, setting)
 
 
-def require_int(cfg, name: str, default: int, low: int = 1) -> int:
-  """``cfg[name]`` (``default`` if absent), refused unless an integer >= ``low``."""
-  value = cfg.get(name, default)
+def require_int(cfg, name: str, low: int = 1) -> int:
+  """Setting ``name`` of ``cfg``, refused unless an integer >= ``low``."""
+  value = getattr(cfg, name)
   require(
     isinstance(value, int) and not isinstance(value, bool) and value >= low,
     f"{name} must be an integer >= {low}, got {value!r}.",

@@ -8,6 +8,7 @@ through its spec (:mod:`recon_jax.attacks`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Optional, Tuple
 
@@ -16,7 +17,6 @@ import numpy as np
 
 from recon_jax import attacks, data, inits, loop, losses, optim
 from recon_jax.errors import ConfigError
-from recon_jax.studies import settings
 from recon_jax.studies.job import (
   RANGE_NAMES,
   Plan,
@@ -27,6 +27,7 @@ from recon_jax.studies.job import (
   resolve_problem,
   victim_config,
 )
+from recon_jax.studies.settings import JobConfig
 from recon_jax.victims import models, victim
 from recon_jax.workdir import expand
 
@@ -155,7 +156,7 @@ def available_memory() -> Optional[int]:
     return None
 
 
-def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
+def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
   """Bytes of the attack's batched restart state, and how they were counted.
 
   R x m x prod(input_shape) x (arrays per candidate: x, gradient, optimiser
@@ -163,24 +164,24 @@ def state_memory(cfg, v: victim.VictimConfig) -> Tuple[int, str]:
   """
   task = "multiclass" if v.loss == "ce" else "binary"
   n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
-  m = int(cfg.m) or int(cfg.get("m_per_sample", 2)) * n
+  m = int(cfg.m) or int(cfg.m_per_sample) * n
   d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
   arrays = attacks.get(cfg.attack).state_arrays(cfg)
-  nbytes = 8 if (cfg.get("x64") or jax.config.jax_enable_x64) else 4
+  nbytes = 8 if (cfg.x64 or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
   how = (
     f"{r} restarts x m={m} candidates x {d} inputs x {arrays} arrays "
-    f"({cfg.get('optimizer', 'sgd')}) x {nbytes} bytes"
+    f"({cfg.optimizer}) x {nbytes} bytes"
   )
   return r * m * d * arrays * nbytes, how
 
 
-def check_memory(cfg, v: victim.VictimConfig) -> None:
+def check_memory(cfg: JobConfig, v: victim.VictimConfig) -> None:
   """Refuses a sweep whose restart state cannot fit: the limit or this machine's memory."""
   if v.dataset.strip().lower() not in data.INPUT_SHAPES:
     return
   need, how = state_memory(cfg, v)
-  limit_gb = float(cfg.get("max_memory_gb", 0.0) or 0.0)
+  limit_gb = float(cfg.max_memory_gb or 0.0)
   if limit_gb > 0:
     limit, what = int(limit_gb * 2**30), "max_memory_gb limit"
   else:
@@ -195,16 +196,20 @@ def check_memory(cfg, v: victim.VictimConfig) -> None:
 
 
 def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
-  """``cfg``'s paths expanded in place and every setting checked: what can fail before any work.
+  """The job's settings (a :class:`JobConfig`, or a mapping of them), paths expanded and
+  every setting checked: what can fail before any work.
 
   Nothing is written or trained here.  ``explicit``: the settings the user set
   (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.  Returns the
-  job's :class:`~recon_jax.studies.job.Plan`, which the run takes as it is.
+  job's :class:`~recon_jax.studies.job.Plan`, which the run takes as it is (its
+  ``config``: the settings with their paths expanded).
   """
-  cfg.data_dir = expand(cfg.data_dir)
-  cfg.checkpoint = expand(cfg.checkpoint)
-  if "foreign" in cfg:
-    cfg.foreign.data_mean = expand(cfg.foreign.data_mean)
+  cfg = JobConfig.of(cfg)
+  cfg = cfg.replace(
+    data_dir=expand(cfg.data_dir),
+    checkpoint=expand(cfg.checkpoint),
+    foreign=dataclasses.replace(cfg.foreign, data_mean=expand(cfg.foreign.data_mean)),
+  )
   return validate(cfg, explicit, requested_victim)
 
 
@@ -217,7 +222,7 @@ def prepare_training(cfg) -> victim.VictimConfig:
       never = " (0: never)" if low == 0 else ""
       raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
   check_widths(cfg)
-  vcfg = victim_config(cfg)
+  vcfg = victim.VictimConfig(**{**cfg.victim, "widths": tuple(int(w) for w in cfg.victim.widths)})
   validate_victim(vcfg)
   check_data_dir(vcfg, cfg.data_dir)
   check_data_files(vcfg, cfg.data_dir)
@@ -225,9 +230,9 @@ def prepare_training(cfg) -> victim.VictimConfig:
 
 
 def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
-  """Raises an error naming the first setting of ``cfg`` that cannot run, before any work;
-  returns the job's :class:`~recon_jax.studies.job.Plan` (``requested_victim``: see
-  :func:`victim_config`).
+  """Raises an error naming the first setting of ``cfg`` (a :class:`JobConfig`, or a
+  mapping of settings) that cannot run, before any work; returns the job's
+  :class:`~recon_jax.studies.job.Plan` (``requested_victim``: see :func:`victim_config`).
 
   :class:`ConfigError` names the setting (its ``argument``); a recon_jax
   checkpoint is read (not its data) and its own faults are
@@ -235,19 +240,22 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   the names of the settings the user set; with ``sweep=paper`` none of the
   ranges may be among them (the paper's ranges would silently replace it).
   """
+  cfg = JobConfig.of(cfg)
   named = [n for n in RANGE_NAMES if n in explicit]
-  if cfg.get("sweep") == "paper" and named:
+  if cfg.sweep == "paper" and named:
     raise ConfigError(
       f"sweep=paper draws {', '.join(RANGE_NAMES)} from Haim et al.'s ranges (App. B), "
-      f"which replace {named[0]}={cfg[named[0]]!r}; drop that setting or use sweep=random.",
+      f"which replace {named[0]}={getattr(cfg, named[0])!r}; drop that setting or use "
+      "sweep=random.",
       "sweep",
     )
-  if not _is_int(cfg.get("save_every", 0)) or cfg.get("save_every", 0) < 0:
+  if not _is_int(cfg.save_every) or cfg.save_every < 0:
     raise ConfigError(f"save_every must be >= 0 (0: never), got {cfg.save_every}.", "save_every")
   spec = attacks.get(cfg.attack)
   for name in ("num_restarts", "steps", "chunk_steps"):
-    if not _is_int(cfg[name]) or cfg[name] <= 0:
-      raise ConfigError(f"{name} must be an integer > 0, got {cfg[name]!r}.", name)
+    value = getattr(cfg, name)
+    if not _is_int(value) or value <= 0:
+      raise ConfigError(f"{name} must be an integer > 0, got {value!r}.", name)
   if not _is_int(cfg.refine_steps) or cfg.refine_steps < 0:
     raise ConfigError(
       f"refine_steps must be an integer >= 0, got {cfg.refine_steps!r}.", "refine_steps"
@@ -259,28 +267,26 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     )
   if not _is_int(cfg.m) or cfg.m < 0:
     raise ConfigError(f"m must be >= 0 (0: m_per_sample x n), got {cfg.m}.", "m")
-  if not _is_int(cfg.get("m_per_sample", 2)) or cfg.get("m_per_sample", 2) < 1:
+  if not _is_int(cfg.m_per_sample) or cfg.m_per_sample < 1:
     raise ConfigError(
       f"m_per_sample must be an integer >= 1, got {cfg.m_per_sample!r}.", "m_per_sample"
     )
   if not _is_int(cfg.seed) or not 0 <= cfg.seed <= MAX_SEED:
     raise ConfigError(f"seed must be an integer in [0, {MAX_SEED}], got {cfg.seed!r}.", "seed")
-  cap = cfg.get("identify_stability_candidates", 0)
+  cap = cfg.identify_stability_candidates
   if not _is_int(cap) or cap < 0:
     raise ConfigError(
       f"identify_stability_candidates must be an integer >= 0 (0: no stability score), "
       f"got {cap!r}.",
       "identify_stability_candidates",
     )
-  if cfg.get("foreign", {}).get("data_mean") and not (
-    cfg.get("checkpoint") and is_foreign(cfg.checkpoint)
-  ):
+  if cfg.foreign.data_mean and not (cfg.checkpoint and is_foreign(cfg.checkpoint)):
     raise ConfigError(
       "foreign.data_mean is the training mean of a PyTorch or safetensors checkpoint; "
       "without such a checkpoint it would be ignored (a recon_jax victim records its own).",
       "foreign.data_mean",
     )
-  checkpoint = cfg.get("checkpoint") or ""
+  checkpoint = cfg.checkpoint or ""
   check_widths(cfg)
   vcfg = victim_config(cfg, requested_victim)
   own = bool(checkpoint) and not is_foreign(checkpoint)
@@ -314,23 +320,24 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     )
   if cfg.init not in inits.INIT_SCHEMES:
     raise ConfigError(f"init must be one of {inits.INIT_SCHEMES}, got {cfg.init!r}.", "init")
-  if cfg.get("optimizer", "sgd") not in optim.OPTIMIZERS:
+  if cfg.optimizer not in optim.OPTIMIZERS:
     raise ConfigError(
       f"optimizer must be one of {optim.OPTIMIZERS}, got {cfg.optimizer!r}.", "optimizer"
     )
-  if cfg.get("normalize", "mean") not in ("mean", "sum"):
+  if cfg.normalize not in ("mean", "sum"):
     raise ConfigError(f"normalize must be mean or sum, got {cfg.normalize!r}.", "normalize")
   for name in ("w_lam", "w_prior"):
-    if name in cfg and not (_finite(cfg[name]) and cfg[name] >= 0):
-      raise ConfigError(f"{name} must be a finite number >= 0, got {cfg[name]!r}.", name)
-  thr = cfg.get("ssim_threshold")
+    value = getattr(cfg, name)
+    if not (_finite(value) and value >= 0):
+      raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}.", name)
+  thr = cfg.ssim_threshold
   if thr is not None and not (_finite(thr) and 0 < thr <= 1):
     raise ConfigError(
       f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.", "ssim_threshold"
     )
-  check_data_dir(vcfg, cfg.get("data_dir"))
-  check_data_files(vcfg, cfg.get("data_dir"))
-  limit = cfg.get("max_memory_gb", 0.0)
+  check_data_dir(vcfg, cfg.data_dir)
+  check_data_files(vcfg, cfg.data_dir)
+  limit = cfg.max_memory_gb
   if not (_finite(limit) and limit >= 0):
     raise ConfigError(
       f"max_memory_gb must be a finite number >= 0 (0: this machine's memory), got {limit!r}.",
@@ -341,15 +348,15 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   return plan(cfg, vcfg)  # bad ranges or refine_* fail here, before training
 
 
-def check_unread_settings(cfg, spec) -> None:
+def check_unread_settings(cfg: JobConfig, spec) -> None:
   """Refuses a setting that only another attack reads, away from its default: it would
   change nothing, and a run that silently ignores it misleads."""
-  defaults = {name: default for name, default, _ in settings.SETTINGS}
+  defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
   for other in attacks.specs().values():
     for name in other.settings:
-      if name in spec.settings or name not in cfg or name not in defaults:
+      if name in spec.settings:
         continue
-      if cfg[name] != defaults[name]:
+      if getattr(cfg, name) != defaults[name]:
         raise ConfigError(
           f"{name} is a setting of attack={other.name}; attack={spec.name} does not read it "
           f"(leave it at {defaults[name]!r}).",
@@ -399,7 +406,7 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
     data.files.require_dir(name, data_dir or None, expected)
 
 
-def check_foreign(cfg, v: victim.VictimConfig) -> None:
+def check_foreign(cfg: JobConfig, v: victim.VictimConfig) -> None:
   """Reads a PyTorch or safetensors victim, and its ``foreign.data_mean``, as the run will:
   a file the run cannot use is refused here, before the workdir is touched.
 
@@ -409,17 +416,17 @@ def check_foreign(cfg, v: victim.VictimConfig) -> None:
 
   name = v.dataset.strip().lower()
   shape = data.INPUT_SHAPES.get(name)
-  opts = cfg.get("foreign", {})
+  opts = cfg.foreign
   try:
     imp = importers.load_foreign(
       cfg.checkpoint,
       input_shape=shape,
-      input_layout=opts.get("input_layout", "nchw"),
-      stride=opts.get("stride", 1),
-      padding=opts.get("padding", 0),
+      input_layout=opts.input_layout,
+      stride=opts.stride,
+      padding=opts.padding,
     )
-    if opts.get("data_mean") and shape is not None and len(shape) == 3:
-      importers.load_data_mean(opts["data_mean"], shape)
+    if opts.data_mean and shape is not None and len(shape) == 3:
+      importers.load_data_mean(opts.data_mean, shape)
   except ConfigError as e:
     if e.argument in ("input_layout", "stride", "padding", "data_mean"):
       e.argument = f"foreign.{e.argument}"

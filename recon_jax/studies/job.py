@@ -1,13 +1,14 @@
 """A reconstruction job's config read into its pieces: the problem, the candidates' labels,
 the victim's recipe, the sweep's hyperparameters and stages.
 
-Pure functions of the job config (the fields of ``experiments/configs/reconstruct.py``),
+Pure functions of the job's typed settings (:class:`recon_jax.studies.settings.JobConfig`),
 shared by the checks made before any work (:mod:`recon_jax.studies.checks`) and the run itself
 (:mod:`recon_jax.studies.pipeline`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from recon_jax import attacks, data, losses, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
+from recon_jax.studies.settings import JobConfig
 from recon_jax.victims import readers, victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
@@ -58,17 +60,15 @@ def is_foreign(path: str) -> bool:
   return readers.detect_format(path) != "msgpack"
 
 
-def victim_config(cfg, requested: Optional[dict] = None) -> victim.VictimConfig:
-  """The victim of a job config: its ``victim`` section, or the checkpoint's own.
+def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.VictimConfig:
+  """The victim of a job: its ``victim`` settings, or the checkpoint's own.
 
   A recon_jax checkpoint carries the config it was trained with (architecture
   and data provenance), and that is the one used; ``requested`` (victim
   settings the user set explicitly, ``{field: value}``) must agree with it.
   """
-  v = dict(cfg.victim)
-  v["widths"] = tuple(int(w) for w in v["widths"])
-  if not cfg.get("checkpoint") or is_foreign(cfg.checkpoint):
-    return victim.VictimConfig(**v)
+  if not cfg.checkpoint or is_foreign(cfg.checkpoint):
+    return dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
   _, stored, _ = victim.load(cfg.checkpoint)
   for field, value in (requested or {}).items():
     want = tuple(value) if field == "widths" else value
@@ -88,16 +88,16 @@ def _num_classes(v: victim.VictimConfig) -> int:
   )
 
 
-def total_steps(cfg) -> int:
+def total_steps(cfg: JobConfig) -> int:
   return int(cfg.steps) + int(cfg.refine_steps)
 
 
-def hparams_for(cfg) -> dict:
+def hparams_for(cfg: JobConfig) -> dict:
   """The per-restart hyperparameters of a job: paper ranges or the config's ranges."""
   if cfg.sweep == "paper":
     ranges = dict(sweep.INVERSION_RANGES if cfg.attack == "inversion" else sweep.PAPER_RANGES)
   elif cfg.sweep == "random":
-    ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
+    ranges = {name: sweep.parse_range(name, getattr(cfg, name), "log") for name in RANGE_NAMES}
   else:
     raise ConfigError(
       argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
@@ -107,11 +107,10 @@ def hparams_for(cfg) -> dict:
   return hp
 
 
-def stages_for(cfg, hp: dict) -> list:
+def stages_for(cfg: JobConfig, hp: dict) -> list:
   """The run's stages: the sweep (alpha fixed, or annealed), then the optional refinement."""
-  anneal = cfg.get("anneal_alpha", 0.0)
-  if anneal:
-    main = sweep.anneal(hp, cfg.steps, anneal, cfg.get("anneal_stages", 8))
+  if cfg.anneal_alpha:
+    main = sweep.anneal(hp, cfg.steps, cfg.anneal_alpha, cfg.anneal_stages)
   else:
     main = [(cfg.steps, hp)]
   tail = sweep.stages(main[-1][1], 1, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
@@ -119,9 +118,10 @@ def stages_for(cfg, hp: dict) -> list:
 
 
 class Plan(NamedTuple):
-  """A job config resolved once, before any work: what the run reads instead of deriving it
-  again from the config (:func:`recon_jax.studies.checks.prepare` returns it checked)."""
+  """A job resolved once, before any work: what the run reads instead of deriving it
+  again from the settings (:func:`recon_jax.studies.checks.prepare` returns it checked)."""
 
+  config: JobConfig  # the settings, paths expanded (config.json's "config")
   victim: victim.VictimConfig  # the config's victim section, or the checkpoint's own recipe
   problem: str  # 'binary', 'multiclass' or 'general'
   foreign: bool  # a PyTorch or safetensors checkpoint
@@ -129,12 +129,12 @@ class Plan(NamedTuple):
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
 
 
-def plan(cfg, vcfg: victim.VictimConfig) -> Plan:
-  """The :class:`Plan` of job config ``cfg`` with its victim ``vcfg`` (:func:`victim_config`).
+def plan(cfg: JobConfig, vcfg: victim.VictimConfig) -> Plan:
+  """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`).
   Not checked here: :func:`recon_jax.studies.checks.validate` calls it last."""
-  foreign = bool(cfg.get("checkpoint")) and is_foreign(cfg.checkpoint)
+  foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
   hp, stages = {}, []
   if attacks.get(cfg.attack).direct is None:
     hp = hparams_for(cfg)
     stages = stages_for(cfg, hp)
-  return Plan(vcfg, resolve_problem(cfg.problem, vcfg.loss), foreign, hp, stages)
+  return Plan(cfg, vcfg, resolve_problem(cfg.problem, vcfg.loss), foreign, hp, stages)

@@ -6,9 +6,9 @@ evaluation -> report dict.
 
 The pieces (:func:`make_target`, :func:`candidate_labels`,
 :func:`load_or_train_victim`, :func:`recon_jax.loop.run_attack`) are plain functions of
-library objects; :func:`reconstruct` chains them for one configuration (a
-mapping with the fields of ``experiments/configs/reconstruct.py``) and returns
-the report without writing anything but the optional resume file.
+library objects; :func:`reconstruct` chains them for one job (its typed settings,
+:class:`recon_jax.studies.settings.JobConfig`) and returns the report without
+writing anything but the optional resume file.
 """
 
 from __future__ import annotations
@@ -26,11 +26,8 @@ from recon_jax import attacks, data, diagnostics, inits, loop
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.studies import checks
-from recon_jax.studies.job import (
-  Plan,
-  candidate_labels,
-  total_steps,
-)
+from recon_jax.studies.job import Plan, candidate_labels, total_steps
+from recon_jax.studies.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import importers, loading, models, victim
 
@@ -102,7 +99,7 @@ def run_warnings(metrics: dict, num_classes: int) -> list:
   return out
 
 
-def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
+def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
   """What the report took as given about the victim and its data (stated in metrics.json)."""
   out = {
     "dataset": vcfg.dataset,
@@ -114,18 +111,18 @@ def assumptions(cfg, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool)
     "training_mean_subtracted": bool(np.any(ds.mean != 0)),
   }
   if foreign:
-    imp = dict(cfg.get("foreign", {}))
+    imp = cfg.foreign
     out.update(
-      input_layout=imp.get("input_layout", "nchw"),
-      conv_stride=imp.get("stride", 1),
-      conv_padding=imp.get("padding", 0),
-      data_mean_file=imp.get("data_mean") or None,
+      input_layout=imp.input_layout,
+      conv_stride=imp.stride,
+      conv_padding=imp.padding,
+      data_mean_file=imp.data_mean or None,
     )
   return out
 
 
 def make_attack(
-  cfg,
+  cfg: JobConfig,
   apply_fn,
   problem: str,
   num_outputs: int = 1,
@@ -136,8 +133,8 @@ def make_attack(
   n: int = 0,
   target: Optional[Target] = None,
 ) -> Attack:
-  """The attack a job config names (``cfg.attack``), built by its registered spec
-  (:mod:`recon_jax.attacks`) from the config's options and what the run knows."""
+  """The attack a job names (``cfg.attack``), built by its registered spec
+  (:mod:`recon_jax.attacks`) from the job's settings and what the run knows."""
   setup = attacks.Setup(
     problem,
     victim_config or victim.VictimConfig(),
@@ -215,35 +212,33 @@ class Reconstruction(NamedTuple):
 
 
 def reconstruct(
-  cfg,
+  job,
   *,
   state_file: Optional[loop.StateFile] = None,
   requested_victim: Optional[dict] = None,
-  plan: Optional[Plan] = None,
 ) -> Reconstruction:
   """Runs one reconstruction job (victim -> attack sweep -> evaluation).
 
-  ``cfg`` has the fields of :func:`recon_jax.reconstruct_config`.  The sweep saves to
-  and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
-  ``plan``: the job resolved by :func:`recon_jax.studies.checks.prepare` (the run
-  takes it as it is); without one, ``cfg`` is checked and resolved here,
-  ``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`.
+  ``job``: the job resolved by :func:`recon_jax.studies.checks.prepare` (a
+  :class:`~recon_jax.studies.job.Plan`, taken as it is), or its settings (a
+  :class:`~recon_jax.studies.settings.JobConfig`, or a ConfigDict such as
+  :func:`recon_jax.reconstruct_config`), checked and resolved here
+  (``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`).  The
+  sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
   """
-  if plan is None:
-    plan = checks.validate(cfg, (), requested_victim)
+  plan = job if isinstance(job, Plan) else checks.prepare(job, requested_victim)
+  cfg = plan.config
   t_start = time.time()
   vcfg, problem, foreign = plan.victim, plan.problem, plan.foreign
   if foreign:  # pixels in; the model's own training mean (or none) is subtracted here
     ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
-    imp = cfg.get("foreign", {})
-    if imp.get("data_mean"):
-      ds = loading.shift_dataset(
-        ds, importers.load_data_mean(imp["data_mean"], ds.x_train.shape[1:])
-      )
+    imp = cfg.foreign
+    if imp.data_mean:
+      ds = loading.shift_dataset(ds, importers.load_data_mean(imp.data_mean, ds.x_train.shape[1:]))
   else:
     ds = victim.load_data(vcfg, cfg.data_dir or None)
   n = len(ds.x_train)
-  m = cfg.m or cfg.get("m_per_sample", 2) * n
+  m = cfg.m or cfg.m_per_sample * n
   labels = candidate_labels(problem, m, ds.num_classes)  # a bad m fails before training
   t0 = time.time()
   if foreign:
@@ -251,9 +246,9 @@ def reconstruct(
       cfg.checkpoint,
       vcfg,
       ds,
-      input_layout=imp.get("input_layout", "nchw"),
-      stride=imp.get("stride", 1),
-      padding=imp.get("padding", 0),
+      input_layout=imp.input_layout,
+      stride=imp.stride,
+      padding=imp.padding,
     )
   else:
     vic = loading.load_or_train_victim(
@@ -261,13 +256,13 @@ def reconstruct(
       ds,
       checkpoint=cfg.checkpoint,
       use_cache=cfg.use_cache,
-      allow_data_mismatch=cfg.get("allow_data_mismatch", False),
+      allow_data_mismatch=cfg.allow_data_mismatch,
     )
   timing = {"victim_s": time.time() - t0}
   dtype = float_dtype()
   target = loading.make_target(vic.params, labels, ds.mean, dtype=dtype)
   params = target.params
-  if cfg.get("known_init", False):
+  if cfg.known_init:
     target = target._replace(
       reference=loading.cast_params(known_init_reference(vcfg, ds, params), dtype)
     )
@@ -362,7 +357,7 @@ def reconstruct(
     "per_restart": ev["per_restart"],
     "timing": timing,
   }
-  if run is not None and cfg.get("identify", False):
+  if run is not None and cfg.identify:
     # The attacker's view: which candidates would it trust, and how often rightly.
     from recon_jax.eval import identification
 
@@ -379,9 +374,7 @@ def reconstruct(
       normalize=cfg.normalize,
       key=cfg.seed,
       # The stability score perturbs the candidates and re-runs steps of the attack.
-      stability_candidates=cfg.get("identify_stability_candidates", 64)
-      if spec.rerunnable(cfg)
-      else 0,
+      stability_candidates=cfg.identify_stability_candidates if spec.rerunnable(cfg) else 0,
     )
     timing["identification_s"] = time.time() - t0
   if run is not None:

@@ -30,6 +30,7 @@ from recon_jax.studies import (
   results_md,
   toy,
 )
+from recon_jax.studies.job import Plan
 from recon_jax.victims import victim
 
 
@@ -64,28 +65,27 @@ def _begin(
 
 
 def run_reconstruction(
-  cfg,
+  job,
   path: str,
   *,
   resume: bool = False,
   requested_victim=None,
   explicit=(),
   checked=False,
-  plan=None,
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``requested_victim``, ``explicit``: see :func:`recon_jax.studies.checks.prepare`;
-  ``plan``: its result when the caller ran it already (a binary does, before it opens the
-  workdir), so the settings are checked and resolved once; ``checked``: the caller also
-  checked a resume against ``path``'s config.json.  With ``resume`` it continues from
-  ``path``'s state file (the config must match).  Returns metrics.json's dict; its
-  ``warnings`` say what a reader must know.
+  ``job``: the job's :class:`~recon_jax.studies.job.Plan` when the caller resolved it
+  already (a binary does, before it opens the workdir: the settings are checked and
+  resolved once), else its settings, checked here by
+  :func:`recon_jax.studies.checks.prepare` (``requested_victim``, ``explicit``: see
+  there); ``checked``: the caller also checked a resume against ``path``'s
+  config.json.  With ``resume`` it continues from ``path``'s state file (the settings
+  must match).  Returns metrics.json's dict; its ``warnings`` say what a reader must know.
   """
-  if plan is None:
-    plan = checks.prepare(cfg, requested_victim, explicit)
-  state_file = _begin(cfg, path, resume, "reconstruct", checked)
-  out = pipeline.reconstruct(cfg, state_file=state_file, plan=plan)
+  plan = job if isinstance(job, Plan) else checks.prepare(job, requested_victim, explicit)
+  state_file = _begin(plan.config, path, resume, "reconstruct", checked)
+  out = pipeline.reconstruct(plan, state_file=state_file)
   return write_reconstruction(path, out)
 
 

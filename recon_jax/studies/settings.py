@@ -9,10 +9,12 @@ binaries' config files (``experiments/configs/``) only add presets on top.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import ml_collections
 from ml_collections import config_dict
 
+from recon_jax.errors import ConfigError
 from recon_jax.victims.victim import VictimConfig
 
 # The victim's fields that may be unset (None), with their type.
@@ -47,71 +49,174 @@ VICTIM_HELP = {
   "converge_maxiter": "L-BFGS iteration cap of that phase",
 }
 
+
+def _setting(default, meaning: str, unset: Optional[type] = None):
+  """A setting's field: its default and meaning (``unset``: the type of a setting that
+  defaults to None)."""
+  return dataclasses.field(default=default, metadata={"help": meaning, "unset": unset})
+
+
+@dataclasses.dataclass(frozen=True)
+class Foreign:
+  """How a PyTorch or safetensors victim is read (the main job's ``foreign`` section)."""
+
+  data_mean: str = _setting(
+    "", ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)"
+  )
+  input_layout: str = _setting("nchw", "how the model flattened conv features (PyTorch: nchw)")
+  stride: int = _setting(1, "conv stride (PyTorch's default)")
+  padding: int = _setting(0, "conv padding (PyTorch's default)")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+  """The main job's settings, typed: every setting, its default and its meaning, in one place.
+
+  A binary parses its flags into an ``ml_collections.ConfigDict``
+  (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
+  library reads this and nothing else.  ``victim`` and ``foreign`` may be given as
+  mappings; unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
+  Nothing is checked here: :func:`recon_jax.studies.checks.prepare` does, in one line
+  naming the first setting that cannot run.
+  """
+
+  victim: VictimConfig = dataclasses.field(default_factory=VictimConfig)
+  checkpoint: str = _setting(
+    "",
+    "attack this victim file instead of training one: recon_jax's victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors",
+  )
+  foreign: Foreign = dataclasses.field(default_factory=Foreign)
+  data_dir: str = _setting("", "folder with MNIST/CIFAR files (never downloaded)")
+  allow_data_mismatch: bool = _setting(False, "attack a checkpoint trained on other images (warns)")
+  attack: str = _setting(
+    "kkt", "kkt | closed_form | bilevel (weight-decay victims) | inversion | weights"
+  )
+  problem: str = _setting("auto", "auto (from victim.loss) | binary | multiclass | general")
+  num_restarts: int = _setting(16, "restarts R, batched in one compiled program")
+  steps: int = _setting(4000, "optimisation steps per restart")
+  chunk_steps: int = _setting(1000, "steps per compiled chunk, between progress lines and saves")
+  m: int = _setting(0, "candidates per restart (0: m_per_sample x n)")
+  m_per_sample: int = _setting(2, "candidates per training sample when m = 0 (Haim et al.: 2)")
+  init: str = _setting("gaussian", "x-init: gaussian | uniform | ground_truth | partition | mix")
+  sweep: str = _setting("random", "random (the ranges below) | paper (Haim et al. App. B ranges)")
+  lr_x: str = _setting("0.03:0.6:log", "candidates' learning rate (range: one draw per restart)")
+  lr_lam: str = _setting("1e-4:1e-2:log", "multipliers' (lambda) learning rate")
+  sigma_x: str = _setting("1e-4:1e-2:log", "std of the candidates' Gaussian starting points")
+  alpha: str = _setting("10:40:lin", "surrogate ReLU sharpness")
+  lam_min: str = _setting(
+    "0.2:0.7:lin", "lambda below this is penalised (the KKT lambda >= 0 term)"
+  )
+  refine_steps: int = _setting(0, "a sharp-alpha refinement stage after `steps` (0: off)")
+  refine_alpha: float = _setting(200.0, "the refinement stage's alpha (sharper: closer to ReLU)")
+  refine_lr_scale: float = _setting(0.1, "the refinement stage's learning rates, times this")
+  anneal_alpha: float = _setting(
+    0.0, "> 0: alpha rises geometrically to this over `steps` (0: fixed)"
+  )
+  anneal_stages: int = _setting(
+    8, "how many steps of that rise (each a stage of steps/anneal_stages)"
+  )
+  known_init: bool = _setting(False, "the attacker also knows theta_0 and fits theta* - theta_0")
+  derivative: str = _setting(
+    "auto", "auto (victim's own if smooth, else surrogate) | surrogate | exact"
+  )
+  multipliers: str = _setting(
+    "free", "free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))"
+  )
+  subspace: bool = _setting(False, "keep candidates in the span of the first layer's weights")
+  subspace_tol: float = _setting(1e-3, "that span: singular values above this x the largest")
+  search: str = _setting(
+    "first_order", "first_order (optimizer) | lm (Levenberg-Marquardt; tied, subspace)"
+  )
+  lm_cg_maxiter: int = _setting(20, "conjugate-gradient iterations per Levenberg-Marquardt step")
+  split_every: int = _setting(
+    0, "split a candidate in two every this many steps (0: off; Shen et al.)"
+  )
+  split_eps: float = _setting(0.05, "distance of the two copies from the split candidate")
+  bilevel_inner_maxiter: int = _setting(
+    100, "attack=bilevel: L-BFGS iterations of each inner solve"
+  )
+  identify: bool = _setting(True, "attacker-side scores: which candidates would an attacker trust?")
+  identify_stability_candidates: int = _setting(
+    64, "candidates re-run for the stability score (0: none)"
+  )
+  optimizer: str = _setting("sgd", "sgd (momentum 0.9) | adam")
+  w_lam: float = _setting(1.0, "weight of the lambda >= lam_min penalty (>= 0)")
+  w_prior: float = _setting(1.0, "weight of the pixel-box prior (>= 0)")
+  w_tv: float = _setting(0.0, "kkt: weight of a total-variation prior on image candidates (0: off)")
+  normalize: str = _setting("mean", "mean (1/m, the reference code) | sum (the paper's eq. 6)")
+  batching: str = _setting("auto", "auto (map on CPU, vmap on GPU/TPU) | vmap | map")
+  ssim_threshold: Optional[float] = _setting(None, "strict recovery; default by image size", float)
+  seed: int = _setting(0, "seed of the hyperparameter draws and starting points")
+  use_cache: bool = _setting(True, "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)")
+  x64: bool = _setting(False, "float64 everywhere (slower; for the stationarity floor)")
+  max_memory_gb: float = _setting(
+    0.0, "refuse a sweep whose restart state needs more (0: free memory)"
+  )
+  matmul_precision: str = _setting("default", "default | high | highest")
+  save_every: int = _setting(1, "save state.msgpack every N chunks (0: never)")
+  distributed: bool = _setting(False, "jax.distributed.initialize() first (multi-host sweeps)")
+
+  def __post_init__(self):
+    v = self.victim
+    if not isinstance(v, VictimConfig):
+      v = dict(v)
+      unknown = sorted(set(v) - _VICTIM_FIELDS)
+      if unknown:
+        raise ConfigError(f"unknown victim settings {unknown}.", f"victim.{unknown[0]}")
+      if "widths" in v and not isinstance(v["widths"], (str, bytes)):
+        v["widths"] = tuple(v["widths"])
+      object.__setattr__(self, "victim", VictimConfig(**v))
+    if not isinstance(self.foreign, Foreign):
+      object.__setattr__(self, "foreign", Foreign(**dict(self.foreign)))
+
+  @classmethod
+  def of(cls, config) -> "JobConfig":
+    """``config`` (a JobConfig, a ConfigDict or a dict of settings) as a JobConfig.
+
+    Raises ConfigError naming a setting it does not know.
+    """
+    if isinstance(config, cls):
+      return config
+    given = dict(config)
+    unknown = sorted(set(given) - _JOB_FIELDS)
+    if unknown:
+      raise ConfigError(f"unknown settings {unknown}.", unknown[0])
+    return cls(**given)
+
+  def replace(self, **changes) -> "JobConfig":
+    return dataclasses.replace(self, **changes)
+
+  def to_dict(self) -> dict:
+    """The settings as nested plain values (config.json's ``config``)."""
+    return dataclasses.asdict(self)
+
+
+_VICTIM_FIELDS = {f.name for f in dataclasses.fields(VictimConfig)}
+_JOB_FIELDS = {f.name for f in dataclasses.fields(JobConfig)}
+
+
+def _rows(cls, prefix: str = ""):
+  """``(dotted name, default, meaning)`` of ``cls``'s settings, its sections' inside."""
+  for f in dataclasses.fields(cls):
+    if f.name == "victim":
+      continue
+    if "help" in f.metadata:
+      yield prefix + f.name, f.default, f.metadata["help"]
+    else:
+      yield from _rows(f.type if isinstance(f.type, type) else globals()[f.type], f"{f.name}.")
+
+
 # (name, default, meaning) of every setting of the main job but its victim section.
-_NONE_FLOAT = config_dict.placeholder(float)
-SETTINGS = (
-  (
-    "checkpoint",
-    "",
-    "attack this victim file instead of training one: recon_jax's victim.msgpack, a "
-    "PyTorch state dict (.pt/.pth) or safetensors",
-  ),
-  (
-    "foreign.data_mean",
-    "",
-    ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)",
-  ),
-  ("foreign.input_layout", "nchw", "how the model flattened conv features (PyTorch: nchw)"),
-  ("foreign.stride", 1, "conv stride (PyTorch's default)"),
-  ("foreign.padding", 0, "conv padding (PyTorch's default)"),
-  ("data_dir", "", "folder with MNIST/CIFAR files (never downloaded)"),
-  ("allow_data_mismatch", False, "attack a checkpoint trained on other images (warns)"),
-  ("attack", "kkt", "kkt | closed_form | bilevel (weight-decay victims) | inversion | weights"),
-  ("problem", "auto", "auto (from victim.loss) | binary | multiclass | general"),
-  ("num_restarts", 16, "restarts R, batched in one compiled program"),
-  ("steps", 4000, "optimisation steps per restart"),
-  ("chunk_steps", 1000, "steps per compiled chunk, between progress lines and saves"),
-  ("m", 0, "candidates per restart (0: m_per_sample x n)"),
-  ("m_per_sample", 2, "candidates per training sample when m = 0 (Haim et al.: 2)"),
-  ("init", "gaussian", "x-init: gaussian | uniform | ground_truth | partition | mix"),
-  ("sweep", "random", "random (the ranges below) | paper (Haim et al. App. B ranges)"),
-  ("lr_x", "0.03:0.6:log", "candidates' learning rate (range: one draw per restart)"),
-  ("lr_lam", "1e-4:1e-2:log", "multipliers' (lambda) learning rate"),
-  ("sigma_x", "1e-4:1e-2:log", "std of the candidates' Gaussian starting points"),
-  ("alpha", "10:40:lin", "surrogate ReLU sharpness"),
-  ("lam_min", "0.2:0.7:lin", "lambda below this is penalised (the KKT lambda >= 0 term)"),
-  ("refine_steps", 0, "a sharp-alpha refinement stage after `steps` (0: off)"),
-  ("refine_alpha", 200.0, "the refinement stage's alpha (sharper: closer to ReLU)"),
-  ("refine_lr_scale", 0.1, "the refinement stage's learning rates, times this"),
-  ("anneal_alpha", 0.0, "> 0: alpha rises geometrically to this over `steps` (0: fixed)"),
-  ("anneal_stages", 8, "how many steps of that rise (each a stage of steps/anneal_stages)"),
-  ("known_init", False, "the attacker also knows theta_0 and fits theta* - theta_0"),
-  ("derivative", "auto", "auto (victim's own if smooth, else surrogate) | surrogate | exact"),
-  ("multipliers", "free", "free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))"),
-  ("subspace", False, "keep candidates in the span of the first layer's weights"),
-  ("subspace_tol", 1e-3, "that span: singular values above this x the largest"),
-  ("search", "first_order", "first_order (optimizer) | lm (Levenberg-Marquardt; tied, subspace)"),
-  ("lm_cg_maxiter", 20, "conjugate-gradient iterations per Levenberg-Marquardt step"),
-  ("split_every", 0, "split a candidate in two every this many steps (0: off; Shen et al.)"),
-  ("split_eps", 0.05, "distance of the two copies from the split candidate"),
-  ("bilevel_inner_maxiter", 100, "attack=bilevel: L-BFGS iterations of each inner solve"),
-  ("identify", True, "attacker-side scores: which candidates would an attacker trust?"),
-  ("identify_stability_candidates", 64, "candidates re-run for the stability score (0: none)"),
-  ("optimizer", "sgd", "sgd (momentum 0.9) | adam"),
-  ("w_lam", 1.0, "weight of the lambda >= lam_min penalty (>= 0)"),
-  ("w_prior", 1.0, "weight of the pixel-box prior (>= 0)"),
-  ("w_tv", 0.0, "kkt: weight of a total-variation prior on image candidates (0: off)"),
-  ("normalize", "mean", "mean (1/m, the reference code) | sum (the paper's eq. 6)"),
-  ("batching", "auto", "auto (map on CPU, vmap on GPU/TPU) | vmap | map"),
-  ("ssim_threshold", _NONE_FLOAT, "strict recovery; default by image size"),
-  ("seed", 0, "seed of the hyperparameter draws and starting points"),
-  ("use_cache", True, "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)"),
-  ("x64", False, "float64 everywhere (slower; for the stationarity floor)"),
-  ("max_memory_gb", 0.0, "refuse a sweep whose restart state needs more (0: free memory)"),
-  ("matmul_precision", "default", "default | high | highest"),
-  ("save_every", 1, "save state.msgpack every N chunks (0: never)"),
-  ("distributed", False, "jax.distributed.initialize() first (multi-host sweeps)"),
-)
+SETTINGS = tuple(_rows(JobConfig))
+# The type of each setting that defaults to None (a ConfigDict placeholder of that type).
+_UNSET = {
+  name: f.metadata["unset"]
+  for name, f in (
+    *((f.name, f) for f in dataclasses.fields(JobConfig)),
+    *((f"foreign.{f.name}", f) for f in dataclasses.fields(Foreign)),
+  )
+  if f.metadata.get("unset")
+}
 
 HELP = {
   **{f"victim.{k}": v for k, v in VICTIM_HELP.items()},
@@ -150,7 +255,8 @@ def reconstruct_config(victim=None, **overrides) -> ml_collections.ConfigDict:
     section, _, leaf = name.rpartition(".")
     if section and section not in c:
       c[section] = ml_collections.ConfigDict()
-    value = config_dict.placeholder(float) if default is _NONE_FLOAT else default
+    unset = _UNSET.get(name)
+    value = config_dict.placeholder(unset) if unset else default
     (c[section] if section else c)[leaf] = value  # a placeholder of its own per config
   unknown = sorted(set(overrides) - {n.partition(".")[0] for n, _, _ in SETTINGS})
   if unknown:

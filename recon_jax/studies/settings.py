@@ -1,9 +1,11 @@
 """The main job's settings, shipped with the library: defaults and what each one means.
 
-:func:`reconstruct_config` is the config :func:`recon_jax.reconstruct` takes (an
-``ml_collections.ConfigDict``; override any field, or pass overrides as keywords);
-:data:`HELP` says what every setting means (the binaries' ``--help`` shows it).  The
-binaries' config files (``experiments/configs/``) only add presets on top.
+:class:`JobConfig` declares them, typed, each with its default and meaning; it is what
+the library reads.  :func:`reconstruct_config` is the same settings as an
+``ml_collections.ConfigDict`` (what a binary's flags override; ``JobConfig(**config)``
+turns it into the type); :data:`HELP` says what every setting means (the binaries'
+``--help`` shows it).  The binaries' config files (``experiments/configs/``) only add
+presets on top.
 """
 
 from __future__ import annotations

@@ -42,7 +42,9 @@ from recon_jax.data.common import DataError
 from recon_jax.data.dataset import (
   BINARY,
   DATASETS,
+  FILE_DATASETS,
   INPUT_SHAPES,
+  SOURCES,
   TASKS,
   Dataset,
   fingerprint,
@@ -53,7 +55,9 @@ from recon_jax.data.formats import write_cifar10_bin, write_idx
 __all__ = [
   "BINARY",
   "DATASETS",
+  "FILE_DATASETS",
   "INPUT_SHAPES",
+  "SOURCES",
   "DataError",
   "Dataset",
   "TASKS",

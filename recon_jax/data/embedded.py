@@ -13,7 +13,6 @@ import numpy as np
 
 from recon_jax.data.common import DataError, Pool, Splits, check_count, readonly
 
-EMBEDDED = ("digits", "lfw", "toy2d")
 TOY_DEFAULT_SPLIT = 200  # Default toy2d test / partition size (total).
 
 
@@ -39,21 +38,16 @@ def _lfw_raw():
   return readonly(x), readonly(y)
 
 
-def embedded_pool(name: str, task: str) -> Pool:
-  """The whole ``digits`` or ``lfw`` pool, labelled for ``task``.
+def digits_pool() -> Pool:
+  """The whole scikit-learn digits pool (8x8, 1,797 images); labels: the digit."""
+  x, digit = _digits_raw()
+  return Pool(x, digit)
 
-  Binary labels: odd digit = +1, even = -1; face = +1, non-face = -1.
-  Multiclass: the digit; face = 1, non-face = 0.
-  """
-  if name == "digits":
-    x, digit = _digits_raw()
-    y = np.where(digit % 2 == 1, 1, -1) if task == "binary" else digit
-  elif name == "lfw":
-    x, face = _lfw_raw()
-    y = np.where(face == 1, 1, -1) if task == "binary" else face
-  else:
-    raise DataError(f"dataset {name!r} has no embedded pool", "dataset")
-  return Pool(x, y.astype(np.int64))
+
+def lfw_pool() -> Pool:
+  """scikit-image's LFW subset (25x25, 200 images); labels: face = 1, non-face = 0."""
+  x, face = _lfw_raw()
+  return Pool(x, face)
 
 
 def toy_split_size(n_per_class: Optional[int], argument: str) -> int:

@@ -16,59 +16,38 @@ import numpy as np
 from recon_jax.data import formats
 from recon_jax.data.common import DataError, Pool
 
-FILE_DATASETS = ("mnist", "cifar10", "cifar100")
 CIFAR10_VEHICLES = (0, 1, 8, 9)  # airplane, automobile, ship, truck
 
-_MNIST_EXPECTED = (
+# What data_dir must hold, per dataset (the errors name it).
+MNIST_FILES = (
   "MNIST IDX files train-images-idx3-ubyte, train-labels-idx1-ubyte, "
   "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte (plain or .gz)"
 )
-_CIFAR10_EXPECTED = (
+CIFAR10_FILES = (
   "CIFAR-10 binary files data_batch_1.bin..data_batch_5.bin and test_batch.bin "
   "(also in cifar-10-batches-bin/), or the python version "
   "data_batch_1..data_batch_5, test_batch in cifar-10-batches-py/"
 )
-_CIFAR100_EXPECTED = (
+CIFAR100_FILES = (
   "CIFAR-100 binary files train.bin and test.bin (also in cifar-100-binary/), "
   "or the python version train, test in cifar-100-python/"
 )
 
 
-def file_pools(name: str, task: str, data_dir):
-  """The official train and test pools of a file dataset, labelled for ``task``.
-
-  Binary labels: odd digit = +1 (mnist), vehicle = +1 (cifar10); cifar100 is
-  multiclass only (the caller checks). Multiclass: the official (fine) label.
-
-  Returns:
-    ``(train_pool, test_pool)``, :class:`Pool` with uint8 pixels and
-    ``scale=255``.
+def pools(load):
+  """``data_dir -> (train_pool, test_pool)`` of the official splits a loader reads
+  (``load(data_dir) -> ((x_train, y_train), (x_test, y_test))``): uint8 pixels with
+  ``scale=255`` and the official class ids.
 
   Raises:
     DataError: On a missing ``data_dir`` or file, or a malformed file.
   """
-  if name == "mnist":
-    (xtr, ytr), (xte, yte) = load_mnist(data_dir)
 
-    def relabel(y):
-      return np.where(y % 2 == 1, 1, -1) if task == "binary" else y
-  elif name == "cifar10":
-    (xtr, ytr), (xte, yte) = load_cifar10(data_dir)
-    vehicles = np.array(CIFAR10_VEHICLES)
+  def read(data_dir):
+    (xtr, ytr), (xte, yte) = load(data_dir)
+    return Pool(xtr, ytr.astype(np.int64), 255.0), Pool(xte, yte.astype(np.int64), 255.0)
 
-    def relabel(y):
-      return np.where(np.isin(y, vehicles), 1, -1) if task == "binary" else y
-  elif name == "cifar100":
-    (xtr, ytr), (xte, yte) = load_cifar100(data_dir)
-
-    def relabel(y):
-      return y
-  else:
-    raise DataError(f"dataset {name!r} is not read from files", "dataset")
-  return (
-    Pool(xtr, relabel(ytr).astype(np.int64), 255.0),
-    Pool(xte, relabel(yte).astype(np.int64), 255.0),
-  )
+  return read
 
 
 def require_dir(name: str, data_dir, expected: str) -> str:
@@ -115,7 +94,7 @@ def load_mnist(data_dir):
     DataError: On a missing or malformed file, or train and test images of
       different sizes.
   """
-  data_dir = require_dir("mnist", data_dir, _MNIST_EXPECTED)
+  data_dir = require_dir("mnist", data_dir, MNIST_FILES)
   dirs = [data_dir, os.path.join(data_dir, "mnist"), os.path.join(data_dir, "MNIST", "raw")]
   xtr, ytr, train_path = _mnist_split(dirs, "train")
   xte, yte, test_path = _mnist_split(dirs, "t10k")
@@ -139,7 +118,7 @@ def _mnist_split(dirs, prefix: str):
     if path is None:
       raise DataError(
         f"{os.path.join(dirs[0], base)}: missing file (also tried .gz and {dotted}); data_dir "
-        f"must hold the {_MNIST_EXPECTED}",
+        f"must hold the {MNIST_FILES}",
         "data_dir",
       )
     return path
@@ -176,7 +155,7 @@ def load_cifar10(data_dir):
   is preferred over the python version (``data_dir/cifar-10-batches-py`` or
   ``data_dir``), which is unpickled with a restricted unpickler.
   """
-  data_dir = require_dir("cifar10", data_dir, _CIFAR10_EXPECTED)
+  data_dir = require_dir("cifar10", data_dir, CIFAR10_FILES)
   train_names = [f"data_batch_{i}" for i in range(1, 6)]
   bin_dir = _first_dir_with(
     [data_dir, os.path.join(data_dir, "cifar-10-batches-bin")], "data_batch_1.bin"
@@ -184,7 +163,7 @@ def load_cifar10(data_dir):
   if bin_dir is not None:
 
     def read(n):
-      path = _existing(os.path.join(bin_dir, n + ".bin"), _CIFAR10_EXPECTED)
+      path = _existing(os.path.join(bin_dir, n + ".bin"), CIFAR10_FILES)
       return formats.read_cifar_bin(path, 1, 9)
   else:
     py_dir = _first_dir_with(
@@ -193,12 +172,12 @@ def load_cifar10(data_dir):
     if py_dir is None:
       raise DataError(
         f"{os.path.join(data_dir, 'data_batch_1.bin')}: missing file; data_dir "
-        f"must hold the {_CIFAR10_EXPECTED}",
+        f"must hold the {CIFAR10_FILES}",
         "data_dir",
       )
 
     def read(n):
-      path = _existing(os.path.join(py_dir, n), _CIFAR10_EXPECTED)
+      path = _existing(os.path.join(py_dir, n), CIFAR10_FILES)
       return formats.read_cifar_py(path, "labels", 9)
 
   return _concat([read(n) for n in train_names]), _concat([read("test_batch")])
@@ -211,24 +190,24 @@ def load_cifar100(data_dir):
   ``data_dir/cifar-100-binary``) is preferred over the python version in
   ``data_dir/cifar-100-python``.
   """
-  data_dir = require_dir("cifar100", data_dir, _CIFAR100_EXPECTED)
+  data_dir = require_dir("cifar100", data_dir, CIFAR100_FILES)
   bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, "cifar-100-binary")], "train.bin")
   if bin_dir is not None:
 
     def read(n):
-      path = _existing(os.path.join(bin_dir, n + ".bin"), _CIFAR100_EXPECTED)
+      path = _existing(os.path.join(bin_dir, n + ".bin"), CIFAR100_FILES)
       return formats.read_cifar_bin(path, 2, 99)
   else:
     py_dir = os.path.join(data_dir, "cifar-100-python")
     if not os.path.isfile(os.path.join(py_dir, "train")):
       raise DataError(
         f"{os.path.join(data_dir, 'train.bin')}: missing file; data_dir must hold "
-        f"the {_CIFAR100_EXPECTED}",
+        f"the {CIFAR100_FILES}",
         "data_dir",
       )
 
     def read(n):
-      path = _existing(os.path.join(py_dir, n), _CIFAR100_EXPECTED)
+      path = _existing(os.path.join(py_dir, n), CIFAR100_FILES)
       return formats.read_cifar_py(path, "fine_labels", 99)
 
   return _concat([read("train")]), _concat([read("test")])

@@ -401,9 +401,8 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
   Only the folder is checked (cheap); its files are read, and checked, with the data.
   """
   name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
-  if name in data.files.FILE_DATASETS:
-    expected = getattr(data.files, f"_{name.upper()}_EXPECTED", f"{name} files")
-    data.files.require_dir(name, data_dir or None, expected)
+  if name in data.FILE_DATASETS:
+    data.files.require_dir(name, data_dir or None, data.dataset.SOURCES[name].files)
 
 
 def check_foreign(cfg: JobConfig, v: victim.VictimConfig) -> None:
@@ -446,5 +445,5 @@ def check_data_files(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
   """Reads a file dataset (MNIST, CIFAR) as the run will, so that a truncated, corrupt or
   foreign file is refused before the workdir is touched (the error names the file)."""
   name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
-  if name in data.files.FILE_DATASETS:
+  if name in data.FILE_DATASETS:
     victim.load_data(v, data_dir or None)

@@ -55,6 +55,17 @@ def _check(name: str, rng: Range) -> None:
     raise ConfigError(f"{name}: a log-uniform range needs a positive lower end, got {lo}.")
 
 
+def check_hparams(hparams: Mapping) -> None:
+  """Raises ConfigError naming the first per-restart hyperparameter outside its domain
+  (learning rates and alpha > 0, lam_min and sigma_x >= 0)."""
+  for name in ("lr_x", "lr_lam", "alpha"):
+    if name in hparams and np.any(np.asarray(hparams[name]) <= 0):
+      raise ConfigError(f"{name} must be > 0, got {float(np.min(hparams[name])):g}.")
+  for name in ("lam_min", "sigma_x"):
+    if name in hparams and np.any(np.asarray(hparams[name]) < 0):
+      raise ConfigError(f"{name} must be >= 0, got {float(np.min(hparams[name])):g}.")
+
+
 def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.float32):
   """``num`` independent draws from ``ranges`` (log- or linear-uniform)."""
   if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num <= 0:

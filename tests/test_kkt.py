@@ -288,19 +288,6 @@ def test_attack_rejects_bad_options():
       kkt.kkt_attack(linear_apply, **kw)
 
 
-def test_check_hparams():
-  kkt.check_hparams({"lr_x": np.array([0.1, 1.0]), "lam_min": 0.0, "sigma_x": 0.0, "alpha": 10.0})
-  for hp, match in [
-    ({"lr_x": np.array([0.1, 0.0])}, "lr_x must be > 0"),
-    ({"lr_lam": -1.0}, "lr_lam"),
-    ({"alpha": 0.0}, "alpha"),
-    ({"lam_min": -0.1}, "lam_min must be >= 0"),
-    ({"sigma_x": np.array([-1.0])}, "sigma_x"),
-  ]:
-    with pytest.raises(ValueError, match=match):
-      kkt.check_hparams(hp)
-
-
 # ---------------------------------------------------------------- end to end
 
 

@@ -57,3 +57,16 @@ def test_stages_refine_sets_alpha_scales_rates_and_keeps_the_rest():
   for bad in ({"refine_steps": -1}, {"refine_alpha": float("nan")}, {"refine_lr_scale": 0.0}):
     with pytest.raises(ConfigError, match=next(iter(bad))):
       sweep.stages(hp, 100, **{"refine_steps": 1, **bad})
+
+
+def test_check_hparams():
+  sweep.check_hparams({"lr_x": np.array([0.1, 1.0]), "lam_min": 0.0, "sigma_x": 0.0, "alpha": 10.0})
+  for hp, match in [
+    ({"lr_x": np.array([0.1, 0.0])}, "lr_x must be > 0"),
+    ({"lr_lam": -1.0}, "lr_lam"),
+    ({"alpha": 0.0}, "alpha"),
+    ({"lam_min": -0.1}, "lam_min must be >= 0"),
+    ({"sigma_x": np.array([-1.0])}, "sigma_x"),
+  ]:
+    with pytest.raises(ValueError, match=match):
+      sweep.check_hparams(hp)

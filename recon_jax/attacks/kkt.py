@@ -352,16 +352,6 @@ def _projector(basis):
   return project
 
 
-def check_hparams(hparams: dict) -> None:
-  """Raises ValueError naming the first hyperparameter outside its domain."""
-  for name in ("lr_x", "lr_lam", "alpha"):
-    if name in hparams and np.any(np.asarray(hparams[name]) <= 0):
-      raise ConfigError(f"{name} must be > 0, got {float(np.min(hparams[name])):g}.")
-  for name in ("lam_min", "sigma_x"):
-    if name in hparams and np.any(np.asarray(hparams[name]) < 0):
-      raise ConfigError(f"{name} must be >= 0, got {float(np.min(hparams[name])):g}.")
-
-
 # ----------------------------------------------------------------------------- the main job
 
 SMOOTH = ("gelu", "softplus", "tanh", "identity")

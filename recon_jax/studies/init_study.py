@@ -220,7 +220,7 @@ def kkt_hparams(cfg, num: int) -> dict:
   ranges = {k: sweep.parse_range(f"kkt_{k}", cfg[f"kkt_{k}"], "log") for k in KKT_RANGES}
   try:
     hp = sweep.random_search(cfg.seed, num, ranges)
-    kkt.check_hparams(hp)
+    sweep.check_hparams(hp)
   except ConfigError as e:
     arg = e.argument if e.argument in KKT_RANGES else None
     if arg is None:

@@ -14,7 +14,6 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from recon_jax import attacks, data, losses, sweep
-from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.studies.settings import JobConfig
 from recon_jax.victims import readers, victim
@@ -103,7 +102,7 @@ def hparams_for(cfg: JobConfig) -> dict:
       argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
     )
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
-  kkt.check_hparams(hp)
+  sweep.check_hparams(hp)
   return hp
 
 

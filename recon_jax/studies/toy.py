@@ -37,7 +37,7 @@ def validate(cfg) -> tuple:
   A bad setting raises :class:`ConfigError` whose message starts with the
   setting's name (``n_train must be even ...``); the attack's ranges and
   refinement settings are checked by :mod:`recon_jax.sweep` and
-  :func:`recon_jax.attacks.kkt.check_hparams`, which name theirs too.
+  :func:`recon_jax.sweep.check_hparams`, which name theirs too.
   """
 
   def refuse(name: str, message: str):
@@ -95,7 +95,7 @@ def validate(cfg) -> tuple:
   labels = job.candidate_labels("binary", cfg.m)
   ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
-  kkt.check_hparams(hp)
+  sweep.check_hparams(hp)
   stages = sweep.stages(hp, cfg.steps, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
   return hp, stages, labels
 

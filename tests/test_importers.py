@@ -25,7 +25,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 from recon_jax.victims import models
 from recon_jax.victims.importers import from_state_dict, load_foreign
-from recon_jax.victims.models import ImportedCNN, ImportedMLP
+from recon_jax.victims.models import ImportedCNN
 from recon_jax.victims.readers import detect_format, read_state_dict
 
 TOL = dict(rtol=1e-6, atol=1e-6)
@@ -117,10 +117,8 @@ def test_mlp_matches_numpy_forward(tmp_path, case):
   assert list(imp.source_names) == [
     n + s for n, f in zip(names, flags) for s in ([".weight", ".bias"] if f else [".weight"])
   ]
-  want_cls = ImportedMLP if layout == "custom" else models.MLP
-  assert type(imp.module) is want_cls
-  if layout != "custom":
-    assert imp.module.bias == layout and tuple(imp.module.widths) == (7, 5)
+  assert type(imp.module) is models.MLP and tuple(imp.module.widths) == (7, 5)
+  assert imp.module.bias == (layout if layout != "custom" else tuple(flags))
   for leaf in jax.tree_util.tree_leaves(imp.params):
     assert leaf.dtype == np.float32
 

@@ -27,11 +27,10 @@ tensor, is the default).  Pooling, normalisation layers, dilation, groups and
 activations other than ReLU cannot be expressed and are refused or caught as
 shape mismatches.
 
-MLPs whose bias layout is 'first', 'all' or 'none' become
-:class:`recon_jax.victims.models.MLP` parameters (names ``layer_i``), so everything in
-the library that knows that class works on them; other bias layouts become an
-:class:`recon_jax.victims.models.ImportedMLP`, convolutional networks an
-:class:`recon_jax.victims.models.ImportedCNN`.
+MLPs become :class:`recon_jax.victims.models.MLP` parameters (names ``layer_i``), so
+everything in the library that knows that class works on them: a bias layout of
+'first', 'all' or 'none' is its ``bias`` mode, any other one flag per layer.
+Convolutional networks become an :class:`recon_jax.victims.models.ImportedCNN`.
 """
 
 from __future__ import annotations
@@ -412,12 +411,10 @@ def from_state_dict(
     arch["convs"] = convs_arch
     module = models.ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
     arch["module"] = "recon_jax.victims.models.ImportedCNN"
-  elif layout in models.BIAS_MODES:
-    module = models.MLP(widths=tuple(widths[:-1]), out_dim=out_dim, bias=layout)
+  else:  # a bias layout of its own keeps one flag per layer
+    bias = layout if layout in models.BIAS_MODES else tuple(bool(f) for f in flags)
+    module = models.MLP(widths=tuple(widths[:-1]), out_dim=out_dim, bias=bias)
     arch["module"] = "recon_jax.victims.models.MLP"
-  else:
-    module = models.ImportedMLP(features=tuple(widths), use_bias=tuple(flags))
-    arch["module"] = "recon_jax.victims.models.ImportedMLP"
   json.dumps(arch)  # arch must stay JSON-able
   return Imported({"params": params}, module, format, arch, tuple(names))
 

@@ -10,7 +10,7 @@ with :func:`make_apply_fn`.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Tuple, Union
 
 import flax.linen as nn
 import jax
@@ -164,7 +164,8 @@ class MLP(nn.Module):
     widths: hidden widths.
     out_dim: 1 for binary/regression, C for multiclass.
     bias: 'first' (first layer only: homogeneous in the remaining weights, as
-      Haim et al. train), 'all', or 'none' (fully homogeneous).
+      Haim et al. train), 'all', 'none' (fully homogeneous), or one flag per
+      layer (an imported network's own layout).
     init_scheme: weight scheme for all layers (see :func:`weight_init`).
     init_std: std for init='normal' (or override of He's std).
     first_layer_std: separate std for the first layer (Haim et al.: 1e-4).
@@ -174,7 +175,7 @@ class MLP(nn.Module):
 
   widths: Sequence[int] = (256, 256)
   out_dim: int = 1
-  bias: str = "first"
+  bias: Union[str, Tuple[bool, ...]] = "first"
   init_scheme: str = "kaiming"
   init_std: Optional[float] = None
   first_layer_std: Optional[float] = None
@@ -191,7 +192,10 @@ class MLP(nn.Module):
         kinit = nn.initializers.normal(self.first_layer_std)
       else:
         kinit = weight_init(self.init_scheme, self.init_std, self.init_gain)
-      use_bias = self.bias == "all" or (self.bias == "first" and i == 0)
+      if isinstance(self.bias, str):
+        use_bias = self.bias == "all" or (self.bias == "first" and i == 0)
+      else:
+        use_bias = bool(self.bias[i])
       binit = bias_init(self.init_scheme, h.shape[-1], self.init_gain)
       h = nn.Dense(width, use_bias=use_bias, kernel_init=kinit, bias_init=binit, name=f"layer_{i}")(
         h
@@ -322,30 +326,6 @@ def init_params(module: nn.Module, key, input_shape, dtype=jnp.float32):
   """Initial ``{'params': ...}`` for inputs of shape ``input_shape`` (no batch dim)."""
   params = module.init(key, jnp.zeros((1, *input_shape), dtype))
   return jax.tree_util.tree_map(lambda a: a.astype(dtype), params)
-
-
-class ImportedMLP(nn.Module):
-  """Fully connected network with a bias on any subset of its layers.
-
-  Attributes:
-    features: output width of each layer, the last being the output size.
-    use_bias: one flag per layer.
-    activation: default activation between layers; attacks pass ``act=``.
-  """
-
-  features: Sequence[int]
-  use_bias: Sequence[bool]
-  activation: Activation = jax.nn.relu
-
-  @nn.compact
-  def __call__(self, x, act: Optional[Activation] = None):
-    act = act or self.activation
-    h = x.reshape((x.shape[0], -1))
-    for i, (width, bias) in enumerate(zip(self.features, self.use_bias)):
-      h = nn.Dense(width, use_bias=bias, name=f"layer_{i}")(h)
-      if i < len(self.features) - 1:
-        h = act(h)
-    return h
 
 
 class ImportedCNN(nn.Module):

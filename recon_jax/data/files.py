@@ -9,7 +9,7 @@ the pools; :func:`recon_jax.data.common.gather` scales the sampled rows.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -148,6 +148,73 @@ def _first_dir_with(dirs: Sequence[str], name: str) -> Optional[str]:
   return next((d for d in dirs if os.path.isfile(os.path.join(d, name))), None)
 
 
+class _Cifar(NamedTuple):
+  """Where one CIFAR variant's files lie and how their labels are stored."""
+
+  name: str
+  files: str  # what data_dir must hold (the errors name it)
+  train: Tuple[str, ...]  # the training batches' file names
+  test: str
+  bin_dir: str  # the binary version's folder inside data_dir (or data_dir itself)
+  py_dirs: Tuple[str, ...]  # the python version's folders, in order ('': data_dir)
+  label_bytes: int  # binary version: label bytes before each image
+  label_key: str  # python version: the labels' key
+  classes: int
+
+
+_CIFAR10 = _Cifar(
+  "cifar10",
+  CIFAR10_FILES,
+  tuple(f"data_batch_{i}" for i in range(1, 6)),
+  "test_batch",
+  "cifar-10-batches-bin",
+  ("cifar-10-batches-py", ""),
+  1,
+  "labels",
+  10,
+)
+_CIFAR100 = _Cifar(
+  "cifar100",
+  CIFAR100_FILES,
+  ("train",),
+  "test",
+  "cifar-100-binary",
+  ("cifar-100-python",),
+  2,
+  "fine_labels",
+  100,
+)
+
+
+def _load_cifar(data_dir, c: _Cifar):
+  """The official splits of a CIFAR variant: the binary version (in ``data_dir`` or its
+  ``c.bin_dir``) is preferred over the python version (unpickled with a restricted
+  unpickler)."""
+  data_dir = require_dir(c.name, data_dir, c.files)
+  first = c.train[0]
+  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, c.bin_dir)], first + ".bin")
+  if bin_dir is not None:
+
+    def read(n):
+      path = _existing(os.path.join(bin_dir, n + ".bin"), c.files)
+      return formats.read_cifar_bin(path, c.label_bytes, c.classes - 1)
+  else:
+    py_dir = _first_dir_with(
+      [os.path.join(data_dir, d) if d else data_dir for d in c.py_dirs], first
+    )
+    if py_dir is None:
+      raise DataError(
+        f"{os.path.join(data_dir, first + '.bin')}: missing file; data_dir must hold the {c.files}",
+        "data_dir",
+      )
+
+    def read(n):
+      path = _existing(os.path.join(py_dir, n), c.files)
+      return formats.read_cifar_py(path, c.label_key, c.classes - 1)
+
+  return _concat([read(n) for n in c.train]), _concat([read(c.test)])
+
+
 def load_cifar10(data_dir):
   """``((x_train, y_train), (x_test, y_test))`` of CIFAR-10: uint8 ``[N, 32, 32, 3]``, int64.
 
@@ -155,32 +222,7 @@ def load_cifar10(data_dir):
   is preferred over the python version (``data_dir/cifar-10-batches-py`` or
   ``data_dir``), which is unpickled with a restricted unpickler.
   """
-  data_dir = require_dir("cifar10", data_dir, CIFAR10_FILES)
-  train_names = [f"data_batch_{i}" for i in range(1, 6)]
-  bin_dir = _first_dir_with(
-    [data_dir, os.path.join(data_dir, "cifar-10-batches-bin")], "data_batch_1.bin"
-  )
-  if bin_dir is not None:
-
-    def read(n):
-      path = _existing(os.path.join(bin_dir, n + ".bin"), CIFAR10_FILES)
-      return formats.read_cifar_bin(path, 1, 9)
-  else:
-    py_dir = _first_dir_with(
-      [os.path.join(data_dir, "cifar-10-batches-py"), data_dir], "data_batch_1"
-    )
-    if py_dir is None:
-      raise DataError(
-        f"{os.path.join(data_dir, 'data_batch_1.bin')}: missing file; data_dir "
-        f"must hold the {CIFAR10_FILES}",
-        "data_dir",
-      )
-
-    def read(n):
-      path = _existing(os.path.join(py_dir, n), CIFAR10_FILES)
-      return formats.read_cifar_py(path, "labels", 9)
-
-  return _concat([read(n) for n in train_names]), _concat([read("test_batch")])
+  return _load_cifar(data_dir, _CIFAR10)
 
 
 def load_cifar100(data_dir):
@@ -190,24 +232,4 @@ def load_cifar100(data_dir):
   ``data_dir/cifar-100-binary``) is preferred over the python version in
   ``data_dir/cifar-100-python``.
   """
-  data_dir = require_dir("cifar100", data_dir, CIFAR100_FILES)
-  bin_dir = _first_dir_with([data_dir, os.path.join(data_dir, "cifar-100-binary")], "train.bin")
-  if bin_dir is not None:
-
-    def read(n):
-      path = _existing(os.path.join(bin_dir, n + ".bin"), CIFAR100_FILES)
-      return formats.read_cifar_bin(path, 2, 99)
-  else:
-    py_dir = os.path.join(data_dir, "cifar-100-python")
-    if not os.path.isfile(os.path.join(py_dir, "train")):
-      raise DataError(
-        f"{os.path.join(data_dir, 'train.bin')}: missing file; data_dir must hold "
-        f"the {CIFAR100_FILES}",
-        "data_dir",
-      )
-
-    def read(n):
-      path = _existing(os.path.join(py_dir, n), CIFAR100_FILES)
-      return formats.read_cifar_py(path, "fine_labels", 99)
-
-  return _concat([read("train")]), _concat([read("test")])
+  return _load_cifar(data_dir, _CIFAR100)

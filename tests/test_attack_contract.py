@@ -20,6 +20,7 @@ import pytest
 from experiments.configs import reconstruct as configs
 from recon_jax import attacks, implicit, loop
 from recon_jax.studies import pipeline
+from recon_jax.studies.settings import JobConfig
 from recon_jax.types import Target
 from recon_jax.victims import models, victim
 
@@ -84,7 +85,14 @@ def _setup(name, overrides, problem):
   labels = jnp.asarray(np.resize(y, m))
   target = Target(params, labels, jnp.asarray(0.0), jnp.asarray(1.0))
   attack = pipeline.make_attack(
-    cfg, apply_fn, "binary", 1, victim_config=vcfg, input_shape=(D,), n=N, target=target
+    JobConfig(**cfg),
+    apply_fn,
+    "binary",
+    1,
+    victim_config=vcfg,
+    input_shape=(D,),
+    n=N,
+    target=target,
   )
   r = 2
   hp = {

@@ -689,6 +689,16 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
     checks.prepare(cfg)
 
 
+def test_an_unknown_setting_in_a_config_file_is_one_line(capsys, tmp_path):
+  """A config file of the user's own may hold a name the main job does not know."""
+  cfg = _config(R, "tiny", {})
+  with cfg.unlocked():
+    cfg.stepz = 7
+  line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
+  assert line == "error: --config.stepz is not a setting; the settings are the fields of JobConfig."
+  assert not (tmp_path / "out").exists()
+
+
 def test_verbose_shows_the_traceback(capsys):
   cfg = _config(R, "tiny", {"attack": "gradient"})
   with pytest.raises(SystemExit):

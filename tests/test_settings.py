@@ -63,6 +63,9 @@ def test_typed_settings_refuse_unknown_names():
   with pytest.raises(ConfigError, match="widthz") as e:
     rj.JobConfig(victim={"widthz": (8,)})
   assert e.value.argument == "victim.widthz"
+  with pytest.raises(ConfigError, match="foreign.strid") as e:
+    rj.JobConfig(foreign={"strid": 2})
+  assert e.value.argument == "foreign.strid"
 
 
 def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, tmp_path):

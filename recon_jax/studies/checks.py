@@ -170,7 +170,7 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
   nbytes = 8 if (cfg.x64 or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
   how = (
-    f"{r} restarts x m={m} candidates x {d} inputs x {arrays} arrays "
+    f"{r} restarts x {m} candidates x {d} inputs x {arrays} arrays "
     f"({cfg.optimizer}) x {nbytes} bytes"
   )
   return r * m * d * arrays * nbytes, how

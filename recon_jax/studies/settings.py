@@ -62,6 +62,10 @@ def _setting(default, meaning: str, unset: Optional[type] = None):
 class Foreign:
   """How a PyTorch or safetensors victim is read (the main job's ``foreign`` section)."""
 
+  def __new__(cls, *args, **given):
+    _refuse_unknown(cls, given, "foreign.")
+    return super().__new__(cls)
+
   data_mean: str = _setting(
     "", ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)"
   )
@@ -158,15 +162,17 @@ class JobConfig:
   save_every: int = _setting(1, "save state.msgpack every N chunks (0: never)")
   distributed: bool = _setting(False, "jax.distributed.initialize() first (multi-host sweeps)")
 
+  def __new__(cls, *args, **given):  # an unknown name is one line naming it, not a TypeError
+    _refuse_unknown(cls, given)
+    return super().__new__(cls)
+
   def __post_init__(self):
     v = self.victim
     if not isinstance(v, VictimConfig):
       v = dict(v)
-      unknown = sorted(set(v) - _VICTIM_FIELDS)
-      if unknown:
-        raise ConfigError(f"unknown victim settings {unknown}.", f"victim.{unknown[0]}")
       if "widths" in v and not isinstance(v["widths"], (str, bytes)):
         v["widths"] = tuple(v["widths"])
+      _refuse_unknown(VictimConfig, v, "victim.")
       object.__setattr__(self, "victim", VictimConfig(**v))
     if not isinstance(self.foreign, Foreign):
       object.__setattr__(self, "foreign", Foreign(**dict(self.foreign)))
@@ -177,13 +183,7 @@ class JobConfig:
 
     Raises ConfigError naming a setting it does not know.
     """
-    if isinstance(config, cls):
-      return config
-    given = dict(config)
-    unknown = sorted(set(given) - _JOB_FIELDS)
-    if unknown:
-      raise ConfigError(f"unknown settings {unknown}.", unknown[0])
-    return cls(**given)
+    return config if isinstance(config, cls) else cls(**dict(config))
 
   def replace(self, **changes) -> "JobConfig":
     return dataclasses.replace(self, **changes)
@@ -193,8 +193,16 @@ class JobConfig:
     return dataclasses.asdict(self)
 
 
-_VICTIM_FIELDS = {f.name for f in dataclasses.fields(VictimConfig)}
-_JOB_FIELDS = {f.name for f in dataclasses.fields(JobConfig)}
+def _refuse_unknown(cls, given, prefix: str = "") -> None:
+  """Raises ConfigError naming the first of ``given``'s names that ``cls`` has no field for."""
+  unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+  if unknown:
+    more = f" (nor {', '.join(prefix + u for u in unknown[1:])})" if unknown[1:] else ""
+    raise ConfigError(
+      f"{prefix + unknown[0]} is not a setting{more}; the settings are the fields of "
+      f"{cls.__name__}.",
+      prefix + unknown[0],
+    )
 
 
 def _rows(cls, prefix: str = ""):

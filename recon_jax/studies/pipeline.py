@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 from absl import logging
 import jax
@@ -211,37 +211,22 @@ class Reconstruction(NamedTuple):
   victim: loading.Victim
 
 
-def reconstruct(
-  job,
-  *,
-  state_file: Optional[loop.StateFile] = None,
-  requested_victim: Optional[dict] = None,
-) -> Reconstruction:
-  """Runs one reconstruction job (victim -> attack sweep -> evaluation).
-
-  ``job``: the job resolved by :func:`recon_jax.studies.checks.prepare` (a
-  :class:`~recon_jax.studies.job.Plan`, taken as it is), or its settings (a
-  :class:`~recon_jax.studies.settings.JobConfig`, or a ConfigDict such as
-  :func:`recon_jax.reconstruct_config`), checked and resolved here
-  (``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`).  The
-  sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
-  """
-  plan = job if isinstance(job, Plan) else checks.prepare(job, requested_victim)
-  cfg = plan.config
-  t_start = time.time()
-  vcfg, problem, foreign = plan.victim, plan.problem, plan.foreign
-  if foreign:  # pixels in; the model's own training mean (or none) is subtracted here
+def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, float]:
+  """The job's data, its victim (trained, cached, loaded or imported), the candidates'
+  labels, and the seconds the victim took.  A bad ``m`` fails before any training."""
+  cfg, vcfg = plan.config, plan.victim
+  imp = cfg.foreign
+  if plan.foreign:  # pixels in; the model's own training mean (or none) is subtracted here
     ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
-    imp = cfg.foreign
     if imp.data_mean:
       ds = loading.shift_dataset(ds, importers.load_data_mean(imp.data_mean, ds.x_train.shape[1:]))
   else:
     ds = victim.load_data(vcfg, cfg.data_dir or None)
-  n = len(ds.x_train)
-  m = cfg.m or cfg.m_per_sample * n
-  labels = candidate_labels(problem, m, ds.num_classes)  # a bad m fails before training
+  labels = candidate_labels(
+    plan.problem, cfg.m or cfg.m_per_sample * len(ds.x_train), ds.num_classes
+  )
   t0 = time.time()
-  if foreign:
+  if plan.foreign:
     vic = loading.import_victim(
       cfg.checkpoint,
       vcfg,
@@ -258,60 +243,111 @@ def reconstruct(
       use_cache=cfg.use_cache,
       allow_data_mismatch=cfg.allow_data_mismatch,
     )
-  timing = {"victim_s": time.time() - t0}
+  return ds, vic, labels, time.time() - t0
+
+
+def job_target(plan: Plan, vic: loading.Victim, ds: data.Dataset, labels) -> Target:
+  """What the attacker sees: theta* in the run's precision, the labels, the pixel box, and
+  with ``known_init`` theta* - theta_0 as the reference."""
   dtype = float_dtype()
   target = loading.make_target(vic.params, labels, ds.mean, dtype=dtype)
-  params = target.params
-  if cfg.known_init:
-    target = target._replace(
-      reference=loading.cast_params(known_init_reference(vcfg, ds, params), dtype)
-    )
+  if plan.config.known_init:
+    reference = known_init_reference(plan.victim, ds, target.params)
+    target = target._replace(reference=loading.cast_params(reference, dtype))
+  return target
 
-  hp, run = {}, None
+
+class Found(NamedTuple):
+  """The attack's candidates: searched (``run`` and ``attack`` set) or read off theta*."""
+
+  candidates: np.ndarray  # [R, m, *input_shape]
+  weights: np.ndarray  # [R, m]
+  final_loss: np.ndarray  # [R]
+  hparams: dict  # per-restart hyperparameters ({} without a search)
+  run: Optional[loop.AttackRun] = None
+  attack: Optional[Attack] = None
+  timing: Optional[dict] = None  # compile and run seconds of the search
+
+
+def find_candidates(
+  plan: Plan,
+  vic: loading.Victim,
+  ds: data.Dataset,
+  target: Target,
+  state_file: Optional[loop.StateFile] = None,
+) -> Found:
+  """The job's attack (its registered spec) over the sweep's restarts in one compiled
+  call (:func:`recon_jax.loop.run_attack`), or an attack without a search read off theta*."""
+  cfg = plan.config
   spec = attacks.get(cfg.attack)
+  input_shape = ds.x_train.shape[1:]
   if spec.direct is not None:  # candidates read off theta*, no search
-    cands = np.asarray(spec.direct(params, ds.x_train.shape[1:]))
-    weights, final_loss = np.ones(cands.shape[:2]), np.zeros(len(cands))
-  else:
-    hp = plan.hparams
-    attack = make_attack(
-      cfg,
-      vic.apply_fn,
-      problem,
-      vic.num_outputs,
-      victim_config=vcfg,
-      foreign=foreign,
-      input_shape=ds.x_train.shape[1:],
-      n=n,
-      target=target,
-    )
-    x_init = inits.make_x_init(
-      cfg.init,
-      m=m,
-      input_shape=ds.x_train.shape[1:],
-      x_train=ds.x_train,
-      x_part=ds.x_part,
-      offset=ds.mean,
-      dtype=dtype,
-    )
-    keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
-    stages = plan.stages
-    run = loop.run_attack(
-      attack,
-      x_init,
-      keys,
-      stages,
-      target,
-      chunk_steps=cfg.chunk_steps,
-      batching=cfg.batching,
-      state_file=state_file,
-    )
-    cands, weights, final_loss = run.candidates, run.weights, run.final_loss
-    timing.update(
-      compile_s=run.compile_s,
-      attack_run_s=run.run_s,
-      restart_steps_per_s=cfg.num_restarts * total_steps(cfg) / max(run.run_s, 1e-9),
-    )
+    cands = np.asarray(spec.direct(target.params, input_shape))
+    return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {})
+  attack = make_attack(
+    cfg,
+    vic.apply_fn,
+    plan.problem,
+    vic.num_outputs,
+    victim_config=plan.victim,
+    foreign=plan.foreign,
+    input_shape=input_shape,
+    n=len(ds.x_train),
+    target=target,
+  )
+  x_init = inits.make_x_init(
+    cfg.init,
+    m=len(target.labels),
+    input_shape=input_shape,
+    x_train=ds.x_train,
+    x_part=ds.x_part,
+    offset=ds.mean,
+    dtype=float_dtype(),
+  )
+  keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
+  run = loop.run_attack(
+    attack,
+    x_init,
+    keys,
+    plan.stages,
+    target,
+    chunk_steps=cfg.chunk_steps,
+    batching=cfg.batching,
+    state_file=state_file,
+  )
+  timing = dict(
+    compile_s=run.compile_s,
+    attack_run_s=run.run_s,
+    restart_steps_per_s=cfg.num_restarts * total_steps(cfg) / max(run.run_s, 1e-9),
+  )
+  return Found(run.candidates, run.weights, run.final_loss, plan.hparams, run, attack, timing)
+
+
+def reconstruct(
+  job,
+  *,
+  state_file: Optional[loop.StateFile] = None,
+  requested_victim: Optional[dict] = None,
+) -> Reconstruction:
+  """Runs one reconstruction job: :func:`load_victim` -> :func:`job_target` ->
+  :func:`find_candidates` -> identifiability, evaluation and the attacker's scores -> the report.
+
+  ``job``: the job resolved by :func:`recon_jax.studies.checks.prepare` (a
+  :class:`~recon_jax.studies.job.Plan`, taken as it is), or its settings (a
+  :class:`~recon_jax.studies.settings.JobConfig`, or a ConfigDict such as
+  :func:`recon_jax.reconstruct_config`), checked and resolved here
+  (``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`).  The
+  sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
+  """
+  plan = job if isinstance(job, Plan) else checks.prepare(job, requested_victim)
+  cfg, problem = plan.config, plan.problem
+  t_start = time.time()
+  ds, vic, labels, victim_s = load_victim(plan)
+  target = job_target(plan, vic, ds, labels)
+  found = find_candidates(plan, vic, ds, target, state_file)
+  cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
+  timing = {"victim_s": victim_s, **(found.timing or {})}
+  n = len(ds.x_train)
 
   t0 = time.time()
   if run is None:  # first-layer images carry no labels: only the truth (and its family) is scored
@@ -328,7 +364,7 @@ def reconstruct(
   )
   t0 = time.time()
   ev = evaluation.evaluate_candidates(
-    cands, weights, final_loss, ds, ssim_threshold=cfg.ssim_threshold, seed=cfg.seed
+    cands, weights, found.final_loss, ds, ssim_threshold=cfg.ssim_threshold, seed=cfg.seed
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
@@ -336,10 +372,10 @@ def reconstruct(
   metrics = {
     "attack": cfg.attack,
     "problem": problem,
-    "dataset": vcfg.dataset,
+    "dataset": plan.victim.dataset,
     "n_train": n,
-    "m": m,
-    "num_restarts": cfg.num_restarts if spec.direct is None else 1,
+    "m": len(labels),
+    "num_restarts": cfg.num_restarts if run is not None else 1,
     "recovered_strict": ev["attack"]["recovered_strict"],
     "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
     "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
@@ -350,7 +386,7 @@ def reconstruct(
     "identifiability": ident,
     "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     "victim_source": vic.source,
-    "assumed": assumptions(cfg, vcfg, ds, foreign),
+    "assumed": assumptions(cfg, plan.victim, ds, plan.foreign),
     "evaluation": ev["attack"],
     "baselines": ev["baselines"],
     "selection": ev["selection"],
@@ -363,9 +399,9 @@ def reconstruct(
 
     t0 = time.time()
     metrics["identification"] = identification.identification_report(
-      attack,
+      found.attack,
       run,
-      stages[-1][1],
+      plan.stages[-1][1],
       target,
       vic.apply_fn,
       problem,
@@ -374,12 +410,14 @@ def reconstruct(
       normalize=cfg.normalize,
       key=cfg.seed,
       # The stability score perturbs the candidates and re-runs steps of the attack.
-      stability_candidates=cfg.identify_stability_candidates if spec.rerunnable(cfg) else 0,
+      stability_candidates=cfg.identify_stability_candidates
+      if attacks.get(cfg.attack).rerunnable(cfg)
+      else 0,
     )
     timing["identification_s"] = time.time() - t0
   if run is not None:
     last = run.chunks[-1]
-    warning = diagnostics.float32_floor_warning(run.chunks, dtype)
+    warning = diagnostics.float32_floor_warning(run.chunks, float_dtype())
     metrics["precision_warning"] = warning
     if warning:
       logging.warning("precision: %s", warning)
@@ -391,7 +429,7 @@ def reconstruct(
   arrays = dict(
     candidates=cands,
     weights=weights,
-    final_loss=final_loss,
+    final_loss=found.final_loss,
     train_idx=ds.train_idx,
     mean=ds.mean,
     **{f"hp_{k}": v for k, v in hp.items()},

@@ -23,6 +23,7 @@ from recon_jax.studies.job import (
   _num_classes,
   candidate_labels,
   is_foreign,
+  num_candidates,
   plan,
   resolve_problem,
   victim_config,
@@ -164,7 +165,7 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
   """
   task = "multiclass" if v.loss == "ce" else "binary"
   n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
-  m = int(cfg.m) or int(cfg.m_per_sample) * n
+  m = num_candidates(cfg, n)
   d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
   arrays = attacks.get(cfg.attack).state_arrays(cfg)
   nbytes = 8 if (cfg.x64 or jax.config.jax_enable_x64) else 4
@@ -211,6 +212,12 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
     foreign=dataclasses.replace(cfg.foreign, data_mean=expand(cfg.foreign.data_mean)),
   )
   return validate(cfg, explicit, requested_victim)
+
+
+def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
+  """``job`` as a :class:`~recon_jax.studies.job.Plan`: a Plan taken as it is (resolved
+  once, by the caller), settings resolved by :func:`prepare`."""
+  return job if isinstance(job, Plan) else prepare(job, requested_victim, explicit)
 
 
 def prepare_training(cfg) -> victim.VictimConfig:

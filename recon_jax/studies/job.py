@@ -87,6 +87,11 @@ def _num_classes(v: victim.VictimConfig) -> int:
   )
 
 
+def num_candidates(cfg: JobConfig, n: int) -> int:
+  """m, the candidates per restart: the ``m`` setting, or ``m_per_sample`` x n (0: unset)."""
+  return int(cfg.m) or int(cfg.m_per_sample) * int(n)
+
+
 def total_steps(cfg: JobConfig) -> int:
   return int(cfg.steps) + int(cfg.refine_steps)
 

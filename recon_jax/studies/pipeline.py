@@ -26,7 +26,7 @@ from recon_jax import attacks, data, diagnostics, inits, loop
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.studies import checks
-from recon_jax.studies.job import Plan, candidate_labels, total_steps
+from recon_jax.studies.job import Plan, candidate_labels, num_candidates, total_steps
 from recon_jax.studies.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import importers, loading, models, victim
@@ -222,9 +222,7 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, f
       ds = loading.shift_dataset(ds, importers.load_data_mean(imp.data_mean, ds.x_train.shape[1:]))
   else:
     ds = victim.load_data(vcfg, cfg.data_dir or None)
-  labels = candidate_labels(
-    plan.problem, cfg.m or cfg.m_per_sample * len(ds.x_train), ds.num_classes
-  )
+  labels = candidate_labels(plan.problem, num_candidates(cfg, len(ds.x_train)), ds.num_classes)
   t0 = time.time()
   if plan.foreign:
     vic = loading.import_victim(
@@ -339,7 +337,7 @@ def reconstruct(
   (``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`).  The
   sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
   """
-  plan = job if isinstance(job, Plan) else checks.prepare(job, requested_victim)
+  plan = checks.resolve(job, requested_victim)
   cfg, problem = plan.config, plan.problem
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)

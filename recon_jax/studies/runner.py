@@ -30,7 +30,6 @@ from recon_jax.studies import (
   results_md,
   toy,
 )
-from recon_jax.studies.job import Plan
 from recon_jax.victims import victim
 
 
@@ -83,7 +82,7 @@ def run_reconstruction(
   config.json.  With ``resume`` it continues from ``path``'s state file (the settings
   must match).  Returns metrics.json's dict; its ``warnings`` say what a reader must know.
   """
-  plan = job if isinstance(job, Plan) else checks.prepare(job, requested_victim, explicit)
+  plan = checks.resolve(job, requested_victim, explicit)
   state_file = _begin(plan.config, path, resume, "reconstruct", checked)
   out = pipeline.reconstruct(plan, state_file=state_file)
   return write_reconstruction(path, out)

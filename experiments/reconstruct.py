@@ -84,5 +84,5 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("reconstruct", "lfw")
+  common.define_flags("reconstruct", "finetune")
   common.run_main(main)

@@ -1,7 +1,8 @@
 """Checkpoints: parameters + architecture + provenance in one msgpack file, no pickle.
 
 A checkpoint is a flax msgpack blob of ``{'params': <pytree of arrays>,
-'meta': <JSON string>}``.  ``meta`` holds the architecture (what
+'meta': <JSON string>}``, and optionally ``'init'``: the parameters training
+started from (theta_0, same structure as ``params``).  ``meta`` holds the architecture (what
 :func:`recon_jax.victims.models.build_model` needs), the data provenance (dataset,
 task, seed, training indices, mean subtraction) and training metrics.
 Writes are atomic: a temp file in the same folder, fsync, then rename.
@@ -73,13 +74,16 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     raise
 
 
-def save(path: str, params: Any, meta: dict) -> None:
-  """Saves ``params`` (a flax variable dict) and JSON-able ``meta`` atomically."""
+def save(path: str, params: Any, meta: dict, init: Any = None) -> None:
+  """Saves ``params`` (a flax variable dict), JSON-able ``meta`` and, when given, ``init``
+  (theta_0, the parameters training started from) atomically."""
   blob = {
     "format": FORMAT,
     "params": jax.tree_util.tree_map(np.asarray, serialization.to_state_dict(params)),
     "meta": json.dumps(meta, sort_keys=True),
   }
+  if init is not None:
+    blob["init"] = jax.tree_util.tree_map(np.asarray, serialization.to_state_dict(init))
   atomic_write_bytes(path, serialization.msgpack_serialize(blob))
 
 
@@ -119,7 +123,27 @@ def load(path: str) -> tuple[dict, dict]:
   return params, meta
 
 
-def check_values(params: Any, path: str = "checkpoint") -> None:
+def load_init(path: str, template: Any = None) -> Any:
+  """theta_0 stored with a checkpoint (:func:`save`'s ``init``), or None where it has none.
+
+  With ``template`` (the checkpoint's parameters) it must match their structure and
+  shapes; every value must be finite (CheckpointError naming the file otherwise).
+  """
+  if not os.path.isfile(path):
+    raise CheckpointError(f"{path}: checkpoint file not found.")
+  with open(path, "rb") as f:
+    blob, _ = read_blob(f.read(), path, FORMAT, "checkpoint")
+  init = blob.get("init")
+  if init is None:
+    return None
+  where = f"{path} (its initial parameters)"
+  if template is not None:
+    check_matches(init, template, where)
+  check_values(init, where, allow_zero=True)
+  return init
+
+
+def check_values(params: Any, path: str = "checkpoint", *, allow_zero: bool = False) -> None:
   """Raises CheckpointError unless every leaf is a real, finite array and not all are zero.
 
   A complex, text or object leaf cannot be a recon_jax parameter; an all-zero
@@ -145,7 +169,7 @@ def check_values(params: Any, path: str = "checkpoint") -> None:
     if not np.all(np.isfinite(arr)):
       raise CheckpointError(f"{path}: parameter {name} holds NaN/Inf.")
     nonzero = nonzero or bool(np.any(arr != 0))
-  if not nonzero:
+  if not nonzero and not allow_zero:
     raise CheckpointError(
       f"{path}: every parameter is zero (an empty or untrained model); there is nothing to attack."
     )

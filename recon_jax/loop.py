@@ -21,7 +21,7 @@ import numpy as np
 
 from recon_jax import distributed
 from recon_jax.errors import ConfigError
-from recon_jax.types import Attack, HParams, Target, float_dtype
+from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
 
@@ -132,16 +132,19 @@ def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "auto", num_
 
   ``init_fn(keys [R], hparams {[R]}, target) -> RestartState [R]`` and
   ``chunk_fn(state, hparams, target, num_steps) -> (state, metrics {[R]})``.
-  The target is shared (broadcast) across restarts.
+  The target is shared (broadcast) across restarts; the attack's ``prepare`` of it is
+  computed once per call, before the restarts.
   """
 
   def init_b(keys, hparams, target):
-    return _batched(lambda k, h: init_one(attack, x_init, k, h, target), batching, num_shards)(
+    seen = prepared(attack, target)
+    return _batched(lambda k, h: init_one(attack, x_init, k, h, seen), batching, num_shards)(
       keys, hparams
     )
 
   def chunk_b(state, hparams, target, num_steps):
-    return _batched(lambda s, h: scan_one(attack, s, h, target, num_steps), batching, num_shards)(
+    seen = prepared(attack, target)
+    return _batched(lambda s, h: scan_one(attack, s, h, seen, num_steps), batching, num_shards)(
       state, hparams
     )
 

@@ -25,6 +25,13 @@ def float_dtype():
   return jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
 
 
+class Span(NamedTuple):
+  """The coordinates of a coefficient-space attack (:mod:`recon_jax.attacks.span`)."""
+
+  basis: jax.Array  # [d, k] orthonormal columns: a candidate is x = basis @ c
+  outside: jax.Array  # scalar: the reference's squared norm outside the span (a constant)
+
+
 class Target(NamedTuple):
   """What the attacker observes and assumes.
 
@@ -37,7 +44,11 @@ class Target(NamedTuple):
     box_hi: upper pixel bound, likewise.
     reference: what the KKT sum must reproduce; None means ``params``.  With a
       known initialisation theta_0 (Loo et al. 2024) it is ``theta* - theta_0``,
-      while the gradients are still taken at theta*.
+      while the gradients are taken at ``params`` (theta*, or a point between
+      theta_0 and theta*: see :func:`recon_jax.victims.loading.known_init_target`).
+    span: None, or the :class:`Span` of an attack that searches coefficients
+      (``params`` and ``reference`` are then in its coordinates; only such an
+      attack's ``prepare`` makes one).
   """
 
   params: Params
@@ -45,6 +56,7 @@ class Target(NamedTuple):
   box_lo: jax.Array
   box_hi: jax.Array
   reference: Any = None
+  span: Any = None
 
   @property
   def fit(self) -> Params:
@@ -61,9 +73,20 @@ CandidatesFn = Callable[[Any], tuple[jax.Array, jax.Array]]
 
 
 class Attack(NamedTuple):
-  """An attack: pure ``init`` and ``step`` plus a reader for its candidates."""
+  """An attack: pure ``init`` and ``step`` plus a reader for its candidates.
+
+  ``prepare`` (optional): ``target -> target`` computed once, before any step (outside
+  the compiled loop), e.g. the target in the attack's own coordinates; ``init`` and
+  ``step`` then see its result.  :func:`prepared` applies it.
+  """
 
   init: InitFn
   step: StepFn
   candidates: CandidatesFn
   name: str = "attack"
+  prepare: Any = None
+
+
+def prepared(attack: Attack, target: Target) -> Target:
+  """What ``attack``'s ``init`` and ``step`` take: ``attack.prepare(target)``, or ``target``."""
+  return target if attack.prepare is None else attack.prepare(target)

@@ -27,6 +27,14 @@ from recon_jax.errors import ConfigError
 
 # Settings that cannot change a run's results: a resume may differ in them.
 NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")
+# Settings whose default changed: {name: (former default, new default)}.  A config.json
+# written before the change holds the former default; it resumes under the new one.
+FORMER_DEFAULTS = {"subspace_tol": (0.001, 0.0)}
+
+
+def _renamed_default(key: str, want, have) -> bool:
+  former = FORMER_DEFAULTS.get(key.split(".")[-1])
+  return former is not None and have == former[0] and want == former[1]
 
 
 def expand(path: str) -> str:
@@ -276,7 +284,10 @@ def check_resumable(cfg, workdir: str, state_file: str, study: Optional[str] = N
   diff = [
     k
     for k in sorted(want)
-    if k in have and k.split(".")[-1] not in NOT_COMPARED and _same(want[k]) != _same(have[k])
+    if k in have
+    and k.split(".")[-1] not in NOT_COMPARED
+    and _same(want[k]) != _same(have[k])
+    and not _renamed_default(k, want[k], have[k])
   ]
   if diff:
     raise ConfigError(

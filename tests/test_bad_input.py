@@ -785,7 +785,9 @@ def _error_lines(err):
       "help_reconstruct",
       [
         "num_restarts = 16",
-        "victim.lr = 0.05",
+        "victim.lr = 0.01",
+        "known_init = True",
+        "finetune",
         "tiny",
         "paper",
         "--config.NAME=VALUE",

@@ -211,10 +211,17 @@ def _victim_cfg(**kw):
 
 def test_victim_save_load_round_trip(tmp_path):
   ds, cfg = _toy_dataset(), _victim_cfg()
-  params, _, summary = victim.fit(cfg, ds)
+  params, _, summary, init = victim.fit(cfg, ds)
   path = str(tmp_path / "v.msgpack")
-  victim.save(path, cfg, ds, params, summary)
+  victim.save(path, cfg, ds, params, summary, init=init)
   got, got_cfg, meta = victim.load(path, cfg, ds)
+  got_init = checkpoint.load_init(path, got)
+  for a, b in zip(jax.tree_util.tree_leaves(got_init), jax.tree_util.tree_leaves(init)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # theta_0 kept with it
+  assert not all(
+    np.array_equal(a, b)
+    for a, b in zip(jax.tree_util.tree_leaves(got_init), jax.tree_util.tree_leaves(got))
+  )
   assert got_cfg == cfg
   assert meta["train_idx"] == [0, 7, 14, 21, 28, 35]
   assert "outputs" not in meta["summary"] and len(meta["summary"]["margins"]) == 6
@@ -248,7 +255,7 @@ def test_victim_load_without_victim_config(tmp_path):
 def test_get_or_train_uses_the_cache(tmp_path, monkeypatch):
   monkeypatch.setenv("RECON_JAX_CACHE", str(tmp_path / "cache"))
   ds, cfg = _toy_dataset(), _victim_cfg()
-  params, summary, path = cache.get_or_train(cfg, ds)
+  params, summary, path, init = cache.get_or_train(cfg, ds)
   assert path.startswith(str(tmp_path / "cache")) and os.path.isfile(path)
   assert cfg.key() in os.path.basename(path)
 
@@ -256,8 +263,10 @@ def test_get_or_train_uses_the_cache(tmp_path, monkeypatch):
     raise AssertionError("trained again instead of loading the cache")
 
   monkeypatch.setattr(victim, "fit", no_training)
-  params2, summary2, path2 = cache.get_or_train(cfg, ds)
+  params2, summary2, path2, init2 = cache.get_or_train(cfg, ds)
   assert path2 == path and summary2["margins"] == summary["margins"]
+  for a, b in zip(jax.tree_util.tree_leaves(init2), jax.tree_util.tree_leaves(init)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   for a, b in zip(jax.tree_util.tree_leaves(params2), jax.tree_util.tree_leaves(params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   # A different recipe is a different cache entry (and would train).

@@ -147,7 +147,7 @@ def test_unknown_setting_and_preset_are_refused_with_a_hint():
   ):
     common._check_overrides(["prog", "--config.stepz=3"], path, "tiny")
   common._check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
-  with pytest.raises(common.UserError, match="unknown preset 'huge'; choose from lfw"):
+  with pytest.raises(common.UserError, match="unknown preset 'huge'; choose from finetune, lfw"):
     common.load_config(path, "huge")
   with pytest.raises(common.UserError, match="no such config file"):
     common.load_config("/nowhere/config.py", None)

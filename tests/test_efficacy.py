@@ -10,7 +10,7 @@ import scipy.stats
 from experiments.configs import efficacy as configs
 from recon_jax import sweep
 from recon_jax.errors import ConfigError
-from recon_jax.studies import efficacy, pipeline, runner
+from recon_jax.studies import efficacy, runner
 
 
 def test_interval_by_hand():
@@ -109,20 +109,25 @@ def test_efficacy_settings_are_refused_before_any_work(tmp_path, variants, draws
   assert os.listdir(tmp_path) == []
 
 
-def test_known_init_reference_is_theta_star_minus_theta0():
+def test_known_init_target_fits_the_change_at_the_linearisation_point():
   import jax
 
-  from recon_jax import data
-  from recon_jax.victims import models, victim
+  from recon_jax.types import Target
+  from recon_jax.victims import loading
 
-  vcfg = victim.VictimConfig(dataset="digits", n_per_class=2, widths=(8, 8), epochs=5)
-  ds = data.load_dataset("digits", n_per_class=2)
-  module, _ = victim.build(vcfg, ds)
-  theta0 = models.init_params(
-    module, jax.random.PRNGKey(vcfg.seed), ds.x_train.shape[1:], np.float64
-  )
-  ref = pipeline.known_init_reference(vcfg, ds, theta0)
-  assert all(float(np.abs(a).max()) == 0 for a in jax.tree_util.tree_leaves(ref))
+  rng = np.random.default_rng(0)
+  init = {"params": {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}}
+  star = jax.tree_util.tree_map(lambda a: a + rng.normal(size=a.shape), init)
+  target = Target(star, np.ones(2), np.zeros(()), np.ones(()))
+  for s in (0.0, 0.5, 1.0):
+    seen = loading.known_init_target(target, init, s)
+    for a, b, c, p, r in zip(
+      *(jax.tree_util.tree_leaves(t) for t in (init, star, seen.params, seen.params, seen.fit))
+    ):
+      np.testing.assert_allclose(np.asarray(r), b - a)  # the reference: theta* - theta_0
+      np.testing.assert_allclose(np.asarray(c), a + s * (b - a))  # gradients taken there
+  with pytest.raises(ConfigError, match="linearize"):
+    loading.known_init_target(target, init, 1.5)
 
 
 def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):

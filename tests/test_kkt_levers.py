@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recon_jax import implicit, loop
-from recon_jax.attacks import kkt
+from recon_jax.attacks import kkt, span
 from recon_jax.errors import ConfigError
 from recon_jax.studies import checks
 from recon_jax.types import Target
@@ -146,8 +146,8 @@ def test_first_layer_basis_spans_the_data_and_the_attack_stays_in_it():
   xs = rng.normal(size=(n, d))
   kernel = xs.T @ rng.normal(size=(n, h))  # a first layer in the span of the data
   params = {"params": {"layer_0": {"kernel": jnp.asarray(kernel)}}}
-  basis = kkt.first_layer_basis(params)
-  assert basis.shape == (d, n)
+  basis, info = span.span_basis(params, n=n)
+  assert basis.shape == (d, n) and info.dim == n and info.rule == "noise"
   np.testing.assert_allclose(basis.T @ basis, np.eye(n), atol=1e-12)
   np.testing.assert_allclose(basis @ (basis.T @ xs.T), xs.T, atol=1e-12)
 
@@ -156,14 +156,16 @@ def test_first_layer_basis_spans_the_data_and_the_attack_stays_in_it():
   net = models.init_params(module, jax.random.PRNGKey(1), (d,), jnp.float64)
   net["params"]["layer_0"]["kernel"] = jnp.asarray(kernel)
   y = jnp.asarray([1.0, -1.0, 1.0, -1.0])
-  attack = kkt.kkt_attack(apply_fn, "binary", basis=basis)
+  attack = kkt.kkt_attack(apply_fn, "binary", basis=basis, input_shape=(d,))
   x0 = jnp.asarray(rng.normal(size=(4, d)))
   res = _run(attack, x0, _target(net, y), steps=40, lr=0.01)
-  out = np.asarray(res.state.inner.x[0])
+  assert res.state.inner.x.shape[-1] == n  # the attack moves n coefficients, not d inputs
+  out, _ = attack.candidates(jax.tree_util.tree_map(lambda a: a[0], res.state.inner))
+  out = np.asarray(out)
   np.testing.assert_allclose(out, out @ basis @ basis.T, atol=1e-10)  # in the span
   assert res.history[-1]["stat_rel"][0] < res.history[0]["stat_rel"][0]
   with pytest.raises(ConfigError, match="first layer"):
-    kkt.first_layer_basis({"params": {"conv_0": {}}})
+    span.span_basis({"params": {"conv_0": {}}})
 
 
 def test_bad_lever_options_are_refused():
@@ -197,7 +199,7 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
     converge_tol=recipe.converge_tol,
   )
   ds = victim.load_data(cfg)
-  _, history, summary = victim.fit(cfg, ds)
+  _, history, summary, _ = victim.fit(cfg, ds)
   assert history[-1]["phase"] == "converge" and history[-1]["lbfgs_iters"] >= 1
   assert summary["stationary"] is True
   assert summary["grad_norm_rel"] <= cfg.converge_tol
@@ -221,10 +223,10 @@ def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary
   from recon_jax.attacks import gauss_newton
 
   apply_fn, params, x, y = stationary
-  basis = kkt.first_layer_basis(params, 1e-8)
+  basis, _ = span.span_basis(params, 1e-8)
   assert 1 <= basis.shape[1] <= len(x)
   attack = gauss_newton.lm_attack(
-    apply_fn, basis, x.shape[1:], residual_fn=kkt.tied_residual, cg_maxiter=10
+    apply_fn, basis, x.shape[1:], residual_fn=kkt.lm_residual("tied"), cg_maxiter=10
   )
   noise = 0.3 * jnp.asarray(np.random.default_rng(4).normal(size=x.shape))
   x0 = (x + noise) @ basis @ basis.T
@@ -239,7 +241,7 @@ def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary
   np.testing.assert_allclose(np.asarray(xs), np.asarray(xs) @ basis @ basis.T, atol=1e-10)
   assert np.all(np.asarray(lam) >= 0)
   with pytest.raises(ConfigError, match="basis"):
-    gauss_newton.lm_attack(apply_fn, None, x.shape[1:], residual_fn=kkt.tied_residual)
+    gauss_newton.lm_attack(apply_fn, None, x.shape[1:], residual_fn=kkt.lm_residual("tied"))
 
 
 def test_tv_prior_lowers_its_objective_and_smooths_the_candidates():

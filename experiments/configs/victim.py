@@ -1,8 +1,11 @@
 """train_victim's config; its victim section (``recon_jax.victims.victim.VictimConfig``) is shared.
 
 Presets (``--config=experiments/configs/victim.py:PRESET``):
-  lfw     10 faces + 10 non-faces of scikit-image's LFW subset, 625-256-256-1 MLP,
-          10000 epochs of full-batch GD from a small init (the default)
+  finetune  10 faces + 10 non-faces of scikit-image's LFW subset, one hidden layer of
+          2048 ReLU units from a standard (He) initialisation, 2000 epochs of full-batch
+          GD: a model that stays near weights an attacker can know (a published seed)
+  lfw     the same data, 625-256-256-1 MLP, 10000 epochs of full-batch GD from a small
+          init (Haim et al.'s setting)
   digits  25 + 25 scikit-learn digits (even vs odd), 64-256-256-1 MLP
   tiny    3 + 3 digits, 64-32-32-1 MLP with He init, 400 epochs (seconds)
 
@@ -17,6 +20,15 @@ HELP = {f"victim.{k}": v for k, v in VICTIM_HELP.items()}  # --help's text of ea
 
 
 PRESETS = {
+  "finetune": dict(
+    arch="one_hidden",
+    widths=(2048,),
+    init="kaiming",
+    init_std=None,
+    first_layer_std=None,
+    lr=0.01,
+    epochs=2000,
+  ),
   "lfw": dict(),
   "digits": dict(dataset="digits", n_per_class=25),
   # He init: the default small init leaves a 32-32 victim at chance after 400 epochs.

@@ -51,7 +51,7 @@ import numpy as np
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks import gauss_newton, splitting
+from recon_jax.attacks import gauss_newton, span, splitting
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
@@ -111,6 +111,7 @@ def kkt_attack(
   derivative: str = "surrogate",
   multipliers: str = "free",
   basis=None,
+  input_shape=None,
   split_every: int = 0,
   split_eps: float = 0.05,
 ) -> Attack:
@@ -136,9 +137,12 @@ def kkt_attack(
       of a logistic loss with weight decay gives (c = 1/(n wd) there), with the
       one scale c >= 0 eliminated in closed form at every step, so lambda is a
       function of the candidates, not m free variables.
-    basis: optional [d, k] orthonormal columns: the candidates (flattened) are
-      kept in their span (see :func:`first_layer_basis`), their start and every
-      update projected onto it.
+    basis: optional [d, k] orthonormal columns (:func:`recon_jax.attacks.span.span_basis`):
+      the attack searches each candidate's k coefficients in this basis instead of
+      its d inputs (:mod:`recon_jax.attacks.span`; the optimiser, Adam included, acts
+      on the coefficients, so the candidates never leave the span); needs a dense
+      first layer and ``input_shape``.
+    input_shape: the shape of one candidate (needed with ``basis``).
     split_every: every this many steps, split the candidate whose split lowers the
       objective most into two, in the slot of the smallest multiplier, kept only if the
       objective fell (:mod:`recon_jax.attacks.splitting`; binary or multiclass, free
@@ -173,7 +177,14 @@ def kkt_attack(
   if split_every and not split_eps > 0:
     raise ConfigError(f"split_eps must be > 0, got {split_eps!r}.")
   base = optim.base_optimizer(optimizer, momentum)
-  project = _projector(basis)
+  if basis is not None:
+    if input_shape is None:
+      raise ConfigError("kkt_attack with a basis needs input_shape.", "input_shape")
+    basis = span.check_basis(basis, input_shape)
+
+  def images(c, target: Target):
+    """The candidates as inputs: decoded from coefficients where the attack has a span."""
+    return c if target.span is None else span.decode(c, target.span.basis, input_shape)
 
   def activation(hp):
     if derivative == "exact":
@@ -181,7 +192,7 @@ def kkt_attack(
     return functools.partial(surrogate_relu, alpha=hp["alpha"])
 
   def loss_fn(xl, hp: HParams, target: Target):
-    x, lam = xl
+    x, lam = xl  # x: the network's inputs (coefficients where the attack has a span)
     act = activation(hp)
     if multipliers == "tied":
       stat, lam = tied_stationarity(apply_fn, target, x, act, normalize)
@@ -195,17 +206,19 @@ def kkt_attack(
         if problem != "general"
         else jnp.zeros((), stat.dtype)
       )
-    prior = priors.box_prior(x, target.box_lo, target.box_hi)
+    pixels = images(x, target)
+    prior = priors.box_prior(pixels, target.box_lo, target.box_hi)
     loss = w_stat * stat + w_lam * lam_pen + w_prior * prior
     aux = {"stat": stat, "lam_pen": lam_pen, "prior": prior, "lam": lam}
     if w_tv:
-      aux["tv"] = priors.tv_prior(x)
+      aux["tv"] = priors.tv_prior(pixels)
       loss = loss + w_tv * aux["tv"]
     return loss, aux
 
   def init(key, hp, target, x0):
     m = target.labels.shape[0]
-    x0 = project(x0)
+    if target.span is not None:
+      x0 = span.encode(x0, target.span.basis)
     if problem == "general":
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
     else:
@@ -230,7 +243,6 @@ def kkt_attack(
       state.lam,
       target.labels,
       act,
-      project=project if basis is not None else None,
     )
     x, lam, moved = splitting.split(state.x, state.lam, target.labels, mu, v, split_eps)
     # The freed slot's own term leaves the sum at first order: keep the split only where
@@ -243,8 +255,6 @@ def kkt_attack(
 
   def step(state: KKTState, hp, target):
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)((state.x, state.lam), hp, target)
-    gx, gl = grads
-    grads = (project(gx), gl)
     updates, opt_state = base.update(grads, state.opt_state, (state.x, state.lam))
     # The base optimiser runs at rate 1; the per-restart rates scale its updates
     # (exact for SGD-momentum and Adam), so rates vmap as ordinary arrays.
@@ -254,8 +264,7 @@ def kkt_attack(
     # this step's candidates (one step behind the updated x; no second evaluation).
     tied_lam = aux.pop("lam")
     lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
-    norm = tree_sq_norm(target.fit)
-    metrics = {"loss": loss, "stat_rel": aux["stat"] / norm, **aux}
+    metrics = {"loss": loss, "stat_rel": relative(aux["stat"], target), **aux}
     new = state._replace(x=x, lam=lam, opt_state=opt_state)
     if split_every:
       new = new._replace(count=state.count + 1)
@@ -270,9 +279,21 @@ def kkt_attack(
 
   def candidates(state: KKTState):
     w = state.lam if state.lam.ndim == 1 else jnp.linalg.norm(state.lam, axis=-1)
-    return state.x, w
+    x = state.x if basis is None else span.decode(state.x, basis, input_shape)
+    return x, w
 
-  return Attack(init, step, candidates, name=f"kkt[{problem}]")
+  prepare = None if basis is None else functools.partial(span.reduce_target, basis=basis)
+  name = f"kkt[{problem}]" if basis is None else f"kkt[{problem}, span {basis.shape[1]}]"
+  return Attack(init, step, candidates, name=name, prepare=prepare)
+
+
+def relative(stat, target: Target):
+  """The squared residual ``stat`` as a fraction of ``||reference||^2``; in a span's
+  coordinates both include what lies outside the span (a constant no step moves)."""
+  if target.span is None:
+    return stat / tree_sq_norm(target.fit)
+  out = target.span.outside
+  return (stat + out) / (tree_sq_norm(target.fit) + out)
 
 
 DERIVATIVES = gauss_newton.DERIVATIVES
@@ -308,48 +329,29 @@ def tied_residual(apply_fn, target: Target, x, act, normalize="mean"):
   return jax.tree_util.tree_map(lambda r, v: r - c * v, ref, u), c * w
 
 
+def free_residual(apply_fn, target: Target, x, lam, act, normalize="mean"):
+  """The binary KKT residual ``reference - grad_theta (1/m) sum_i lam_i y_i Phi(x_i)`` (a
+  pytree) and ``lam``: the equations of the first-order attack, for a least-squares solver."""
+  grads = jax.grad(weighted_output, argnums=2)(
+    apply_fn, "binary", target.params, x, lam, target.labels, act, normalize
+  )
+  return jax.tree_util.tree_map(jnp.subtract, target.fit, grads), lam
+
+
+def lm_residual(multipliers: str):
+  """The equations of :func:`recon_jax.attacks.gauss_newton.lm_attack` for ``multipliers``:
+  ``(apply_fn, target, x, lam, act, normalize) -> (residual pytree, lam)``."""
+  if multipliers == "free":
+    return free_residual
+  return lambda apply_fn, target, x, lam, act, normalize: tied_residual(
+    apply_fn, target, x, act, normalize
+  )
+
+
 def tied_stationarity(apply_fn, target: Target, x, act, normalize="mean"):
   """``||tied_residual||^2`` and the multipliers (see :func:`tied_residual`)."""
   r, lam = tied_residual(apply_fn, target, x, act, normalize)
   return tree_sq_norm(r), lam
-
-
-def first_layer_basis(params, rel_tol: float = 1e-3) -> np.ndarray:
-  """Orthonormal [d, k] basis of the span of the first layer's weight vectors.
-
-  At a stationary point of a weight-decay-regularised loss the first layer's
-  kernel is a combination of the training inputs (its gradient is), so the
-  training data lies in this span (rank <= n; n - 1 for mean-subtracted data).
-  Pass the known-initialisation reference theta* - theta_0 for its change.
-  Directions with singular value below ``rel_tol`` times the largest are dropped.
-  """
-  try:
-    kernel = np.asarray(params["params"]["layer_0"]["kernel"], np.float64)
-  except (KeyError, TypeError):
-    raise ConfigError(
-      "the first-layer subspace needs a dense first layer ('layer_0' with a kernel)."
-    ) from None
-  if not (np.isfinite(rel_tol) and 0 < rel_tol < 1):
-    raise ConfigError(f"rel_tol must be in (0, 1), got {rel_tol}.")
-  u, sv, _ = np.linalg.svd(kernel, full_matrices=False)
-  keep = sv > rel_tol * sv[0] if sv.size and sv[0] > 0 else np.zeros(sv.shape, bool)
-  return u[:, keep]
-
-
-def _projector(basis):
-  """``x -> x`` projected (flattened per candidate) onto the columns of ``basis``."""
-  if basis is None:
-    return lambda x: x
-  b = jnp.asarray(basis)
-
-  def project(x):
-    flat = x.reshape(x.shape[0], -1)
-    if flat.shape[1] != b.shape[0]:
-      raise ConfigError(f"basis has {b.shape[0]} rows; a candidate has {flat.shape[1]} entries.")
-    bb = b.astype(x.dtype)
-    return ((flat @ bb) @ bb.T).reshape(x.shape)
-
-  return project
 
 
 # ----------------------------------------------------------------------------- the main job
@@ -405,16 +407,16 @@ def _check(cfg, setup: Setup) -> None:
     )
   tol = cfg.subspace_tol
   require(
-    isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 < tol < 1,
-    f"subspace_tol must be in (0, 1), got {tol!r}.",
+    isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 <= tol < 1,
+    f"subspace_tol must be in [0, 1) (0: the span's own rank), got {tol!r}.",
     "subspace_tol",
   )
   search = cfg.search
   require(search in SEARCHES, f"search must be one of {SEARCHES}, got {search!r}.", "search")
   require(
-    search == "first_order" or (multipliers == "tied" and cfg.subspace),
-    "search=lm solves the tied equations in the data subspace: it needs multipliers=tied "
-    "and subspace=True.",
+    search == "first_order" or (cfg.subspace and setup.problem == "binary"),
+    "search=lm solves the binary KKT equations in the first layer's span: it needs "
+    "subspace=True and a binary victim.",
     "search",
   )
   require_int(cfg, "lm_cg_maxiter")
@@ -455,16 +457,23 @@ def _build(cfg, setup: Setup) -> Attack:
   derivative = resolve_derivative(cfg.derivative, _activation(setup))
   basis = None
   if cfg.subspace:
-    basis = first_layer_basis(setup.target.fit, cfg.subspace_tol)
-    logging.info("candidates kept in the first layer's %d-dimensional span", basis.shape[1])
+    basis, info = span.span_basis(setup.target.fit, cfg.subspace_tol, setup.n or None)
+    logging.info(
+      "candidates searched in the first layer's span: %d of %d directions (%d training images)",
+      info.dim,
+      info.input_dim,
+      setup.n,
+    )
   if cfg.search == "lm":
     return gauss_newton.lm_attack(
       setup.apply_fn,
       basis,
       setup.input_shape,
-      residual_fn=tied_residual,
+      residual_fn=lm_residual(cfg.multipliers),
+      multipliers=cfg.multipliers,
       derivative=derivative,
       w_prior=cfg.w_prior,
+      w_lam=cfg.w_lam,
       normalize=cfg.normalize,
       cg_maxiter=cfg.lm_cg_maxiter,
     )
@@ -480,6 +489,7 @@ def _build(cfg, setup: Setup) -> Attack:
     derivative=derivative,
     multipliers=cfg.multipliers,
     basis=basis,
+    input_shape=setup.input_shape,
     split_every=int(cfg.split_every),
     split_eps=float(cfg.split_eps),
   )

@@ -379,7 +379,7 @@ def identification_report(
       timed(
         "leave_one_out",
         lambda: _leave_one_out_restarts(
-          apply_fn, problem, target, jnp.asarray(inner.x)[valid], lam, alpha, normalize, surrogate
+          apply_fn, problem, target, jnp.asarray(cands)[valid], lam, alpha, normalize, surrogate
         ),
       )
     else:
@@ -415,7 +415,7 @@ def identification_report(
       timed(
         "margin",
         lambda: selection.margin_score(
-          apply_fn, problem, target, jnp.asarray(inner.x)[valid].reshape(n_pool, *img_shape), labels
+          apply_fn, problem, target, jnp.asarray(cands)[valid].reshape(n_pool, *img_shape), labels
         ),
       )
     else:

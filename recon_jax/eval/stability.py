@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from recon_jax.errors import ConfigError
 from recon_jax.eval import selection
-from recon_jax.types import Attack, HParams, Target
+from recon_jax.types import Attack, HParams, Target, prepared
 
 # Which parts of the attack's state the re-run may move (see stability_score).
 STABILITY_FREE = ("x", "x_lam", "all")
@@ -45,6 +45,7 @@ _STABILITY_STATIC = ("attack", "steps", "noise_scale", "free", "reset_optimizer"
 def _stability(
   attack: Attack, state, hparams, target, index, key, steps, noise_scale, free, reset_optimizer
 ):
+  target = prepared(attack, target)
   x0 = state.x
   m = x0.shape[0]
   sel = jnp.arange(m) == index
@@ -93,8 +94,9 @@ def stability_score(
 ) -> jax.Array:
   """Does candidate ``index`` come back after a kick?  ``1 - ||x_i(T) - x_i|| / ||eps||``.
 
-  ``x_i(0) = x_i + eps``, ``eps ~ N(0, noise_scale^2 I)`` per input entry (an
-  absolute scale in the attack's input space), then T = ``steps`` steps of
+  ``x_i(0) = x_i + eps``, ``eps ~ N(0, noise_scale^2 I)`` per entry of the attack's
+  state ``x`` (an absolute scale: per input, or per coefficient for an attack in the
+  first layer's span, i.e. a per-input kick projected onto the span), then T = ``steps`` steps of
   ``attack.step`` in ``lax.scan``.  What moves (``free``):
 
   * 'x' (default): only ``x_i``; every other candidate and every multiplier is

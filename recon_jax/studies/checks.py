@@ -29,7 +29,7 @@ from recon_jax.studies.job import (
   victim_config,
 )
 from recon_jax.studies.settings import JobConfig
-from recon_jax.victims import models, victim
+from recon_jax.victims import models, train, victim
 from recon_jax.workdir import expand
 
 
@@ -109,6 +109,12 @@ def _victim_problem(v: victim.VictimConfig) -> Optional[Tuple[str, str]]:
     return "momentum", f"must be in [0, 1), got {v.momentum!r}."
   if v.adaptive not in ADAPTIVE:
     return "adaptive", f"must be one of {', '.join(ADAPTIVE)}, got {v.adaptive!r}."
+  if v.optimizer not in train.OPTIMIZERS:
+    return "optimizer", f"must be one of {', '.join(train.OPTIMIZERS)}, got {v.optimizer!r}."
+  if v.optimizer == "adam" and v.momentum:
+    return "momentum", "is a setting of optimizer=sgd; Adam keeps its own moments (leave it 0)."
+  if not _is_int(v.pretrain_epochs) or v.pretrain_epochs < 0:
+    return "pretrain_epochs", f"must be an integer >= 0 (0: none), got {v.pretrain_epochs!r}."
   if v.batch_size is not None and not (_is_int(v.batch_size) and v.batch_size >= 1):
     return "batch_size", f"must be an integer >= 1 (or unset: full batch), got {v.batch_size!r}."
   if not isinstance(v.subtract_mean, (bool, np.bool_)):
@@ -319,8 +325,11 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   foreign = bool(checkpoint) and not own
   spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
   check_unread_settings(cfg, spec)
+  check_known_init(cfg, foreign)
   if foreign:
     check_foreign(cfg, vcfg)
+  elif cfg.init_checkpoint:
+    check_init_file(cfg, vcfg)
   if cfg.batching not in loop.BATCHINGS:
     raise ConfigError(
       f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
@@ -369,6 +378,54 @@ def check_unread_settings(cfg: JobConfig, spec) -> None:
           f"(leave it at {defaults[name]!r}).",
           name,
         )
+
+
+def check_known_init(cfg: JobConfig, foreign: bool) -> None:
+  """Refuses the known-theta_0 settings where they cannot run or would change nothing."""
+  s = cfg.linearize
+  if not (_finite(s) and 0 <= s <= 1):
+    raise ConfigError(
+      f"linearize must be a number in [0, 1] (a point between theta_0 and theta*), got {s!r}.",
+      "linearize",
+    )
+  if not isinstance(cfg.known_init, (bool, np.bool_)):
+    raise ConfigError(f"known_init must be True or False, got {cfg.known_init!r}.", "known_init")
+  if not cfg.known_init:
+    for name, unset in (("linearize", 1.0), ("init_checkpoint", "")):
+      if getattr(cfg, name) != unset:
+        raise ConfigError(
+          f"{name} is a setting of known_init=True (the attacker knows theta_0); without it "
+          f"it would change nothing (leave it at {unset!r}).",
+          name,
+        )
+  elif foreign and not cfg.init_checkpoint:
+    raise ConfigError(
+      f"known_init needs theta_0 of the imported model {cfg.checkpoint}: pass the weights its "
+      "training started from as init_checkpoint (same format).",
+      "init_checkpoint",
+    )
+  if cfg.init_checkpoint and not os.path.isfile(cfg.init_checkpoint):
+    from recon_jax.checkpoint import CheckpointError
+
+    raise CheckpointError(f"{cfg.init_checkpoint}: initial-parameters file not found.")
+
+
+def check_init_file(cfg: JobConfig, v: victim.VictimConfig) -> None:
+  """Reads ``init_checkpoint`` as the run will and matches it to the victim's network
+  (layers, shapes, finite values): CheckpointError naming the file, before any work."""
+  from recon_jax.victims import loading
+
+  name = v.dataset.strip().lower()
+  if name not in data.INPUT_SHAPES:
+    return
+  shapes_only = data.Dataset(
+    **{**dict.fromkeys(data.Dataset._fields), "num_classes": _num_classes(v)}
+  )
+  module, _ = victim.build(v, shapes_only)
+  template = jax.eval_shape(
+    lambda: models.init_params(module, jax.random.PRNGKey(0), data.INPUT_SHAPES[name])
+  )
+  loading.read_init(cfg.init_checkpoint, template)
 
 
 def check_widths(cfg) -> None:
@@ -445,6 +502,17 @@ def check_foreign(cfg: JobConfig, v: victim.VictimConfig) -> None:
     raise ConfigError(
       f"victim.loss={v.loss!r} needs {want} output(s); {cfg.checkpoint} has {out.shape[1]}.",
       "victim.loss",
+    )
+  if cfg.init_checkpoint:
+    from recon_jax.victims import loading
+
+    loading.read_init(
+      cfg.init_checkpoint,
+      imp.params,
+      input_shape=shape,
+      input_layout=opts.input_layout,
+      stride=opts.stride,
+      padding=opts.padding,
     )
 
 

@@ -29,7 +29,7 @@ from recon_jax.studies import checks
 from recon_jax.studies.job import Plan, candidate_labels, num_candidates, total_steps
 from recon_jax.studies.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
-from recon_jax.victims import importers, loading, models, victim
+from recon_jax.victims import importers, loading, victim
 
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
@@ -148,23 +148,6 @@ def make_attack(
   return attacks.get(cfg.attack).build(cfg, setup)
 
 
-def known_init_reference(vcfg: victim.VictimConfig, ds: data.Dataset, params):
-  """``theta* - theta_0`` for an attacker who knows the victim's initialisation.
-
-  theta_0 is re-created from the victim's recipe and seed (as a model
-  fine-tuned from public weights would be): the initial parameters of
-  :func:`recon_jax.victims.victim.fit`.
-  """
-  module, _ = victim.build(vcfg, ds)
-  theta0 = models.init_params(
-    module,
-    jax.random.PRNGKey(vcfg.seed),
-    ds.x_train.shape[1:],
-    jax.tree_util.tree_leaves(params)[0].dtype,
-  )
-  return jax.tree_util.tree_map(jnp.subtract, params, theta0)
-
-
 def identifiability_report(
   vic: loading.Victim, problem, target: Target, ds, cands, weights, diverged
 ):
@@ -232,6 +215,7 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, f
       input_layout=imp.input_layout,
       stride=imp.stride,
       padding=imp.padding,
+      init_path=cfg.init_checkpoint,
     )
   else:
     vic = loading.load_or_train_victim(
@@ -240,18 +224,18 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, f
       checkpoint=cfg.checkpoint,
       use_cache=cfg.use_cache,
       allow_data_mismatch=cfg.allow_data_mismatch,
+      init_checkpoint=cfg.init_checkpoint,
     )
   return ds, vic, labels, time.time() - t0
 
 
 def job_target(plan: Plan, vic: loading.Victim, ds: data.Dataset, labels) -> Target:
   """What the attacker sees: theta* in the run's precision, the labels, the pixel box, and
-  with ``known_init`` theta* - theta_0 as the reference."""
-  dtype = float_dtype()
-  target = loading.make_target(vic.params, labels, ds.mean, dtype=dtype)
+  with ``known_init`` theta* - theta_0 as the reference, the gradients taken at the
+  ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
+  target = loading.make_target(vic.params, labels, ds.mean, dtype=float_dtype())
   if plan.config.known_init:
-    reference = known_init_reference(plan.victim, ds, target.params)
-    target = target._replace(reference=loading.cast_params(reference, dtype))
+    target = loading.known_init_target(target, vic.init, plan.config.linearize)
   return target
 
 

@@ -161,7 +161,7 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
     # A new run's config.json must not sit beside an earlier run's victim: its results go.
     workdir.remove(path, TRAINING_RESULTS)
     workdir.write_config(path, cfg, study="train_victim")
-  params, history, summary = victim.fit_resumable(
+  params, history, summary, init = victim.fit_resumable(
     vcfg,
     ds,
     workdir.inside(path, TRAIN_STATE_FILE),
@@ -170,13 +170,14 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
     resume=resume,
     last_finite_path=workdir.inside(path, "victim_last_finite.msgpack"),
   )
-  return write_training(path, vcfg, ds, params, history, summary)
+  return write_training(path, vcfg, ds, params, history, summary, init)
 
 
-def write_training(path: str, vcfg, ds, params, history, summary) -> dict:
-  """victim.msgpack, metrics.json (with a ``warning`` if the victim did not learn its data),
-  history.json and train_idx.npz of a trained victim; returns the metrics."""
-  victim.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary)
+def write_training(path: str, vcfg, ds, params, history, summary, init=None) -> dict:
+  """victim.msgpack (with theta_0, where its training started), metrics.json (with a
+  ``warning`` if the victim did not learn its data), history.json and train_idx.npz of a
+  trained victim; returns the metrics."""
+  victim.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
   metrics = {k: v for k, v in summary.items() if k != "outputs"}
   metrics["warning"] = pipeline.victim_warning(summary, vcfg.loss, ds.num_classes)
   workdir.write_json(path, "metrics.json", metrics)

@@ -43,6 +43,8 @@ VICTIM_HELP = {
   "wd_epochs": "steps of an optional second phase with weight decay wd (0: off)",
   "wd": "weight decay of that second phase (>= 0)",
   "momentum": "SGD momentum in [0, 1)",
+  "optimizer": "sgd (gradient descent, momentum if set) | adam",
+  "pretrain_epochs": "theta_0: the init (0) or it pretrained this many epochs on a public pool",
   "adaptive": "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
   "batch_size": "minibatch size (unset: full batch)",
   "loss_threshold": "stop once the training loss is this low (0: run every epoch)",
@@ -121,17 +123,36 @@ class JobConfig:
   anneal_stages: int = _setting(
     8, "how many steps of that rise (each a stage of steps/anneal_stages)"
   )
-  known_init: bool = _setting(False, "the attacker also knows theta_0 and fits theta* - theta_0")
+  known_init: bool = _setting(
+    False,
+    "the attacker knows theta_0, the weights training started from (a public checkpoint or "
+    "seed), and fits theta* - theta_0",
+  )
+  init_checkpoint: str = _setting(
+    "",
+    "known_init: theta_0 from this file (the checkpoint's formats; '' the victim's own: "
+    "stored with it, or re-created from its recipe)",
+  )
+  linearize: float = _setting(
+    1.0,
+    "known_init: gradients taken at theta_0 + linearize (theta* - theta_0) (1: theta*)",
+  )
   derivative: str = _setting(
     "auto", "auto (victim's own if smooth, else surrogate) | surrogate | exact"
   )
   multipliers: str = _setting(
     "free", "free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))"
   )
-  subspace: bool = _setting(False, "keep candidates in the span of the first layer's weights")
-  subspace_tol: float = _setting(1e-3, "that span: singular values above this x the largest")
+  subspace: bool = _setting(
+    False,
+    "search candidates as coefficients in the span of the first layer's weights (their "
+    "change with known_init)",
+  )
+  subspace_tol: float = _setting(
+    0.0, "that span: singular values above this x the largest (0: above the noise floor)"
+  )
   search: str = _setting(
-    "first_order", "first_order (optimizer) | lm (Levenberg-Marquardt; tied, subspace)"
+    "first_order", "first_order (optimizer) | lm (Levenberg-Marquardt in the span; needs subspace)"
   )
   lm_cg_maxiter: int = _setting(20, "conjugate-gradient iterations per Levenberg-Marquardt step")
   split_every: int = _setting(

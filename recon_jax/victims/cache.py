@@ -57,27 +57,37 @@ def _through_cache(path: str, load_fn, train_fn, save_fn, use_cache: bool):
 
 
 def get_or_train(cfg: victim.VictimConfig, ds: data.Dataset, *, use_cache: bool = True):
-  """Loads the cached victim for ``cfg`` or trains and caches it.
+  """Loads the cached victim for ``cfg`` or trains and caches it (theta_0 with it).
 
   Returns:
-    ``(params, summary, cache_path or None)``; ``summary['source']`` says
-    whether the parameters came from the cache or were trained now.
+    ``(params, summary, cache_path or None, init)``; ``summary['source']`` says
+    whether the parameters came from the cache or were trained now; ``init`` is
+    theta_0 (re-created from the recipe for a file cached before theta_0 was kept).
   """
   path = _cache_path(f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}")
 
   def load_fn(p):
     params, _, meta = victim.load(p, cfg, ds)
     victim.check_data(p, meta, ds)
-    return params, meta["summary"]
+    init = checkpoint.load_init(p, params)
+    if init is None:
+      init = victim.initial_params(cfg, ds, jax.tree_util.tree_leaves(params)[0].dtype)
+    return params, meta["summary"], init
 
   def train_fn():
-    params, _, summary = victim.fit(cfg, ds)
-    return params, summary
+    fitted = victim.fit(cfg, ds)
+    return fitted.params, fitted.summary, fitted.init
 
-  (params, summary), hit = _through_cache(
-    path, load_fn, train_fn, lambda p, v: victim.save(p, cfg, ds, *v), use_cache
+  (params, summary, init), hit = _through_cache(
+    path,
+    load_fn,
+    train_fn,
+    lambda p, v: victim.save(p, cfg, ds, v[0], v[1], init=v[2]),
+    use_cache,
   )
-  return params, dict(summary, source="cache" if hit else "trained"), path if use_cache else None
+  params, init = (jax.tree_util.tree_map(jnp.asarray, t) for t in (params, init))
+  source = "cache" if hit else "trained"
+  return params, dict(summary, source=source), path if use_cache else None, init
 
 
 def cached_params(kind: str, spec: dict, template, train_fn, *, use_cache: bool = True):

@@ -17,7 +17,7 @@ import numpy as np
 from recon_jax import data, losses
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target, float_dtype
-from recon_jax.victims import cache, importers, models, victim
+from recon_jax.victims import cache, importers, models, readers, victim
 
 
 def cast_params(params, dtype=None):
@@ -57,6 +57,53 @@ class Victim(NamedTuple):
   num_outputs: int  # C, the width of the output layer
   summary: dict  # training summary (loss, errors, margins, ...)
   source: str  # 'trained', 'cache' or the checkpoint path
+  init: Any = None  # theta_0, where its training started (None: unknown)
+
+
+def known_init_target(target: Target, init, linearize: float = 1.0) -> Target:
+  """The attacker's view of a model fine-tuned from weights it knows (theta_0 = ``init``).
+
+  Training added ``theta* - theta_0``, a sum of the training samples' gradients along
+  the way; that is the reference the KKT sum must reproduce (Loo et al. 2024).  The
+  gradients are taken at ``theta_0 + linearize (theta* - theta_0)``: 1 at theta*
+  (Haim et al.'s point), 0.5 halfway, where a model that moved little from theta_0
+  is best described by one gradient per sample (on LFW fine-tuning victims the truth's
+  residual is 5-10x lower there than at theta*).
+
+  Raises:
+    ConfigError: ``linearize`` outside [0, 1], or ``init`` of another structure.
+  """
+  if isinstance(linearize, bool) or not (np.isfinite(linearize) and 0 <= linearize <= 1):
+    raise ConfigError(f"linearize must be in [0, 1], got {linearize!r}.", "linearize")
+  params = target.params
+  init = cast_params(init, jax.tree_util.tree_leaves(params)[0].dtype)
+  if jax.tree_util.tree_structure(init) != jax.tree_util.tree_structure(params):
+    raise ConfigError("init must have the structure of the victim's parameters.", "init")
+  change = jax.tree_util.tree_map(jnp.subtract, params, init)
+  at = jax.tree_util.tree_map(lambda a, d: a + linearize * d, init, change)
+  return target._replace(params=at, reference=change)
+
+
+def read_init(path: str, template, *, input_shape=None, input_layout="nchw", stride=1, padding=0):
+  """theta_0 from a file: a recon_jax checkpoint (its parameters), a PyTorch state dict
+  or a safetensors file (mapped as :func:`import_victim` maps the model), checked
+  against the victim's parameters ``template``: the same layers and shapes, finite values.
+
+  Raises:
+    CheckpointError naming ``path``.
+  """
+  from recon_jax import checkpoint as ckpt
+
+  where = f"{path} (the initial parameters)"
+  if readers.detect_format(path) == "msgpack":
+    params, _ = ckpt.load(path)
+  else:
+    params = importers.load_foreign(
+      path, input_shape=input_shape, input_layout=input_layout, stride=stride, padding=padding
+    ).params
+  ckpt.check_matches(params, template, where)
+  ckpt.check_values(params, where, allow_zero=True)
+  return jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template, params)
 
 
 def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
@@ -81,12 +128,14 @@ def import_victim(
   input_layout: str = "nchw",
   stride=1,
   padding=0,
+  init_path: str = "",
 ) -> Victim:
   """A PyTorch or safetensors victim: its weights mapped onto a flax network.
 
   The architecture is inferred from the tensors (see :mod:`recon_jax.victims.importers`);
   ``cfg.loss`` says how it was trained; its train error and margins on ``ds``
-  are computed here, since the file carries no summary.
+  are computed here, since the file carries no summary.  ``init_path``: the weights
+  its training started from (theta_0, same format and layout; :func:`read_init`).
   """
   imp = importers.load_foreign(
     path,
@@ -111,7 +160,17 @@ def import_victim(
     "margins": (margins[:, 0] if margins.ndim == 2 else margins).tolist(),
     "imported": {"format": imp.format, "arch": imp.arch},
   }
-  return Victim(imp.params, apply_fn, int(out.shape[1]), summary, path)
+  init = None
+  if init_path:
+    init = read_init(
+      init_path,
+      imp.params,
+      input_shape=ds.x_train.shape[1:],
+      input_layout=input_layout,
+      stride=stride,
+      padding=padding,
+    )
+  return Victim(imp.params, apply_fn, int(out.shape[1]), summary, path, init)
 
 
 def load_or_train_victim(
@@ -121,17 +180,29 @@ def load_or_train_victim(
   checkpoint: str = "",
   use_cache: bool = True,
   allow_data_mismatch: bool = False,
+  init_checkpoint: str = "",
 ) -> Victim:
-  """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained now.
+  """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained
+  now, with theta_0: from ``init_checkpoint`` when given, else the one stored with the
+  victim, else re-created from its recipe (:func:`recon_jax.victims.victim.initial_params`).
 
   PyTorch and safetensors files go through :func:`import_victim`.
   """
-  module, apply_fn = victim.build(cfg, ds)
+  from recon_jax import checkpoint as ckpt
+
+  _, apply_fn = victim.build(cfg, ds)
   if checkpoint:
     params, _, meta = victim.load(checkpoint, cfg, ds)
     victim.check_data(checkpoint, meta, ds, allow_data_mismatch)
     summary, source = meta.get("summary", {}), checkpoint
+    init = None if init_checkpoint else ckpt.load_init(checkpoint, params)
   else:
-    params, summary, _ = cache.get_or_train(cfg, ds, use_cache=use_cache)
+    params, summary, _, init = cache.get_or_train(cfg, ds, use_cache=use_cache)
     source = summary.pop("source")
-  return Victim(params, apply_fn, victim.out_dim(cfg, ds), summary, source)
+  if init_checkpoint:
+    init = read_init(init_checkpoint, params)
+  dtype = jax.tree_util.tree_leaves(params)[0].dtype
+  if init is None:
+    init = victim.initial_params(cfg, ds, dtype)
+  init = cast_params(init, dtype)
+  return Victim(params, apply_fn, victim.out_dim(cfg, ds), summary, source, init)

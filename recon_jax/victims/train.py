@@ -38,6 +38,7 @@ class TrainConfig:
   epochs: int = 10_000
   weight_decay: float = 0.0
   momentum: float = 0.0
+  optimizer: str = "sgd"  # sgd (gradient descent, with momentum if set) | adam
   batch_size: Optional[int] = None  # None: full batch GD
   chunk: int = 1000  # steps per compiled scan between host logs
   loss_threshold: float = 0.0  # stop once train loss <= threshold
@@ -56,7 +57,18 @@ class TrainState(NamedTuple):
   step: jax.Array  # int32 scalar
 
 
+OPTIMIZERS = ("sgd", "adam")
+
+
 def make_optimizer(cfg: TrainConfig):
+  """Gradient descent (with momentum when set) or Adam, at rate ``lr``.
+
+  Every gradient step adds outer products with the inputs to a dense first layer,
+  so plain and momentum SGD keep the first layer's change in the span of the
+  training inputs; Adam's per-entry scaling does not (:mod:`recon_jax.attacks.span`).
+  """
+  if cfg.optimizer == "adam":
+    return optax.adam(cfg.lr)
   return optax.sgd(cfg.lr, momentum=cfg.momentum or None)
 
 
@@ -108,6 +120,10 @@ def check_config(cfg: TrainConfig) -> None:
     raise ConfigError(f"weight_decay must be a finite number >= 0, got {cfg.weight_decay}.")
   if not (math.isfinite(cfg.momentum) and 0 <= cfg.momentum < 1):
     raise ConfigError(f"momentum must be in [0, 1), got {cfg.momentum}.")
+  if cfg.optimizer not in OPTIMIZERS:
+    raise ConfigError(f"optimizer must be one of {OPTIMIZERS}, got {cfg.optimizer!r}.")
+  if cfg.optimizer == "adam" and cfg.momentum:
+    raise ConfigError("momentum is a setting of optimizer=sgd; Adam keeps its own moments.")
   if cfg.batch_size is not None and (not _is_int(cfg.batch_size) or cfg.batch_size < 1):
     raise ConfigError(
       f"batch_size must be an integer >= 1 (or unset: full batch), got {cfg.batch_size!r}."

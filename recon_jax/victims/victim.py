@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from absl import logging
 import jax
@@ -50,6 +50,7 @@ class VictimConfig:
   wd_epochs: int = 0
   wd: float = 0.0
   momentum: float = 0.0
+  optimizer: str = "sgd"  # sgd (gradient descent; momentum if set) | adam
   adaptive: str = "none"  # normalised GD: none | loss | grad (see train.TrainConfig)
   batch_size: Optional[int] = None
   loss_threshold: float = 0.0
@@ -59,6 +60,10 @@ class VictimConfig:
   # set solves the stationarity equations exactly); 0 disables it.
   converge_tol: float = 0.0
   converge_maxiter: int = 5000
+  # theta_0, where training starts: the initialisation (0), or that initialisation first
+  # trained this many epochs on the dataset's disjoint public pool (a pretrained model
+  # fine-tuned on the private training set).
+  pretrain_epochs: int = 0
 
   def to_dict(self):
     d = dataclasses.asdict(self)
@@ -75,7 +80,12 @@ class VictimConfig:
 
 
 # Fields added after victims were first cached, with their defaults (see VictimConfig.key).
-ADDED_FIELDS = {"converge_tol": 0.0, "converge_maxiter": 5000}
+ADDED_FIELDS = {
+  "converge_tol": 0.0,
+  "converge_maxiter": 5000,
+  "optimizer": "sgd",
+  "pretrain_epochs": 0,
+}
 
 
 def final_weight_decay(cfg: VictimConfig) -> float:
@@ -194,6 +204,7 @@ def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
     epochs=cfg.epochs,
     weight_decay=cfg.weight_decay,
     momentum=cfg.momentum,
+    optimizer=cfg.optimizer,
     batch_size=cfg.batch_size,
     loss_threshold=cfg.loss_threshold,
     seed=cfg.seed,
@@ -215,6 +226,64 @@ def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
   return phases
 
 
+class Trained(NamedTuple):
+  """A trained victim: theta*, its training history and summary, and theta_0 (where the
+  training started: what an attacker of a model fine-tuned from public weights knows)."""
+
+  params: Any
+  history: list
+  summary: dict
+  init: Any
+
+
+def initial_params(cfg: VictimConfig, ds: data.Dataset, dtype=None):
+  """theta_0: the initialisation of ``cfg.seed``, or with ``pretrain_epochs`` > 0 that
+  initialisation trained first on the dataset's disjoint public pool (``ds.x_part``,
+  never the training or held-out images) with the same loss, lr and optimizer.
+
+  Deterministic: the same recipe and data give the same theta_0.
+  """
+  if dtype is None:
+    dtype = float_dtype()
+  module, apply_fn = build(cfg, ds)
+  params = models.init_params(module, jax.random.PRNGKey(cfg.seed), ds.x_train.shape[1:], dtype)
+  if not cfg.pretrain_epochs:
+    return params
+  if len(ds.x_part) == 0:
+    from recon_jax.errors import ConfigError
+
+    raise ConfigError(
+      "victim.pretrain_epochs needs the dataset's public pool (its partition), which is "
+      "empty for this draw.",
+      "victim.pretrain_epochs",
+    )
+  tcfg = dataclasses.replace(
+    phase_configs(cfg)[0],
+    epochs=cfg.pretrain_epochs,
+    chunk=min(2000, cfg.pretrain_epochs),
+    weight_decay=0.0,
+    loss_threshold=0.0,
+    batch_size=None,
+    adaptive="none",
+  )
+  y = jnp.asarray(ds.y_part)
+  if cfg.loss != "ce":
+    y = y.astype(dtype)
+  logging.info(
+    "pretraining theta_0 for %d epochs on the %d images of the public pool",
+    cfg.pretrain_epochs,
+    len(ds.x_part),
+  )
+  try:
+    params, _ = train.train(
+      apply_fn, params, jnp.asarray(ds.x_part, dtype), y, tcfg, log_every_chunk=False
+    )
+  except train.TrainError as e:
+    e.argument = "lr"
+    raise
+  return params
+
+
 def fit(
   cfg: VictimConfig,
   ds: data.Dataset,
@@ -224,7 +293,8 @@ def fit(
   on_chunk=None,
   resume_from: Optional[dict] = None,
 ):
-  """Trains the victim (float64 when x64 is on); returns ``(params, history, summary)``.
+  """Trains the victim (float64 when x64 is on) from :func:`initial_params`; returns
+  :class:`Trained` ``(params, history, summary, init)``.
 
   Args:
     cfg: the victim.
@@ -237,8 +307,8 @@ def fit(
   """
   if dtype is None:
     dtype = float_dtype()
-  module, apply_fn = build(cfg, ds)
-  params = models.init_params(module, jax.random.PRNGKey(cfg.seed), ds.x_train.shape[1:], dtype)
+  _, apply_fn = build(cfg, ds)
+  init = params = initial_params(cfg, ds, dtype)
   x, y = jnp.asarray(ds.x_train, dtype), jnp.asarray(ds.y_train)
   if cfg.loss != "ce":
     y = y.astype(dtype)
@@ -288,18 +358,21 @@ def fit(
   margins = np.asarray(losses.margins(cfg.loss, out, y))
   summary["margins"] = (margins[:, 0] if margins.ndim == 2 else margins).tolist()
   summary["outputs"] = np.asarray(out).tolist()
-  return params, history, summary
+  if cfg.pretrain_epochs:
+    summary["init"] = f"pretrained {cfg.pretrain_epochs} epochs on the public pool"
+  return Trained(params, history, summary, init)
 
 
-def save(path: str, cfg: VictimConfig, ds: data.Dataset, params, summary: dict) -> None:
-  """Writes the victim with its config, training indices and the data's fingerprint."""
+def save(path: str, cfg: VictimConfig, ds: data.Dataset, params, summary: dict, init=None) -> None:
+  """Writes the victim with its config, training indices, the data's fingerprint and,
+  when given, theta_0 (``init``: where its training started)."""
   meta = {
     "victim": cfg.to_dict(),
     "train_idx": np.asarray(ds.train_idx).tolist(),
     "data_fingerprint": data.fingerprint(ds),
     "summary": {k: v for k, v in summary.items() if k not in ("outputs",)},
   }
-  checkpoint.save(path, params, meta)
+  checkpoint.save(path, params, meta, init=init)
 
 
 def check_data(path: str, meta: dict, ds: data.Dataset, allow_mismatch: bool = False) -> None:

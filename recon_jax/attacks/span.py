@@ -1,0 +1,190 @@
+"""Candidates in the span of the first layer: the coordinates a dense first layer gives away.
+
+Every gradient of a network whose first layer is dense, ``z = x K + b``, has the
+first-layer part ``x delta^T``.  So whatever gradient-based training added to ``K``
+(full-batch or mini-batch gradient descent, with or without momentum, any loss) is a
+sum of outer products with the training inputs: the columns of ``K* - K_0`` span
+the training images exactly (Loo et al. 2024; Tansley et al. 2026), and so do those of
+``K*`` at a stationary point of a weight-decay-regularised loss.  Adam's per-entry
+scaling and coupled weight decay (a multiple of ``K_0`` in every step) break it.
+
+An attack that knows the span writes each candidate as ``x = B c`` with ``B`` [d, k]
+orthonormal and searches the k coefficients ``c``.  :func:`reduce_target` rewrites the
+target in those coordinates once: the first layer's kernel becomes ``B^T K`` [k, h]
+(the network run on ``c`` computes the same pre-activations as on ``B c``), and
+the reference's first-layer kernel ``B^T (K* - K_0)``.  The squared residual
+splits exactly into the part inside the span (what the search moves) and a
+constant outside it (:attr:`recon_jax.types.Span.outside`), so a step costs
+``k / d`` of a pixel-space step in the first layer (k about n, d the pixels).
+
+:func:`span_basis` finds the span without a tolerance to guess: the span has at
+most n directions (n training images), so the singular values beyond the n-th are
+rounding noise (float32 training leaves a flat bulk of them); those below
+``NOISE_FACTOR`` times that bulk's median are dropped, the rest are the data.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax.errors import ConfigError
+from recon_jax.types import Span, Target
+
+# A singular value counts as data when it exceeds this many times the median singular
+# value, the level of the rounding-noise bulk (measured on LFW victims trained in float32:
+# the bulk's largest value is 3-4x its median; the weakest training image 12x or more).
+NOISE_FACTOR = 10.0
+# Where the median is above this fraction of the largest value, there is no noise bulk
+# (the data fill every direction, n >= d): every direction is kept.
+NO_BULK = 1e-3
+FIRST_LAYER = ("params", "layer_0", "kernel")
+
+
+class SpanInfo(NamedTuple):
+  """How a span was found: its dimension and the singular values it was read from."""
+
+  dim: int  # k, the directions kept
+  input_dim: int  # d
+  singular_values: np.ndarray  # of the kernel (or its change), descending
+  noise_floor: float  # the median singular value (0 where none was estimated)
+  rule: str  # 'noise' (above NOISE_FACTOR x the median), 'all' (no bulk) or 'rel_tol'
+
+  def summary(self) -> dict:
+    sv = self.singular_values
+    top = float(sv[0]) if sv.size else 0.0
+    return {
+      "dim": int(self.dim),
+      "input_dim": int(self.input_dim),
+      "rule": self.rule,
+      "noise_floor_rel": float(self.noise_floor / top) if top > 0 else None,
+      "weakest_kept_rel": float(sv[self.dim - 1] / top) if self.dim and top > 0 else None,
+      "strongest_dropped_rel": float(sv[self.dim] / top) if self.dim < sv.size and top else None,
+    }
+
+
+def first_layer_kernel(params) -> np.ndarray:
+  """The [d, h] kernel of a dense first layer (``params['params']['layer_0']['kernel']``)."""
+  try:
+    kernel = params["params"]["layer_0"]["kernel"]
+  except (KeyError, TypeError, IndexError):
+    raise ConfigError(
+      "the first-layer span needs a dense first layer ('layer_0' with a kernel).", "subspace"
+    ) from None
+  kernel = np.asarray(kernel, np.float64)
+  if kernel.ndim != 2:
+    raise ConfigError(
+      f"the first layer's kernel must be [d, h], got shape {kernel.shape}.", "subspace"
+    )
+  return kernel
+
+
+def span_basis(params, rel_tol: float = 0.0, n: Optional[int] = None):
+  """Orthonormal [d, k] basis of the span of the first layer's weight vectors, and how.
+
+  Pass the reference the attack fits: theta* (a weight-decay victim's first layer is
+  a combination of the training inputs) or theta* - theta_0 (what training added).
+
+  Args:
+    params: a flax variable dict with a dense first layer.
+    rel_tol: 0 (default): keep the singular values above :data:`NOISE_FACTOR` times
+      the noise floor, the median of those that must be noise: beyond the ``n``-th
+      when the training-set size ``n`` is given (the span has at most n directions),
+      else of all of them; where that floor is above :data:`NO_BULK` of the largest
+      value there is no noise to tell apart and every direction is kept (the
+      weights are not confined to n directions).  In (0, 1): keep those above
+      ``rel_tol`` times the largest.
+    n: the number of training samples, if known.
+
+  Returns:
+    ``(basis [d, k], SpanInfo)``.
+
+  Raises:
+    ConfigError: no dense first layer, a zero kernel, or ``rel_tol`` outside [0, 1).
+  """
+  if isinstance(rel_tol, bool) or not (np.isfinite(rel_tol) and 0 <= rel_tol < 1):
+    raise ConfigError(f"rel_tol must be in [0, 1) (0: automatic), got {rel_tol!r}.", "subspace_tol")
+  kernel = first_layer_kernel(params)
+  u, sv, _ = np.linalg.svd(kernel, full_matrices=False)
+  top = sv[0] if sv.size else 0.0
+  if top <= 0:
+    raise ConfigError("the first layer's kernel is zero: it spans nothing.", "subspace")
+  noise = sv if n is None else sv[int(n) :]
+  floor = float(np.median(noise)) if noise.size else top
+  if rel_tol:
+    keep, rule, floor = sv > rel_tol * top, "rel_tol", 0.0
+  elif floor > NO_BULK * top:
+    keep, rule = np.ones(sv.shape, bool), "all"
+  else:
+    keep, rule = sv > NOISE_FACTOR * floor, "noise"
+  k = int(np.sum(keep))
+  return u[:, :k], SpanInfo(k, kernel.shape[0], sv, floor, rule)
+
+
+def _with_kernel(params, kernel):
+  """``params`` with the first layer's kernel replaced (a shallow copy of the path to it)."""
+  out = dict(params)
+  inner = dict(out["params"])
+  inner["layer_0"] = dict(inner["layer_0"], kernel=kernel)
+  out["params"] = inner
+  return out
+
+
+def reduce_target(target: Target, basis) -> Target:
+  """``target`` in the coordinates of ``basis``: what a coefficient-space attack sees.
+
+  The first layer's kernel of ``params`` and of the reference become ``B^T K``; the
+  box stays in input space (the attack decodes ``x = c B^T`` to apply it).  The
+  reference's energy outside the span, which no candidate in the span can touch, is
+  kept as :attr:`~recon_jax.types.Span.outside`.  A target already in a span's
+  coordinates is returned as it is.
+  """
+  if target.span is not None:
+    return target
+  b = jnp.asarray(basis)
+  params = target.params
+  k_star = params["params"]["layer_0"]["kernel"]
+  if b.ndim != 2 or b.shape[0] != k_star.shape[0]:
+    raise ConfigError(
+      f"basis must be [d, k] with d = {k_star.shape[0]} (the first layer's inputs), "
+      f"got shape {tuple(b.shape)}.",
+      "basis",
+    )
+  b = b.astype(k_star.dtype)
+  reduced = _with_kernel(params, b.T @ k_star)
+  reference = None
+  fit_kernel = target.fit["params"]["layer_0"]["kernel"]
+  inside = b.T @ fit_kernel
+  if target.reference is not None:
+    reference = _with_kernel(target.reference, inside)
+  outside = jnp.sum(jnp.square(fit_kernel - b @ inside))
+  return target._replace(params=reduced, reference=reference, span=Span(b, outside))
+
+
+def encode(x, basis) -> jax.Array:
+  """Coefficients [m, k] of candidates ``x`` [m, *input_shape] (their projection on the span)."""
+  b = jnp.asarray(basis)
+  return x.reshape(x.shape[0], -1) @ b.astype(x.dtype)
+
+
+def decode(c, basis, input_shape) -> jax.Array:
+  """Candidates [m, *input_shape] of coefficients ``c`` [m, k]."""
+  b = jnp.asarray(basis)
+  return (c @ b.T.astype(c.dtype)).reshape((c.shape[0], *tuple(input_shape)))
+
+
+def check_basis(basis, input_shape) -> Optional[jax.Array]:
+  """``basis`` as an array, refused unless [prod(input_shape), k] with k >= 1 (None: None)."""
+  if basis is None:
+    return None
+  b = jnp.asarray(basis)
+  d = int(np.prod(tuple(input_shape)))
+  if b.ndim != 2 or b.shape[0] != d or b.shape[1] < 1:
+    raise ConfigError(
+      f"basis must be [d, k] with d = {d} inputs and k >= 1, got shape {tuple(b.shape)}.",
+      "basis",
+    )
+  return b

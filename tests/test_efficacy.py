@@ -36,6 +36,19 @@ def test_paired_differences_and_verdicts():
     efficacy.paired(a, b[:2])
 
 
+def test_an_interval_of_a_count_stays_in_its_range():
+  """Two draws of 0 and 6 of 6 images: the t interval of the mean reaches below 0 and
+  above 6; clipped to the range a count can take, it does not."""
+  free = efficacy.interval([0, 6])
+  assert free["ci_low"] < 0 and free["ci_high"] > 6
+  clipped = efficacy.interval([0, 6], bounds=(0, 6))
+  assert clipped["ci_low"] == 0 and clipped["ci_high"] == 6 and clipped["mean"] == 3
+  per = [{"strict_pooled": 0}, {"strict_pooled": 6}]
+  assert efficacy.aggregate(per, n_train=6)["strict_pooled"]["ci_low"] == 0
+  diff = efficacy.paired(per, per[::-1], ["strict_pooled"], n_train=6)
+  assert diff["strict_pooled"]["ci_low"] == -6
+
+
 def test_anneal_rises_geometrically_to_the_end_value():
   hp = {"alpha": np.array([10.0, 20.0], np.float32), "lr_x": np.array([0.1, 0.2], np.float32)}
   stages = sweep.anneal(hp, steps=10, alpha_end=160.0, num_stages=3)
@@ -66,8 +79,11 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
     assert agg["strict_selected"]["per_draw"] == [
       m["selection"]["best_by_loss_recovered_strict"] for m in per
     ]
-    want = efficacy.interval([m["n_ssim_gt_0.4"] for m in per])
+    n = per[0]["n_train"]
+    want = efficacy.interval([m["n_ssim_gt_0.4"] for m in per], bounds=(0, n))
     assert agg["ssim_gt_0.4"] == want
+    for key in ("strict_pooled", "ssim_gt_0.4"):  # a count's interval stays in [0, n]
+      assert 0 <= agg[key]["ci_low"] <= agg[key]["ci_high"] <= n
   other = json.loads((tmp_path / "other_sweep" / "draw_3" / "config.json").read_text())
   assert other["config"]["seed"] == 1
   assert "other_sweep" in out["paired_vs_default"]

@@ -310,3 +310,30 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
   for name in ("svm.png", "svm2.png", "pts.png", "hm.png", "lp.png"):
     _png_shape(tmp_path / name)
   assert not plt.get_fignums()
+
+
+# ---------------------------------------------------------------- pooled counts
+
+
+def test_the_pooled_count_is_at_least_every_restarts_count(rng):
+  """Restart A holds training image 0 exactly; restart B a noisy copy of it (close enough
+  to vote) and image 1 exactly.  Voting over the pool averages A's and B's copies of
+  image 0 and blurs it below a strict threshold that A's copy alone passes: the pooled
+  voted evaluation misses an image a restart recovers.  The combined count does not."""
+  x = smooth_images(rng, 2 + 6)
+  train, held = x[:2], x[2:]
+  noisy = np.clip(train[0] + 0.08 * rng.normal(size=train[0].shape), 0, 1)
+  a = np.stack([train[0], held[0] * 0.5])
+  b = np.stack([noisy, train[1]])
+  kw = dict(ssim_threshold=0.97)
+  one = [images.evaluate(c, train, held, **kw) for c in (a, b)]
+  pooled = images.evaluate(np.concatenate([a, b]), train, held, **kw)
+  assert one[0].recovered_strict_mask[0] and not pooled.recovered_strict_mask[0]
+  both = images.combine([pooled, *one])
+  assert both.recovered_strict >= max(r.recovered_strict for r in one)
+  assert list(both.recovered_strict_mask) == [True, True]
+  assert both.source[0] == 1  # image 0 from restart A's own evaluation
+  assert both.n_ssim_gt_04 == 2 and both.ssim[0] == pytest.approx(1.0, abs=1e-5)
+  # A held-out baseline scored the same way: in groups as well as pooled.
+  grouped = images.heldout_baseline(0, train, held, 4, group=2, **kw)
+  assert grouped.source is not None and grouped.n_candidates == 4

@@ -177,6 +177,9 @@ class EvalResult:
   filter_size: int
   vote_frac: float
   heldout_excluded: np.ndarray
+  # Per training image, which of several evaluations its reconstruction came from
+  # (:func:`combine`: 0 the first, e.g. the pool; None for a single evaluation).
+  source: Optional[np.ndarray] = None
 
   def summary(self) -> dict[str, Any]:
     """Returns the scalar metrics as JSON-serialisable ints/floats.
@@ -217,6 +220,8 @@ class EvalResult:
         "heldout_excluded": [int(v) for v in self.heldout_excluded],
       }
     )
+    if self.source is not None:
+      out["source"] = [int(v) for v in self.source]  # 0: the pool, k: the k-th evaluation
     return out
 
 
@@ -299,22 +304,14 @@ def evaluate(
     nearest_heldout_idx = np.full(n, -1, dtype=np.int64)
 
   strict = (ssim_train >= ssim_threshold) & (ssim_train > ssim_heldout_max)
-  order = np.argsort(-ssim_train, kind="stable")
   return EvalResult(
     ssim=ssim_train,
-    order=order,
     recon=np.asarray(recon),
     best_idx=np.asarray(best_idx, dtype=np.int64),
     n_votes=np.asarray(n_votes, dtype=np.int64),
     nearest_heldout_idx=np.asarray(nearest_heldout_idx, dtype=np.int64),
     ssim_heldout_max=np.asarray(ssim_heldout_max, dtype=np.float64),
     recovered_strict_mask=strict,
-    recovered_strict=int(strict.sum()),
-    n_ssim_gt_04=int((ssim_train > 0.4).sum()),
-    n_ssim_gt_05=int((ssim_train > 0.5).sum()),
-    n_ssim_gt_06=int((ssim_train > 0.6).sum()),
-    mean_ssim_top10=_mean_top_k(ssim_train, 10),
-    mean_ssim_top45=_mean_top_k(ssim_train, 45),
     n_train=n,
     n_candidates=int(cands.shape[0]),
     n_heldout_ref=int(keep.size),
@@ -322,6 +319,61 @@ def evaluate(
     filter_size=int(fs),
     vote_frac=float(vote_frac),
     heldout_excluded=excluded,
+    **_counts(ssim_train, strict),
+  )
+
+
+def _counts(ssim: np.ndarray, strict: np.ndarray) -> dict:
+  """The counts and order an :class:`EvalResult` derives from its per-image SSIM and mask."""
+  return dict(
+    order=np.argsort(-ssim, kind="stable"),
+    recovered_strict=int(strict.sum()),
+    n_ssim_gt_04=int((ssim > 0.4).sum()),
+    n_ssim_gt_05=int((ssim > 0.5).sum()),
+    n_ssim_gt_06=int((ssim > 0.6).sum()),
+    mean_ssim_top10=_mean_top_k(ssim, 10),
+    mean_ssim_top45=_mean_top_k(ssim, 45),
+  )
+
+
+def combine(results: Sequence[EvalResult]) -> EvalResult:
+  """Several evaluations of one training set (the pooled candidates, each restart's own)
+  as one: per training image, the reconstruction that passes the strict rule with the
+  highest SSIM, else the one of highest SSIM.
+
+  So a training image counts as recovered when any of the evaluations recovers it, and
+  the combined count is at least each one's: a pool of restarts cannot recover fewer
+  images than one of its restarts does on its own (the voting of Haim et al. averages
+  the candidates of every restart that resemble an image, and can blur one that a single
+  restart holds sharp).  Score a baseline the same way (:func:`heldout_baseline`'s
+  ``group``): more evaluations give it more chances too.  ``best_idx`` and ``n_votes``
+  refer to the candidates of the evaluation each image came from (``source``).
+  """
+  if not results:
+    raise ConfigError("combine needs at least one evaluation")
+  first = results[0]
+  if any(r.ssim.shape != first.ssim.shape for r in results):
+    raise ConfigError("combine needs evaluations of the same training set")
+  ssim = np.stack([r.ssim for r in results])
+  strict = np.stack([r.recovered_strict_mask for r in results])
+  pick = np.argmax(np.where(strict, ssim + 3.0, ssim), axis=0)  # SSIM <= 1: passing first
+  cols = np.arange(ssim.shape[1])
+
+  def take(name):
+    return np.stack([getattr(r, name) for r in results])[pick, cols]
+
+  ssim_c, strict_c = ssim[pick, cols], strict[pick, cols]
+  return dataclasses.replace(
+    first,
+    ssim=ssim_c,
+    recon=take("recon"),
+    best_idx=take("best_idx"),
+    n_votes=take("n_votes"),
+    nearest_heldout_idx=take("nearest_heldout_idx"),
+    ssim_heldout_max=take("ssim_heldout_max"),
+    recovered_strict_mask=strict_c,
+    source=pick.astype(np.int64),
+    **_counts(ssim_c, strict_c),
   )
 
 
@@ -371,6 +423,7 @@ def heldout_baseline(
   ssim_threshold: float,
   filter_size: Optional[int] = None,
   vote_frac: float = DEFAULT_VOTE_FRAC,
+  group: Optional[int] = None,
 ) -> EvalResult:
   """Evaluates unseen images as if they were reconstructions.
 
@@ -389,6 +442,9 @@ def heldout_baseline(
     ssim_threshold: Strict SSIM threshold.
     filter_size: SSIM window; default by image height if None.
     vote_frac: Voting fraction for `match_and_vote`.
+    group: scored as an attack's restarts are (:func:`combine`): the drawn images
+      pooled, and in groups of this many (a restart's candidates) each evaluated
+      on its own; None: pooled only.
 
   Returns:
     An `EvalResult`; its `heldout_excluded` lists the drawn indices.
@@ -400,12 +456,17 @@ def heldout_baseline(
   num = int(min(max(int(num), 1), h))
   perm = np.asarray(jax.random.permutation(similarity.as_key(key_or_seed), h))
   drawn = np.sort(perm[:num])
-  return evaluate(
-    x_heldout[drawn],
-    x_train,
-    x_heldout,
+  kw = dict(
     ssim_threshold=ssim_threshold,
     filter_size=filter_size,
     vote_frac=vote_frac,
     heldout_exclude=drawn,
   )
+  pooled = evaluate(x_heldout[drawn], x_train, x_heldout, **kw)
+  if group is None or int(group) >= num:
+    return pooled
+  size = max(int(group), 1)
+  parts = [
+    evaluate(x_heldout[drawn[i : i + size]], x_train, x_heldout, **kw) for i in range(0, num, size)
+  ]
+  return combine([pooled, *parts])

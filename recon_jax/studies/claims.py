@@ -193,9 +193,9 @@ CLAIMS = (
 )
 
 
-def interval(values: Sequence[float], conf: float = 0.95) -> dict:
-  """:func:`recon_jax.studies.efficacy.interval` of ``values``."""
-  return efficacy.interval(values, conf)
+def interval(values: Sequence[float], conf: float = 0.95, bounds=None) -> dict:
+  """:func:`recon_jax.studies.efficacy.interval` of ``values`` (clipped to ``bounds``)."""
+  return efficacy.interval(values, conf, bounds)
 
 
 def fmt(iv: Mapping, digits: int = 1) -> str:
@@ -224,15 +224,17 @@ def best_baseline(m: Mapping, what: str = "strict") -> list:
   ]
 
 
-def paired(a: Sequence[float], b: Sequence[float], conf: float) -> dict:
-  """The interval of the per-draw differences ``a - b`` (the lists paired draw by draw)."""
-  return interval([x - y for x, y in zip(a, b)], conf)
+def paired(a: Sequence[float], b: Sequence[float], conf: float, n=None) -> dict:
+  """The interval of the per-draw differences ``a - b`` (the lists paired draw by draw);
+  with ``n``, differences of counts of n images, clipped to [-n, n]."""
+  return interval([x - y for x, y in zip(a, b)], conf, None if n is None else (-n, n))
 
 
 def _leak(m: Mapping, conf: float, key: str = "strict_pooled", quarter: bool = False) -> dict:
-  n, d = m["n_train"], paired(per_draw(m, key), best_baseline(m), conf)
-  a = interval(per_draw(m, key), conf)
-  base = lambda k: fmt(interval(per_draw(m, f"baseline_{k}_strict"), conf))
+  n = m["n_train"]
+  d = paired(per_draw(m, key), best_baseline(m), conf, n)
+  a = interval(per_draw(m, key), conf, (0, n))
+  base = lambda k: fmt(interval(per_draw(m, f"baseline_{k}_strict"), conf, (0, n)))
   return dict(
     attack=f"{key.replace('_', ' ')} {fmt(a)} of {n}",
     baselines=f"held-out {base('heldout')}, mean image {base('mean')}",

@@ -8,8 +8,10 @@ the same, so two configurations run on the same draws can be compared pair by
 pair.
 
 Intervals are two-sided Student-t intervals of the mean over draws (95% by
-default): with K = 5 draws a bootstrap of five numbers would understate the
-uncertainty.  A paired comparison is the interval of the per-draw differences.
+default), clipped to the range the number can take (a count of training images
+lies in [0, n], a paired difference of counts in [-n, n]): with K = 5 draws a
+bootstrap of five numbers would understate the uncertainty.  A paired comparison
+is the interval of the per-draw differences.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Number(NamedTuple):
   count: bool = False  # a 0/1 number, shown as 'k of K' draws instead of a mean
   paired: bool = False  # compared draw by draw against the first variant
   summary: bool = False  # also a column of RESULTS.md's table of harness runs
+  images: bool = False  # a count of training images: its interval is clipped to [0, n]
 
 
 def _ident(metrics: Mapping) -> Mapping:
@@ -66,7 +69,12 @@ def _truth_fits_best(metrics: Mapping):
 # ratio spans orders of magnitude, so its log10 is the number to average.
 NUMBERS = (
   Number(
-    "strict_pooled", lambda m: m["recovered_strict"], "strict pooled", paired=True, summary=True
+    "strict_pooled",
+    lambda m: m["recovered_strict"],
+    "strict pooled",
+    paired=True,
+    summary=True,
+    images=True,
   ),
   Number(
     "strict_selected",
@@ -74,22 +82,36 @@ NUMBERS = (
     "strict attacker-selected",
     paired=True,
     summary=True,
+    images=True,
   ),
-  Number("ssim_gt_0.4", lambda m: m["n_ssim_gt_0.4"], "SSIM > 0.4", paired=True, summary=True),
+  Number(
+    "ssim_gt_0.4",
+    lambda m: m["n_ssim_gt_0.4"],
+    "SSIM > 0.4",
+    paired=True,
+    summary=True,
+    images=True,
+  ),
   Number(
     "baseline_mean_strict",
     lambda m: m["baseline_mean_image_recovered_strict"],
     "mean-image baseline strict",
     summary=True,
+    images=True,
   ),
-  Number("baseline_mean_ssim_gt_0.4", lambda m: m["baseline_mean_image_n_ssim_gt_0.4"]),
+  Number(
+    "baseline_mean_ssim_gt_0.4", lambda m: m["baseline_mean_image_n_ssim_gt_0.4"], images=True
+  ),
   Number(
     "baseline_heldout_strict",
     lambda m: m.get("baseline_heldout_recovered_strict"),
     "held-out baseline strict",
     summary=True,
+    images=True,
   ),
-  Number("baseline_heldout_ssim_gt_0.4", lambda m: m.get("baseline_heldout_n_ssim_gt_0.4")),
+  Number(
+    "baseline_heldout_ssim_gt_0.4", lambda m: m.get("baseline_heldout_n_ssim_gt_0.4"), images=True
+  ),
   Number(
     "oracle_residual_rel",
     lambda m: m["oracle_residual_rel"],
@@ -140,8 +162,12 @@ def draw_numbers(metrics: Mapping) -> dict:
   }
 
 
-def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
-  """Mean and two-sided Student-t interval over draws; NaN bounds with fewer than 2 draws."""
+def interval(values: Sequence[float], confidence: float = 0.95, bounds=None) -> dict:
+  """Mean and two-sided Student-t interval over draws; NaN bounds with fewer than 2 draws.
+
+  ``bounds``: ``(low, high)``, the range the number can take (a count of n images:
+  ``(0, n)``); the interval is clipped to it.
+  """
   if not 0 < confidence < 1:
     raise ConfigError(f"confidence must be in (0, 1), got {confidence}.")
   v = np.asarray([np.nan if x is None else x for x in values], np.float64)
@@ -153,6 +179,8 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
   else:
     half = scipy.stats.t.ppf(0.5 + confidence / 2, n - 1) * v.std(ddof=1) / np.sqrt(n)
     lo, hi = mean - half, mean + half
+    if bounds is not None:
+      lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
   return {
     "mean": mean,
     "ci_low": float(lo),
@@ -162,11 +190,24 @@ def interval(values: Sequence[float], confidence: float = 0.95) -> dict:
   }
 
 
-def aggregate(per_draw: Sequence[Mapping], confidence: float = 0.95) -> dict:
-  """``{key: interval}`` over draws for every number of :data:`NUMBERS` (and the AUC keys)."""
+def _bounds(key: str, n_train: Optional[int], paired: bool = False):
+  """The range of number ``key`` with n = ``n_train`` training images (None: unbounded)."""
+  if n_train is None or key not in {n.key for n in NUMBERS if n.images}:
+    return None
+  return (-n_train if paired else 0, n_train)
+
+
+def aggregate(
+  per_draw: Sequence[Mapping], confidence: float = 0.95, n_train: Optional[int] = None
+) -> dict:
+  """``{key: interval}`` over draws for every number of :data:`NUMBERS` (and the AUC keys);
+  counts of the ``n_train`` training images clipped to [0, n]."""
   keys = [n.key for n in NUMBERS]
   extra = sorted({k for d in per_draw for k in d} - set(keys))
-  return {k: interval([d.get(k) for d in per_draw], confidence) for k in (*keys, *extra)}
+  return {
+    k: interval([d.get(k) for d in per_draw], confidence, _bounds(k, n_train))
+    for k in (*keys, *extra)
+  }
 
 
 def paired(
@@ -174,13 +215,18 @@ def paired(
   b: Sequence[Mapping],
   keys: Optional[Sequence[str]] = None,
   confidence: float = 0.95,
+  n_train: Optional[int] = None,
 ) -> dict:
   """Per-draw differences ``a - b`` (same draws, same order) and their interval, per key
-  (default: the :data:`NUMBERS` compared pair by pair)."""
+  (default: the :data:`NUMBERS` compared pair by pair; counts of the ``n_train`` training
+  images clipped to [-n, n])."""
   keys = tuple(n.key for n in NUMBERS if n.paired) if keys is None else keys
   if len(a) != len(b):
     raise ConfigError(f"paired comparison needs the same draws: {len(a)} vs {len(b)}.")
-  return {k: interval([x[k] - y[k] for x, y in zip(a, b)], confidence) for k in keys}
+  return {
+    k: interval([x[k] - y[k] for x, y in zip(a, b)], confidence, _bounds(k, n_train, True))
+    for k in keys
+  }
 
 
 def verdict(diff: Mapping) -> str:

@@ -274,11 +274,15 @@ def run_efficacy(
   out = {
     "draws": list(numbers),
     "n_train": m["n_train"],
-    "variants": {v: efficacy.aggregate(per_draw[v], cfg.confidence) for v in variants},
+    "variants": {
+      v: efficacy.aggregate(per_draw[v], cfg.confidence, m["n_train"]) for v in variants
+    },
     "paired_vs_" + variants[0]: {
       v: {
         k: dict(d, verdict=efficacy.verdict(d))
-        for k, d in efficacy.paired(per_draw[v], base, confidence=cfg.confidence).items()
+        for k, d in efficacy.paired(
+          per_draw[v], base, confidence=cfg.confidence, n_train=m["n_train"]
+        ).items()
       }
       for v in variants[1:]
     },

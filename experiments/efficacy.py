@@ -54,7 +54,7 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("efficacy", "lfw")
+  common.define_flags("efficacy", "finetune")
   flags.DEFINE_integer("draws", 5, "Data draws K (training images and victim re-drawn).")
   flags.DEFINE_integer("first_draw", 0, "Number of the first draw; draws are consecutive.")
   flags.DEFINE_string(

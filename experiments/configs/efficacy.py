@@ -1,8 +1,10 @@
 """The efficacy harness: one reconstruction config (a preset of reconstruct.py) over data draws.
 
-Presets name the base job (``lfw``, ``digits``, ``tiny``, as in reconstruct.py);
-``variants`` are named sets of overrides of that job, compared on the same draws
-(``--variants=default,refine``).  Add your own by copying this file.
+Presets name the base job (``finetune``, ``lfw``, ``digits``, ``tiny``, as in
+reconstruct.py); ``variants`` are named sets of overrides of that job, compared on the
+same draws (``--variants=default,refine``).  The ``finetune`` preset has the levers of
+its own threat model (a model fine-tuned from known weights) as variants; the others
+the levers of Haim et al.'s.  Add your own by copying this file.
 """
 
 import ml_collections
@@ -58,9 +60,51 @@ VARIANTS = {
 }
 
 
-def get_config(preset: str = "lfw") -> ml_collections.ConfigDict:
+# The levers on a model fine-tuned from known weights (the finetune preset's default: Adam on
+# the span's coefficients, gradients halfway between theta_0 and theta*, alpha annealed).
+FINETUNE_VARIANTS = {
+  "default": {},
+  # The first-order search of Haim et al.'s reference: SGD-momentum at their rates, no anneal.
+  "sgd": {
+    "optimizer": "sgd",
+    "lr_x": "0.03:0.6:log",
+    "lr_lam": "1e-4:1e-2:log",
+    "anneal_alpha": 0.0,
+  },
+  # Gradients at theta* (Haim et al.'s point) instead of halfway.
+  "theta_star": {"linearize": 1.0},
+  # Candidates searched in pixels (625 inputs) instead of the span's coefficients.
+  "pixels": {"subspace": False},
+  # Levenberg-Marquardt on the free-multiplier equations in the span (200 steps).
+  "lm": {
+    "search": "lm",
+    "steps": 200,
+    "chunk_steps": 50,
+    "anneal_alpha": 0.0,
+    "optimizer": "sgd",
+    "lr_x": "0.03:0.6:log",
+    "lr_lam": "1e-4:1e-2:log",
+  },
+  # Sample splitting (Shen et al. 2026) with lambda_min = 0.
+  "split": {"split_every": 250, "split_eps": 0.5, "lam_min": "0"},
+  # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
+  "wide": {"num_restarts": 64, "steps": 1000},
+  # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels.
+  "unknown_init": {
+    "known_init": False,
+    "linearize": 1.0,
+    "subspace": False,
+    "optimizer": "sgd",
+    "lr_x": "0.03:0.6:log",
+    "lr_lam": "1e-4:1e-2:log",
+    "anneal_alpha": 0.0,
+  },
+}
+
+
+def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.base = reconstruct.get_config(preset)
-  c.variants = ml_collections.ConfigDict(VARIANTS)
+  c.variants = ml_collections.ConfigDict(FINETUNE_VARIANTS if preset == "finetune" else VARIANTS)
   c.confidence = 0.95
   return c

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import attacks, data, diagnostics, inits, loop
+from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.studies import checks
@@ -146,6 +147,28 @@ def make_attack(
     target,
   )
   return attacks.get(cfg.attack).build(cfg, setup)
+
+
+def regime(plan: Plan, target: Target, n: int) -> dict:
+  """Which side of the map the victim is on, from what the attack fits: the first layer's
+  span (of theta* - theta_0 with a known theta_0, else of theta*) against the n training
+  images (:func:`recon_jax.attacks.span.span_basis`).  A span of about n directions means
+  the first layer holds the training images' coordinates (a model fine-tuned from known
+  weights, or at a weight-decay stationary point); a full span (d directions) means it is
+  not confined to them."""
+  from recon_jax.attacks import span
+
+  out = {"known_init": bool(plan.config.known_init), "n_train": int(n)}
+  if plan.config.known_init:
+    out["linearize"] = float(plan.config.linearize)
+  try:
+    _, info = span.span_basis(target.fit, 0.0, n)
+  except ConfigError as e:
+    out["span"] = None
+    out["span_why"] = str(e)
+    return out
+  out["span"] = info.summary()
+  return out
 
 
 def identifiability_report(
@@ -326,6 +349,15 @@ def reconstruct(
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
+  seen = regime(plan, target, len(ds.x_train))
+  if seen.get("span"):
+    logging.info(
+      "regime: the first layer's %s spans %d of %d input directions for %d training images",
+      "change" if seen["known_init"] else "weights",
+      seen["span"]["dim"],
+      seen["span"]["input_dim"],
+      seen["n_train"],
+    )
   found = find_candidates(plan, vic, ds, target, state_file)
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, **(found.timing or {})}
@@ -366,6 +398,7 @@ def reconstruct(
     "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
     "oracle_residual_rel": ident.get("truth_residual"),
     "identifiability": ident,
+    "regime": seen,
     "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     "victim_source": vic.source,
     "assumed": assumptions(cfg, plan.victim, ds, plan.foreign),

@@ -1,0 +1,164 @@
+"""Models fine-tuned from weights the attacker knows: victims that record theta_0, the span
+their training leaves in the first layer, theta_0 from a file, and the attack end to end."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import recon_jax as rj
+from recon_jax import checkpoint
+from recon_jax.attacks import span
+from recon_jax.errors import ConfigError
+from recon_jax.studies import checks, pipeline
+from recon_jax.victims import loading, victim
+
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
+# 3 + 3 digits, one hidden layer of 256 ReLU units from He's initialisation, 300 epochs of GD.
+LAZY = dict(
+  dataset="digits",
+  n_per_class=3,
+  arch="one_hidden",
+  widths=(256,),
+  init="kaiming",
+  init_std=None,
+  first_layer_std=None,
+  lr=0.05,
+  epochs=300,
+)
+
+
+def _outside_span(cfg):
+  """The share of the first layer's change outside the span of the training inputs."""
+  ds = victim.load_data(cfg)
+  fitted = victim.fit(cfg, ds)
+  change = np.asarray(fitted.params["params"]["layer_0"]["kernel"]) - np.asarray(
+    fitted.init["params"]["layer_0"]["kernel"]
+  )
+  x = ds.x_train.reshape(len(ds.x_train), -1).astype(np.float64)
+  inside = x.T @ np.linalg.lstsq(x.T, change, rcond=None)[0]
+  return np.linalg.norm(change - inside) / np.linalg.norm(change)
+
+
+def test_gradient_descent_keeps_the_change_in_the_span_and_adam_does_not():
+  """Every gradient step adds outer products with the inputs to a dense first layer: full
+  batch, mini-batch, momentum, logistic or squared loss.  Adam's per-entry scaling does not."""
+  base = victim.VictimConfig(**{**LAZY, "epochs": 40})
+  with jax.enable_x64(True):
+    for kw in ({}, {"momentum": 0.9}, {"batch_size": 2}, {"loss": "mse"}):
+      assert _outside_span(dataclasses.replace(base, **kw)) < 1e-9, kw
+    assert _outside_span(dataclasses.replace(base, optimizer="adam", lr=1e-3)) > 0.1
+
+
+def test_a_pretrained_theta0_is_recorded_and_deterministic():
+  cfg = victim.VictimConfig(**{**LAZY, "epochs": 20, "pretrain_epochs": 30})
+  ds = victim.load_data(cfg)
+  fresh = victim.initial_params(dataclasses.replace(cfg, pretrain_epochs=0), ds)
+  init = victim.initial_params(cfg, ds)
+  again = victim.initial_params(cfg, ds)
+  leaves = lambda t: [np.asarray(a) for a in jax.tree_util.tree_leaves(t)]
+  assert all(np.array_equal(a, b) for a, b in zip(leaves(init), leaves(again)))
+  assert not all(np.array_equal(a, b) for a, b in zip(leaves(init), leaves(fresh)))
+  fitted = victim.fit(cfg, ds)
+  assert all(np.array_equal(a, b) for a, b in zip(leaves(fitted.init), leaves(init)))
+  assert "pretrained" in fitted.summary["init"]
+  with pytest.raises(ConfigError, match="optimizer"):
+    checks.validate_victim(dataclasses.replace(cfg, optimizer="lbfgs"))
+  with pytest.raises(ConfigError, match="momentum"):
+    checks.validate_victim(dataclasses.replace(cfg, optimizer="adam", momentum=0.9))
+  with pytest.raises(ConfigError, match="pretrain_epochs"):
+    checks.validate_victim(dataclasses.replace(cfg, pretrain_epochs=-1))
+
+
+def _torch_layout(params):
+  """A one-hidden-layer flax network as a PyTorch-layout state dict (weights [out, in])."""
+  p = params["params"]
+  return {
+    "fc1.weight": np.asarray(p["layer_0"]["kernel"], np.float32).T.copy(),
+    "fc1.bias": np.asarray(p["layer_0"]["bias"], np.float32),
+    "fc2.weight": np.asarray(p["layer_1"]["kernel"], np.float32).T.copy(),
+    "fc2.bias": np.asarray(p["layer_1"]["bias"], np.float32),
+  }
+
+
+def test_an_imported_model_with_its_theta0_file(tmp_path):
+  """A model and its initial weights saved as safetensors: the import reads theta_0 in the
+  model's own layout; a theta_0 of another shape, with NaN, or missing is refused before
+  any work, in one line naming the file or the setting."""
+  cfg = victim.VictimConfig(**{**LAZY, "epochs": 50})
+  ds = victim.load_data(cfg)
+  fitted = victim.fit(cfg, ds)
+  model, init = tmp_path / "model.safetensors", tmp_path / "init.safetensors"
+  save_file(_torch_layout(fitted.params), str(model))
+  save_file(_torch_layout(fitted.init), str(init))
+  imp = loading.import_victim(str(model), cfg, ds, init_path=str(init))
+  for a, b in zip(jax.tree_util.tree_leaves(imp.init), jax.tree_util.tree_leaves(fitted.init)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+  job = rj.JobConfig(
+    victim=dict(dataset="digits", n_per_class=3), checkpoint=str(model), known_init=True
+  )
+  with pytest.raises(ConfigError, match="init_checkpoint"):
+    checks.prepare(job)
+  checks.prepare(job.replace(init_checkpoint=str(init)))
+  bad = _torch_layout(fitted.init)
+  bad["fc1.weight"] = bad["fc1.weight"][:, :10].copy()
+  save_file(bad, str(tmp_path / "narrow.safetensors"))
+  with pytest.raises(checkpoint.CheckpointError, match="narrow.safetensors"):
+    checks.prepare(job.replace(init_checkpoint=str(tmp_path / "narrow.safetensors")))
+  nan = _torch_layout(fitted.init)
+  nan["fc2.bias"] = np.full_like(nan["fc2.bias"], np.nan)
+  save_file(nan, str(tmp_path / "nan.safetensors"))
+  with pytest.raises(checkpoint.CheckpointError, match="nan.safetensors.*NaN"):
+    checks.prepare(job.replace(init_checkpoint=str(tmp_path / "nan.safetensors")))
+  with pytest.raises(checkpoint.CheckpointError, match="missing.safetensors"):
+    checks.prepare(job.replace(init_checkpoint=str(tmp_path / "missing.safetensors")))
+  with pytest.raises(ConfigError, match="linearize"):
+    checks.prepare(rj.JobConfig(linearize=0.5))  # a setting of known_init only
+  with pytest.raises(ConfigError, match="linearize"):
+    checks.prepare(rj.JobConfig(known_init=True, linearize=2.0))
+
+
+def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():
+  """The preset's attack on a lazy digits victim: every training image strictly, none of
+  the baselines, the truth fitting at least as well as what the attack found, and the
+  report says which regime the model is in (the change's span has about n directions)."""
+  cfg = rj.JobConfig(
+    victim=LAZY,
+    known_init=True,
+    linearize=0.5,
+    subspace=True,
+    optimizer="adam",
+    lr_x="3e-3:1e-1:log",
+    lr_lam="3e-3:1e-1:log",
+    anneal_alpha=200.0,
+    anneal_stages=4,
+    num_restarts=2,
+    steps=240,
+    chunk_steps=240,
+    identify=False,
+  )
+  m = pipeline.reconstruct(cfg).metrics
+  assert m["recovered_strict"] >= 5, m["recovered_strict"]
+  assert m["baseline_heldout_recovered_strict"] == 0
+  assert m["baseline_mean_image_recovered_strict"] == 0
+  assert m["selection"]["best_by_loss_recovered_strict"] >= 5
+  regime = m["regime"]
+  assert regime["known_init"] and regime["n_train"] == 6
+  assert regime["span"]["dim"] in (5, 6) and regime["span"]["input_dim"] == 64
+  assert np.isfinite(m["identifiability"]["truth_residual"])
+
+
+def test_the_span_of_a_victim_fine_tuned_by_gradient_descent_has_n_minus_1_directions():
+  """In float32, as victims train by default: the mean-subtracted images sum to zero up to
+  float32 rounding, so their span has n - 1 directions above the noise floor."""
+  cfg = victim.VictimConfig(**LAZY)
+  ds = victim.load_data(cfg)
+  fitted = victim.fit(cfg, ds, jnp.float32)
+  change = jax.tree_util.tree_map(jnp.subtract, fitted.params, fitted.init)
+  _, info = span.span_basis(change, n=len(ds.x_train))
+  assert info.dim == len(ds.x_train) - 1  # mean-subtracted: the images sum to zero

@@ -5,14 +5,17 @@ Each draw re-draws the training images and the victim (``victim.data_seed`` =
 variant runs on the same draws, so variants are compared pair by pair.
 
   python -m experiments.efficacy --workdir=/tmp/eff                        # LFW, 5 draws
-  python -m experiments.efficacy --variants=default,refine --workdir=/tmp/eff_refine
+  python -m experiments.efficacy --variants=default,sgd,lm --workdir=/tmp/eff_levers
+  python -m experiments.efficacy --config=experiments/configs/efficacy.py:leakage_map \
+      --draws=3 --workdir=/tmp/leakage_map
   python -m experiments.efficacy --config=experiments/configs/efficacy.py:tiny --draws=2 \
       --workdir=/tmp/eff_tiny
 
 Writes metrics.json ({variant: {number: {mean, ci_low, ci_high, per_draw}}} and
 paired differences against the first variant), results.md (the table),
 efficacy.png (per-draw counts, attack vs baselines) and one reconstruction
-workdir per variant and draw.  --resume keeps finished draws and continues an
+workdir per variant and draw; a config with a ``map`` (the leakage_map presets) also
+leakage_map.png and leakage_map.md.  --resume keeps finished draws and continues an
 interrupted one.
 """
 
@@ -23,14 +26,17 @@ from experiments import common
 FLAGS = flags.FLAGS
 
 
-def job(cfg, workdir, *, variants="default", draws=5, first_draw=0, resume=False, overwrite=False):
-  """The harness over ``draws`` data draws into ``workdir``; everything checked first."""
+def job(cfg, workdir, *, variants="", draws=5, first_draw=0, resume=False, overwrite=False):
+  """The harness over ``draws`` data draws into ``workdir``; everything checked first.
+  ``variants`` '': every cell of the config's map, else ``default``."""
   from recon_jax import workdir as wd
   from recon_jax.precision import set_precision
-  from recon_jax.studies import results_md, runner
+  from recon_jax.studies import leakage_map, results_md, runner
 
   set_precision(cfg.base.x64, cfg.base.matmul_precision)
   names = [v.strip() for v in variants.split(",") if v.strip()]
+  if not names:
+    names = leakage_map.variants_of(cfg.map) if "map" in cfg else ["default"]
   configs = runner.check_efficacy(cfg, names, draws, first_draw)
   if resume:  # all checked before the workdir is touched, and only here
     wd.check_resumable(cfg, workdir, "config.json", "efficacy")
@@ -59,8 +65,8 @@ if __name__ == "__main__":
   flags.DEFINE_integer("first_draw", 0, "Number of the first draw; draws are consecutive.")
   flags.DEFINE_string(
     "variants",
-    "default",
-    "Comma-separated variants of the config to run "
-    "on the same draws; the first is the reference of the paired differences.",
+    "",
+    "Comma-separated variants of the config to run on the same draws; the first is the "
+    "reference of the paired differences ('': the config's map cells, else default).",
   )
   common.run_main(main)

@@ -102,9 +102,127 @@ FINETUNE_VARIANTS = {
 }
 
 
+# The leakage map: one thing a model owner controls or knows changed at a time from the
+# finetune preset (its base: 2048 units, 10 + 10 faces, He init, 2000 epochs, no weight decay,
+# a published random theta_0 that the attacker knows).  Rows: (axis, ((label, overrides),)).
+# The preset's attack throughout, but the last row's "no" (Haim et al.'s attack on theta*).
+BASE = "base"
+MAP = (
+  (
+    "width",
+    (
+      ("256", {"victim": {"widths": (256,)}}),
+      ("1024", {"victim": {"widths": (1024,)}}),
+      ("2048", BASE),
+      ("4096", {"victim": {"widths": (4096,)}}),
+    ),
+  ),
+  (
+    "images per class",
+    (
+      ("5", {"victim": {"n_per_class": 5}}),
+      ("10", BASE),
+      ("25", {"victim": {"n_per_class": 25}}),
+      ("50", {"victim": {"n_per_class": 50, "n_part_per_class": 10}}),
+    ),
+  ),
+  (
+    "init scale",
+    (
+      ("1e-4 first layer", {"victim": {"first_layer_std": 1e-4}}),
+      ("He x 0.1", {"victim": {"init_gain": 0.1}}),
+      ("He", BASE),
+    ),
+  ),
+  (
+    "epochs",
+    (
+      ("500", {"victim": {"epochs": 500}}),
+      ("2000", BASE),
+      ("10000", {"victim": {"epochs": 10_000}}),
+    ),
+  ),
+  (
+    "weight decay",
+    (
+      ("0", BASE),
+      ("1e-3", {"victim": {"weight_decay": 1e-3}}),
+      ("1e-2", {"victim": {"weight_decay": 1e-2}}),
+    ),
+  ),
+  (
+    "theta_0",
+    (
+      ("random (seed)", BASE),
+      ("pretrained", {"victim": {"pretrain_epochs": 2000}}),
+    ),
+  ),
+  (
+    "theta_0 known",
+    (
+      ("yes", BASE),
+      ("no", FINETUNE_VARIANTS["unknown_init"]),
+    ),
+  ),
+)
+
+
+def _cell_name(axis: str, label: str) -> str:
+  keep = lambda t: "".join(ch if ch.isalnum() or ch == "-" else "_" for ch in t.lower())
+  return f"{keep(axis)}={keep(label)}".replace("__", "_")
+
+
+def map_config(rows=MAP):
+  """``(variants, map)``: each non-base cell of ``rows`` a variant, the base cell ``default``."""
+  variants, spec = {"default": {}}, []
+  for axis, cells in rows:
+    row = []
+    for label, overrides in cells:
+      name = "default" if overrides == BASE else _cell_name(axis, label)
+      if name != "default":
+        variants[name] = dict(overrides)
+      row.append((label, name))
+    spec.append((axis, tuple(row)))
+  return variants, tuple(spec)
+
+
+# The quick map for tests and CI: a 64-256-1 digits victim fine-tuned 300 epochs (3 + 3
+# images), 2 restarts x 240 steps; one row.
+QUICK_MAP = (("theta_0 known", (("yes", BASE), ("no", FINETUNE_VARIANTS["unknown_init"]))),)
+QUICK_BASE = dict(
+  victim=dict(
+    dataset="digits",
+    n_per_class=3,
+    arch="mlp",
+    widths=(256,),
+    bias="all",
+    init="kaiming",
+    init_std=None,
+    first_layer_std=None,
+    lr=0.05,
+    epochs=300,
+  ),
+  num_restarts=2,
+  steps=240,
+  chunk_steps=240,
+  anneal_stages=4,
+  identify=False,
+)
+
+
 def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.base = reconstruct.get_config(preset)
-  c.variants = ml_collections.ConfigDict(FINETUNE_VARIANTS if preset == "finetune" else VARIANTS)
+  if preset in ("leakage_map", "leakage_map_quick"):
+    c.base = reconstruct.get_config("finetune")
+    rows = MAP
+    if preset == "leakage_map_quick":
+      c.base.update(ml_collections.ConfigDict(QUICK_BASE))
+      rows = QUICK_MAP
+    variants, spec = map_config(rows)
+    c.variants = ml_collections.ConfigDict(variants)
+    c.map = spec
+  else:
+    c.base = reconstruct.get_config(preset)
+    c.variants = ml_collections.ConfigDict(FINETUNE_VARIANTS if preset == "finetune" else VARIANTS)
   c.confidence = 0.95
   return c

@@ -21,8 +21,9 @@ HELP = {f"victim.{k}": v for k, v in VICTIM_HELP.items()}  # --help's text of ea
 
 PRESETS = {
   "finetune": dict(
-    arch="one_hidden",
+    arch="mlp",
     widths=(2048,),
+    bias="all",
     init="kaiming",
     init_std=None,
     first_layer_std=None,

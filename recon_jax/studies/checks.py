@@ -113,6 +113,10 @@ def _victim_problem(v: victim.VictimConfig) -> Optional[Tuple[str, str]]:
     return "optimizer", f"must be one of {', '.join(train.OPTIMIZERS)}, got {v.optimizer!r}."
   if v.optimizer == "adam" and v.momentum:
     return "momentum", "is a setting of optimizer=sgd; Adam keeps its own moments (leave it 0)."
+  if v.n_part_per_class is not None and not (
+    _is_int(v.n_part_per_class) and v.n_part_per_class >= 0
+  ):
+    return "n_part_per_class", f"must be an integer >= 0 (or unset), got {v.n_part_per_class!r}."
   if not _is_int(v.pretrain_epochs) or v.pretrain_epochs < 0:
     return "pretrain_epochs", f"must be an integer >= 0 (0: none), got {v.pretrain_epochs!r}."
   if v.batch_size is not None and not (_is_int(v.batch_size) and v.batch_size >= 1):

@@ -242,13 +242,14 @@ def verdict(diff: Mapping) -> str:
 
 def variant_config(cfg, name: str):
   """The reconstruction config of variant ``name`` of an efficacy config: its base with the
-  variant's overrides (``cfg.variants[name]``, dotted setting names)."""
+  variant's overrides (``cfg.variants[name]``: dotted setting names, or sections such as
+  ``{"victim": {"widths": ...}}`` whose settings are set one by one)."""
   if name not in cfg.variants:
     raise ConfigError(
       f"variants: unknown variant {name!r}; the config has {', '.join(cfg.variants)}.", "variants"
     )
   out = copy.deepcopy(cfg.base)
-  for key, value in cfg.variants[name].items():
+  for key, value in _flat(cfg.variants[name]).items():
     target, leaf = out, key
     while "." in leaf:
       head, leaf = leaf.split(".", 1)
@@ -258,6 +259,17 @@ def variant_config(cfg, name: str):
         f"variant {name!r} sets {key}, which the job has no setting for.", "variants"
       )
     target[leaf] = value
+  return out
+
+
+def _flat(overrides, prefix: str = "") -> dict:
+  """``{dotted name: value}`` of overrides given as nested sections."""
+  out = {}
+  for key, value in overrides.items():
+    if hasattr(value, "items"):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
   return out
 
 

@@ -25,6 +25,7 @@ from recon_jax.studies import (
   init_study,
   init_study_figures,
   init_study_settings,
+  leakage_map,
   pipeline,
   report_figures,
   results_md,
@@ -231,6 +232,8 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
   ):
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
       raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}.", name)
+  if "map" in cfg:
+    leakage_map.check(cfg.map, variants)
   configs = {v: efficacy.variant_config(cfg, v) for v in variants}
   for v, vcfg in configs.items():
     checks.prepare(vcfg)
@@ -259,6 +262,7 @@ def run_efficacy(
     path, cfg, study="efficacy", variants=list(variants), draws=draws, first_draw=first_draw
   )
   per_draw = {v: [] for v in variants}
+  n_of = {}
   numbers = range(first_draw, first_draw + draws)
   for draw in numbers:
     for v in variants:
@@ -269,24 +273,26 @@ def run_efficacy(
         os.makedirs(sub, exist_ok=True)
         m = run_reconstruction(efficacy.draw_config(configs[v], draw), sub, resume=again)
       per_draw[v].append(efficacy.draw_numbers(m))
+      n_of[v] = int(m["n_train"])
       logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])
   base = per_draw[variants[0]]
   out = {
     "draws": list(numbers),
-    "n_train": m["n_train"],
-    "variants": {
-      v: efficacy.aggregate(per_draw[v], cfg.confidence, m["n_train"]) for v in variants
-    },
+    "n_train": n_of[variants[0]],
+    "n_train_of": n_of,
+    "variants": {v: efficacy.aggregate(per_draw[v], cfg.confidence, n_of[v]) for v in variants},
     "paired_vs_" + variants[0]: {
       v: {
         k: dict(d, verdict=efficacy.verdict(d))
         for k, d in efficacy.paired(
-          per_draw[v], base, confidence=cfg.confidence, n_train=m["n_train"]
+          per_draw[v], base, confidence=cfg.confidence, n_train=max(n_of[v], n_of[variants[0]])
         ).items()
       }
       for v in variants[1:]
     },
   }
+  if "map" in cfg:
+    leakage_map.write(path, out, cfg.map, n_of)
   workdir.write_json(path, "metrics.json", out)
   workdir.write_text(path, "results.md", results_md.efficacy_table(out, variants))
   efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)

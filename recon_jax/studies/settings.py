@@ -20,12 +20,18 @@ from recon_jax.errors import ConfigError
 from recon_jax.victims.victim import VictimConfig
 
 # The victim's fields that may be unset (None), with their type.
-_OPTIONAL = {"init_std": float, "first_layer_std": float, "batch_size": int}
+_OPTIONAL = {
+  "init_std": float,
+  "first_layer_std": float,
+  "batch_size": int,
+  "n_part_per_class": int,
+}
 
 VICTIM_HELP = {
   "dataset": "digits | lfw (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
   "task": "binary | multiclass (the labels follow loss: ce is multiclass)",
   "n_per_class": "training images per class (the n the attack must find)",
+  "n_part_per_class": "public pool (partition) images per class (unset: the dataset's default)",
   "subtract_mean": "train on images minus their mean (as Haim et al.)",
   "data_seed": "seed of the training-image draw",
   "arch": "mlp | affine | one_hidden | cnn",

@@ -31,6 +31,9 @@ class VictimConfig:
   dataset: str = "lfw"
   task: str = "binary"
   n_per_class: int = 10
+  # Size of the disjoint public pool (the partition) per class: None, the dataset's default
+  # (n_per_class, capped to what remains); set it to keep held-out images at large n.
+  n_part_per_class: Optional[int] = None
   subtract_mean: bool = True
   data_seed: int = 0
   arch: str = "mlp"
@@ -85,6 +88,7 @@ ADDED_FIELDS = {
   "converge_maxiter": 5000,
   "optimizer": "sgd",
   "pretrain_epochs": 0,
+  "n_part_per_class": None,
 }
 
 
@@ -190,6 +194,7 @@ def load_data(cfg: VictimConfig, data_dir: Optional[str] = None) -> data.Dataset
     cfg.dataset,
     task=task,
     n_per_class=cfg.n_per_class,
+    n_part_per_class=cfg.n_part_per_class,
     seed=cfg.data_seed,
     subtract_mean=cfg.subtract_mean,
     data_dir=data_dir,

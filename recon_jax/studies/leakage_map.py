@@ -1,0 +1,157 @@
+"""The leakage map: how much an attack recovers as one thing a model owner controls or knows
+changes at a time (width, n, initialisation scale, training length, weight decay, a
+pretrained or random theta_0, whether theta_0 is known).
+
+A map is a list of rows ``(axis, ((label, variant), ...))`` over the variants of an
+efficacy harness (each variant a victim or attack recipe, run on the same draws).  Each
+cell reports strict pooled and attacker-selected recoveries (mean and interval over the
+draws) and the identifiability verdict: on how many draws the training set fits the
+equations at least as well as what the attack found.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+
+from recon_jax.studies import figures
+
+
+def _rows(spec) -> list:
+  """``[(axis, [(label, variant), ...]), ...]`` of a map spec (lists or tuples, as JSON
+  leaves them)."""
+  return [(str(axis), [(str(lab), str(var)) for lab, var in cells]) for axis, cells in spec]
+
+
+def variants_of(spec) -> list:
+  """The variants a map needs, each once, in the order the map names them."""
+  out = []
+  for _, cells in _rows(spec):
+    for _, var in cells:
+      if var not in out:
+        out.append(var)
+  return out
+
+
+def _verdict(agg: Mapping) -> str:
+  """The identifiability reading of a cell over its draws."""
+  best = agg.get("truth_fits_best", {}).get("per_draw", [])
+  flat = agg.get("truth_not_unique", {}).get("per_draw", [])
+  k = len([b for b in best if b is not None])
+  if not k:
+    return "not scored"
+  fits = int(sum(1 for b in best if b))
+  if any(f for f in flat if f is not None):
+    return f"flat family on {int(sum(1 for f in flat if f))}/{k}"
+  return f"truth fits best {fits}/{k}"
+
+
+def cells(out: Mapping, spec) -> list:
+  """One record per cell: axis, label, variant, the numbers with intervals, the verdict."""
+  rec = []
+  for axis, row in _rows(spec):
+    for label, var in row:
+      agg = out["variants"][var]
+      rec.append(
+        {
+          "axis": axis,
+          "label": label,
+          "variant": var,
+          "strict_pooled": agg["strict_pooled"],
+          "strict_selected": agg["strict_selected"],
+          "log10_identifiability_ratio": agg["log10_identifiability_ratio"],
+          "verdict": _verdict(agg),
+        }
+      )
+  return rec
+
+
+def _fmt(iv: Mapping, digits: int = 1) -> str:
+  if iv["mean"] != iv["mean"]:  # NaN
+    return "-"
+  if iv["n"] < 2 or iv["ci_low"] != iv["ci_low"]:
+    return f"{iv['mean']:.{digits}f}"
+  return f"{iv['mean']:.{digits}f} [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]"
+
+
+def table(out: Mapping, spec, n_of: Mapping) -> str:
+  """The map as a markdown table (one line per cell; ``n_of``: ``{variant: n_train}``)."""
+  lines = [
+    "| axis | value | n | strict pooled | attacker-selected | log10 identifiability ratio "
+    f"| verdict over {len(out['draws'])} draws |",
+    "|---|---|---|---|---|---|---|",
+  ]
+  for c in cells(out, spec):
+    lines.append(
+      f"| {c['axis']} | {c['label']} | {n_of.get(c['variant'], '?')} | "
+      f"{_fmt(c['strict_pooled'])} | {_fmt(c['strict_selected'])} | "
+      f"{_fmt(c['log10_identifiability_ratio'], 2)} | {c['verdict']} |"
+    )
+  return "\n".join(lines) + "\n"
+
+
+def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> None:
+  """``leakage_map.png``: one row per axis, one cell per value, coloured by the strict pooled
+  fraction of the training set, with the numbers and the verdict written in the cell.
+
+  ``n_of``: ``{variant: n_train}`` (the fraction's denominator per cell).
+  """
+  rows = _rows(spec)
+  width = max(len(c) for _, c in rows)
+  fig, ax = figures.plt.subplots(figsize=(2.3 * width + 1.8, 0.95 * len(rows) + 1.2))
+  cmap = figures.plt.get_cmap("viridis")
+  ax.set_xlim(0, width)
+  ax.set_ylim(len(rows), 0)
+  for r, (axis, row) in enumerate(rows):
+    for j, (label, var) in enumerate(row):
+      agg = out["variants"][var]
+      frac = agg["strict_pooled"]["mean"] / max(n_of.get(var, 1), 1)
+      colour = cmap(frac) if frac == frac else (0.85, 0.85, 0.85, 1.0)
+      ax.add_patch(figures.plt.Rectangle((j, r), 1, 1, color=colour, ec="white", lw=2))
+      light = frac == frac and frac < 0.55
+      text = (
+        f"{label}\n{agg['strict_pooled']['mean']:.1f} / {n_of.get(var, '?')} pooled, "
+        f"{agg['strict_selected']['mean']:.1f} picked\n{_verdict(agg)}"
+      )
+      ax.text(
+        j + 0.5,
+        r + 0.5,
+        text,
+        ha="center",
+        va="center",
+        fontsize=6.5,
+        color="white" if light else "black",
+      )
+  ax.set_yticks(np.arange(len(rows)) + 0.5)
+  ax.set_yticklabels([a for a, _ in rows], fontsize=8)
+  ax.set_xticks([])
+  for side in ("top", "right", "bottom", "left"):
+    ax.spines[side].set_visible(False)
+  sm = figures.plt.cm.ScalarMappable(cmap=cmap, norm=figures.plt.Normalize(0, 1))
+  fig.colorbar(sm, ax=ax, fraction=0.03, pad=0.01, label="strict pooled / n")
+  ax.set_title(
+    f"Leakage map: strict recoveries, mean over {len(out['draws'])} draws; each row changes "
+    "one thing of the same base model",
+    fontsize=9,
+  )
+  figures.save(fig, path)
+
+
+def write(path: str, out: dict, spec, n_of: Mapping) -> None:
+  """leakage_map.png and leakage_map.md in workdir ``path``; ``out['map']`` gains the cells."""
+  from recon_jax import workdir
+
+  out["map"] = cells(out, spec)
+  workdir.write_text(path, "leakage_map.md", table(out, spec, n_of))
+  figure(workdir.inside(path, "leakage_map.png"), out, spec, n_of)
+
+
+def check(spec, variants: Sequence[str]) -> None:
+  """Refuses a map that names a variant the harness does not run."""
+  from recon_jax.errors import ConfigError
+
+  missing = [v for v in variants_of(spec) if v not in variants]
+  if missing:
+    raise ConfigError(f"map: cell variant {missing[0]!r} is not among the variants run.", "map")

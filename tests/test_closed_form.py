@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from recon_jax import loop, losses
+from recon_jax import activations, loop, losses
 from recon_jax.attacks import closed_form as cf
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
@@ -188,7 +188,7 @@ def test_loss_is_one_minus_projection_in_unconstrained_case():
   x = jnp.asarray(np.random.default_rng(3).normal(size=(m, 3)))
   attack = cf.closed_form_attack(apply_fn, "general", num_outputs=2, ridge=0.0, w_prior=0.0)
   _, new, metrics = _step(attack, x, params, jnp.zeros(m))
-  act = functools.partial(models.surrogate_relu, alpha=ALPHA)
+  act = functools.partial(activations.surrogate_relu, alpha=ALPHA)
   g = np.asarray(JAC(apply_fn, "general", params, x, jnp.zeros(m), act)).T
   theta = _flat(params)
   q, _ = np.linalg.qr(g)  # orthonormal basis of span G (full column rank)
@@ -244,7 +244,7 @@ def test_step_moves_x_by_the_envelope_gradient():
     apply_fn, "binary", momentum=0.0, w_prior=3.0, ridge=0.0, nnls_iters=300
   )
   state, new, metrics = _step(attack, x, params, labels, box=2.0)
-  act = functools.partial(models.surrogate_relu, alpha=ALPHA)
+  act = functools.partial(activations.surrogate_relu, alpha=ALPHA)
 
   def full(xx):
     rel, lam = cf.projection_residual(
@@ -315,7 +315,7 @@ def _planted(d=5, h=16, m=4, seed=0, iters=400):
   x = jnp.asarray(rng.normal(size=(m, d)))
   y = jnp.asarray(np.where(np.arange(m) % 2 == 0, 1.0, -1.0))
   lam = jnp.asarray(rng.uniform(0.5, 1.5, size=m))
-  act = functools.partial(models.surrogate_relu, alpha=ALPHA)
+  act = functools.partial(activations.surrogate_relu, alpha=ALPHA)
 
   def f(p):
     return jax.grad(kkt.weighted_output, argnums=2)(apply_fn, "binary", p, x, lam, y, act, "sum")
@@ -342,7 +342,7 @@ def _planted(d=5, h=16, m=4, seed=0, iters=400):
 
 def test_planted_point_has_zero_loss_and_the_planted_multipliers():
   apply_fn, theta, x, y, lam = _planted()
-  act = functools.partial(models.surrogate_relu, alpha=ALPHA)
+  act = functools.partial(activations.surrogate_relu, alpha=ALPHA)
   objective = jax.jit(
     lambda xx: cf.projection_residual(apply_fn, "binary", theta, xx, y, act, ridge=0.0)
   )
@@ -386,7 +386,7 @@ def test_attack_recovers_planted_random_features_data():
   hp = {"lr_x": jnp.full(r, 1.0), "alpha": jnp.full(r, 20.0), "restart": jnp.arange(r)}
   keys = jax.random.split(jax.random.PRNGKey(0), r)
   res = loop.run_stages(attack, perturbed, keys, [(300, hp)], target, chunk_steps=150, log=False)
-  act = functools.partial(models.surrogate_relu, alpha=20.0)
+  act = functools.partial(activations.surrogate_relu, alpha=20.0)
   objective = jax.jit(
     jax.vmap(lambda xx: cf.projection_residual(rf_apply, "binary", theta, xx, y, act)[0])
   )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import loop
+from recon_jax import activations, loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
 from recon_jax.eval import selection, stability
@@ -237,7 +237,7 @@ def test_leave_one_out_uses_each_restarts_surrogate():
   alpha = jnp.asarray([3.0, 30.0])
   got = ident._leave_one_out_restarts(apply_fn, "binary", target, x, lam, alpha, "sum", True)
   for r in range(2):
-    act = functools.partial(models.surrogate_relu, alpha=float(alpha[r]))
+    act = functools.partial(activations.surrogate_relu, alpha=float(alpha[r]))
     np.testing.assert_allclose(
       got[r],
       selection.leave_one_out_score(apply_fn, "binary", target, x[r], lam[r], act, normalize="sum"),

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits, loop, losses
+from recon_jax import activations, inits, loop, losses
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
 from recon_jax.victims import models, train
@@ -232,7 +232,7 @@ def test_attack_gradient_matches_custom_jvp_twin():
   def loss(x, lam, act):
     return kkt.stationarity(apply_fn, "binary", params, x, lam, target.labels, act)
 
-  twin = functools.partial(models.surrogate_relu_jvp, alpha=ALPHA)
+  twin = functools.partial(activations.surrogate_relu_jvp, alpha=ALPHA)
   grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
   tx, tl = grad(state.x, state.lam, twin)
   np.testing.assert_allclose(gx, np.asarray(tx), rtol=1e-9, atol=1e-12)
@@ -326,7 +326,7 @@ def test_attack_reduces_stationarity_on_trained_victim():
   x_init = inits.gaussian(n, (d,), jnp.float64)
   init_fn, _ = loop.make_runner(attack, x_init)
   s0 = init_fn(keys, hp, target)
-  act = functools.partial(models.surrogate_relu, alpha=10.0)
+  act = functools.partial(activations.surrogate_relu, alpha=10.0)
   norm = float(losses.tree_sq_norm(params))
   stat = jax.jit(
     jax.vmap(
@@ -403,7 +403,7 @@ def test_annealed_alpha_stages_lower_the_objective():
   init_fn, _ = loop.make_runner(attack, x_init)
   s0 = init_fn(keys, {k: jnp.asarray(v) for k, v in hp.items()}, target)
   res = loop.run_stages(attack, x_init, keys, stages, target, chunk_steps=100, log=False)
-  act = functools.partial(models.surrogate_relu, alpha=200.0)
+  act = functools.partial(activations.surrogate_relu, alpha=200.0)
   stat = jax.jit(
     jax.vmap(
       lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from recon_jax import activations
 from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
@@ -37,7 +38,7 @@ def optimized():
 
 
 @pytest.mark.usefixtures("optimized")
-@pytest.mark.parametrize("fn", [models.surrogate_relu, models.surrogate_relu_jvp])
+@pytest.mark.parametrize("fn", [activations.surrogate_relu, activations.surrogate_relu_jvp])
 def test_surrogate_forward_is_relu_bitwise(fn):
   x = jnp.asarray(SPECIAL)
   want = _bits(jax.nn.relu(x))
@@ -46,14 +47,14 @@ def test_surrogate_forward_is_relu_bitwise(fn):
   # The primal computed inside a differentiated program is the same ReLU.
   y, _ = jax.vjp(lambda z: fn(z, ALPHA), x)
   np.testing.assert_array_equal(_bits(y), want)
-  y, _ = jax.jvp(lambda z: models.surrogate_relu_jvp(z, ALPHA), (x,), (jnp.ones_like(x),))
+  y, _ = jax.jvp(lambda z: activations.surrogate_relu_jvp(z, ALPHA), (x,), (jnp.ones_like(x),))
   np.testing.assert_array_equal(_bits(y), want)
 
 
 @pytest.mark.usefixtures("optimized")
 def test_surrogate_relu_float32_forward():
   x = jnp.asarray([-1.5, 0.0, 2.25, 1e30], jnp.float32)
-  y = models.surrogate_relu(x, ALPHA)
+  y = activations.surrogate_relu(x, ALPHA)
   assert y.dtype == jnp.float32
   np.testing.assert_array_equal(np.asarray(y), np.asarray(jax.nn.relu(x)))
 
@@ -61,9 +62,9 @@ def test_surrogate_relu_float32_forward():
 def test_surrogate_first_derivative_is_sigmoid():
   x = jnp.linspace(-4.0, 4.0, 17)
   sig = 1.0 / (1.0 + np.exp(-ALPHA * np.asarray(x)))
-  g_vjp = jax.vmap(jax.grad(lambda z: models.surrogate_relu(z, ALPHA)))(x)
-  g_jvp = jax.vmap(jax.grad(lambda z: models.surrogate_relu_jvp(z, ALPHA)))(x)
-  _, t_fwd = jax.jvp(lambda z: models.surrogate_relu_jvp(z, ALPHA), (x,), (jnp.ones_like(x),))
+  g_vjp = jax.vmap(jax.grad(lambda z: activations.surrogate_relu(z, ALPHA)))(x)
+  g_jvp = jax.vmap(jax.grad(lambda z: activations.surrogate_relu_jvp(z, ALPHA)))(x)
+  _, t_fwd = jax.jvp(lambda z: activations.surrogate_relu_jvp(z, ALPHA), (x,), (jnp.ones_like(x),))
   for g in (g_vjp, g_jvp, t_fwd):
     np.testing.assert_allclose(np.asarray(g), sig, rtol=1e-14, atol=0)
   # Not ReLU's step: at x = -1 ReLU has slope 0, the surrogate sigmoid(-3).
@@ -72,14 +73,14 @@ def test_surrogate_first_derivative_is_sigmoid():
 
 def test_surrogate_alpha_gets_zero_gradient():
   # alpha is a hyperparameter: the custom_vjp reports no gradient for it.
-  g = jax.grad(lambda a: jnp.sum(models.surrogate_relu(jnp.array([0.5, -0.5]), a)))(2.0)
+  g = jax.grad(lambda a: jnp.sum(activations.surrogate_relu(jnp.array([0.5, -0.5]), a)))(2.0)
   assert float(g) == 0.0
 
 
 def test_surrogate_second_derivative_is_sigmoid_derivative():
   x = jnp.linspace(-2.0, 2.0, 9)
   s = 1.0 / (1.0 + np.exp(-ALPHA * np.asarray(x)))
-  for fn in (models.surrogate_relu, models.surrogate_relu_jvp):
+  for fn in (activations.surrogate_relu, activations.surrogate_relu_jvp):
     h = jax.vmap(jax.grad(jax.grad(lambda z: fn(z, ALPHA))))(x)
     np.testing.assert_allclose(np.asarray(h), ALPHA * s * (1 - s), rtol=1e-13)
   # True ReLU has zero curvature everywhere off 0.
@@ -137,8 +138,8 @@ def test_grad_of_grad_matches_hand_formula_and_jvp_twin():
   w, v, x, lam = _one_hidden_setup()
   want_x, want_lam = _kkt_grad_by_hand(w, v, x, lam, ALPHA)
   acts = {
-    "vjp": functools.partial(models.surrogate_relu, alpha=ALPHA),
-    "jvp": functools.partial(models.surrogate_relu_jvp, alpha=ALPHA),
+    "vjp": functools.partial(activations.surrogate_relu, alpha=ALPHA),
+    "jvp": functools.partial(activations.surrogate_relu_jvp, alpha=ALPHA),
     "relu": jax.nn.relu,
   }
 
@@ -165,7 +166,7 @@ def test_grad_of_grad_second_order_term_is_present():
   w, v, x, lam = _one_hidden_setup(seed=1)
   gx = jax.jit(
     jax.grad(
-      functools.partial(_kkt_loss, functools.partial(models.surrogate_relu, alpha=ALPHA), w, v)
+      functools.partial(_kkt_loss, functools.partial(activations.surrogate_relu, alpha=ALPHA), w, v)
     )
   )(jnp.asarray(x), jnp.asarray(lam))
   z = x @ w.T
@@ -245,7 +246,7 @@ def test_euler_identity_with_relu_and_surrogate_deviation():
   np.testing.assert_allclose(inner, 2 * phi, rtol=1e-12)
   # The surrogate keeps the forward, but its gradient is not ReLU's:
   # <theta, grad> - 2 Phi = sum_k v_k (z_k s(z_k) - relu(z_k)) for one hidden layer.
-  surrogate = functools.partial(models.surrogate_relu, alpha=ALPHA)
+  surrogate = functools.partial(activations.surrogate_relu, alpha=ALPHA)
   inner_s, phi_s = euler(surrogate)
   assert phi_s == phi
   w0 = np.asarray(params["params"]["layer_0"]["kernel"])
@@ -256,7 +257,7 @@ def test_euler_identity_with_relu_and_surrogate_deviation():
     inner_s - 2 * phi, np.sum(v * (z * s - np.maximum(z, 0))), rtol=1e-10, atol=1e-14
   )
   # ...and the gap closes as alpha grows.
-  inner_sharp, _ = euler(functools.partial(models.surrogate_relu, alpha=1e4))
+  inner_sharp, _ = euler(functools.partial(activations.surrogate_relu, alpha=1e4))
   assert abs(inner_sharp - 2 * phi) < 1e-3 * abs(inner_s - 2 * phi)
 
 
@@ -330,15 +331,15 @@ def test_bad_init_scheme_raises_on_init():
 
 def test_get_activation():
   z = jnp.array([-1.0, 0.5])
-  np.testing.assert_array_equal(np.asarray(models.get_activation("relu")(z)), [0.0, 0.5])
-  np.testing.assert_array_equal(np.asarray(models.get_activation("identity")(z)), z)
-  act = models.get_activation("surrogate_relu", alpha=2.0)
+  np.testing.assert_array_equal(np.asarray(activations.get_activation("relu")(z)), [0.0, 0.5])
+  np.testing.assert_array_equal(np.asarray(activations.get_activation("identity")(z)), z)
+  act = activations.get_activation("surrogate_relu", alpha=2.0)
   np.testing.assert_allclose(
     float(jax.grad(lambda t: act(t))(-1.0)), 1 / (1 + np.exp(2.0)), rtol=1e-14
   )
   for alpha in (None, 0.0, -1.0):
     with pytest.raises(ValueError, match="alpha > 0"):
-      models.get_activation("surrogate_relu", alpha=alpha)
+      activations.get_activation("surrogate_relu", alpha=alpha)
 
 
 @pytest.mark.parametrize(
@@ -374,7 +375,7 @@ def test_small_cnn_with_surrogate():
   params = init(module, jax.random.PRNGKey(0), (6, 6, 1), jnp.float64)
   params = jax.tree_util.tree_map(lambda a: a + 0.05, params)  # non-zero first bias
   x = jax.random.normal(jax.random.PRNGKey(1), (2, 6, 6, 1), jnp.float64)
-  surrogate = functools.partial(models.surrogate_relu, alpha=ALPHA)
+  surrogate = functools.partial(activations.surrogate_relu, alpha=ALPHA)
   np.testing.assert_array_equal(
     np.asarray(apply_fn(params, x, surrogate)), np.asarray(apply_fn(params, x))
   )
@@ -386,7 +387,7 @@ def test_small_cnn_with_surrogate():
       for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(g))
     )
 
-  acts = (surrogate, functools.partial(models.surrogate_relu_jvp, alpha=ALPHA), jax.nn.relu)
+  acts = (surrogate, functools.partial(activations.surrogate_relu_jvp, alpha=ALPHA), jax.nn.relu)
   # The three gradients in one compiled program (one compile instead of three).
   grads = jax.jit(lambda xx: [jax.grad(loss)(xx, act) for act in acts])(x)
   g_s, g_twin, g_relu = (np.asarray(g) for g in grads)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from recon_jax import activations
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import ranking, selection, similarity, stability
 from recon_jax.types import Target
-from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -177,7 +177,7 @@ def test_leave_one_out_matches_masked_stationarity(problem, out_dim):
       else jnp.asarray([0, 2, 1, 0, 1])
     )
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0))
-  act = functools.partial(models.surrogate_relu, alpha=3.0)
+  act = functools.partial(activations.surrogate_relu, alpha=3.0)
   got = selection.leave_one_out_score(apply_fn, problem, target, x, lam, act, batch_size=2)
 
   stat = jax.jit(lambda lm: kkt.stationarity(apply_fn, problem, params, x, lm, labels, act))

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import loop
+from recon_jax import activations, loop
 from recon_jax.attacks import kkt, span
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target, prepared
@@ -89,7 +89,7 @@ def test_the_reduced_target_gives_the_same_residual_up_to_a_constant(net):
   xs = span.decode(c, basis, (12,))
   np.testing.assert_allclose(span.encode(xs, basis), c, atol=1e-12)
   np.testing.assert_allclose(apply_fn(seen.params, c), apply_fn(star, xs), atol=1e-12)
-  act = functools.partial(models.surrogate_relu, alpha=5.0)
+  act = functools.partial(activations.surrogate_relu, alpha=5.0)
   lam = jnp.asarray(rng.uniform(size=4))
   labels = jnp.asarray([1.0, -1.0, 1.0, -1.0])
   full = kkt.stationarity(apply_fn, "binary", star, xs, lam, labels, act, reference=change)

@@ -37,10 +37,10 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import implicit, losses, optim, priors
+from recon_jax.activations import get_activation
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
-from recon_jax.victims.models import get_activation
 
 THETA0 = ("target", "uniform", "gaussian")
 

@@ -150,12 +150,12 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
+from recon_jax.activations import surrogate_relu
 from recon_jax.attacks import kkt
 from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_sq_norm
 from recon_jax.types import Attack, HParams, Target
-from recon_jax.victims.models import surrogate_relu
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 

@@ -51,13 +51,13 @@ import numpy as np
 import optax
 
 from recon_jax import optim, priors
+from recon_jax.activations import surrogate_relu
 from recon_jax.attacks import gauss_newton, span, splitting
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.types import Attack, HParams, Target
-from recon_jax.victims.models import surrogate_relu
 
 
 class KKTState(NamedTuple):

@@ -31,10 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data, distributed
+from recon_jax.activations import surrogate_relu
 from recon_jax.errors import ConfigError
 from recon_jax.eval import images, ranking, selection, similarity, stability
 from recon_jax.types import Attack, HParams, Target
-from recon_jax.victims.models import surrogate_relu
 
 SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
 # The score the attacker trusts, chosen before looking at any result (see

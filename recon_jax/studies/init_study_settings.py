@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
-from recon_jax import implicit, loop, optim
+from recon_jax import activations, implicit, loop, optim
 from recon_jax.attacks import bilevel
 from recon_jax.errors import ConfigError
 from recon_jax.studies import init_study
-from recon_jax.victims import models
 
 _POSITIVE = ("bilevel_wd", "bilevel_lr_x", "bilevel_inner_tol", "bilevel_victim_tol")
 
@@ -62,7 +61,7 @@ def validate(cfg) -> None:
         f"{name} must be one of {', '.join(choices)}, got {cfg[name]!r}.", argument=name
       )
   try:
-    models.get_activation(cfg.bilevel_act)
+    activations.get_activation(cfg.bilevel_act)
   except ConfigError:
     raise ConfigError(
       f"bilevel_act {cfg.bilevel_act!r} is not a known activation (e.g. softplus, gelu, tanh).",

@@ -1,4 +1,4 @@
-r"""Markdown tables from bench.py's JSON lines (for BUILD.md).
+r"""Markdown tables from the benchmark scripts' JSON lines (for benchmarks/README.md).
 
   python -m benchmarks.report benchmarks/RESULTS_cpu.json [more.json ...]
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 import json
 import sys
+
+E2E_PARTS = ("victim_s", "oracle_s", "compile_s", "attack_run_s", "evaluation_s")
 
 
 def load(paths):
@@ -56,6 +58,8 @@ def _met(r, tgt):
 
 
 def table(header, rows):
+  """A markdown table; ``header``: a list, or one string of names separated by ' | '."""
+  header = header.split(" | ") if isinstance(header, str) else header
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
   lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in rows]
   return "\n".join(lines)
@@ -130,21 +134,8 @@ def report(recs) -> str:
     )
     out.append(
       table(
-        [
-          "dtype",
-          "(d, h, m)",
-          "batching",
-          "R",
-          "steps/s",
-          "restart-steps/s",
-          "GFLOP/s",
-          "util vs best",
-          "util vs local",
-          "util (CPU time)",
-          "target",
-          "met (local / CPU)",
-          "compile s",
-        ],
+        "dtype | (d, h, m) | batching | R | steps/s | restart-steps/s | GFLOP/s | util vs best"
+        " | util vs local | util (CPU time) | target | met (local / CPU) | compile s",
         rows,
       )
     )
@@ -206,20 +197,9 @@ def report(recs) -> str:
     )
     out.append(
       table(
-        [
-          "dtype",
-          "(d, h, m)",
-          "batching",
-          "step s",
-          "dots alone s",
-          "non-dot share",
-          "non-dot share (CPU)",
-          "dots util (CPU)",
-          "step util (CPU)",
-          "transposes",
-          "XLA GFLOP",
-          "formula GFLOP",
-        ],
+        "dtype | (d, h, m) | batching | step s | dots alone s | non-dot share"
+        " | non-dot share (CPU) | dots util (CPU) | step util (CPU) | transposes | XLA GFLOP"
+        " | formula GFLOP",
         rows,
       )
     )
@@ -258,17 +238,7 @@ def report(recs) -> str:
           "attack run s",
           "evaluation s",
         ],
-        [
-          [
-            r["wall_s"],
-            r.get("startup_and_import_s"),
-            r.get("victim_s"),
-            r.get("oracle_s"),
-            r.get("compile_s"),
-            r.get("attack_run_s"),
-            r.get("evaluation_s"),
-          ]
-        ],
+        [[r.get(k) for k in ("wall_s", "startup_and_import_s", *E2E_PARTS)]],
       )
     )
   bl = by.get("bilevel", [])
@@ -300,19 +270,8 @@ def report(recs) -> str:
     )
     out.append(
       table(
-        [
-          "net",
-          "dtype",
-          "params",
-          "inner",
-          "Hessian solve",
-          "inner iters",
-          "inner s",
-          "Hessian s",
-          "outer s",
-          "outer/inner",
-          "met",
-        ],
+        "net | dtype | params | inner | Hessian solve | inner iters | inner s | Hessian s"
+        " | outer s | outer/inner | met",
         rows,
       )
     )
@@ -376,7 +335,47 @@ def report(recs) -> str:
         ["source", "batching", "dtype", "size", "MB / restart", "max R 80 GB", "max R 141 GB"], rows
       )
     )
+  out += span_table(by.get("span", []))
   return "\n".join(out) + "\n"
+
+
+def span_table(recs) -> list:
+  """The span script's speedups, one row per machine and configuration: the best
+  restart-steps/s of each path over the runs, and each run's own speedup (both paths timed
+  in the same interleaved rounds)."""
+  runs = defaultdict(list)
+  for r in recs:
+    if r.get("what") == "speedup":
+      key = (r["device_kind"], r["cpu_count"], r["dtype"], r["d"], r["h"], r["n"], r["m"])
+      runs[key + (r["R"], r["batching"])].append(r)
+  if not runs:
+    return []
+  rows = []
+  for k in sorted(runs):
+    rs = runs[k]
+    speedups = [r["speedup"] for r in rs]
+    rows.append(
+      [
+        f"{k[0]} ({k[1]} CPUs)",
+        k[2],
+        f"{k[3]}-{k[4]}-1",
+        f"n={k[5]}, m={k[6]}",
+        k[7],
+        k[8],
+        rs[0]["span_dim"],
+        max(r["pixels_restart_steps_per_s"] for r in rs),
+        max(r["coefficients_restart_steps_per_s"] for r in rs),
+        sum(speedups) / len(speedups),
+        " / ".join(fmt(x) for x in speedups),
+      ]
+    )
+  header = ["device", "dtype", "net", "images", "R", "batching", "span k"]
+  header += ["pixels restart-steps/s", "coefficients restart-steps/s", "speedup (mean)", "per run"]
+  return [
+    "\n**Span vs pixels** (KKT step, Adam, on a model fine-tuned from known weights; "
+    "speedup = coefficients over pixels, same batching, same run)\n",
+    table(header, rows),
+  ]
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
-"""``python -m benchmarks.bench --quick`` runs every section and prints one JSON object per line.
+"""``python -m benchmarks.NAME --quick`` runs each benchmark script and prints one JSON object
+per line.
 
-In-process (``bench.main`` is what the command line runs).  Nothing about the
-timings is asserted: only that every section ran and wrote its records.
+In-process (each script's ``main`` is what its command line runs).  Nothing about the
+timings is asserted: only that every script ran and wrote its records with their keys.
 """
 
+import contextlib
+import importlib
 import json
 import math
 import os
@@ -15,15 +18,18 @@ import jax
 from ml_collections import config_flags
 import pytest
 
+from recon_jax import loop
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # benchmarks/ is not an installed package (plain `pytest` runs too)
   sys.path.insert(0, ROOT)
 
-from benchmarks import bench, report  # noqa: E402
+from benchmarks import e2e, report  # noqa: E402
 
-# Keys every record of a bench must carry (BUILD.md and report.py read them).
+# Keys every record of a bench must carry (benchmarks/README.md and report.py read them).
+MACHINE = {"backend", "device_kind", "cpu_count"}
 EXPECTED = {
-  "env": {"date", "jax", "backend", "device_kind", "dtypes", "timing"},
+  "env": {"script", "date", "jax", "dtypes", "timing"} | MACHINE,
   "matmul": {"dtype", "n", "gflops", "best_s"},
   "kkt": {
     "dtype",
@@ -50,22 +56,86 @@ EXPECTED = {
   "bilevel": {"what", "net", "dtype"},
   "memory": {"what", "dtype"},
   "e2e": {"skipped"},
+  "span": {"what", "dtype", "d", "h", "n", "m", "R", "batching", "span_dim"} | MACHINE,
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
+}
+SPAN = {
+  "step": {"path", "step_s", "steps_per_chunk", "restart_steps_per_s", "compile_s"},
+  "speedup": {"pixels_restart_steps_per_s", "coefficients_restart_steps_per_s", "speedup"},
+}
+# Per script: the benches of its records, its sections, and report.py's tables of them.
+SCRIPTS = {
+  "kkt_step": (
+    {"matmul", "kkt", "breakdown", "memory", "summary"},
+    {"kkt", "breakdown", "memory"},
+    ("**KKT step**", "**Where a KKT step's time goes**", "**Memory per restart**"),
+  ),
+  "batching": ({"batching"}, {"matmul", "batching"}, ("**Restart batching**",)),
+  "train": ({"train"}, {"train"}, ("**Victim training**",)),
+  "e2e": ({"e2e"}, {"e2e"}, ()),
+  "bilevel": ({"bilevel"}, {"bilevel"}, ("**Bilevel outer step**",)),
+  "span": ({"span"}, {"span"}, ("**Span vs pixels**",)),
 }
 
 
 @pytest.fixture
 def fast():
-  """The smoke run is compile-bound and asserts no timings (conftest.fast_compile)."""
-  with fast_compile():
+  """The smoke runs are compile-bound and assert no timings (conftest.fast_compile).
+
+  NumPy's BLAS on one thread: on a busy 2-core machine, multithreaded OpenBLAS takes
+  seconds over the SVD of the span's low-rank [625, 256] matrix (0.03 s on one thread).
+  """
+  try:
+    from threadpoolctl import threadpool_limits  # scikit-learn's dependency
+  except ImportError:  # pragma: no cover
+    threadpool_limits = lambda **kw: contextlib.nullcontext()
+  with fast_compile(), threadpool_limits(limits=1, user_api="blas"):
     yield
 
 
-def test_quick_benchmark_runs_every_section_and_prints_json_records(tmp_path, capsys, fast):
+def check(name, by_bench):
+  """Script-specific checks of the records (shapes of the output, never timings)."""
+  if name == "kkt_step":
+    kkt = by_bench["kkt"]
+    assert {(r["R"], r["batching"]) for r in kkt} == {(1, "vmap"), (2, "vmap")}
+    assert all(
+      isinstance(r[k], float) and math.isfinite(r[k])
+      for r in kkt
+      for k in ("steps_per_s", "gflops", "utilisation")
+    )
+    assert by_bench["breakdown"][0]["dots"], "the compiled step has dots"
+    assert {r["what"] for r in by_bench["memory"]} == {"analytic", "compiled", "per_restart"}
+  elif name == "batching":
+    assert {(r["R"], r["batching"]) for r in by_bench["batching"]} == {(2, "vmap")}
+  elif name == "bilevel":
+    bl = by_bench["bilevel"]
+    assert {r["what"] for r in bl} == {"outer_step", "memory_vs_iters", "memory_growth"}
+    assert all(r["grad_finite"] for r in bl if r["what"] == "outer_step")
+    growth = {r["diff"]: r["growth"] for r in bl if r["what"] == "memory_growth"}
+    assert growth["implicit"] <= growth["unrolled"]  # implicit differentiation stays flat
+  elif name == "span":
+    sp = by_bench["span"]
+    for r in sp:
+      missing = SPAN[r["what"]] - set(r)
+      assert not missing, (missing, r)
+      assert 1 <= r["span_dim"] < r["d"] and (r["h"], r["R"]) == (256, 2)
+    own = loop.resolve_batching("auto")  # --quick: the machine's own batching only
+    steps = {(r["batching"], r["path"]) for r in sp if r["what"] == "step"}
+    assert steps == {(own, "pixels"), (own, "coefficients")}
+    assert [r["batching"] for r in sp if r["what"] == "speedup"] == [own]
+    assert all(
+      math.isfinite(r[k]) for r in sp for k in ("restart_steps_per_s", "speedup") if k in r
+    )
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_quick_run_prints_one_json_record_per_line_with_its_keys(name, tmp_path, capsys, fast):
+  benches, sections, titles = SCRIPTS[name]
+  script = importlib.import_module(f"benchmarks.{name}")
   x64 = jax.config.jax_enable_x64
   out = tmp_path / "results.json"
-  bench.main(["--quick", f"--out={out}"])
+  script.main(["--quick", f"--out={out}"])
   assert jax.config.jax_enable_x64 == x64  # the precision switch is restored
   lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
   records = [json.loads(line) for line in lines]  # every stdout line is one JSON object
@@ -73,52 +143,25 @@ def test_quick_benchmark_runs_every_section_and_prints_json_records(tmp_path, ca
   by_bench = {}
   for r in records:
     by_bench.setdefault(r["bench"], []).append(r)
-  assert set(by_bench) == set(EXPECTED), sorted(by_bench)
-  for name, keys in EXPECTED.items():
-    for r in by_bench[name]:
+  assert set(by_bench) == benches | {"env", "done"}, sorted(by_bench)
+  assert records[0]["bench"] == "env" and records[0]["script"] == name
+  assert records[-1]["bench"] == "done"
+  for bench, rs in by_bench.items():
+    for r in rs:
       assert "error" not in r, r
-      missing = keys - set(r)
-      assert not missing, (name, missing, r)
-  kkt = by_bench["kkt"]
-  assert {(r["R"], r["batching"]) for r in kkt} == {(1, "vmap"), (2, "vmap")}
-  assert all(
-    isinstance(r[k], float) and math.isfinite(r[k])
-    for r in kkt
-    for k in ("steps_per_s", "gflops", "utilisation")
-  )
-  assert by_bench["breakdown"][0]["dots"], "the compiled step has dots"
-  assert {r["what"] for r in by_bench["bilevel"]} == {
-    "outer_step",
-    "memory_vs_iters",
-    "memory_growth",
-  }
-  assert all(r["grad_finite"] for r in by_bench["bilevel"] if r["what"] == "outer_step")
-  assert {r["what"] for r in by_bench["memory"]} == {"analytic", "compiled", "per_restart"}
-  growth = {r["diff"]: r["growth"] for r in by_bench["bilevel"] if r["what"] == "memory_growth"}
-  assert growth["implicit"] <= growth["unrolled"]  # implicit differentiation stays flat
-  assert set(by_bench["done"][0]["sections_s"]) == {
-    "kkt",
-    "breakdown",
-    "train",
-    "bilevel",
-    "memory",
-    "e2e",
-  }
+      missing = EXPECTED[bench] - set(r)
+      assert not missing, (bench, missing, r)
+  assert set(by_bench["done"][0]["sections_s"]) == sections
+  check(name, by_bench)
   assert out.read_text().splitlines() == lines  # --out receives the same lines
   tables = report.report(report.load([out]))  # and report.py renders them
-  for title in (
-    "**KKT step**",
-    "**Restart batching**",
-    "**Victim training**",
-    "**Bilevel outer step**",
-    "**Memory per restart**",
-  ):
+  for title in titles:
     assert title in tables, title
 
 
 def test_end_to_end_command_uses_the_main_jobs_config_flags(tmp_path, monkeypatch):
   # --quick skips the end-to-end run (~20 s); its command line must still parse.
-  cmd = bench.e2e_command(str(tmp_path / "work"))
+  cmd = e2e.e2e_command(str(tmp_path / "work"))
   assert cmd[1:3] == ["-m", "experiments.reconstruct"]
   monkeypatch.chdir(ROOT)  # the benchmark runs the job from the repository root
   argv = [cmd[2]] + [a for a in cmd[3:] if a.startswith("--config")]

@@ -31,11 +31,11 @@ def job(cfg, workdir, *, variants="", draws=5, first_draw=0, resume=False, overw
   ``variants`` '': every cell of the config's map, else ``default``."""
   from recon_jax import workdir as wd
   from recon_jax.precision import set_precision
-  from recon_jax.studies import leakage_map, results_md, runner
+  from recon_jax.studies import efficacy, leakage_map, runner
 
   set_precision(cfg.base.x64, cfg.base.matmul_precision)
   names = [v.strip() for v in variants.split(",") if v.strip()]
-  if not names:
+  if not variants.strip():  # not given: every cell of the config's map, else the default
     names = leakage_map.variants_of(cfg.map) if "map" in cfg else ["default"]
   configs = runner.check_efficacy(cfg, names, draws, first_draw)
   if resume:  # all checked before the workdir is touched, and only here
@@ -43,7 +43,7 @@ def job(cfg, workdir, *, variants="", draws=5, first_draw=0, resume=False, overw
   workdir = wd.prepare(workdir, overwrite or resume)
   wd.lock(workdir)
   out = runner.run_efficacy(cfg, workdir, names, draws, first_draw, resume=resume, configs=configs)
-  print(results_md.efficacy_table(out, names))
+  print(efficacy.efficacy_table(out, names))
   print(f"wrote {workdir}")
 
 

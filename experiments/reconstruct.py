@@ -29,11 +29,12 @@ FLAGS = flags.FLAGS
 
 
 def run(job, workdir: str, **kwargs) -> dict:
-  """:func:`recon_jax.studies.runner.run_reconstruction` (``job`` and ``kwargs`` are its
+  """:func:`recon_jax.job.run.run_reconstruction` (``job`` and ``kwargs`` are its
   own), its warnings also printed on stderr."""
-  from recon_jax.studies import pipeline, runner
+  from recon_jax.job import pipeline
+  from recon_jax.job import run as job_run
 
-  m = runner.run_reconstruction(job, workdir, **kwargs)
+  m = job_run.run_reconstruction(job, workdir, **kwargs)
   for w in m["warnings"]:
     if not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run (check_outcome)
       print(f"warning: {w}", file=sys.stderr)
@@ -50,21 +51,27 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   from recon_jax import distributed
   from recon_jax import workdir as wd
   from recon_jax.eval import identifiability
+  from recon_jax.job import planning
+  from recon_jax.job import run as job_run
+  from recon_jax.job.settings import JobConfig
   from recon_jax.precision import set_precision
-  from recon_jax.studies import checks, runner
-  from recon_jax.studies.settings import JobConfig
 
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
   set_precision(cfg.x64, cfg.matmul_precision)
   settings = JobConfig(**cfg)  # the flags end here: the library reads its typed settings
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
-  plan = checks.prepare(settings, requested, explicit)
+  plan = planning.prepare(settings, requested, explicit)
   workdir = wd.open_run(
-    plan.config, workdir, runner.STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+    plan.config,
+    workdir,
+    job_run.STATE_FILE,
+    resume=resume,
+    overwrite=overwrite,
+    study="reconstruct",
   )
   m = run(plan, workdir, resume=resume, checked=True)
-  runner.check_outcome(m, workdir)
+  job_run.check_outcome(m, workdir)
   print(
     f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
     f"(held-out baseline {m['baseline_heldout_recovered_strict']}); "

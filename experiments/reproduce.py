@@ -1,9 +1,9 @@
 r"""Regenerate the papers' experiments at one scale -> RESULTS.md and results.json.
 
 Every run is its own process of another binary (efficacy, toy_2d, init_study), which sets
-its own precision (``recon_jax.studies.reproduction``).  Each claim's verdict comes from intervals
+its own precision (``reproduction.driver``).  Each claim's verdict comes from intervals
 over data draws (seeds for the toy and the init study) by a criterion fixed before any run
-(``recon_jax.studies.claims``).
+(``reproduction.claims``).
 
   python -m experiments.reproduce --config=experiments/configs/reproduce.py:quick \
       --workdir=/tmp/repro_quick
@@ -27,8 +27,8 @@ from absl import flags
 from experiments import common
 from recon_jax import workdir as wd
 from recon_jax.errors import RunFailed
-from recon_jax.studies import reproduction
-from recon_jax.studies.claims import SECTIONS
+from reproduction import driver as reproduction
+from reproduction.claims import SECTIONS
 
 FLAGS = flags.FLAGS
 PROGRAMS = reproduction.Programs("experiments.{}", "experiments/configs/{}.py:{}", common.ROOT)

@@ -30,11 +30,12 @@ def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> 
   Everything is checked before the workdir is created or touched.
   """
   from recon_jax import workdir as wd
+  from recon_jax.job import planning
   from recon_jax.precision import set_precision
-  from recon_jax.studies import checks, runner
+  from recon_jax.studies import runner
 
   set_precision(cfg.x64)
-  checks.prepare_training(cfg)
+  planning.prepare_training(cfg)
   workdir = wd.open_run(
     cfg, workdir, runner.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
   )

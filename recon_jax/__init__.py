@@ -15,10 +15,10 @@ from recon_jax.errors import ConfigError, Error
 from recon_jax.eval.identifiability import identifiability
 from recon_jax.eval.report import evaluate_candidates
 from recon_jax.inits import make_x_init
+from recon_jax.job.pipeline import reconstruct
+from recon_jax.job.planning import candidate_labels
+from recon_jax.job.settings import JobConfig, reconstruct_config
 from recon_jax.loop import AttackRun, run_attack
-from recon_jax.studies.job import candidate_labels
-from recon_jax.studies.pipeline import reconstruct
-from recon_jax.studies.settings import JobConfig, reconstruct_config
 from recon_jax.sweep import random_search
 from recon_jax.types import Attack, Target
 from recon_jax.victims.loading import Victim, import_victim, load_or_train_victim, make_target

@@ -19,8 +19,8 @@ import pytest
 
 from experiments.configs import reconstruct as configs
 from recon_jax import attacks, implicit, loop
-from recon_jax.studies import pipeline
-from recon_jax.studies.settings import JobConfig
+from recon_jax.job import pipeline
+from recon_jax.job.settings import JobConfig
 from recon_jax.types import Target, prepared
 from recon_jax.victims import models, victim
 

@@ -29,7 +29,7 @@ from experiments.configs import victim as victim_configs
 from recon_jax import checkpoint, data
 from recon_jax import workdir as wd
 from recon_jax.errors import ConfigError
-from recon_jax.studies import checks
+from recon_jax.job import planning
 from recon_jax.victims import models, victim
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -682,11 +682,11 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   cfg = _config(R, "tiny", {"checkpoint": "~/absent.msgpack"})
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line
-  plan = checks.prepare(_config(R, "tiny", {"data_dir": "~/mnist"}))
+  plan = planning.prepare(_config(R, "tiny", {"data_dir": "~/mnist"}))
   assert plan.config.data_dir == f"{files}/mnist"  # the run and config.json see it expanded
   cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy"})
   with pytest.raises(ConfigError, match="foreign.data_mean"):  # no foreign checkpoint
-    checks.prepare(cfg)
+    planning.prepare(cfg)
 
 
 def test_an_unknown_setting_in_a_config_file_is_one_line(capsys, tmp_path):

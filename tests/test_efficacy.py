@@ -149,7 +149,7 @@ def test_known_init_target_fits_the_change_at_the_linearisation_point():
 def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
   """One row of efficacy.NUMBERS: the per-draw numbers, the intervals, the paired
   differences, results.md and RESULTS.md's table all carry it, with no other edit."""
-  from recon_jax.studies import results_md
+  from reproduction import results_md
 
   extra = efficacy.Number(
     "spread", lambda m: m["extra"]["spread"], "spread of it", digits=2, paired=True, summary=True
@@ -173,7 +173,7 @@ def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
   diff = {k: dict(d, verdict=efficacy.verdict(d)) for k, d in efficacy.paired(a, b).items()}
   assert diff["spread"]["per_draw"] == [0.5, 1.5, 3.5]
   out = {"n_train": 20, "draws": [0, 1, 2], "variants": agg, "paired_vs_x": {"y": diff}}
-  md = results_md.efficacy_table(out, ["x", "y"])
+  md = efficacy.efficacy_table(out, ["x", "y"])
   assert "| spread of it |" in md and "| 2.33 [" in md
   head = md.splitlines()[2].strip("| ").split(" | ")
   assert head.index("spread of it") > head.index("strict pooled")

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from recon_jax.eval import images, points, report, similarity
-from recon_jax.studies import figures, report_figures
+from recon_jax.job import figures as report_figures
+from recon_jax.studies import figures
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
 

@@ -13,8 +13,8 @@ import recon_jax as rj
 from recon_jax import checkpoint
 from recon_jax.attacks import span
 from recon_jax.errors import ConfigError
-from recon_jax.studies import checks, pipeline
-from recon_jax.victims import loading, victim
+from recon_jax.job import pipeline, planning
+from recon_jax.victims import loading, recipe, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -67,11 +67,11 @@ def test_a_pretrained_theta0_is_recorded_and_deterministic():
   assert all(np.array_equal(a, b) for a, b in zip(leaves(fitted.init), leaves(init)))
   assert "pretrained" in fitted.summary["init"]
   with pytest.raises(ConfigError, match="optimizer"):
-    checks.validate_victim(dataclasses.replace(cfg, optimizer="lbfgs"))
+    recipe.validate(dataclasses.replace(cfg, optimizer="lbfgs"))
   with pytest.raises(ConfigError, match="momentum"):
-    checks.validate_victim(dataclasses.replace(cfg, optimizer="adam", momentum=0.9))
+    recipe.validate(dataclasses.replace(cfg, optimizer="adam", momentum=0.9))
   with pytest.raises(ConfigError, match="pretrain_epochs"):
-    checks.validate_victim(dataclasses.replace(cfg, pretrain_epochs=-1))
+    recipe.validate(dataclasses.replace(cfg, pretrain_epochs=-1))
 
 
 def _torch_layout(params):
@@ -103,24 +103,24 @@ def test_an_imported_model_with_its_theta0_file(tmp_path):
     victim=dict(dataset="digits", n_per_class=3), checkpoint=str(model), known_init=True
   )
   with pytest.raises(ConfigError, match="init_checkpoint"):
-    checks.prepare(job)
-  checks.prepare(job.replace(init_checkpoint=str(init)))
+    planning.prepare(job)
+  planning.prepare(job.replace(init_checkpoint=str(init)))
   bad = _torch_layout(fitted.init)
   bad["fc1.weight"] = bad["fc1.weight"][:, :10].copy()
   save_file(bad, str(tmp_path / "narrow.safetensors"))
   with pytest.raises(checkpoint.CheckpointError, match="narrow.safetensors"):
-    checks.prepare(job.replace(init_checkpoint=str(tmp_path / "narrow.safetensors")))
+    planning.prepare(job.replace(init_checkpoint=str(tmp_path / "narrow.safetensors")))
   nan = _torch_layout(fitted.init)
   nan["fc2.bias"] = np.full_like(nan["fc2.bias"], np.nan)
   save_file(nan, str(tmp_path / "nan.safetensors"))
   with pytest.raises(checkpoint.CheckpointError, match="nan.safetensors.*NaN"):
-    checks.prepare(job.replace(init_checkpoint=str(tmp_path / "nan.safetensors")))
+    planning.prepare(job.replace(init_checkpoint=str(tmp_path / "nan.safetensors")))
   with pytest.raises(checkpoint.CheckpointError, match="missing.safetensors"):
-    checks.prepare(job.replace(init_checkpoint=str(tmp_path / "missing.safetensors")))
+    planning.prepare(job.replace(init_checkpoint=str(tmp_path / "missing.safetensors")))
   with pytest.raises(ConfigError, match="linearize"):
-    checks.prepare(rj.JobConfig(linearize=0.5))  # a setting of known_init only
+    planning.prepare(rj.JobConfig(linearize=0.5))  # a setting of known_init only
   with pytest.raises(ConfigError, match="linearize"):
-    checks.prepare(rj.JobConfig(known_init=True, linearize=2.0))
+    planning.prepare(rj.JobConfig(known_init=True, linearize=2.0))
 
 
 def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():

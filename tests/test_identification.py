@@ -14,8 +14,8 @@ from recon_jax import activations, loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
 from recon_jax.eval import selection, stability
-from recon_jax.studies import job, pipeline
-from recon_jax.studies.settings import JobConfig
+from recon_jax.job import pipeline, planning
+from recon_jax.job.settings import JobConfig
 from recon_jax.victims import loading, models, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 
 def _digits():
   """The tiny preset's data: 3 + 3 digits (8x8) and their held-out split, in pixel space."""
-  ds = victim.load_data(job.victim_config(JobConfig(**configs.get_config("tiny"))))
+  ds = victim.load_data(planning.victim_config(JobConfig(**configs.get_config("tiny"))))
   return ds, ds.x_train + ds.mean, ds.x_test + ds.mean
 
 

@@ -16,9 +16,8 @@ import pytest
 from recon_jax import implicit, loop
 from recon_jax.attacks import kkt, span
 from recon_jax.errors import ConfigError
-from recon_jax.studies import checks
 from recon_jax.types import Target
-from recon_jax.victims import models, victim
+from recon_jax.victims import models, recipe, victim
 
 WD = 0.1
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
@@ -215,8 +214,8 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
 def test_converge_tol_needs_weight_decay():
   cfg = victim.VictimConfig(converge_tol=1e-8)
   with pytest.raises(ConfigError, match="converge_tol"):
-    checks.validate_victim(cfg)
-  checks.validate_victim(dataclasses.replace(cfg, weight_decay=1e-3))
+    recipe.validate(cfg)
+  recipe.validate(dataclasses.replace(cfg, weight_decay=1e-3))
 
 
 def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary):

@@ -10,7 +10,9 @@ import pytest
 from experiments import common, reproduce
 from experiments.configs import reproduce as configs
 from recon_jax.errors import ConfigError
-from recon_jax.studies import claims, efficacy, reproduction, results_md
+from recon_jax.studies import efficacy
+from reproduction import claims, results_md
+from reproduction import driver as reproduction
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 

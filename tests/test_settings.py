@@ -7,7 +7,7 @@ from experiments.configs import reconstruct as reconstruct_configs
 import recon_jax as rj
 from recon_jax import workdir
 from recon_jax.errors import ConfigError
-from recon_jax.studies import checks, settings
+from recon_jax.job import planning, settings
 
 
 def test_the_binary_default_is_the_library_config():
@@ -73,9 +73,9 @@ def test_typed_settings_refuse_unknown_names():
 def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, tmp_path):
   monkeypatch.setenv("HOME", str(tmp_path))
   job = rj.JobConfig(steps=7, data_dir="~/data", victim={"dataset": "digits", "n_per_class": 3})
-  plan = checks.prepare(job)
+  plan = planning.prepare(job)
   assert plan.config == job.replace(data_dir=f"{tmp_path}/data")
   assert (plan.problem, plan.foreign, plan.stages[0][0]) == ("binary", False, 7)
-  assert checks.prepare(plan.config.to_dict()).config == plan.config  # a plain dict too
+  assert planning.prepare(plan.config.to_dict()).config == plan.config  # a plain dict too
   with pytest.raises(ConfigError, match="steps"):
-    checks.prepare(job.replace(steps=0))
+    planning.prepare(job.replace(steps=0))

@@ -16,14 +16,14 @@ Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
           ranges (set victim.dataset and data_dir to your MNIST/CIFAR-10 folder)
 
 Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.  The settings, their
-defaults and meanings are the library's (``recon_jax.studies.settings``); a preset only
+defaults and meanings are the library's (``recon_jax.job.settings``); a preset only
 overrides some.
 """
 
 import ml_collections
 
 from experiments.configs.victim import PRESETS as victim_presets
-from recon_jax.studies.settings import HELP, reconstruct_config  # noqa: F401 (HELP: --help)
+from recon_jax.job.settings import HELP, reconstruct_config  # noqa: F401 (HELP: --help)
 
 # The attack for a model fine-tuned from known weights (issue: leakage where it exists):
 # theta* - theta_0 fitted with the gradients taken halfway between them, the candidates as

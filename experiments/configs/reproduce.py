@@ -16,14 +16,14 @@ init_study; ``preset`` of that binary's config (efficacy: a reconstruct preset);
 draws of an efficacy run, seeds 0..draws-1 of the toy or the init study (0: the ``draws``
 or ``seeds`` setting).  ``sections.SECTION`` names the runs of a section (a run named in
 several sections runs once).  The run names are the roles that CLAIMS below read
-(main_faces, inversion, abl_kaiming, ...) that ``recon_jax.studies.claims.CLAIMS`` reads; a claim
+(main_faces, inversion, abl_kaiming, ...) that ``reproduction.claims.CLAIMS`` reads; a claim
 whose runs a config lacks is 'not run'.
-The claims, their sections and criteria are fixed in ``recon_jax.studies.claims``.
+The claims, their sections and criteria are fixed in ``reproduction.claims``.
 """
 
 import ml_collections
 
-from recon_jax.studies.claims import SECTIONS
+from reproduction.claims import SECTIONS
 
 SCALES = ("quick", "default", "paper")
 PRESETS = SCALES

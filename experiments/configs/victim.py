@@ -14,7 +14,7 @@ Presets (``--config=experiments/configs/victim.py:PRESET``):
 
 import ml_collections
 
-from recon_jax.studies.settings import VICTIM_HELP, victim_section
+from recon_jax.job.settings import VICTIM_HELP, victim_section
 
 HELP = {f"victim.{k}": v for k, v in VICTIM_HELP.items()}  # --help's text of each setting
 

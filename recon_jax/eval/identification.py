@@ -260,7 +260,7 @@ def identification_report(
   lists the ``TOP_K`` = 10 candidates it ranks highest.
 
   Args:
-    attack: the attack that ran (:func:`recon_jax.studies.pipeline.make_attack`).
+    attack: the attack that ran (:func:`recon_jax.job.pipeline.make_attack`).
     run: its :class:`recon_jax.studies.loop.AttackRun`.
     hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
       (the last stage's: ``job.stages_for(cfg, hp)[-1][1]``).

@@ -321,3 +321,59 @@ def efficacy_figure(
   ax.legend(fontsize=7, loc="upper right")
   ax.grid(axis="y", alpha=0.3)
   figures.save(fig, path)
+
+
+# ----------------------------------------------------------------------------- results.md
+
+
+def fmt(iv: Mapping, digits: int = 1) -> str:
+  """``mean [low, high]`` of an interval (just the mean for a single value)."""
+  lo_hi = f" [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]" if iv["n"] > 1 else ""
+  return f"{iv['mean']:.{digits}f}{lo_hi}"
+
+
+def fmt_or_dash(iv, digits: int) -> str:
+  return "–" if not iv or not iv["n"] else fmt(iv, digits)
+
+
+def _count(iv) -> str:
+  """``k of K``: draws whose 0/1 number is 1."""
+  v = [x for x in (iv or {}).get("per_draw", []) if x is not None]
+  return f"{int(sum(v))} of {len(v)}" if v else "–"
+
+
+def _cell(number, iv) -> str:
+  return _count(iv) if number.count else fmt_or_dash(iv, number.digits)
+
+
+def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
+  """results.md of the efficacy harness: means and 95% intervals over draws, attack next to
+  its baselines, then the paired differences against the first variant."""
+  n = out["n_train"]
+  shown = [x for x in NUMBERS if x.column]
+  lines = [
+    f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
+    "mean [95% t interval] over draws.",
+    "",
+    "| " + " | ".join(["variant"] + [x.column for x in shown]) + " |",
+    "|" + "---|" * (len(shown) + 1),
+  ]
+  for v in variants:
+    a = out["variants"][v]
+    lines.append("| " + " | ".join([v] + [_cell(x, a.get(x.key)) for x in shown]) + " |")
+  paired_ = out.get("paired_vs_" + variants[0], {})
+  if paired_:
+    both = [x for x in NUMBERS if x.paired]
+    lines += [
+      "",
+      f"Paired differences against `{variants[0]}` (same draws):",
+      "",
+      "| "
+      + " | ".join(["variant"] + [x.column for x in both])
+      + f" | verdict ({both[0].column}) |",
+      "|" + "---|" * (len(both) + 2),
+    ]
+    for v, d in paired_.items():
+      cells = [fmt(d[x.key]) if x.key in d else "–" for x in both]
+      lines.append("| " + " | ".join([v, *cells, d[both[0].key]["verdict"]]) + " |")
+  return "\n".join(lines) + "\n"

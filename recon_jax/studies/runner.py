@@ -1,10 +1,7 @@
-"""The last stage of the pipeline: a study run in its workdir and its outcome written there.
-
-Each writer takes what a study returned (:class:`recon_jax.studies.pipeline.Reconstruction`,
-:class:`recon_jax.studies.toy.ToyRun`, ...) and writes metrics.json, the arrays and the
-figures; the ``run_*`` functions run a whole study in a workdir, resumably
-(a reconstruction, the efficacy harness over draws, the initialisation study),
-so a binary, a notebook and a test produce the same folder.
+"""The studies run in their workdirs and their outcomes written there: a victim's training,
+the 2-D toy, the efficacy harness over draws (and its leakage map), the initialisation
+study.  Each ``run_*`` runs a whole study resumably, so a binary, a notebook and a test
+produce the same folder.  The main job's own run is :mod:`recon_jax.job.run`.
 """
 
 from __future__ import annotations
@@ -17,124 +14,19 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import loop, workdir
-from recon_jax.errors import ConfigError, RunFailed
+from recon_jax import workdir
+from recon_jax.errors import ConfigError
+from recon_jax.job import pipeline, planning
+from recon_jax.job.run import STATE_FILE, begin, run_reconstruction
 from recon_jax.studies import (
-  checks,
   efficacy,
   init_study,
   init_study_figures,
   init_study_settings,
   leakage_map,
-  pipeline,
-  report_figures,
-  results_md,
   toy,
 )
 from recon_jax.victims import victim
-
-
-def restart_table(rows: list) -> str:
-  """One line per restart (tab-separated): its hyperparameters and its scores."""
-  keys = sorted({k for r in rows for k in r} - {"restart"})
-
-  def cell(v):
-    return "" if v is None else (f"{v:.5g}" if isinstance(v, float) else str(v))
-
-  lines = ["\t".join(["restart"] + keys)]
-  lines += ["\t".join([str(r.get("restart"))] + [cell(r.get(k)) for k in keys]) for r in rows]
-  return "\n".join(lines) + "\n"
-
-
-STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
-
-
-def _begin(
-  cfg, path: str, resume: bool, study: str, checked: bool = False, **config_extra
-) -> loop.StateFile:
-  """config.json written (``config_extra`` added), or checked against ``cfg`` when
-  resuming (unless ``checked``: the binary's :func:`recon_jax.workdir.open_run` did);
-  returns where the sweep saves its state, with the config stored beside it."""
-  if resume:
-    if not checked:
-      workdir.check_resumable(cfg, path, STATE_FILE, study)
-  else:
-    workdir.write_config(path, cfg, study=study, **config_extra)
-  meta = {"config": workdir.jsonable(cfg)}
-  return loop.StateFile(workdir.inside(path, STATE_FILE), cfg.save_every, resume, meta)
-
-
-def run_reconstruction(
-  job,
-  path: str,
-  *,
-  resume: bool = False,
-  requested_victim=None,
-  explicit=(),
-  checked=False,
-) -> dict:
-  """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
-
-  ``job``: the job's :class:`~recon_jax.studies.job.Plan` when the caller resolved it
-  already (a binary does, before it opens the workdir: the settings are checked and
-  resolved once), else its settings, checked here by
-  :func:`recon_jax.studies.checks.prepare` (``requested_victim``, ``explicit``: see
-  there); ``checked``: the caller also checked a resume against ``path``'s
-  config.json.  With ``resume`` it continues from ``path``'s state file (the settings
-  must match).  Returns metrics.json's dict; its ``warnings`` say what a reader must know.
-  """
-  plan = checks.resolve(job, requested_victim, explicit)
-  state_file = _begin(plan.config, path, resume, "reconstruct", checked)
-  out = pipeline.reconstruct(plan, state_file=state_file)
-  return write_reconstruction(path, out)
-
-
-def write_reconstruction(path: str, out) -> dict:
-  """metrics.json, reconstructions.npz, restarts.tsv and the figures of a reconstruction.
-
-  ``out``: :func:`recon_jax.studies.pipeline.reconstruct`'s result.  Returns its metrics.
-  """
-  metrics, ds = out.metrics, out.dataset
-  workdir.write_json(path, "metrics.json", metrics)
-  workdir.write_npz(path, "reconstructions.npz", **out.arrays)
-  workdir.write_text(path, "restarts.tsv", restart_table(metrics["per_restart"]))
-  if out.eval_result is not None:
-    report_figures.reconstruction_report(
-      path,
-      out.eval_result,
-      ds.x_train + ds.mean,
-      ds.x_test + ds.mean if len(ds.x_test) else None,
-      out.victim.summary.get("margins"),
-      metrics["evaluation"]["ssim_threshold"],
-    )
-  fam = (metrics.get("identifiability") or {}).get("family") or {}
-  if fam.get("confirmed") and "family_witness" in out.arrays:
-    report_figures.witness_figure(
-      workdir.inside(path, "identifiability.png"),
-      metrics["identifiability"],
-      out.arrays["family_witness"] + ds.mean,
-      ds.x_train + ds.mean,
-    )
-  if "identification" in metrics:
-    report_figures.trusted_figure(
-      workdir.inside(path, "trusted.png"),
-      metrics["identification"],
-      out.arrays["candidates"] + ds.mean,
-      ds.x_train + ds.mean,
-    )
-  return metrics
-
-
-def check_outcome(metrics: dict, path: str = "") -> dict:
-  """Raises :class:`RunFailed` for a run that wrote its results but recovered nothing by failing.
-
-  That is: every restart diverged.
-  """
-  failed = [w for w in metrics.get("warnings", []) if w.startswith(pipeline.ALL_DIVERGED)]
-  if failed:
-    raise RunFailed(f"{failed[0]}{f'; the results are in {path}' if path else ''}")
-  return metrics
-
 
 TRAIN_STATE_FILE = "train_state.msgpack"  # a victim's resumable training in its workdir
 # What a victim's training writes (write_training, and the last finite parameters).
@@ -154,7 +46,7 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
   A victim that did not learn its training set is still written; its metrics
   say so (``warning``).  Returns metrics.json's dict.
   """
-  vcfg = checks.prepare_training(cfg)
+  vcfg = planning.prepare_training(cfg)
   if resume:
     workdir.check_resumable(cfg, path, TRAIN_STATE_FILE, "train_victim")
   ds = victim.load_data(vcfg, cfg.data_dir or None)
@@ -193,7 +85,7 @@ def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
   The precision is the caller's (the toy needs float64 to reach the KKT direction).
   """
   toy.validate(cfg)
-  state_file = _begin(cfg, path, resume, "toy_2d", victim=toy.victim_config(cfg).to_dict())
+  state_file = begin(cfg, path, resume, "toy_2d", victim=toy.victim_config(cfg).to_dict())
   return write_toy(path, cfg, toy.run(cfg, state_file=state_file))
 
 
@@ -221,7 +113,7 @@ MAX_DRAWS = 1000  # each draw is a whole reconstruction per variant
 
 
 def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
-  """The reconstruction config of every variant, each checked (:func:`checks.prepare`), and
+  """The reconstruction config of every variant, each checked (:func:`planning.prepare`), and
   the draws; raises ConfigError naming the setting.  Nothing is written."""
   variants = list(variants)
   if not variants:
@@ -236,7 +128,7 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
     leakage_map.check(cfg.map, variants)
   configs = {v: efficacy.variant_config(cfg, v) for v in variants}
   for v, vcfg in configs.items():
-    checks.prepare(vcfg)
+    planning.prepare(vcfg)
     if vcfg.x64 != cfg.base.x64:
       raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
   return configs
@@ -294,7 +186,7 @@ def run_efficacy(
   if "map" in cfg:
     leakage_map.write(path, out, cfg.map, n_of)
   workdir.write_json(path, "metrics.json", out)
-  workdir.write_text(path, "results.md", results_md.efficacy_table(out, variants))
+  workdir.write_text(path, "results.md", efficacy.efficacy_table(out, variants))
   efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   return out
 

@@ -21,7 +21,8 @@ from recon_jax import loop, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
-from recon_jax.studies import checks, figures, job, pipeline
+from recon_jax.job import pipeline, planning
+from recon_jax.studies import figures
 from recon_jax.types import float_dtype
 from recon_jax.victims import loading, models, victim
 
@@ -84,7 +85,7 @@ def validate(cfg) -> tuple:
   # candidates), forward and backward, through two layers of `width` units.
   nbytes = 8 if cfg.get("x64", False) else 4
   need = 6 * nbytes * (n + cfg.num_restarts * cfg.m) * cfg.width
-  have = checks.available_memory()
+  have = planning.available_memory()
   if have is not None and need > have:
     refuse(
       "n_train",
@@ -92,7 +93,7 @@ def validate(cfg) -> tuple:
       f"{need / 2**30:.1f} GiB of activations, more than the {have / 2**30:.1f} GiB available; "
       "use fewer points, a narrower victim or fewer restarts.",
     )
-  labels = job.candidate_labels("binary", cfg.m)
+  labels = planning.candidate_labels("binary", cfg.m)
   ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
   sweep.check_hparams(hp)

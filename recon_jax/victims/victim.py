@@ -8,11 +8,9 @@ job trains each victim once.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional
 
 from absl import logging
 import jax
@@ -22,79 +20,11 @@ import numpy as np
 from recon_jax import checkpoint, data, diagnostics, losses
 from recon_jax.types import float_dtype
 from recon_jax.victims import models, train
-
-
-@dataclasses.dataclass(frozen=True)
-class VictimConfig:
-  """Data, architecture and training recipe of a victim model."""
-
-  dataset: str = "lfw"
-  task: str = "binary"
-  n_per_class: int = 10
-  # Size of the disjoint public pool (the partition) per class: None, the dataset's default
-  # (n_per_class, capped to what remains); set it to keep held-out images at large n.
-  n_part_per_class: Optional[int] = None
-  subtract_mean: bool = True
-  data_seed: int = 0
-  arch: str = "mlp"
-  widths: Sequence[int] = (256, 256)
-  bias: str = "first"
-  init: str = "normal"
-  init_std: Optional[float] = 0.003
-  first_layer_std: Optional[float] = 1e-4
-  init_gain: float = 1.0
-  activation: str = "relu"
-  loss: str = "logistic"
-  lr: float = 0.05
-  epochs: int = 10_000
-  weight_decay: float = 0.0
-  # Optional second phase (e.g. a short weight-decay phase that pulls theta*
-  # towards the KKT direction); 0 epochs disables it.
-  wd_epochs: int = 0
-  wd: float = 0.0
-  momentum: float = 0.0
-  optimizer: str = "sgd"  # sgd (gradient descent; momentum if set) | adam
-  adaptive: str = "none"  # normalised GD: none | loss | grad (see train.TrainConfig)
-  batch_size: Optional[int] = None
-  loss_threshold: float = 0.0
-  seed: int = 0
-  # Optional last phase: L-BFGS on the weight-decay-regularised energy until
-  # ||grad E|| <= converge_tol * ||theta|| (a stationary point, where the training
-  # set solves the stationarity equations exactly); 0 disables it.
-  converge_tol: float = 0.0
-  converge_maxiter: int = 5000
-  # theta_0, where training starts: the initialisation (0), or that initialisation first
-  # trained this many epochs on the dataset's disjoint public pool (a pretrained model
-  # fine-tuned on the private training set).
-  pretrain_epochs: int = 0
-
-  def to_dict(self):
-    d = dataclasses.asdict(self)
-    d["widths"] = [int(w) for w in self.widths]
-    return d
-
-  def key(self) -> str:
-    d = self.to_dict()
-    for name, default in ADDED_FIELDS.items():  # unset, they keep older victims' cache keys
-      if d[name] == default:
-        del d[name]
-    blob = json.dumps(d, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-# Fields added after victims were first cached, with their defaults (see VictimConfig.key).
-ADDED_FIELDS = {
-  "converge_tol": 0.0,
-  "converge_maxiter": 5000,
-  "optimizer": "sgd",
-  "pretrain_epochs": 0,
-  "n_part_per_class": None,
-}
-
-
-def final_weight_decay(cfg: VictimConfig) -> float:
-  """The weight decay of the victim's last training phase: what its theta* is stationary for."""
-  return float(cfg.wd if cfg.wd_epochs > 0 else cfg.weight_decay)
+from recon_jax.victims.recipe import (  # noqa: F401 (victim.VictimConfig, victim.ADDED_FIELDS)
+  ADDED_FIELDS,
+  VictimConfig,
+  final_weight_decay,
+)
 
 
 def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:

@@ -17,47 +17,9 @@ import ml_collections
 from ml_collections import config_dict
 
 from recon_jax.errors import ConfigError
-from recon_jax.victims.victim import VictimConfig
-
-# The victim's fields that may be unset (None), with their type.
-_OPTIONAL = {
-  "init_std": float,
-  "first_layer_std": float,
-  "batch_size": int,
-  "n_part_per_class": int,
-}
-
-VICTIM_HELP = {
-  "dataset": "digits | lfw (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
-  "task": "binary | multiclass (the labels follow loss: ce is multiclass)",
-  "n_per_class": "training images per class (the n the attack must find)",
-  "n_part_per_class": "public pool (partition) images per class (unset: the dataset's default)",
-  "subtract_mean": "train on images minus their mean (as Haim et al.)",
-  "data_seed": "seed of the training-image draw",
-  "arch": "mlp | affine | one_hidden | cnn",
-  "widths": "hidden widths (cnn: channels), e.g. 256,256",
-  "bias": "biases in first | all | none of the layers",
-  "init": "weight init: normal | kaiming | uniform | torch",
-  "init_std": "std of init=normal (or He's std override); unset: the scheme's",
-  "first_layer_std": "std of the first layer's weights (unset: as init)",
-  "init_gain": "multiplies the init scale",
-  "activation": "relu | gelu | softplus | tanh | identity",
-  "loss": "logistic (binary) | ce (multiclass) | mse (regression)",
-  "lr": "gradient-descent learning rate (> 0)",
-  "epochs": "full-batch GD steps",
-  "weight_decay": "L2 weight decay of the training energy (>= 0)",
-  "wd_epochs": "steps of an optional second phase with weight decay wd (0: off)",
-  "wd": "weight decay of that second phase (>= 0)",
-  "momentum": "SGD momentum in [0, 1)",
-  "optimizer": "sgd (gradient descent, momentum if set) | adam",
-  "pretrain_epochs": "theta_0: the init (0) or it pretrained this many epochs on a public pool",
-  "adaptive": "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
-  "batch_size": "minibatch size (unset: full batch)",
-  "loss_threshold": "stop once the training loss is this low (0: run every epoch)",
-  "seed": "seed of the victim's initialisation and minibatches",
-  "converge_tol": "last phase: L-BFGS to ||grad E|| <= this x ||theta|| (0: off; needs wd)",
-  "converge_maxiter": "L-BFGS iteration cap of that phase",
-}
+from recon_jax.victims.recipe import HELP as VICTIM_HELP
+from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
+from recon_jax.victims.recipe import VictimConfig
 
 
 def _setting(default, meaning: str, unset: Optional[type] = None):
@@ -90,7 +52,7 @@ class JobConfig:
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
   library reads this and nothing else.  ``victim`` and ``foreign`` may be given as
   mappings; unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
-  Nothing is checked here: :func:`recon_jax.studies.checks.prepare` does, in one line
+  Nothing is checked here: :func:`recon_jax.job.planning.prepare` does, in one line
   naming the first setting that cannot run.
   """
 

@@ -1,148 +1,163 @@
-"""Everything a job can fail on before any work: settings, files' headers, memory.
+"""A reconstruction job resolved before any work: its settings read into a :class:`Plan` and
+everything it can fail on checked (settings, files' headers, memory).
 
 :func:`prepare` (a reconstruction) and :func:`prepare_training` (a victim) read the
-config, expand its paths, and raise an error naming the first setting (or file) that
-cannot run; nothing is written or trained here.  Each attack adds its own checks
-through its spec (:mod:`recon_jax.attacks`).
+settings, expand their paths, and raise an error naming the first setting (or file)
+that cannot run; nothing is written or trained here.  Each attack adds its own checks
+through its spec (:mod:`recon_jax.attacks`).  The run itself
+(:mod:`recon_jax.job.pipeline`) takes the Plan as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import jax
 import numpy as np
 
-from recon_jax import attacks, data, inits, loop, losses, optim
+from recon_jax import attacks, data, inits, loop, losses, optim, sweep
 from recon_jax.errors import ConfigError
-from recon_jax.studies.job import (
-  RANGE_NAMES,
-  Plan,
-  _num_classes,
-  candidate_labels,
-  is_foreign,
-  num_candidates,
-  plan,
-  resolve_problem,
-  victim_config,
-)
-from recon_jax.studies.settings import JobConfig
-from recon_jax.victims import models, train, victim
+from recon_jax.job.settings import JobConfig
+from recon_jax.victims import models, readers, recipe, victim
 from recon_jax.workdir import expand
+
+RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
+
+
+def candidate_labels(problem: str, m: int, num_classes: int = 2) -> np.ndarray:
+  """Balanced labels of the ``m`` candidates: m/2 per sign (binary), m/C per class."""
+  if problem == "binary":
+    if m < 2 or m % 2:
+      raise ConfigError(
+        argument="m", message=f"m must be even and >= 2 for a binary victim, got {m}."
+      )
+    return np.concatenate([np.ones(m // 2), -np.ones(m // 2)]).astype(np.float32)
+  if problem == "multiclass":
+    if m < num_classes or m % num_classes:
+      raise ConfigError(
+        argument="m", message=f"m={m} must be a positive multiple of the {num_classes} classes."
+      )
+    return np.repeat(np.arange(num_classes), m // num_classes).astype(np.int32)
+  if problem == "general":
+    return np.zeros(m, np.float32)
+  raise ConfigError(
+    argument="problem", message=f"problem must be one of {losses.PROBLEMS}, got {problem!r}."
+  )
+
+
+def resolve_problem(problem: str, loss: str) -> str:
+  """``problem``, or the one the victim's training loss implies when it is 'auto'."""
+  if problem == "auto":
+    return losses.problem_for_loss(loss)
+  if problem not in losses.PROBLEMS:
+    raise ConfigError(
+      argument="problem",
+      message=f"problem must be auto or one of {losses.PROBLEMS}, got {problem!r}.",
+    )
+  return problem
+
+
+def is_foreign(path: str) -> bool:
+  """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
+  return readers.detect_format(path) != "msgpack"
+
+
+def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.VictimConfig:
+  """The victim of a job: its ``victim`` settings, or the checkpoint's own.
+
+  A recon_jax checkpoint carries the config it was trained with (architecture
+  and data provenance), and that is the one used; ``requested`` (victim
+  settings the user set explicitly, ``{field: value}``) must agree with it.
+  """
+  if not cfg.checkpoint or is_foreign(cfg.checkpoint):
+    return dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
+  _, stored, _ = victim.load(cfg.checkpoint)
+  for field, value in (requested or {}).items():
+    want = tuple(value) if field == "widths" else value
+    if getattr(stored, field) != want:
+      raise ConfigError(
+        f"victim.{field}={value} contradicts the checkpoint {cfg.checkpoint}, "
+        f"which was trained with {field}={getattr(stored, field)}.",
+        argument=f"victim.{field}",
+      )
+  return stored
+
+
+def _num_classes(v: victim.VictimConfig) -> int:
+  """The number of classes of ``v``'s data (as :func:`recon_jax.victims.victim.load_data` draws it)."""
+  return data.dataset.num_classes(
+    v.dataset.strip().lower(), "multiclass" if v.loss == "ce" else "binary"
+  )
+
+
+def num_candidates(cfg: JobConfig, n: int) -> int:
+  """m, the candidates per restart: the ``m`` setting, or ``m_per_sample`` x n (0: unset)."""
+  return int(cfg.m) or int(cfg.m_per_sample) * int(n)
+
+
+def total_steps(cfg: JobConfig) -> int:
+  return int(cfg.steps) + int(cfg.refine_steps)
+
+
+def hparams_for(cfg: JobConfig) -> dict:
+  """The per-restart hyperparameters of a job: paper ranges or the config's ranges."""
+  if cfg.sweep == "paper":
+    ranges = dict(sweep.INVERSION_RANGES if cfg.attack == "inversion" else sweep.PAPER_RANGES)
+  elif cfg.sweep == "random":
+    ranges = {name: sweep.parse_range(name, getattr(cfg, name), "log") for name in RANGE_NAMES}
+  else:
+    raise ConfigError(
+      argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
+    )
+  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
+  sweep.check_hparams(hp)
+  return hp
+
+
+def stages_for(cfg: JobConfig, hp: dict) -> list:
+  """The run's stages: the sweep (alpha fixed, or annealed), then the optional refinement."""
+  if cfg.anneal_alpha:
+    main = sweep.anneal(hp, cfg.steps, cfg.anneal_alpha, cfg.anneal_stages)
+  else:
+    main = [(cfg.steps, hp)]
+  tail = sweep.stages(main[-1][1], 1, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
+  return main + tail[1:]
+
+
+class Plan(NamedTuple):
+  """A job resolved once, before any work: what the run reads instead of deriving it
+  again from the settings (:func:`recon_jax.job.planning.prepare` returns it checked)."""
+
+  config: JobConfig  # the settings, paths expanded (config.json's "config")
+  victim: victim.VictimConfig  # the config's victim section, or the checkpoint's own recipe
+  problem: str  # 'binary', 'multiclass' or 'general'
+  foreign: bool  # a PyTorch or safetensors checkpoint
+  hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
+  stages: list  # [(steps, hparams)] of the sweep ([] likewise)
+
+
+def plan(cfg: JobConfig, vcfg: victim.VictimConfig) -> Plan:
+  """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`).
+  Not checked here: :func:`recon_jax.job.planning.validate` calls it last."""
+  foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
+  hp, stages = {}, []
+  if attacks.get(cfg.attack).direct is None:
+    hp = hparams_for(cfg)
+    stages = stages_for(cfg, hp)
+  return Plan(cfg, vcfg, resolve_problem(cfg.problem, vcfg.loss), foreign, hp, stages)
+
+
+# ----------------------------------------------------------------------------- checks
 
 
 def _is_int(v) -> bool:
   return not isinstance(v, bool) and isinstance(v, (int, np.integer))
 
 
-def _is_num(v) -> bool:
-  return not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating))
-
-
 def _finite(v) -> bool:
-  return _is_num(v) and bool(np.isfinite(v))
-
-
-ARCHS = ("mlp", "affine", "one_hidden", "cnn")
-
-
-ACTIVATIONS = ("relu", "gelu", "softplus", "tanh", "identity", "surrogate_relu")
-
-
-ADAPTIVE = ("none", "loss", "grad")
-
-
-def _victim_problem(v: victim.VictimConfig) -> Optional[Tuple[str, str]]:
-  """``(field, message)`` for the first field of ``v`` no victim can be built or trained with."""
-  ints = {"n_per_class": 1, "epochs": 1, "wd_epochs": 0, "data_seed": 0, "seed": 0}
-  if not isinstance(v.dataset, str) or v.dataset.strip().lower() not in data.DATASETS:
-    return "dataset", f"{v.dataset!r} is unknown; valid: {', '.join(data.DATASETS)}."
-  if v.task not in data.TASKS:
-    return "task", f"must be one of {', '.join(data.TASKS)}, got {v.task!r}."
-  if v.task == "multiclass" and v.loss != "ce":
-    return "task", f"multiclass needs loss=ce (the labels follow the loss), got {v.loss!r}."
-  for name, low in ints.items():
-    value = getattr(v, name)
-    if not _is_int(value) or value < low:
-      return name, f"must be an integer >= {low}, got {value!r}."
-  if v.arch not in ARCHS:
-    return "arch", f"must be one of {', '.join(ARCHS)}, got {v.arch!r}."
-  widths = v.widths
-  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
-    return "widths", f"must be integers >= 1, got {widths!r}."
-  if v.arch in ("mlp", "cnn") and not len(widths):
-    return "widths", f"arch={v.arch} needs at least one width."
-  if v.bias not in models.BIAS_MODES:
-    return "bias", f"must be one of {', '.join(models.BIAS_MODES)}, got {v.bias!r}."
-  if v.init not in models.INIT_SCHEMES:
-    return "init", f"must be one of {', '.join(models.INIT_SCHEMES)}, got {v.init!r}."
-  for name in ("init_std", "first_layer_std"):
-    value = getattr(v, name)
-    if value is not None and not (_finite(value) and value > 0):
-      return name, f"must be a finite number > 0 (or unset), got {value!r}."
-  if v.init == "normal" and v.init_std is None:
-    return "init_std", "must be set (> 0) for init=normal."
-  if not (_finite(v.init_gain) and v.init_gain > 0):
-    return "init_gain", f"must be a finite number > 0, got {v.init_gain!r}."
-  if v.activation not in ACTIVATIONS:
-    return "activation", f"must be one of {', '.join(ACTIVATIONS)}, got {v.activation!r}."
-  if v.loss not in losses.LOSSES:
-    return "loss", f"must be one of {', '.join(losses.LOSSES)}, got {v.loss!r}."
-  if not (_finite(v.lr) and v.lr > 0):
-    return "lr", f"must be a finite number > 0, got {v.lr!r}."
-  for name in ("weight_decay", "wd", "loss_threshold"):
-    value = getattr(v, name)
-    if not (_finite(value) and value >= 0):
-      return name, f"must be a finite number >= 0, got {value!r}."
-  if not (_finite(v.converge_tol) and v.converge_tol >= 0):
-    return "converge_tol", f"must be a finite number >= 0 (0: off), got {v.converge_tol!r}."
-  if not _is_int(v.converge_maxiter) or v.converge_maxiter < 1:
-    return "converge_maxiter", f"must be an integer >= 1, got {v.converge_maxiter!r}."
-  if v.converge_tol > 0 and v.loss != "mse" and victim.final_weight_decay(v) <= 0:
-    return "converge_tol", (
-      f"needs weight decay in the last training phase (weight_decay, or wd with wd_epochs): "
-      f"with loss={v.loss} and none the training energy has no stationary point."
-    )
-  if not (_finite(v.momentum) and 0 <= v.momentum < 1):
-    return "momentum", f"must be in [0, 1), got {v.momentum!r}."
-  if v.adaptive not in ADAPTIVE:
-    return "adaptive", f"must be one of {', '.join(ADAPTIVE)}, got {v.adaptive!r}."
-  if v.optimizer not in train.OPTIMIZERS:
-    return "optimizer", f"must be one of {', '.join(train.OPTIMIZERS)}, got {v.optimizer!r}."
-  if v.optimizer == "adam" and v.momentum:
-    return "momentum", "is a setting of optimizer=sgd; Adam keeps its own moments (leave it 0)."
-  if v.n_part_per_class is not None and not (
-    _is_int(v.n_part_per_class) and v.n_part_per_class >= 0
-  ):
-    return "n_part_per_class", f"must be an integer >= 0 (or unset), got {v.n_part_per_class!r}."
-  if not _is_int(v.pretrain_epochs) or v.pretrain_epochs < 0:
-    return "pretrain_epochs", f"must be an integer >= 0 (0: none), got {v.pretrain_epochs!r}."
-  if v.batch_size is not None and not (_is_int(v.batch_size) and v.batch_size >= 1):
-    return "batch_size", f"must be an integer >= 1 (or unset: full batch), got {v.batch_size!r}."
-  if not isinstance(v.subtract_mean, (bool, np.bool_)):
-    return "subtract_mean", f"must be True or False, got {v.subtract_mean!r}."
-  return None
-
-
-def validate_victim(v: victim.VictimConfig, checkpoint: str = "") -> None:
-  """Raises an error naming the first field of ``v`` that no victim can be built or trained with.
-
-  A :class:`ConfigError` naming ``victim.<field>`` for the user's own settings;
-  with ``checkpoint`` (the file the settings were read from) a
-  :class:`~recon_jax.checkpoint.CheckpointError` naming that file: its
-  metadata is at fault, not a setting.
-  """
-  found = _victim_problem(v)
-  if found is None:
-    return
-  field, message = found
-  if checkpoint:
-    from recon_jax.checkpoint import CheckpointError
-
-    raise CheckpointError(f"{checkpoint}: corrupt victim metadata: {field} {message}")
-  raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")
+  return recipe.is_finite_number(v)
 
 
 # PRNGKey takes a seed of at most 32 bits without losing it.
@@ -212,7 +227,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
 
   Nothing is written or trained here.  ``explicit``: the settings the user set
   (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.  Returns the
-  job's :class:`~recon_jax.studies.job.Plan`, which the run takes as it is (its
+  job's :class:`~recon_jax.job.planning.Plan`, which the run takes as it is (its
   ``config``: the settings with their paths expanded).
   """
   cfg = JobConfig.of(cfg)
@@ -225,7 +240,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
 
 
 def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
-  """``job`` as a :class:`~recon_jax.studies.job.Plan`: a Plan taken as it is (resolved
+  """``job`` as a :class:`~recon_jax.job.planning.Plan`: a Plan taken as it is (resolved
   once, by the caller), settings resolved by :func:`prepare`."""
   return job if isinstance(job, Plan) else prepare(job, requested_victim, explicit)
 
@@ -240,7 +255,7 @@ def prepare_training(cfg) -> victim.VictimConfig:
       raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
   check_widths(cfg)
   vcfg = victim.VictimConfig(**{**cfg.victim, "widths": tuple(int(w) for w in cfg.victim.widths)})
-  validate_victim(vcfg)
+  recipe.validate(vcfg)
   check_data_dir(vcfg, cfg.data_dir)
   check_data_files(vcfg, cfg.data_dir)
   return vcfg
@@ -249,7 +264,7 @@ def prepare_training(cfg) -> victim.VictimConfig:
 def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   """Raises an error naming the first setting of ``cfg`` (a :class:`JobConfig`, or a
   mapping of settings) that cannot run, before any work; returns the job's
-  :class:`~recon_jax.studies.job.Plan` (``requested_victim``: see :func:`victim_config`).
+  :class:`~recon_jax.job.planning.Plan` (``requested_victim``: see :func:`victim_config`).
 
   :class:`ConfigError` names the setting (its ``argument``); a recon_jax
   checkpoint is read (not its data) and its own faults are
@@ -307,7 +322,7 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   check_widths(cfg)
   vcfg = victim_config(cfg, requested_victim)
   own = bool(checkpoint) and not is_foreign(checkpoint)
-  validate_victim(vcfg, checkpoint if own else "")
+  recipe.validate(vcfg, checkpoint if own else "")
   if own:
     check_checkpoint_shapes(checkpoint, vcfg)
   problem = resolve_problem(cfg.problem, vcfg.loss)

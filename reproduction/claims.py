@@ -14,6 +14,7 @@ import statistics
 from typing import Mapping, Sequence
 
 from recon_jax.studies import efficacy
+from recon_jax.studies.efficacy import fmt
 
 NEW = "n/a (new measurement)"
 CRITERIA = {
@@ -196,12 +197,6 @@ CLAIMS = (
 def interval(values: Sequence[float], conf: float = 0.95, bounds=None) -> dict:
   """:func:`recon_jax.studies.efficacy.interval` of ``values`` (clipped to ``bounds``)."""
   return efficacy.interval(values, conf, bounds)
-
-
-def fmt(iv: Mapping, digits: int = 1) -> str:
-  """``mean [low, high]`` of an interval (just the mean for a single value)."""
-  lo_hi = f" [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]" if iv["n"] > 1 else ""
-  return f"{iv['mean']:.{digits}f}{lo_hi}"
 
 
 def _yes(*above) -> str:

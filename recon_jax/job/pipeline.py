@@ -7,7 +7,7 @@ evaluation -> report dict.
 The pieces (:func:`make_target`, :func:`candidate_labels`,
 :func:`load_or_train_victim`, :func:`recon_jax.loop.run_attack`) are plain functions of
 library objects; :func:`reconstruct` chains them for one job (its typed settings,
-:class:`recon_jax.studies.settings.JobConfig`) and returns the report without
+:class:`recon_jax.job.settings.JobConfig`) and returns the report without
 writing anything but the optional resume file.
 """
 
@@ -26,9 +26,9 @@ from recon_jax import attacks, data, diagnostics, inits, loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
 from recon_jax.eval import report as evaluation
-from recon_jax.studies import checks
-from recon_jax.studies.job import Plan, candidate_labels, num_candidates, total_steps
-from recon_jax.studies.settings import JobConfig
+from recon_jax.job import planning
+from recon_jax.job.planning import Plan, candidate_labels, num_candidates, total_steps
+from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import importers, loading, victim
 
@@ -337,14 +337,14 @@ def reconstruct(
   """Runs one reconstruction job: :func:`load_victim` -> :func:`job_target` ->
   :func:`find_candidates` -> identifiability, evaluation and the attacker's scores -> the report.
 
-  ``job``: the job resolved by :func:`recon_jax.studies.checks.prepare` (a
-  :class:`~recon_jax.studies.job.Plan`, taken as it is), or its settings (a
-  :class:`~recon_jax.studies.settings.JobConfig`, or a ConfigDict such as
+  ``job``: the job resolved by :func:`recon_jax.job.planning.prepare` (a
+  :class:`~recon_jax.job.planning.Plan`, taken as it is), or its settings (a
+  :class:`~recon_jax.job.settings.JobConfig`, or a ConfigDict such as
   :func:`recon_jax.reconstruct_config`), checked and resolved here
-  (``requested_victim`` as in :func:`recon_jax.studies.job.victim_config`).  The
+  (``requested_victim`` as in :func:`recon_jax.job.planning.victim_config`).  The
   sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
   """
-  plan = checks.resolve(job, requested_victim)
+  plan = planning.resolve(job, requested_victim)
   cfg, problem = plan.config, plan.problem
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)

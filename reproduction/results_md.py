@@ -9,7 +9,8 @@ import os
 from typing import Mapping, Sequence
 
 from recon_jax.studies import efficacy
-from recon_jax.studies.claims import CRITERIA, fmt
+from recon_jax.studies.efficacy import fmt_or_dash
+from reproduction.claims import CRITERIA
 
 
 def _summary():
@@ -45,7 +46,7 @@ def table_rows(name: str, r: Mapping) -> list:
   """The rows of one run in its section's table (:func:`heads`)."""
   if r["binary"] == "efficacy":
     m = r["results"][0]
-    a = [_fmt_or_dash(m["variants"]["default"].get(n.key), n.digits) for n in _summary()]
+    a = [fmt_or_dash(m["variants"]["default"].get(n.key), n.digits) for n in _summary()]
     return [" | ".join([name, m["dataset"], str(m["n_train"]), str(len(m["draws"]))] + a)]
   if r["binary"] == "toy_2d":
     return [
@@ -141,51 +142,4 @@ def report(
         if where not in shown and os.path.isfile(os.path.join(workdir, where, f))
       ]
       shown.add(where)
-  return "\n".join(lines) + "\n"
-
-
-def _fmt_or_dash(iv, digits: int) -> str:
-  return "–" if not iv or not iv["n"] else fmt(iv, digits)
-
-
-def _count(iv) -> str:
-  """``k of K``: draws whose 0/1 number is 1."""
-  v = [x for x in (iv or {}).get("per_draw", []) if x is not None]
-  return f"{int(sum(v))} of {len(v)}" if v else "–"
-
-
-def _cell(number, iv) -> str:
-  return _count(iv) if number.count else _fmt_or_dash(iv, number.digits)
-
-
-def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
-  """results.md of the efficacy harness: means and 95% intervals over draws, attack next to
-  its baselines, then the paired differences against the first variant."""
-  n = out["n_train"]
-  shown = [x for x in efficacy.NUMBERS if x.column]
-  lines = [
-    f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
-    "mean [95% t interval] over draws.",
-    "",
-    "| " + " | ".join(["variant"] + [x.column for x in shown]) + " |",
-    "|" + "---|" * (len(shown) + 1),
-  ]
-  for v in variants:
-    a = out["variants"][v]
-    lines.append("| " + " | ".join([v] + [_cell(x, a.get(x.key)) for x in shown]) + " |")
-  paired_ = out.get("paired_vs_" + variants[0], {})
-  if paired_:
-    both = [x for x in efficacy.NUMBERS if x.paired]
-    lines += [
-      "",
-      f"Paired differences against `{variants[0]}` (same draws):",
-      "",
-      "| "
-      + " | ".join(["variant"] + [x.column for x in both])
-      + f" | verdict ({both[0].column}) |",
-      "|" + "---|" * (len(both) + 2),
-    ]
-    for v, d in paired_.items():
-      cells = [fmt(d[x.key]) if x.key in d else "–" for x in both]
-      lines.append("| " + " | ".join([v, *cells, d[both[0].key]["verdict"]]) + " |")
   return "\n".join(lines) + "\n"

@@ -3,8 +3,8 @@
 A run is one or more processes of a binary (efficacy over draws; the toy or the init
 study once per seed), each with its own precision, so one run's x64 or compiler
 settings never leak into the next.  Their metrics are condensed
-(:func:`recon_jax.studies.claims.condense`), every claim is judged by its criterion over the
-draws (:func:`recon_jax.studies.claims.claims`), and RESULTS.md and results.json are
+(:func:`reproduction.claims.condense`), every claim is judged by its criterion over the
+draws (:func:`reproduction.claims.claims`), and RESULTS.md and results.json are
 rewritten after each section, so an interrupted reproduction still has a report.
 
 The binaries are started, never imported: :class:`Programs` says how.  A run that
@@ -24,10 +24,11 @@ from absl import logging
 
 from recon_jax import workdir
 from recon_jax.errors import ConfigError
-from recon_jax.studies import claims, results_md, runner
+from recon_jax.job import run as job_run
+from reproduction import claims, results_md
 
 # The file in a run's folder from which its binary's resume continues an interrupted run.
-STATE = {"efficacy": "config.json", "toy_2d": runner.STATE_FILE, "init_study": "config.json"}
+STATE = {"efficacy": "config.json", "toy_2d": job_run.STATE_FILE, "init_study": "config.json"}
 RUN_FLAGS = ("--workdir", "--resume", "--overwrite")  # where, not what: a run's identity lacks them
 
 

@@ -1,0 +1,114 @@
+"""The main job run in a workdir: config.json, the resumable reconstruction, and what it
+writes (metrics.json, reconstructions.npz, restarts.tsv, the figures).
+
+:func:`run_reconstruction` is what the binary, a notebook and a test call, so each
+produces the same folder.
+"""
+
+from __future__ import annotations
+
+from recon_jax import loop, workdir
+from recon_jax.errors import RunFailed
+from recon_jax.job import figures, pipeline, planning
+
+
+def restart_table(rows: list) -> str:
+  """One line per restart (tab-separated): its hyperparameters and its scores."""
+  keys = sorted({k for r in rows for k in r} - {"restart"})
+
+  def cell(v):
+    return "" if v is None else (f"{v:.5g}" if isinstance(v, float) else str(v))
+
+  lines = ["\t".join(["restart"] + keys)]
+  lines += ["\t".join([str(r.get("restart"))] + [cell(r.get(k)) for k in keys]) for r in rows]
+  return "\n".join(lines) + "\n"
+
+
+STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
+
+
+def begin(
+  cfg, path: str, resume: bool, study: str, checked: bool = False, **config_extra
+) -> loop.StateFile:
+  """config.json written (``config_extra`` added), or checked against ``cfg`` when
+  resuming (unless ``checked``: the binary's :func:`recon_jax.workdir.open_run` did);
+  returns where the sweep saves its state, with the config stored beside it."""
+  if resume:
+    if not checked:
+      workdir.check_resumable(cfg, path, STATE_FILE, study)
+  else:
+    workdir.write_config(path, cfg, study=study, **config_extra)
+  meta = {"config": workdir.jsonable(cfg)}
+  return loop.StateFile(workdir.inside(path, STATE_FILE), cfg.save_every, resume, meta)
+
+
+def run_reconstruction(
+  job,
+  path: str,
+  *,
+  resume: bool = False,
+  requested_victim=None,
+  explicit=(),
+  checked=False,
+) -> dict:
+  """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
+
+  ``job``: the job's :class:`~recon_jax.studies.job.Plan` when the caller resolved it
+  already (a binary does, before it opens the workdir: the settings are checked and
+  resolved once), else its settings, checked here by
+  :func:`recon_jax.studies.checks.prepare` (``requested_victim``, ``explicit``: see
+  there); ``checked``: the caller also checked a resume against ``path``'s
+  config.json.  With ``resume`` it continues from ``path``'s state file (the settings
+  must match).  Returns metrics.json's dict; its ``warnings`` say what a reader must know.
+  """
+  resolved = planning.resolve(job, requested_victim, explicit)
+  state_file = begin(resolved.config, path, resume, "reconstruct", checked)
+  out = pipeline.reconstruct(resolved, state_file=state_file)
+  return write_reconstruction(path, out)
+
+
+def write_reconstruction(path: str, out) -> dict:
+  """metrics.json, reconstructions.npz, restarts.tsv and the figures of a reconstruction.
+
+  ``out``: :func:`recon_jax.studies.pipeline.reconstruct`'s result.  Returns its metrics.
+  """
+  metrics, ds = out.metrics, out.dataset
+  workdir.write_json(path, "metrics.json", metrics)
+  workdir.write_npz(path, "reconstructions.npz", **out.arrays)
+  workdir.write_text(path, "restarts.tsv", restart_table(metrics["per_restart"]))
+  if out.eval_result is not None:
+    figures.reconstruction_report(
+      path,
+      out.eval_result,
+      ds.x_train + ds.mean,
+      ds.x_test + ds.mean if len(ds.x_test) else None,
+      out.victim.summary.get("margins"),
+      metrics["evaluation"]["ssim_threshold"],
+    )
+  fam = (metrics.get("identifiability") or {}).get("family") or {}
+  if fam.get("confirmed") and "family_witness" in out.arrays:
+    figures.witness_figure(
+      workdir.inside(path, "identifiability.png"),
+      metrics["identifiability"],
+      out.arrays["family_witness"] + ds.mean,
+      ds.x_train + ds.mean,
+    )
+  if "identification" in metrics:
+    figures.trusted_figure(
+      workdir.inside(path, "trusted.png"),
+      metrics["identification"],
+      out.arrays["candidates"] + ds.mean,
+      ds.x_train + ds.mean,
+    )
+  return metrics
+
+
+def check_outcome(metrics: dict, path: str = "") -> dict:
+  """Raises :class:`RunFailed` for a run that wrote its results but recovered nothing by failing.
+
+  That is: every restart diverged.
+  """
+  failed = [w for w in metrics.get("warnings", []) if w.startswith(pipeline.ALL_DIVERGED)]
+  if failed:
+    raise RunFailed(f"{failed[0]}{f'; the results are in {path}' if path else ''}")
+  return metrics

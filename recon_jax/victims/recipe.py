@@ -1,0 +1,248 @@
+"""A victim's recipe: the data, architecture and training of a model to attack, what each
+setting means, and which recipes can be built or trained (one place for all three).
+
+One :class:`VictimConfig` says everything needed to rebuild a victim; its hash keys
+the victim cache (:mod:`recon_jax.victims.cache`).  :func:`validate` refuses a recipe
+before any work, in one line naming the field; the main job, the toy, the init study
+and ``train_victim`` share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from recon_jax import data, losses
+from recon_jax.errors import ConfigError
+from recon_jax.victims import models, train
+
+
+@dataclasses.dataclass(frozen=True)
+class VictimConfig:
+  """Data, architecture and training recipe of a victim model."""
+
+  dataset: str = "lfw"
+  task: str = "binary"
+  n_per_class: int = 10
+  # Size of the disjoint public pool (the partition) per class: None, the dataset's default
+  # (n_per_class, capped to what remains); set it to keep held-out images at large n.
+  n_part_per_class: Optional[int] = None
+  subtract_mean: bool = True
+  data_seed: int = 0
+  arch: str = "mlp"
+  widths: Sequence[int] = (256, 256)
+  bias: str = "first"
+  init: str = "normal"
+  init_std: Optional[float] = 0.003
+  first_layer_std: Optional[float] = 1e-4
+  init_gain: float = 1.0
+  activation: str = "relu"
+  loss: str = "logistic"
+  lr: float = 0.05
+  epochs: int = 10_000
+  weight_decay: float = 0.0
+  # Optional second phase (e.g. a short weight-decay phase that pulls theta*
+  # towards the KKT direction); 0 epochs disables it.
+  wd_epochs: int = 0
+  wd: float = 0.0
+  momentum: float = 0.0
+  optimizer: str = "sgd"  # sgd (gradient descent; momentum if set) | adam
+  adaptive: str = "none"  # normalised GD: none | loss | grad (see train.TrainConfig)
+  batch_size: Optional[int] = None
+  loss_threshold: float = 0.0
+  seed: int = 0
+  # Optional last phase: L-BFGS on the weight-decay-regularised energy until
+  # ||grad E|| <= converge_tol * ||theta|| (a stationary point, where the training
+  # set solves the stationarity equations exactly); 0 disables it.
+  converge_tol: float = 0.0
+  converge_maxiter: int = 5000
+  # theta_0, where training starts: the initialisation (0), or that initialisation first
+  # trained this many epochs on the dataset's disjoint public pool (a pretrained model
+  # fine-tuned on the private training set).
+  pretrain_epochs: int = 0
+
+  def to_dict(self):
+    d = dataclasses.asdict(self)
+    d["widths"] = [int(w) for w in self.widths]
+    return d
+
+  def key(self) -> str:
+    d = self.to_dict()
+    for name, default in ADDED_FIELDS.items():  # unset, they keep older victims' cache keys
+      if d[name] == default:
+        del d[name]
+    blob = json.dumps(d, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# Fields added after victims were first cached, with their defaults (see VictimConfig.key).
+ADDED_FIELDS = {
+  "converge_tol": 0.0,
+  "converge_maxiter": 5000,
+  "optimizer": "sgd",
+  "pretrain_epochs": 0,
+  "n_part_per_class": None,
+}
+
+
+# The victim's fields that may be unset (None), with their type.
+OPTIONAL = {
+  "init_std": float,
+  "first_layer_std": float,
+  "batch_size": int,
+  "n_part_per_class": int,
+}
+
+HELP = {
+  "dataset": "digits | lfw (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
+  "task": "binary | multiclass (the labels follow loss: ce is multiclass)",
+  "n_per_class": "training images per class (the n the attack must find)",
+  "n_part_per_class": "public pool (partition) images per class (unset: the dataset's default)",
+  "subtract_mean": "train on images minus their mean (as Haim et al.)",
+  "data_seed": "seed of the training-image draw",
+  "arch": "mlp | affine | one_hidden | cnn",
+  "widths": "hidden widths (cnn: channels), e.g. 256,256",
+  "bias": "biases in first | all | none of the layers",
+  "init": "weight init: normal | kaiming | uniform | torch",
+  "init_std": "std of init=normal (or He's std override); unset: the scheme's",
+  "first_layer_std": "std of the first layer's weights (unset: as init)",
+  "init_gain": "multiplies the init scale",
+  "activation": "relu | gelu | softplus | tanh | identity",
+  "loss": "logistic (binary) | ce (multiclass) | mse (regression)",
+  "lr": "gradient-descent learning rate (> 0)",
+  "epochs": "full-batch GD steps",
+  "weight_decay": "L2 weight decay of the training energy (>= 0)",
+  "wd_epochs": "steps of an optional second phase with weight decay wd (0: off)",
+  "wd": "weight decay of that second phase (>= 0)",
+  "momentum": "SGD momentum in [0, 1)",
+  "optimizer": "sgd (gradient descent, momentum if set) | adam",
+  "pretrain_epochs": "theta_0: the init (0) or it pretrained this many epochs on a public pool",
+  "adaptive": "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
+  "batch_size": "minibatch size (unset: full batch)",
+  "loss_threshold": "stop once the training loss is this low (0: run every epoch)",
+  "seed": "seed of the victim's initialisation and minibatches",
+  "converge_tol": "last phase: L-BFGS to ||grad E|| <= this x ||theta|| (0: off; needs wd)",
+  "converge_maxiter": "L-BFGS iteration cap of that phase",
+}
+
+
+def final_weight_decay(cfg: VictimConfig) -> float:
+  """The weight decay of the victim's last training phase: what its theta* is stationary for."""
+  return float(cfg.wd if cfg.wd_epochs > 0 else cfg.weight_decay)
+
+
+def _is_int(v) -> bool:
+  return not isinstance(v, bool) and isinstance(v, (int, np.integer))
+
+
+def is_finite_number(v) -> bool:
+  """A real number (not a bool) that is finite."""
+  ok = not isinstance(v, bool) and isinstance(v, (int, float, np.integer, np.floating))
+  return ok and bool(np.isfinite(v))
+
+
+_finite = is_finite_number
+
+
+ARCHS = ("mlp", "affine", "one_hidden", "cnn")
+
+
+ACTIVATIONS = ("relu", "gelu", "softplus", "tanh", "identity", "surrogate_relu")
+
+
+ADAPTIVE = ("none", "loss", "grad")
+
+
+def problem(v: VictimConfig) -> Optional[Tuple[str, str]]:
+  """``(field, message)`` for the first field of ``v`` no victim can be built or trained with."""
+  ints = {"n_per_class": 1, "epochs": 1, "wd_epochs": 0, "data_seed": 0, "seed": 0}
+  if not isinstance(v.dataset, str) or v.dataset.strip().lower() not in data.DATASETS:
+    return "dataset", f"{v.dataset!r} is unknown; valid: {', '.join(data.DATASETS)}."
+  if v.task not in data.TASKS:
+    return "task", f"must be one of {', '.join(data.TASKS)}, got {v.task!r}."
+  if v.task == "multiclass" and v.loss != "ce":
+    return "task", f"multiclass needs loss=ce (the labels follow the loss), got {v.loss!r}."
+  for name, low in ints.items():
+    value = getattr(v, name)
+    if not _is_int(value) or value < low:
+      return name, f"must be an integer >= {low}, got {value!r}."
+  if v.arch not in ARCHS:
+    return "arch", f"must be one of {', '.join(ARCHS)}, got {v.arch!r}."
+  widths = v.widths
+  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
+    return "widths", f"must be integers >= 1, got {widths!r}."
+  if v.arch in ("mlp", "cnn") and not len(widths):
+    return "widths", f"arch={v.arch} needs at least one width."
+  if v.bias not in models.BIAS_MODES:
+    return "bias", f"must be one of {', '.join(models.BIAS_MODES)}, got {v.bias!r}."
+  if v.init not in models.INIT_SCHEMES:
+    return "init", f"must be one of {', '.join(models.INIT_SCHEMES)}, got {v.init!r}."
+  for name in ("init_std", "first_layer_std"):
+    value = getattr(v, name)
+    if value is not None and not (_finite(value) and value > 0):
+      return name, f"must be a finite number > 0 (or unset), got {value!r}."
+  if v.init == "normal" and v.init_std is None:
+    return "init_std", "must be set (> 0) for init=normal."
+  if not (_finite(v.init_gain) and v.init_gain > 0):
+    return "init_gain", f"must be a finite number > 0, got {v.init_gain!r}."
+  if v.activation not in ACTIVATIONS:
+    return "activation", f"must be one of {', '.join(ACTIVATIONS)}, got {v.activation!r}."
+  if v.loss not in losses.LOSSES:
+    return "loss", f"must be one of {', '.join(losses.LOSSES)}, got {v.loss!r}."
+  if not (_finite(v.lr) and v.lr > 0):
+    return "lr", f"must be a finite number > 0, got {v.lr!r}."
+  for name in ("weight_decay", "wd", "loss_threshold"):
+    value = getattr(v, name)
+    if not (_finite(value) and value >= 0):
+      return name, f"must be a finite number >= 0, got {value!r}."
+  if not (_finite(v.converge_tol) and v.converge_tol >= 0):
+    return "converge_tol", f"must be a finite number >= 0 (0: off), got {v.converge_tol!r}."
+  if not _is_int(v.converge_maxiter) or v.converge_maxiter < 1:
+    return "converge_maxiter", f"must be an integer >= 1, got {v.converge_maxiter!r}."
+  if v.converge_tol > 0 and v.loss != "mse" and final_weight_decay(v) <= 0:
+    return "converge_tol", (
+      f"needs weight decay in the last training phase (weight_decay, or wd with wd_epochs): "
+      f"with loss={v.loss} and none the training energy has no stationary point."
+    )
+  if not (_finite(v.momentum) and 0 <= v.momentum < 1):
+    return "momentum", f"must be in [0, 1), got {v.momentum!r}."
+  if v.adaptive not in ADAPTIVE:
+    return "adaptive", f"must be one of {', '.join(ADAPTIVE)}, got {v.adaptive!r}."
+  if v.optimizer not in train.OPTIMIZERS:
+    return "optimizer", f"must be one of {', '.join(train.OPTIMIZERS)}, got {v.optimizer!r}."
+  if v.optimizer == "adam" and v.momentum:
+    return "momentum", "is a setting of optimizer=sgd; Adam keeps its own moments (leave it 0)."
+  if v.n_part_per_class is not None and not (
+    _is_int(v.n_part_per_class) and v.n_part_per_class >= 0
+  ):
+    return "n_part_per_class", f"must be an integer >= 0 (or unset), got {v.n_part_per_class!r}."
+  if not _is_int(v.pretrain_epochs) or v.pretrain_epochs < 0:
+    return "pretrain_epochs", f"must be an integer >= 0 (0: none), got {v.pretrain_epochs!r}."
+  if v.batch_size is not None and not (_is_int(v.batch_size) and v.batch_size >= 1):
+    return "batch_size", f"must be an integer >= 1 (or unset: full batch), got {v.batch_size!r}."
+  if not isinstance(v.subtract_mean, (bool, np.bool_)):
+    return "subtract_mean", f"must be True or False, got {v.subtract_mean!r}."
+  return None
+
+
+def validate(v: VictimConfig, checkpoint: str = "") -> None:
+  """Raises an error naming the first field of ``v`` that no victim can be built or trained with.
+
+  A :class:`ConfigError` naming ``victim.<field>`` for the user's own settings;
+  with ``checkpoint`` (the file the settings were read from) a
+  :class:`~recon_jax.checkpoint.CheckpointError` naming that file: its
+  metadata is at fault, not a setting.
+  """
+  found = problem(v)
+  if found is None:
+    return
+  field, message = found
+  if checkpoint:
+    from recon_jax.checkpoint import CheckpointError
+
+    raise CheckpointError(f"{checkpoint}: corrupt victim metadata: {field} {message}")
+  raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")

@@ -271,20 +271,11 @@ def attack_hparams(num_restarts: int, seed: int = 0, preset: str = "lfw") -> dic
   import jax.numpy as jnp
 
   from experiments.configs import reconstruct as configs
+  from recon_jax.job import planning
 
   cfg = configs.get_config(preset)
   cfg.num_restarts, cfg.seed = num_restarts, seed
-  return {k: jnp.asarray(v) for k, v in job_planning().hparams_for(cfg).items()}
-
-
-def job_planning():
-  """The main job's planning module, ``recon_jax.job.planning`` (``recon_jax.studies.job``
-  before the main job had a package of its own)."""
-  import importlib
-  import importlib.util
-
-  new = importlib.util.find_spec("recon_jax.job") is not None
-  return importlib.import_module("recon_jax.job.planning" if new else "recon_jax.studies.job")
+  return {k: jnp.asarray(v) for k, v in planning.hparams_for(cfg).items()}
 
 
 class ChunkProgram:

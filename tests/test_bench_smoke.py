@@ -5,7 +5,6 @@ In-process (each script's ``main`` is what its command line runs).  Nothing abou
 timings is asserted: only that every script ran and wrote its records with their keys.
 """
 
-import contextlib
 import importlib
 import json
 import math
@@ -81,16 +80,8 @@ SCRIPTS = {
 
 @pytest.fixture
 def fast():
-  """The smoke runs are compile-bound and assert no timings (conftest.fast_compile).
-
-  NumPy's BLAS on one thread: on a busy 2-core machine, multithreaded OpenBLAS takes
-  seconds over the SVD of the span's low-rank [625, 256] matrix (0.03 s on one thread).
-  """
-  try:
-    from threadpoolctl import threadpool_limits  # scikit-learn's dependency
-  except ImportError:  # pragma: no cover
-    threadpool_limits = lambda **kw: contextlib.nullcontext()
-  with fast_compile(), threadpool_limits(limits=1, user_api="blas"):
+  """The smoke runs are compile-bound and assert no timings (conftest.fast_compile)."""
+  with fast_compile():
     yield
 
 

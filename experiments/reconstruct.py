@@ -50,7 +50,6 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   """
   from recon_jax import distributed
   from recon_jax import workdir as wd
-  from recon_jax.eval import identifiability
   from recon_jax.job import planning
   from recon_jax.job import run as job_run
   from recon_jax.job.settings import JobConfig
@@ -72,11 +71,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   )
   m = run(plan, workdir, resume=resume, checked=True)
   job_run.check_outcome(m, workdir)
-  print(
-    f"wrote {workdir}: recovered {m['recovered_strict']}/{m['n_train']} strictly "
-    f"(held-out baseline {m['baseline_heldout_recovered_strict']}); "
-    f"{m['identifiability']['verdict']}{identifiability.why(m['identifiability'].get('family'))}"
-  )
+  print(f"wrote {workdir}: {m['verdict_line']}")
   return m
 
 

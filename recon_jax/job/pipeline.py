@@ -24,7 +24,7 @@ import numpy as np
 
 from recon_jax import attacks, data, diagnostics, inits, loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import identifiability
+from recon_jax.eval import identifiability, verdict
 from recon_jax.eval import report as evaluation
 from recon_jax.job import planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates, total_steps
@@ -90,10 +90,36 @@ def run_warnings(metrics: dict, num_classes: int) -> list:
   n_div = (metrics.get("selection") or {}).get("n_diverged")
   spec = attacks.specs().get(metrics.get("attack"))
   searched = spec is None or spec.direct is None
-  if searched and n_div and n_div == metrics.get("num_restarts"):
+  r = metrics.get("num_restarts") or 0
+  if searched and n_div and n_div == r:
     out.append(
       f"{ALL_DIVERGED} ({n_div} of {n_div}): nothing was reconstructed; "
       "lower the learning rates (lr_x, lr_lam) or the alpha range"
+    )
+  elif searched and n_div and 2 * n_div >= r:
+    out.append(
+      f"{n_div} of {r} restarts diverged: the search was unstable on this model; lower the "
+      "learning rates (lr_x, lr_lam) or the alpha range"
+    )
+  truth = (metrics.get("identifiability") or {}).get("truth_residual")
+  if truth is not None and truth > verdict.FAR_FROM_ASSUMPTION:
+    out.append(
+      f"the training set leaves {truth:.0%} of the fitted parameters unexplained by the "
+      "attack's equations: this model is not of the form the attack assumes (a count of 0 "
+      "here says nothing about its privacy)"
+    )
+  regime = metrics.get("regime") or {}
+  if regime.get("span") is None and regime.get("span_why"):
+    out.append(
+      "the model's first layer is not dense (a convolution?): the attack's equations hold, "
+      "but the span and flat-family checks do not apply, and the KKT attack was derived and "
+      "measured on dense networks"
+    )
+  stat = (metrics.get("victim") or {}).get("grad_norm_rel")
+  if metrics.get("assumes_stationary") and stat is not None and stat > 1e-3:
+    out.append(
+      f"the setting assumes a stationary victim (tied multipliers), but its relative gradient "
+      f"norm is {stat:.2g}: it is not at a stationary point of its weight-decayed loss"
     )
   if metrics.get("precision_warning"):
     out.append(metrics["precision_warning"])
@@ -222,7 +248,9 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, f
   labels, and the seconds the victim took.  A bad ``m`` fails before any training."""
   cfg, vcfg = plan.config, plan.victim
   imp = cfg.foreign
-  if plan.foreign:  # pixels in; the model's own training mean (or none) is subtracted here
+  if plan.dataset is not None:  # the user's own images, read when the job was planned
+    ds = plan.dataset
+  elif plan.foreign:  # pixels in; the model's own training mean (or none) is subtracted here
     ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
     if imp.data_mean:
       ds = loading.shift_dataset(ds, importers.load_data_mean(imp.data_mean, ds.x_train.shape[1:]))
@@ -454,7 +482,10 @@ def reconstruct(
   witness = (ident.get("family") or {}).pop("_witness", None)
   if witness is not None:
     arrays["family_witness"] = np.asarray(witness, np.float32)
+  metrics["assumes_stationary"] = cfg.multipliers == "tied"
   metrics["warnings"] = run_warnings(metrics, ds.num_classes)
+  said = verdict.decide(metrics)
+  metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
   logging.info(
     "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
     "baseline strict %s); oracle residual %s; total %.1fs",

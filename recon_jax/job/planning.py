@@ -136,9 +136,10 @@ class Plan(NamedTuple):
   foreign: bool  # a PyTorch or safetensors checkpoint
   hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
+  dataset: Optional[data.Dataset] = None  # the user's own images (train_data), read once
 
 
-def plan(cfg: JobConfig, vcfg: victim.VictimConfig) -> Plan:
+def plan(cfg: JobConfig, vcfg: victim.VictimConfig, dataset=None) -> Plan:
   """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`).
   Not checked here: :func:`recon_jax.job.planning.validate` calls it last."""
   foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
@@ -146,7 +147,8 @@ def plan(cfg: JobConfig, vcfg: victim.VictimConfig) -> Plan:
   if attacks.get(cfg.attack).direct is None:
     hp = hparams_for(cfg)
     stages = stages_for(cfg, hp)
-  return Plan(cfg, vcfg, resolve_problem(cfg.problem, vcfg.loss), foreign, hp, stages)
+  problem = resolve_problem(cfg.problem, vcfg.loss)
+  return Plan(cfg, vcfg, problem, foreign, hp, stages, dataset)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -234,6 +236,9 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   cfg = cfg.replace(
     data_dir=expand(cfg.data_dir),
     checkpoint=expand(cfg.checkpoint),
+    init_checkpoint=expand(cfg.init_checkpoint),
+    train_data=expand(cfg.train_data),
+    heldout_data=expand(cfg.heldout_data),
     foreign=dataclasses.replace(cfg.foreign, data_mean=expand(cfg.foreign.data_mean)),
   )
   return validate(cfg, explicit, requested_victim)
@@ -345,8 +350,9 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
   check_unread_settings(cfg, spec)
   check_known_init(cfg, foreign)
+  dataset = user_data(cfg, vcfg, foreign) if (cfg.train_data or cfg.heldout_data) else None
   if foreign:
-    check_foreign(cfg, vcfg)
+    check_foreign(cfg, vcfg, dataset)
   elif cfg.init_checkpoint:
     check_init_file(cfg, vcfg)
   if cfg.batching not in loop.BATCHINGS:
@@ -380,7 +386,7 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     )
   if spec.direct is None:
     check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
-  return plan(cfg, vcfg)  # bad ranges or refine_* fail here, before training
+  return plan(cfg, vcfg, dataset)  # bad ranges or refine_* fail here, before training
 
 
 def check_unread_settings(cfg: JobConfig, spec) -> None:
@@ -397,6 +403,41 @@ def check_unread_settings(cfg: JobConfig, spec) -> None:
           f"(leave it at {defaults[name]!r}).",
           name,
         )
+
+
+def user_data(cfg: JobConfig, v: victim.VictimConfig, foreign: bool) -> data.Dataset:
+  """The user's own training and held-out images (``train_data``, ``heldout_data``), read
+  once and fitted to the model's first layer: the data a model given as ``checkpoint``
+  was trained on.  DataError naming the file, ConfigError naming the setting."""
+  from recon_jax.data import user
+  from recon_jax.victims import importers
+
+  if not foreign:
+    raise ConfigError(
+      "train_data is the training set of a model you give as checkpoint (a PyTorch or "
+      "safetensors file); a recon_jax victim records its own data.",
+      "train_data",
+    )
+  for name in ("train_data", "heldout_data"):
+    if not getattr(cfg, name):
+      other = "heldout_data" if name == "train_data" else "train_data"
+      raise ConfigError(
+        f"{name} is needed with {other}: the training images to compare reconstructions "
+        "with, and held-out images of the same distribution for the baseline.",
+        name,
+      )
+  first = importers.first_layer_input(cfg.checkpoint)
+  binary = resolve_problem(cfg.problem, v.loss) != "multiclass"
+  size = user.parse_size(cfg.image_size)
+  mean = None
+  if cfg.foreign.data_mean:
+    probe = user.user_dataset(
+      cfg.train_data, cfg.heldout_data, binary=binary, first_layer=first, size=size
+    )
+    mean = importers.load_data_mean(cfg.foreign.data_mean, probe.x_train.shape[1:])
+  return user.user_dataset(
+    cfg.train_data, cfg.heldout_data, binary=binary, first_layer=first, size=size, mean=mean
+  )
 
 
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:
@@ -488,16 +529,21 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
     data.files.require_dir(name, data_dir or None, data.dataset.SOURCES[name].files)
 
 
-def check_foreign(cfg: JobConfig, v: victim.VictimConfig) -> None:
+def check_foreign(cfg: JobConfig, v: victim.VictimConfig, dataset=None) -> None:
   """Reads a PyTorch or safetensors victim, and its ``foreign.data_mean``, as the run will:
   a file the run cannot use is refused here, before the workdir is touched.
 
   Errors name the file (CheckpointError) or the ``foreign.*`` setting (ConfigError).
+  ``dataset``: the user's own images (train_data), whose shape and classes the model
+  must take instead of the victim's dataset's.
   """
   from recon_jax.victims import importers
 
   name = v.dataset.strip().lower()
-  shape = data.INPUT_SHAPES.get(name)
+  if dataset is not None:
+    shape = tuple(dataset.x_train.shape[1:])
+  else:
+    shape = data.INPUT_SHAPES.get(name)
   opts = cfg.foreign
   try:
     imp = importers.load_foreign(
@@ -516,7 +562,8 @@ def check_foreign(cfg: JobConfig, v: victim.VictimConfig) -> None:
   if shape is None:
     return
   out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))
-  want = losses.num_outputs(v.loss, _num_classes(v))
+  classes = _num_classes(v) if dataset is None else dataset.num_classes
+  want = losses.num_outputs(v.loss, classes)
   if out.shape[1] != want:
     raise ConfigError(
       f"victim.loss={v.loss!r} needs {want} output(s); {cfg.checkpoint} has {out.shape[1]}.",

@@ -1,5 +1,5 @@
 """The main job run in a workdir: config.json, the resumable reconstruction, and what it
-writes (metrics.json, reconstructions.npz, restarts.tsv, the figures).
+writes (metrics.json, report.md, reconstructions.npz, restarts.tsv, the figures).
 
 :func:`run_reconstruction` is what the binary, a notebook and a test call, so each
 produces the same folder.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from recon_jax import loop, workdir
 from recon_jax.errors import RunFailed
-from recon_jax.job import figures, pipeline, planning
+from recon_jax.job import figures, pipeline, planning, report
 
 
 def restart_table(rows: list) -> str:
@@ -100,6 +100,7 @@ def write_reconstruction(path: str, out) -> dict:
       out.arrays["candidates"] + ds.mean,
       ds.x_train + ds.mean,
     )
+  workdir.write_text(path, "report.md", report.report(metrics, path))
   return metrics
 
 

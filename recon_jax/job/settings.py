@@ -63,6 +63,17 @@ class JobConfig:
   )
   foreign: Foreign = dataclasses.field(default_factory=Foreign)
   data_dir: str = _setting("", "folder with MNIST/CIFAR files (never downloaded)")
+  train_data: str = _setting(
+    "",
+    "the checkpoint's own training images: an ImageFolder folder, an .npz (x, y) or "
+    "MNIST/CIFAR files ('' the victim's dataset draw)",
+  )
+  heldout_data: str = _setting(
+    "", "held-out images of the same distribution, same formats (needed with train_data)"
+  )
+  image_size: str = _setting(
+    "", "HxW: resize train_data/heldout_data images to this ('' as they are)"
+  )
   allow_data_mismatch: bool = _setting(False, "attack a checkpoint trained on other images (warns)")
   attack: str = _setting(
     "kkt", "kkt | closed_form | bilevel (weight-decay victims) | inversion | weights"

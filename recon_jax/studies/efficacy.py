@@ -24,6 +24,7 @@ import numpy as np
 import scipy.stats
 
 from recon_jax.errors import ConfigError
+from recon_jax.eval import identifiability
 from recon_jax.studies import figures
 
 
@@ -59,9 +60,13 @@ def _not_unique(metrics: Mapping):
 
 
 def _truth_fits_best(metrics: Mapping):
-  """1: the truth fits at least as well as the attack's best and no flat family runs through it."""
+  """1: the truth fits at least as well as the attack's best (within the residuals' band of
+  equal fits) and no flat family runs through it."""
   ratio = _ratio(metrics)
-  return None if ratio is None else float(ratio >= 1 and not _not_unique(metrics))
+  if ratio is None:
+    return None
+  tol = identifiability.tolerance(_ident(metrics).get("per_restart_residual"))
+  return float(ratio >= 1 - tol and not _not_unique(metrics))
 
 
 # ``strict_selected`` is the restart the attacker picks without ground truth (its lowest

@@ -456,6 +456,16 @@ def load_foreign(
   )
 
 
+def first_layer_input(path: str) -> tuple[str, int]:
+  """What the first layer of a safetensors or PyTorch model takes: ``('conv', channels)``
+  or ``('dense', inputs)``, read from the tensors' shapes (no network is built)."""
+  _, sd = readers.read(path)
+  layers = _collect_layers(sd, path)
+  first = _ordered(layers, sd, None, path)[0]
+  w = np.shape(sd[layers[first][0]])
+  return ("conv", int(w[1])) if len(w) == 4 else ("dense", int(w[1]))
+
+
 def load_data_mean(path: str, input_shape) -> np.ndarray:
   """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C), (C, H, W)
   or, for one channel, (H, W)."""

@@ -1,0 +1,179 @@
+"""The answer to "does this model leak its training images?", in three states, with the reason.
+
+* ``leaks``: k training images recovered strictly, more than the held-out baseline
+  recovers (unseen images scored as if they were reconstructions), and the training set
+  fits the attack's equations at least as well as anything the attack found (within
+  :func:`tolerance`), or the better fit is the training set itself, refined;
+* ``no_evidence``: nothing recovered beyond the baseline; the reasons say whether this
+  attack can test this model at all (the training set leaves most of theta* unexplained,
+  other images fit exactly as well, half the restarts diverged, the first layer is not
+  dense, the objective prefers other images) or the search simply did not reach a
+  training set that fits best;
+* ``cannot_tell``: images recovered but the equations do not single out the training set,
+  the two fits are equal within the tolerance, or no training images were given (a blind
+  attack).
+
+The verdict never contradicts the count: ``leaks`` needs k >= 1 above the baseline,
+``no_evidence`` k at or below it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from recon_jax.eval import identifiability
+
+LEAKS, NO_EVIDENCE, CANNOT_TELL = "leaks", "no_evidence", "cannot_tell"
+VERDICTS = (LEAKS, NO_EVIDENCE, CANNOT_TELL)
+# The training set leaving more than this fraction of ||reference||^2 unexplained: theta* is
+# not of the form the attack assumes (not near a KKT point of its training set).
+FAR_FROM_ASSUMPTION = 0.5
+
+
+def tolerance(ident: Mapping) -> float:
+  """The identifiability ratio's band of equal fits (:func:`recon_jax.eval.identifiability.tolerance`)."""
+  return identifiability.tolerance(ident.get("per_restart_residual"))
+
+
+def _fits(ident: Mapping) -> Optional[str]:
+  """'truth' (the training set fits better), 'other' (what the attack found fits better),
+  'equal' (within the tolerance) or None (not scored)."""
+  ratio = ident.get("ratio")
+  if ratio is None or not np.isfinite(ratio):
+    return None
+  tol = tolerance(ident)
+  if ratio > 1 + tol:
+    return "truth"
+  if ratio < 1 - tol:
+    return "other"
+  return "equal"
+
+
+def decide(m: Mapping) -> dict:
+  """The verdict of a reconstruction's metrics (metrics.json's dict): ``{"verdict",
+  "reasons", "line", "tolerance", "recovered", "baseline"}``."""
+  n = int(m.get("n_train") or 0)
+  ident = m.get("identifiability") or {}
+  family = ident.get("family") or {}
+  fits, tol = _fits(ident), tolerance(ident)
+  reasons = []
+  if n == 0:
+    return _out(
+      CANNOT_TELL,
+      [
+        "no training images were given: a blind attack's candidates are "
+        "not evidence of membership (compare them with your data)"
+      ],
+      m,
+      tol,
+    )
+  k = int(m.get("recovered_strict") or 0)
+  held = m.get("baseline_heldout_recovered_strict")
+  base = max(int(held or 0), int(m.get("baseline_mean_image_recovered_strict") or 0))
+  ratio = ident.get("ratio")
+  rtext = f"{ratio:.4g}" if ratio is not None else "not scored"
+  flat = bool(family.get("confirmed"))
+  why_flat = (
+    f"images far from the training set fit the equations exactly as well (the first layer "
+    f"sees {family.get('first_layer_rank')} of {family.get('input_dim')} input directions)"
+  )
+  best_restart_real = _best_restart_recovers(m, base)
+  if k > base:
+    what = f"{k} of {n} training images recovered strictly (held-out baseline {base})"
+    if flat:
+      return _out(CANNOT_TELL, [what, why_flat], m, tol)
+    if fits in ("truth", "equal", None) or best_restart_real:
+      if fits == "equal":
+        reasons.append(
+          f"the training set fits the equations as well as what the attack found "
+          f"(ratio {rtext}, within {tol:.2g})"
+        )
+      elif fits == "truth":
+        reasons.append(f"the training set fits the equations best (ratio {rtext})")
+      elif fits == "other":
+        reasons.append(
+          f"the better fit (ratio {rtext}) is the training set itself: the "
+          "best-fitting restart recovers training images strictly"
+        )
+      else:
+        reasons.append(f"identifiability not scored ({ident.get('skipped', 'no ratio')})")
+      return _out(LEAKS, [what, *reasons], m, tol)
+    return _out(
+      CANNOT_TELL,
+      [
+        what,
+        f"but the objective prefers other images (ratio {rtext}): "
+        "the reconstructions are not evidence of membership",
+      ],
+      m,
+      tol,
+    )
+  # Nothing beyond the baseline: can this attack test this model at all?
+  cannot = []
+  truth = ident.get("truth_residual")
+  if truth is not None and truth > FAR_FROM_ASSUMPTION:
+    cannot.append(
+      f"the training set leaves {truth:.0%} of the fitted parameters unexplained "
+      "(theta* is not of the form the attack assumes)"
+    )
+  if flat:
+    cannot.append(why_flat)
+  sel = m.get("selection") or {}
+  r, div = int(m.get("num_restarts") or 0), int(sel.get("n_diverged") or 0)
+  if r and div * 2 >= r:
+    cannot.append(f"{div} of {r} restarts diverged")
+  if (m.get("regime") or {}).get("span") is None and (m.get("regime") or {}).get("span_why"):
+    cannot.append("the first layer is not dense (the span and flat-family checks do not apply)")
+  if fits == "other":
+    cannot.append(f"the objective prefers other images (ratio {rtext})")
+  what = f"no training image recovered beyond the held-out baseline ({k} vs {base})"
+  if cannot:
+    return _out(
+      NO_EVIDENCE, [what, "this attack cannot test this model: " + "; ".join(cannot)], m, tol
+    )
+  if fits == "equal":
+    return _out(
+      CANNOT_TELL,
+      [
+        what,
+        f"the training set and what the attack found fit the "
+        f"equations equally well (ratio {rtext}, within {tol:.2g})",
+      ],
+      m,
+      tol,
+    )
+  return _out(
+    NO_EVIDENCE,
+    [
+      what,
+      "the training set fits the equations best"
+      + (f" (ratio {rtext})" if ratio is not None else "")
+      + ": a longer search may still reach it",
+    ],
+    m,
+    tol,
+  )
+
+
+def _best_restart_recovers(m: Mapping, base: int) -> bool:
+  """Whether the restart that fits the equations best recovers training images strictly
+  (more than the baseline): then a better-than-truth fit is the training set, refined."""
+  ident = m.get("identifiability") or {}
+  best = ident.get("best_restart")
+  rows = {r.get("restart"): r for r in (m.get("per_restart") or [])}
+  row = rows.get(best)
+  return bool(row) and int(row.get("recovered_strict") or 0) > base
+
+
+def _out(verdict: str, reasons: list, m: Mapping, tol: float) -> dict:
+  k = m.get("recovered_strict")
+  return {
+    "verdict": verdict,
+    "reasons": reasons,
+    "line": f"{verdict.replace('_', ' ')}: " + "; ".join(reasons),
+    "tolerance": tol,
+    "recovered": k,
+    "n_train": m.get("n_train"),
+  }

@@ -58,7 +58,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   explicit = dict(explicit or {})
   distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
   set_precision(cfg.x64, cfg.matmul_precision)
-  settings = JobConfig(**cfg)  # the flags end here: the library reads its typed settings
+  settings = JobConfig.of(cfg)  # the flags end here: the library reads its typed settings
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   plan = planning.prepare(settings, requested, explicit)
   workdir = wd.open_run(

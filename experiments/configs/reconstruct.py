@@ -23,23 +23,14 @@ overrides some.
 import ml_collections
 
 from experiments.configs.victim import PRESETS as victim_presets
-from recon_jax.job.settings import HELP, reconstruct_config  # noqa: F401 (HELP: --help)
-
-# The attack for a model fine-tuned from known weights (issue: leakage where it exists):
-# theta* - theta_0 fitted with the gradients taken halfway between them, the candidates as
-# coefficients in the span of the first layer's change, Adam with alpha annealed to 200.
-FINETUNE_ATTACK = dict(
-  known_init=True,
-  linearize=0.5,
-  subspace=True,
-  optimizer="adam",
-  lr_x="3e-3:1e-1:log",
-  lr_lam="3e-3:1e-1:log",
-  anneal_alpha=200.0,
+from recon_jax.job.settings import (  # noqa: F401 (HELP: --help)
+  HELP,
+  KNOWN_INIT_ATTACK,
+  reconstruct_config,
 )
 
 PRESETS = {
-  "finetune": dict(victim=victim_presets["finetune"], **FINETUNE_ATTACK),
+  "finetune": dict(victim=victim_presets["finetune"], **KNOWN_INIT_ATTACK),
   "lfw": dict(),
   "digits": dict(victim=victim_presets["digits"], steps=6000),
   # A victim at a stationary point of a weight-decay-regularised loss, where the training set

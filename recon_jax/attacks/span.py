@@ -67,7 +67,14 @@ class SpanInfo(NamedTuple):
 
 
 def first_layer_kernel(params) -> np.ndarray:
-  """The [d, h] kernel of a dense first layer (``params['params']['layer_0']['kernel']``)."""
+  """The [d, h] kernel of a dense first layer (``params['params']['layer_0']['kernel']``;
+  a network with convolutions before its dense layers has none)."""
+  inner = params.get("params", {}) if hasattr(params, "get") else {}
+  if any(str(name).startswith("conv") for name in inner):
+    raise ConfigError(
+      "the first-layer span needs a dense first layer; this network starts with a convolution.",
+      "subspace",
+    )
   try:
     kernel = params["params"]["layer_0"]["kernel"]
   except (KeyError, TypeError, IndexError):

@@ -21,6 +21,20 @@ from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
 
+# The attack for a model fine-tuned from weights the attacker knows (theta_0): theta* - theta_0
+# fitted with the gradients taken halfway between them, the candidates as coefficients in
+# the span of the first layer's change, Adam with the surrogate's sharpness annealed to 200
+# (RESULTS.md: the levers compared on paired draws).
+KNOWN_INIT_ATTACK = dict(
+  known_init=True,
+  linearize=0.5,
+  subspace=True,
+  optimizer="adam",
+  lr_x="3e-3:1e-1:log",
+  lr_lam="3e-3:1e-1:log",
+  anneal_alpha=200.0,
+)
+
 
 def _setting(default, meaning: str, unset: Optional[type] = None):
   """A setting's field: its default and meaning (``unset``: the type of a setting that

@@ -1,0 +1,35 @@
+"""The audit's config: your model, its training images, held-out images, and (if known) the
+weights its training started from; ``job`` holds the main job's other settings.
+
+Presets (``--config=experiments/configs/audit.py:PRESET``):
+  default  the files only: the attack follows from what you give (theta_0 or not)
+  quick    the same with 4 restarts x 1000 steps (a first look, a quarter of the time)
+"""
+
+import ml_collections
+
+from recon_jax.job.audit import Audit
+from recon_jax.job.settings import HELP as JOB_HELP
+from recon_jax.job.settings import reconstruct_config
+
+HELP = {
+  "model": "the model: a PyTorch state dict (.pt/.pth) or safetensors file",
+  "train": "its training images: an ImageFolder folder, an .npz (x, y) or MNIST/CIFAR files",
+  "heldout": "held-out images of the same distribution (same formats)",
+  "init": "the weights its training started from, same format ('' unknown)",
+  "data_mean": ".npy per-pixel mean the model was trained with ('' none)",
+  "image_size": "HxW: resize the images to this ('' as they are)",
+  "loss": "how it was trained: logistic (one output) | ce (one output per class)",
+  "input_layout": "how it flattened conv features (PyTorch: nchw)",
+  **{f"job.{k}": v for k, v in JOB_HELP.items()},
+}
+
+PRESETS = {"default": {}, "quick": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250}}
+
+
+def get_config(preset: str = "default") -> ml_collections.ConfigDict:
+  if preset not in PRESETS:
+    raise KeyError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+  c = ml_collections.ConfigDict(Audit().__dict__)
+  c.job = reconstruct_config(**PRESETS[preset])
+  return c

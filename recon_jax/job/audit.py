@@ -1,0 +1,71 @@
+"""Audit the model you have, on the data you have: the main job's settings for a model file, the
+images it was trained on, held-out images of the same distribution and, where known, the
+weights its training started from.
+
+:func:`audit_job` turns those files into a :class:`~recon_jax.job.settings.JobConfig`:
+with theta_0 the attack of a model fine-tuned from known weights
+(:data:`~recon_jax.job.settings.KNOWN_INIT_ATTACK`; candidates in the first layer's span
+where that layer is dense), without it Haim et al.'s attack on theta* alone.  The run is
+the main job's, so its workdir, verdict and report are the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from recon_jax.errors import ConfigError
+from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Audit:
+  """What a model owner gives: files, and how the model was trained."""
+
+  model: str = ""  # the model: a PyTorch state dict (.pt/.pth) or safetensors
+  train: str = ""  # its training images: ImageFolder folder, .npz (x, y) or MNIST/CIFAR files
+  heldout: str = ""  # held-out images of the same distribution (same formats)
+  init: str = ""  # the weights its training started from, same format ('' unknown)
+  data_mean: str = ""  # .npy per-pixel mean the model was trained with ('' none)
+  image_size: str = ""  # HxW: resize the images to this ('' as they are)
+  loss: str = "logistic"  # how it was trained: logistic (one output) | ce (one per class)
+  input_layout: str = "nchw"  # how it flattened conv features (PyTorch: nchw)
+
+
+def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
+  """The main job's settings for ``audit`` (``base``: other settings, e.g. the restarts).
+
+  Raises ConfigError naming the audit's field that is missing or cannot be used; the
+  files themselves are read and checked when the job is planned
+  (:func:`recon_jax.job.planning.prepare`).
+  """
+  if not audit.model:
+    raise ConfigError("model: give the model file to audit (.pt, .pth or .safetensors).", "model")
+  if not audit.heldout and audit.train:
+    raise ConfigError(
+      "heldout: give held-out images of the same distribution: they are the baseline that "
+      "tells a reconstruction from a look-alike.",
+      "heldout",
+    )
+  base = base or JobConfig()
+  settings = dict(
+    checkpoint=audit.model,
+    train_data=audit.train,
+    heldout_data=audit.heldout,
+    image_size=audit.image_size,
+    victim=dataclasses.replace(base.victim, loss=audit.loss),
+    foreign=dataclasses.replace(
+      base.foreign, data_mean=audit.data_mean, input_layout=audit.input_layout
+    ),
+  )
+  if audit.init:
+    settings.update(KNOWN_INIT_ATTACK, init_checkpoint=audit.init)
+    settings["subspace"] = _dense_first_layer(audit.model)
+  return base.replace(**settings)
+
+
+def _dense_first_layer(path: str) -> bool:
+  """Whether the model's first layer is dense (its candidates can live in the span)."""
+  from recon_jax.victims import importers
+
+  return importers.first_layer_input(path)[0] == "dense"

@@ -1,0 +1,147 @@
+"""Audit a model trained outside the project, from its files: an MLP and a small CNN trained
+here with plain JAX, saved as safetensors in PyTorch's layout, their images written as an
+ImageFolder (the formats README documents)."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from PIL import Image
+import pytest
+from safetensors.numpy import save_file
+
+from experiments import audit as binary
+from experiments.configs import audit as configs
+from recon_jax.data import load_dataset
+from recon_jax.errors import ConfigError
+
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
+
+def _write_folder(root, x, y):
+  """An ImageFolder: root/{neg,pos}/i.png (8x8 grey), pos the second class in sorted order."""
+  for i, (img, label) in enumerate(zip(x, y)):
+    d = os.path.join(root, "pos" if label > 0 else "neg")
+    os.makedirs(d, exist_ok=True)
+    Image.fromarray(np.round(img[..., 0] * 255).astype(np.uint8)).save(os.path.join(d, f"{i}.png"))
+
+
+def _quantised(x):
+  return np.round(np.asarray(x) * 255) / 255  # what the PNG files hold
+
+
+def _train_mlp(x, y, width=256, epochs=300, lr=0.05, seed=0):
+  """A 64-width-1 ReLU MLP from He's initialisation, full-batch GD on the logistic loss, in
+  plain JAX: (theta_0, theta*) as PyTorch-layout state dicts."""
+  k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+  d = x.shape[1]
+  p0 = {
+    "fc1.weight": jax.random.normal(k1, (width, d)) * np.sqrt(2.0 / d),
+    "fc1.bias": jnp.zeros(width),
+    "fc2.weight": jax.random.normal(k2, (1, width)) * np.sqrt(2.0 / width),
+    "fc2.bias": jnp.zeros(1),
+  }
+
+  def loss(p):
+    h = jax.nn.relu(x @ p["fc1.weight"].T + p["fc1.bias"][None])
+    out = (h @ p["fc2.weight"].T + p["fc2.bias"][None])[:, 0]
+    return jnp.mean(jnp.logaddexp(0.0, -y * out))
+
+  step = jax.jit(lambda p: jax.tree_util.tree_map(lambda a, g: a - lr * g, p, jax.grad(loss)(p)))
+  p = p0
+  for _ in range(epochs):
+    p = step(p)
+  as_np = lambda t: {k: np.asarray(v, np.float32) for k, v in t.items()}
+  return as_np(p0), as_np(p)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  """The model owner's files: 3 + 3 digit images (train), 20 + 20 held-out, the MLP, its theta_0,
+  a randomly initialised MLP and a small CNN; the training mean they subtracted."""
+  root = tmp_path_factory.mktemp("owner")
+  ds = load_dataset("digits", n_per_class=3, seed=0)
+  x = _quantised(ds.x_train)
+  pick = np.r_[np.flatnonzero(ds.y_test > 0)[:20], np.flatnonzero(ds.y_test < 0)[:20]]
+  held = _quantised(ds.x_test[pick])
+  _write_folder(root / "train", x, ds.y_train)
+  _write_folder(root / "heldout", held, ds.y_test[pick])
+  mean = x.mean(0)
+  np.save(root / "mean.npy", mean.astype(np.float32))
+  flat = jnp.asarray((x - mean).reshape(len(x), -1))
+  init, star = _train_mlp(flat, jnp.asarray(ds.y_train, jnp.float32))
+  save_file(star, str(root / "model.safetensors"))
+  save_file(init, str(root / "init.safetensors"))
+  save_file(init, str(root / "random.safetensors"))  # weights that never saw the data
+  rng = np.random.default_rng(1)
+  cnn = {
+    "conv.weight": rng.normal(size=(4, 1, 3, 3)).astype(np.float32) * 0.5,
+    "conv.bias": np.zeros(4, np.float32),
+    "fc.weight": rng.normal(size=(1, 4 * 6 * 6)).astype(np.float32) * 0.1,
+    "fc.bias": np.zeros(1, np.float32),
+  }
+  save_file(cnn, str(root / "cnn.safetensors"))
+  return root
+
+
+def _audit(files, tmp_path, name, **settings):
+  cfg = configs.get_config("quick")
+  cfg.job.update(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, identify=False)
+  cfg.update(train=str(files / "train"), heldout=str(files / "heldout"))
+  cfg.update(data_mean=str(files / "mean.npy"))
+  cfg.update(settings)
+  binary.job(cfg, str(tmp_path / name))
+  return json.loads((tmp_path / name / "metrics.json").read_text())
+
+
+def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
+  m = _audit(
+    files,
+    tmp_path,
+    "known",
+    model=str(files / "model.safetensors"),
+    init=str(files / "init.safetensors"),
+  )
+  assert m["verdict"] == "leaks", m["reasons"]
+  assert (
+    m["recovered_strict"] >= 4 and m["recovered_strict"] > m["baseline_heldout_recovered_strict"]
+  )
+  report = (tmp_path / "known" / "report.md").read_text()
+  assert "**leaks**" in report and "reconstructions.png" in report
+
+
+def test_the_wrong_training_set_never_reads_leaks(files, tmp_path):
+  """Held-out images passed as the training set: whatever the attack finds, it is not them."""
+  m = _audit(
+    files,
+    tmp_path,
+    "wrong",
+    model=str(files / "model.safetensors"),
+    init=str(files / "init.safetensors"),
+    train=str(files / "heldout"),
+  )
+  assert m["verdict"] != "leaks", m["reasons"]
+
+
+def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path):
+  m = _audit(files, tmp_path, "random", model=str(files / "random.safetensors"))
+  assert m["verdict"] in ("no_evidence", "cannot_tell") and m["reasons"]
+  assert m["recovered_strict"] <= max(1, m["baseline_heldout_recovered_strict"])
+
+
+def test_a_small_cnn_is_audited_and_warned_about(files, tmp_path):
+  m = _audit(files, tmp_path, "cnn", model=str(files / "cnn.safetensors"))
+  assert m["verdict"] in ("no_evidence", "cannot_tell")
+  assert any("not dense" in w for w in m["warnings"])
+
+
+def test_bad_files_are_refused_before_any_work_naming_the_setting(files, tmp_path):
+  with pytest.raises(ConfigError, match="heldout"):
+    _audit(files, tmp_path, "a", model=str(files / "model.safetensors"), heldout="")
+  with pytest.raises(Exception, match="nowhere"):
+    _audit(
+      files, tmp_path, "b", model=str(files / "model.safetensors"), train=str(files / "nowhere")
+    )
+  assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -1,0 +1,83 @@
+"""The verdict's three states, on planted numbers: none contradicts the count."""
+
+import pytest
+
+from recon_jax.eval import identifiability, verdict
+
+
+def _metrics(k, held=0, ratio=1.5, truth=0.01, flat=False, diverged=0, restarts=4, best_k=None):
+  per = [truth * ratio * (1 + 0.0001 * i) for i in range(restarts)]
+  return {
+    "n_train": 6,
+    "recovered_strict": k,
+    "baseline_heldout_recovered_strict": held,
+    "baseline_mean_image_recovered_strict": 0,
+    "num_restarts": restarts,
+    "selection": {"n_diverged": diverged},
+    "identifiability": {
+      "ratio": ratio,
+      "truth_residual": truth,
+      "per_restart_residual": per,
+      "best_restart": 0,
+      "family": {"confirmed": flat, "first_layer_rank": 2, "input_dim": 64},
+    },
+    "per_restart": [
+      {"restart": i, "recovered_strict": k if best_k is None else best_k} for i in range(restarts)
+    ],
+    "regime": {"span": {"dim": 5}},
+  }
+
+
+def test_leaks_when_images_are_recovered_and_the_truth_fits_best():
+  v = verdict.decide(_metrics(5, held=1, ratio=1.8))
+  assert v["verdict"] == "leaks" and "5 of 6" in v["line"]
+
+
+def test_the_ground_truth_start_reads_leaks():
+  """Started at the training set: 6 of 6 recovered at SSIM 1.0, the attack a hair below the
+  truth's residual (ratio 0.9999987): equal within the residuals' precision."""
+  v = verdict.decide(_metrics(6, ratio=0.9999987))
+  assert v["verdict"] == "leaks" and "as well as" in v["line"]
+  # Below the band, but the better fit is the training set itself (its restart recovers 6).
+  assert verdict.decide(_metrics(6, ratio=0.8, best_k=6))["verdict"] == "leaks"
+
+
+def test_cannot_tell_when_the_objective_prefers_other_images_or_a_flat_family_runs():
+  v = verdict.decide(_metrics(3, ratio=0.5, best_k=0))
+  assert v["verdict"] == "cannot_tell" and "prefers other images" in v["line"]
+  v = verdict.decide(_metrics(3, ratio=2.0, flat=True))
+  assert v["verdict"] == "cannot_tell" and "2 of 64" in v["line"]
+  v = verdict.decide(_metrics(0, ratio=1.0004))  # nothing recovered, fits equal
+  assert v["verdict"] == "cannot_tell"
+
+
+def test_no_evidence_says_why():
+  v = verdict.decide(_metrics(0, ratio=0.5))
+  assert v["verdict"] == "no_evidence" and "cannot test this model" in v["line"]
+  v = verdict.decide(_metrics(0, ratio=1.0, truth=0.97))
+  assert "97%" in v["line"] and v["verdict"] == "no_evidence"
+  v = verdict.decide(_metrics(0, ratio=3.0, diverged=2))
+  assert "2 of 4 restarts diverged" in v["line"]
+  v = verdict.decide(_metrics(1, held=1, ratio=3.0))  # at the baseline: nothing shown
+  assert v["verdict"] == "no_evidence" and "longer search" in v["line"]
+
+
+@pytest.mark.parametrize("k, held", [(0, 0), (1, 1), (2, 0), (6, 0), (2, 3)])
+@pytest.mark.parametrize("ratio", [0.3, 0.9995, 1.5])
+@pytest.mark.parametrize("flat", [False, True])
+def test_the_verdict_never_contradicts_the_count(k, held, ratio, flat):
+  v = verdict.decide(_metrics(k, held=held, ratio=ratio, flat=flat, best_k=0))
+  if v["verdict"] == "leaks":
+    assert k >= 1 and k > held
+  if v["verdict"] == "no_evidence":
+    assert k <= held
+  assert v["reasons"]
+
+
+def test_the_band_of_equal_fits_comes_from_the_residuals():
+  assert identifiability.tolerance([]) == identifiability.RESIDUAL_PRECISION
+  assert identifiability.tolerance([1.0, 1.1, 1.2, 1.3, 5.0]) == pytest.approx(0.3)
+  assert identifiability.tolerance([1.0, 9.0, 9.0, 9.0]) == 0.5  # capped
+  assert identifiability.verdict(0.9995, None, 1e-3) == identifiability.EQUAL_FIT
+  assert identifiability.verdict(0.99, None, 1e-3) == identifiability.PREFERS_OTHER
+  assert identifiability.verdict(1.01, None, 1e-3) == identifiability.TRUTH_FITS_BEST

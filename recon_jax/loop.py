@@ -169,6 +169,21 @@ def restart_sharding(num_restarts: int):
   return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("restarts"))
 
 
+# The longest a compiled chunk may run before the host can answer Ctrl-C or SIGTERM.
+MAX_CHUNK_S = 20.0
+
+
+def _chunk_length(chunk_steps: int, rate: Optional[float], max_s: Optional[float]) -> int:
+  """``chunk_steps``, halved until a chunk runs within ``max_s`` at ``rate`` steps per
+  second (unknown before the first chunk)."""
+  n = int(chunk_steps)
+  if rate is None or not max_s:
+    return n
+  while n > 1 and n / rate > max_s:
+    n //= 2
+  return n
+
+
 class RunResult(NamedTuple):
   state: RestartState  # final batched state
   history: list  # per chunk: {'step': int, metric: np.ndarray [R], 'time_s': float}
@@ -190,6 +205,7 @@ def run_stages(
   progress: Optional[Callable] = None,
   log: bool = True,
   checkpoint: Optional["Checkpoint"] = None,
+  max_chunk_s: Optional[float] = MAX_CHUNK_S,
 ) -> RunResult:
   """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
 
@@ -218,6 +234,10 @@ def run_stages(
       (:class:`Checkpoint`); the one resumable-run mechanism of every attack.
     stages: (steps in this stage, hparams) pairs; every hparams dict has the
       same keys, [R] shapes and dtypes.
+    max_chunk_s: a chunk is a compiled call the host cannot interrupt (Ctrl-C and SIGTERM
+      wait for it): once the first chunk has shown how fast steps run, chunks are halved
+      until one takes at most this many seconds (None: ``chunk_steps`` always).  Only the
+      lengths chunk_steps / 2^j are compiled; results do not depend on the chunking.
 
   Returns:
     RunResult with the chunks of all stages.
@@ -264,10 +284,11 @@ def run_stages(
   total = sum(steps for steps, _ in stages)
   history, compiled = [], {}
   compile_s, run_s, end = 0.0, 0.0, 0
+  rate = None  # restart-steps per second of the chunks run so far (compilation excluded)
   for (steps, _), hparams in zip(stages, stage_hps):
     end += steps
     while done < end:
-      n = min(chunk_steps, end - done)
+      n = min(_chunk_length(chunk_steps, rate, max_chunk_s), end - done)
       if n not in compiled:  # ahead-of-time compile, so compile and run times are separate
         tc = time.time()
         compiled[n] = chunk_fn.lower(state, hparams, target, num_steps=n).compile()
@@ -278,6 +299,7 @@ def run_stages(
         state = jax.device_put(state, sharding)
       metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
       run_s += time.time() - t1
+      rate = n / max(time.time() - t1, 1e-9)
       done += n
       rec = {
         "step": done,
@@ -290,7 +312,7 @@ def run_stages(
         loss = distributed.gather_restarts(state.loss)
         fin = loss[np.isfinite(loss)]
         logging.info(
-          "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs",
+          "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs (about %.0fs left)",
           attack.name,
           done,
           total,
@@ -299,6 +321,7 @@ def run_stages(
           int(rec["diverged"].sum()),
           num_restarts,
           rec["time_s"],
+          (total - done) / max(rate, 1e-9),
         )
       if checkpoint is not None:
         checkpoint.chunks.append(chunk_record(rec))

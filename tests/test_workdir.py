@@ -101,3 +101,25 @@ def test_a_workdir_in_use_is_refused_and_a_stale_lock_taken_over(tmp_path):
   # The lock alone does not make a workdir "not empty".
   (tmp_path / wd.LOCK).write_text(f"{os.getpid()} {host}")
   assert wd.prepare(str(tmp_path)) == str(tmp_path)
+
+
+def test_the_library_run_opens_its_folder_as_the_binary_does(tmp_path):
+  """run_reconstruction creates a missing folder, and refuses (one line, nothing written) a
+  folder that is not empty, a path that is a file, or no path at all."""
+  from experiments.configs import reconstruct as configs
+  from recon_jax.job import run
+  from recon_jax.job.settings import JobConfig
+
+  job = JobConfig(**configs.get_config("tiny")).replace(attack="weights")
+  m = run.run_reconstruction(job, str(tmp_path / "new" / "folder"))
+  assert (tmp_path / "new" / "folder" / "metrics.json").is_file() and m["verdict"]
+  before = (tmp_path / "new" / "folder" / "metrics.json").read_bytes()
+  with pytest.raises(ConfigError, match="not empty"):
+    run.run_reconstruction(job, str(tmp_path / "new" / "folder"))
+  assert (tmp_path / "new" / "folder" / "metrics.json").read_bytes() == before
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(ConfigError, match="not a folder"):
+    run.run_reconstruction(job, str(tmp_path / "file"))
+  for bad in ("", None):
+    with pytest.raises(ConfigError, match="workdir is required"):
+      run.run_reconstruction(job, bad)

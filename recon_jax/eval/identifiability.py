@@ -46,6 +46,9 @@ NOTHING_TO_SCORE = "no restart finished: nothing to compare"
 COMPARISON = "each restart's n highest-weight candidates against the n training samples"
 # The gradient matrix [P, n] is built in float64; larger victims are skipped, with a reason.
 MAX_BYTES = 4 * 2**30
+# The witness's linear program stops after this long (no witness then: the family is not
+# confirmed, and the report says the program ran out of time).
+LP_TIME_LIMIT_S = 60.0
 
 
 def matrix_bytes(params, n: int, num_outputs: int = 1) -> int:
@@ -123,6 +126,7 @@ def _farthest_in_box(flat, k_range, m_null, box, rng):
     b_eq=np.zeros(a_eq.shape[0]) if a_eq.shape[0] else None,
     bounds=(None, None),
     method="highs",
+    options={"time_limit": LP_TIME_LIMIT_S},
   )
   if not res.success:
     return None
@@ -219,7 +223,9 @@ def flat_family(
     box = tuple(np.broadcast_to(np.asarray(b, np.float64), x.shape[1:]).reshape(-1) for b in box)
     t = _farthest_in_box(flat, u_k[:, :rank_k], u_m[:, rank_m:], box, rng)
     if t is None:
-      out["witness_note"] = "the linear program found no member in the box"
+      out["witness_note"] = (
+        f"the linear program found no member in the box (or ran out of its {LP_TIME_LIMIT_S:.0f} s)"
+      )
       return out
   t = t.reshape(x.shape)
   witness = x + t

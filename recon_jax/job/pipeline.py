@@ -13,6 +13,7 @@ writing anything but the optional resume file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from typing import Any, NamedTuple, Optional, Tuple
@@ -218,6 +219,12 @@ def identifiability_report(
       "verdict": identifiability.NOTHING_TO_SCORE,
     }
   dtype = jax.tree_util.tree_leaves(target.params)[0].dtype
+  logging.info(
+    "identifiability: the training set and %d restarts scored through the equations, then "
+    "the flat family (its linear program stops after %.0f s)",
+    len(cands),
+    identifiability.LP_TIME_LIMIT_S,
+  )
   return identifiability.identifiability(
     vic.apply_fn,
     problem,
@@ -356,11 +363,27 @@ def find_candidates(
   return Found(run.candidates, run.weights, run.final_loss, plan.hparams, run, attack, timing)
 
 
+@contextlib.contextmanager
+def progress_shown(verbose: bool = True):
+  """The library's progress lines (absl logging at INFO) shown while a job runs, also when
+  it is called from Python rather than a binary; the caller's level is restored after."""
+  from absl import logging as absl_logging
+
+  before = absl_logging.get_verbosity()
+  if verbose and before < absl_logging.INFO:
+    absl_logging.set_verbosity(absl_logging.INFO)
+  try:
+    yield
+  finally:
+    absl_logging.set_verbosity(before)
+
+
 def reconstruct(
   job,
   *,
   state_file: Optional[loop.StateFile] = None,
   requested_victim: Optional[dict] = None,
+  verbose: bool = True,
 ) -> Reconstruction:
   """Runs one reconstruction job: :func:`load_victim` -> :func:`job_target` ->
   :func:`find_candidates` -> identifiability, evaluation and the attacker's scores -> the report.
@@ -371,8 +394,14 @@ def reconstruct(
   :func:`recon_jax.reconstruct_config`), checked and resolved here
   (``requested_victim`` as in :func:`recon_jax.job.planning.victim_config`).  The
   sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
+  ``verbose``: log a line per phase and chunk, with the time left (absl logging, INFO).
   """
-  plan = planning.resolve(job, requested_victim)
+  with progress_shown(verbose):
+    return _reconstruct(planning.resolve(job, requested_victim), state_file)
+
+
+def _reconstruct(plan: Plan, state_file) -> Reconstruction:
+  """:func:`reconstruct` of a resolved job."""
   cfg, problem = plan.config, plan.problem
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
@@ -440,6 +469,12 @@ def reconstruct(
     # The attacker's view: which candidates would it trust, and how often rightly.
     from recon_jax.eval import identification
 
+    logging.info(
+      "the attacker's own scores of %d candidates (no ground truth: lambda, agreement, "
+      "leave-one-out, margin; stability re-runs of up to %d)",
+      int(np.prod(cands.shape[:2])),
+      cfg.identify_stability_candidates,
+    )
     t0 = time.time()
     metrics["identification"] = identification.identification_report(
       found.attack,

@@ -47,22 +47,29 @@ def run_reconstruction(
   path: str,
   *,
   resume: bool = False,
+  overwrite: bool = False,
   requested_victim=None,
   explicit=(),
   checked=False,
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``job``: the job's :class:`~recon_jax.studies.job.Plan` when the caller resolved it
+  ``job``: the job's :class:`~recon_jax.job.planning.Plan` when the caller resolved it
   already (a binary does, before it opens the workdir: the settings are checked and
   resolved once), else its settings, checked here by
-  :func:`recon_jax.studies.checks.prepare` (``requested_victim``, ``explicit``: see
-  there); ``checked``: the caller also checked a resume against ``path``'s
-  config.json.  With ``resume`` it continues from ``path``'s state file (the settings
-  must match).  Returns metrics.json's dict; its ``warnings`` say what a reader must know.
+  :func:`recon_jax.job.planning.prepare` (``requested_victim``, ``explicit``: see
+  there).  The folder is opened as a binary opens it (:func:`recon_jax.workdir.open_run`):
+  created if missing, refused when not empty (unless ``overwrite``), when in use by a live
+  process, or, with ``resume``, when its config.json is of other settings; ``checked``:
+  the caller opened it already.  With ``resume`` it continues from ``path``'s state file.
+  Returns metrics.json's dict; its ``warnings`` and ``verdict`` say what a reader must know.
   """
   resolved = planning.resolve(job, requested_victim, explicit)
-  state_file = begin(resolved.config, path, resume, "reconstruct", checked)
+  if not checked:
+    path = workdir.open_run(
+      resolved.config, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+    )
+  state_file = begin(resolved.config, path, resume, "reconstruct", True)
   out = pipeline.reconstruct(resolved, state_file=state_file)
   return write_reconstruction(path, out)
 

@@ -175,7 +175,7 @@ def train(
   base_key = jax.random.PRNGKey(cfg.seed)
   history = list(history or [])
   t0 = time.time()
-  done = int(state.step)
+  done = start = int(state.step)
   if history and history[-1]["loss"] <= cfg.loss_threshold:
     return state.params, history
   while done < cfg.epochs:
@@ -209,9 +209,11 @@ def train(
       )
     history.append(rec)
     if log_every_chunk:
+      left = (cfg.epochs - done) * (time.time() - t0) / max(done - start, 1)
       logging.info(
-        "train: %s",
+        "train: %s (about %.0fs left)",
         " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in rec.items()),
+        left,
       )
     if callback is not None:
       callback(state, rec)

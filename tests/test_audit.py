@@ -145,3 +145,10 @@ def test_bad_files_are_refused_before_any_work_naming_the_setting(files, tmp_pat
       files, tmp_path, "b", model=str(files / "model.safetensors"), train=str(files / "nowhere")
     )
   assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_without_training_images_a_blind_attack_says_it_cannot_tell(files, tmp_path):
+  m = _audit(files, tmp_path, "blind", model=str(files / "model.safetensors"), init="", train="")
+  assert m["blind"] and m["verdict"] == "cannot_tell" and m["recovered_strict"] is None
+  assert "blind" in m["verdict_line"]
+  assert (tmp_path / "blind" / "candidates.png").stat().st_size > 0

@@ -234,7 +234,7 @@ def parse_size(text: str) -> Optional[Tuple[int, int]]:
 
 
 def user_dataset(
-  train: str,
+  train: Optional[str],
   heldout: str,
   *,
   binary: bool,
@@ -245,7 +245,8 @@ def user_dataset(
   """The :class:`~recon_jax.data.Dataset` of a user's model: its training images ``train``
   and held-out images ``heldout`` (paths in the module's formats), fitted to the model's
   first layer (``('conv', channels)`` or ``('dense', inputs)``), minus ``mean`` (the
-  per-pixel mean the model was trained with, or None).
+  per-pixel mean the model was trained with, or None).  ``train`` None: a blind attack,
+  no training images (the held-out images give the inputs' shape).
 
   Raises:
     DataError: naming the file whose images, labels or sizes do not fit.
@@ -253,6 +254,9 @@ def user_dataset(
   from recon_jax.data.dataset import Dataset
 
   kind, width = first_layer
+  blind = not train
+  if blind:
+    train = heldout  # the held-out images stand in for the shape and classes
   size = size or _peek_size(train)
   if kind == "conv":
     channels = width
@@ -290,6 +294,8 @@ def user_dataset(
     raise DataError(f"data_mean has shape {mean.shape}, the images {tr.x.shape[1:]}.", "data_mean")
   empty = np.zeros((0, *tr.x.shape[1:]), np.float32)
   num_classes = 2 if binary else len(tr.classes)
+  if blind:
+    tr = tr._replace(x=empty, y=tr.y[:0])
   return Dataset(
     x_train=tr.x - mean,
     y_train=tr.y,

@@ -17,6 +17,9 @@ from typing import Optional
 from recon_jax.errors import ConfigError
 from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig
 
+# Candidates per restart of a blind attack (no training images, so no n to scale with).
+BLIND_CANDIDATES = 40
+
 
 @dataclasses.dataclass(frozen=True)
 class Audit:
@@ -34,6 +37,7 @@ class Audit:
 
 def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
   """The main job's settings for ``audit`` (``base``: other settings, e.g. the restarts).
+  Without ``train`` a blind attack: ``BLIND_CANDIDATES`` candidates unless ``base.m`` says.
 
   Raises ConfigError naming the audit's field that is missing or cannot be used; the
   files themselves are read and checked when the job is planned
@@ -41,13 +45,15 @@ def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
   """
   if not audit.model:
     raise ConfigError("model: give the model file to audit (.pt, .pth or .safetensors).", "model")
-  if not audit.heldout and audit.train:
+  if not audit.heldout:
     raise ConfigError(
       "heldout: give held-out images of the same distribution: they are the baseline that "
-      "tells a reconstruction from a look-alike.",
+      "tells a reconstruction from a look-alike (and, without train, the inputs' size).",
       "heldout",
     )
   base = base or JobConfig()
+  if not audit.train and not base.m:
+    base = base.replace(m=BLIND_CANDIDATES)
   settings = dict(
     checkpoint=audit.model,
     train_data=audit.train,

@@ -287,3 +287,17 @@ def witness_figure(
       "them apart"
     ),
   )
+
+
+def candidates_figure(path: Union[str, os.PathLike], candidates: np.ndarray, weights) -> None:
+  """A blind attack's candidates (no training images to compare with): the lowest-loss
+  restart's candidates in pixel space, by descending multiplier (the attacker's own trust)."""
+  cands = np.asarray(candidates)
+  order = np.argsort(-np.asarray(weights, np.float64), kind="stable")[:20]
+  figures.image_grid(
+    path,
+    [np.asarray(similarity.stretch(cands[order]))],
+    row_labels=["candidate"],
+    col_titles=[f"lambda {float(np.asarray(weights)[i]):.2g}" for i in order],
+    title="A blind attack's candidates, by the attacker's trust (no training images given)",
+  )

@@ -400,6 +400,54 @@ def reconstruct(
     return _reconstruct(planning.resolve(job, requested_victim), state_file)
 
 
+def _blind(plan: Plan, ds, vic, found: Found, seen: dict, timing: dict, t_start: float):
+  """The report of a blind attack (no training images): the candidates and the attacker's
+  own view of them, nothing scored against a truth; the verdict says it cannot tell."""
+  cfg = plan.config
+  loss = np.asarray(found.final_loss, np.float64)
+  ok = np.isfinite(loss)
+  timing["total_s"] = time.time() - t_start
+  metrics = {
+    "attack": cfg.attack,
+    "problem": plan.problem,
+    "dataset": ds.name,
+    "n_train": 0,
+    "blind": True,
+    "m": int(found.candidates.shape[1]),
+    "num_restarts": int(len(loss)),
+    "recovered_strict": None,
+    "identifiability": {"skipped": "no training images (a blind attack)", "ratio": None},
+    "regime": seen,
+    "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
+    "victim_source": vic.source,
+    "assumed": assumptions(cfg, plan.victim, ds, plan.foreign),
+    "selection": {
+      "n_restarts": int(len(loss)),
+      "n_diverged": int(np.sum(~ok)),
+      "best_by_loss_restart": int(np.nanargmin(np.where(ok, loss, np.inf))) if ok.any() else None,
+    },
+    "per_restart": [
+      {"restart": i, "diverged": not ok[i], "final_loss": float(loss[i]) if ok[i] else None}
+      for i in range(len(loss))
+    ],
+    "timing": timing,
+  }
+  metrics["warnings"] = run_warnings(metrics, ds.num_classes)
+  said = verdict.decide(metrics)
+  metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
+  arrays = dict(
+    candidates=found.candidates,
+    weights=found.weights,
+    final_loss=found.final_loss,
+    mean=ds.mean,
+    **{f"hp_{k}": v for k, v in found.hparams.items()},
+  )
+  logging.info(
+    "blind attack: %d candidates of %d restarts; %s", metrics["m"], len(loss), said["line"]
+  )
+  return Reconstruction(metrics, arrays, None, ds, vic)
+
+
 def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   """:func:`reconstruct` of a resolved job."""
   cfg, problem = plan.config, plan.problem
@@ -419,6 +467,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, **(found.timing or {})}
   n = len(ds.x_train)
+  if n == 0:
+    return _blind(plan, ds, vic, found, seen, timing, t_start)
 
   t0 = time.time()
   if run is None:  # first-layer images carry no labels: only the truth (and its family) is scored

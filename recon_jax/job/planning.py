@@ -418,25 +418,37 @@ def user_data(cfg: JobConfig, v: victim.VictimConfig, foreign: bool) -> data.Dat
       "safetensors file); a recon_jax victim records its own data.",
       "train_data",
     )
-  for name in ("train_data", "heldout_data"):
-    if not getattr(cfg, name):
-      other = "heldout_data" if name == "train_data" else "train_data"
+  if not cfg.heldout_data:
+    raise ConfigError(
+      "heldout_data is needed with train_data: held-out images of the same distribution, "
+      "the baseline that tells a reconstruction from a look-alike (and, for a blind attack "
+      "without train_data, the size and channels of the model's inputs).",
+      "heldout_data",
+    )
+  if not cfg.train_data:  # a blind attack: nothing to compare with, so m says how many
+    if not cfg.m:
       raise ConfigError(
-        f"{name} is needed with {other}: the training images to compare reconstructions "
-        "with, and held-out images of the same distribution for the baseline.",
-        name,
+        "m: without training images (a blind attack) give the number of candidates to search.",
+        "m",
       )
+    if cfg.init in ("ground_truth", "partition", "mix"):
+      raise ConfigError(f"init={cfg.init} needs images a blind attack does not have.", "init")
   first = importers.first_layer_input(cfg.checkpoint)
   binary = resolve_problem(cfg.problem, v.loss) != "multiclass"
   size = user.parse_size(cfg.image_size)
   mean = None
   if cfg.foreign.data_mean:
     probe = user.user_dataset(
-      cfg.train_data, cfg.heldout_data, binary=binary, first_layer=first, size=size
+      cfg.train_data or None, cfg.heldout_data, binary=binary, first_layer=first, size=size
     )
     mean = importers.load_data_mean(cfg.foreign.data_mean, probe.x_train.shape[1:])
   return user.user_dataset(
-    cfg.train_data, cfg.heldout_data, binary=binary, first_layer=first, size=size, mean=mean
+    cfg.train_data or None,
+    cfg.heldout_data,
+    binary=binary,
+    first_layer=first,
+    size=size,
+    mean=mean,
   )
 
 

@@ -14,6 +14,7 @@ FIGURES = (
     "nearest held-out images (bottom): a leak looks like the middle row, not the bottom one",
   ),
   ("trusted.png", "the ten candidates the attacker trusts most by its own scores, no ground truth"),
+  ("candidates.png", "a blind attack's candidates, by the attacker's own trust (lambda)"),
   ("ssim_vs_margin.png", "per training image, its margin against how well it was reconstructed"),
   (
     "identifiability.png",

@@ -83,6 +83,13 @@ def write_reconstruction(path: str, out) -> dict:
   workdir.write_json(path, "metrics.json", metrics)
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", restart_table(metrics["per_restart"]))
+  best = (metrics.get("selection") or {}).get("best_by_loss_restart")
+  if metrics.get("blind") and best is not None:
+    figures.candidates_figure(
+      workdir.inside(path, "candidates.png"),
+      out.arrays["candidates"][best] + ds.mean,
+      out.arrays["weights"][best],
+    )
   if out.eval_result is not None:
     figures.reconstruction_report(
       path,

@@ -145,21 +145,23 @@ def import_victim(
     padding=padding,
   )
   apply_fn = models.make_apply_fn(imp.module)
-  out = apply_fn(imp.params, jnp.asarray(ds.x_train, jnp.float32))
+  probe = ds.x_train if len(ds.x_train) else np.zeros((1, *ds.x_train.shape[1:]), np.float32)
+  out = apply_fn(imp.params, jnp.asarray(probe, jnp.float32))
   want = losses.num_outputs(cfg.loss, ds.num_classes)
   if out.shape[1] != want:
     raise ConfigError(
       f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has {out.shape[1]}.",
       argument="loss",
     )
-  y = jnp.asarray(ds.y_train)
-  margins = np.asarray(losses.margins(cfg.loss, out, y))
-  summary = {
-    "train_error": float(losses.error_rate(cfg.loss, out, y)),
-    "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
-    "margins": (margins[:, 0] if margins.ndim == 2 else margins).tolist(),
-    "imported": {"format": imp.format, "arch": imp.arch},
-  }
+  summary = {"imported": {"format": imp.format, "arch": imp.arch}}
+  if len(ds.x_train):  # how the model does on its training set (none given: a blind attack)
+    y = jnp.asarray(ds.y_train)
+    margins = np.asarray(losses.margins(cfg.loss, out, y))
+    summary.update(
+      train_error=float(losses.error_rate(cfg.loss, out, y)),
+      loss=float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
+      margins=(margins[:, 0] if margins.ndim == 2 else margins).tolist(),
+    )
   init = None
   if init_path:
     init = read_init(

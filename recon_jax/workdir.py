@@ -11,6 +11,7 @@ multi-host run.  Errors name this module's arguments (``workdir``, ``overwrite``
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import io
 import json
@@ -23,7 +24,7 @@ from typing import Any, Optional
 import numpy as np
 
 from recon_jax import checkpoint, distributed
-from recon_jax.errors import ConfigError
+from recon_jax.errors import ConfigError, Error, RunFailed
 
 # Settings that cannot change a run's results: a resume may differ in them.
 NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")
@@ -195,6 +196,32 @@ def write_npz(workdir: str, name: str, **arrays) -> str:
 
 def write_text(workdir: str, name: str, text: str) -> str:
   return _write(workdir, name, text.encode())
+
+
+@contextlib.contextmanager
+def restored_on_refusal(workdir: str, *names: str):
+  """Inside: a run that may still be refused (a library :class:`~recon_jax.errors.Error`
+  other than :class:`~recon_jax.errors.RunFailed`, raised while it loads its victim or
+  data).  A refusal puts ``names`` back as they were (removed if they were absent), so a
+  refused run leaves its workdir as it found it."""
+  before = {}
+  for name in names:
+    try:
+      with open(os.path.join(workdir, name), "rb") as f:
+        before[name] = f.read()
+    except FileNotFoundError:
+      before[name] = None
+  try:
+    yield
+  except Error as e:
+    if not isinstance(e, RunFailed):
+      for name, data in before.items():
+        if data is None:
+          with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(workdir, name))
+        else:
+          _write(workdir, name, data)
+    raise
 
 
 def read_json(*path: str):

@@ -210,7 +210,6 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
     data_dir=str(tmp_path / "b"),
     victim=dict(dataset="mnist"),
   )
-  (tmp_path / "w1").mkdir()
   with pytest.raises(ValueError, match="trained on other data"):
     reconstruct.run(cfg, str(tmp_path / "w1"))
   assert not (tmp_path / "w1" / "metrics.json").exists()

@@ -69,8 +69,9 @@ def run_reconstruction(
     path = workdir.open_run(
       resolved.config, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
     )
-  state_file = begin(resolved.config, path, resume, "reconstruct", True)
-  out = pipeline.reconstruct(resolved, state_file=state_file)
+  with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
+    state_file = begin(resolved.config, path, resume, "reconstruct", True)
+    out = pipeline.reconstruct(resolved, state_file=state_file)
   return write_reconstruction(path, out)
 
 

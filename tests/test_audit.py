@@ -112,6 +112,7 @@ def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
   assert "**leaks**" in report and "reconstructions.png" in report
 
 
+@pytest.mark.slow
 def test_the_wrong_training_set_never_reads_leaks(files, tmp_path):
   """Held-out images passed as the training set: whatever the attack finds, it is not them."""
   m = _audit(

@@ -717,6 +717,7 @@ UNTRAINED = {
 }
 
 
+@pytest.mark.slow
 def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_path, capsys):
   """Also a victim that did not train (loss ln 2): a warning line, and in metrics.json."""
   cfg = _config(R, "tiny", {**UNTRAINED, "lr_x": "1e30", "use_cache": False})

@@ -145,6 +145,7 @@ def test_affine_ground_truth_init_stays(affine_victim, batched_runs):
     assert np.all(np.asarray(last["param_dist"][1:]) > 1e-6)
 
 
+@pytest.mark.slow
 def test_one_hidden_softplus_decreases_upper_loss():
   module = OneHidden(width=8, init_scheme="normal", init_std=0.5)
   apply_fn = make_apply_fn(module)

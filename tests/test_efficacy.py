@@ -61,6 +61,7 @@ def test_anneal_rises_geometrically_to_the_end_value():
     sweep.anneal(hp, steps=10, alpha_end=160.0, num_stages=1)
 
 
+@pytest.mark.slow
 def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.base.identify = False  # covered by test_identification; slow at this size

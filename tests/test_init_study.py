@@ -278,6 +278,7 @@ def test_figures_of_a_grid_study(tmp_path):
 # ----------------------------------------------------------------------------- the study
 
 
+@pytest.mark.slow
 def test_tiny_study_end_to_end():
   wd = tiny_run()
   files = set(os.listdir(wd))

@@ -33,6 +33,7 @@ def _json(path):
     return json.load(f)
 
 
+@pytest.mark.slow
 def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
   ref = tiny_run()
   wd = str(tmp_path / "resumed")

@@ -291,6 +291,7 @@ def test_attack_rejects_bad_options():
 # ---------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 def test_attack_reduces_stationarity_on_trained_victim():
   d, n = 8, 6
   rng = np.random.default_rng(0)

@@ -177,6 +177,7 @@ def test_bad_lever_options_are_refused():
   assert kkt.resolve_derivative("surrogate", "softplus") == "surrogate"
 
 
+@pytest.mark.slow
 def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
   """The lfw_wd preset's recipe (softplus, a weight-decay phase, then L-BFGS to a relative
   gradient tolerance), on a tiny digits victim."""

@@ -12,6 +12,7 @@ from recon_jax.studies import leakage_map, runner
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 
+@pytest.mark.slow
 def test_the_quick_map_runs_and_tells_the_two_sides_apart(tmp_path):
   """One command, the quick preset: a model fine-tuned from a theta_0 the attacker knows
   leaks its training images; the same model attacked without theta_0 does not."""

@@ -320,6 +320,7 @@ def test_map_equals_vmap(kkt_full):
     np.testing.assert_allclose(res.history[-1][k], mapped.history[-1][k], rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_nan_restart_leaves_others_untouched():
   attack, x_init, target = _kkt_problem()
   res = loop.run_stages(

@@ -61,6 +61,7 @@ def test_main_job_writes_its_report(tmp_path):
   assert (tmp_path / "restarts.tsv").read_text().count("\n") == 3  # header + 2 restarts
 
 
+@pytest.mark.slow
 def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
   a, b, c = tmp_path / "refined", tmp_path / "plain", tmp_path / "sharp"
   for d in (a, b, c):
@@ -85,17 +86,20 @@ def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
   assert again["recovered_strict"] == m["recovered_strict"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attack", ["inversion", "weights"])
 def test_baseline_attacks_go_through_the_same_evaluation(tmp_path, attack):
   m = reconstruct.run(_tiny(attack=attack), str(tmp_path))
   assert m["attack"] == attack and "recovered_strict" in m["evaluation"]
 
 
+@pytest.mark.slow
 def test_multiclass_victim_runs_with_decoreco_margins(tmp_path):
   m = reconstruct.run(_tiny(victim=dict(loss="ce"), m=20, steps=10), str(tmp_path))
   assert m["problem"] == "multiclass" and m["m"] == 20
 
 
+@pytest.mark.slow
 def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tmp_path):
   """problem=general on a CE victim: lambda is [m, C] with C the victim's output width.
 
@@ -111,6 +115,7 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
   assert np.asarray(blob["state"]["run"]["inner"]["lam"]).shape == (2, 20, 10)
 
 
+@pytest.mark.slow
 def test_regression_victim_with_weight_decay_runs(tmp_path):
   m = reconstruct.run(_tiny(victim=dict(loss="mse", weight_decay=1e-3), steps=10), str(tmp_path))
   assert m["problem"] == "general"
@@ -184,6 +189,7 @@ def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
     reconstruct.run(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   """MNIST and Fashion-MNIST share file names: the data fingerprint tells them apart."""
   from experiments.configs import victim as victim_configs
@@ -217,6 +223,7 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   assert reconstruct.run(cfg, str(tmp_path / "w1"))["n_train"] == 6
 
 
+@pytest.mark.slow
 def test_the_bilevel_attack_runs_as_the_main_job_on_a_weight_decay_victim(tmp_path):
   """attack=bilevel registers itself: the main job builds it from its spec (m = n, the
   victim's own loss and weight decay) and runs it through the same loop and evaluation."""

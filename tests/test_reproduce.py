@@ -205,6 +205,7 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   assert md.index("## 2. Haim") < md.index("## 7. The attacker")
 
 
+@pytest.mark.slow
 def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, monkeypatch):
   monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # the processes compile faster
   cfg = configs.get_config("quick")
@@ -254,6 +255,7 @@ def _cli(*args):
   return p.returncode, p.stderr.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_path):
   w = f"--workdir={tmp_path / 'w'}"
   rc, err = _cli("--config=experiments/configs/reproduce.py:huge", w)

@@ -75,6 +75,7 @@ def uninterrupted(tmp_path_factory):
   return tmp, cache
 
 
+@pytest.mark.slow
 def test_kill_and_resume_is_bitwise_equal(uninterrupted):
   tmp, cache = uninterrupted
   work = tmp / "killed"

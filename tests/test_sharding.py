@@ -144,6 +144,7 @@ def single_process(tmp_path_factory):
     return info, {k: z[k] for k in z.files}
 
 
+@pytest.mark.slow
 def test_sharded_run_uses_four_devices(single_process):
   info, _ = single_process
   assert info["device_count"] == 4
@@ -172,6 +173,7 @@ def _free_port():
     return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_processes_gather_to_process_zero(single_process, tmp_path):
   _, arr = single_process
   out = str(tmp_path / "multi")

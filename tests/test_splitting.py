@@ -39,6 +39,7 @@ def _residual(apply_fn, target, x, lam, y, act):
   return jax.tree_util.tree_map(jnp.subtract, target.params, g)
 
 
+@pytest.mark.slow
 def test_scores_are_the_top_eigenpair_of_the_splitting_matrix(case):
   apply_fn, target, x, y, lam, act = case
   r = _residual(apply_fn, target, x, lam, y, act)
@@ -85,6 +86,7 @@ def test_no_split_without_a_free_slot_or_a_descent_direction(case):
   assert not np.any(moved) and np.array_equal(x3, x)
 
 
+@pytest.mark.slow
 def test_the_attack_splits_where_descent_has_stalled(case):
   """Plain descent on 6 candidates to a stall; the same 6 plus 2 unused slots (lam 0, the
   same objective) under the splitting attack: its split lowers the objective below where

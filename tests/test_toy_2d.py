@@ -127,6 +127,7 @@ def test_presets_are_valid_and_named():
     toy_config.get_config("nope")
 
 
+@pytest.mark.slow
 def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   cfg = toy_config.get_config("quick")
   out = runner.run_toy(cfg, str(tmp_path))
@@ -164,6 +165,7 @@ def test_toy_pipeline_writes_its_report_and_resumes(tmp_path):
   assert again["per_restart"] == out["per_restart"]
 
 
+@pytest.mark.slow
 def test_small_toy_run_recovers_most_points(tmp_path):
   """Haim §4 at reduced size (10 points, width 100, 2 restarts): most points come back.
 
@@ -218,6 +220,7 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
   assert not os.path.exists(tmp_path / "cache")  # no victim trained
 
 
+@pytest.mark.slow
 def test_command_line_names_the_setting(tmp_path):
   workdir = tmp_path / "out"
   env = dict(os.environ, JAX_PLATFORMS="cpu")

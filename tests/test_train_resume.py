@@ -55,6 +55,7 @@ def _flat(tree, prefix=""):
   return {prefix: np.asarray(tree)}
 
 
+@pytest.mark.slow
 def test_kill_and_resume_train_victim(tmp_path):
   full = subprocess.run(
     _cmd(tmp_path / "full", "--config.save_every=0"),

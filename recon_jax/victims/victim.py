@@ -36,11 +36,15 @@ def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:
   victims; see :func:`recon_jax.diagnostics.images_on_kink`).
   """
   energy = losses.energy(apply_fn, cfg.loss, final_weight_decay(cfg))
-  g = jax.grad(energy)(params, x, y)
+
+  @jax.jit  # one program, not one per operation of the network's gradient
+  def rel_norm(params, x, y):
+    g = jax.grad(energy)(params, x, y)
+    norm = jnp.sqrt(losses.tree_sq_norm(params))
+    return jnp.sqrt(losses.tree_sq_norm(g)) / jnp.maximum(norm, 1e-300)
+
   out = {
-    "grad_norm_rel": float(
-      jnp.sqrt(losses.tree_sq_norm(g)) / jnp.maximum(jnp.sqrt(losses.tree_sq_norm(params)), 1e-300)
-    ),
+    "grad_norm_rel": float(rel_norm(params, x, y)),
     "final_weight_decay": final_weight_decay(cfg),
   }
   if cfg.activation == "relu" and "layer_0" in params.get("params", {}):
@@ -51,6 +55,7 @@ def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:
 
 
 CONVERGE_ROUNDS = 4
+CONVERGE_CHUNK = 5000  # L-BFGS iterations of one compiled call of the convergence phase
 
 
 def converge(apply_fn, cfg: VictimConfig, params, x, y):
@@ -61,11 +66,13 @@ def converge(apply_fn, cfg: VictimConfig, params, x, y):
   from recon_jax import implicit
 
   t0 = time.time()
-  iters = 0
+  iters = rounds = 0
   # The tolerance is relative to ||theta||, which moves while L-BFGS runs: a few rounds,
-  # each aiming at the tolerance of the norm it starts from.
-  for _ in range(CONVERGE_ROUNDS):
+  # each aiming at the tolerance of the norm it starts from.  One compiled call runs at
+  # most CONVERGE_CHUNK iterations, so Ctrl-C and SIGTERM act between calls.
+  while True:
     scale = float(jnp.sqrt(losses.tree_sq_norm(params)))
+    budget = max(min(cfg.converge_maxiter - iters, CONVERGE_CHUNK), 1)
     params, info = implicit.train_to_convergence(
       apply_fn,
       params,
@@ -74,14 +81,20 @@ def converge(apply_fn, cfg: VictimConfig, params, x, y):
       cfg.loss,
       final_weight_decay(cfg),
       tol=cfg.converge_tol * scale,
-      maxiter=max(cfg.converge_maxiter - iters, 1),
+      maxiter=budget,
       return_info=True,
     )
     iters += info["iters"]
     scale = float(jnp.sqrt(losses.tree_sq_norm(params)))
-    if info["grad_norm"] <= cfg.converge_tol * scale or iters >= cfg.converge_maxiter:
+    reached = info["grad_norm"] <= cfg.converge_tol * scale
+    if reached or iters >= cfg.converge_maxiter:
       break
+    if info["iters"] < budget:  # it met the tolerance of the norm it started from: a round
+      rounds += 1
+      if rounds >= CONVERGE_ROUNDS:
+        break
   out = apply_fn(params, x, None)
+  rel = info["grad_norm"] / max(scale, 1e-300)
   rec = {
     "loss": float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
     "train_error": float(losses.error_rate(cfg.loss, out, y)),
@@ -93,8 +106,18 @@ def converge(apply_fn, cfg: VictimConfig, params, x, y):
     "converge: %d L-BFGS iterations, ||grad E|| %.3g (%.3g of ||theta||)",
     rec["lbfgs_iters"],
     info["grad_norm"],
-    info["grad_norm"] / max(scale, 1e-300),
+    rel,
   )
+  if not reached:
+    logging.warning(
+      "converge: the tolerance was not reached: ||grad E|| is %.3g of ||theta|| after %d "
+      "L-BFGS iterations, above converge_tol=%g (converge_maxiter=%d); the victim is not at "
+      "a stationary point",
+      rel,
+      iters,
+      cfg.converge_tol,
+      cfg.converge_maxiter,
+    )
   return params, rec
 
 

@@ -56,9 +56,10 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> d
   from recon_jax.precision import set_precision
 
   explicit = dict(explicit or {})
-  distributed.maybe_initialize(cfg.distributed)  # before any other JAX call
-  set_precision(cfg.x64, cfg.matmul_precision)
   settings = JobConfig.of(cfg)  # the flags end here: the library reads its typed settings
+  planning.check_types(settings)  # a bool is a bool before it starts anything
+  distributed.maybe_initialize(settings.distributed)  # before any other JAX call
+  set_precision(settings.x64, settings.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   plan = planning.prepare(settings, requested, explicit)
   workdir = wd.open_run(

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import attacks, data, diagnostics, inits, loop
+from recon_jax import attacks, data, diagnostics, inits, loop, precision
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability, verdict
 from recon_jax.eval import report as evaluation
@@ -115,6 +115,13 @@ def run_warnings(metrics: dict, num_classes: int) -> list:
       "the model's first layer is not dense (a convolution?): the attack's equations hold, "
       "but the span and flat-family checks do not apply, and the KKT attack was derived and "
       "measured on dense networks"
+    )
+  vsum = metrics.get("victim") or {}
+  if vsum.get("stationary") is False:
+    out.append(
+      f"the victim's convergence phase ended before its tolerance: its relative gradient "
+      f"norm is {vsum.get('grad_norm_rel', float('nan')):.2g}, above victim.converge_tol; it "
+      "is not at a stationary point (raise victim.converge_maxiter, or the tolerance)"
     )
   stat = (metrics.get("victim") or {}).get("grad_norm_rel")
   if metrics.get("assumes_stationary") and stat is not None and stat > 1e-3:
@@ -396,8 +403,9 @@ def reconstruct(
   sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
   ``verbose``: log a line per phase and chunk, with the time left (absl logging, INFO).
   """
-  with progress_shown(verbose):
-    return _reconstruct(planning.resolve(job, requested_victim), state_file)
+  plan = planning.resolve(job, requested_victim)
+  with progress_shown(verbose), precision.scoped(plan.config.x64, plan.config.matmul_precision):
+    return _reconstruct(plan, state_file)
 
 
 def _blind(plan: Plan, ds, vic, found: Found, seen: dict, timing: dict, t_start: float):

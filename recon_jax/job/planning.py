@@ -17,9 +17,9 @@ from typing import NamedTuple, Optional, Tuple
 import jax
 import numpy as np
 
-from recon_jax import attacks, data, inits, loop, losses, optim, sweep
+from recon_jax import attacks, data, inits, loop, losses, optim, rules, sweep
 from recon_jax.errors import ConfigError
-from recon_jax.job.settings import JobConfig
+from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
 from recon_jax.victims import models, readers, recipe, victim
 from recon_jax.workdir import expand
 
@@ -233,6 +233,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   ``config``: the settings with their paths expanded).
   """
   cfg = JobConfig.of(cfg)
+  check_types(cfg)  # paths are strings before they are expanded
   cfg = cfg.replace(
     data_dir=expand(cfg.data_dir),
     checkpoint=expand(cfg.checkpoint),
@@ -278,6 +279,7 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   ranges may be among them (the paper's ranges would silently replace it).
   """
   cfg = JobConfig.of(cfg)
+  check_types(cfg)
   named = [n for n in RANGE_NAMES if n in explicit]
   if cfg.sweep == "paper" and named:
     raise ConfigError(
@@ -349,6 +351,9 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   foreign = bool(checkpoint) and not own
   spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
   check_unread_settings(cfg, spec)
+  check_features(cfg, spec, foreign, own, explicit)
+  if foreign:
+    check_foreign_recipe(cfg, requested_victim, explicit)
   check_known_init(cfg, foreign)
   dataset = user_data(cfg, vcfg, foreign) if (cfg.train_data or cfg.heldout_data) else None
   if foreign:
@@ -387,6 +392,99 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   if spec.direct is None:
     check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
   return plan(cfg, vcfg, dataset)  # bad ranges or refine_* fail here, before training
+
+
+def check_types(cfg: JobConfig) -> None:
+  """Every setting of ``cfg`` checked against its rule (:data:`recon_jax.job.settings.RULES`):
+  its type (a bool is True or False, a number is not a string), its range (finite, within
+  float32 and the setting's meaning), the victim section's against
+  :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the first that breaks it.
+  Settings in combination are checked by :func:`validate` after."""
+  rules.check_all({name: getattr(cfg, name) for name in RULES}, RULES)
+  rules.check_all(
+    {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."
+  )
+  v = cfg.victim
+  rules.check_all({name: getattr(v, name) for name in recipe.RULES}, recipe.RULES, "victim.")
+  if cfg.split_every > cfg.steps:
+    raise ConfigError(
+      f"split_every={cfg.split_every} is more than steps={cfg.steps}: no candidate would ever "
+      "be split (0: off).",
+      "split_every",
+    )
+
+
+def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
+  """``{feature: (what turns it on, on?)}``: the features of the job ``cfg`` that its
+  settings' rules (:data:`recon_jax.job.settings.RULES`) name."""
+  searched = spec.direct is None
+  first_order = searched and cfg.search == "first_order"
+  attack = f"attack={cfg.attack}"
+  return {
+    "search": (f"a search ({attack} reads its candidates off theta*)", searched),
+    "first_order": (f"a first-order search ({attack}, search={cfg.search})", first_order),
+    "lr_lam": (
+      f"learnt multipliers ({attack}, search={cfg.search})",
+      first_order and "lr_lam" in spec.hparams,
+    ),
+    "alpha": (f"the surrogate ReLU's sharpness ({attack} has none)", "alpha" in spec.hparams),
+    "lam_min": (f"the multipliers' floor ({attack} has none)", "lam_min" in spec.hparams),
+    "refine": ("the refinement stage (refine_steps > 0)", cfg.refine_steps > 0),
+    "anneal": ("annealing (anneal_alpha > 0)", cfg.anneal_alpha > 0),
+    "split": ("sample splitting (split_every > 0)", cfg.split_every > 0),
+    "known_init": ("known_init=True (the attacker knows theta_0)", bool(cfg.known_init)),
+    "known_init_attack": (
+      f"the attacks that fit theta*'s equations (kkt, closed_form; not {attack})",
+      cfg.attack in ("kkt", "closed_form"),
+    ),
+    "subspace": ("subspace=True", bool(cfg.subspace)),
+    "lm": ("search=lm", cfg.search == "lm"),
+    "identify": ("identify=True", bool(cfg.identify)),
+    "foreign": ("a PyTorch or safetensors checkpoint", foreign),
+    "user_data": (
+      "train_data or heldout_data (your own images)",
+      bool(cfg.train_data or cfg.heldout_data),
+    ),
+    "own_checkpoint": ("a recon_jax checkpoint given as checkpoint", own),
+    "trains": ("a victim trained here (no checkpoint)", not cfg.checkpoint),
+  }
+
+
+def check_features(cfg: JobConfig, spec, foreign: bool, own: bool, explicit=()) -> None:
+  """Refuses a setting away from its default whose feature is off (``split_eps`` without
+  ``split_every``, ``steps`` under attack=weights): it would change nothing.  A rule marked
+  ``explicit_only`` (presets carry such settings) is refused only when the user set it."""
+  on = features(cfg, spec, foreign, own)
+  defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
+  values = {name: getattr(cfg, name) for name in RULES}
+  rules.check_features(values, RULES, defaults, on, explicit)
+  fdefaults = {f.name: f.default for f in dataclasses.fields(type(cfg.foreign))}
+  fvalues = {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}
+  rules.check_features(fvalues, FOREIGN_RULES, fdefaults, on, explicit, "foreign.")
+
+
+def check_foreign_recipe(cfg: JobConfig, requested_victim=None, explicit=()) -> None:
+  """Refuses victim settings that an imported model (a PyTorch or safetensors file) would
+  ignore: how to build or train a victim (``victim.lr``...) where the user set them, and an
+  activation other than ReLU (the importer maps ReLU networks only).  ``victim.widths`` is
+  matched against the model's own layers when the model is read (:func:`check_foreign`)."""
+  given = set(requested_victim or ()) | {
+    k[len("victim.") :] for k in explicit if k.startswith("victim.")
+  }
+  if cfg.victim.activation != "relu":
+    raise ConfigError(
+      f"victim.activation={cfg.victim.activation} describes a victim to train; the imported "
+      f"model {cfg.checkpoint} is read as a ReLU network (other activations cannot be "
+      "expressed; leave it at 'relu').",
+      "victim.activation",
+    )
+  for name in recipe.TRAINING_FIELDS:
+    if name in given and name != "widths":
+      raise ConfigError(
+        f"victim.{name} says how to build or train a victim; the imported model "
+        f"{cfg.checkpoint} is used as it is, so it would be ignored (leave it out).",
+        f"victim.{name}",
+      )
 
 
 def check_unread_settings(cfg: JobConfig, spec) -> None:
@@ -502,11 +600,7 @@ def check_init_file(cfg: JobConfig, v: victim.VictimConfig) -> None:
 
 def check_widths(cfg) -> None:
   """Refuses a ``victim.widths`` setting that is not a list of integers >= 1 (e.g. ``64,abc``)."""
-  widths = cfg.victim.widths
-  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
-    raise ConfigError(
-      f"victim.widths must be integers >= 1, e.g. 256,256, got {widths!r}.", "victim.widths"
-    )
+  rules.check_value("victim.widths", cfg.victim.widths, recipe.RULES["widths"])
 
 
 def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
@@ -571,6 +665,16 @@ def check_foreign(cfg: JobConfig, v: victim.VictimConfig, dataset=None) -> None:
     if e.argument in ("input_layout", "stride", "padding", "data_mean"):
       e.argument = f"foreign.{e.argument}"
     raise
+  widths = getattr(imp.module, "widths", None)
+  default = victim.VictimConfig().widths
+  asked = tuple(cfg.victim.widths)
+  if widths is not None and asked != tuple(default) and asked != tuple(widths):
+    raise ConfigError(
+      f"victim.widths={','.join(map(str, asked))} contradicts the imported model "
+      f"{cfg.checkpoint}, whose hidden widths are {','.join(map(str, widths))} (an imported "
+      "model is used as it is; leave victim.widths out).",
+      "victim.widths",
+    )
   if shape is None:
     return
   out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))

@@ -7,7 +7,7 @@ produces the same folder.
 
 from __future__ import annotations
 
-from recon_jax import loop, workdir
+from recon_jax import loop, precision, workdir
 from recon_jax.errors import RunFailed
 from recon_jax.job import figures, pipeline, planning, report
 
@@ -65,14 +65,16 @@ def run_reconstruction(
   Returns metrics.json's dict; its ``warnings`` and ``verdict`` say what a reader must know.
   """
   resolved = planning.resolve(job, requested_victim, explicit)
-  if not checked:
-    path = workdir.open_run(
-      resolved.config, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
-    )
-  with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
-    state_file = begin(resolved.config, path, resume, "reconstruct", True)
-    out = pipeline.reconstruct(resolved, state_file=state_file)
-  return write_reconstruction(path, out)
+  cfg = resolved.config
+  with precision.scoped(cfg.x64, cfg.matmul_precision):  # config.json records what runs
+    if not checked:
+      path = workdir.open_run(
+        cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+      )
+    with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
+      state_file = begin(cfg, path, resume, "reconstruct", True)
+      out = pipeline.reconstruct(resolved, state_file=state_file)
+    return write_reconstruction(path, out)
 
 
 def write_reconstruction(path: str, out) -> dict:

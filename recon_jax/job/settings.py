@@ -17,6 +17,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from recon_jax.errors import ConfigError
+from recon_jax.rules import INT32_MAX, MAX_INNER_ITERATIONS, Rule
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
@@ -183,13 +184,17 @@ class JobConfig:
   def __post_init__(self):
     v = self.victim
     if not isinstance(v, VictimConfig):
-      v = dict(v)
-      if "widths" in v and not isinstance(v["widths"], (str, bytes)):
-        v["widths"] = tuple(v["widths"])
+      v = dict(_section(v, "victim", "VictimConfig"))
+      widths = v.get("widths")
+      if (
+        widths is not None and hasattr(widths, "__iter__") and not isinstance(widths, (str, bytes))
+      ):
+        v["widths"] = tuple(widths)
       _refuse_unknown(VictimConfig, v, "victim.")
       object.__setattr__(self, "victim", VictimConfig(**v))
     if not isinstance(self.foreign, Foreign):
-      object.__setattr__(self, "foreign", Foreign(**dict(self.foreign)))
+      foreign = dict(_section(self.foreign, "foreign", "Foreign"))
+      object.__setattr__(self, "foreign", Foreign(**foreign))
 
   @classmethod
   def of(cls, config) -> "JobConfig":
@@ -207,6 +212,15 @@ class JobConfig:
     return dataclasses.asdict(self)
 
 
+def _section(value, name: str, typename: str):
+  """A section's settings as a mapping; ConfigError naming the section otherwise."""
+  if hasattr(value, "keys") and hasattr(value, "__getitem__"):
+    return value
+  raise ConfigError(
+    f"{name} must be a {typename} or a mapping of its settings, got {value!r}.", name
+  )
+
+
 def _refuse_unknown(cls, given, prefix: str = "") -> None:
   """Raises ConfigError naming the first of ``given``'s names that ``cls`` has no field for."""
   unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
@@ -217,6 +231,105 @@ def _refuse_unknown(cls, given, prefix: str = "") -> None:
       f"{cls.__name__}.",
       prefix + unknown[0],
     )
+
+
+def _choices(module: str, name: str):
+  """The valid values of a setting, read from the module that defines them when checked."""
+
+  def get():
+    import importlib
+
+    return tuple(getattr(importlib.import_module(module), name))
+
+  return get
+
+
+def _attack_names():
+  from recon_jax import attacks
+
+  return tuple(sorted(attacks.specs()))
+
+
+_B, _P = Rule("bool"), Rule("path")
+# What every setting of the main job may hold (:class:`recon_jax.rules.Rule`): its type and
+# range, and the feature it belongs to (refused away from its default while that is off;
+# the features are decided in recon_jax.job.planning.features).  A test walks this table.
+RULES = {
+  "checkpoint": _P,
+  "data_dir": _P,
+  "train_data": _P,
+  "heldout_data": _P,
+  "image_size": Rule("str", feature="user_data"),
+  "allow_data_mismatch": Rule("bool", feature="own_checkpoint"),
+  "attack": Rule("str", choices=_attack_names),
+  "problem": Rule("str", choices=lambda: ("auto", "binary", "multiclass", "general")),
+  "num_restarts": Rule("int", low=1, feature="search", explicit_only=True),
+  "steps": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+  "chunk_steps": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+  "m": Rule("int", low=0, high=INT32_MAX, note="0: m_per_sample x n"),
+  "m_per_sample": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+  "init": Rule(
+    "str",
+    choices=_choices("recon_jax.inits", "INIT_SCHEMES"),
+    feature="search",
+    explicit_only=True,
+  ),
+  "sweep": Rule("str", choices=("random", "paper"), feature="search", explicit_only=True),
+  "lr_x": Rule("range", feature="first_order"),
+  "lr_lam": Rule("range", feature="lr_lam"),
+  "sigma_x": Rule("range", feature="search"),
+  "alpha": Rule("range", feature="alpha"),
+  "lam_min": Rule("range", feature="lam_min"),
+  "refine_steps": Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  "refine_alpha": Rule("float", low=0, high=1e6, low_open=True, feature="refine"),
+  "refine_lr_scale": Rule("float", low=0, high=1e3, low_open=True, feature="refine"),
+  "anneal_alpha": Rule("float", low=0, high=1e6, note="0: fixed", feature="alpha"),
+  # presets set it for the runs that anneal; refused when you set it on a run that does not
+  "anneal_stages": Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
+  "known_init": Rule("bool", feature="known_init_attack"),
+  "init_checkpoint": Rule("path", feature="known_init"),
+  "linearize": Rule("float", low=0, high=1, feature="known_init"),
+  "derivative": Rule("str", choices=("auto", "surrogate", "exact")),
+  "multipliers": Rule("str", choices=("free", "tied")),
+  "subspace": _B,
+  "subspace_tol": Rule(
+    "float", low=0, high=1, high_open=True, note="0: above the noise floor", feature="subspace"
+  ),
+  "search": Rule("str", choices=("first_order", "lm")),
+  "lm_cg_maxiter": Rule("int", low=1, high=10_000, feature="lm"),
+  "split_every": Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  "split_eps": Rule("float", low=0, high=1e6, low_open=True, feature="split"),
+  # each step of each restart runs this inner solve in one compiled call: bounded so that a
+  # step (and Ctrl-C or SIGTERM after it) comes within seconds
+  "bilevel_inner_maxiter": Rule("int", low=1, high=MAX_INNER_ITERATIONS),
+  "identify": _B,
+  "identify_stability_candidates": Rule(
+    "int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"
+  ),
+  "optimizer": Rule(
+    "str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"
+  ),
+  "w_lam": Rule("float", low=0, high=1e6),
+  "w_prior": Rule("float", low=0, high=1e6),
+  "w_tv": Rule("float", low=0, high=1e6, note="0: off"),
+  "normalize": Rule("str", choices=("mean", "sum")),
+  "batching": Rule("str", choices=_choices("recon_jax.loop", "BATCHINGS")),
+  "ssim_threshold": Rule("float", low=0, high=1, low_open=True, optional=True),
+  "seed": Rule("int", low=0, high=2**32 - 1),
+  "use_cache": Rule("bool", feature="trains"),
+  "x64": _B,
+  "max_memory_gb": Rule("float", low=0, high=1e9, note="0: this machine's memory"),
+  "matmul_precision": Rule("str", choices=_choices("recon_jax.precision", "MATMUL_PRECISIONS")),
+  "save_every": Rule("int", low=0, high=INT32_MAX, note="0: never"),
+  "distributed": _B,
+}
+# The foreign section's settings: read for a PyTorch or safetensors checkpoint only.
+FOREIGN_RULES = {
+  "data_mean": Rule("path", feature="foreign"),
+  "input_layout": Rule("str", choices=("nchw", "nhwc"), feature="foreign"),
+  "stride": Rule("int", low=1, high=1024, feature="foreign"),
+  "padding": Rule("int", low=0, high=1024, feature="foreign"),
+}
 
 
 def _rows(cls, prefix: str = ""):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from recon_jax import activations, implicit, loop, optim
+from recon_jax import activations, implicit, loop, optim, rules
 from recon_jax.attacks import bilevel
 from recon_jax.errors import ConfigError
 from recon_jax.studies import init_study
@@ -49,6 +49,12 @@ def validate(cfg) -> None:
     v = cfg[name]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
       raise ConfigError(f"{name} must be an integer >= 1, got {v}.", argument=name)
+  for name, cap in (
+    ("bilevel_inner_maxiter", rules.MAX_INNER_ITERATIONS),
+    ("bilevel_victim_maxiter", rules.MAX_ITERATIONS),
+  ):
+    if cfg[name] > cap:  # an unbounded solve: no Ctrl-C or SIGTERM until it ends
+      raise ConfigError(f"{name} must be an integer in [1, {cap}], got {cfg[name]}.", name)
   if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
     raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed}.", argument="seed")
   if cfg.save_every < 0:

@@ -18,6 +18,9 @@ import numpy as np
 
 from recon_jax import data, losses
 from recon_jax.errors import ConfigError
+from recon_jax.rules import INT32_MAX, MAX_ITERATIONS, Rule
+from recon_jax.rules import problem as rule_problem
+from recon_jax.rules import same as _same
 from recon_jax.victims import models, train
 
 
@@ -157,75 +160,119 @@ ACTIVATIONS = ("relu", "gelu", "softplus", "tanh", "identity", "surrogate_relu")
 ADAPTIVE = ("none", "loss", "grad")
 
 
-def problem(v: VictimConfig) -> Optional[Tuple[str, str]]:
-  """``(field, message)`` for the first field of ``v`` no victim can be built or trained with."""
-  ints = {"n_per_class": 1, "epochs": 1, "wd_epochs": 0, "data_seed": 0, "seed": 0}
+_STD = Rule("float", low=0, high=1e6, low_open=True, optional=True)
+# What every field of a recipe may hold (:class:`recon_jax.rules.Rule`), and the feature
+# it belongs to: ``wd`` is the weight decay of the phase that ``wd_epochs > 0`` turns on,
+# ``momentum`` a setting of optimizer=sgd, ``converge_maxiter`` of ``converge_tol > 0``.
+RULES = {
+  "dataset": Rule("str"),
+  "task": Rule("str", choices=data.TASKS),
+  "n_per_class": Rule("int", low=1, high=10**6),
+  "n_part_per_class": Rule("int", low=0, high=10**6, optional=True),
+  "subtract_mean": Rule("bool"),
+  "data_seed": Rule("int", low=0, high=2**32 - 1),
+  "arch": Rule("str", choices=ARCHS),
+  "widths": Rule("ints", low=1, high=10**6),
+  "bias": Rule("str", choices=models.BIAS_MODES),
+  "init": Rule("str", choices=models.INIT_SCHEMES),
+  "init_std": _STD,
+  "first_layer_std": _STD,
+  "init_gain": Rule("float", low=0, high=1e6, low_open=True),
+  "activation": Rule("str", choices=ACTIVATIONS),
+  "loss": Rule("str", choices=losses.LOSSES),
+  "lr": Rule("float", low=0, low_open=True),
+  "epochs": Rule("int", low=1, high=INT32_MAX),
+  "weight_decay": Rule("float", low=0, high=1e6),
+  "wd_epochs": Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  "wd": Rule("float", low=0, high=1e6, feature="wd_phase"),
+  "momentum": Rule("float", low=0, high=1, high_open=True, feature="sgd"),
+  "optimizer": Rule("str", choices=train.OPTIMIZERS),
+  "adaptive": Rule("str", choices=ADAPTIVE),
+  "batch_size": Rule("int", low=1, high=INT32_MAX, optional=True),
+  "loss_threshold": Rule("float", low=0, high=1e6),
+  "seed": Rule("int", low=0, high=2**32 - 1),
+  "converge_tol": Rule("float", low=0, high=1, high_open=True, note="0: off"),
+  "converge_maxiter": Rule("int", low=1, high=MAX_ITERATIONS, feature="converge"),
+  "pretrain_epochs": Rule("int", low=0, high=INT32_MAX, note="0: none"),
+}
+
+# The fields that say how to build and train a victim: an imported model (a PyTorch or
+# safetensors file) is used as it is, so they change nothing there.
+TRAINING_FIELDS = (
+  "arch",
+  "widths",
+  "bias",
+  "init",
+  "init_std",
+  "first_layer_std",
+  "init_gain",
+  "activation",
+  "lr",
+  "epochs",
+  "weight_decay",
+  "wd_epochs",
+  "wd",
+  "momentum",
+  "optimizer",
+  "adaptive",
+  "batch_size",
+  "loss_threshold",
+  "seed",
+  "converge_tol",
+  "converge_maxiter",
+  "pretrain_epochs",
+)
+
+
+def features(v: VictimConfig) -> dict:
+  """``{feature: (what turns it on, on?)}`` of the recipe ``v`` (see :data:`RULES`)."""
+  return {
+    "wd_phase": (
+      "a second training phase (wd_epochs > 0)",
+      _is_int(v.wd_epochs) and v.wd_epochs > 0,
+    ),
+    "sgd": ("optimizer=sgd (Adam keeps its own moments)", v.optimizer == "sgd"),
+    "converge": (
+      "the convergence phase (converge_tol > 0)",
+      _finite(v.converge_tol) and v.converge_tol > 0,
+    ),
+  }
+
+
+def problem(v: VictimConfig, settings: bool = True) -> Optional[Tuple[str, str]]:
+  """``(field, message)`` for the first field of ``v`` no victim can be built or trained with.
+
+  ``settings``: ``v`` is the user's own settings (not a checkpoint's record), so a field of
+  a feature that is off (``wd`` without ``wd_epochs``) is refused too: it would change nothing.
+  """
   if not isinstance(v.dataset, str) or v.dataset.strip().lower() not in data.DATASETS:
     return "dataset", f"{v.dataset!r} is unknown; valid: {', '.join(data.DATASETS)}."
-  if v.task not in data.TASKS:
-    return "task", f"must be one of {', '.join(data.TASKS)}, got {v.task!r}."
+  for name, rule in RULES.items():
+    found = rule_problem(getattr(v, name), rule)
+    if found:
+      return name, found
   if v.task == "multiclass" and v.loss != "ce":
     return "task", f"multiclass needs loss=ce (the labels follow the loss), got {v.loss!r}."
-  for name, low in ints.items():
-    value = getattr(v, name)
-    if not _is_int(value) or value < low:
-      return name, f"must be an integer >= {low}, got {value!r}."
-  if v.arch not in ARCHS:
-    return "arch", f"must be one of {', '.join(ARCHS)}, got {v.arch!r}."
-  widths = v.widths
-  if isinstance(widths, (str, bytes)) or not all(_is_int(w) and w >= 1 for w in widths):
-    return "widths", f"must be integers >= 1, got {widths!r}."
-  if v.arch in ("mlp", "cnn") and not len(widths):
+  if v.arch in ("mlp", "cnn") and not len(v.widths):
     return "widths", f"arch={v.arch} needs at least one width."
-  if v.bias not in models.BIAS_MODES:
-    return "bias", f"must be one of {', '.join(models.BIAS_MODES)}, got {v.bias!r}."
-  if v.init not in models.INIT_SCHEMES:
-    return "init", f"must be one of {', '.join(models.INIT_SCHEMES)}, got {v.init!r}."
-  for name in ("init_std", "first_layer_std"):
-    value = getattr(v, name)
-    if value is not None and not (_finite(value) and value > 0):
-      return name, f"must be a finite number > 0 (or unset), got {value!r}."
   if v.init == "normal" and v.init_std is None:
     return "init_std", "must be set (> 0) for init=normal."
-  if not (_finite(v.init_gain) and v.init_gain > 0):
-    return "init_gain", f"must be a finite number > 0, got {v.init_gain!r}."
-  if v.activation not in ACTIVATIONS:
-    return "activation", f"must be one of {', '.join(ACTIVATIONS)}, got {v.activation!r}."
-  if v.loss not in losses.LOSSES:
-    return "loss", f"must be one of {', '.join(losses.LOSSES)}, got {v.loss!r}."
-  if not (_finite(v.lr) and v.lr > 0):
-    return "lr", f"must be a finite number > 0, got {v.lr!r}."
-  for name in ("weight_decay", "wd", "loss_threshold"):
-    value = getattr(v, name)
-    if not (_finite(value) and value >= 0):
-      return name, f"must be a finite number >= 0, got {value!r}."
-  if not (_finite(v.converge_tol) and v.converge_tol >= 0):
-    return "converge_tol", f"must be a finite number >= 0 (0: off), got {v.converge_tol!r}."
-  if not _is_int(v.converge_maxiter) or v.converge_maxiter < 1:
-    return "converge_maxiter", f"must be an integer >= 1, got {v.converge_maxiter!r}."
   if v.converge_tol > 0 and v.loss != "mse" and final_weight_decay(v) <= 0:
     return "converge_tol", (
       f"needs weight decay in the last training phase (weight_decay, or wd with wd_epochs): "
       f"with loss={v.loss} and none the training energy has no stationary point."
     )
-  if not (_finite(v.momentum) and 0 <= v.momentum < 1):
-    return "momentum", f"must be in [0, 1), got {v.momentum!r}."
-  if v.adaptive not in ADAPTIVE:
-    return "adaptive", f"must be one of {', '.join(ADAPTIVE)}, got {v.adaptive!r}."
-  if v.optimizer not in train.OPTIMIZERS:
-    return "optimizer", f"must be one of {', '.join(train.OPTIMIZERS)}, got {v.optimizer!r}."
   if v.optimizer == "adam" and v.momentum:
     return "momentum", "is a setting of optimizer=sgd; Adam keeps its own moments (leave it 0)."
-  if v.n_part_per_class is not None and not (
-    _is_int(v.n_part_per_class) and v.n_part_per_class >= 0
-  ):
-    return "n_part_per_class", f"must be an integer >= 0 (or unset), got {v.n_part_per_class!r}."
-  if not _is_int(v.pretrain_epochs) or v.pretrain_epochs < 0:
-    return "pretrain_epochs", f"must be an integer >= 0 (0: none), got {v.pretrain_epochs!r}."
-  if v.batch_size is not None and not (_is_int(v.batch_size) and v.batch_size >= 1):
-    return "batch_size", f"must be an integer >= 1 (or unset: full batch), got {v.batch_size!r}."
-  if not isinstance(v.subtract_mean, (bool, np.bool_)):
-    return "subtract_mean", f"must be True or False, got {v.subtract_mean!r}."
+  if settings:
+    defaults = {f.name: f.default for f in dataclasses.fields(VictimConfig)}
+    on = features(v)
+    for name, rule in RULES.items():
+      if rule.feature and not on[rule.feature][1] and not _same(getattr(v, name), defaults[name]):
+        return name, (
+          f"is a setting of {on[rule.feature][0]}, which is off here: it would be ignored "
+          f"(leave it at {defaults[name]!r})."
+        )
   return None
 
 
@@ -237,7 +284,7 @@ def validate(v: VictimConfig, checkpoint: str = "") -> None:
   :class:`~recon_jax.checkpoint.CheckpointError` naming that file: its
   metadata is at fault, not a setting.
   """
-  found = problem(v)
+  found = problem(v, settings=not checkpoint)
   if found is None:
     return
   field, message = found

@@ -177,7 +177,9 @@ def help_text(
     "",
     "flags:",
   ]
-  for name in ("config", "workdir", "overwrite", "resume", "verbose"):
+  standard = ("config", "workdir", "overwrite", "resume", "verbose")
+  own = [f.name for f in FLAGS.get_flags_for_module(sys.argv[0])] if sys.argv else []
+  for name in (*standard, *sorted(n for n in set(own) if n not in standard)):
     if name in FLAGS:
       f = FLAGS[name]
       body = textwrap.fill(

@@ -39,7 +39,7 @@ def job(cfg, workdir, *, variants="", draws=5, first_draw=0, resume=False, overw
     names = leakage_map.variants_of(cfg.map) if "map" in cfg else ["default"]
   configs = runner.check_efficacy(cfg, names, draws, first_draw)
   if resume:  # all checked before the workdir is touched, and only here
-    wd.check_resumable(cfg, workdir, "config.json", "efficacy")
+    runner.check_efficacy_resumable(cfg, workdir, names)
   workdir = wd.prepare(workdir, overwrite or resume)
   wd.lock(workdir)
   out = runner.run_efficacy(cfg, workdir, names, draws, first_draw, resume=resume, configs=configs)
@@ -60,13 +60,15 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("efficacy", "finetune")
+  # The harness's own flags first, so that --help lists them.
   flags.DEFINE_integer("draws", 5, "Data draws K (training images and victim re-drawn).")
   flags.DEFINE_integer("first_draw", 0, "Number of the first draw; draws are consecutive.")
   flags.DEFINE_string(
     "variants",
     "",
     "Comma-separated variants of the config to run on the same draws; the first is the "
-    "reference of the paired differences ('': the config's map cells, else default).",
+    "reference of the paired differences ('': the config's map cells, else default); each "
+    "at most once, and with --resume the same list as the run being resumed.",
   )
+  common.define_flags("efficacy", "finetune")
   common.run_main(main)

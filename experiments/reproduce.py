@@ -77,8 +77,8 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("reproduce", "default")
-  flags.DEFINE_string(
+  flags.DEFINE_string(  # before define_flags, so that --help lists it
     "only", "", "Comma-separated sections to run (default: all): " + ", ".join(SECTIONS) + "."
   )
+  common.define_flags("reproduce", "default")
   common.run_main(main)

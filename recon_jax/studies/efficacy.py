@@ -267,6 +267,19 @@ def variant_config(cfg, name: str):
   return out
 
 
+def setting_of(cfg, name: str, argument):
+  """Where the setting ``argument`` of variant ``name``'s job was written in the efficacy
+  config ``cfg``: ``variants.NAME.SETTING`` when the variant sets it, else ``base.SETTING``
+  (so an error names what the user wrote); None stays None."""
+  if not argument:
+    return argument
+  if argument.startswith(("base.", "variants.")):
+    return argument
+  if argument in _flat(cfg.variants[name]):
+    return f"variants.{name}.{argument}"
+  return f"base.{argument}"
+
+
 def _flat(overrides, prefix: str = "") -> dict:
   """``{dotted name: value}`` of overrides given as nested sections."""
   out = {}

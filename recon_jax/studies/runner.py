@@ -14,7 +14,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import workdir
+from recon_jax import rules, workdir
 from recon_jax.errors import ConfigError
 from recon_jax.job import pipeline, planning
 from recon_jax.job.run import STATE_FILE, begin, run_reconstruction
@@ -118,6 +118,19 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
   variants = list(variants)
   if not variants:
     raise ConfigError("variants must name at least one variant of the config.", "variants")
+  twice = sorted({v for v in variants if variants.count(v) > 1})
+  if twice:
+    raise ConfigError(
+      f"variants names {twice[0]!r} twice: each variant runs once on every draw (and the "
+      "first is the reference of the paired differences).",
+      "variants",
+    )
+  confidence = cfg.confidence
+  if not (rules.is_number(confidence) and 0 < confidence < 1):
+    raise ConfigError(
+      f"confidence must be a number in (0, 1) (0.95: 95% intervals), got {confidence!r}.",
+      "confidence",
+    )
   for name, value, low, high in (
     ("draws", draws, 1, MAX_DRAWS),
     ("first_draw", first_draw, 0, 2**31 - 1),
@@ -128,10 +141,30 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
     leakage_map.check(cfg.map, variants)
   configs = {v: efficacy.variant_config(cfg, v) for v in variants}
   for v, vcfg in configs.items():
-    planning.prepare(vcfg)
+    try:
+      planning.prepare(vcfg)
+    except ConfigError as e:  # name the setting where the user wrote it: the variant or the base
+      e.argument = efficacy.setting_of(cfg, v, e.argument)
+      raise
     if vcfg.x64 != cfg.base.x64:
       raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
   return configs
+
+
+def check_efficacy_resumable(cfg, path: str, variants) -> None:
+  """Refuses a resume of the harness in ``path`` unless its config.json is of ``cfg`` and of
+  the same variants, in the same order: a resume continues the finished variants' draws and
+  never drops one (metrics.json and results.md would lose it).  Nothing is written."""
+  workdir.check_resumable(cfg, path, "config.json", "efficacy")
+  stored = workdir.read_json(workdir.expand(path), "config.json") or {}
+  before = stored.get("variants")
+  if before is not None and list(before) != list(variants):
+    raise ConfigError(
+      f"variants={','.join(variants)} differs from the harness being resumed in {path}, "
+      f"which ran variants={','.join(before)}; resume with the same variants, or run the "
+      "others in another workdir (a resume never drops a finished variant).",
+      "variants",
+    )
 
 
 def run_efficacy(
@@ -149,7 +182,7 @@ def run_efficacy(
   if configs is None:
     configs = check_efficacy(cfg, variants, draws, first_draw)
     if resume:
-      workdir.check_resumable(cfg, path, "config.json", "efficacy")
+      check_efficacy_resumable(cfg, path, variants)
   workdir.write_config(
     path, cfg, study="efficacy", variants=list(variants), draws=draws, first_draw=first_draw
   )

@@ -89,7 +89,22 @@ def mix_grid(values: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0)):
 def make_x_init(
   scheme: str, *, m: int, input_shape, x_train=None, x_part=None, offset=0.0, dtype=jnp.float32
 ):
-  """x-initialisation by name (see module docstring); raises ValueError naming the scheme."""
+  """x-initialisation by name (see module docstring); ConfigError naming a bad argument
+  (the scheme, ``m``, ``input_shape``, or images of another shape)."""
+  from recon_jax import arguments
+
+  if scheme not in INIT_SCHEMES:
+    raise ConfigError(f"init must be one of {INIT_SCHEMES}, got {scheme!r}.", "init")
+  m = arguments.count("m", m)
+  input_shape = arguments.shape_of("input_shape", input_shape)
+  uses = {"ground_truth": ("x_train",), "partition": ("x_part",), "mix": ("x_train", "x_part")}
+  for name, x in (("x_train", x_train), ("x_part", x_part)):
+    if x is not None:  # empty only where the scheme does not read it (a blind attack's)
+      needed = name in uses.get(scheme, ())
+      arguments.array(
+        name, x, shape=(None, *input_shape), ndim=1 + len(input_shape), nonempty=needed
+      )
+  arguments.array("offset", offset, nonempty=False)
   if scheme == "gaussian":
     return gaussian(m, input_shape, dtype)
   if scheme == "uniform":

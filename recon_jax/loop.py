@@ -432,6 +432,86 @@ class AttackRun(NamedTuple):
   run_s: float
 
 
+def _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching) -> None:
+  """ConfigError naming the first argument of :func:`run_attack` it cannot run with."""
+  from recon_jax import arguments
+
+  if not isinstance(attack, Attack):
+    raise ConfigError(
+      f"attack must be an Attack (init, step, candidates), got {attack!r}.", "attack"
+    )
+  if not callable(x_init):
+    raise ConfigError("x_init must be a function (key, hparams) -> x0 (see make_x_init).", "x_init")
+  if not isinstance(target, Target):
+    raise ConfigError(
+      f"target must be a Target (see make_target), got {type(target).__name__}.", "target"
+    )
+  k = np.asarray(
+    jax.random.key_data(keys)
+    if jnp.issubdtype(jnp.asarray(keys).dtype, jax.dtypes.prng_key)
+    else keys
+  )
+  if k.ndim != 2 or k.shape[0] < 1:
+    raise ConfigError(
+      f"keys must be [R] PRNG keys (jax.random.split(key, R)), got shape {k.shape}.", "keys"
+    )
+  r = k.shape[0]
+  arguments.count("chunk_steps", chunk_steps)
+  if batching not in BATCHINGS:
+    raise ConfigError(f"batching must be one of {BATCHINGS}, got {batching!r}.", "batching")
+  if isinstance(stages, (str, bytes)) or not hasattr(stages, "__len__") or not len(stages):
+    raise ConfigError("stages must be a non-empty list of (steps, hparams).", "stages")
+  for i, stage in enumerate(stages):
+    if not (isinstance(stage, (tuple, list)) and len(stage) == 2):
+      raise ConfigError(f"stages[{i}] must be (steps, hparams), got {stage!r}.", "stages")
+    steps, hp = stage
+    arguments.count(f"stages[{i}] steps", steps, low=0)
+    if not hasattr(hp, "items"):
+      raise ConfigError(f"stages[{i}] hparams must be a dict of [R] arrays.", "stages")
+    for name, v in hp.items():
+      a = np.asarray(v)
+      if a.shape != (r,):
+        raise ConfigError(
+          f"stages[{i}] hparams[{name!r}] must have one value per restart ([{r}], as keys), "
+          f"got shape {a.shape}.",
+          "stages",
+        )
+      if np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
+        raise ConfigError(f"stages[{i}] hparams[{name!r}] holds NaN or infinite values.", "stages")
+  h0 = {name: np.asarray(v)[0] for name, v in stages[0][1].items()}
+  key0 = jnp.asarray(keys)[0]
+  try:
+    x0 = jax.eval_shape(lambda: x_init(key0, h0))
+  except ConfigError:
+    raise
+  except Exception as e:  # noqa: BLE001 (the user's function: named, with its own error)
+    raise ConfigError(f"x_init(key, hparams) fails: {type(e).__name__}: {e}", "x_init") from None
+  m = int(np.shape(target.labels)[0]) if np.ndim(target.labels) else None
+  if m is not None and (not x0.shape or x0.shape[0] != m):
+    raise ConfigError(
+      f"x_init makes candidates of shape {x0.shape}; the target's labels are for {m} "
+      "candidates (the first axis).",
+      "x_init",
+    )
+  if attack.prepare is None:  # an abstract first step: the candidates must fit the network
+
+    def first_step():
+      state = init_one(attack, x_init, key0, h0, target)
+      return attack.step(state.inner, h0, target)
+
+    try:
+      jax.eval_shape(first_step)
+    except ConfigError:
+      raise
+    except Exception as e:  # noqa: BLE001 (flax's shape errors, named as the argument)
+      first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+      raise ConfigError(
+        f"x_init's candidates of shape {x0.shape[1:]} do not fit the attack's network or "
+        f"target ({type(e).__name__}: {first[:200]}).",
+        "x_init",
+      ) from None
+
+
 def run_attack(
   attack: Attack,
   x_init,
@@ -458,6 +538,7 @@ def run_attack(
       that file (None: never saved).
     log: one log line per chunk.
   """
+  _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching)
   state0, chunks, sf = None, [], state_file
   if sf is not None and sf.resume:
     state0, chunks, _ = resume_state(sf.path, attack, x_init, keys, stages[0][1], target, batching)

@@ -69,7 +69,16 @@ def check_hparams(hparams: Mapping) -> None:
 def random_search(seed: int, num: int, ranges: Mapping[str, Range], dtype=np.float32):
   """``num`` independent draws from ``ranges`` (log- or linear-uniform)."""
   if isinstance(num, bool) or not isinstance(num, (int, np.integer)) or num <= 0:
-    raise ConfigError(f"num_restarts must be an integer > 0, got {num!r}.")
+    raise ConfigError(f"num_restarts must be an integer > 0, got {num!r}.", "num")
+  if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    raise ConfigError(f"seed must be an integer >= 0, got {seed!r}.", "seed")
+  if not isinstance(ranges, Mapping) or not ranges:
+    raise ConfigError(
+      f"ranges must be a non-empty mapping name -> (lo, hi, kind), got {ranges!r}.", "ranges"
+    )
+  for name, rng in ranges.items():
+    if not (isinstance(rng, (tuple, list)) and len(rng) == 3):
+      raise ConfigError(f"{name}: a range is (lo, hi, 'log'|'lin'), got {rng!r}.", name)
   rng = np.random.default_rng(seed)
   out = {}
   for name in sorted(ranges):

@@ -243,6 +243,55 @@ def flat_family(
 FLOOR = 1e-14
 
 
+def _check_arguments(
+  apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
+):
+  """ConfigError naming the first argument of :func:`identifiability` it cannot run with."""
+  from recon_jax import arguments, losses
+  from recon_jax.errors import ConfigError
+
+  if problem not in losses.PROBLEMS:
+    raise ConfigError(f"problem must be one of {losses.PROBLEMS}, got {problem!r}.", "problem")
+  arguments.finite_tree("params", params)
+  x = arguments.array("x_train", x_train, min_ndim=2)
+  arguments.array("y_train", y_train, ndim=1, shape=(len(x),))
+  shape = x.shape[1:]
+  c = arguments.array(  # no restarts at all (an attack without a search) is allowed
+    "candidates",
+    candidates,
+    ndim=2 + len(shape),
+    shape=(None, None, *shape),
+    finite=False,
+    nonempty=False,
+  )
+  r, m = c.shape[:2]
+  arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False, nonempty=False)
+  lab = arguments.array("labels", labels, ndim=1, shape=(m,) if r else None)
+  if diverged is not None:
+    arguments.array("diverged", diverged, ndim=1, shape=(r,))
+  try:
+    outputs = int(np.shape(apply_fn(params, x[:1], None))[-1])
+  except Exception as e:  # noqa: BLE001 (a flax shape error, named as the argument it is)
+    raise ConfigError(
+      f"x_train of shape {x.shape[1:]} does not fit the network's input ({type(e).__name__}).",
+      "x_train",
+    ) from None
+  if problem == "multiclass":
+    classes = np.concatenate([lab, np.asarray(y_train)])
+    if outputs < 2 or not np.all(
+      (classes >= 0) & (classes < outputs) & (classes == np.round(classes))
+    ):
+      raise ConfigError(
+        f"problem=multiclass needs class indices in [0, {outputs}) for this network's "
+        f"{outputs} output(s); the labels hold {sorted(set(classes.tolist()))[:5]}.",
+        "problem",
+      )
+  elif problem == "binary" and outputs != 1:
+    raise ConfigError(
+      f"problem=binary needs a one-output network; this one has {outputs} outputs.", "problem"
+    )
+
+
 def identifiability(
   apply_fn,
   problem: str,
@@ -281,6 +330,9 @@ def identifiability(
     ``family`` (:func:`flat_family`) and ``cost_s``.
   """
   t0 = time.time()
+  _check_arguments(
+    apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
+  )
   reference = params if reference is None else reference
   cands = np.asarray(candidates)
   r, m = cands.shape[:2]

@@ -53,8 +53,25 @@ def evaluate_candidates(
     ``per_restart`` and ``selection`` entries, plus the EvalResult under
     ``_result`` (not serialisable; pop it before writing JSON).
   """
-  cands = np.asarray(cands)
+  from recon_jax import arguments
+  from recon_jax.errors import ConfigError
+
+  img = tuple(np.shape(ds.x_train)[1:])
+  cands = arguments.array("cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False)
   r, m = cands.shape[:2]
+  arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False)
+  arguments.array("final_loss", final_loss, shape=(r,), ndim=1, finite=False)
+  if ssim_threshold is not None:
+    arguments.number("ssim_threshold", ssim_threshold, 0, 1)
+    if ssim_threshold <= 0:
+      raise ConfigError(
+        f"ssim_threshold must be in (0, 1], got {ssim_threshold!r}.", "ssim_threshold"
+      )
+  if filter_size is not None:
+    arguments.count("filter_size", filter_size)
+  arguments.count("seed", seed, low=0)
+  if len(ds.x_train) == 0:
+    raise ConfigError("ds has no training images to score the candidates against.", "ds")
   img_shape = cands.shape[2:]
   height = img_shape[0]
   thr = ssim_threshold if ssim_threshold is not None else images.strict_threshold_for(height)

@@ -39,6 +39,18 @@ def make_target(
     box: (lo, hi) pixel range of the data; None: no box (the 2-D toy).
     dtype: float dtype (default :func:`float_dtype`).
   """
+  from recon_jax import arguments
+
+  arguments.finite_tree("params", params)
+  arguments.array("labels", labels, ndim=1)
+  if mean is not None:
+    arguments.array("mean", mean)
+  if box is not None:
+    if not (isinstance(box, (tuple, list)) and len(box) == 2):
+      raise ConfigError(f"box must be (lo, hi) or None, got {box!r}.", "box")
+    lo, hi = (arguments.number("box", v) for v in box)
+    if not lo < hi:
+      raise ConfigError(f"box must be (lo, hi) with lo < hi, got {box!r}.", "box")
   dtype = dtype or float_dtype()
   params = cast_params(params, dtype)
   labels = jnp.asarray(labels)

@@ -173,12 +173,21 @@ def restart_sharding(num_restarts: int):
 MAX_CHUNK_S = 20.0
 
 
+# Chunks of at least this many steps start with a probe of an eighth of a chunk: the first
+# chunk also compiles, and on a large network (a CNN on a CPU) a whole one can run for
+# minutes before the host hears Ctrl-C or can say how long the rest will take.
+PROBE_FROM_STEPS = 500
+
+
 def _chunk_length(chunk_steps: int, rate: Optional[float], max_s: Optional[float]) -> int:
   """``chunk_steps``, halved until a chunk runs within ``max_s`` at ``rate`` steps per
-  second (unknown before the first chunk)."""
+  second; before the first chunk (``rate`` unknown) an eighth of a long chunk, a length the
+  halving reaches too, so a slow network compiles no extra program."""
   n = int(chunk_steps)
-  if rate is None or not max_s:
+  if not max_s:
     return n
+  if rate is None:
+    return max(n // 8, 1) if n >= PROBE_FROM_STEPS else n
   while n > 1 and n / rate > max_s:
     n //= 2
   return n

@@ -356,3 +356,17 @@ def test_resume_continues_to_the_same_result(kkt_full):
   again = loop.run_stages(attack, x_init, KEYS, [(20, hp)], target, state=resumed.state, log=False)
   assert again.history == []
   _states_equal(again.state, keep)
+
+
+def test_chunks_are_sized_so_the_host_answers_within_seconds():
+  """A long chunk starts with a probe of an eighth (the first chunk also compiles); once the
+  rate is known, chunks are halved until one runs within max_s, and the halving reaches the
+  probe's length, so a slow network compiles no program beyond the probe's."""
+  from recon_jax.loop import _chunk_length
+
+  assert _chunk_length(1000, None, 20.0) == 125
+  assert _chunk_length(240, None, 20.0) == 240  # short chunks: no probe
+  assert _chunk_length(1000, None, None) == 1000  # no limit asked
+  assert _chunk_length(1000, 20.0, 20.0) == 250  # 50 s at 20 steps/s: halved twice
+  assert _chunk_length(1000, 1000.0, 20.0) == 1000
+  assert _chunk_length(1000, 0.5, 20.0) == 7

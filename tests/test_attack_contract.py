@@ -115,7 +115,15 @@ def _setup(name, overrides, problem):
   return cfg, attack, x_init, keys, hp, target, m
 
 
-@pytest.mark.parametrize("name, overrides", CASES, ids=[f"{n}{sorted(o)}" for n, o in CASES])
+def _slow(name, overrides):  # the cases whose programs take longest to compile
+  return name == "bilevel" or overrides.get("search") == "lm" or "split_every" in overrides
+
+
+@pytest.mark.parametrize(
+  "name, overrides",
+  [pytest.param(n, o, marks=pytest.mark.slow) if _slow(n, o) else (n, o) for n, o in CASES],
+  ids=[f"{n}{sorted(o)}" for n, o in CASES],
+)
 def test_attack_contract(name, overrides, problem):
   cfg, attack, x_init, keys, hp, target, m = _setup(name, overrides, problem)
   one = jax.tree_util.tree_map(lambda a: a[0], hp)

@@ -740,6 +740,7 @@ def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_
     assert (workdir / name).is_file(), name
 
 
+@pytest.mark.slow
 def test_untrained_victim_is_written_with_a_warning(tmp_path, capsys):
   cfg = _config(T, "tiny", UNTRAINED)
   m = T.job(cfg, str(tmp_path / "v"))
@@ -758,6 +759,7 @@ def test_victim_training_that_diverges_names_the_learning_rate(tmp_path, capsys)
   assert (tmp_path / "v" / "victim_last_finite.msgpack").is_file()
 
 
+@pytest.mark.slow
 def test_a_diverging_overwrite_leaves_no_earlier_victim_beside_its_config(tmp_path, capsys):
   work = tmp_path / "v"
   good = _config(T, "tiny", {"victim.epochs": 20, "chunk_epochs": 20})

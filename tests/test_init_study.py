@@ -210,6 +210,7 @@ def test_bad_settings_refused_before_anything_is_written(tmp_path, name, value):
   assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.slow
 def test_command_line_names_the_setting(tmp_path):
   """The one command-line smoke test: a bad setting is one error line naming --config.X."""
   proc = subprocess.run(

@@ -123,6 +123,7 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
   assert m_full["final_stat_rel"] == m_res["final_stat_rel"]
 
 
+@pytest.mark.slow
 def test_resume_refuses_other_config(uninterrupted, capsys):
   tmp, cache = uninterrupted
   (tmp / "full" / "state.msgpack").write_bytes(b"")  # a resume checks the config first
@@ -135,6 +136,7 @@ def test_resume_refuses_other_config(uninterrupted, capsys):
   assert "\n" not in line
 
 
+@pytest.mark.slow
 def test_config_json_records_the_environment(uninterrupted):
   tmp, _ = uninterrupted
   cfg = json.loads((tmp / "full" / "config.json").read_text())

@@ -154,6 +154,7 @@ def test_sharded_run_uses_four_devices(single_process):
   assert info["collectives"] == {"vmap": 0, "map": 0}, info["collectives"]
 
 
+@pytest.mark.slow
 def test_sharded_equals_single_device(single_process):
   _, arr = single_process
   assert np.all(arr["sharded_step"] == 12) and np.all(arr["single_step"] == 12)

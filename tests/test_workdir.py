@@ -103,6 +103,7 @@ def test_a_workdir_in_use_is_refused_and_a_stale_lock_taken_over(tmp_path):
   assert wd.prepare(str(tmp_path)) == str(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_library_run_opens_its_folder_as_the_binary_does(tmp_path):
   """run_reconstruction creates a missing folder, and refuses (one line, nothing written) a
   folder that is not empty, a path that is a file, or no path at all."""

@@ -111,3 +111,19 @@ def fast_compile_module():
   """:func:`fast_compile` for a whole test module (``pytestmark = usefixtures(...)``)."""
   with fast_compile():
     yield
+
+
+def reference_layout_safetensors(path, d, widths=(32, 32), seed=0):
+  """A ReLU MLP file in Haim et al.'s NeuralNetwork layout (PyTorch names, bias in the first
+  layer only), written with numpy as a user's own model; returns its tensors."""
+  import numpy as np
+  from safetensors.numpy import save_file
+
+  rng = np.random.default_rng(seed)
+  dims = (d, *widths, 1)
+  tensors = {}
+  for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    tensors[f"layers.{i}.weight"] = (rng.normal(size=(b, a)) / np.sqrt(a)).astype(np.float32)
+  tensors["layers.0.bias"] = (0.1 * rng.normal(size=widths[0])).astype(np.float32)
+  save_file(tensors, str(path))
+  return tensors

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+from conftest import reference_layout_safetensors
 import jax
 import numpy as np
 import pytest
@@ -42,20 +43,6 @@ def _refused(config, name, explicit=()):
     planning.prepare(JobConfig.of(config), explicit=explicit)
   assert e.value.argument == name, (name, str(e.value))
   return str(e.value)
-
-
-def _safetensors(path, d=64, widths=(32, 32)):
-  """A ReLU MLP in PyTorch's layout (as a user's own model file), for the digits' 8x8 inputs."""
-  from safetensors.numpy import save_file
-
-  rng = np.random.default_rng(0)
-  dims = (d, *widths, 1)
-  tensors = {}
-  for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-    tensors[f"layers.{i}.weight"] = (rng.normal(size=(b, a)) / np.sqrt(a)).astype(np.float32)
-  tensors["layers.0.bias"] = (0.1 * rng.normal(size=widths[0])).astype(np.float32)
-  save_file(tensors, str(path))
-  return str(path)
 
 
 # ----------------------------------------------------------------------------- the registry
@@ -119,7 +106,8 @@ def test_a_wrongly_typed_setting_is_refused_naming_it(name, rule, default):
 
 # What turns each feature off, from the tiny preset (a test fails when a new feature lacks it).
 def _features_off(tmp_path):
-  model = _safetensors(tmp_path / "model.safetensors")
+  model = str(tmp_path / "model.safetensors")
+  reference_layout_safetensors(model, d=64)
   return {
     "search": {"attack": "weights"},
     "first_order": {"attack": "weights"},
@@ -250,7 +238,8 @@ def test_presets_still_pass_their_checks():
 
 
 def test_an_imported_model_refuses_the_recipe_it_would_ignore(tmp_path):
-  model = _safetensors(tmp_path / "model.safetensors")
+  model = str(tmp_path / "model.safetensors")
+  reference_layout_safetensors(model, d=64)
   planning.prepare(JobConfig.of(_tiny(checkpoint=model)))  # the preset's recipe: accepted
   _refused(_tiny(checkpoint=model, victim={"activation": "softplus"}), "victim.activation")
   _refused(_tiny(checkpoint=model, victim={"widths": (64, 64)}), "victim.widths")

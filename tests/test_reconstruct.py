@@ -3,7 +3,7 @@
 import json
 import os
 
-from conftest import fast_compile
+from conftest import fast_compile, reference_layout_safetensors
 from flax import serialization
 import numpy as np
 import pytest
@@ -139,22 +139,8 @@ def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
     reconstruct.run(_tiny(seed=3), str(tmp_path), resume=True)
 
 
-def _reference_layout_safetensors(path, d, widths=(32, 32), seed=0):
-  """Haim et al.'s NeuralNetwork layout (bias in the first layer only), written with numpy."""
-  from safetensors.numpy import save_file
-
-  rng = np.random.default_rng(seed)
-  dims = (d, *widths, 1)
-  tensors = {}
-  for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-    tensors[f"layers.{i}.weight"] = (rng.normal(size=(b, a)) / np.sqrt(a)).astype(np.float32)
-  tensors["layers.0.bias"] = (0.1 * rng.normal(size=widths[0])).astype(np.float32)
-  save_file(tensors, str(path))
-  return tensors
-
-
 def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path):
-  tensors = _reference_layout_safetensors(tmp_path / "model.safetensors", d=64)
+  tensors = reference_layout_safetensors(tmp_path / "model.safetensors", d=64)
   mean = np.full((8, 8, 1), 0.25, np.float32)
   np.save(tmp_path / "mean.npy", mean)
   cfg = _tiny(checkpoint=str(tmp_path / "model.safetensors"), steps=10)
@@ -184,7 +170,7 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
 
 
 def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
-  _reference_layout_safetensors(tmp_path / "model.safetensors", d=48)
+  reference_layout_safetensors(tmp_path / "model.safetensors", d=48)
   with pytest.raises(ValueError, match="model.safetensors"):
     reconstruct.run(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Optional
 
+from absl import logging
 import jax
 import jax.flatten_util
 import jax.numpy as jnp
@@ -49,6 +50,7 @@ MAX_BYTES = 4 * 2**30
 # The witness's linear program stops after this long (no witness then: the family is not
 # confirmed, and the report says the program ran out of time).
 LP_TIME_LIMIT_S = 60.0
+PROGRESS_S = 30.0  # the longest the scoring of the restarts goes without a log line
 
 
 def matrix_bytes(params, n: int, num_outputs: int = 1) -> int:
@@ -344,6 +346,7 @@ def identifiability(
   labels = np.asarray(labels)
   k = min(n, m)
   per_restart = []
+  shown = time.time()
   for i in range(r):
     if diverged[i]:
       per_restart.append(None)
@@ -351,6 +354,15 @@ def identifiability(
     idx = top_n(weights[i], k)
     fit = diagnostics.stationarity_fit(cols, problem, reference, cands[i, idx], labels[idx])
     per_restart.append(fit["residual_rel"])
+    if time.time() - shown > PROGRESS_S:  # a line at least every PROGRESS_S seconds
+      shown = time.time()
+      left = (shown - t0) / (i + 1) * (r - i - 1)
+      logging.info("identifiability: %d of %d restarts scored (about %.0fs left)", i + 1, r, left)
+  logging.info(
+    "identifiability: the training set and %d restarts scored in %.0fs; the flat family next",
+    r,
+    time.time() - t0,
+  )
   done = [v for v in per_restart if v is not None]
   out = {
     "truth_residual": truth["residual_rel"],

@@ -26,6 +26,7 @@ import functools
 import time
 from typing import Any, NamedTuple, Optional, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -358,6 +359,7 @@ def identification_report(
     t = time.time()
     scores[name] = np.asarray(fn(), np.float64).reshape(-1)
     timing[name] = time.time() - t
+    logging.info("attacker's scores: %s in %.0fs (%.0fs so far)", name, timing[name], t - t_all)
 
   if n_pool == 0:
     skipped.update({name: "every restart diverged" for name in SCORES})

@@ -328,7 +328,8 @@ def test_commands_modules_and_links_exist(name):
 # Documents whose flags, presets and variants are checked too (docs/bad_input.md names bad
 # flags on purpose; CHANGELOG.md names the flags that were renamed).
 FLAG_DOCUMENTS = [README, "BUILD.md", "RESULTS.md"] + [
-  f"docs/{n}.md" for n in ("evaluation", "identifiability", "findings", "papers", "data_formats")
+  f"docs/{n}.md"
+  for n in ("evaluation", "identifiability", "findings", "papers", "data_formats", "leakage")
 ]
 
 

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax import diagnostics
 from recon_jax.errors import ConfigError
 from recon_jax.types import Span, Target
 
@@ -89,6 +90,7 @@ def first_layer_kernel(params) -> np.ndarray:
   return kernel
 
 
+@diagnostics.one_blas_thread
 def span_basis(params, rel_tol: float = 0.0, n: Optional[int] = None):
   """Orthonormal [d, k] basis of the span of the first layer's weight vectors, and how.
 

@@ -141,6 +141,7 @@ def _svd_rank(a, rel_tol: float):
   return (int(np.sum(sv > rel_tol * sv[0])) if sv.size and sv[0] > 0 else 0), u
 
 
+@diagnostics.one_blas_thread
 def flat_family(
   problem: str,
   params,

@@ -63,3 +63,17 @@ def test_float32_floor_warning():
   assert diagnostics.float32_floor_warning(collapsed, np.float32) is None
   nan = [{"loss": np.array([np.nan])}] * 4
   assert diagnostics.float32_floor_warning(nan, np.float32) is None
+
+
+def test_host_linear_algebra_runs_on_one_blas_thread():
+  """Beside XLA's threads a BLAS pool of several threads spun against them (a 0.15 s fit took
+  13-25 s): the wrapped functions see one thread, and the caller's setting comes back."""
+  from threadpoolctl import threadpool_info
+
+  from recon_jax.diagnostics import one_blas_thread
+
+  blas = lambda: [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+  before = blas()
+  inside = one_blas_thread(blas)()
+  assert inside and all(n == 1 for n in inside)
+  assert blas() == before

@@ -70,7 +70,7 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
 
   import recon_jax
   from recon_jax.attacks import span
-  from recon_jax.victims import loading, models
+  from recon_jax.victims import loading, models, victim
 
   cfg = recon_jax.VictimConfig(
     arch="mlp",
@@ -82,16 +82,7 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
     lr=0.01,
     epochs=2000,
   )
-  module = models.build_model(
-    cfg.arch,
-    widths=cfg.widths,
-    bias=cfg.bias,
-    init=cfg.init,
-    init_std=cfg.init_std,
-    first_layer_std=cfg.first_layer_std,
-    activation=cfg.activation,
-    init_gain=cfg.init_gain,
-  )
+  module = victim.module_for(cfg, 1)  # one output: the binary problem
   theta_0 = common.init_params(module, IMAGE, seed)
   rng = np.random.default_rng(seed)
   pixels = rng.uniform(0.0, 1.0, (n, math.prod(IMAGE)))

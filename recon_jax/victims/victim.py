@@ -125,11 +125,11 @@ def out_dim(cfg: VictimConfig, ds: data.Dataset) -> int:
   return losses.num_outputs(cfg.loss, ds.num_classes)
 
 
-def build(cfg: VictimConfig, ds: data.Dataset):
-  """(module, apply_fn) for ``cfg`` on data ``ds``."""
-  module = models.build_model(
+def module_for(cfg: VictimConfig, out_dim: int):
+  """The network of recipe ``cfg`` with ``out_dim`` outputs (a flax module)."""
+  return models.build_model(
     cfg.arch,
-    out_dim=out_dim(cfg, ds),
+    out_dim=out_dim,
     widths=cfg.widths,
     bias=cfg.bias,
     init=cfg.init,
@@ -138,6 +138,11 @@ def build(cfg: VictimConfig, ds: data.Dataset):
     activation=cfg.activation,
     init_gain=cfg.init_gain,
   )
+
+
+def build(cfg: VictimConfig, ds: data.Dataset):
+  """(module, apply_fn) for ``cfg`` on data ``ds``."""
+  module = module_for(cfg, out_dim(cfg, ds))
   return module, models.make_apply_fn(module)
 
 

@@ -22,6 +22,9 @@ CRITERIA = {
   "leak": "the interval of (strict pooled - the best baseline's strict count) per draw lies "
   "above 0; best baseline: held-out images or the mean image scored as reconstructions",
   "leak_quarter": "leak, and the mean strict pooled count >= n/4",
+  "leak_most": "leak, and the mean strict pooled count >= 0.9 n (18 of 20)",
+  "selected_most": "leak with the attacker-selected restart's strict count, and its mean "
+  ">= 0.75 n (15 of 20)",
   "selected_leak": "leak, with the attacker-selected restart's strict count",
   "all_leak": "leak for every run",
   "n_trend": "the interval of (strict fraction at the smallest n - at the largest) per draw "
@@ -29,6 +32,8 @@ CRITERIA = {
   "lower_with_signal": "the intervals of (base - Kaiming) SSIM > 0.4 counts and of (Kaiming "
   "SSIM > 0.4 - its best baseline's) per draw both lie above 0",
   "fewer": "the interval of (KKT - baseline attack) strict pooled per draw lies above 0",
+  "known_theta0": "the interval of (strict pooled with theta_0 known - with theta* alone) per "
+  "draw lies above 0, on the same victims",
   "findings": "the init study's own criterion holds in every one of >= 3 seeds",
   "identifiable": "on every draw the training set fits the stationarity equations at least "
   "as well as the attack's best restart (identifiability ratio >= 1) and no flat family of "
@@ -67,6 +72,10 @@ SECTIONS = {
   "identifiability": (
     "8. Identifiability: does the stationarity objective single out the training set?",
     ("main_faces", "main_faces_wd"),
+  ),
+  "leakage": (
+    "9. Leakage with a known theta_0: a model fine-tuned from weights the attacker knows",
+    ("finetune", "finetune_blind"),
   ),
 }
 # The papers' claims, fixed before any run: (section, criterion (CRITERIA), the runs it
@@ -191,7 +200,48 @@ CLAIMS = (
     "{ds}: the KKT attack started from disjoint partition images (Runkel's setting) vs from noise",
     "argued, no number",
   ),
+  # Fixed in the leakage issue before its runs: a fine-tuned model whose theta_0 is known.
+  (
+    "leakage",
+    "leak_most",
+    ("finetune",),
+    "{ds}, fine-tuned from a theta_0 the attacker knows: the attack recovers most of the "
+    "training set",
+    "most of MNIST n = 200 at width 2048 (Loo et al. 2024)",
+  ),
+  (
+    "leakage",
+    "selected_most",
+    ("finetune",),
+    "{ds}, as above: the attacker's own pick (no ground truth) recovers most of them",
+    "not reported",
+  ),
+  (
+    "leakage",
+    "identifiable",
+    ("finetune",),
+    "{ds}, as above: the training set is what fits theta* - theta_0 best",
+    "the span of the first layer's change (Tansley et al. 2026)",
+  ),
+  (
+    "leakage",
+    "known_theta0",
+    ("finetune", "finetune_blind"),
+    "{ds}, the same victims: knowing theta_0 is what makes them leak (Haim et al.'s attack on "
+    "theta* alone recovers fewer)",
+    "argued, no number",
+  ),
 )
+
+
+# The leak criteria: (the count they read, the share of n its mean must reach (0: none)).
+LEAKS = {
+  "leak": ("strict_pooled", 0.0),
+  "leak_quarter": ("strict_pooled", 0.25),
+  "leak_most": ("strict_pooled", 0.9),
+  "selected_leak": ("strict_selected", 0.0),
+  "selected_most": ("strict_selected", 0.75),
+}
 
 
 def interval(values: Sequence[float], conf: float = 0.95, bounds=None) -> dict:
@@ -225,7 +275,9 @@ def paired(a: Sequence[float], b: Sequence[float], conf: float, n=None) -> dict:
   return interval([x - y for x, y in zip(a, b)], conf, None if n is None else (-n, n))
 
 
-def _leak(m: Mapping, conf: float, key: str = "strict_pooled", quarter: bool = False) -> dict:
+def _leak(m: Mapping, conf: float, key: str = "strict_pooled", share: float = 0.0) -> dict:
+  """Leak: the count ``key`` above the best baseline per draw; with ``share``, its mean also
+  at least ``share`` x n."""
   n = m["n_train"]
   d = paired(per_draw(m, key), best_baseline(m), conf, n)
   a = interval(per_draw(m, key), conf, (0, n))
@@ -233,8 +285,8 @@ def _leak(m: Mapping, conf: float, key: str = "strict_pooled", quarter: bool = F
   return dict(
     attack=f"{key.replace('_', ' ')} {fmt(a)} of {n}",
     baselines=f"held-out {base('heldout')}, mean image {base('mean')}",
-    statistic=f"minus best baseline {fmt(d)}" + (f"; n/4 = {n / 4:g}" if quarter else ""),
-    verdict=_yes(d, *([bool(a["mean"] >= n / 4)] if quarter else [])),
+    statistic=f"minus best baseline {fmt(d)}" + (f"; {share:g} n = {share * n:g}" if share else ""),
+    verdict=_yes(d, *([bool(a["mean"] >= share * n)] if share else [])),
   )
 
 
@@ -266,7 +318,10 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
   """
   e = lambda **k: [dict(dict(attack="-", baselines="-", statistic="-"), **k)]
   pooled = lambda m, per_n=False: per_draw(m, "strict_pooled", per_n)
-  if kind in ("fewer", "partition", "lower_with_signal") and rs[0]["draws"] != rs[1]["draws"]:
+  if (
+    kind in ("fewer", "partition", "known_theta0", "lower_with_signal")
+    and rs[0]["draws"] != rs[1]["draws"]
+  ):
     raise ValueError(f"paired runs on different draws: {rs[0]['draws']} vs {rs[1]['draws']}")
   if kind == "toy":
     n, med = rs[0][0]["n_train"], lambda k: statistics.median(m[k] for m in rs[0])
@@ -279,9 +334,9 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       statistic=f"median {med('recovered'):g}; 0.9 n = {0.9 * n:g}",
       verdict="too few seeds" if len(rs[0]) < 3 else _yes(med("recovered") >= 0.9 * n),
     )
-  if kind in ("leak", "leak_quarter", "selected_leak"):
-    key = "strict_selected" if kind == "selected_leak" else "strict_pooled"
-    return [_leak(rs[0], conf, key, kind == "leak_quarter")]
+  if kind in LEAKS:
+    key, share = LEAKS[kind]
+    return [_leak(rs[0], conf, key, share)]
   if kind == "all_leak":
     rows = [_leak(m, conf) for m in rs]
     return e(
@@ -300,7 +355,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       statistic=f"smallest - largest n: {fmt(d, 2)}",
       verdict=_yes(d),
     )
-  if kind in ("fewer", "partition"):
+  if kind in ("fewer", "partition", "known_theta0"):
     d = paired(pooled(rs[0]), pooled(rs[1]), conf)
     a, b = (fmt(interval(pooled(m), conf)) for m in rs)
     if kind == "partition":
@@ -309,6 +364,13 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
         baselines=f"from noise {b}",
         statistic=f"partition - noise {fmt(d)}",
         verdict=NEW,
+      )
+    if kind == "known_theta0":
+      return e(
+        attack=f"theta_0 known {a}",
+        baselines=f"theta* alone {b}",
+        statistic=f"known - theta* alone {fmt(d)}",
+        verdict=_yes(d),
       )
     return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=_yes(d))
   if kind == "lower_with_signal":

@@ -85,6 +85,23 @@ def test_paired_trend_and_signal_criteria():
   assert one("pick_rate", eff([1] * 4), eff([1] * 2))["attack"] == ("the same restart in 3/6 draws")
 
 
+def test_leakage_criteria_most_selected_most_and_known_theta0():
+  # 18 of 20 on average and above the baseline on every draw: most
+  assert one("leak_most", eff([18, 19, 17, 18, 18]))["verdict"] == "yes"
+  assert one("leak_most", eff([17, 18, 17, 18, 17]))["verdict"] == "no"  # mean 17.4 < 18
+  assert "0.9 n = 18" in one("leak_most", eff([18] * 5))["statistic"]
+  # the attacker-selected count, not the pooled one, must reach 15 of 20
+  picked = eff([20] * 5, strict_selected=[15, 16, 15, 14, 16])
+  assert one("selected_most", picked)["verdict"] == "yes"
+  assert one("selected_most", eff([20] * 5, strict_selected=[14] * 5))["verdict"] == "no"
+  known, blind = eff([16, 17, 15, 18, 16]), eff([0, 1, 0, 0, 1])
+  row = one("known_theta0", known, blind)
+  assert row["verdict"] == "yes" and "known - theta* alone 16.0 [" in row["statistic"]
+  assert one("known_theta0", blind, known)["verdict"] == "no"
+  with pytest.raises(ValueError, match="different draws"):
+    one("known_theta0", known, eff([0, 0]))
+
+
 def test_identifiable_needs_the_truth_best_and_no_flat_family_on_every_draw():
   ratios = [1.5, 2.0, 1.0, 3.0, 1.2]
   logs = [float(__import__("math").log10(r)) for r in ratios]

@@ -23,6 +23,7 @@ The claims, their sections and criteria are fixed in ``reproduction.claims``.
 
 import ml_collections
 
+from experiments.configs.efficacy import FINETUNE_VARIANTS, QUICK_BASE
 from reproduction.claims import SECTIONS
 
 SCALES = ("quick", "default", "paper")
@@ -94,6 +95,14 @@ def _runs(scale: str) -> dict:
       },
     )
   base_preset, base_victim = abl
+  # A model fine-tuned from a theta_0 the attacker knows (the finetune preset's own budget;
+  # quick: the leakage map's quick victim), and the same victims attacked from theta* alone.
+  tune = {k: v for k, v in QUICK_BASE.items() if k != "victim"} if scale == "quick" else {}
+  keep = ("dataset", "n_per_class", "widths", "lr", "epochs")  # the rest is the preset's
+  tune_victim = {k: QUICK_BASE["victim"][k] for k in keep} if scale == "quick" else {}
+  if scale == "paper":
+    tune_victim = {"dataset": "cifar10", "n_per_class": 50}
+  blind = FINETUNE_VARIANTS["unknown_init"]
   runs = {
     "toy": _run("toy_2d", toy),
     "main_faces": _recon(faces[0], attack, faces[1]),
@@ -115,6 +124,8 @@ def _runs(scale: str) -> dict:
     ),
     "partition_init": _recon(faces[0], attack, faces[1], init="partition"),
     "init_study": _run("init_study", init[0], **init[1]),
+    "finetune": _recon("finetune", tune, tune_victim),
+    "finetune_blind": _recon("finetune", tune, tune_victim, **blind),
   }
   if scale == "default":  # n_per_class 25 is main_digits' victim: one run
     runs["abl_n_large"] = runs["main_digits"]

@@ -16,7 +16,8 @@ no evidence or cannot tell, with the reason.  Exit codes as experiments.reconstr
 
 from absl import flags
 
-from experiments import common, reconstruct
+from experiments import configs, reconstruct
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 # The library's names of the audit's settings (errors name the library's).
@@ -43,7 +44,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
     settings = audit_job(Audit(**fields), JobConfig(**cfg.job))
     return reconstruct.job(settings, workdir, resume=resume, overwrite=overwrite)
   except Error as e:  # name the audit's own setting where the library names its field
-    e.argument = ALIASES.get(getattr(e, "argument", None), getattr(e, "argument", None))
+    e.argument = ALIASES.get(e.argument, e.argument)
     raise
 
 
@@ -52,5 +53,4 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("audit", "default", workdir="workdirs/audit")
-  common.run_main(main)
+  cli.run(main, configs.path("audit"), "default", workdir="workdirs/audit")

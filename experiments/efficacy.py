@@ -21,42 +21,24 @@ interrupted one.
 
 from absl import flags
 
-from experiments import common
+from experiments import configs
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 
 
-def job(cfg, workdir, *, variants="", draws=5, first_draw=0, resume=False, overwrite=False):
-  """The harness over ``draws`` data draws into ``workdir``; everything checked first.
-  ``variants`` '': every cell of the config's map, else ``default``."""
-  from recon_jax import workdir as wd
-  from recon_jax.precision import set_precision
-  from recon_jax.studies import efficacy, leakage_map, runner
+def job(cfg, workdir, **kwargs):
+  """:func:`recon_jax.studies.runner.efficacy_job` (its arguments); prints the table."""
+  from recon_jax.studies import efficacy, runner
 
-  set_precision(cfg.base.x64, cfg.base.matmul_precision)
-  names = [v.strip() for v in variants.split(",") if v.strip()]
-  if not variants.strip():  # not given: every cell of the config's map, else the default
-    names = leakage_map.variants_of(cfg.map) if "map" in cfg else ["default"]
-  configs = runner.check_efficacy(cfg, names, draws, first_draw)
-  if resume:  # all checked before the workdir is touched, and only here
-    runner.check_efficacy_resumable(cfg, workdir, names)
-  workdir = wd.prepare(workdir, overwrite or resume)
-  wd.lock(workdir)
-  out = runner.run_efficacy(cfg, workdir, names, draws, first_draw, resume=resume, configs=configs)
-  print(efficacy.efficacy_table(out, names))
-  print(f"wrote {workdir}")
+  path, out = runner.efficacy_job(cfg, workdir, **kwargs)
+  print(efficacy.efficacy_table(out, list(out["variants"])))
+  print(f"wrote {path}")
 
 
 def main(cfg):
-  job(
-    cfg,
-    FLAGS.workdir,
-    variants=FLAGS.variants,
-    draws=FLAGS.draws,
-    first_draw=FLAGS.first_draw,
-    resume=FLAGS.resume,
-    overwrite=FLAGS.overwrite,
-  )
+  names = ("variants", "draws", "first_draw", "resume", "overwrite")
+  job(cfg, FLAGS.workdir, **{k: FLAGS[k].value for k in names})
 
 
 if __name__ == "__main__":
@@ -70,5 +52,4 @@ if __name__ == "__main__":
     "reference of the paired differences ('': the config's map cells, else default); each "
     "at most once, and with --resume the same list as the run being resumed.",
   )
-  common.define_flags("efficacy", "finetune")
-  common.run_main(main)
+  cli.run(main, configs.path("efficacy"), "finetune")

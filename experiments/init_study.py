@@ -29,28 +29,21 @@ sub-runs and continues the interrupted one.
 
 from absl import flags
 
-from experiments import common
+from experiments import configs
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 
 
 def job(cfg, workdir, *, resume=False, overwrite=False):
-  """The study into ``workdir``; its settings and data checked before the workdir is touched."""
+  """:func:`recon_jax.studies.runner.init_study_job` (its arguments); prints the summary."""
   from recon_jax import workdir as wd
-  from recon_jax.precision import set_precision
-  from recon_jax.studies import init_study_settings, runner
+  from recon_jax.studies import runner
 
-  set_precision(cfg.x64)
-  cfg.data_dir = wd.expand(cfg.data_dir)
-  init_study_settings.validate(cfg)
-  # config.json is what --resume needs: the finished sub-runs are done_<name>.*
-  workdir = wd.open_run(
-    cfg, workdir, "config.json", resume=resume, overwrite=overwrite, study="init_study"
-  )
-  runner.run_init_study(cfg, workdir, resume=resume)
-  with open(wd.inside(workdir, "summary.md")) as f:
+  path, _ = runner.init_study_job(cfg, workdir, resume=resume, overwrite=overwrite)
+  with open(wd.inside(path, "summary.md")) as f:
     print(f.read())
-  print(f"wrote {workdir}")
+  print(f"wrote {path}")
 
 
 def main(cfg):
@@ -58,5 +51,4 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("init_study", "default")
-  common.run_main(main)
+  cli.run(main, configs.path("init_study"), "default")

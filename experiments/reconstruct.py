@@ -23,69 +23,26 @@ import sys
 
 from absl import flags
 
-from experiments import common
+from experiments import configs
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 
 
-def run(job, workdir: str, **kwargs) -> dict:
-  """:func:`recon_jax.job.run.run_reconstruction` (``job`` and ``kwargs`` are its
-  own), its warnings also printed on stderr."""
-  from recon_jax.job import pipeline
-  from recon_jax.job import run as job_run
-
-  m = job_run.run_reconstruction(job, workdir, **kwargs)
-  for w in m["warnings"]:
-    if not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run (check_outcome)
-      print(f"warning: {w}", file=sys.stderr)
-  return m
-
-
 def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
-  """What the binary does once its flags are parsed; returns metrics.json's dict.
+  """:func:`recon_jax.job.run.main_job` (its arguments), warnings printed; returns metrics."""
+  from recon_jax.job import run
 
-  ``explicit``: the settings given on the command line, ``{name: value}``.
-  Everything is checked before the workdir is created or touched; a run
-  whose every restart diverged writes its results, then raises RunFailed (exit code 2).
-  """
-  from recon_jax import distributed
-  from recon_jax import workdir as wd
-  from recon_jax.job import planning
-  from recon_jax.job import run as job_run
-  from recon_jax.job.settings import JobConfig
-  from recon_jax.precision import set_precision
-
-  explicit = dict(explicit or {})
-  settings = JobConfig.of(cfg)  # the flags end here: the library reads its typed settings
-  planning.check_types(settings)  # a bool is a bool before it starts anything
-  distributed.maybe_initialize(settings.distributed)  # before any other JAX call
-  set_precision(settings.x64, settings.matmul_precision)
-  requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
-  plan = planning.prepare(settings, requested, explicit)
-  workdir = wd.open_run(
-    plan.config,
-    workdir,
-    job_run.STATE_FILE,
-    resume=resume,
-    overwrite=overwrite,
-    study="reconstruct",
-  )
-  m = run(plan, workdir, resume=resume, checked=True)
-  job_run.check_outcome(m, workdir)
-  print(f"wrote {workdir}: {m['verdict_line']}")
+  warn = lambda w: print(f"warning: {w}", file=sys.stderr)
+  kw = dict(resume=resume, overwrite=overwrite, explicit=explicit, warn=warn)
+  path, m = run.main_job(cfg, workdir, **kw)
+  print(f"wrote {path}: {m['verdict_line']}")
   return m
 
 
 def main(cfg):
-  job(
-    cfg,
-    FLAGS.workdir,
-    resume=FLAGS.resume,
-    overwrite=FLAGS.overwrite,
-    explicit=common.overrides(FLAGS),
-  )
+  job(cfg, FLAGS.workdir, resume=FLAGS.resume, overwrite=FLAGS.overwrite, explicit=cli.overrides())
 
 
 if __name__ == "__main__":
-  common.define_flags("reconstruct", "finetune")
-  common.run_main(main)
+  cli.run(main, configs.path("reconstruct"), "finetune")

@@ -24,37 +24,26 @@ import sys
 
 from absl import flags
 
-from experiments import common
-from recon_jax import workdir as wd
+from experiments import configs
+from recon_jax import cli
 from recon_jax.errors import RunFailed
-from reproduction import driver as reproduction
+from reproduction import driver
 from reproduction.claims import SECTIONS
 
 FLAGS = flags.FLAGS
-PROGRAMS = reproduction.Programs("experiments.{}", "experiments/configs/{}.py:{}", common.ROOT)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
+PROGRAMS = driver.Programs("experiments.{}", "experiments/configs/{}.py:{}", ROOT)
 
 
 def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=()):
   """Checks -> the runs -> one line of results.  ``argv``: the command line, for RESULTS.md."""
-  sections = reproduction.sections_to_run(cfg, only)
-  given = workdir
-  if resume:
-    folder = wd.expand(workdir)
-    if not os.path.isdir(folder):
-      raise common.UserError(f"--resume: --workdir {given} does not exist.")
-    if os.path.isfile(os.path.join(folder, "config.json")):  # the same settings, a reproduce run
-      wd.check_resumable(cfg, folder, "config.json", "reproduce")
-    elif not os.path.isfile(os.path.join(folder, "results.json")):  # (older runs: results only)
-      raise common.UserError(f"--resume: --workdir {given} holds no reproduce run.")
-  workdir = wd.prepare(workdir, overwrite or resume)
-  wd.lock(workdir)
-  if not resume:
-    wd.write_config(workdir, cfg, study="reproduce")
+  sections = driver.sections_to_run(cfg, only)
+  workdir = driver.open_run(cfg, workdir, resume=resume, overwrite=overwrite)
   command = " ".join(
     ["python -m experiments.reproduce"]
     + [a for a in argv if not a.startswith(("--resume", "--overwrite"))]
   )
-  out = reproduction.run(cfg, workdir, sections, programs=PROGRAMS, resume=resume, command=command)
+  out = driver.run(cfg, workdir, sections, programs=PROGRAMS, resume=resume, command=command)
   n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
   print(
     f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
@@ -66,19 +55,12 @@ def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=()):
 
 
 def main(cfg):
-  job(
-    cfg,
-    FLAGS.workdir,
-    only=FLAGS.only,
-    resume=FLAGS.resume,
-    overwrite=FLAGS.overwrite,
-    argv=sys.argv[1:],
-  )
+  kw = dict(resume=FLAGS.resume, overwrite=FLAGS.overwrite, argv=sys.argv[1:])
+  job(cfg, FLAGS.workdir, only=FLAGS.only, **kw)
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string(  # before define_flags, so that --help lists it
+  flags.DEFINE_string(  # before the shared flags, so that --help lists it
     "only", "", "Comma-separated sections to run (default: all): " + ", ".join(SECTIONS) + "."
   )
-  common.define_flags("reproduce", "default")
-  common.run_main(main)
+  cli.run(main, configs.path("reproduce"), "default")

@@ -19,36 +19,25 @@ import sys
 
 from absl import flags
 
-from experiments import common
+from experiments import configs
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 
 
 def main(cfg):
-  from recon_jax import workdir as wd
-  from recon_jax.precision import set_precision
-  from recon_jax.studies import runner, toy
+  from recon_jax.studies import runner
 
-  set_precision(cfg.x64)
-  toy.validate(cfg)
-  workdir = wd.open_run(
-    cfg,
-    FLAGS.workdir,
-    runner.STATE_FILE,
-    resume=FLAGS.resume,
-    overwrite=FLAGS.overwrite,
-    study="toy_2d",
-  )
-  m = runner.run_toy(cfg, workdir, resume=FLAGS.resume)
+  kw = dict(resume=FLAGS.resume, overwrite=FLAGS.overwrite)
+  path, m = runner.toy_job(cfg, FLAGS.workdir, **kw)
   if m.get("victim_warning"):
     print(f"warning: {m['victim_warning']}", file=sys.stderr)
   print(
-    f"wrote {workdir}: recovered {m['recovered']}/{m['n_train']} "
+    f"wrote {path}: recovered {m['recovered']}/{m['n_train']} "
     f"(best restart {m['recovered_best_restart']}, pooled {m['recovered_pooled']}; "
     f"oracle residual {m['oracle_residual_rel']:.3f})"
   )
 
 
 if __name__ == "__main__":
-  common.define_flags("toy_2d", "paper")
-  common.run_main(main)
+  cli.run(main, configs.path("toy_2d"), "paper")

@@ -19,31 +19,21 @@ import sys
 
 from absl import flags
 
-from experiments import common
+from experiments import configs
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 
 
-def job(cfg, workdir: str, *, resume: bool = False, overwrite: bool = False) -> dict:
-  """What the binary does once its flags are parsed; returns metrics.json's dict.
-
-  Everything is checked before the workdir is created or touched.
-  """
-  from recon_jax import workdir as wd
-  from recon_jax.job import planning
-  from recon_jax.precision import set_precision
+def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
+  """:func:`recon_jax.studies.runner.train_victim_job` (its arguments); returns metrics."""
   from recon_jax.studies import runner
 
-  set_precision(cfg.x64)
-  planning.prepare_training(cfg)
-  workdir = wd.open_run(
-    cfg, workdir, runner.TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
-  )
-  m = runner.run_training(cfg, workdir, resume=resume)
+  path, m = runner.train_victim_job(cfg, workdir, resume=resume, overwrite=overwrite)
   if m["warning"]:
     print(f"warning: {m['warning']}", file=sys.stderr)
   print(
-    f"wrote {workdir}: loss {m['loss']:.3g}, train error {m['train_error']:.3g}, "
+    f"wrote {path}: loss {m['loss']:.3g}, train error {m['train_error']:.3g}, "
     f"test accuracy {m.get('test_accuracy', float('nan')):.3f}, epochs {m['epochs_run']}"
   )
   return m
@@ -54,5 +44,4 @@ def main(cfg):
 
 
 if __name__ == "__main__":
-  common.define_flags("victim", "lfw", workdir="workdirs/victim")
-  common.run_main(main)
+  cli.run(main, configs.path("victim"), "lfw", workdir="workdirs/victim")

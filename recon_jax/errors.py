@@ -1,32 +1,93 @@
 """The library's own error types: every bad argument, file or run it reports is one of these.
 
 Binaries report an :class:`Error` in one line and exit non-zero; any other
-exception is a bug and keeps its traceback.
+exception is a bug and keeps its traceback.  An error names the settings it is
+about as data (``argument``, ``mentions``), so a program can spell them as its
+user set them (:meth:`Error.named`, e.g. as command-line flags).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Optional
+from typing import Callable, Optional
+
+_OPEN, _CLOSE = "(`'\"", ".,;:)`'\""
+
+
+def _split(word: str) -> tuple[str, str, str]:
+  """``word`` as (opening punctuation, the word, closing punctuation)."""
+  core = word.lstrip(_OPEN)
+  lead = word[: len(word) - len(core)]
+  core = core.rstrip(_CLOSE)
+  return lead, core, word[len(lead) + len(core) :]
+
+
+def _path(flag: str) -> str:
+  """``--config.victim.lr`` -> ``victim.lr``."""
+  return flag.lstrip("-").removeprefix("config.")
+
+
+def _is_name(text: str) -> bool:
+  return bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def settings_in(message: str) -> tuple[str, ...]:
+  """The words of ``message`` that name a setting with its value, ``NAME=VALUE``."""
+  words = (_split(w)[1] for w in message.split())
+  return tuple(w for w in words if "=" in w and _is_name(w.split("=", 1)[0]))
 
 
 class Error(Exception):
-  """Base of every error recon_jax raises on purpose."""
+  """Base of every error recon_jax raises on purpose.
+
+  ``argument``: the library's name of the setting at fault (``lr``, ``victim.lr``), None
+  when a file or a run is; ``mentions``: the words of the message that name other settings
+  (``overwrite=True``, ``workdir``), as the message writes them.
+  """
+
+  argument: Optional[str] = None
+  mentions: tuple[str, ...] = ()
+
+  def named(self, spell: Callable[[str, Optional[str]], Optional[str]]) -> str:
+    """The message's first line with its settings spelled ``spell(name, value)`` (value
+    None: the name alone; a None result keeps the library's word).
+
+    The argument replaces the message's first word where that names it (``lr must be``,
+    ``victim.lr: ...``, ``m=15 ...``); otherwise it is put in front (``SPELLED: message``).
+    """
+    text = str(self).strip()
+    words = (text.splitlines()[0] if text else type(self).__name__).split(" ")
+    own = spell(self.argument, None) if self.argument else None
+    for i, word in enumerate(words):
+      lead, core, trail = _split(word)
+      name, eq, value = core.partition("=")
+      if i == 0 and own and not lead and (eq or trail[:1] in ("", ":", ",", ";", "'")):
+        if name in (self.argument, self.argument.rsplit(".", 1)[-1], _path(own)):
+          words[0], own = own + eq + value + trail, None
+          continue
+      if core in self.mentions:
+        words[i] = lead + (spell(name, value if eq else None) or core) + trail
+    line = " ".join(words)
+    return f"{own}: {line}" if own and not line.startswith(own) else line
 
 
 class ConfigError(Error, ValueError):
   """An argument the library cannot run with.
 
-  ``argument`` is the library's name for it (the first word of the message
-  when not given), so a binary can name its own setting instead.
+  ``argument`` is the library's name for it (the first word of the message when not
+  given); ``mentions`` the words naming other settings (its ``NAME=VALUE`` words when not
+  given, :func:`settings_in`), so a binary can name its own settings instead.
   """
 
-  def __init__(self, message: str, argument: Optional[str] = None):
+  def __init__(
+    self, message: str, argument: Optional[str] = None, mentions: Optional[tuple] = None
+  ):
     super().__init__(message)
-    if argument is None:
-      match = re.match(r"[`'\"]?([A-Za-z_][A-Za-z0-9_.]*)", message)
-      argument = match.group(1) if match else None
+    if argument is None:  # the message's first word, up to what cannot be in a name
+      first = message.lstrip("`'\"")
+      n = next((i for i, c in enumerate(first) if not (c.isalnum() or c in "_.")), len(first))
+      argument = first[:n] if first[:n] and not first[0].isdigit() else None
     self.argument = argument
+    self.mentions = settings_in(message) if mentions is None else tuple(mentions)
 
 
 class RunFailed(Error, RuntimeError):

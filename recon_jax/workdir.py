@@ -51,7 +51,11 @@ def prepare(workdir: str, overwrite: bool = False) -> str:
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f"workdir {workdir} exists and is not a folder.")
   if os.path.isdir(workdir) and set(os.listdir(workdir)) - {LOCK} and not overwrite:
-    raise ConfigError(f"workdir {workdir} is not empty; overwrite=True replaces its results.")
+    raise ConfigError(
+      f"workdir {workdir} is not empty; overwrite=True replaces its results.",
+      "workdir",
+      ("overwrite=True",),
+    )
   try:
     os.makedirs(workdir, exist_ok=True)
     probe = os.path.join(workdir, ".write-test")
@@ -288,11 +292,15 @@ def check_resumable(cfg, workdir: str, state_file: str, study: Optional[str] = N
   """
   workdir = os.path.abspath(expand(workdir))
   if not os.path.isdir(workdir):
-    raise ConfigError(f"resume: workdir {workdir} does not exist; nothing to resume.")
+    raise ConfigError(
+      f"resume: workdir {workdir} does not exist; nothing to resume.", "resume", ("workdir",)
+    )
   state_path, cfg_path = inside(workdir, state_file), inside(workdir, "config.json")
   if not os.path.isfile(state_path):
     raise ConfigError(
-      f"resume: {state_path} not found; nothing to resume (start without resume=True)."
+      f"resume: {state_path} not found; nothing to resume (start without resume=True).",
+      "resume",
+      ("resume=True",),
     )
   try:
     with open(cfg_path) as f:

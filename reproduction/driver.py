@@ -229,3 +229,24 @@ def sections_to_run(cfg, only: str = "") -> list:
       )
     cfg.data_dir = folder
   return [s for s in claims.SECTIONS if s in want]
+
+
+def open_run(cfg, path: str, *, resume: bool = False, overwrite: bool = False) -> str:
+  """reproduce's workdir, created and locked; returns its absolute path.
+
+  With ``resume`` it must hold a reproduce run of the same settings (or, from an older
+  version, its results.json); a new run's config.json is written.
+  """
+  if resume:
+    folder = workdir.expand(path)
+    if not os.path.isdir(folder):
+      raise ConfigError(f"resume: workdir {path} does not exist.", "resume", ("workdir",))
+    if os.path.isfile(os.path.join(folder, "config.json")):  # the same settings
+      workdir.check_resumable(cfg, folder, "config.json", "reproduce")
+    elif not os.path.isfile(os.path.join(folder, "results.json")):  # (older runs: results only)
+      raise ConfigError(f"resume: workdir {path} holds no reproduce run.", "resume", ("workdir",))
+  folder = workdir.prepare(path, overwrite or resume)
+  workdir.lock(folder)
+  if not resume:
+    workdir.write_config(folder, cfg, study="reproduce")
+  return folder

@@ -2,7 +2,7 @@
 
 Most cases run in-process, as the binary does once its flags are parsed: the
 config of a preset (``get_config``) with one setting changed goes through
-``common.main_guard(lambda: module.job(cfg, workdir), cfg)``, which must exit 1
+``cli.main_guard(lambda: module.job(cfg, workdir), cfg)``, which must exit 1
 with exactly one stderr line ``error: ...`` naming the setting (or file), and
 leave the workdir uncreated: every case is refused before anything is written
 or trained.  What only the command line can show runs in subprocesses, all
@@ -23,10 +23,10 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import common, reconstruct, train_victim
+from experiments import reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, data
+from recon_jax import checkpoint, cli, data
 from recon_jax import workdir as wd
 from recon_jax.errors import ConfigError
 from recon_jax.job import planning
@@ -215,7 +215,7 @@ def _refused(capsys, fn, cfg, code=1):
   """Runs ``fn`` under main_guard; returns its one stderr line (exit ``code``)."""
   capsys.readouterr()
   with pytest.raises(SystemExit) as e:
-    common.main_guard(fn, cfg)
+    cli.main_guard(fn, cfg)
   err = capsys.readouterr().err
   assert e.value.code == code, err[-3000:]
   lines = err.strip().splitlines()
@@ -702,7 +702,7 @@ def test_an_unknown_setting_in_a_config_file_is_one_line(capsys, tmp_path):
 def test_verbose_shows_the_traceback(capsys):
   cfg = _config(R, "tiny", {"attack": "gradient"})
   with pytest.raises(SystemExit):
-    common.main_guard(lambda: R.job(cfg, "unused"), cfg, verbose=True)
+    cli.main_guard(lambda: R.job(cfg, "unused"), cfg, verbose=True)
   err = capsys.readouterr().err
   assert "Traceback" in err and err.strip().splitlines()[-1].startswith("error: --config.attack")
 
@@ -724,7 +724,7 @@ def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_
   workdir = tmp_path / "out"
   capsys.readouterr()
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: R.job(cfg, str(workdir)), cfg)
+    cli.main_guard(lambda: R.job(cfg, str(workdir)), cfg)
   err = capsys.readouterr().err.strip().splitlines()
   assert e.value.code == 2, err
   errors = [line for line in err if line.startswith("error:")]

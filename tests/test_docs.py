@@ -112,7 +112,7 @@ def binary_flags(module: str) -> frozenset:
     own |= _defined_flags(_source(ROOT / "benchmarks" / "common.py"))
     own |= {"no-" + f for f in own} | {"help"}
     return frozenset(own)
-  shared = _defined_flags(_source(ROOT / "experiments" / "common.py")) | {"config"}
+  shared = _defined_flags(_source(ROOT / "recon_jax" / "cli.py")) | {"config"}
   flags = own | shared | ABSL_FLAGS
   return frozenset(flags | {"no" + f for f in flags})
 

@@ -14,12 +14,11 @@ import jax
 import numpy as np
 import pytest
 
-from experiments import common
 from experiments import efficacy as efficacy_binary
 from experiments.configs import efficacy as efficacy_configs
 from experiments.configs import reconstruct as configs
 import recon_jax as rj
-from recon_jax import rules, sweep
+from recon_jax import cli, rules, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import FOREIGN_RULES, RULES, Foreign, JobConfig
@@ -219,7 +218,7 @@ def test_the_binary_names_the_flag_of_a_refused_setting(tmp_path, capsys):
   cfg.split_eps = float("inf")
   cfg.split_every = 5
   with pytest.raises(SystemExit):
-    common.main_guard(lambda: reconstruct.job(cfg, str(tmp_path / "w")), cfg)
+    cli.main_guard(lambda: reconstruct.job(cfg, str(tmp_path / "w")), cfg)
   line = capsys.readouterr().err.strip()
   assert line.startswith("error: --config.split_eps must be a finite number"), line
   assert not (tmp_path / "w").exists()
@@ -296,7 +295,7 @@ def test_a_refused_harness_leaves_a_finished_workdir_byte_identical(
   before = _tree(work)
   kw = {"draws": 1, "overwrite": not kw.get("resume"), **kw}
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: efficacy_binary.job(cfg, str(work), **kw), cfg)
+    cli.main_guard(lambda: efficacy_binary.job(cfg, str(work), **kw), cfg)
   err = capsys.readouterr().err.strip().splitlines()
   assert e.value.code == 1 and len(err) == 1 and must in err[0], err
   assert _tree(work) == before

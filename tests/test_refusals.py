@@ -8,13 +8,13 @@ import socket
 
 import pytest
 
-from experiments import common
 from experiments import efficacy as E
 from experiments import init_study as I
 from experiments import reproduce as P
 from experiments.configs import efficacy as efficacy_configs
 from experiments.configs import init_study as init_configs
 from experiments.configs import reproduce as reproduce_configs
+from recon_jax import cli
 from recon_jax import workdir as wd
 
 BINARIES = {
@@ -98,7 +98,7 @@ def test_a_refused_run_leaves_a_finished_workdir_byte_identical(
     _set(cfg, key, value)
   capsys.readouterr()
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: binary.job(cfg, str(work), **kw), cfg)
+    cli.main_guard(lambda: binary.job(cfg, str(work), **kw), cfg)
   err = capsys.readouterr().err
   lines = err.strip().splitlines()
   assert e.value.code == 1 and len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]

@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from experiments import common, reproduce
+from experiments import reproduce
 from experiments.configs import reproduce as configs
+from recon_jax import cli
 from recon_jax.errors import ConfigError
 from recon_jax.studies import efficacy
 from reproduction import claims, results_md
@@ -265,7 +266,7 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
 def _cli(*args):
   p = subprocess.run(
     [sys.executable, "-m", "experiments.reproduce", *args],
-    cwd=common.ROOT,
+    cwd=reproduce.ROOT,
     capture_output=True,
     text=True,
   )
@@ -314,7 +315,7 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   del cfg.runs["toy"]
   with pytest.raises(ConfigError, match="^runs.toy: missing") as e:
     reproduction.sections_to_run(cfg, "toy")
-  assert common.error_line(e.value, cfg).startswith("error: --config.runs.toy: missing")
+  assert cli.error_line(e.value, cfg).startswith("error: --config.runs.toy: missing")
 
 
 def test_progress_counts_runs_and_estimates_the_rest():

@@ -21,9 +21,9 @@ import numpy as np
 import optax
 import pytest
 
-from experiments import common, reconstruct
+from experiments import reconstruct
 from experiments.configs import reconstruct as configs
-from recon_jax import checkpoint, loop, resume
+from recon_jax import checkpoint, cli, loop, resume
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
@@ -108,7 +108,7 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
   # Without --resume the non-empty workdir is refused (and the state is kept).
   cfg = cli_config(configs, FLAGS)
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: reconstruct.job(cfg, str(work)), cfg)
+    cli.main_guard(lambda: reconstruct.job(cfg, str(work)), cfg)
   assert e.value.code == 1 and state.exists()
 
   res = _run(work, cache, "--resume", "--config.save_every=0")  # need not save again
@@ -129,7 +129,7 @@ def test_resume_refuses_other_config(uninterrupted, capsys):
   (tmp / "full" / "state.msgpack").write_bytes(b"")  # a resume checks the config first
   cfg = cli_config(configs, FLAGS + ["--config.seed=5"])
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: reconstruct.job(cfg, str(tmp / "full"), resume=True), cfg)
+    cli.main_guard(lambda: reconstruct.job(cfg, str(tmp / "full"), resume=True), cfg)
   (tmp / "full" / "state.msgpack").unlink()
   line = capsys.readouterr().err.strip()
   assert e.value.code == 1 and line.startswith("error: --resume:") and "seed" in line, line

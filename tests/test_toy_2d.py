@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import common
 from experiments.configs import toy_2d as toy_config
+from recon_jax import cli
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
 from recon_jax.studies import runner, toy
@@ -212,7 +212,7 @@ def test_bad_settings_are_refused_before_any_work(tmp_path, capsys, monkeypatch,
   (workdir / "metrics.json").write_text('{"recovered": 17}')
   before = {p.name: p.read_bytes() for p in workdir.iterdir()}
   with pytest.raises(SystemExit) as e:
-    common.main_guard(lambda: runner.run_toy(cfg, str(workdir)), cfg)
+    cli.main_guard(lambda: runner.run_toy(cfg, str(workdir)), cfg)
   assert e.value.code == 1
   err = capsys.readouterr().err.strip()
   assert err.startswith("error: ") and f"--config.{field}" in err and "\n" not in err, err

@@ -77,6 +77,38 @@ def run_reconstruction(
     return write_reconstruction(path, out)
 
 
+def main_job(
+  config, path: str, *, resume=False, overwrite=False, explicit=None, warn=None
+) -> tuple[str, dict]:
+  """The main job as its binary runs it: returns (the workdir's absolute path, metrics).
+
+  ``config``: a :class:`~recon_jax.job.settings.JobConfig` or a mapping of its settings;
+  ``explicit``: the settings the user set, ``{name: value}`` (the victim's as
+  ``victim.NAME``).  Everything is checked before the workdir is created or touched, and
+  the process's precision set (and a multi-host run initialised).  ``warn`` is called with
+  each warning; a run whose every restart diverged writes its results, then raises
+  :class:`RunFailed` (:func:`check_outcome`).
+  """
+  from recon_jax import distributed
+  from recon_jax.job.settings import JobConfig
+
+  explicit = dict(explicit or {})
+  settings = JobConfig.of(config)  # the library reads its typed settings
+  planning.check_types(settings)  # a bool is a bool before it starts anything
+  distributed.maybe_initialize(settings.distributed)  # before any other JAX call
+  precision.set_precision(settings.x64, settings.matmul_precision)
+  requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
+  plan = planning.prepare(settings, requested, explicit)
+  path = workdir.open_run(
+    plan.config, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+  )
+  m = run_reconstruction(plan, path, resume=resume, checked=True)
+  for w in m["warnings"]:
+    if warn and not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run
+      warn(w)
+  return path, check_outcome(m, path)
+
+
 def write_reconstruction(path: str, out) -> dict:
   """metrics.json, reconstructions.npz, restarts.tsv and the figures of a reconstruction.
 

@@ -1,7 +1,9 @@
 """The studies run in their workdirs and their outcomes written there: a victim's training,
 the 2-D toy, the efficacy harness over draws (and its leakage map), the initialisation
 study.  Each ``run_*`` runs a whole study resumably, so a binary, a notebook and a test
-produce the same folder.  The main job's own run is :mod:`recon_jax.job.run`.
+produce the same folder; each ``*_job`` is what a binary runs: the settings checked, the
+process's precision set, the workdir opened (:func:`recon_jax.workdir.open_run`), then the
+study.  The main job's own run is :mod:`recon_jax.job.run`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import rules, workdir
+from recon_jax import precision, rules, workdir
 from recon_jax.errors import ConfigError
 from recon_jax.job import pipeline, planning
 from recon_jax.job.run import STATE_FILE, begin, run_reconstruction
@@ -301,3 +303,58 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
     workdir.write_text(path, "summary.md", init_study_settings.summary(cfg, metrics))
     init_study_figures.init_study_figures(path, metrics, arrays, ds.x_train, ds.x_part)
   return metrics
+
+
+# What the binaries run: everything checked before the workdir is created or touched; each
+# returns (the workdir's absolute path, the study's metrics).
+
+
+def train_victim_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict]:
+  """A victim's training (train_victim's config) into workdir ``path``."""
+  precision.set_precision(cfg.x64)
+  planning.prepare_training(cfg)
+  path = workdir.open_run(
+    cfg, path, TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
+  )
+  return path, run_training(cfg, path, resume=resume)
+
+
+def toy_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict]:
+  """The 2-D toy (toy_2d's config) into workdir ``path``."""
+  precision.set_precision(cfg.x64)
+  toy.validate(cfg)
+  path = workdir.open_run(cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="toy_2d")
+  return path, run_toy(cfg, path, resume=resume)
+
+
+def efficacy_job(
+  cfg, path: str, *, variants="", draws=5, first_draw=0, resume=False, overwrite=False
+) -> tuple[str, dict]:
+  """The harness (efficacy's config) over ``draws`` data draws into workdir ``path``.
+
+  ``variants``: comma-separated names of the config's variants; '' every cell of the
+  config's map, else ``default``.  The metrics' ``variants`` are in that order.
+  """
+  precision.set_precision(cfg.base.x64, cfg.base.matmul_precision)
+  names = [v.strip() for v in variants.split(",") if v.strip()]
+  if not variants.strip():
+    names = leakage_map.variants_of(cfg.map) if "map" in cfg else ["default"]
+  configs = check_efficacy(cfg, names, draws, first_draw)
+  if resume:
+    check_efficacy_resumable(cfg, path, names)
+  path = workdir.prepare(path, overwrite or resume)
+  workdir.lock(path)
+  return path, run_efficacy(cfg, path, names, draws, first_draw, resume=resume, configs=configs)
+
+
+def init_study_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict]:
+  """The initialisation study (init_study's config) into workdir ``path``; its data folder
+  expanded (``~``) in ``cfg``."""
+  precision.set_precision(cfg.x64)
+  cfg.data_dir = workdir.expand(cfg.data_dir)
+  init_study_settings.validate(cfg)
+  # config.json is what --resume needs: the finished sub-runs are done_<name>.*
+  path = workdir.open_run(
+    cfg, path, "config.json", resume=resume, overwrite=overwrite, study="init_study"
+  )
+  return path, run_init_study(cfg, path, resume=resume)

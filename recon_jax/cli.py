@@ -1,14 +1,25 @@
-"""What every binary shares: its flags, its workdir, its files, and how it reports errors.
+"""Run a config-driven job from the command line: flags, ``--help``, one-line errors, exit codes.
 
-A binary defines ``--config`` (an ml_collections config file with presets,
-``--config=experiments/configs/NAME.py:PRESET``, every field overridable as
-``--config.FIELD=VALUE``), ``--workdir``, ``--overwrite``, ``--resume`` and
-``--verbose`` with :func:`define_flags` (which also answers ``--help`` with every
-setting and its default, exit code 0, and refuses unknown settings in one line),
-and runs with :func:`run_main`.  Library errors name the library's arguments;
-:func:`main_guard` turns them into one line naming the user's setting: exit code
-1 for an error, 2 for a run that wrote its results but failed (:class:`RunFailed`),
-130 for Ctrl-C.
+A script names its config file (an ml_collections file with ``PRESETS`` and
+``get_config(preset)``, optionally ``HELP = {setting: text}``) and its job::
+
+  from absl import flags
+  from recon_jax import cli
+
+  def main(cfg):  # the job, on the parsed config
+    print(my_study(cfg, flags.FLAGS.workdir, overwrite=flags.FLAGS.overwrite))
+
+  if __name__ == "__main__":
+    cli.run(main, "configs/my_study.py", "default")
+
+Its command line then takes ``--config=FILE:PRESET`` and ``--config.NAME=VALUE`` for
+every setting, ``--workdir``, ``--overwrite``, ``--resume`` and ``--verbose``;
+``--help`` prints every setting with its default (exit code 0); an unknown preset or
+setting, or a value of the wrong type, is refused in one line.  While the job runs, a
+library :class:`~recon_jax.errors.Error` becomes one line naming the user's flag (its
+``argument`` and ``mentions`` mapped through the config's structure, :func:`flag_of`):
+exit code 1, the error's own ``exit_code`` where it has one (2: :class:`RunFailed`,
+results written); Ctrl-C exits 130 and SIGTERM 143, each with one line.
 """
 
 from __future__ import annotations
@@ -17,7 +28,6 @@ import difflib
 import importlib.util
 import logging as py_logging
 import os
-import re
 import signal
 import sys
 import textwrap
@@ -28,18 +38,21 @@ from absl import app, flags
 import ml_collections
 from ml_collections import config_flags
 
-from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: the binaries' exit 2)
+from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: exit code 2)
 from recon_jax.workdir import expand, flatten
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
-CONFIG_DIR = os.path.join(ROOT, "experiments", "configs")
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
 RUN_FLAGS = ("workdir", "overwrite", "resume")  # recon_jax.workdir's arguments, our flags
+STANDARD = ("config", "workdir", "overwrite", "resume", "verbose")
 
 
 class UserError(Error, ValueError):
-  """A bad flag or setting found by a binary: one line, exit code 1."""
+  """A bad flag or setting found on the command line: one line, exit code 1."""
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised in the main thread so that it ends a run as Ctrl-C does (one line)."""
 
 
 def quiet_jax_startup() -> None:
@@ -55,13 +68,22 @@ def _fail(message: str, code: int = 1) -> None:
   sys.exit(code)
 
 
+def _is_config_flag(arg: str, dotted: bool) -> bool:
+  """``arg`` is ``--config[=...]`` (``dotted``: ``--config.X...``/``--noconfig.X``)."""
+  name = arg.lstrip("-").split("=", 1)[0]
+  if not arg.startswith("-") or arg.startswith("---"):
+    return False
+  if dotted:
+    return name.removeprefix("no").startswith("config.")
+  return name == "config"
+
+
 def _config_arg(argv: Sequence[str]) -> tuple[int, Optional[str]]:
   """Index and value of ``--config=VALUE`` / ``--config VALUE`` in ``argv`` (-1, None: absent)."""
   for i, a in enumerate(argv):
-    m = re.match(r"^--?config(=(.*))?$", a)
-    if m:
-      if m.group(1) is not None:
-        return i, m.group(2)
+    if _is_config_flag(a, dotted=False):
+      if "=" in a:
+        return i, a.split("=", 1)[1]
       return i, argv[i + 1] if i + 1 < len(argv) else None
   return -1, None
 
@@ -72,13 +94,12 @@ def _split_config(value: str) -> tuple[str, Optional[str]]:
 
 
 def load_config(path: str, preset: Optional[str]):
-  """``get_config(preset)`` of the config file ``path``; UserError naming --config if it fails."""
+  """``(module, get_config(preset))`` of the config file ``path``; UserError naming --config."""
   path = expand(path)
   if not os.path.isfile(path):
     raise UserError(f"--config: {path}: no such config file.")
-  spec = importlib.util.spec_from_file_location(
-    "_config_" + re.sub(r"\W", "_", os.path.abspath(path)), path
-  )
+  name = "".join(c if c.isalnum() else "_" for c in os.path.abspath(path))
+  spec = importlib.util.spec_from_file_location("_config_" + name, path)
   module = importlib.util.module_from_spec(spec)
   try:
     spec.loader.exec_module(module)
@@ -97,6 +118,18 @@ def load_config(path: str, preset: Optional[str]):
   return module, cfg
 
 
+def _comment_of(line: str) -> tuple[Optional[str], int, str]:
+  """A config file's ``c.NAME = VALUE  # comment`` line as (NAME, column of comment, comment)."""
+  body, hash_, note = line.partition("#")
+  left, eq, _ = body.partition("=")
+  name = left.strip().removeprefix("c.")
+  if not (hash_ and eq and left.strip().startswith("c.") and note.strip()):
+    return None, -1, ""
+  if not all(part.isidentifier() for part in name.split(".")):
+    return None, -1, ""
+  return name, len(line) - len(note.lstrip()), note.strip()
+
+
 def _setting_comments(path: str, known: Optional[dict] = None) -> dict:
   """``{setting: comment}``: ``known`` (a config file's HELP), then the file's own
   ``c.NAME = VALUE  # comment`` lines for the settings it lacks."""
@@ -108,12 +141,12 @@ def _setting_comments(path: str, known: Optional[dict] = None) -> dict:
     return out
   last, column = None, -1
   for line in lines:
-    m = re.match(r"^\s*c\.([A-Za-z_][\w.]*)\s*=[^#]*#\s*(.+)$", line)
-    more = re.match(r"^\s*#\s*", line)
-    if m:
-      last, column = m.group(1), m.start(2)
-      out.setdefault(last, m.group(2).strip())
-    elif last and more and more.end() == column:  # the comment goes on, aligned
+    name, at, note = _comment_of(line)
+    more = line.lstrip().startswith("#") and len(line) - len(line.lstrip("# ")) == column
+    if name:
+      last, column = name, at
+      out.setdefault(last, note)
+    elif last and more:  # the comment goes on, aligned
       out[last] += " " + line[column:].strip()
     else:
       last = None
@@ -153,22 +186,21 @@ def _rel(path: str) -> str:
 
 
 def help_text(
-  config_name: str, preset: Optional[str], argv: Sequence[str] = (), doc: Optional[str] = None
+  config: str, preset: Optional[str], argv: Sequence[str] = (), doc: Optional[str] = None
 ) -> str:
-  """What ``--help`` prints: the binary, its flags, the presets and every setting's default.
+  """What ``--help`` prints: the program, its flags, the presets and every setting's default.
 
-  The settings are those of the preset named by ``--config`` in ``argv``, if any.
+  ``config``: the default config file.  The settings are those of the preset named by
+  ``--config`` in ``argv``, if any.
   """
-  default = f"{_rel(os.path.join(CONFIG_DIR, f'{config_name}.py'))}:{preset}"
-  path = os.path.join(CONFIG_DIR, f"{config_name}.py")
+  default, path = f"{_rel(config)}:{preset}", config
   _, value = _config_arg(list(argv))
   if value:
     path, preset = _split_config(value)
   module, cfg = load_config(path, preset)
-  rel = _rel(path)
-  main = sys.modules.get("__main__")
-  spec = getattr(main, "__spec__", None)
-  binary = f"python -m {spec.name}" if spec else f"python -m experiments.{config_name}"
+  spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+  stem = os.path.splitext(os.path.basename(config))[0]
+  binary = f"python -m {spec.name}" if spec else f"python {sys.argv[0] if sys.argv else stem}"
   parts = [
     (doc or "").strip(),
     "",
@@ -177,9 +209,8 @@ def help_text(
     "",
     "flags:",
   ]
-  standard = ("config", "workdir", "overwrite", "resume", "verbose")
   own = [f.name for f in FLAGS.get_flags_for_module(sys.argv[0])] if sys.argv else []
-  for name in (*standard, *sorted(n for n in set(own) if n not in standard)):
+  for name in (*STANDARD, *sorted(n for n in set(own) if n not in STANDARD)):
     if name in FLAGS:
       f = FLAGS[name]
       body = textwrap.fill(
@@ -194,76 +225,82 @@ def help_text(
     "",
     (module.__doc__ or "").strip(),
     "",
-    f"settings of {rel}:{preset or '(its default preset)'} with their defaults",
+    f"settings of {_rel(path)}:{preset or '(its default preset)'} with their defaults",
     "(set any as --config.NAME=VALUE; pick a preset with --config=FILE:PRESET --help):",
     settings_text(cfg, os.path.abspath(expand(path)), getattr(module, "HELP", None)),
   ]
   return "\n".join(parts).strip() + "\n"
 
 
-def _check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> None:
+def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> None:
   """Refuses ``--config.NAME`` settings the config lacks, naming the closest ones."""
   _, cfg = load_config(path, preset)
   keys = list(flatten(cfg.to_dict()))
   sections = {k.rsplit(".", 1)[0] for k in keys if "." in k}
   for a in argv:
-    m = re.match(r"^--?(?:no)?config\.([^=\s]+)", a)
-    if m and m.group(1) not in keys and m.group(1) not in sections:
-      near = difflib.get_close_matches(m.group(1), keys, n=2)
+    if not _is_config_flag(a, dotted=True):
+      continue
+    name = a.lstrip("-").removeprefix("no").removeprefix("config.").split("=", 1)[0]
+    name = name.split()[0] if name.split() else name
+    if name not in keys and name not in sections:
+      near = difflib.get_close_matches(name, keys, n=2)
       hint = f"; did you mean {' or '.join('--config.' + k for k in near)}?" if near else ""
-      raise UserError(f"--config.{m.group(1)}: no such setting{hint} (--help lists them all)")
+      raise UserError(f"--config.{name}: no such setting{hint} (--help lists them all)")
+
+
+def _reorder(argv: list, i: int) -> None:
+  """``--config`` moved before its overrides (ml_collections needs the file first)."""
+  taken = argv[i : i + 1] if "=" in argv[i] else argv[i : i + 2]
+  del argv[i : i + len(taken)]
+  argv[1:1] = taken
 
 
 def define_flags(
-  config_name: str,
+  config: str,
   preset: Optional[str] = None,
   *,
   resume: bool = True,
   workdir: Optional[str] = None,
   argv: Optional[list] = None,
 ) -> None:
-  """The flags of a binary whose config file is ``experiments/configs/<config_name>.py``.
+  """The flags of a program whose default config file is ``config`` (preset ``preset``).
 
-  Also what must happen before flag parsing: JAX's backend INFO line is
-  silenced; ``--help`` prints the binary's settings with their defaults and
-  exits 0; an unknown preset or setting, or a value of the wrong type, is
-  refused in one line (exit 1) instead of a traceback.
+  Also what must happen before flag parsing: JAX's backend INFO line is silenced;
+  ``--help`` prints the program's settings with their defaults and exits 0; an unknown
+  preset or setting, or a value of the wrong type, is refused in one line (exit 1).
+  ``workdir``: the default of ``--workdir`` (``workdirs/<config file's name>``).
   """
   argv = sys.argv if argv is None else argv
   quiet_jax_startup()
   cache = os.environ.get("RECON_JAX_CACHE", "")
   if cache.startswith("~") or "$" in cache:  # a quoted ~ reaches us unexpanded
     os.environ["RECON_JAX_CACHE"] = expand(cache)
-  path = os.path.join(CONFIG_DIR, f"{config_name}.py")
-  default = f"{path}:{preset}" if preset else path
+  default = f"{config}:{preset}" if preset else config
+  workdir = workdir or f"workdirs/{os.path.splitext(os.path.basename(config))[0]}"
   i, value = _config_arg(argv)
   if value and value.startswith("~"):  # ml_collections opens the path as given
     if "=" in argv[i]:
       argv[i] = f"{argv[i].split('=', 1)[0]}={expand(value)}"
     else:
       argv[i + 1] = expand(value)
-    i, value = _config_arg(argv)
-  if value and any(re.match(r"^--?(no)?config\.", a) for a in argv[1:i]):
-    # ml_collections needs the file before its overrides: the order a user meant is clear
-    taken = argv[i : i + 1] if "=" in argv[i] else argv[i : i + 2]
-    del argv[i : i + len(taken)]
-    argv[1:1] = taken
-    i, value = _config_arg(argv)
-  cpath, cpreset = _split_config(value) if value else (path, preset)
-  want_help = any(a in HELP_ARGS for a in argv[1:])
+  if value and any(_is_config_flag(a, dotted=True) for a in argv[1:i]):
+    _reorder(argv, i)
+  i, value = _config_arg(argv)
+  cpath, cpreset = _split_config(value) if value else (config, preset)
+  define = lambda fv, args=None: _define(default, config, preset, resume, workdir, fv, args)
   try:
-    _check_overrides(argv, cpath, cpreset)
-    _define(config_name, default, path, preset, resume, workdir, FLAGS)
-    if want_help:
+    check_overrides(argv, cpath, cpreset)
+    define(FLAGS)
+    if any(a in HELP_ARGS for a in argv[1:]):
       doc = getattr(sys.modules.get("__main__"), "__doc__", None)
-      sys.stdout.write(help_text(config_name, preset, argv, doc))
+      sys.stdout.write(help_text(config, preset, argv, doc))
       sys.exit(0)
     if any(a in ("--helpfull", "-helpfull") for a in argv[1:]):  # absl's, but exit code 0
       app.define_help_flags()
       sys.stdout.write(FLAGS.get_help() + "\n")
       sys.exit(0)
     trial = flags.FlagValues()  # a dry run of the parse, where a failure changes nothing
-    _define(config_name, default, path, preset, resume, workdir, trial, argv)
+    define(trial, argv)
     trial(list(argv), known_only=True)
   except UserError as e:
     _fail(str(e))
@@ -273,11 +310,13 @@ def define_flags(
 
 def _flag_message(e: BaseException) -> str:
   msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-  msg = re.sub(r"^flag (--\S+?)(=\S*)?: ", r"\1\2: ", msg)
-  return re.sub(r"\('Non-boolean argument to boolean flag', .*\)$", "expected true or false", msg)
+  if msg.startswith("flag --") and ": " in msg:  # absl's "flag --x=v: why"
+    msg = msg.removeprefix("flag ")
+  bad = "('Non-boolean argument to boolean flag', "
+  return msg[: msg.index(bad)] + "expected true or false" if bad in msg else msg
 
 
-def _define(config_name, default, path, preset, resume, workdir, fv, argv=None) -> None:
+def _define(default, path, preset, resume, workdir, fv, argv=None) -> None:
   presets, example = "", "--config.seed=1"
   try:
     module, cfg = load_config(path, preset)
@@ -299,7 +338,7 @@ def _define(config_name, default, path, preset, resume, workdir, fv, argv=None) 
   )
   flags.DEFINE_string(
     "workdir",
-    workdir or f"workdirs/{config_name}",
+    workdir,
     "Output folder (must be empty unless --overwrite or --resume).",
     flag_values=fv,
   )
@@ -320,11 +359,8 @@ def parse_flags(argv: list) -> list:
 
 
 def run_main(job: Callable[[Any], Any]) -> None:
-  """Runs a binary: flags parsed (one-line errors, :func:`parse_flags`), then ``job(config)``.
-
-  ``job`` runs under :func:`main_guard`: the project's errors become one line
-  naming the setting, Ctrl-C exits 130 with the command to resume.
-  """
+  """Runs a program whose flags are defined: flags parsed (one-line errors), then
+  ``job(config)`` under :func:`main_guard`."""
   from absl import logging
 
   def main(argv):
@@ -338,67 +374,65 @@ def run_main(job: Callable[[Any], Any]) -> None:
   app.run(main, flags_parser=parse_flags)
 
 
-def overrides(flag_values, prefix: str = "") -> dict:
+def run(job: Callable[[Any], Any], config: str, preset: Optional[str] = None, **kwargs) -> None:
+  """:func:`define_flags` (``config``, ``preset``, ``kwargs``), then :func:`run_main` of ``job``.
+
+  A program's own flags are defined before, so that ``--help`` lists them.
+  """
+  define_flags(config, preset, **kwargs)
+  run_main(job)
+
+
+def overrides(flag_values=FLAGS, prefix: str = "") -> dict:
   """The ``--config.X=V`` settings given on the command line under ``prefix``, as {X: V}."""
   over = config_flags.get_override_values(flag_values["config"])
   flat = flatten(over) if isinstance(over, dict) else {}
   return {k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)}
 
 
-def setting_name(cfg, argument: Optional[str]) -> Optional[str]:
-  """The flag or ``--config.`` path of the setting a library argument came from, if any.
+def flag_of(cfg, argument: Optional[str]) -> Optional[str]:
+  """The flag of the setting a library argument names, by the config's structure, if any.
 
-  ``argument`` is the library's name (``lr``) or a dotted path (``victim.lr``);
-  the shortest setting that is or ends with it wins (``seed``, not ``victim.seed``);
-  a dotted path in one of the config's sections is that setting even when missing.
-  ``recon_jax.workdir``'s arguments, and a binary's own flags, are flags.
+  ``argument`` is the library's name (``lr``) or a dotted path (``victim.lr``); the
+  shortest setting of ``cfg`` that is or ends with it wins (``seed``, not ``victim.seed``):
+  ``--config.<its path>``; a dotted path in one of the config's sections is that setting
+  even when missing.  ``recon_jax.workdir``'s arguments and a program's own flags are
+  ``--<name>``.
   """
-  if argument in RUN_FLAGS or (argument and argument != "config" and argument in FLAGS):
+  if argument in RUN_FLAGS or (argument and argument not in STANDARD and argument in FLAGS):
     return f"--{argument}"
-  if not argument or cfg is None or not (hasattr(cfg, "to_dict") or isinstance(cfg, dict)):
+  if not argument or not (hasattr(cfg, "to_dict") or isinstance(cfg, dict)):
     return None
   flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   hits = [k for k in flat if k == argument or k.endswith("." + argument)]
   if not hits and "." in argument and any(k.startswith(argument.split(".")[0] + ".") for k in flat):
     return f"--config.{argument}"  # an entry missing from a section the config has
-  return f"--config.{sorted(hits, key=len)[0]}" if hits else None
+  return f"--config.{min(hits, key=len)}" if hits else None
 
 
 def error_line(e: BaseException, cfg=None) -> str:
-  """The one line a user sees for the project's error ``e``.
+  """The one line a user sees for the library's error ``e``: the settings it names as data
+  (:meth:`recon_jax.errors.Error.named`) spelled as the user's flags (:func:`flag_of`)."""
 
-  A library message names its own argument first (``lr must be > 0``); that
-  name becomes the setting's (``--config.victim.lr must be > 0``), or the
-  setting is put in front (``--config.victim.lr: ...``).  Settings named inside
-  the message as ``NAME=VALUE``, and the workdir's arguments (``overwrite=True``,
-  ``workdir /x``), become the user's flags too.
-  """
+  def spell(name: str, value: Optional[str]) -> Optional[str]:
+    flag = flag_of(cfg, name)
+    if flag is None or value is None:
+      return flag
+    is_bool = name in FLAGS and FLAGS[name].boolean or name in ("overwrite", "resume")
+    return flag if is_bool and value == "True" and "config." not in flag else f"{flag}={value}"
+
+  if isinstance(e, Error):
+    return f"error: {e.named(spell)}"
   text = str(e).strip()
-  msg = text.splitlines()[0] if text else type(e).__name__
-  msg = re.sub(r"\b(overwrite|resume)=True\b", r"--\1", msg)
-  msg = re.sub(r"(?<=: )workdir (?=\S)", "--workdir ", msg)
-  msg = re.sub(  # other settings named in the message as NAME=VALUE
-    r"(?<![\w.-])([A-Za-z_][\w.]*)=",
-    lambda m: (setting_name(cfg, m.group(1)) or m.group(1)) + "=",
-    msg,
-  )
-  argument = getattr(e, "argument", None)
-  name = setting_name(cfg, argument)
-  if not name:
-    return f"error: {msg}"
-  bare = name.lstrip("-").removeprefix("config.")
-  for lead in (name, bare, argument, bare.rsplit(".", 1)[-1]):
-    if msg.startswith(lead) and (len(msg) == len(lead) or msg[len(lead)] in " :=,;'("):
-      return f"error: {name}{msg[len(lead) :]}"
-  return f"error: {name}: {msg}"
+  return f"error: {text.splitlines()[0] if text else type(e).__name__}"
 
 
 def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
-  """Runs ``fn``; the project's errors become one line on stderr and a non-zero exit.
+  """Runs ``fn``; the library's errors become one line on stderr and a non-zero exit.
 
   Exit code 1 for an error (:class:`recon_jax.errors.Error`), the error's own
-  ``exit_code`` where it has one (2: :class:`RunFailed`, results written);
-  130 and one line for Ctrl-C.  Anything else is a bug and keeps its traceback.
+  ``exit_code`` where it has one (2: :class:`RunFailed`, results written); 130 and one
+  line for Ctrl-C, 143 for SIGTERM.  Anything else is a bug and keeps its traceback.
   """
   try:
     fn()
@@ -420,10 +454,6 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
     how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
     print(f"{how}{hint}", file=sys.stderr)
     sys.exit(143 if isinstance(e, Terminated) else 130)
-
-
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised in the main thread so that it ends a run as Ctrl-C does (one line)."""
 
 
 def _on_sigterm(signum, frame):

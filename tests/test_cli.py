@@ -1,14 +1,16 @@
-"""experiments/common.py: error lines, exit codes, help text, flag checks, file modes."""
+"""recon_jax.cli: error lines, exit codes, help text, flag checks."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from experiments import common
+from experiments import configs
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, sweep
+from recon_jax import checkpoint, cli, sweep
 from recon_jax.data import DataError
 from recon_jax.errors import ConfigError
 from recon_jax.victims.train import TrainError
@@ -16,7 +18,7 @@ from recon_jax.workdir import flatten
 
 
 def _line(e, cfg):
-  return common.error_line(e, cfg)
+  return cli.error_line(e, cfg)
 
 
 @pytest.mark.parametrize(
@@ -95,8 +97,8 @@ def test_train_victim_config_maps_the_victim_names():
   "raised, code, start",
   [
     (ConfigError("steps must be > 0"), 1, "error: --config.steps must be > 0"),
-    (common.UserError("--workdir x is not empty"), 1, "error: --workdir x is not empty"),
-    (common.RunFailed("every restart diverged (2 of 2)"), 2, "error: every restart diverged"),
+    (cli.UserError("--workdir x is not empty"), 1, "error: --workdir x is not empty"),
+    (cli.RunFailed("every restart diverged (2 of 2)"), 2, "error: every restart diverged"),
     (KeyboardInterrupt(), 130, "interrupted"),
   ],
 )
@@ -105,7 +107,7 @@ def test_main_guard_exit_codes_and_one_line(capsys, raised, code, start):
     raise raised
 
   with pytest.raises(SystemExit) as e:
-    common.main_guard(fn, recon_configs.get_config("tiny"))
+    cli.main_guard(fn, recon_configs.get_config("tiny"))
   assert e.value.code == code
   err = capsys.readouterr().err
   assert err.startswith(start) and err.count("\n") == 1, err
@@ -113,14 +115,14 @@ def test_main_guard_exit_codes_and_one_line(capsys, raised, code, start):
 
 def test_main_guard_lets_bugs_through():
   with pytest.raises(ZeroDivisionError):
-    common.main_guard(lambda: 1 / 0, None)
+    cli.main_guard(lambda: 1 / 0, None)
 
 
 def test_help_text_lists_every_setting_with_its_default_and_the_presets():
-  text = common.help_text(
-    "reconstruct",
+  text = cli.help_text(
+    configs.path("reconstruct"),
     "lfw",
-    argv=["prog", "--config=" + os.path.join(common.CONFIG_DIR, "reconstruct.py:tiny")],
+    argv=["prog", "--config=" + configs.path("reconstruct") + ":tiny"],
     doc="The binary.",
   )
   assert text.startswith("The binary.")
@@ -139,30 +141,30 @@ def test_help_text_lists_every_setting_with_its_default_and_the_presets():
 
 
 def test_unknown_setting_and_preset_are_refused_with_a_hint():
-  path = os.path.join(common.CONFIG_DIR, "reconstruct.py")
+  path = configs.path("reconstruct")
   with pytest.raises(
-    common.UserError,
+    cli.UserError,
     match=r"--config.stepz: no such setting; did you mean "
     r"--config.steps",
   ):
-    common._check_overrides(["prog", "--config.stepz=3"], path, "tiny")
-  common._check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
-  with pytest.raises(common.UserError, match="unknown preset 'huge'; choose from finetune, lfw"):
-    common.load_config(path, "huge")
-  with pytest.raises(common.UserError, match="no such config file"):
-    common.load_config("/nowhere/config.py", None)
+    cli.check_overrides(["prog", "--config.stepz=3"], path, "tiny")
+  cli.check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
+  with pytest.raises(cli.UserError, match="unknown preset 'huge'; choose from finetune, lfw"):
+    cli.load_config(path, "huge")
+  with pytest.raises(cli.UserError, match="no such config file"):
+    cli.load_config("/nowhere/config.py", None)
 
 
 def test_a_broken_config_file_is_one_line(tmp_path):
   (tmp_path / "syntax.py").write_text("def get_config(:\n")
-  with pytest.raises(common.UserError, match=r"syntax.py, line 1: invalid syntax"):
-    common.load_config(str(tmp_path / "syntax.py"), None)
+  with pytest.raises(cli.UserError, match=r"syntax.py, line 1: invalid syntax"):
+    cli.load_config(str(tmp_path / "syntax.py"), None)
   (tmp_path / "number.py").write_text("def get_config():\n  return 3\n")
-  with pytest.raises(common.UserError, match="must return an ml_collections.ConfigDict, not int"):
-    common.load_config(str(tmp_path / "number.py"), None)
+  with pytest.raises(cli.UserError, match="must return an ml_collections.ConfigDict, not int"):
+    cli.load_config(str(tmp_path / "number.py"), None)
   (tmp_path / "empty.py").write_text("x = 1\n")
-  with pytest.raises(common.UserError, match="has no get_config"):
-    common.load_config(str(tmp_path / "empty.py"), None)
+  with pytest.raises(cli.UserError, match="has no get_config"):
+    cli.load_config(str(tmp_path / "empty.py"), None)
 
 
 def test_flag_messages_are_one_clean_line():
@@ -171,7 +173,7 @@ def test_flag_messages_are_one_clean_line():
   e = flags.IllegalFlagValueError(
     "flag --config.x64=maybe: ('Non-boolean argument to boolean flag', 'maybe')"
   )
-  assert common._flag_message(e) == "--config.x64=maybe: expected true or false"
+  assert cli._flag_message(e) == "--config.x64=maybe: expected true or false"
 
 
 def test_sweep_refuses_non_finite_ranges():
@@ -186,3 +188,61 @@ def test_sweep_refuses_non_finite_ranges():
   with pytest.raises(ConfigError, match="refine_alpha"):
     sweep.refine({"alpha": np.ones(2)}, float("nan"), 0.1)
   assert sweep.parse_range("lr_x", "0.1:0.5", "log") == (0.1, 0.5, "log")
+
+
+def test_a_nested_setting_is_named_by_the_errors_argument_not_by_its_message():
+  from experiments.configs import efficacy as efficacy_configs
+
+  eff = efficacy_configs.get_config("tiny")
+  # the message need not name the setting: the argument (data) says which it is
+  e = ConfigError("must be a finite number >= 0, got -1.", "variants.tv.w_tv")
+  assert _line(e, eff) == "error: --config.variants.tv.w_tv: must be a finite number >= 0, got -1."
+  e = ConfigError("w_tv must be >= 0, got -1.", "variants.tv.w_tv")
+  assert _line(e, eff) == "error: --config.variants.tv.w_tv must be >= 0, got -1."
+  e = ConfigError("must be > 0", "victim.lr")
+  assert _line(e, recon_configs.get_config("tiny")) == "error: --config.victim.lr: must be > 0"
+  assert cli.flag_of(eff, "base.victim.lr") == "--config.base.victim.lr"
+  assert cli.flag_of(eff, "variants.tv.w_tv") == "--config.variants.tv.w_tv"
+
+
+def test_settings_a_message_mentions_are_data_and_nothing_else_is_renamed():
+  cfg = recon_configs.get_config("tiny")
+  e = ConfigError(
+    "workdir /x is not empty; overwrite=True replaces it.", "workdir", ("overwrite=True",)
+  )
+  assert _line(e, cfg) == "error: --workdir /x is not empty; --overwrite replaces it."
+  e = ConfigError("resume: workdir /x does not exist; nothing to resume.", "resume", ("workdir",))
+  assert _line(e, cfg) == "error: --resume: --workdir /x does not exist; nothing to resume."
+  # given mentions are all there is: a NAME=VALUE word the error does not list stays as it is
+  e = ConfigError("steps must be > 0 when seed=1.", "steps", mentions=())
+  assert _line(e, cfg) == "error: --config.steps must be > 0 when seed=1."
+  e = ConfigError("steps must be > 0 when seed=1.", "steps", mentions=("seed=1",))
+  assert _line(e, cfg) == "error: --config.steps must be > 0 when --config.seed=1."
+  # a message that does not list its mentions: its NAME=VALUE words are taken as mentions
+  assert ConfigError("set derivative=surrogate or leave it.").mentions == ("derivative=surrogate",)
+
+
+@pytest.mark.parametrize(
+  "binary, args, want",
+  [
+    (
+      "efficacy",
+      ["--config=experiments/configs/efficacy.py:tiny", "--config.variants.tv.w_tv=-1"],
+      "error: --config.variants.tv.w_tv must be",
+    ),
+    (
+      "reconstruct",
+      ["--config=experiments/configs/reconstruct.py:tiny", "--config.victim.lr=-1"],
+      "error: --config.victim.lr must be",
+    ),
+  ],
+)
+def test_the_binaries_name_a_nested_setting_in_one_line_and_exit_1(tmp_path, binary, args, want):
+  extra = ["--variants=tv", "--draws=1"] if binary == "efficacy" else []
+  work = tmp_path / "w"
+  cmd = [sys.executable, "-m", f"experiments.{binary}", *args, *extra, f"--workdir={work}"]
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 1, p.stderr[-2000:]
+  assert p.stderr.startswith(want) and p.stderr.count("\n") == 1, p.stderr[-2000:]
+  assert not work.exists()

@@ -10,6 +10,7 @@ the levers of Haim et al.'s.  Add your own by copying this file.
 import ml_collections
 
 from experiments.configs import reconstruct
+from recon_jax.studies.leakage_map import BASE, map_config
 
 HELP = {f"base.{k}": v for k, v in reconstruct.HELP.items()}  # --help's text of each setting
 
@@ -32,12 +33,7 @@ VARIANTS = {
   "m1": {"m_per_sample": 1},
   # Multipliers tied to the candidates, lambda_i = c sigma(-y_i Phi(x_i)) (weight-decay
   # victims, e.g. the lfw_wd preset); Adam, since the tied loss is scaled unlike the free one.
-  "tied": {
-    "multipliers": "tied",
-    "m_per_sample": 1,
-    "optimizer": "adam",
-    "lr_x": "1e-4:1e-1:log",
-  },
+  "tied": dict(multipliers="tied", m_per_sample=1, optimizer="adam", lr_x="1e-4:1e-1:log"),
   # Candidates kept in the span of the first layer's weights (the data subspace of a
   # weight-decay victim; Tansley et al. 2026).
   "subspace": {"subspace": True},
@@ -49,165 +45,61 @@ VARIANTS = {
   # A total-variation prior on the candidates (a natural-image prior; Refael et al. 2025).
   "tv": {"w_tv": 0.1},
   # Levenberg-Marquardt on the tied equations in the first layer's span (200 steps).
-  "lm": {
-    "multipliers": "tied",
-    "m_per_sample": 1,
-    "subspace": True,
-    "search": "lm",
-    "steps": 200,
-    "chunk_steps": 50,
-  },
+  "lm": dict(
+    multipliers="tied", m_per_sample=1, subspace=True, search="lm", steps=200, chunk_steps=50
+  ),
 }
 
-
+# Haim et al.'s first-order search: SGD-momentum at their rates, no anneal.
+SGD = dict(optimizer="sgd", lr_x="0.03:0.6:log", lr_lam="1e-4:1e-2:log", anneal_alpha=0.0)
 # The levers on a model fine-tuned from known weights (the finetune preset's default: Adam on
 # the span's coefficients, gradients halfway between theta_0 and theta*, alpha annealed).
 FINETUNE_VARIANTS = {
   "default": {},
-  # The first-order search of Haim et al.'s reference: SGD-momentum at their rates, no anneal.
-  "sgd": {
-    "optimizer": "sgd",
-    "lr_x": "0.03:0.6:log",
-    "lr_lam": "1e-4:1e-2:log",
-    "anneal_alpha": 0.0,
-  },
+  # The first-order search of Haim et al.'s reference (SGD above).
+  "sgd": SGD,
   # Gradients at theta* (Haim et al.'s point) instead of halfway.
   "theta_star": {"linearize": 1.0},
   # Candidates searched in pixels (625 inputs) instead of the span's coefficients.
   "pixels": {"subspace": False},
   # Levenberg-Marquardt on the free-multiplier equations in the span (200 steps).
-  "lm": {
-    "search": "lm",
-    "steps": 200,
-    "chunk_steps": 50,
-    "anneal_alpha": 0.0,
-    "optimizer": "sgd",
-    "lr_x": "0.03:0.6:log",
-    "lr_lam": "1e-4:1e-2:log",
-  },
+  "lm": {"search": "lm", "steps": 200, "chunk_steps": 50, "anneal_alpha": 0.0, **SGD},
   # Sample splitting (Shen et al. 2026) with lambda_min = 0.
   "split": {"split_every": 250, "split_eps": 0.5, "lam_min": "0"},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"num_restarts": 64, "steps": 1000},
   # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels.
-  "unknown_init": {
-    "known_init": False,
-    "linearize": 1.0,
-    "subspace": False,
-    "optimizer": "sgd",
-    "lr_x": "0.03:0.6:log",
-    "lr_lam": "1e-4:1e-2:log",
-    "anneal_alpha": 0.0,
-  },
+  "unknown_init": dict(known_init=False, linearize=1.0, subspace=False, **SGD),
 }
-
 
 # The leakage map: one thing a model owner controls or knows changed at a time from the
 # finetune preset (its base: 2048 units, 10 + 10 faces, He init, 2000 epochs, no weight decay,
 # a published random theta_0 that the attacker knows).  Rows: (axis, ((label, overrides),)).
 # The preset's attack throughout, but the last row's "no" (Haim et al.'s attack on theta*).
-BASE = "base"
+_victim = lambda **kw: {"victim": kw}
 MAP = (
-  (
-    "width",
-    (
-      ("256", {"victim": {"widths": (256,)}}),
-      ("1024", {"victim": {"widths": (1024,)}}),
-      ("2048", BASE),
-      ("4096", {"victim": {"widths": (4096,)}}),
-    ),
-  ),
-  (
-    "images per class",
-    (
-      ("5", {"victim": {"n_per_class": 5}}),
-      ("10", BASE),
-      ("25", {"victim": {"n_per_class": 25}}),
-      ("50", {"victim": {"n_per_class": 50, "n_part_per_class": 10}}),
-    ),
-  ),
-  (
-    "init scale",
-    (
-      ("1e-4 first layer", {"victim": {"first_layer_std": 1e-4}}),
-      ("He x 0.1", {"victim": {"init_gain": 0.1}}),
-      ("He", BASE),
-    ),
-  ),
-  (
-    "epochs",
-    (
-      ("500", {"victim": {"epochs": 500}}),
-      ("2000", BASE),
-      ("10000", {"victim": {"epochs": 10_000}}),
-    ),
-  ),
-  (
-    "weight decay",
-    (
-      ("0", BASE),
-      ("1e-3", {"victim": {"weight_decay": 1e-3}}),
-      ("1e-2", {"victim": {"weight_decay": 1e-2}}),
-    ),
-  ),
-  (
-    "theta_0",
-    (
-      ("random (seed)", BASE),
-      ("pretrained", {"victim": {"pretrain_epochs": 2000}}),
-    ),
-  ),
-  (
-    "theta_0 known",
-    (
-      ("yes", BASE),
-      ("no", FINETUNE_VARIANTS["unknown_init"]),
-    ),
-  ),
-)
-
-
-def _cell_name(axis: str, label: str) -> str:
-  keep = lambda t: "".join(ch if ch.isalnum() or ch == "-" else "_" for ch in t.lower())
-  return f"{keep(axis)}={keep(label)}".replace("__", "_")
-
-
-def map_config(rows=MAP):
-  """``(variants, map)``: each non-base cell of ``rows`` a variant, the base cell ``default``."""
-  variants, spec = {"default": {}}, []
-  for axis, cells in rows:
-    row = []
-    for label, overrides in cells:
-      name = "default" if overrides == BASE else _cell_name(axis, label)
-      if name != "default":
-        variants[name] = dict(overrides)
-      row.append((label, name))
-    spec.append((axis, tuple(row)))
-  return variants, tuple(spec)
-
+  ("width", (("256", _victim(widths=(256,))), ("1024", _victim(widths=(1024,))), ("2048", BASE),
+             ("4096", _victim(widths=(4096,))))),
+  ("images per class", (("5", _victim(n_per_class=5)), ("10", BASE),
+                        ("25", _victim(n_per_class=25)),
+                        ("50", _victim(n_per_class=50, n_part_per_class=10)))),
+  ("init scale", (("1e-4 first layer", _victim(first_layer_std=1e-4)),
+                  ("He x 0.1", _victim(init_gain=0.1)), ("He", BASE))),
+  ("epochs", (("500", _victim(epochs=500)), ("2000", BASE), ("10000", _victim(epochs=10_000)))),
+  ("weight decay", (("0", BASE), ("1e-3", _victim(weight_decay=1e-3)),
+                    ("1e-2", _victim(weight_decay=1e-2)))),
+  ("theta_0", (("random (seed)", BASE), ("pretrained", _victim(pretrain_epochs=2000)))),
+  ("theta_0 known", (("yes", BASE), ("no", FINETUNE_VARIANTS["unknown_init"]))),
+)  # fmt: skip
 
 # The quick map for tests and CI: a 64-256-1 digits victim fine-tuned 300 epochs (3 + 3
 # images), 2 restarts x 240 steps; one row.
-QUICK_MAP = (("theta_0 known", (("yes", BASE), ("no", FINETUNE_VARIANTS["unknown_init"]))),)
+QUICK_MAP = MAP[-1:]
 QUICK_BASE = dict(
-  victim=dict(
-    dataset="digits",
-    n_per_class=3,
-    arch="mlp",
-    widths=(256,),
-    bias="all",
-    init="kaiming",
-    init_std=None,
-    first_layer_std=None,
-    lr=0.05,
-    epochs=300,
-  ),
-  num_restarts=2,
-  steps=240,
-  chunk_steps=240,
-  anneal_stages=4,
-  identify=False,
-)
+  victim=dict(dataset="digits", n_per_class=3, arch="mlp", widths=(256,), bias="all",
+              init="kaiming", init_std=None, first_layer_std=None, lr=0.05, epochs=300),
+  num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, identify=False,
+)  # fmt: skip
 
 
 def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:

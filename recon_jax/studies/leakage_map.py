@@ -16,7 +16,27 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
-from recon_jax.studies import figures
+BASE = "base"  # a map cell that is the base config itself (the variant ``default``)
+
+
+def _cell_name(axis: str, label: str) -> str:
+  keep = lambda t: "".join(ch if ch.isalnum() or ch == "-" else "_" for ch in t.lower())
+  return f"{keep(axis)}={keep(label)}".replace("__", "_")
+
+
+def map_config(rows) -> tuple[dict, tuple]:
+  """``(variants, spec)`` of map ``rows`` ``((axis, ((label, overrides or BASE), ...)), ...)``:
+  each non-base cell a variant named ``axis=label``, the base cell ``default``."""
+  variants, spec = {"default": {}}, []
+  for axis, cells in rows:
+    row = []
+    for label, overrides in cells:
+      name = "default" if overrides == BASE else _cell_name(axis, label)
+      if name != "default":
+        variants[name] = dict(overrides)
+      row.append((label, name))
+    spec.append((axis, tuple(row)))
+  return variants, tuple(spec)
 
 
 def _rows(spec) -> list:
@@ -98,6 +118,8 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 
   ``n_of``: ``{variant: n_train}`` (the fraction's denominator per cell).
   """
+  from recon_jax.studies import figures  # matplotlib: only here
+
   rows = _rows(spec)
   width = max(len(c) for _, c in rows)
   fig, ax = figures.plt.subplots(figsize=(2.3 * width + 1.8, 0.95 * len(rows) + 1.2))

@@ -32,3 +32,24 @@ def test_a_map_naming_a_variant_not_run_is_refused():
   with pytest.raises(ConfigError, match="theta_0_known=no"):
     runner.check_efficacy(cfg, ["default"], 1)
   assert leakage_map.variants_of(cfg.map) == ["default", "theta_0_known=no"]
+
+
+def test_cells_with_different_draw_counts_say_how_many_each_has():
+  from recon_jax.studies import efficacy
+
+  def agg(pooled, fits):
+    draws = [
+      dict(
+        strict_pooled=p, strict_selected=p - 1, log10_identifiability_ratio=0.3, truth_fits_best=f
+      )
+      for p, f in zip(pooled, fits)
+    ]
+    return efficacy.aggregate(draws, 0.95, 20)
+
+  out = {"draws": [0, 1, 2], "variants": {"default": agg([17, 16, 18], [1, 1, 1])}}
+  out["variants"]["wide"] = agg([19, 18], [1, 0])
+  spec = (("width", (("2048", "default"), ("4096", "wide"))),)
+  table = leakage_map.table(out, spec, {"default": 20, "wide": 20})
+  assert "| width | 2048 | 20 | 3 | 17.0 [" in table
+  assert "| width | 4096 | 20 | 2 | 18.5 [" in table and "truth fits best 1/2" in table
+  assert leakage_map._draws(out) == "2-3 draws (the verdict counts each)"

@@ -99,17 +99,23 @@ def _fmt(iv: Mapping, digits: int = 1) -> str:
 def table(out: Mapping, spec, n_of: Mapping) -> str:
   """The map as a markdown table (one line per cell; ``n_of``: ``{variant: n_train}``)."""
   lines = [
-    "| axis | value | n | strict pooled | attacker-selected | log10 identifiability ratio "
-    f"| verdict over {len(out['draws'])} draws |",
-    "|---|---|---|---|---|---|---|",
+    "| axis | value | n | draws | strict pooled | attacker-selected | log10 identifiability "
+    "ratio | verdict |",
+    "|---|---|---|---|---|---|---|---|",
   ]
   for c in cells(out, spec):
     lines.append(
       f"| {c['axis']} | {c['label']} | {n_of.get(c['variant'], '?')} | "
-      f"{_fmt(c['strict_pooled'])} | {_fmt(c['strict_selected'])} | "
+      f"{c['strict_pooled']['n']} | {_fmt(c['strict_pooled'])} | {_fmt(c['strict_selected'])} | "
       f"{_fmt(c['log10_identifiability_ratio'], 2)} | {c['verdict']} |"
     )
   return "\n".join(lines) + "\n"
+
+
+def _draws(out: Mapping) -> str:
+  """How many draws the cells' means are over: 'K draws', or 'K-L draws' where cells differ."""
+  ks = sorted({int(agg["strict_pooled"]["n"]) for agg in out["variants"].values()})
+  return f"{ks[0]} draws" if len(ks) == 1 else f"{ks[0]}-{ks[-1]} draws (the verdict counts each)"
 
 
 def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> None:
@@ -154,8 +160,8 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
   sm = figures.plt.cm.ScalarMappable(cmap=cmap, norm=figures.plt.Normalize(0, 1))
   fig.colorbar(sm, ax=ax, fraction=0.03, pad=0.01, label="strict pooled / n")
   ax.set_title(
-    f"Leakage map: strict recoveries, mean over {len(out['draws'])} draws; each row changes "
-    "one thing of the same base model",
+    f"Leakage map: strict recoveries, mean over {_draws(out)}; each row changes one thing of "
+    "the same base model",
     fontsize=9,
   )
   figures.save(fig, path)

@@ -41,11 +41,21 @@ class Error(Exception):
 
   ``argument``: the library's name of the setting at fault (``lr``, ``victim.lr``), None
   when a file or a run is; ``mentions``: the words of the message that name other settings
-  (``overwrite=True``, ``workdir``), as the message writes them.
+  (``overwrite=True``, ``workdir``), as the message writes them; a raise-site that does not
+  give them has its message's ``NAME=VALUE`` words taken.
   """
 
   argument: Optional[str] = None
-  mentions: tuple[str, ...] = ()
+  _mentions: Optional[tuple] = None
+
+  @property
+  def mentions(self) -> tuple[str, ...]:
+    """As given, else the message's ``NAME=VALUE`` words (:func:`settings_in`)."""
+    return self._mentions if self._mentions is not None else settings_in(str(self))
+
+  @mentions.setter
+  def mentions(self, words) -> None:
+    self._mentions = tuple(words)
 
   def named(self, spell: Callable[[str, Optional[str]], Optional[str]]) -> str:
     """The message's first line with its settings spelled ``spell(name, value)`` (value
@@ -57,6 +67,7 @@ class Error(Exception):
     text = str(self).strip()
     words = (text.splitlines()[0] if text else type(self).__name__).split(" ")
     own = spell(self.argument, None) if self.argument else None
+    mentions = self.mentions
     for i, word in enumerate(words):
       lead, core, trail = _split(word)
       name, eq, value = core.partition("=")
@@ -64,7 +75,7 @@ class Error(Exception):
         if name in (self.argument, self.argument.rsplit(".", 1)[-1], _path(own)):
           words[0], own = own + eq + value + trail, None
           continue
-      if core in self.mentions:
+      if core in mentions:
         words[i] = lead + (spell(name, value if eq else None) or core) + trail
     line = " ".join(words)
     return f"{own}: {line}" if own and not line.startswith(own) else line
@@ -74,8 +85,8 @@ class ConfigError(Error, ValueError):
   """An argument the library cannot run with.
 
   ``argument`` is the library's name for it (the first word of the message when not
-  given); ``mentions`` the words naming other settings (its ``NAME=VALUE`` words when not
-  given, :func:`settings_in`), so a binary can name its own settings instead.
+  given); ``mentions`` the words naming other settings (see :class:`Error`), so a binary
+  can name its own settings instead.
   """
 
   def __init__(
@@ -87,7 +98,8 @@ class ConfigError(Error, ValueError):
       n = next((i for i, c in enumerate(first) if not (c.isalnum() or c in "_.")), len(first))
       argument = first[:n] if first[:n] and not first[0].isdigit() else None
     self.argument = argument
-    self.mentions = settings_in(message) if mentions is None else tuple(mentions)
+    if mentions is not None:
+      self.mentions = mentions
 
 
 class RunFailed(Error, RuntimeError):

@@ -246,3 +246,57 @@ def test_the_binaries_name_a_nested_setting_in_one_line_and_exit_1(tmp_path, bin
   assert p.returncode == 1, p.stderr[-2000:]
   assert p.stderr.startswith(want) and p.stderr.count("\n") == 1, p.stderr[-2000:]
   assert not work.exists()
+
+
+MY_CONFIG = '''"""My study's settings."""
+import ml_collections
+
+PRESETS = ("default", "big")
+
+
+def get_config(preset="default"):
+  if preset not in PRESETS:
+    raise KeyError(f"unknown preset {preset!r}")
+  c = ml_collections.ConfigDict()
+  c.steps = 10 if preset == "default" else 1000  # optimisation steps
+  c.opt = ml_collections.ConfigDict({"beta": 0.9})
+  return c
+'''
+
+MY_SCRIPT = '''"""My own study, on the library's command line."""
+import os
+
+from recon_jax import cli
+from recon_jax.errors import ConfigError
+
+
+def main(cfg):
+  if not 0 < cfg.opt.beta < 1:
+    raise ConfigError(f"must be in (0, 1), got {cfg.opt.beta}.", "opt.beta")
+  print("steps", cfg.steps)
+
+
+if __name__ == "__main__":
+  cli.run(main, os.path.join(os.path.dirname(__file__), "my_config.py"), "default")
+'''
+
+
+def test_a_users_own_script_gets_the_flags_help_and_one_line_errors(tmp_path):
+  (tmp_path / "my_config.py").write_text(MY_CONFIG)
+  (tmp_path / "my_study.py").write_text(MY_SCRIPT)
+  env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+  def run(*args):
+    cmd = [sys.executable, str(tmp_path / "my_study.py"), *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+  p = run("--help")
+  assert p.returncode == 0 and "steps = 10" in p.stdout and "optimisation steps" in p.stdout
+  assert "opt.beta = 0.9" in p.stdout and "--workdir" in p.stdout, p.stdout
+  p = run("--config.steps=3")
+  assert p.returncode == 0 and p.stdout.strip() == "steps 3", p.stderr[-2000:]
+  p = run("--config.opt.beta=2")
+  assert p.returncode == 1 and p.stderr == "error: --config.opt.beta: must be in (0, 1), got 2.0.\n"
+  p = run("--config.opt.betta=0.5")
+  assert p.returncode == 1 and p.stderr.startswith("error: --config.opt.betta: no such setting")
+  assert p.stderr.count("\n") == 1

@@ -3,7 +3,8 @@
 A small softplus victim trained by L-BFGS to a stationary point of its weight-decay-
 regularised logistic loss (every attack is defined on it: the KKT variants, the closed
 form, inversion, the bilevel attack).  For each attack the main job can select
-(:func:`recon_jax.attacks.specs`), built by its spec from a job config:
+(:func:`recon_jax.attacks.specs`), in each run its spec asks for (``AttackSpec.examples``:
+settings of the tiny preset), built by its spec from that job config:
 
 * ``init`` and ``step`` keep the state's structure, shapes and dtypes, the candidates
   are [m, *input_shape] with m weights, and the step's metrics hold a finite ``loss``;
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import attacks, implicit, loop
+from recon_jax import attacks, implicit, loop, sweep
 from recon_jax.job import pipeline
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Target, prepared
@@ -27,35 +28,21 @@ from recon_jax.victims import models, victim
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 N, D, WD = 4, 6, 0.05
-# (attack, overrides of the tiny job config); the KKT attack once per search option.
+# (attack, example): every run each registered attack's spec asks for (AttackSpec.examples),
+# the KKT attack once per search option.
 CASES = [
-  ("kkt", {}),
-  ("kkt", {"multipliers": "tied", "m_per_sample": 1}),
-  ("kkt", {"multipliers": "tied", "m_per_sample": 1, "subspace": True, "subspace_tol": 1e-8}),
-  (
-    "kkt",
-    {
-      "multipliers": "tied",
-      "m_per_sample": 1,
-      "subspace": True,
-      "subspace_tol": 1e-8,
-      "search": "lm",
-      "lm_cg_maxiter": 5,
-    },
-  ),
-  ("kkt", {"subspace": True, "subspace_tol": 1e-8, "search": "lm", "lm_cg_maxiter": 5}),
-  ("kkt", {"subspace": True, "optimizer": "adam", "lr_x": "0.01"}),
-  ("kkt", {"split_every": 2, "split_eps": 0.1}),
-  ("closed_form", {}),
-  ("inversion", {}),
-  ("bilevel", {"m_per_sample": 1, "bilevel_inner_maxiter": 20}),
+  (name, example)
+  for name, spec in sorted(attacks.specs().items())
+  if spec.direct is None
+  for example in spec.examples
 ]
 
 
 def test_every_registered_attack_is_covered():
-  searched = {name for name, spec in attacks.specs().items() if spec.direct is None}
-  assert searched == {name for name, _ in CASES}
+  for name, spec in attacks.specs().items():
+    assert bool(spec.examples) == (spec.direct is None), name  # a search has a run to check
   assert attacks.specs()["weights"].direct is not None
+  assert {name for name, _ in CASES} >= {"kkt", "closed_form", "inversion", "bilevel"}
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +69,13 @@ def _setup(name, overrides, problem):
   vcfg, apply_fn, params, x, y = problem
   cfg = configs.get_config("tiny")
   cfg.attack = name
-  cfg.update(overrides)
+  cfg.update(dict(overrides))
   m = cfg.m or cfg.m_per_sample * N
   labels = jnp.asarray(np.resize(y, m))
   target = Target(params, labels, jnp.asarray(0.0), jnp.asarray(1.0))
+  job = JobConfig(**cfg)
   attack = pipeline.make_attack(
-    JobConfig(**cfg),
+    job,
     apply_fn,
     "binary",
     1,
@@ -104,6 +92,8 @@ def _setup(name, overrides, problem):
     "lam_min": jnp.full(r, 0.0),
     "sigma_x": jnp.full(r, 0.05),
   }
+  for own in attacks.get(name).ranges:  # the attack's own per-restart ranges: their low ends
+    hp[own] = jnp.full(r, sweep.parse_range(own, getattr(job, own), "log")[0])
   start = np.resize(x, (m, D))
   noise = np.random.default_rng(1).normal(size=(r, m, D)) * 0.05
 
@@ -115,17 +105,13 @@ def _setup(name, overrides, problem):
   return cfg, attack, x_init, keys, hp, target, m
 
 
-def _slow(name, overrides):  # the cases whose programs take longest to compile
-  return name == "bilevel" or overrides.get("search") == "lm" or "split_every" in overrides
-
-
 @pytest.mark.parametrize(
-  "name, overrides",
-  [pytest.param(n, o, marks=pytest.mark.slow) if _slow(n, o) else (n, o) for n, o in CASES],
-  ids=[f"{n}{sorted(o)}" for n, o in CASES],
+  "name, example",
+  [pytest.param(n, e, marks=pytest.mark.slow) if e.slow else (n, e) for n, e in CASES],
+  ids=[f"{n}{sorted(e.settings)}" for n, e in CASES],
 )
-def test_attack_contract(name, overrides, problem):
-  cfg, attack, x_init, keys, hp, target, m = _setup(name, overrides, problem)
+def test_attack_contract(name, example, problem):
+  cfg, attack, x_init, keys, hp, target, m = _setup(name, example.settings, problem)
   one = jax.tree_util.tree_map(lambda a: a[0], hp)
   seen = prepared(attack, target)  # what init and step take (the loop prepares it too)
   state = attack.init(keys[0], one, seen, x_init(keys[0], one))
@@ -136,9 +122,7 @@ def test_attack_contract(name, overrides, problem):
   cands, weights = attack.candidates(new)
   assert cands.shape == (m, D) and weights.shape[0] == m
 
-  steps = 2 if name == "bilevel" or overrides.get("search") == "lm" else 20
-  if overrides.get("search") == "lm" and overrides.get("multipliers", "free") == "free":
-    steps = 10  # its damping starts small: the first steps of a restart may be rejected
+  steps = example.steps
   stages = [(steps, hp)]
   run = lambda **kw: loop.run_stages(
     attack, x_init, keys, stages, target, chunk_steps=steps // 2, log=False, **kw

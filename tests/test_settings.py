@@ -1,5 +1,10 @@
-"""The main job's settings ship with the library: defaults, meanings, overrides."""
+"""The main job's settings ship with the library: defaults, meanings, overrides; the
+attacks' own options among them."""
 
+import dataclasses
+import types
+
+import numpy as np
 import pytest
 
 from experiments.configs import efficacy as efficacy_configs
@@ -79,3 +84,95 @@ def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, 
   assert planning.prepare(plan.config.to_dict()).config == plan.config  # a plain dict too
   with pytest.raises(ConfigError, match="steps"):
     planning.prepare(job.replace(steps=0))
+
+
+# ----------------------------------------------------------------------------- attack options
+
+# The settings that are an attack's own options: their flags, config.json keys and owners, as
+# config files and workdirs written before know them (renaming one breaks their resume).
+ATTACK_SETTINGS = {
+  "kkt": {
+    "w_lam",
+    "derivative",
+    "multipliers",
+    "subspace",
+    "subspace_tol",
+    "search",
+    "lm_cg_maxiter",
+    "split_every",
+    "split_eps",
+    "w_tv",
+  },
+  "bilevel": {"bilevel_inner_maxiter"},
+}
+
+
+def test_each_attacks_options_are_settings_of_the_job_of_the_same_name():
+  from recon_jax import attacks
+
+  fields = {f.name: f for f in dataclasses.fields(rj.JobConfig)}
+  flags = workdir.flatten(rj.reconstruct_config().to_dict())
+  owned = {}
+  for name, spec in attacks.specs().items():
+    for f in dataclasses.fields(spec.options):
+      assert f.name in fields and f.name in flags, f.name
+      assert fields[f.name].default == f.default == flags[f.name], f.name
+      assert settings.HELP[f.name] == f.metadata["help"] and f.metadata["help"].strip()
+      assert settings.RULES[f.name] == f.metadata["rule"], f.name
+      owned.setdefault(name, set()).add(f.name)
+  assert owned == ATTACK_SETTINGS
+  assert set(settings.ATTACK_OPTIONS) == {attacks.get(n).options for n in ATTACK_SETTINGS}
+
+
+def test_an_attack_gets_its_typed_options_and_the_shared_settings():
+  from recon_jax import attacks
+  from recon_jax.attacks import kkt
+
+  job = rj.JobConfig(split_every=3, w_tv=0.5, steps=9, optimizer="adam")
+  assert attacks.get("kkt").options_of(job) == kkt.KKTOptions(split_every=3, w_tv=0.5)
+  assert attacks.get("inversion").options_of(job) == attacks.get("inversion").options()
+  common = attacks.Common.of(job)
+  assert (common.steps, common.optimizer) == (9, "adam")
+
+
+def test_the_attack_setting_lists_the_registry():
+  from recon_jax import attacks
+
+  names = sorted(attacks.specs())
+  assert " | ".join(names) in settings.HELP["attack"]
+  assert tuple(settings.RULES["attack"].choices()) == tuple(names)
+
+
+def test_two_attacks_may_not_declare_the_same_option(monkeypatch):
+  from recon_jax import attacks
+  from recon_jax.attacks import spec as spec_module
+  from recon_jax.rules import Rule
+
+  @dataclasses.dataclass(frozen=True)
+  class Clash:
+    split_every: int = spec_module.option(0, "again", Rule("int", low=0))
+
+  fake = attacks.AttackSpec("clash", build=None, check=None, options=Clash)
+  monkeypatch.setitem(spec_module._REGISTRY, "clash", fake)
+  with pytest.raises(ValueError, match="split_every"):
+    settings._attack_options()
+
+
+def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
+  from recon_jax import attacks
+  from recon_jax.attacks import spec as spec_module
+  from recon_jax.rules import Rule
+
+  @dataclasses.dataclass(frozen=True)
+  class Own:
+    lr_z: str = spec_module.option("0.1:0.2:lin", "a range", Rule("range"))
+
+  fake = attacks.AttackSpec("own", build=None, check=None, options=Own, hparams=("lr_x", "lr_z"))
+  monkeypatch.setitem(spec_module._REGISTRY, "own", fake)
+  job = types.SimpleNamespace(**{**rj.JobConfig().to_dict(), "attack": "own", "lr_z": "0.1:0.2"})
+  job.num_restarts = 5
+  hp = planning.hparams_for(job)
+  assert hp["lr_z"].shape == (5,) and np.all((0.1 <= hp["lr_z"]) & (hp["lr_z"] <= 0.2))
+  assert len(set(hp["lr_z"].tolist())) == 5  # one draw per restart
+  with pytest.raises(ValueError, match="lr_z"):  # a range it does not say it reads
+    spec_module.register(fake._replace(name="own2", hparams=("lr_x",)))

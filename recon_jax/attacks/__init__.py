@@ -2,7 +2,8 @@
 :class:`~recon_jax.attacks.spec.AttackSpec`, so the main job can select it by name.
 
 :func:`specs` imports every module of this package once and returns the registry; adding
-an attack is adding a module that calls :func:`~recon_jax.attacks.spec.register`.
+an attack is adding a module that calls :func:`~recon_jax.attacks.spec.register` (its
+options, their settings in the main job and its contract-test runs come with its spec).
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from recon_jax.attacks.spec import AttackSpec, Setup, register, registry  # noqa: F401
+from recon_jax.attacks.spec import (  # noqa: F401
+  AttackSpec,
+  Common,
+  Example,
+  Setup,
+  option,
+  register,
+  registry,
+)
 from recon_jax.errors import ConfigError
 
 

@@ -30,6 +30,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple, Union
 
 import jax
@@ -38,8 +39,17 @@ import optax
 
 from recon_jax import implicit, losses, optim, priors
 from recon_jax.activations import get_activation
-from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
+from recon_jax.attacks.spec import (
+  AttackSpec,
+  Example,
+  Setup,
+  check_rules,
+  option,
+  register,
+  require,
+)
 from recon_jax.errors import ConfigError
+from recon_jax.rules import MAX_INNER_ITERATIONS, Rule
 from recon_jax.types import Attack, HParams, Target
 
 THETA0 = ("target", "uniform", "gaussian")
@@ -196,7 +206,21 @@ def bilevel_attack(
   return Attack(init, step, candidates, name=f"bilevel[{loss},{hessian_solve}]")
 
 
-def _check(cfg, setup: Setup) -> None:
+@dataclasses.dataclass(frozen=True)
+class BilevelOptions:
+  """The bilevel attack's own options (settings of the main job of the same names)."""
+
+  # each step of each restart runs this inner solve in one compiled call: bounded so that a
+  # step (and Ctrl-C or SIGTERM after it) comes within seconds
+  bilevel_inner_maxiter: int = option(
+    100,
+    "attack=bilevel: L-BFGS iterations of each inner solve",
+    Rule("int", low=1, high=MAX_INNER_ITERATIONS),
+  )
+
+
+def _check(o: BilevelOptions, setup: Setup) -> None:
+  check_rules(o, BilevelOptions)
   require(
     not setup.foreign,
     "attack=bilevel needs the victim's training recipe (its loss and weight decay): "
@@ -213,16 +237,17 @@ def _check(cfg, setup: Setup) -> None:
     "e.g. the lfw_wd preset).",
     "attack",
   )
-  require(
-    (cfg.m == 0 and cfg.m_per_sample == 1) or cfg.m > 0,
-    "attack=bilevel fits the training energy of its m candidates to theta*: use m = n "
-    "(m_per_sample=1).",
-    "m_per_sample",
-  )
-  require_int(cfg, "bilevel_inner_maxiter")
+  common = setup.common
+  if common is not None:
+    require(
+      (common.m == 0 and common.m_per_sample == 1) or common.m > 0,
+      "attack=bilevel fits the training energy of its m candidates to theta*: use m = n "
+      "(m_per_sample=1).",
+      "m_per_sample",
+    )
 
 
-def _build(cfg, setup: Setup) -> Attack:
+def _build(o: BilevelOptions, setup: Setup) -> Attack:
   from recon_jax.victims.victim import final_weight_decay
 
   require(
@@ -235,9 +260,9 @@ def _build(cfg, setup: Setup) -> Attack:
     setup.apply_fn,
     setup.victim.loss,
     wd=final_weight_decay(setup.victim),
-    inner_maxiter=cfg.bilevel_inner_maxiter,
-    optimizer=cfg.optimizer,
-    w_prior=cfg.w_prior,
+    inner_maxiter=o.bilevel_inner_maxiter,
+    optimizer=setup.common.optimizer,
+    w_prior=setup.common.w_prior,
   )
 
 
@@ -246,11 +271,13 @@ SPEC = register(
     name="bilevel",
     build=_build,
     check=_check,
+    options=BilevelOptions,
     hparams=("lr_x", "sigma_x"),
     # x, its gradient, the optimiser's slots; theta and its warm start are per restart too,
     # but of parameter size (not counted here).
-    state_arrays=lambda cfg: 3,
-    settings=("bilevel_inner_maxiter",),
+    state_arrays=lambda o, common: 3,
     doc="min_x ||theta* - theta(x)||^2, theta(x) = argmin E (Runkel et al.), implicit gradients",
+    # m = n, and a few inner iterations: each step is an inner solve (slow to compile)
+    examples=(Example({"m_per_sample": 1, "bilevel_inner_maxiter": 20}, steps=2, slow=True),),
   )
 )

@@ -423,12 +423,12 @@ def closed_form_attack(
   return Attack(init, step, candidates, name=f"closed_form[{problem}]")
 
 
-def _build(cfg, setup: Setup) -> Attack:
+def _build(options, setup: Setup) -> Attack:
   return closed_form_attack(
     setup.apply_fn,
     setup.problem,
-    optimizer=cfg.optimizer,
-    w_prior=cfg.w_prior,
+    optimizer=setup.common.optimizer,
+    w_prior=setup.common.w_prior,
     num_outputs=setup.num_outputs,
   )
 
@@ -439,7 +439,8 @@ SPEC = register(
     build=_build,
     check=no_check,
     hparams=("lr_x", "sigma_x", "alpha"),
-    state_arrays=lambda cfg: kkt.STATE_ARRAYS.get(cfg.optimizer, 3),
+    state_arrays=lambda options, common: kkt.STATE_ARRAYS.get(common.optimizer, 3),
+    fits_equations=True,
     doc="lambda eliminated in closed form at every step (Iurada et al.)",
   )
 )

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax import optim, priors
+from recon_jax import optim, priors, sweep
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require
 from recon_jax.types import Attack
 
@@ -49,18 +49,19 @@ def inversion_attack(apply_fn, *, w_prior: float = 1.0, momentum: float = 0.9) -
   return Attack(init, step, candidates, name="inversion")
 
 
-def _check(cfg, setup: Setup) -> None:
+def _check(options, setup: Setup) -> None:
   require(
-    setup.problem == "binary", f"attack={cfg.attack} is defined for binary victims only.", "attack"
+    setup.problem == "binary", "attack=inversion is defined for binary victims only.", "attack"
   )
 
 
 SPEC = register(
   AttackSpec(
     name="inversion",
-    build=lambda cfg, setup: inversion_attack(setup.apply_fn, w_prior=cfg.w_prior),
+    build=lambda options, setup: inversion_attack(setup.apply_fn, w_prior=setup.common.w_prior),
     check=_check,
     hparams=("lr_x", "sigma_x"),
+    paper_ranges=sweep.INVERSION_RANGES,  # Haim et al.'s App. B.2 for model inversion
     doc="model inversion baseline (Haim et al. §5.4)",
   )
 )

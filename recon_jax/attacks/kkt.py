@@ -41,22 +41,31 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
 from absl import logging
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from recon_jax import optim, priors
 from recon_jax.activations import surrogate_relu
 from recon_jax.attacks import gauss_newton, span, splitting
-from recon_jax.attacks.spec import AttackSpec, Setup, register, require, require_int
+from recon_jax.attacks.spec import (
+  AttackSpec,
+  Example,
+  Setup,
+  check_rules,
+  option,
+  register,
+  require,
+)
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
 from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
+from recon_jax.rules import INT32_MAX, Rule
 from recon_jax.types import Attack, HParams, Target
 
 
@@ -373,60 +382,103 @@ def _activation(setup: Setup) -> str:
   return "relu" if setup.foreign else setup.victim.activation
 
 
-def _check(cfg, setup: Setup) -> None:
-  derivative = cfg.derivative
-  require(
-    derivative in ("auto",) + DERIVATIVES,
-    f"derivative must be auto or one of {DERIVATIVES}, got {derivative!r}.",
-    "derivative",
+@dataclasses.dataclass(frozen=True)
+class KKTOptions:
+  """The KKT attack's own options (settings of the main job of the same names)."""
+
+  w_lam: float = option(
+    1.0, "weight of the lambda >= lam_min penalty (>= 0)", Rule("float", low=0, high=1e6)
   )
-  if setup.foreign or setup.victim is not None:
+  derivative: str = option(
+    "auto",
+    "auto (victim's own if smooth, else surrogate) | surrogate | exact",
+    Rule("str", choices=("auto",) + DERIVATIVES),
+  )
+  multipliers: str = option(
+    "free",
+    "free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))",
+    Rule("str", choices=MULTIPLIERS),
+  )
+  subspace: bool = option(
+    False,
+    "search candidates as coefficients in the span of the first layer's weights (their "
+    "change with known_init)",
+    Rule("bool"),
+  )
+  subspace_tol: float = option(
+    0.0,
+    "that span: singular values above this x the largest (0: above the noise floor)",
+    Rule(
+      "float", low=0, high=1, high_open=True, note="0: above the noise floor", feature="subspace"
+    ),
+  )
+  search: str = option(
+    "first_order",
+    "first_order (optimizer) | lm (Levenberg-Marquardt in the span; needs subspace)",
+    Rule("str", choices=SEARCHES),
+  )
+  lm_cg_maxiter: int = option(
+    20,
+    "conjugate-gradient iterations per Levenberg-Marquardt step",
+    Rule("int", low=1, high=10_000, feature="lm"),
+  )
+  split_every: int = option(
+    0,
+    "split a candidate in two every this many steps (0: off; Shen et al.)",
+    Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  )
+  split_eps: float = option(
+    0.05,
+    "distance of the two copies from the split candidate",
+    Rule("float", low=0, high=1e6, low_open=True, feature="split"),
+  )
+  w_tv: float = option(
+    0.0,
+    "kkt: weight of a total-variation prior on image candidates (0: off)",
+    Rule("float", low=0, high=1e6, note="0: off"),
+  )
+
+
+def _features(o: KKTOptions) -> dict:
+  return {
+    "split": ("sample splitting (split_every > 0)", o.split_every > 0),
+    "subspace": ("subspace=True", bool(o.subspace)),
+    "lm": ("search=lm", o.search == "lm"),
+  }
+
+
+def _check(o: KKTOptions, setup: Setup) -> None:
+  check_rules(o, KKTOptions)  # what each option may hold on its own
+  derivative = o.derivative
+  common = setup.common
+  if common is not None and (setup.foreign or setup.victim is not None):
     require(
-      not cfg.anneal_alpha or resolve_derivative(derivative, _activation(setup)) == "surrogate",
+      not common.anneal_alpha or resolve_derivative(derivative, _activation(setup)) == "surrogate",
       "anneal_alpha anneals the surrogate ReLU's sharpness, but this victim's derivative is "
       "exact (derivative=auto with a smooth activation): it would change nothing; set "
       "derivative=surrogate or leave anneal_alpha at 0.",
       "anneal_alpha",
     )
-  multipliers = cfg.multipliers
-  require(
-    multipliers in MULTIPLIERS,
-    f"multipliers must be one of {MULTIPLIERS}, got {multipliers!r}.",
-    "multipliers",
-  )
+  multipliers = o.multipliers
   require(
     multipliers == "free" or setup.problem == "binary",
     "multipliers=tied needs a binary (logistic) victim.",
     "multipliers",
   )
-  if cfg.subspace:
+  if o.subspace:
     require(
       setup.foreign or setup.victim.arch in ("mlp", "one_hidden", "affine"),
       f"subspace needs a dense first layer; arch={getattr(setup.victim, 'arch', '?')} has none.",
       "subspace",
     )
-  tol = cfg.subspace_tol
+  search = o.search
   require(
-    isinstance(tol, (int, float)) and not isinstance(tol, bool) and 0 <= tol < 1,
-    f"subspace_tol must be in [0, 1) (0: the span's own rank), got {tol!r}.",
-    "subspace_tol",
-  )
-  search = cfg.search
-  require(search in SEARCHES, f"search must be one of {SEARCHES}, got {search!r}.", "search")
-  require(
-    search == "first_order" or (cfg.subspace and setup.problem == "binary"),
+    search == "first_order" or (o.subspace and setup.problem == "binary"),
     "search=lm solves the binary KKT equations in the first layer's span: it needs "
     "subspace=True and a binary victim.",
     "search",
   )
-  require_int(cfg, "lm_cg_maxiter")
-  w_tv = cfg.w_tv
-  require(
-    isinstance(w_tv, (int, float)) and not isinstance(w_tv, bool) and 0 <= w_tv < np.inf,
-    f"w_tv must be a finite number >= 0, got {w_tv!r}.",
-    "w_tv",
-  )
-  if w_tv:
+  if o.w_tv:
     require(
       search == "first_order",
       "w_tv is a term of the first-order objective; search=lm does not take it.",
@@ -438,85 +490,94 @@ def _check(cfg, setup: Setup) -> None:
       f"w_tv needs image candidates; dataset {dataset!r} has none.",
       "w_tv",
     )
-  split_every = require_int(cfg, "split_every", low=0)
-  if split_every:
+  if o.split_every:
+    if common is not None:
+      require(
+        o.split_every <= common.steps,
+        f"split_every={o.split_every} is more than steps={common.steps}: no candidate would "
+        "ever be split (0: off).",
+        "split_every",
+      )
     require(
       multipliers == "free" and setup.problem != "general" and search == "first_order",
       "split_every needs free multipliers, a binary or multiclass victim and search=first_order.",
       "split_every",
     )
-    eps = cfg.split_eps
-    require(
-      isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
-      f"split_eps must be > 0, got {eps!r}.",
-      "split_eps",
-    )
 
 
-def _build(cfg, setup: Setup) -> Attack:
-  derivative = resolve_derivative(cfg.derivative, _activation(setup))
+def _build(o: KKTOptions, setup: Setup) -> Attack:
+  common = setup.common
+  derivative = resolve_derivative(o.derivative, _activation(setup))
   basis = None
-  if cfg.subspace:
-    basis, info = span.span_basis(setup.target.fit, cfg.subspace_tol, setup.n or None)
+  if o.subspace:
+    basis, info = span.span_basis(setup.target.fit, o.subspace_tol, setup.n or None)
     logging.info(
       "candidates searched in the first layer's span: %d of %d directions (%d training images)",
       info.dim,
       info.input_dim,
       setup.n,
     )
-  if cfg.search == "lm":
+  if o.search == "lm":
     return gauss_newton.lm_attack(
       setup.apply_fn,
       basis,
       setup.input_shape,
-      residual_fn=lm_residual(cfg.multipliers),
-      multipliers=cfg.multipliers,
+      residual_fn=lm_residual(o.multipliers),
+      multipliers=o.multipliers,
       derivative=derivative,
-      w_prior=cfg.w_prior,
-      w_lam=cfg.w_lam,
-      normalize=cfg.normalize,
-      cg_maxiter=cfg.lm_cg_maxiter,
+      w_prior=common.w_prior,
+      w_lam=o.w_lam,
+      normalize=common.normalize,
+      cg_maxiter=o.lm_cg_maxiter,
     )
   return kkt_attack(
     setup.apply_fn,
     setup.problem,
-    optimizer=cfg.optimizer,
-    w_lam=cfg.w_lam,
-    w_prior=cfg.w_prior,
-    w_tv=float(cfg.w_tv),
-    normalize=cfg.normalize,
+    optimizer=common.optimizer,
+    w_lam=o.w_lam,
+    w_prior=common.w_prior,
+    w_tv=float(o.w_tv),
+    normalize=common.normalize,
     num_outputs=setup.num_outputs,
     derivative=derivative,
-    multipliers=cfg.multipliers,
+    multipliers=o.multipliers,
     basis=basis,
     input_shape=setup.input_shape,
-    split_every=int(cfg.split_every),
-    split_eps=float(cfg.split_eps),
+    split_every=int(o.split_every),
+    split_eps=float(o.split_eps),
   )
 
+
+# The contract test's runs: once per search option (an LM or splitting program is slow to
+# compile; LM's damping starts small, so the first steps of a restart may be rejected).
+_LM = {"subspace": True, "subspace_tol": 1e-8, "search": "lm", "lm_cg_maxiter": 5}
+EXAMPLES = (
+  Example(),
+  Example({"multipliers": "tied", "m_per_sample": 1}),
+  Example({"multipliers": "tied", "m_per_sample": 1, "subspace": True, "subspace_tol": 1e-8}),
+  Example({"multipliers": "tied", "m_per_sample": 1, **_LM}, steps=2, slow=True),
+  Example(_LM, steps=10, slow=True),
+  Example({"subspace": True, "optimizer": "adam", "lr_x": "0.01"}),
+  Example({"split_every": 2, "split_eps": 0.1}, slow=True),
+)
 
 SPEC = register(
   AttackSpec(
     name="kkt",
     build=_build,
     check=_check,
+    options=KKTOptions,
     hparams=("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min"),
-    state_arrays=lambda cfg: STATE_ARRAYS.get(cfg.optimizer, 3),
+    state_arrays=lambda o, common: STATE_ARRAYS.get(common.optimizer, 3),
     # LM's step moves subspace coordinates and a solver state that perturbed candidates
     # would leave stale: no re-run from them.
-    rerunnable=lambda cfg: cfg.search != "lm",
+    rerunnable=lambda o: o.search != "lm",
+    first_order=lambda o: o.search == "first_order",
+    # tied multipliers are the loss derivatives at an exact stationary point
+    assumes_stationary=lambda o: o.multipliers == "tied",
+    features=_features,
+    fits_equations=True,
     doc="the KKT / margin attack (Haim et al.), DecoReco for multiclass and general",
-    settings=(
-      "w_lam",
-      "derivative",
-      "multipliers",
-      "subspace",
-      "subspace_tol",
-      "search",
-      "lm_cg_maxiter",
-      "split_every",
-      "split_eps",
-      "w_tv",
-    ),
+    examples=EXAMPLES,
   )
 )

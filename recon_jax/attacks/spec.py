@@ -1,25 +1,74 @@
 """What an attack module tells the main job about itself: the spec every attack registers.
 
 An attack is an objective plus its state (:class:`recon_jax.types.Attack`); to run in the
-main job it also says how to build itself from a job config, which settings it refuses,
-which per-restart hyperparameters it reads and how much memory a restart's state takes.
-Each attack module registers one :class:`AttackSpec` with :func:`register`; the package
-(:mod:`recon_jax.attacks`) imports every module in it, so a new attack is one new module
-(plus, if it has options, their settings in the job config).
+main job it also says how to build itself, which settings it refuses, which per-restart
+hyperparameters it reads and how much memory a restart's state takes.  Its options are a
+frozen dataclass of its own (:func:`option` fields: default, meaning and rule), which the
+main job's settings (:class:`recon_jax.job.settings.JobConfig`) take in as flat settings
+(``--config.NAME``).  Each attack module registers one :class:`AttackSpec` with
+:func:`register`; the package (:mod:`recon_jax.attacks`) imports every module in it, so
+a new attack, options and contract-test case included, is one new module.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+import dataclasses
+import types
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
+from recon_jax import rules, sweep
 from recon_jax.errors import ConfigError
+from recon_jax.rules import Rule
+
+
+def option(default, meaning: str, rule: Rule, unset: Optional[type] = None):
+  """A field of an attack's options: its default, its meaning (``--help``) and what it may
+  hold (``rule``, checked with the job's other settings); ``unset``: the type of an option
+  that defaults to None."""
+  return dataclasses.field(
+    default=default, metadata={"help": meaning, "rule": rule, "unset": unset}
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+  """The options of an attack that has none of its own."""
+
+
+def rules_of(options: type) -> dict:
+  """``{name: Rule}`` of an options class's fields."""
+  return {f.name: f.metadata["rule"] for f in dataclasses.fields(options)}
+
+
+def check_rules(values, options: type) -> None:
+  """Every option of ``options`` as ``values`` (its instance, or any object with those
+  attributes) sets it, against its rule: ConfigError naming the first that breaks it."""
+  table = rules_of(options)
+  rules.check_all({name: getattr(values, name) for name in table}, table)
+
+
+class Common(NamedTuple):
+  """The job's settings that are not an attack's own but that attacks may read."""
+
+  optimizer: str  # 'sgd' (momentum 0.9) or 'adam': the candidates' optimiser
+  w_prior: float  # weight of the pixel-box prior
+  normalize: str  # 'mean' (1/m) or 'sum'
+  m: int  # candidates per restart (0: m_per_sample x n)
+  m_per_sample: int
+  steps: int  # optimisation steps per restart (before any refinement)
+  anneal_alpha: float  # > 0: the surrogate's sharpness annealed to this
+
+  @classmethod
+  def of(cls, job) -> "Common":
+    """These settings of a job (a JobConfig, or a mapping of its settings)."""
+    return cls(*(getattr(job, name) for name in cls._fields))
 
 
 class Setup(NamedTuple):
-  """What the pipeline knows when it checks and builds an attack (beyond the job config).
+  """What the pipeline knows when it checks and builds an attack (beyond its options).
 
   At check time (before any data is read or victim trained) only ``problem``,
-  ``victim`` and ``foreign`` are set; at build time all of them.
+  ``victim``, ``foreign`` and ``common`` are set; at build time all of them.
   """
 
   problem: str  # 'binary', 'multiclass' or 'general'
@@ -30,6 +79,16 @@ class Setup(NamedTuple):
   input_shape: Tuple[int, ...] = ()
   n: int = 0  # training-set size
   target: Any = None  # the Target (theta*, labels, box, reference)
+  common: Optional[Common] = None  # the job's shared settings (None: an attack checked alone)
+
+
+class Example(NamedTuple):
+  """A tiny run the contract test (``tests/test_attack_contract.py``) makes of an attack:
+  a softplus MLP on 4 points of 6 inputs, 2 restarts."""
+
+  settings: Mapping = types.MappingProxyType({})  # the job's settings changed from the tiny preset
+  steps: int = 20  # steps of the run (halved for the resume check)
+  slow: bool = False  # its programs take long to compile: run in the slow tier only
 
 
 class AttackSpec(NamedTuple):
@@ -37,29 +96,64 @@ class AttackSpec(NamedTuple):
 
   Attributes:
     name: the ``attack`` setting that selects it.
-    build: ``(cfg, setup) -> Attack``.
-    check: ``(cfg, setup) -> None``; raises :class:`ConfigError` naming the first
-      setting this attack cannot run with (``setup`` as at check time).
-    hparams: the per-restart hyperparameters it reads (ranges of the sweep).
-    state_arrays: ``cfg -> int``: arrays of candidate size a restart keeps (memory).
+    build: ``(options, setup) -> Attack``.
+    check: ``(options, setup) -> None``; raises :class:`ConfigError` naming the first
+      setting this attack cannot run with (``setup`` as at check time).  What one
+      option may hold on its own is its rule's to say (checked before).
+    options: its options, a frozen dataclass of :func:`option` fields; the main job's
+      settings hold them as flat settings of the same names, refused away from their
+      defaults when another attack is selected (they would change nothing).
+    hparams: the per-restart hyperparameters it reads: the job's shared ranges it uses,
+      then its options of rule kind ``range`` (drawn per restart the same way).
+    paper_ranges: what ``sweep=paper`` draws the shared ranges from.
+    state_arrays: ``(options, common) -> int``: arrays of candidate size a restart keeps
+      (memory).
     direct: for an attack without a search (``weights``): ``(params, input_shape) ->
       [k, *input_shape]`` candidates, read off theta* directly; None for the rest.
-    rerunnable: ``cfg -> bool``: whether steps can be re-run from perturbed candidates
-      (the attacker-side stability score does).
-    doc: one line for ``--help`` and errors.
-    settings: the job settings only this attack reads; the main job refuses them away
-      from their defaults when another attack is selected (they would change nothing).
+    rerunnable: ``options -> bool``: whether steps can be re-run from perturbed
+      candidates (the attacker-side stability score does).
+    first_order: ``options -> bool``: whether it searches with the first-order optimiser
+      (``optimizer``, ``lr_x``; else a solver of its own).
+    assumes_stationary: ``options -> bool``: whether it takes theta* to be exactly
+      stationary (recorded with the run's metrics).
+    features: ``options -> {feature: (what turns it on, on?)}``: the features its
+      options' rules name (``split_eps`` belongs to ``split``).
+    fits_equations: it fits theta*'s stationarity equations, so ``known_init`` (fitting
+      theta* - theta_0 instead) applies to it.
+    doc: one line saying what it is (its module's docstring says the rest).
+    examples: the runs the contract test makes of it (() for an attack without a search).
   """
 
   name: str
   build: Callable
   check: Callable
+  options: type = NoOptions
   hparams: Tuple[str, ...] = ("lr_x", "sigma_x")
-  state_arrays: Callable = lambda cfg: 3
+  paper_ranges: Mapping = types.MappingProxyType(sweep.PAPER_RANGES)
+  state_arrays: Callable = lambda options, common: 3
   direct: Optional[Callable] = None
-  rerunnable: Callable = lambda cfg: True
+  rerunnable: Callable = lambda options: True
+  first_order: Callable = lambda options: True
+  assumes_stationary: Callable = lambda options: False
+  features: Callable = lambda options: {}
+  fits_equations: bool = False
   doc: str = ""
-  settings: Tuple[str, ...] = ()
+  examples: Tuple[Example, ...] = (Example(),)
+
+  @property
+  def settings(self) -> Tuple[str, ...]:
+    """The job settings only this attack reads (its options' names)."""
+    return tuple(f.name for f in dataclasses.fields(self.options))
+
+  @property
+  def ranges(self) -> Tuple[str, ...]:
+    """Its own options drawn per restart (rule kind ``range``)."""
+    return tuple(n for n, r in rules_of(self.options).items() if r.kind == "range")
+
+  def options_of(self, job):
+    """Its options as ``job`` (a JobConfig, or a mapping of settings with attribute
+    access) sets them."""
+    return self.options(**{name: getattr(job, name) for name in self.settings})
 
 
 _REGISTRY: dict = {}
@@ -69,6 +163,9 @@ def register(spec: AttackSpec) -> AttackSpec:
   """Adds ``spec`` to the registry (its module calls this at import)."""
   if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
     raise ValueError(f"two attacks register the name {spec.name!r}.")
+  missing = [n for n in spec.ranges if n not in spec.hparams]
+  if missing:
+    raise ValueError(f"attack {spec.name!r}: its range options {missing} are not in hparams.")
   _REGISTRY[spec.name] = spec
   return spec
 
@@ -78,22 +175,11 @@ def registry() -> dict:
   return dict(_REGISTRY)
 
 
-def no_check(cfg, setup: Setup) -> None:
-  del cfg, setup
+def no_check(options, setup: Setup) -> None:
+  del options, setup
 
 
 def require(condition: bool, message: str, setting: str) -> None:
   """Raises ConfigError(message, setting) unless ``condition``."""
   if not condition:
     raise ConfigError(message, setting)
-
-
-def require_int(cfg, name: str, low: int = 1) -> int:
-  """Setting ``name`` of ``cfg``, refused unless an integer >= ``low``."""
-  value = getattr(cfg, name)
-  require(
-    isinstance(value, int) and not isinstance(value, bool) and value >= low,
-    f"{name} must be an integer >= {low}, got {value!r}.",
-    name,
-  )
-  return value

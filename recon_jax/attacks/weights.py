@@ -26,11 +26,12 @@ def first_layer_images(params, input_shape):
 SPEC = register(
   AttackSpec(
     name="weights",
-    build=lambda cfg, setup: None,
+    build=lambda options, setup: None,
     check=no_check,
     hparams=(),
-    state_arrays=lambda cfg: 0,
+    state_arrays=lambda options, common: 0,
     direct=lambda params, input_shape: first_layer_images(params, input_shape)[None],
     doc="first-layer weights read as images (Haim et al. §5.4): no search",
+    examples=(),  # nothing to run: the contract is for searches
   )
 )

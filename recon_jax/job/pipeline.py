@@ -168,8 +168,11 @@ def make_attack(
   n: int = 0,
   target: Optional[Target] = None,
 ) -> Attack:
-  """The attack a job names (``cfg.attack``), built by its registered spec
-  (:mod:`recon_jax.attacks`) from the job's settings and what the run knows."""
+  """The attack a job names (``cfg.attack``; a JobConfig or a mapping of settings), built by
+  its registered spec (:mod:`recon_jax.attacks`) from its options, the job's shared settings
+  and what the run knows."""
+  cfg = JobConfig.of(cfg)
+  spec = attacks.get(cfg.attack)
   setup = attacks.Setup(
     problem,
     victim_config or victim.VictimConfig(),
@@ -179,8 +182,9 @@ def make_attack(
     tuple(input_shape),
     n,
     target,
+    attacks.Common.of(cfg),
   )
-  return attacks.get(cfg.attack).build(cfg, setup)
+  return spec.build(spec.options_of(cfg), setup)
 
 
 def regime(plan: Plan, target: Target, n: int) -> dict:
@@ -459,6 +463,7 @@ def _blind(plan: Plan, ds, vic, found: Found, seen: dict, timing: dict, t_start:
 def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   """:func:`reconstruct` of a resolved job."""
   cfg, problem = plan.config, plan.problem
+  spec = attacks.get(cfg.attack)
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
@@ -547,7 +552,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       key=cfg.seed,
       # The stability score perturbs the candidates and re-runs steps of the attack.
       stability_candidates=cfg.identify_stability_candidates
-      if attacks.get(cfg.attack).rerunnable(cfg)
+      if spec.rerunnable(spec.options_of(cfg))
       else 0,
     )
     timing["identification_s"] = time.time() - t0
@@ -575,7 +580,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   witness = (ident.get("family") or {}).pop("_witness", None)
   if witness is not None:
     arrays["family_witness"] = np.asarray(witness, np.float32)
-  metrics["assumes_stationary"] = cfg.multipliers == "tied"
+  metrics["assumes_stationary"] = spec.assumes_stationary(spec.options_of(cfg))
   metrics["warnings"] = run_warnings(metrics, ds.num_classes)
   said = verdict.decide(metrics)
   metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])

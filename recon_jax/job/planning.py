@@ -102,15 +102,19 @@ def total_steps(cfg: JobConfig) -> int:
 
 
 def hparams_for(cfg: JobConfig) -> dict:
-  """The per-restart hyperparameters of a job: paper ranges or the config's ranges."""
+  """The per-restart hyperparameters of a job: the shared ranges (the attack's paper ranges
+  or the config's), then the attack's own range options (:attr:`AttackSpec.ranges`)."""
+  spec = attacks.get(cfg.attack)
   if cfg.sweep == "paper":
-    ranges = dict(sweep.INVERSION_RANGES if cfg.attack == "inversion" else sweep.PAPER_RANGES)
+    ranges = dict(spec.paper_ranges)
   elif cfg.sweep == "random":
     ranges = {name: sweep.parse_range(name, getattr(cfg, name), "log") for name in RANGE_NAMES}
   else:
     raise ConfigError(
       argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
     )
+  opts = spec.options_of(cfg)
+  ranges.update({name: sweep.parse_range(name, getattr(opts, name), "log") for name in spec.ranges})
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
   sweep.check_hparams(hp)
   return hp
@@ -194,7 +198,8 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
   n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
   m = num_candidates(cfg, n)
   d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
-  arrays = attacks.get(cfg.attack).state_arrays(cfg)
+  spec = attacks.get(cfg.attack)
+  arrays = spec.state_arrays(spec.options_of(cfg), attacks.Common.of(cfg))
   nbytes = 8 if (cfg.x64 or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
   how = (
@@ -349,7 +354,9 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     if cfg.m:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
   foreign = bool(checkpoint) and not own
-  spec.check(cfg, attacks.Setup(problem, vcfg, foreign))
+  spec.check(
+    spec.options_of(cfg), attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
+  )
   check_unread_settings(cfg, spec)
   check_features(cfg, spec, foreign, own, explicit)
   if foreign:
@@ -372,10 +379,8 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     )
   if cfg.normalize not in ("mean", "sum"):
     raise ConfigError(f"normalize must be mean or sum, got {cfg.normalize!r}.", "normalize")
-  for name in ("w_lam", "w_prior"):
-    value = getattr(cfg, name)
-    if not (_finite(value) and value >= 0):
-      raise ConfigError(f"{name} must be a finite number >= 0, got {value!r}.", name)
+  if not (_finite(cfg.w_prior) and cfg.w_prior >= 0):
+    raise ConfigError(f"w_prior must be a finite number >= 0, got {cfg.w_prior!r}.", "w_prior")
   thr = cfg.ssim_threshold
   if thr is not None and not (_finite(thr) and 0 < thr <= 1):
     raise ConfigError(
@@ -406,39 +411,33 @@ def check_types(cfg: JobConfig) -> None:
   )
   v = cfg.victim
   rules.check_all({name: getattr(v, name) for name in recipe.RULES}, recipe.RULES, "victim.")
-  if cfg.split_every > cfg.steps:
-    raise ConfigError(
-      f"split_every={cfg.split_every} is more than steps={cfg.steps}: no candidate would ever "
-      "be split (0: off).",
-      "split_every",
-    )
 
 
 def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
   """``{feature: (what turns it on, on?)}``: the features of the job ``cfg`` that its
-  settings' rules (:data:`recon_jax.job.settings.RULES`) name."""
+  settings' rules (:data:`recon_jax.job.settings.RULES`) name, the attacks' own
+  (:attr:`AttackSpec.features`) included."""
+  fitting = sorted(name for name, s in attacks.specs().items() if s.fits_equations)
   searched = spec.direct is None
-  first_order = searched and cfg.search == "first_order"
+  first_order = searched and spec.first_order(spec.options_of(cfg))
   attack = f"attack={cfg.attack}"
-  return {
+  why = "has no search" if not searched else "solves with its own solver here"
+  out = {
     "search": (f"a search ({attack} reads its candidates off theta*)", searched),
-    "first_order": (f"a first-order search ({attack}, search={cfg.search})", first_order),
+    "first_order": (f"a first-order search ({attack} {why})", first_order),
     "lr_lam": (
-      f"learnt multipliers ({attack}, search={cfg.search})",
+      f"learnt multipliers ({attack} has none here)",
       first_order and "lr_lam" in spec.hparams,
     ),
     "alpha": (f"the surrogate ReLU's sharpness ({attack} has none)", "alpha" in spec.hparams),
     "lam_min": (f"the multipliers' floor ({attack} has none)", "lam_min" in spec.hparams),
     "refine": ("the refinement stage (refine_steps > 0)", cfg.refine_steps > 0),
     "anneal": ("annealing (anneal_alpha > 0)", cfg.anneal_alpha > 0),
-    "split": ("sample splitting (split_every > 0)", cfg.split_every > 0),
     "known_init": ("known_init=True (the attacker knows theta_0)", bool(cfg.known_init)),
     "known_init_attack": (
-      f"the attacks that fit theta*'s equations (kkt, closed_form; not {attack})",
-      cfg.attack in ("kkt", "closed_form"),
+      f"the attacks that fit theta*'s equations ({', '.join(fitting)}; not {attack})",
+      spec.fits_equations,
     ),
-    "subspace": ("subspace=True", bool(cfg.subspace)),
-    "lm": ("search=lm", cfg.search == "lm"),
     "identify": ("identify=True", bool(cfg.identify)),
     "foreign": ("a PyTorch or safetensors checkpoint", foreign),
     "user_data": (
@@ -448,6 +447,9 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
     "own_checkpoint": ("a recon_jax checkpoint given as checkpoint", own),
     "trains": ("a victim trained here (no checkpoint)", not cfg.checkpoint),
   }
+  for other in attacks.specs().values():  # the features of the attacks' options
+    out.update(other.features(other.options_of(cfg)))
+  return out
 
 
 def check_features(cfg: JobConfig, spec, foreign: bool, own: bool, explicit=()) -> None:
@@ -492,7 +494,7 @@ def check_unread_settings(cfg: JobConfig, spec) -> None:
   change nothing, and a run that silently ignores it misleads."""
   defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
   for other in attacks.specs().values():
-    for name in other.settings:
+    for name in other.settings:  # the names of its options
       if name in spec.settings:
         continue
       if getattr(cfg, name) != defaults[name]:

@@ -16,8 +16,9 @@ from typing import Optional
 import ml_collections
 from ml_collections import config_dict
 
+from recon_jax.attacks.spec import rules_of
 from recon_jax.errors import ConfigError
-from recon_jax.rules import INT32_MAX, MAX_INNER_ITERATIONS, Rule
+from recon_jax.rules import INT32_MAX, Rule
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
@@ -59,10 +60,42 @@ class Foreign:
   padding: int = _setting(0, "conv padding (PyTorch's default)")
 
 
-@dataclasses.dataclass(frozen=True)
-class JobConfig:
-  """The main job's settings, typed: every setting, its default and its meaning, in one place.
+def _attack_options() -> tuple:
+  """The option classes of the registered attacks (each once); two attacks may not declare
+  the same setting."""
+  from recon_jax import attacks
 
+  classes, owner = [], {}
+  for name, spec in sorted(attacks.specs().items()):
+    if spec.options in classes or not dataclasses.fields(spec.options):
+      continue
+    for f in dataclasses.fields(spec.options):
+      if f.name in owner:
+        raise ValueError(f"attacks {owner[f.name]} and {name} both declare the option {f.name}.")
+      owner[f.name] = name
+    classes.append(spec.options)
+  return tuple(classes)
+
+
+def _attack_meaning() -> str:
+  """``attack``'s meaning: the registered attacks' names (each a module of recon_jax.attacks)."""
+  from recon_jax import attacks
+
+  return " | ".join(sorted(attacks.specs())) + " (each a module of recon_jax.attacks)"
+
+
+# The attacks' own options (recon_jax.attacks.*.SPEC.options): settings of the job beside
+# the ones below, of the same names (``--config.split_every``), declared with their attack.
+ATTACK_OPTIONS = _attack_options()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig(*ATTACK_OPTIONS):
+  """The main job's settings, typed: every setting, its default and its meaning.
+
+  The settings every attack shares are declared here; each attack's own options are
+  declared with it (its spec's ``options``, e.g. :class:`recon_jax.attacks.kkt.KKTOptions`)
+  and are settings of this class too, of the same names (:data:`ATTACK_OPTIONS`).
   A binary parses its flags into an ``ml_collections.ConfigDict``
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
   library reads this and nothing else.  ``victim`` and ``foreign`` may be given as
@@ -90,9 +123,7 @@ class JobConfig:
     "", "HxW: resize train_data/heldout_data images to this ('' as they are)"
   )
   allow_data_mismatch: bool = _setting(False, "attack a checkpoint trained on other images (warns)")
-  attack: str = _setting(
-    "kkt", "kkt | closed_form | bilevel (weight-decay victims) | inversion | weights"
-  )
+  attack: str = _setting("kkt", _attack_meaning())
   problem: str = _setting("auto", "auto (from victim.loss) | binary | multiclass | general")
   num_restarts: int = _setting(16, "restarts R, batched in one compiled program")
   steps: int = _setting(4000, "optimisation steps per restart")
@@ -131,39 +162,12 @@ class JobConfig:
     1.0,
     "known_init: gradients taken at theta_0 + linearize (theta* - theta_0) (1: theta*)",
   )
-  derivative: str = _setting(
-    "auto", "auto (victim's own if smooth, else surrogate) | surrogate | exact"
-  )
-  multipliers: str = _setting(
-    "free", "free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))"
-  )
-  subspace: bool = _setting(
-    False,
-    "search candidates as coefficients in the span of the first layer's weights (their "
-    "change with known_init)",
-  )
-  subspace_tol: float = _setting(
-    0.0, "that span: singular values above this x the largest (0: above the noise floor)"
-  )
-  search: str = _setting(
-    "first_order", "first_order (optimizer) | lm (Levenberg-Marquardt in the span; needs subspace)"
-  )
-  lm_cg_maxiter: int = _setting(20, "conjugate-gradient iterations per Levenberg-Marquardt step")
-  split_every: int = _setting(
-    0, "split a candidate in two every this many steps (0: off; Shen et al.)"
-  )
-  split_eps: float = _setting(0.05, "distance of the two copies from the split candidate")
-  bilevel_inner_maxiter: int = _setting(
-    100, "attack=bilevel: L-BFGS iterations of each inner solve"
-  )
   identify: bool = _setting(True, "attacker-side scores: which candidates would an attacker trust?")
   identify_stability_candidates: int = _setting(
     64, "candidates re-run for the stability score (0: none)"
   )
   optimizer: str = _setting("sgd", "sgd (momentum 0.9) | adam")
-  w_lam: float = _setting(1.0, "weight of the lambda >= lam_min penalty (>= 0)")
   w_prior: float = _setting(1.0, "weight of the pixel-box prior (>= 0)")
-  w_tv: float = _setting(0.0, "kkt: weight of a total-variation prior on image candidates (0: off)")
   normalize: str = _setting("mean", "mean (1/m, the reference code) | sum (the paper's eq. 6)")
   batching: str = _setting("auto", "auto (map on CPU, vmap on GPU/TPU) | vmap | map")
   ssim_threshold: Optional[float] = _setting(None, "strict recovery; default by image size", float)
@@ -253,7 +257,8 @@ def _attack_names():
 _B, _P = Rule("bool"), Rule("path")
 # What every setting of the main job may hold (:class:`recon_jax.rules.Rule`): its type and
 # range, and the feature it belongs to (refused away from its default while that is off;
-# the features are decided in recon_jax.job.planning.features).  A test walks this table.
+# the features are decided in recon_jax.job.planning.features).  The attacks' options
+# carry their own (their fields' ``rule``) and join the table below.  A test walks it.
 RULES = {
   "checkpoint": _P,
   "data_dir": _P,
@@ -289,19 +294,6 @@ RULES = {
   "known_init": Rule("bool", feature="known_init_attack"),
   "init_checkpoint": Rule("path", feature="known_init"),
   "linearize": Rule("float", low=0, high=1, feature="known_init"),
-  "derivative": Rule("str", choices=("auto", "surrogate", "exact")),
-  "multipliers": Rule("str", choices=("free", "tied")),
-  "subspace": _B,
-  "subspace_tol": Rule(
-    "float", low=0, high=1, high_open=True, note="0: above the noise floor", feature="subspace"
-  ),
-  "search": Rule("str", choices=("first_order", "lm")),
-  "lm_cg_maxiter": Rule("int", low=1, high=10_000, feature="lm"),
-  "split_every": Rule("int", low=0, high=INT32_MAX, note="0: off"),
-  "split_eps": Rule("float", low=0, high=1e6, low_open=True, feature="split"),
-  # each step of each restart runs this inner solve in one compiled call: bounded so that a
-  # step (and Ctrl-C or SIGTERM after it) comes within seconds
-  "bilevel_inner_maxiter": Rule("int", low=1, high=MAX_INNER_ITERATIONS),
   "identify": _B,
   "identify_stability_candidates": Rule(
     "int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"
@@ -309,9 +301,7 @@ RULES = {
   "optimizer": Rule(
     "str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"
   ),
-  "w_lam": Rule("float", low=0, high=1e6),
   "w_prior": Rule("float", low=0, high=1e6),
-  "w_tv": Rule("float", low=0, high=1e6, note="0: off"),
   "normalize": Rule("str", choices=("mean", "sum")),
   "batching": Rule("str", choices=_choices("recon_jax.loop", "BATCHINGS")),
   "ssim_threshold": Rule("float", low=0, high=1, low_open=True, optional=True),
@@ -323,6 +313,10 @@ RULES = {
   "save_every": Rule("int", low=0, high=INT32_MAX, note="0: never"),
   "distributed": _B,
 }
+_OWN = {name: rule for cls in ATTACK_OPTIONS for name, rule in rules_of(cls).items()}
+if set(_OWN) & set(RULES):  # JobConfig's own field would hide the attack's silently
+  raise ValueError(f"attack options {sorted(set(_OWN) & set(RULES))} are settings of the job.")
+RULES.update(_OWN)
 # The foreign section's settings: read for a PyTorch or safetensors checkpoint only.
 FOREIGN_RULES = {
   "data_mean": Rule("path", feature="foreign"),

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.eval.images and recon_jax.studies.figures (fast, CPU)."""
+"""Tests for recon_jax.eval.images and recon_jax.plots (fast, CPU)."""
 
 import json
 import warnings
@@ -8,9 +8,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from recon_jax import plots
 from recon_jax.eval import images, points, report, similarity
 from recon_jax.job import figures as report_figures
-from recon_jax.studies import figures
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
 
@@ -256,7 +256,7 @@ def _png_shape(path):
 def test_image_grid_wraps(tmp_path, rng):
   imgs = rng.uniform(size=(45, 8, 8, 1))
   wrapped = tmp_path / "grid45.png"
-  figures.image_grid(
+  plots.image_grid(
     wrapped,
     [imgs, imgs, imgs],
     row_labels=["a", "b", "c"],
@@ -267,7 +267,7 @@ def test_image_grid_wraps(tmp_path, rng):
   # 3 blocks x 3 rows by 15 columns: far taller than one 3 x 45 strip would be.
   assert h > 0.4 * w
   rgb = tmp_path / "rgb.png"
-  figures.image_grid(rgb, [rng.uniform(size=(4, 8, 8, 3))])
+  plots.image_grid(rgb, [rng.uniform(size=(4, 8, 8, 3))])
   _png_shape(rgb)
   assert not plt.get_fignums()
 
@@ -290,7 +290,7 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
   field = (xs, xs, np.add.outer(xs, xs))
   train2 = rng.normal(size=(6, 2))
   labels = np.array([1, -1] * 3)
-  figures.points_2d_panels(
+  plots.points_2d_panels(
     tmp_path / "pts.png",
     [
       {"title": "data", "train": train2, "train_labels": labels, "field": field},
@@ -304,10 +304,10 @@ def test_reconstruction_and_other_figures(tmp_path, rng):
       {"title": "colours", "points": rng.normal(size=(2, 2)), "colors": ["r", "g"]},
     ],
   )
-  figures.heatmap(
+  plots.heatmap(
     tmp_path / "hm.png", np.array([[0.1, np.nan], [0.5, 0.9]]), ["a", "b"], [1, 2], "x", "y", "t"
   )
-  figures.line_plot(tmp_path / "lp.png", [1, 2, 3], {"u": [1, 2, 3], "v": [3, 2, 1]}, "x", "y", "t")
+  plots.line_plot(tmp_path / "lp.png", [1, 2, 3], {"u": [1, 2, 3], "v": [3, 2, 1]}, "x", "y", "t")
   for name in ("svm.png", "svm2.png", "pts.png", "hm.png", "lp.png"):
     _png_shape(tmp_path / name)
   assert not plt.get_fignums()

@@ -10,9 +10,9 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from recon_jax import plots
 from recon_jax.eval import similarity
 from recon_jax.eval.images import EvalResult
-from recon_jax.studies import figures
 
 
 def reconstruction_figure(
@@ -77,7 +77,7 @@ def reconstruction_figure(
       "reconstruction, with that SSIM over it. A reconstruction no closer to its "
       "training image than to this unseen one shows no memorised data."
     )
-  n_cols = min(len(order), figures.DEFAULT_MAX_COLS)
+  n_cols = min(len(order), plots.DEFAULT_MAX_COLS)
   n_blocks = math.ceil(len(order) / n_cols)
   width = max(1.0 * n_cols + 1.0, 6.0)
   chars = int(width * 15)
@@ -86,7 +86,7 @@ def reconstruction_figure(
   grid_h, head_h = 1.2 * n_blocks * len(rows), 0.28 * head_lines + 0.1
   cap_h = 0.16 * (caption.count("\n") + 1) + 0.15
   height = grid_h + head_h + cap_h
-  fig, axes = figures.plt.subplots(
+  fig, axes = plots.plt.subplots(
     n_blocks * len(rows), n_cols, figsize=(width, height), squeeze=False
   )
   for b in range(n_blocks):
@@ -99,7 +99,7 @@ def reconstruction_figure(
         for spine in ax.spines.values():
           spine.set_visible(False)
         if j < len(row):
-          img, cmap = figures.to_display(row[j])
+          img, cmap = plots.to_display(row[j])
           ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
           if numbers[r] is not None:
             ax.set_title(numbers[r][j], fontsize=7, pad=2)
@@ -121,7 +121,7 @@ def reconstruction_figure(
     va="top",
   )
   fig.text(0.1 / width, 0.05 / height, caption, fontsize=7, ha="left", va="bottom")
-  figures.save(fig, path)
+  plots.save(fig, path)
 
 
 def ssim_vs_margin(
@@ -145,7 +145,7 @@ def ssim_vs_margin(
   """
   margins = np.asarray(margins, dtype=np.float64).reshape(-1)
   ssim = np.asarray(ssim, dtype=np.float64).reshape(-1)
-  fig, ax = figures.plt.subplots(figsize=(5.6, 4.2))
+  fig, ax = plots.plt.subplots(figsize=(5.6, 4.2))
   if strict_mask is None:
     ax.scatter(margins, ssim, s=14, c="tab:blue", label="training image")
   else:
@@ -183,7 +183,7 @@ def ssim_vs_margin(
   )
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7, loc="best", framealpha=0.9)
-  figures.save(fig, path, dpi=120)
+  plots.save(fig, path, dpi=120)
 
 
 def reconstruction_report(
@@ -246,7 +246,7 @@ def trusted_figure(
     f"score {t['score']:.2f}\n{'REAL' if t['recovered_strict'] else 'not real'}" for t in top
   ]
   real = sum(bool(t["recovered_strict"]) for t in top)
-  figures.image_grid(
+  plots.image_grid(
     path,
     [np.asarray(similarity.stretch(cands)), np.asarray(similarity.stretch(nearest))],
     row_labels=["trusted\ncandidate", "most similar\ntraining image"],
@@ -274,7 +274,7 @@ def witness_figure(
   k = min(max_images, len(x_train))
   moved = np.sqrt(np.sum((witness - x_train).reshape(len(x_train), -1) ** 2, axis=1))
   order = np.argsort(-moved)[:k]  # the images the family moves most
-  figures.image_grid(
+  plots.image_grid(
     path,
     [np.clip(x_train[order], 0, 1), np.clip(witness[order], 0, 1)],
     row_labels=["training\nimage", "other image,\nsame fit"],
@@ -294,7 +294,7 @@ def candidates_figure(path: Union[str, os.PathLike], candidates: np.ndarray, wei
   restart's candidates in pixel space, by descending multiplier (the attacker's own trust)."""
   cands = np.asarray(candidates)
   order = np.argsort(-np.asarray(weights, np.float64), kind="stable")[:20]
-  figures.image_grid(
+  plots.image_grid(
     path,
     [np.asarray(similarity.stretch(cands[order]))],
     row_labels=["candidate"],

@@ -23,9 +23,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 import scipy.stats
 
+from recon_jax import plots
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
-from recon_jax.studies import figures
 
 
 class Number(NamedTuple):
@@ -305,7 +305,7 @@ def efficacy_figure(
     ("baseline_mean_strict", "baseline: the training-mean image", "k", "x"),
   ]
   n = out["n_train"]
-  fig, ax = figures.plt.subplots(figsize=(2.2 + 2.0 * len(variants), 4.2))
+  fig, ax = plots.plt.subplots(figsize=(2.2 + 2.0 * len(variants), 4.2))
   width = 0.8 / len(series)
   for i, v in enumerate(variants):
     agg = out["variants"][v]
@@ -338,7 +338,7 @@ def efficacy_figure(
   )
   ax.legend(fontsize=7, loc="upper right")
   ax.grid(axis="y", alpha=0.3)
-  figures.save(fig, path)
+  plots.save(fig, path)
 
 
 # ----------------------------------------------------------------------------- results.md

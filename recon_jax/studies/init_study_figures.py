@@ -9,7 +9,8 @@ from typing import Any, Mapping, Union
 
 import numpy as np
 
-from recon_jax.studies import figures, init_study
+from recon_jax import plots
+from recon_jax.studies import init_study
 
 
 def init_study_figures(
@@ -35,7 +36,7 @@ def init_study_figures(
     order = [(s, at[r["settings"][s]["l1"], r["settings"][s]["l2"]]) for s in init_study.SETTINGS]
     rows = [x_train[:k], x_part[:k]] + [np.clip(x[j][:k], 0, 1) for _, j in order]
     labels = ["train", "partition"] + [f"from {s.replace('_', ' ')}" for s, _ in order]
-    figures.image_grid(
+    plots.image_grid(
       os.path.join(workdir, f"{name}_settings.png"),
       rows,
       row_labels=labels,
@@ -54,7 +55,7 @@ def init_study_figures(
       ("partition", "partition image"),
       ("noise", "U(0, 1) noise image"),
     ):
-      figures.heatmap(
+      plots.heatmap(
         os.path.join(workdir, f"{name}_heatmap_{ref}.png"),
         init_study.grid_table(points, f"l2_{ref}", vals),
         vals,
@@ -67,7 +68,7 @@ def init_study_figures(
         origin="lower",
       )
     p = sorted([g for g in points if abs(g["l2"] - 1) < 1e-9], key=lambda g: g["l1"])
-    figures.line_plot(
+    plots.line_plot(
       os.path.join(workdir, f"{name}_partition_to_gt.png"),
       [g["l1"] for g in p],
       {
@@ -81,7 +82,7 @@ def init_study_figures(
     g = sorted(
       [g for g in points if abs(g["l1"] - 1) < 1e-9 or g["l2"] == 0], key=lambda g: g["l2"]
     )
-    figures.line_plot(
+    plots.line_plot(
       os.path.join(workdir, f"{name}_noise_to_gt.png"),
       [v["l2"] for v in g],
       {

@@ -124,12 +124,12 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 
   ``n_of``: ``{variant: n_train}`` (the fraction's denominator per cell).
   """
-  from recon_jax.studies import figures  # matplotlib: only here
+  from recon_jax import plots  # matplotlib: only here
 
   rows = _rows(spec)
   width = max(len(c) for _, c in rows)
-  fig, ax = figures.plt.subplots(figsize=(2.3 * width + 1.8, 0.95 * len(rows) + 1.2))
-  cmap = figures.plt.get_cmap("viridis")
+  fig, ax = plots.plt.subplots(figsize=(2.3 * width + 1.8, 0.95 * len(rows) + 1.2))
+  cmap = plots.plt.get_cmap("viridis")
   ax.set_xlim(0, width)
   ax.set_ylim(len(rows), 0)
   for r, (axis, row) in enumerate(rows):
@@ -137,7 +137,7 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
       agg = out["variants"][var]
       frac = agg["strict_pooled"]["mean"] / max(n_of.get(var, 1), 1)
       colour = cmap(frac) if frac == frac else (0.85, 0.85, 0.85, 1.0)
-      ax.add_patch(figures.plt.Rectangle((j, r), 1, 1, color=colour, ec="white", lw=2))
+      ax.add_patch(plots.plt.Rectangle((j, r), 1, 1, color=colour, ec="white", lw=2))
       light = frac == frac and frac < 0.55
       text = (
         f"{label}\n{agg['strict_pooled']['mean']:.1f} / {n_of.get(var, '?')} pooled, "
@@ -157,14 +157,14 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
   ax.set_xticks([])
   for side in ("top", "right", "bottom", "left"):
     ax.spines[side].set_visible(False)
-  sm = figures.plt.cm.ScalarMappable(cmap=cmap, norm=figures.plt.Normalize(0, 1))
+  sm = plots.plt.cm.ScalarMappable(cmap=cmap, norm=plots.plt.Normalize(0, 1))
   fig.colorbar(sm, ax=ax, fraction=0.03, pad=0.01, label="strict pooled / n")
   ax.set_title(
     f"Leakage map: strict recoveries, mean over {_draws(out)}; each row changes one thing of "
     "the same base model",
     fontsize=9,
   )
-  figures.save(fig, path)
+  plots.save(fig, path)
 
 
 def write(path: str, out: dict, spec, n_of: Mapping) -> None:

@@ -17,12 +17,11 @@ from typing import Any, Mapping, NamedTuple, Optional, Union
 from absl import logging
 import numpy as np
 
-from recon_jax import loop, sweep
+from recon_jax import loop, plots, sweep
 from recon_jax.attacks import kkt
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
 from recon_jax.job import pipeline, planning
-from recon_jax.studies import figures
 from recon_jax.types import float_dtype
 from recon_jax.victims import loading, models, victim
 
@@ -359,4 +358,4 @@ def toy_figure(
       f"{metrics['recovered_best_restart']}/{n}, all restarts pooled "
       f"{metrics['recovered_pooled']}/{n}"
     )
-  figures.points_2d_panels(path, panels, title=title, ncols=3)
+  plots.points_2d_panels(path, panels, title=title, ncols=3)

@@ -1,7 +1,7 @@
-"""The drawing primitives every study's figures share (PNG files via matplotlib's Agg backend).
+"""The drawing primitives every figure of the library shares (PNG files via matplotlib's Agg backend).
 
 Image grids, heatmaps, line plots and 2-D point panels; each study's own figures sit
-beside it (:mod:`.report_figures`, :mod:`.init_study_figures`, ``toy.toy_figure``,
+beside it (:mod:`recon_jax.job.figures`, :mod:`recon_jax.studies.init_study_figures`, ``toy.toy_figure``,
 ``efficacy.efficacy_figure``).  Every function writes one PNG to `path` (creating parent folders) and closes
 its figure, so long sweeps do not accumulate open figures.
 """

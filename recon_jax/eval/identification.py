@@ -262,7 +262,7 @@ def identification_report(
 
   Args:
     attack: the attack that ran (:func:`recon_jax.job.pipeline.make_attack`).
-    run: its :class:`recon_jax.studies.loop.AttackRun`.
+    run: its :class:`recon_jax.loop.AttackRun`.
     hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
       (the last stage's: ``job.stages_for(cfg, hp)[-1][1]``).
     target: what the attack saw (theta*, labels, box).

@@ -112,7 +112,7 @@ def main_job(
 def write_reconstruction(path: str, out) -> dict:
   """metrics.json, reconstructions.npz, restarts.tsv and the figures of a reconstruction.
 
-  ``out``: :func:`recon_jax.studies.pipeline.reconstruct`'s result.  Returns its metrics.
+  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  Returns its metrics.
   """
   metrics, ds = out.metrics, out.dataset
   workdir.write_json(path, "metrics.json", metrics)

@@ -80,7 +80,10 @@ def procs(request, tmp_path_factory):
       text=True,
     )
   # Ctrl-C in a long run (a victim trained for 10^8 epochs): once its state file exists.
+  # Its log goes to a file, not a pipe: it runs while the module's other tests do, and a
+  # pipe nobody reads for minutes would stall its writes, which no terminal does.
   work = tmp / "interrupted"
+  sigint_log = open(tmp / "sigint.stderr", "w+")
   started["sigint"] = subprocess.Popen(
     [
       sys.executable,
@@ -94,7 +97,7 @@ def procs(request, tmp_path_factory):
     cwd=ROOT,
     env=_env(tmp),
     stdout=subprocess.PIPE,
-    stderr=subprocess.PIPE,
+    stderr=sigint_log,
     text=True,
   )
 
@@ -104,10 +107,20 @@ def procs(request, tmp_path_factory):
       if name == "sigint":
         deadline = time.time() + 120
         while not (work / "train_state.msgpack").exists():
-          assert proc.poll() is None, proc.communicate()[1][-3000:]
+          assert proc.poll() is None, (tmp / "sigint.stderr").read_text()[-3000:]
           assert time.time() < deadline, "no train_state.msgpack after 120 s"
           time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
+        try:
+          out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+          proc.kill()
+          proc.communicate()
+          sigint_log.seek(0)
+          pytest.fail("no exit 120 s after Ctrl-C; its log ends: " + sigint_log.read()[-2000:])
+        sigint_log.seek(0)
+        results[name] = (proc.returncode, out, sigint_log.read(), tmp / name)
+        return results[name]
       out, err = proc.communicate(timeout=120)
       results[name] = (proc.returncode, out, err, tmp / name)
     return results[name]
@@ -118,6 +131,7 @@ def procs(request, tmp_path_factory):
       if proc.poll() is None:
         proc.kill()
       proc.communicate()
+  sigint_log.close()
 
 
 # ----------------------------------------------------------------------------- in-process

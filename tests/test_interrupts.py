@@ -8,14 +8,6 @@ import pytest
 from recon_jax import interrupts
 
 
-@pytest.fixture(autouse=True)
-def ctrl_c_raises():
-  """Python's own Ctrl-C handler (a pytest-xdist worker ignores SIGINT)."""
-  old = signal.signal(signal.SIGINT, signal.default_int_handler)
-  yield
-  signal.signal(signal.SIGINT, old)
-
-
 def test_ctrl_c_waits_for_check_and_the_handlers_come_back():
   before = signal.getsignal(signal.SIGINT)
   ran = []

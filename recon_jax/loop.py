@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import distributed, interrupts
+from recon_jax import distributed
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
 
@@ -294,52 +294,50 @@ def run_stages(
   history, compiled = [], {}
   compile_s, run_s, end = 0.0, 0.0, 0
   rate = None  # restart-steps per second of the chunks run so far (compilation excluded)
-  with interrupts.between_chunks():  # Ctrl-C stops between chunks, not inside a dispatch
-    for (steps, _), hparams in zip(stages, stage_hps):
-      end += steps
-      while done < end:
-        interrupts.check()
-        n = min(_chunk_length(chunk_steps, rate, max_chunk_s), end - done)
-        if n not in compiled:  # ahead-of-time compile, so compile and run times are separate
-          tc = time.time()
-          compiled[n] = chunk_fn.lower(state, hparams, target, num_steps=n).compile()
-          compile_s += time.time() - tc
-        t1 = time.time()
-        state, metrics = compiled[n](state, hparams, target)
-        if sharding is not None:  # a no-op unless the compiler chose another output layout
-          state = jax.device_put(state, sharding)
-        metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
-        run_s += time.time() - t1
-        rate = n / max(time.time() - t1, 1e-9)
-        done += n
-        rec = {
-          "step": done,
-          "time_s": time.time() - t0,
-          **metrics,
-          "diverged": distributed.gather_restarts(state.diverged),
-        }
-        history.append(rec)
-        if log:
-          loss = distributed.gather_restarts(state.loss)
-          fin = loss[np.isfinite(loss)]
-          logging.info(
-            "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs (about %.0fs left)",
-            attack.name,
-            done,
-            total,
-            fin.min() if fin.size else np.nan,
-            np.median(fin) if fin.size else np.nan,
-            int(rec["diverged"].sum()),
-            num_restarts,
-            rec["time_s"],
-            (total - done) / max(rate, 1e-9),
-          )
-        if checkpoint is not None:
-          checkpoint.chunks.append(chunk_record(rec))
-          if checkpoint.every and (len(checkpoint.chunks) % checkpoint.every == 0 or done >= total):
-            checkpoint.save(state, keys, stages[0][1])
-        if progress is not None:
-          progress(state, rec)
+  for (steps, _), hparams in zip(stages, stage_hps):
+    end += steps
+    while done < end:
+      n = min(_chunk_length(chunk_steps, rate, max_chunk_s), end - done)
+      if n not in compiled:  # ahead-of-time compile, so compile and run times are separate
+        tc = time.time()
+        compiled[n] = chunk_fn.lower(state, hparams, target, num_steps=n).compile()
+        compile_s += time.time() - tc
+      t1 = time.time()
+      state, metrics = compiled[n](state, hparams, target)
+      if sharding is not None:  # a no-op unless the compiler chose another output layout
+        state = jax.device_put(state, sharding)
+      metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
+      run_s += time.time() - t1
+      rate = n / max(time.time() - t1, 1e-9)
+      done += n
+      rec = {
+        "step": done,
+        "time_s": time.time() - t0,
+        **metrics,
+        "diverged": distributed.gather_restarts(state.diverged),
+      }
+      history.append(rec)
+      if log:
+        loss = distributed.gather_restarts(state.loss)
+        fin = loss[np.isfinite(loss)]
+        logging.info(
+          "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs (about %.0fs left)",
+          attack.name,
+          done,
+          total,
+          fin.min() if fin.size else np.nan,
+          np.median(fin) if fin.size else np.nan,
+          int(rec["diverged"].sum()),
+          num_restarts,
+          rec["time_s"],
+          (total - done) / max(rate, 1e-9),
+        )
+      if checkpoint is not None:
+        checkpoint.chunks.append(chunk_record(rec))
+        if checkpoint.every and (len(checkpoint.chunks) % checkpoint.every == 0 or done >= total):
+          checkpoint.save(state, keys, stages[0][1])
+      if progress is not None:
+        progress(state, rec)
   return RunResult(state, history, compile_s, run_s)
 
 

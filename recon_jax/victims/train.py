@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recon_jax import interrupts, losses
+from recon_jax import losses
 from recon_jax.errors import ConfigError, Error
 from recon_jax.losses import error_rate, per_sample_loss
 
@@ -175,44 +175,10 @@ def train(
   base_key = jax.random.PRNGKey(cfg.seed)
   history = list(history or [])
   t0 = time.time()
+  done = start = int(state.step)
   if history and history[-1]["loss"] <= cfg.loss_threshold:
     return state.params, history
-  with interrupts.between_chunks():  # Ctrl-C stops between chunks, never inside JAX's dispatch
-    return _train_chunks(
-      cfg,
-      state,
-      history,
-      chunk_fn,
-      eval_fn,
-      x,
-      y,
-      x_test,
-      y_test,
-      base_key,
-      t0,
-      log_every_chunk,
-      callback,
-    )
-
-
-def _train_chunks(
-  cfg,
-  state,
-  history,
-  chunk_fn,
-  eval_fn,
-  x,
-  y,
-  x_test,
-  y_test,
-  base_key,
-  t0,
-  log_every_chunk,
-  callback,
-):
-  done = start = int(state.step)
   while done < cfg.epochs:
-    interrupts.check()
     c = done // cfg.chunk
     length = min(cfg.chunk, cfg.epochs - done)
     new_state, losses = chunk_fn(state, x, y, jax.random.fold_in(base_key, c), length=length)

@@ -79,30 +79,33 @@ def procs(request, tmp_path_factory):
       stderr=subprocess.PIPE,
       text=True,
     )
-  # Ctrl-C in a long run (a victim trained for 10^8 epochs): once its state file exists.
-  # Its log goes to a file, not a pipe: it runs while the module's other tests do, and a
-  # pipe nobody reads for minutes would stall its writes, which no terminal does.
+  # Ctrl-C in a long run (a victim trained for 10^8 epochs), started when its test asks for
+  # it and interrupted once its state file exists. Its log goes to a file, not a pipe.
   work = tmp / "interrupted"
   sigint_log = open(tmp / "sigint.stderr", "w+")
-  started["sigint"] = subprocess.Popen(
-    [
-      sys.executable,
-      "-m",
-      "experiments.train_victim",
-      "--config=experiments/configs/victim.py:tiny",
-      "--config.victim.epochs=100000000",
-      "--config.chunk_epochs=20",
-      f"--workdir={work}",
-    ],
-    cwd=ROOT,
-    env=_env(tmp),
-    stdout=subprocess.PIPE,
-    stderr=sigint_log,
-    text=True,
-  )
+
+  def start_sigint():
+    return subprocess.Popen(
+      [
+        sys.executable,
+        "-m",
+        "experiments.train_victim",
+        "--config=experiments/configs/victim.py:tiny",
+        "--config.victim.epochs=100000000",
+        "--config.chunk_epochs=20",
+        f"--workdir={work}",
+      ],
+      cwd=ROOT,
+      env=_env(tmp),
+      stdout=subprocess.PIPE,
+      stderr=sigint_log,
+      text=True,
+    )
 
   def result(name):
     if name not in results:
+      if name == "sigint":
+        started[name] = start_sigint()
       proc = started[name]
       if name == "sigint":
         deadline = time.time() + 120

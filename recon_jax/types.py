@@ -28,8 +28,13 @@ def float_dtype():
 class Span(NamedTuple):
   """The coordinates of a coefficient-space attack (:mod:`recon_jax.attacks.span`)."""
 
-  basis: jax.Array  # [d, k] orthonormal columns: a candidate is x = basis @ c
+  basis: jax.Array  # [d, k]: a candidate is x = basis @ c
   outside: jax.Array  # scalar: the reference's squared norm outside the span (a constant)
+  dual: Any = None  # [d, k]: c = dual^T x for x in the span (None: basis, orthonormal)
+
+  def encoder(self) -> jax.Array:
+    """The [d, k] matrix that takes inputs to coefficients (``c = x @ encoder``)."""
+    return self.basis if self.dual is None else self.dual
 
 
 class Target(NamedTuple):

@@ -97,6 +97,7 @@ ATTACK_SETTINGS = {
     "multipliers",
     "subspace",
     "subspace_tol",
+    "span_whiten",
     "search",
     "lm_cg_maxiter",
     "split_every",

@@ -104,6 +104,50 @@ def test_the_reduced_target_gives_the_same_residual_up_to_a_constant(net):
     span.reduce_target(target, np.ones((5, 2)))
 
 
+def test_whitened_coordinates_weight_the_first_layer_residual_by_direction(net):
+  """With whitened coordinates the network still computes what it computes on the decoded
+  images, encode inverts decode, and the first layer's residual is the orthonormal one with
+  direction j scaled by w_j = (s_j / s_1)^-power (normalised so the reference's first-layer
+  energy is unchanged); the other layers' residual is untouched."""
+  apply_fn, star, theta0, x, y = net
+  change = jax.tree_util.tree_map(jnp.subtract, star, theta0)
+  target = Target(star, y, jnp.asarray(-5.0), jnp.asarray(5.0), reference=change)
+  basis, info = span.span_basis(change, n=3)
+  s = info.singular_values[: info.dim]
+  assert s[0] > 2 * s[-1]  # directions of unequal weight, or the test would prove nothing
+  fwd, dual = span.whitened(basis, info.singular_values, 1.0)
+  w = np.linalg.norm(dual, axis=0)  # the columns of basis are unit vectors
+  np.testing.assert_allclose(w * s / (w[0] * s[0]), 1.0, rtol=1e-10)  # every direction alike
+  np.testing.assert_allclose(np.sum((w * s) ** 2), np.sum(s**2), rtol=1e-10)
+  orth, white = span.reduce_target(target, basis), span.reduce_target(target, fwd, dual)
+  rng = np.random.default_rng(4)
+  c = jnp.asarray(rng.normal(size=(4, info.dim)))  # orthonormal coordinates
+  cw = c * w[None, :]  # the same candidates in whitened coordinates
+  xs = span.decode(c, basis, (12,))
+  np.testing.assert_allclose(span.decode(cw, fwd, (12,)), xs, atol=1e-12)
+  np.testing.assert_allclose(span.encode(xs, white.span.encoder()), cw, atol=1e-10)
+  np.testing.assert_allclose(apply_fn(white.params, cw), apply_fn(star, xs), atol=1e-12)
+  act = functools.partial(activations.surrogate_relu, alpha=5.0)
+  lam, labels = jnp.asarray(rng.uniform(size=4)), jnp.asarray([1.0, -1.0, 1.0, -1.0])
+
+  def residual(t, coeffs):
+    grads = jax.grad(kkt.weighted_output, argnums=2)(
+      apply_fn, "binary", t.params, coeffs, lam, labels, act
+    )
+    return jax.tree_util.tree_map(jnp.subtract, t.fit, grads)
+
+  r_orth, r_white = residual(orth, c)["params"], residual(white, cw)["params"]
+  k_orth = r_orth["layer_0"]["kernel"]
+  np.testing.assert_allclose(r_white["layer_0"]["kernel"], k_orth * w[:, None], atol=1e-10)
+  np.testing.assert_allclose(r_white["layer_0"]["bias"], r_orth["layer_0"]["bias"], atol=1e-12)
+  np.testing.assert_allclose(r_white["layer_1"]["kernel"], r_orth["layer_1"]["kernel"], atol=1e-12)
+  assert white.span.outside == pytest.approx(float(orth.span.outside), rel=1e-10)
+  assert span.whitened(basis, info.singular_values, 0.0)[1] is None
+  for bad in (-0.5, 1.5, float("nan")):
+    with pytest.raises(ConfigError, match="power"):
+      span.whitened(basis, info.singular_values, bad)
+
+
 def test_adam_on_the_coefficients_keeps_the_candidates_in_the_span(net):
   """Adam scales each entry of what it moves: on pixels it would leave the span, on the
   span's coefficients it cannot; the objective goes down."""

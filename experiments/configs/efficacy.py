@@ -68,6 +68,13 @@ FINETUNE_VARIANTS = {
   "split": {"split_every": 250, "split_eps": 0.5, "lam_min": "0"},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"num_restarts": 64, "steps": 1000},
+  # The residual counts each of the span's directions by (s_j / s_1)^-p (p = 0.5, 1): the
+  # weak directions of images that training weighted little get more say.
+  "whiten05": {"span_whiten": 0.5},
+  "whiten1": {"span_whiten": 1.0},
+  "lrx_hi": {"lr_x": "1e-2:3e-1:log"},
+  "w05_lrx_hi": {"span_whiten": 0.5, "lr_x": "1e-2:3e-1:log"},
+  "w05_lrx_hi_lam": {"span_whiten": 0.5, "lr_x": "1e-2:3e-1:log", "lam_min": "0.1:0.5:lin"},
   # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels.
   "unknown_init": dict(known_init=False, linearize=1.0, subspace=False, **SGD),
 }

@@ -120,6 +120,7 @@ def kkt_attack(
   derivative: str = "surrogate",
   multipliers: str = "free",
   basis=None,
+  dual=None,
   input_shape=None,
   split_every: int = 0,
   split_eps: float = 0.05,
@@ -151,6 +152,9 @@ def kkt_attack(
       its d inputs (:mod:`recon_jax.attacks.span`; the optimiser, Adam included, acts
       on the coefficients, so the candidates never leave the span); needs a dense
       first layer and ``input_shape``.
+    dual: optional [d, k], with ``basis``: the matrix that encodes inputs as
+      coefficients and that the reference's first layer is read with (see
+      :func:`recon_jax.attacks.span.whitened`; None: ``basis``, orthonormal).
     input_shape: the shape of one candidate (needed with ``basis``).
     split_every: every this many steps, split the candidate whose split lowers the
       objective most into two, in the slot of the smallest multiplier, kept only if the
@@ -190,6 +194,7 @@ def kkt_attack(
     if input_shape is None:
       raise ConfigError("kkt_attack with a basis needs input_shape.", "input_shape")
     basis = span.check_basis(basis, input_shape)
+    dual = span.check_basis(dual, input_shape)
 
   def images(c, target: Target):
     """The candidates as inputs: decoded from coefficients where the attack has a span."""
@@ -227,7 +232,7 @@ def kkt_attack(
   def init(key, hp, target, x0):
     m = target.labels.shape[0]
     if target.span is not None:
-      x0 = span.encode(x0, target.span.basis)
+      x0 = span.encode(x0, target.span.encoder())
     if problem == "general":
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
     else:
@@ -291,7 +296,9 @@ def kkt_attack(
     x = state.x if basis is None else span.decode(state.x, basis, input_shape)
     return x, w
 
-  prepare = None if basis is None else functools.partial(span.reduce_target, basis=basis)
+  prepare = None
+  if basis is not None:
+    prepare = functools.partial(span.reduce_target, basis=basis, dual=dual)
   name = f"kkt[{problem}]" if basis is None else f"kkt[{problem}, span {basis.shape[1]}]"
   return Attack(init, step, candidates, name=name, prepare=prepare)
 
@@ -405,6 +412,12 @@ class KKTOptions:
     "change with known_init)",
     Rule("bool"),
   )
+  span_whiten: float = option(
+    0.0,
+    "in that span, count direction j of the residual by (s_j / s_1)^-power: 1 gives the "
+    "weak directions of little-weighted images the strong ones' say (0: off)",
+    Rule("float", low=0, high=1, note="0: off", feature="subspace"),
+  )
   subspace_tol: float = option(
     0.0,
     "that span: singular values above this x the largest (0: above the noise floor)",
@@ -478,6 +491,11 @@ def _check(o: KKTOptions, setup: Setup) -> None:
     "subspace=True and a binary victim.",
     "search",
   )
+  require(
+    not o.span_whiten or search == "first_order",
+    "span_whiten weights the first-order objective; search=lm does not take it.",
+    "span_whiten",
+  )
   if o.w_tv:
     require(
       search == "first_order",
@@ -508,9 +526,10 @@ def _check(o: KKTOptions, setup: Setup) -> None:
 def _build(o: KKTOptions, setup: Setup) -> Attack:
   common = setup.common
   derivative = resolve_derivative(o.derivative, _activation(setup))
-  basis = None
+  basis = dual = None
   if o.subspace:
     basis, info = span.span_basis(setup.target.fit, o.subspace_tol, setup.n or None)
+    basis, dual = span.whitened(basis, info.singular_values, o.span_whiten)
     logging.info(
       "candidates searched in the first layer's span: %d of %d directions (%d training images)",
       info.dim,
@@ -542,6 +561,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
     derivative=derivative,
     multipliers=o.multipliers,
     basis=basis,
+    dual=dual,
     input_shape=setup.input_shape,
     split_every=int(o.split_every),
     split_eps=float(o.split_eps),
@@ -557,7 +577,7 @@ EXAMPLES = (
   Example({"multipliers": "tied", "m_per_sample": 1, "subspace": True, "subspace_tol": 1e-8}),
   Example({"multipliers": "tied", "m_per_sample": 1, **_LM}, steps=2, slow=True),
   Example(_LM, steps=10, slow=True),
-  Example({"subspace": True, "optimizer": "adam", "lr_x": "0.01"}),
+  Example({"subspace": True, "span_whiten": 0.5, "optimizer": "adam", "lr_x": "0.01"}),
   Example({"split_every": 2, "split_eps": 0.1}, slow=True),
 )
 

@@ -17,6 +17,14 @@ splits exactly into the part inside the span (what the search moves) and a
 constant outside it (:attr:`recon_jax.types.Span.outside`), so a step costs
 ``k / d`` of a pixel-space step in the first layer (k about n, d the pixels).
 
+The span's directions are not equally loud: a training image that training weighted
+little (small multipliers, learnt early) lives mostly in directions whose singular
+values are 100-1000x below the largest, and the squared residual hardly notices a
+candidate that misses it.  :func:`whitened` rescales the coordinates so that the
+residual counts each direction by ``(s_j / s_1)^-power`` (``power`` 1: every direction
+alike; the total first-layer weight unchanged): the search's ``basis`` becomes
+``B W^-1`` and its ``dual`` (inputs to coefficients) ``B W``.
+
 :func:`span_basis` finds the span without a tolerance to guess: the span has at
 most n directions (n training images), so the singular values beyond the n-th are
 rounding noise (float32 training leaves a flat bulk of them); those below
@@ -161,11 +169,37 @@ def _with_kernel(params, kernel):
   return out
 
 
-def reduce_target(target: Target, basis) -> Target:
+def whitened(basis, singular_values, power: float):
+  """``(basis W^-1, basis W)``: the coordinates in which the residual's first-layer part
+  counts the span's direction j by ``w_j = (s_j / s_1)^-power`` (:func:`span_basis`'s
+  ``basis`` and its ``SpanInfo.singular_values``), scaled so that the reference's
+  first-layer energy, ``sum_j (w_j s_j)^2``, is what it was.  ``power`` 0: ``(basis, None)``.
+  """
+  power = float(power)
+  if not (np.isfinite(power) and 0 <= power <= 1):
+    raise ConfigError(f"power must be in [0, 1], got {power!r}.", "span_whiten")
+  b = np.asarray(basis, np.float64)
+  if power == 0:
+    return b, None
+  s = np.asarray(singular_values, np.float64)[: b.shape[1]]
+  if s.shape[0] != b.shape[1] or not np.all(s > 0):
+    raise ConfigError(
+      f"whitening needs a positive singular value per direction: {b.shape[1]} directions, "
+      f"{s.shape[0]} values.",
+      "span_whiten",
+    )
+  w = (s / s[0]) ** -power
+  w *= np.sqrt(np.sum(s**2) / np.sum((w * s) ** 2))
+  return b / w, b * w
+
+
+def reduce_target(target: Target, basis, dual=None) -> Target:
   """``target`` in the coordinates of ``basis``: what a coefficient-space attack sees.
 
-  The first layer's kernel of ``params`` and of the reference become ``B^T K``; the
-  box stays in input space (the attack decodes ``x = c B^T`` to apply it).  The
+  The first layer's kernel of ``params`` becomes ``B^T K`` and the reference's ``D^T K``
+  (``dual`` D, the matrix that encodes inputs: ``basis`` itself, orthonormal, when None;
+  see :func:`whitened`); the box stays in input space (the attack decodes ``x = c B^T`` to
+  apply it).  The
   reference's energy outside the span, which no candidate in the span can touch, is
   kept as :attr:`~recon_jax.types.Span.outside`.  A target already in a span's
   coordinates is returned as it is.
@@ -182,18 +216,24 @@ def reduce_target(target: Target, basis) -> Target:
       "basis",
     )
   b = b.astype(k_star.dtype)
-  reduced = _with_kernel(params, b.T @ k_star)
-  reference = None
+  dual = None if dual is None else jnp.asarray(dual).astype(k_star.dtype)
+  enc = b if dual is None else dual
+  if enc.shape != b.shape:
+    raise ConfigError(f"dual must have basis's shape {tuple(b.shape)}, got {tuple(enc.shape)}.")
   fit_kernel = target.fit["params"]["layer_0"]["kernel"]
-  inside = b.T @ fit_kernel
+  inside = enc.T @ fit_kernel
+  reduced, reference = _with_kernel(params, b.T @ k_star), None
   if target.reference is not None:
     reference = _with_kernel(target.reference, inside)
+  elif dual is not None:  # theta* itself is the reference: the forward reads B, the fit D
+    reference = _with_kernel(params, inside)
   outside = jnp.sum(jnp.square(fit_kernel - b @ inside))
-  return target._replace(params=reduced, reference=reference, span=Span(b, outside))
+  return target._replace(params=reduced, reference=reference, span=Span(b, outside, dual))
 
 
 def encode(x, basis) -> jax.Array:
-  """Coefficients [m, k] of candidates ``x`` [m, *input_shape] (their projection on the span)."""
+  """Coefficients [m, k] of candidates ``x`` [m, *input_shape] (their projection on the span;
+  ``basis``: the orthonormal basis, or a :class:`~recon_jax.types.Span`'s encoder)."""
   b = jnp.asarray(basis)
   return x.reshape(x.shape[0], -1) @ b.astype(x.dtype)
 

@@ -85,26 +85,30 @@ def procs(request, tmp_path_factory):
   sigint_log = open(tmp / "sigint.stderr", "w+")
 
   def start_sigint():
-    return subprocess.Popen(
-      [
-        sys.executable,
-        "-m",
-        "experiments.train_victim",
-        "--config=experiments/configs/victim.py:tiny",
-        "--config.victim.epochs=100000000",
-        "--config.chunk_epochs=20",
-        f"--workdir={work}",
-      ],
-      cwd=ROOT,
-      env=_env(tmp),
-      stdout=subprocess.PIPE,
-      stderr=sigint_log,
-      text=True,
-      # A test run started in the background (``cmd &`` without job control, nohup)
-      # ignores SIGINT, and a Python child that inherits that disposition never raises
-      # KeyboardInterrupt: the child gets the default back, as a terminal would give it.
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    # A test run started in the background (``cmd &`` without job control, nohup) ignores
+    # SIGINT, and a child inherits an ignored signal, so its Python never raises
+    # KeyboardInterrupt; a handled signal is reset to the default at exec.  So the parent
+    # handles SIGINT while the child starts (no preexec_fn: a fork hook warns under JAX).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+      return subprocess.Popen(
+        [
+          sys.executable,
+          "-m",
+          "experiments.train_victim",
+          "--config=experiments/configs/victim.py:tiny",
+          "--config.victim.epochs=100000000",
+          "--config.chunk_epochs=20",
+          f"--workdir={work}",
+        ],
+        cwd=ROOT,
+        env=_env(tmp),
+        stdout=subprocess.PIPE,
+        stderr=sigint_log,
+        text=True,
+      )
+    finally:
+      signal.signal(signal.SIGINT, previous)
 
   def result(name):
     if name not in results:

@@ -61,7 +61,8 @@ def run_bilevel(args, dtypes, emit):
   import jax
   import jax.numpy as jnp
 
-  from recon_jax import losses, priors
+  from recon_jax import priors
+  from recon_jax.core import losses
   from recon_jax.victims import models
 
   wd = 1e-3

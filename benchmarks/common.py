@@ -285,7 +285,7 @@ class ChunkProgram:
   def __init__(self, attack, x_init, target, hparams, batching, num_steps, dtype):
     import jax
 
-    from recon_jax import loop
+    from recon_jax.engine import loop
 
     self.num_restarts = len(next(iter(hparams.values())))
     self.batching, self.k, self.dtype = loop.resolve_batching(batching), num_steps, dtype
@@ -366,8 +366,8 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
   import numpy as np
 
   import recon_jax
-  from recon_jax import inits
   from recon_jax.attacks import kkt
+  from recon_jax.engine import inits
   from recon_jax.types import float_dtype
   from recon_jax.victims import loading, models
 

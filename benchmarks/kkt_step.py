@@ -9,7 +9,7 @@ Sections (``--only``, comma-separated; default all):
 * ``matmul``    the ceiling: GFLOP/s of a large square matmul per dtype (measured first
   and again before each dtype block; utilisation uses the best seen).
 * ``kkt``       the KKT attack step of the d-h-h-1 MLP (bias='first', binary) through the
-  product code path, ``recon_jax.loop.make_runner``'s compiled lax.scan chunk: steps/s,
+  product code path, ``recon_jax.engine.loop.make_runner``'s compiled lax.scan chunk: steps/s,
   GFLOP/s (10 m d h + 14 m h^2 per restart-step) and utilisation, for R = 1, 8, 32
   restarts (vmap, ``--restarts``) and R = 1, 8 (lax.map, ``--map_restarts``).  The
   programs of one size are compiled first, then timed in interleaved rounds, each round
@@ -221,7 +221,7 @@ def compiled_kkt_memory(d, h, m, dtype, num_restarts, batching="vmap", k=1):
   """Memory of the KKT chunk, compiled from shapes only (nothing allocated)."""
   import jax
 
-  from recon_jax import loop
+  from recon_jax.engine import loop
 
   with precision(dtype):
     attack, x_init, target = common.kkt_problem(d, h, m)

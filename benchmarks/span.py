@@ -112,8 +112,8 @@ def step_flops(path: str, d: int, k: int, h: int, m: int) -> float:
 def programs(args, h: int, ceiling, dtype: str = "float32") -> tuple:
   """{(batching, path): compiled chunk} of width h, the span's info and the seconds
   ``span_basis`` took (the coefficient path's one-off cost, outside the chunks)."""
-  from recon_jax import inits, loop
   from recon_jax.attacks import kkt
+  from recon_jax.engine import inits, loop
 
   with common.precision(dtype) as dt:
     apply_fn, target, basis, info, basis_s = finetuned_problem(h, args.n, args.m)

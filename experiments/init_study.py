@@ -37,7 +37,7 @@ FLAGS = flags.FLAGS
 
 def job(cfg, workdir, *, resume=False, overwrite=False):
   """:func:`recon_jax.studies.runner.init_study_job` (its arguments); prints the summary."""
-  from recon_jax import workdir as wd
+  from recon_jax.io import workdir as wd
   from recon_jax.studies import runner
 
   path, _ = runner.init_study_job(cfg, workdir, resume=resume, overwrite=overwrite)

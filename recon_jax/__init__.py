@@ -3,7 +3,7 @@
 The public API: the data, the victim, what the attacker sees (:class:`Target`),
 the attacks (pure ``init``/``step`` pairs, :class:`Attack`), the one batched
 loop behind :func:`run_attack`, and the evaluation.  The submodules hold the
-rest (``recon_jax.losses``, ``recon_jax.eval``, ``recon_jax.diagnostics``, ...);
+rest (``recon_jax.core.losses``, ``recon_jax.eval``, ``recon_jax.core.diagnostics``, ...);
 ``recon_jax.cli`` runs a config-driven script of your own from the command line.
 """
 
@@ -12,15 +12,15 @@ from recon_jax.attacks.closed_form import closed_form_attack
 from recon_jax.attacks.inversion import inversion_attack
 from recon_jax.attacks.kkt import kkt_attack
 from recon_jax.data import Dataset, load_dataset
+from recon_jax.engine.inits import make_x_init
+from recon_jax.engine.loop import AttackRun, run_attack
+from recon_jax.engine.sweep import random_search
 from recon_jax.errors import ConfigError, Error
 from recon_jax.eval.identifiability import identifiability
 from recon_jax.eval.report import evaluate_candidates
-from recon_jax.inits import make_x_init
 from recon_jax.job.pipeline import reconstruct
 from recon_jax.job.planning import candidate_labels
 from recon_jax.job.settings import JobConfig, reconstruct_config
-from recon_jax.loop import AttackRun, run_attack
-from recon_jax.sweep import random_search
 from recon_jax.types import Attack, Target
 from recon_jax.victims.loading import Victim, import_victim, load_or_train_victim, make_target
 from recon_jax.victims.victim import VictimConfig

@@ -39,11 +39,11 @@ import ml_collections
 from ml_collections import config_flags
 
 from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: exit code 2)
-from recon_jax.workdir import expand, flatten
+from recon_jax.io.workdir import expand, flatten
 
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
-RUN_FLAGS = ("workdir", "overwrite", "resume")  # recon_jax.workdir's arguments, our flags
+RUN_FLAGS = ("workdir", "overwrite", "resume")  # recon_jax.io.workdir's arguments, our flags
 STANDARD = ("config", "workdir", "overwrite", "resume", "verbose")
 
 
@@ -396,7 +396,7 @@ def flag_of(cfg, argument: Optional[str]) -> Optional[str]:
   ``argument`` is the library's name (``lr``) or a dotted path (``victim.lr``); the
   shortest setting of ``cfg`` that is or ends with it wins (``seed``, not ``victim.seed``):
   ``--config.<its path>``; a dotted path in one of the config's sections is that setting
-  even when missing.  ``recon_jax.workdir``'s arguments and a program's own flags are
+  even when missing.  ``recon_jax.io.workdir``'s arguments and a program's own flags are
   ``--<name>``.
   """
   if argument in RUN_FLAGS or (argument and argument not in STANDARD and argument in FLAGS):

@@ -40,7 +40,7 @@ from jaxopt import linear_solve
 from jaxopt._src.lbfgs import inv_hessian_product  # the two-loop recursion
 import numpy as np
 
-from recon_jax import losses
+from recon_jax.core import losses
 from recon_jax.errors import ConfigError
 
 INNER_SOLVERS = ("lbfgs", "gd")
@@ -195,7 +195,7 @@ def train_to_convergence(
   Args:
     apply_fn: ``apply_fn(params, x, act) -> [n, C]``.
     params: initial parameters.
-    x, y: training inputs and labels (see :func:`recon_jax.losses.per_sample_loss`).
+    x, y: training inputs and labels (see :func:`recon_jax.core.losses.per_sample_loss`).
     loss: 'logistic', 'ce' or 'mse'.
     wd: weight decay (> 0 for 'logistic'/'ce': otherwise no minimiser exists on
       separable data).

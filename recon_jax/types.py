@@ -4,7 +4,7 @@ An attack sees only a :class:`Target` (the trained parameters, the labels it
 assumes for its candidates, and the pixel box); only the evaluation touches
 the training set.  An attack is a pair of pure functions over its own
 NamedTuple state (the optax ``GradientTransformation`` pattern), driven by the
-one shared loop in :mod:`recon_jax.loop`.
+one shared loop in :mod:`recon_jax.engine.loop`.
 """
 
 from __future__ import annotations

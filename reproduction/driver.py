@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from absl import logging
 
-from recon_jax import workdir
 from recon_jax.errors import ConfigError
+from recon_jax.io import workdir
 from recon_jax.job import run as job_run
 from reproduction import claims, results_md
 

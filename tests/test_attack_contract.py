@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import attacks, implicit, loop, sweep
+from recon_jax import attacks, implicit
+from recon_jax.engine import loop, sweep
 from recon_jax.job import pipeline
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Target, prepared

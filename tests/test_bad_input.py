@@ -26,9 +26,10 @@ import pytest
 from experiments import reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, cli, data
-from recon_jax import workdir as wd
+from recon_jax import cli, data
 from recon_jax.errors import ConfigError
+from recon_jax.io import checkpoint
+from recon_jax.io import workdir as wd
 from recon_jax.job import planning
 from recon_jax.victims import models, victim
 
@@ -701,7 +702,7 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   line = _refused(capsys, lambda: T.job(cfg, "~/home_run"), cfg)
   assert f"{files}/mnist/train-images-idx3-ubyte" in line, line
   assert not (files / "home_run").exists()  # the data is refused before the workdir is made
-  from recon_jax import workdir as wd
+  from recon_jax.io import workdir as wd
 
   assert wd.expand("~/home_run") == f"{files}/home_run"
   cfg = _config(R, "tiny", {"checkpoint": "~/absent.msgpack"})

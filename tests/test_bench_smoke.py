@@ -17,7 +17,7 @@ import jax
 from ml_collections import config_flags
 import pytest
 
-from recon_jax import loop
+from recon_jax.engine import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # benchmarks/ is not an installed package (plain `pytest` runs too)

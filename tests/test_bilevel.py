@@ -5,10 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import implicit, inits, loop
+from recon_jax import implicit
 from recon_jax.attacks.bilevel import bilevel_attack
-from recon_jax.losses import energy as make_energy
-from recon_jax.losses import tree_sq_dist
+from recon_jax.core.losses import energy as make_energy
+from recon_jax.core.losses import tree_sq_dist
+from recon_jax.engine import inits, loop
 from recon_jax.types import Target
 from recon_jax.victims.models import Affine, OneHidden, init_params, make_apply_fn
 

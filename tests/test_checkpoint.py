@@ -1,4 +1,4 @@
-"""Tests for recon_jax.checkpoint and the victim checkpoint/cache built on it."""
+"""Tests for recon_jax.io.checkpoint and the victim checkpoint/cache built on it."""
 
 import json
 import os
@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import checkpoint, data
+from recon_jax import data
+from recon_jax.io import checkpoint
 from recon_jax.victims import cache, models, victim
 
 

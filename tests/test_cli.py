@@ -10,11 +10,13 @@ import pytest
 from experiments import configs
 from experiments.configs import reconstruct as recon_configs
 from experiments.configs import victim as victim_configs
-from recon_jax import checkpoint, cli, sweep
+from recon_jax import cli
 from recon_jax.data import DataError
+from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
+from recon_jax.io import checkpoint
+from recon_jax.io.workdir import flatten
 from recon_jax.victims.train import TrainError
-from recon_jax.workdir import flatten
 
 
 def _line(e, cfg):

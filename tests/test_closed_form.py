@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from recon_jax import activations, loop, losses
 from recon_jax.attacks import closed_form as cf
 from recon_jax.attacks import kkt
+from recon_jax.core import activations, losses
+from recon_jax.engine import loop
 from recon_jax.types import Target
 from recon_jax.victims import models
 

@@ -1,10 +1,11 @@
-"""Tests for recon_jax.diagnostics: the KKT oracle residual, the kink fraction, the float32 floor."""
+"""Tests for recon_jax.core.diagnostics: the KKT oracle residual, the kink fraction, the
+float32 floor."""
 
 from helpers import linear_apply, linear_problem
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import diagnostics
+from recon_jax.core import diagnostics
 
 
 def test_kink_fraction_counts_units_whose_kink_is_on_a_training_point():
@@ -70,7 +71,7 @@ def test_host_linear_algebra_runs_on_one_blas_thread():
   13-25 s): the wrapped functions see one thread, and the caller's setting comes back."""
   from threadpoolctl import threadpool_info
 
-  from recon_jax.diagnostics import one_blas_thread
+  from recon_jax.core.diagnostics import one_blas_thread
 
   blas = lambda: [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
   before = blas()

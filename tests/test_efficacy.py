@@ -8,7 +8,7 @@ import pytest
 import scipy.stats
 
 from experiments.configs import efficacy as configs
-from recon_jax import sweep
+from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.studies import efficacy, runner
 

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.eval.images and recon_jax.plots (fast, CPU)."""
+"""Tests for recon_jax.eval.images and recon_jax.io.plots (fast, CPU)."""
 
 import json
 import warnings
@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from recon_jax import plots
 from recon_jax.eval import images, points, report, similarity
+from recon_jax.io import plots
 from recon_jax.job import figures as report_figures
 
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.

@@ -10,9 +10,9 @@ import pytest
 from safetensors.numpy import save_file
 
 import recon_jax as rj
-from recon_jax import checkpoint
 from recon_jax.attacks import span
 from recon_jax.errors import ConfigError
+from recon_jax.io import checkpoint
 from recon_jax.job import pipeline, planning
 from recon_jax.victims import loading, recipe, victim
 

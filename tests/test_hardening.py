@@ -18,7 +18,9 @@ from experiments import efficacy as efficacy_binary
 from experiments.configs import efficacy as efficacy_configs
 from experiments.configs import reconstruct as configs
 import recon_jax as rj
-from recon_jax import cli, rules, sweep
+from recon_jax import cli
+from recon_jax.core import rules
+from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import FOREIGN_RULES, RULES, Foreign, JobConfig
@@ -255,7 +257,7 @@ def _harness(tmp_path, variants=("default", "tv")):
   cfg = efficacy_configs.get_config("tiny")
   work = tmp_path / "eff"
   work.mkdir()
-  from recon_jax import workdir as wd
+  from recon_jax.io import workdir as wd
 
   wd.write_config(str(work), cfg, study="efficacy", variants=list(variants), draws=1, first_draw=0)
   (work / "metrics.json").write_text('{"variants": {"default": {}, "tv": {}}}')

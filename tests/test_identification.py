@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
-from recon_jax import activations, loop
+from recon_jax.core import activations
+from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identification as ident
 from recon_jax.eval import selection, stability

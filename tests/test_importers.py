@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from recon_jax import checkpoint
 from recon_jax.attacks import kkt
-from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
+from recon_jax.io import checkpoint
+from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.types import Target
 from recon_jax.victims import models
 from recon_jax.victims.importers import from_state_dict, load_foreign
@@ -357,7 +357,7 @@ def test_detect_format_reads_content_not_extension(tmp_path):
 def test_recon_jax_checkpoint_is_pointed_to_checkpoint_load(tmp_path):
   ck = tmp_path / "victim.msgpack"
   checkpoint.save(str(ck), {"params": {"layer_0": {"kernel": np.ones((3, 2))}}}, {})
-  with pytest.raises(CheckpointError, match="recon_jax.checkpoint.load"):
+  with pytest.raises(CheckpointError, match="recon_jax.io.checkpoint.load"):
     load_foreign(str(ck))
 
 

@@ -8,9 +8,9 @@ import pytest
 from test_init_study import run_tiny, tiny_run  # the session's uninterrupted tiny study
 
 from experiments.configs import init_study as configs
-from recon_jax import loop
-from recon_jax import workdir as wd
+from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
+from recon_jax.io import workdir as wd
 
 INTERRUPTED = "kkt_mlp_relu"  # the last sub-run of the tiny preset
 

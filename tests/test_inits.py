@@ -1,11 +1,11 @@
-"""recon_jax.inits: every x-initialisation, by its formula."""
+"""recon_jax.engine.inits: every x-initialisation, by its formula."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits
+from recon_jax.engine import inits
 from recon_jax.errors import ConfigError
 
 KEY = jax.random.PRNGKey(0)

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import activations, inits, loop, losses
 from recon_jax.attacks import kkt
+from recon_jax.core import activations, losses
+from recon_jax.engine import inits, loop
 from recon_jax.types import Target
 from recon_jax.victims import models, train
 
@@ -382,7 +383,7 @@ def test_annealed_alpha_stages_lower_the_objective():
   The objective changes with alpha, so it is compared at the last stage's alpha: the
   stationarity of the initial and of the final candidates and multipliers at alpha = 200.
   """
-  from recon_jax import sweep
+  from recon_jax.engine import sweep
 
   d, n = 6, 4
   y = np.array([1.0, -1.0, 1.0, -1.0])

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import implicit, loop
+from recon_jax import implicit
 from recon_jax.attacks import kkt, span
+from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 from recon_jax.victims import models, recipe, victim

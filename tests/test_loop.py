@@ -1,4 +1,4 @@
-"""Tests for recon_jax.loop: batched restarts, chunked scans, NaN freezing, resuming."""
+"""Tests for recon_jax.engine.loop: batched restarts, chunked scans, NaN freezing, resuming."""
 
 from typing import NamedTuple
 
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import inits, loop, sweep
 from recon_jax.attacks import kkt
+from recon_jax.engine import inits, loop, sweep
 from recon_jax.types import Attack, Target
 from recon_jax.victims import models
 
@@ -362,7 +362,7 @@ def test_chunks_are_sized_so_the_host_answers_within_seconds():
   """A long chunk starts with a probe of an eighth (the first chunk also compiles); once the
   rate is known, chunks are halved until one runs within max_s, and the halving reaches the
   probe's length, so a slow network compiles no program beyond the probe's."""
-  from recon_jax.loop import _chunk_length
+  from recon_jax.engine.loop import _chunk_length
 
   assert _chunk_length(1000, None, 20.0) == 125
   assert _chunk_length(240, None, 20.0) == 240  # short chunks: no probe

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.losses: per-sample losses, margins, the training energy, tree norms."""
+"""Tests for recon_jax.core.losses: per-sample losses, margins, the training energy, tree norms."""
 
 import functools
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import losses
+from recon_jax.core import losses
 
 _mlp = functools.partial(mlp, widths=(8,), d=4)
 

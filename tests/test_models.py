@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import activations
+from recon_jax.core import activations
 from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile

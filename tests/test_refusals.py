@@ -15,7 +15,7 @@ from experiments.configs import efficacy as efficacy_configs
 from experiments.configs import init_study as init_configs
 from experiments.configs import reproduce as reproduce_configs
 from recon_jax import cli
-from recon_jax import workdir as wd
+from recon_jax.io import workdir as wd
 
 BINARIES = {
   "efficacy": (E, efficacy_configs, "tiny"),

@@ -23,7 +23,9 @@ import pytest
 
 from experiments import reconstruct
 from experiments.configs import reconstruct as configs
-from recon_jax import checkpoint, cli, loop, resume
+from recon_jax import cli
+from recon_jax.engine import loop, resume
+from recon_jax.io import checkpoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
@@ -148,7 +150,7 @@ def test_config_json_records_the_environment(uninterrupted):
 
 
 # ---------------------------------------------------------------------------
-# recon_jax.resume in-process
+# recon_jax.engine.resume in-process
 
 
 def _state():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from recon_jax import activations
 from recon_jax.attacks import kkt
+from recon_jax.core import activations
 from recon_jax.errors import ConfigError
 from recon_jax.eval import ranking, selection, similarity, stability
 from recon_jax.types import Target

@@ -10,8 +10,8 @@ import pytest
 from experiments.configs import efficacy as efficacy_configs
 from experiments.configs import reconstruct as reconstruct_configs
 import recon_jax as rj
-from recon_jax import workdir
 from recon_jax.errors import ConfigError
+from recon_jax.io import workdir
 from recon_jax.job import planning, settings
 
 
@@ -147,7 +147,7 @@ def test_the_attack_setting_lists_the_registry():
 def test_two_attacks_may_not_declare_the_same_option(monkeypatch):
   from recon_jax import attacks
   from recon_jax.attacks import spec as spec_module
-  from recon_jax.rules import Rule
+  from recon_jax.core.rules import Rule
 
   @dataclasses.dataclass(frozen=True)
   class Clash:
@@ -162,7 +162,7 @@ def test_two_attacks_may_not_declare_the_same_option(monkeypatch):
 def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
   from recon_jax import attacks
   from recon_jax.attacks import spec as spec_module
-  from recon_jax.rules import Rule
+  from recon_jax.core.rules import Rule
 
   @dataclasses.dataclass(frozen=True)
   class Own:

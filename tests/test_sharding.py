@@ -18,12 +18,12 @@ import pytest
 CHILD = r"""
 import json, sys
 mode, out = sys.argv[1], sys.argv[2]
-from recon_jax import distributed
+from recon_jax.core import distributed
 if mode == "multiprocess":
   distributed.maybe_initialize(True)  # JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
 import re
 import jax, jax.numpy as jnp, numpy as np
-from recon_jax import inits, loop
+from recon_jax.engine import inits, loop
 from recon_jax.victims import models
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
@@ -208,7 +208,7 @@ def test_two_processes_gather_to_process_zero(single_process, tmp_path):
 def test_distributed_helpers_single_process(monkeypatch):
   import jax
 
-  from recon_jax import distributed
+  from recon_jax.core import distributed
 
   for off in (False, None, "", "0", "false", "No"):
     assert distributed.maybe_initialize(off) is False

@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import activations, loop
 from recon_jax.attacks import kkt, span
+from recon_jax.core import activations
+from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target, prepared
 from recon_jax.victims import models

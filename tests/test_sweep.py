@@ -1,9 +1,9 @@
-"""recon_jax.sweep: ranges as the user types them, random search, refinement stages."""
+"""recon_jax.engine.sweep: ranges as the user types them, random search, refinement stages."""
 
 import numpy as np
 import pytest
 
-from recon_jax import sweep
+from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax import losses
+from recon_jax.core import losses
 from recon_jax.victims import models, train
 
 

@@ -1,4 +1,4 @@
-"""recon_jax.workdir: atomic writes with the usual file modes, paths, resumability."""
+"""recon_jax.io.workdir: atomic writes with the usual file modes, paths, resumability."""
 
 import json
 import os
@@ -7,9 +7,9 @@ import stat
 import numpy as np
 import pytest
 
-from recon_jax import checkpoint
-from recon_jax import workdir as wd
 from recon_jax.errors import ConfigError
+from recon_jax.io import checkpoint
+from recon_jax.io import workdir as wd
 
 
 def _mode(path):

@@ -37,8 +37,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax import implicit, losses, optim, priors
-from recon_jax.activations import get_activation
+from recon_jax import implicit, optim, priors
 from recon_jax.attacks.spec import (
   AttackSpec,
   Example,
@@ -48,8 +47,10 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
+from recon_jax.core import losses
+from recon_jax.core.activations import get_activation
+from recon_jax.core.rules import MAX_INNER_ITERATIONS, Rule
 from recon_jax.errors import ConfigError
-from recon_jax.rules import MAX_INNER_ITERATIONS, Rule
 from recon_jax.types import Attack, HParams, Target
 
 THETA0 = ("target", "uniform", "gaussian")

@@ -21,7 +21,7 @@ and the objective is the scale-free projection residual
   \\; (= 1 - \\theta^{*T} P_G \\theta^* / \\|\\theta^*\\|^2 \\text{ without the sign constraint}),
 
 plus ``w_prior`` times the box prior.  The margins ``g_i`` are those of
-:func:`recon_jax.losses.margins`: ``binary`` and ``multiclass`` take
+:func:`recon_jax.core.losses.margins`: ``binary`` and ``multiclass`` take
 ``lambda >= 0`` (dual feasibility of the KKT conditions, solved as an NNLS);
 ``general`` takes free real ``lambda`` of shape ``[m, C]``, one column per
 output (``G`` is then ``P x (m C)``, its columns ``grad Phi_c(x_i)``, solved
@@ -150,11 +150,11 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.activations import surrogate_relu
 from recon_jax.attacks import kkt
 from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register
+from recon_jax.core.activations import surrogate_relu
+from recon_jax.core.losses import PROBLEMS, margins, tree_sq_norm
 from recon_jax.errors import ConfigError
-from recon_jax.losses import PROBLEMS, margins, tree_sq_norm
 from recon_jax.types import Attack, HParams, Target
 
 _HIGHEST = jax.lax.Precision.HIGHEST

@@ -20,7 +20,7 @@ The multipliers are either
 The pixel box enters as residuals too, ``sqrt(w_prior / pixels)`` times the distance
 outside it (:func:`recon_jax.priors.box_prior`'s value).  Jacobian products are taken
 in forward mode, so a ReLU victim's surrogate is its forward-mode twin
-(:func:`recon_jax.activations.surrogate_relu_jvp`).
+(:func:`recon_jax.core.activations.surrogate_relu_jvp`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ import jax.numpy as jnp
 import jaxopt
 from jaxopt import linear_solve
 
-from recon_jax.activations import surrogate_relu_jvp
 from recon_jax.attacks import span
+from recon_jax.core.activations import surrogate_relu_jvp
+from recon_jax.core.losses import tree_sq_norm
 from recon_jax.errors import ConfigError
-from recon_jax.losses import tree_sq_norm
 from recon_jax.types import Attack, HParams, Target
 
 

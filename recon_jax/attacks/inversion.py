@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from recon_jax import optim, priors, sweep
+from recon_jax import optim, priors
 from recon_jax.attacks.spec import AttackSpec, Setup, register, require
+from recon_jax.engine import sweep
 from recon_jax.types import Attack
 
 

@@ -51,7 +51,6 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.activations import surrogate_relu
 from recon_jax.attacks import gauss_newton, span, splitting
 from recon_jax.attacks.spec import (
   AttackSpec,
@@ -62,10 +61,11 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
+from recon_jax.core.activations import surrogate_relu
+from recon_jax.core.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
+from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
-from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
-from recon_jax.rules import INT32_MAX, Rule
 from recon_jax.types import Attack, HParams, Target
 
 

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import diagnostics
+from recon_jax.core import diagnostics
 from recon_jax.errors import ConfigError
 from recon_jax.types import Span, Target
 

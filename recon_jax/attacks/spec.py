@@ -16,9 +16,10 @@ import dataclasses
 import types
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
-from recon_jax import rules, sweep
+from recon_jax.core import rules
+from recon_jax.core.rules import Rule
+from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
-from recon_jax.rules import Rule
 
 
 def option(default, meaning: str, rule: Rule, unset: Optional[type] = None):

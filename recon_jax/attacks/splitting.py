@@ -35,8 +35,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from recon_jax.core.losses import margins, tree_dot
 from recon_jax.errors import ConfigError
-from recon_jax.losses import margins, tree_dot
 
 # A split takes the slot of the smallest multiplier only when it is below this fraction of
 # the split candidate's multiplier.

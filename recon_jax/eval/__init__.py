@@ -10,7 +10,7 @@
   and precision@k of a score against the truth.
 * :mod:`recon_jax.eval.report`: the one evaluation every attack's candidates
   go through, as a JSON-able report dict (figures are drawn by
-  :mod:`recon_jax.plots`).
+  :mod:`recon_jax.io.plots`).
 * :mod:`recon_jax.eval.points`: point clouds (the 2-D toy).
 * :mod:`recon_jax.eval.nearest`: nearest-neighbour distances to several
   reference sets (the initialisation study).

@@ -10,7 +10,7 @@ weight-decay-regularised loss the training set is an exact zero of the
 equations, and a failed attack is a failure of the search.
 
 This module scores the truth and the attack's candidates the same way
-(:func:`recon_jax.diagnostics.stationarity_fit`: the network's own derivative,
+(:func:`recon_jax.core.diagnostics.stationarity_fit`: the network's own derivative,
 the best non-negative multipliers, the residual as a fraction of
 ``||reference||^2``) and compares them with the same number of candidates: the
 truth has n samples, so each restart is represented by its n highest-weight
@@ -30,7 +30,7 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from recon_jax import diagnostics
+from recon_jax.core import diagnostics
 
 PREFERS_OTHER = (
   "the objective prefers other images (reconstructions are not evidence of membership)"
@@ -250,7 +250,7 @@ def _check_arguments(
   apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
 ):
   """ConfigError naming the first argument of :func:`identifiability` it cannot run with."""
-  from recon_jax import arguments, losses
+  from recon_jax.core import arguments, losses
   from recon_jax.errors import ConfigError
 
   if problem not in losses.PROBLEMS:

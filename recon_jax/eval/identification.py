@@ -31,8 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import data, distributed
-from recon_jax.activations import surrogate_relu
+from recon_jax import data
+from recon_jax.core import distributed
+from recon_jax.core.activations import surrogate_relu
 from recon_jax.errors import ConfigError
 from recon_jax.eval import images, ranking, selection, similarity, stability
 from recon_jax.types import Attack, HParams, Target
@@ -262,7 +263,7 @@ def identification_report(
 
   Args:
     attack: the attack that ran (:func:`recon_jax.job.pipeline.make_attack`).
-    run: its :class:`recon_jax.loop.AttackRun`.
+    run: its :class:`recon_jax.engine.loop.AttackRun`.
     hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
       (the last stage's: ``job.stages_for(cfg, hp)[-1][1]``).
     target: what the attack saw (theta*, labels, box).
@@ -303,7 +304,7 @@ def identification_report(
 
     The ``precision@k`` keys follow ``k_list``.
     Every process must call it in a multi-process run (the restart state is
-    gathered with :func:`recon_jax.distributed.gather_restarts`).
+    gathered with :func:`recon_jax.core.distributed.gather_restarts`).
   """
   if stability_select not in STABILITY_SELECT:
     raise ConfigError(

@@ -53,7 +53,7 @@ def evaluate_candidates(
     ``per_restart`` and ``selection`` entries, plus the EvalResult under
     ``_result`` (not serialisable; pop it before writing JSON).
   """
-  from recon_jax import arguments
+  from recon_jax.core import arguments
   from recon_jax.errors import ConfigError
 
   img = tuple(np.shape(ds.x_train)[1:])

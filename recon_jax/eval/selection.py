@@ -40,9 +40,9 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from recon_jax.core.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.errors import ConfigError
 from recon_jax.eval import similarity
-from recon_jax.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
 from recon_jax.types import Target
 
 # Default NCC above which two candidates count as the same image (see agreement_score).
@@ -414,7 +414,7 @@ def margin_score(
   """Closeness of the candidate's margin to the network's margin: ``-|g_i - gamma| / gamma``.
 
   ``g_i = y_i Phi(theta*; x_i)`` (binary) or ``Phi_y - max_{j != y} Phi_j``
-  (multiclass), see :func:`recon_jax.losses.margins`.  At a KKT point of margin
+  (multiclass), see :func:`recon_jax.core.losses.margins`.  At a KKT point of margin
   maximisation the samples with ``lambda_i > 0`` lie exactly on the margin,
   ``g_i = gamma``, and those are the training samples Haim et al. (2022)
   reconstruct.  theta* is only proportional to the KKT point, so gamma is not

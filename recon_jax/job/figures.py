@@ -10,9 +10,9 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from recon_jax import plots
 from recon_jax.eval import similarity
 from recon_jax.eval.images import EvalResult
+from recon_jax.io import plots
 
 
 def reconstruction_figure(

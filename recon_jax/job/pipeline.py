@@ -5,7 +5,7 @@ x-initialisation -> attack -> the one batched loop -> candidates ->
 evaluation -> report dict.
 
 The pieces (:func:`make_target`, :func:`candidate_labels`,
-:func:`load_or_train_victim`, :func:`recon_jax.loop.run_attack`) are plain functions of
+:func:`load_or_train_victim`, :func:`recon_jax.engine.loop.run_attack`) are plain functions of
 library objects; :func:`reconstruct` chains them for one job (its typed settings,
 :class:`recon_jax.job.settings.JobConfig`) and returns the report without
 writing anything but the optional resume file.
@@ -23,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import attacks, data, diagnostics, inits, loop, precision
+from recon_jax import attacks, data
+from recon_jax.core import diagnostics
+from recon_jax.engine import inits, loop, precision
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability, verdict
 from recon_jax.eval import report as evaluation
@@ -328,7 +330,7 @@ def find_candidates(
   state_file: Optional[loop.StateFile] = None,
 ) -> Found:
   """The job's attack (its registered spec) over the sweep's restarts in one compiled
-  call (:func:`recon_jax.loop.run_attack`), or an attack without a search read off theta*."""
+  call (:func:`recon_jax.engine.loop.run_attack`), or an attack without a search read off theta*."""
   cfg = plan.config
   spec = attacks.get(cfg.attack)
   input_shape = ds.x_train.shape[1:]
@@ -404,7 +406,7 @@ def reconstruct(
   :class:`~recon_jax.job.settings.JobConfig`, or a ConfigDict such as
   :func:`recon_jax.reconstruct_config`), checked and resolved here
   (``requested_victim`` as in :func:`recon_jax.job.planning.victim_config`).  The
-  sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.loop.run_attack`).
+  sweep saves to and resumes from ``state_file`` (see :func:`recon_jax.engine.loop.run_attack`).
   ``verbose``: log a line per phase and chunk, with the time left (absl logging, INFO).
   """
   plan = planning.resolve(job, requested_victim)

@@ -17,11 +17,13 @@ from typing import NamedTuple, Optional, Tuple
 import jax
 import numpy as np
 
-from recon_jax import attacks, data, inits, loop, losses, optim, rules, sweep
+from recon_jax import attacks, data, optim
+from recon_jax.core import losses, rules
+from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
+from recon_jax.io.workdir import expand
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
 from recon_jax.victims import models, readers, recipe, victim
-from recon_jax.workdir import expand
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 
@@ -279,7 +281,7 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
 
   :class:`ConfigError` names the setting (its ``argument``); a recon_jax
   checkpoint is read (not its data) and its own faults are
-  :class:`~recon_jax.checkpoint.CheckpointError` naming the file.  ``explicit``:
+  :class:`~recon_jax.io.checkpoint.CheckpointError` naming the file.  ``explicit``:
   the names of the settings the user set; with ``sweep=paper`` none of the
   ranges may be among them (the paper's ranges would silently replace it).
   """
@@ -577,7 +579,7 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
       "init_checkpoint",
     )
   if cfg.init_checkpoint and not os.path.isfile(cfg.init_checkpoint):
-    from recon_jax.checkpoint import CheckpointError
+    from recon_jax.io.checkpoint import CheckpointError
 
     raise CheckpointError(f"{cfg.init_checkpoint}: initial-parameters file not found.")
 
@@ -611,7 +613,7 @@ def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
   Checked from shapes alone (no data is read): CheckpointError naming the file
   and the first parameter that differs.
   """
-  from recon_jax import checkpoint as ckpt
+  from recon_jax.io import checkpoint as ckpt
 
   name = v.dataset.strip().lower()
   if name not in data.INPUT_SHAPES:

@@ -7,8 +7,9 @@ produces the same folder.
 
 from __future__ import annotations
 
-from recon_jax import loop, precision, workdir
+from recon_jax.engine import loop, precision
 from recon_jax.errors import RunFailed
+from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
 
 
@@ -31,7 +32,7 @@ def begin(
   cfg, path: str, resume: bool, study: str, checked: bool = False, **config_extra
 ) -> loop.StateFile:
   """config.json written (``config_extra`` added), or checked against ``cfg`` when
-  resuming (unless ``checked``: the binary's :func:`recon_jax.workdir.open_run` did);
+  resuming (unless ``checked``: the binary's :func:`recon_jax.io.workdir.open_run` did);
   returns where the sweep saves its state, with the config stored beside it."""
   if resume:
     if not checked:
@@ -58,7 +59,7 @@ def run_reconstruction(
   already (a binary does, before it opens the workdir: the settings are checked and
   resolved once), else its settings, checked here by
   :func:`recon_jax.job.planning.prepare` (``requested_victim``, ``explicit``: see
-  there).  The folder is opened as a binary opens it (:func:`recon_jax.workdir.open_run`):
+  there).  The folder is opened as a binary opens it (:func:`recon_jax.io.workdir.open_run`):
   created if missing, refused when not empty (unless ``overwrite``), when in use by a live
   process, or, with ``resume``, when its config.json is of other settings; ``checked``:
   the caller opened it already.  With ``resume`` it continues from ``path``'s state file.
@@ -89,7 +90,7 @@ def main_job(
   each warning; a run whose every restart diverged writes its results, then raises
   :class:`RunFailed` (:func:`check_outcome`).
   """
-  from recon_jax import distributed
+  from recon_jax.core import distributed
   from recon_jax.job.settings import JobConfig
 
   explicit = dict(explicit or {})

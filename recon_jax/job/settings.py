@@ -17,8 +17,8 @@ import ml_collections
 from ml_collections import config_dict
 
 from recon_jax.attacks.spec import rules_of
+from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.errors import ConfigError
-from recon_jax.rules import INT32_MAX, Rule
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
@@ -255,7 +255,7 @@ def _attack_names():
 
 
 _B, _P = Rule("bool"), Rule("path")
-# What every setting of the main job may hold (:class:`recon_jax.rules.Rule`): its type and
+# What every setting of the main job may hold (:class:`recon_jax.core.rules.Rule`): its type and
 # range, and the feature it belongs to (refused away from its default while that is off;
 # the features are decided in recon_jax.job.planning.features).  The attacks' options
 # carry their own (their fields' ``rule``) and join the table below.  A test walks it.
@@ -275,7 +275,7 @@ RULES = {
   "m_per_sample": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
   "init": Rule(
     "str",
-    choices=_choices("recon_jax.inits", "INIT_SCHEMES"),
+    choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),
     feature="search",
     explicit_only=True,
   ),
@@ -303,13 +303,15 @@ RULES = {
   ),
   "w_prior": Rule("float", low=0, high=1e6),
   "normalize": Rule("str", choices=("mean", "sum")),
-  "batching": Rule("str", choices=_choices("recon_jax.loop", "BATCHINGS")),
+  "batching": Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
   "ssim_threshold": Rule("float", low=0, high=1, low_open=True, optional=True),
   "seed": Rule("int", low=0, high=2**32 - 1),
   "use_cache": Rule("bool", feature="trains"),
   "x64": _B,
   "max_memory_gb": Rule("float", low=0, high=1e9, note="0: this machine's memory"),
-  "matmul_precision": Rule("str", choices=_choices("recon_jax.precision", "MATMUL_PRECISIONS")),
+  "matmul_precision": Rule(
+    "str", choices=_choices("recon_jax.engine.precision", "MATMUL_PRECISIONS")
+  ),
   "save_every": Rule("int", low=0, high=INT32_MAX, note="0: never"),
   "distributed": _B,
 }

@@ -23,9 +23,9 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 import scipy.stats
 
-from recon_jax import plots
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
+from recon_jax.io import plots
 
 
 class Number(NamedTuple):

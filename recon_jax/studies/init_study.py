@@ -4,7 +4,7 @@ Every x-initialisation of the study is a point of the eq. (10) mix
 
   ``x0 = l2 (l1 x_GT + (1 - l1) x_part) + (1 - l2) x_rnd``
 
-(:func:`recon_jax.inits.mix`): ``l1`` moves from the disjoint partition to the
+(:func:`recon_jax.engine.inits.mix`): ``l1`` moves from the disjoint partition to the
 ground truth, ``l2`` from uniform noise to that blend.  The three §4.3
 settings are corners of it (:data:`SETTINGS`); the grid (:func:`mix_points`)
 adds the 5 x 5 lattice of §4.5 without duplicates (at ``l2 = 0`` the start is
@@ -28,8 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import data, implicit, inits, loop, sweep
+from recon_jax import data, implicit
 from recon_jax.attacks import bilevel, kkt
+from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.types import float_dtype
 from recon_jax.victims import cache, models, victim
@@ -338,7 +339,7 @@ class Study:
 
     from absl import logging
 
-    from recon_jax import diagnostics, losses
+    from recon_jax.core import diagnostics, losses
     from recon_jax.eval import nearest
     from recon_jax.types import float_dtype
     from recon_jax.victims import loading

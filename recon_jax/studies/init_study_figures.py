@@ -9,7 +9,7 @@ from typing import Any, Mapping, Union
 
 import numpy as np
 
-from recon_jax import plots
+from recon_jax.io import plots
 from recon_jax.studies import init_study
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 
-from recon_jax import activations, implicit, loop, optim, rules
+from recon_jax import implicit, optim
 from recon_jax.attacks import bilevel
+from recon_jax.core import activations, rules
+from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.studies import init_study
 

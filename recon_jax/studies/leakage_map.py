@@ -124,7 +124,7 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 
   ``n_of``: ``{variant: n_train}`` (the fraction's denominator per cell).
   """
-  from recon_jax import plots  # matplotlib: only here
+  from recon_jax.io import plots  # matplotlib: only here
 
   rows = _rows(spec)
   width = max(len(c) for _, c in rows)
@@ -169,7 +169,7 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 
 def write(path: str, out: dict, spec, n_of: Mapping) -> None:
   """leakage_map.png and leakage_map.md in workdir ``path``; ``out['map']`` gains the cells."""
-  from recon_jax import workdir
+  from recon_jax.io import workdir
 
   out["map"] = cells(out, spec)
   workdir.write_text(path, "leakage_map.md", table(out, spec, n_of))

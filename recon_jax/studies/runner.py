@@ -2,7 +2,7 @@
 the 2-D toy, the efficacy harness over draws (and its leakage map), the initialisation
 study.  Each ``run_*`` runs a whole study resumably, so a binary, a notebook and a test
 produce the same folder; each ``*_job`` is what a binary runs: the settings checked, the
-process's precision set, the workdir opened (:func:`recon_jax.workdir.open_run`), then the
+process's precision set, the workdir opened (:func:`recon_jax.io.workdir.open_run`), then the
 study.  The main job's own run is :mod:`recon_jax.job.run`.
 """
 
@@ -16,8 +16,10 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax import precision, rules, workdir
+from recon_jax.core import rules
+from recon_jax.engine import precision
 from recon_jax.errors import ConfigError
+from recon_jax.io import workdir
 from recon_jax.job import pipeline, planning
 from recon_jax.job.run import STATE_FILE, begin, run_reconstruction
 from recon_jax.studies import (

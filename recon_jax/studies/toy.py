@@ -17,10 +17,11 @@ from typing import Any, Mapping, NamedTuple, Optional, Union
 from absl import logging
 import numpy as np
 
-from recon_jax import loop, plots, sweep
 from recon_jax.attacks import kkt
+from recon_jax.engine import loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
+from recon_jax.io import plots
 from recon_jax.job import pipeline, planning
 from recon_jax.types import float_dtype
 from recon_jax.victims import loading, models, victim
@@ -36,8 +37,8 @@ def validate(cfg) -> tuple:
 
   A bad setting raises :class:`ConfigError` whose message starts with the
   setting's name (``n_train must be even ...``); the attack's ranges and
-  refinement settings are checked by :mod:`recon_jax.sweep` and
-  :func:`recon_jax.sweep.check_hparams`, which name theirs too.
+  refinement settings are checked by :mod:`recon_jax.engine.sweep` and
+  :func:`recon_jax.engine.sweep.check_hparams`, which name theirs too.
   """
 
   def refuse(name: str, message: str):
@@ -191,12 +192,14 @@ def run(
 
   The precision is the caller's (float64 when ``cfg.x64``: a warning otherwise).
   The sweep saves to and resumes from ``state_file``
-  (:class:`recon_jax.loop.StateFile`, None: never saved).
+  (:class:`recon_jax.engine.loop.StateFile`, None: never saved).
   """
   import jax
   import jax.numpy as jnp
 
-  from recon_jax import data, diagnostics, inits, losses
+  from recon_jax import data
+  from recon_jax.core import diagnostics, losses
+  from recon_jax.engine import inits
 
   hp, stages, labels = validate(cfg)
   t_start = time.time()

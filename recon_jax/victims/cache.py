@@ -15,7 +15,8 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 
-from recon_jax import checkpoint, data
+from recon_jax import data
+from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
 from recon_jax.victims import victim
 

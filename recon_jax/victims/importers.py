@@ -43,8 +43,8 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 import flax.linen as nn
 import numpy as np
 
-from recon_jax.checkpoint import CheckpointError
 from recon_jax.errors import ConfigError
+from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.victims import models, readers
 
 INPUT_LAYOUTS = ("nchw", "nhwc")

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import data, losses
+from recon_jax import data
+from recon_jax.core import losses
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target, float_dtype
 from recon_jax.victims import cache, importers, models, readers, victim
@@ -39,7 +40,7 @@ def make_target(
     box: (lo, hi) pixel range of the data; None: no box (the 2-D toy).
     dtype: float dtype (default :func:`float_dtype`).
   """
-  from recon_jax import arguments
+  from recon_jax.core import arguments
 
   arguments.finite_tree("params", params)
   arguments.array("labels", labels, ndim=1)
@@ -104,7 +105,7 @@ def read_init(path: str, template, *, input_shape=None, input_layout="nchw", str
   Raises:
     CheckpointError naming ``path``.
   """
-  from recon_jax import checkpoint as ckpt
+  from recon_jax.io import checkpoint as ckpt
 
   where = f"{path} (the initial parameters)"
   if readers.detect_format(path) == "msgpack":
@@ -202,7 +203,7 @@ def load_or_train_victim(
 
   PyTorch and safetensors files go through :func:`import_victim`.
   """
-  from recon_jax import checkpoint as ckpt
+  from recon_jax.io import checkpoint as ckpt
 
   _, apply_fn = victim.build(cfg, ds)
   if checkpoint:

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from recon_jax.activations import Activation, get_activation
+from recon_jax.core.activations import Activation, get_activation
 from recon_jax.errors import ConfigError
 
 BIAS_MODES = ("first", "all", "none")

@@ -18,7 +18,7 @@ import zipfile
 
 import numpy as np
 
-from recon_jax.checkpoint import CheckpointError
+from recon_jax.io.checkpoint import CheckpointError
 
 # Keys under which training scripts commonly nest the model's state dict.
 NESTED_KEYS = ("state_dict", "model_state_dict", "model", "net", "network", "module")
@@ -202,7 +202,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
 
   Raises:
     CheckpointError (one line naming the file) for recon_jax msgpack files
-    (use :func:`recon_jax.checkpoint.load`), unknown, malformed, truncated or
+    (use :func:`recon_jax.io.checkpoint.load`), unknown, malformed, truncated or
     refused files, files without tensors, and torch files when torch is not
     installed.
   """
@@ -215,7 +215,7 @@ def read(path: str) -> tuple[str, dict]:
   if fmt == "msgpack":
     raise CheckpointError(
       f"{path}: a recon_jax msgpack checkpoint; load it with "
-      f"recon_jax.checkpoint.load, not the importer."
+      f"recon_jax.io.checkpoint.load, not the importer."
     )
   sd = _read_safetensors(path) if fmt == "safetensors" else _read_torch(path)
   if not sd:

@@ -16,11 +16,12 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-from recon_jax import data, losses
+from recon_jax import data
+from recon_jax.core import losses
+from recon_jax.core.rules import INT32_MAX, MAX_ITERATIONS, Rule
+from recon_jax.core.rules import problem as rule_problem
+from recon_jax.core.rules import same as _same
 from recon_jax.errors import ConfigError
-from recon_jax.rules import INT32_MAX, MAX_ITERATIONS, Rule
-from recon_jax.rules import problem as rule_problem
-from recon_jax.rules import same as _same
 from recon_jax.victims import models, train
 
 
@@ -161,7 +162,7 @@ ADAPTIVE = ("none", "loss", "grad")
 
 
 _STD = Rule("float", low=0, high=1e6, low_open=True, optional=True)
-# What every field of a recipe may hold (:class:`recon_jax.rules.Rule`), and the feature
+# What every field of a recipe may hold (:class:`recon_jax.core.rules.Rule`), and the feature
 # it belongs to: ``wd`` is the weight decay of the phase that ``wd_epochs > 0`` turns on,
 # ``momentum`` a setting of optimizer=sgd, ``converge_maxiter`` of ``converge_tol > 0``.
 RULES = {
@@ -281,7 +282,7 @@ def validate(v: VictimConfig, checkpoint: str = "") -> None:
 
   A :class:`ConfigError` naming ``victim.<field>`` for the user's own settings;
   with ``checkpoint`` (the file the settings were read from) a
-  :class:`~recon_jax.checkpoint.CheckpointError` naming that file: its
+  :class:`~recon_jax.io.checkpoint.CheckpointError` naming that file: its
   metadata is at fault, not a setting.
   """
   found = problem(v, settings=not checkpoint)
@@ -289,7 +290,7 @@ def validate(v: VictimConfig, checkpoint: str = "") -> None:
     return
   field, message = found
   if checkpoint:
-    from recon_jax.checkpoint import CheckpointError
+    from recon_jax.io.checkpoint import CheckpointError
 
     raise CheckpointError(f"{checkpoint}: corrupt victim metadata: {field} {message}")
   raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")

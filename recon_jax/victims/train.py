@@ -1,6 +1,6 @@
 """Victim training by gradient descent: pure steps in ``lax.scan`` chunks, host logging between.
 
-The energy minimised is :func:`recon_jax.losses.energy` (mean per-sample loss
+The energy minimised is :func:`recon_jax.core.losses.energy` (mean per-sample loss
 plus ``wd/2 ||theta||^2``).
 """
 
@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from recon_jax import losses
+from recon_jax.core import losses
+from recon_jax.core.losses import error_rate, per_sample_loss
 from recon_jax.errors import ConfigError, Error
-from recon_jax.losses import error_rate, per_sample_loss
 
 
 class TrainError(Error, RuntimeError):

@@ -17,7 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import checkpoint, data, diagnostics, losses
+from recon_jax import data
+from recon_jax.core import diagnostics, losses
+from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
 from recon_jax.victims import models, train
 from recon_jax.victims.recipe import (  # noqa: F401 (victim.VictimConfig, victim.ADDED_FIELDS)
@@ -33,7 +35,7 @@ def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:
   ``grad_norm_rel`` = ``||grad E(theta*)|| / ||theta*||`` with ``E`` = mean loss +
   ``wd/2 ||theta||^2`` (``wd``: :func:`final_weight_decay`); ``images_on_kink``:
   the fraction of training points on some first-layer ReLU's kink (ReLU
-  victims; see :func:`recon_jax.diagnostics.images_on_kink`).
+  victims; see :func:`recon_jax.core.diagnostics.images_on_kink`).
   """
   energy = losses.energy(apply_fn, cfg.loss, final_weight_decay(cfg))
 
@@ -399,7 +401,7 @@ def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int)
 
 def save_training(path: str, phase: int, state, histories, chunk: int) -> None:
   """Saves a training run between chunks (``fit``'s ``on_chunk``) for :func:`load_training`."""
-  from recon_jax import resume
+  from recon_jax.engine import resume
 
   resume.save(path, {"state": state}, {"phase": phase, "histories": histories, "chunk": chunk})
 
@@ -410,7 +412,7 @@ def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) ->
   Raises CheckpointError (file missing, foreign, of another architecture) or
   ConfigError (``chunk`` differs from the saved run's).
   """
-  from recon_jax import resume
+  from recon_jax.engine import resume
   from recon_jax.errors import ConfigError
 
   if not os.path.isfile(path):

@@ -2,7 +2,7 @@ r"""Multi-host sweeps: ``jax.distributed`` behind a flag, per-restart results ga
 
 One process runs per host (per GPU host, or per TPU-VM worker).  After
 :func:`maybe_initialize`, ``jax.devices()`` lists the devices of *every* host,
-so :func:`recon_jax.loop.restart_sharding` builds its ``'restarts'`` mesh over
+so :func:`recon_jax.engine.loop.restart_sharding` builds its ``'restarts'`` mesh over
 all of them: the R restarts of a sweep are split across hosts and devices, theta*
 is replicated, and one SPMD program runs everywhere (the restarts are
 independent, so the step itself needs no cross-device communication).  Results
@@ -133,7 +133,7 @@ def gather_restarts(tree: Any, tiled: bool = True) -> Any:
   leaves have the restart axis first:
 
   * a *global* array (the output of a sweep sharded over every host's devices
-    by :func:`recon_jax.loop.restart_sharding`) comes back whole, ``[R, ...]``;
+    by :func:`recon_jax.engine.loop.restart_sharding`) comes back whole, ``[R, ...]``;
   * a *host-local* array (each process ran its own block of ``R_local``
     restarts) is concatenated in process order into ``[P * R_local, ...]``
     (``tiled=True``) or stacked into ``[P, R_local, ...]`` (``tiled=False``).

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax import distributed
+from recon_jax.core import distributed
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
 
@@ -220,7 +220,7 @@ def run_stages(
 
   Each stage continues the previous one's state (x, lambda, optimiser buffers)
   with its own per-restart hyperparameters, e.g. a coarse-to-fine schedule of
-  the surrogate sharpness alpha (see :func:`recon_jax.sweep.stages`).  The
+  the surrogate sharpness alpha (see :func:`recon_jax.engine.sweep.stages`).  The
   hyperparameters are arguments of the compiled chunk, so every stage runs the
   same compiled programs.  Resuming from ``state`` skips the steps it has
   already taken (stage boundaries are counted in steps); the x-initialisation
@@ -369,7 +369,7 @@ class StateFile(NamedTuple):
 class Checkpoint:
   """Saves a running sweep to ``path`` every ``every`` chunks (and at its end).
 
-  The file (:mod:`recon_jax.resume`) holds the batched state, the PRNG keys,
+  The file (:mod:`recon_jax.engine.resume`) holds the batched state, the PRNG keys,
   the first stage's hyperparameters and ``meta`` plus the JSON records of
   every chunk so far (``chunks``), so a resumed run reports the whole run.
   :func:`resume_state` reads it back.
@@ -384,7 +384,7 @@ class Checkpoint:
     self.chunks = list(chunks or [])
 
   def save(self, state, keys, hparams) -> None:
-    from recon_jax import resume
+    from recon_jax.engine import resume
 
     resume.save(
       self.path, resume.run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks}
@@ -407,8 +407,8 @@ def resume_state(
   hyperparameters (the resumed run would not be the run that was started) and
   NaN/Inf in the attack state.  Raises CheckpointError with a one-line reason.
   """
-  from recon_jax import resume
-  from recon_jax.checkpoint import CheckpointError
+  from recon_jax.engine import resume
+  from recon_jax.io.checkpoint import CheckpointError
 
   init_fn, _ = make_runner(attack, x_init, batching=batching)
   hp = {k: jnp.asarray(v) for k, v in hparams.items()}
@@ -443,7 +443,7 @@ class AttackRun(NamedTuple):
 
 def _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching) -> None:
   """ConfigError naming the first argument of :func:`run_attack` it cannot run with."""
-  from recon_jax import arguments
+  from recon_jax.core import arguments
 
   if not isinstance(attack, Attack):
     raise ConfigError(
@@ -537,9 +537,9 @@ def run_attack(
 
   Args:
     attack: the attack.
-    x_init: ``(key, hparams) -> x0`` (see :mod:`recon_jax.inits`).
+    x_init: ``(key, hparams) -> x0`` (see :mod:`recon_jax.engine.inits`).
     keys: [R] PRNG keys.
-    stages: ``[(steps, hparams)]`` (see :func:`recon_jax.sweep.stages`).
+    stages: ``[(steps, hparams)]`` (see :func:`recon_jax.engine.sweep.stages`).
     target: what the attacker sees.
     chunk_steps: steps per compiled chunk.
     batching: 'auto', 'vmap' or 'map' over restarts.

@@ -1,7 +1,7 @@
 """JAX's process-wide numerics for a run: float64 or not, and the matmul precision.
 
 Set once by each binary before any array is made; ``config.json`` records what was set
-(:func:`recon_jax.workdir.environment`).
+(:func:`recon_jax.io.workdir.environment`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A range is ``(lo, hi, 'log'|'lin')``; random search draws each restart's
 values independently (:func:`random_search`), and stages turn them into
 refinement (:func:`stages`) or annealing (:func:`anneal`) schedules.  The result is a
-dict of [R] arrays fed to :func:`recon_jax.loop.run_attack` as per-restart
+dict of [R] arrays fed to :func:`recon_jax.engine.loop.run_attack` as per-restart
 hyperparameters: the W&B sweep of the reference becomes one compiled call.
 """
 
@@ -129,7 +129,7 @@ def stages(
   refine_alpha: float = 200.0,
   refine_lr_scale: float = 0.1,
 ) -> list:
-  """The stages of a run for :func:`recon_jax.loop.run_stages`.
+  """The stages of a run for :func:`recon_jax.engine.loop.run_stages`.
 
   ``[(steps, hparams)]``, followed by ``(refine_steps, refine(hparams, ...))``
   when ``refine_steps > 0``.  The refinement settings are checked either way.

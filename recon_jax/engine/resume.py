@@ -8,10 +8,10 @@ optimiser state, loss, divergence flags, step), 'keys': [R] PRNG keys,
 history, ...).  Loading restores the pytree against a *template* of the same
 structure (so NamedTuples such as ``RestartState`` or optax states come back as
 themselves) after checking every leaf's name, shape and dtype; any mismatch,
-truncation or foreign file is a :class:`~recon_jax.checkpoint.CheckpointError`
+truncation or foreign file is a :class:`~recon_jax.io.checkpoint.CheckpointError`
 with a one-line message.
 
-Writes reuse :func:`recon_jax.checkpoint.atomic_write_bytes` (temp file in the
+Writes reuse :func:`recon_jax.io.checkpoint.atomic_write_bytes` (temp file in the
 same folder, fsync, rename), so a run killed while saving leaves either the
 previous or the new state file, never half of one.
 """
@@ -26,7 +26,7 @@ from flax import serialization
 import jax
 import numpy as np
 
-from recon_jax.checkpoint import CheckpointError, atomic_write_bytes, read_blob
+from recon_jax.io.checkpoint import CheckpointError, atomic_write_bytes, read_blob
 
 FORMAT = "recon_jax.resume.v1"
 

@@ -11,8 +11,8 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
+from recon_jax.core.rules import is_int, is_number
 from recon_jax.errors import ConfigError
-from recon_jax.rules import is_int, is_number
 
 
 def count(name: str, value, low: int = 1) -> int:

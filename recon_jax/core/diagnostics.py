@@ -26,7 +26,7 @@ import scipy.linalg
 import scipy.optimize
 from threadpoolctl import threadpool_limits
 
-from recon_jax.losses import margins
+from recon_jax.core.losses import margins
 
 
 def one_blas_thread(fn):

@@ -23,8 +23,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from recon_jax import checkpoint, distributed
+from recon_jax.core import distributed
 from recon_jax.errors import ConfigError, Error, RunFailed
+from recon_jax.io import checkpoint
 
 # Settings that cannot change a run's results: a resume may differ in them.
 NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")

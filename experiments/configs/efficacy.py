@@ -61,22 +61,31 @@ FINETUNE_VARIANTS = {
   # Gradients at theta* (Haim et al.'s point) instead of halfway.
   "theta_star": {"linearize": 1.0},
   # Candidates searched in pixels (625 inputs) instead of the span's coefficients.
-  "pixels": {"subspace": False},
+  "pixels": {"subspace": False, "span_whiten": 0.0},
   # Levenberg-Marquardt on the free-multiplier equations in the span (200 steps).
-  "lm": {"search": "lm", "steps": 200, "chunk_steps": 50, "anneal_alpha": 0.0, **SGD},
+  "lm": dict(SGD, search="lm", steps=200, chunk_steps=50, span_whiten=0.0),
   # Sample splitting (Shen et al. 2026) with lambda_min = 0.
   "split": {"split_every": 250, "split_eps": 0.5, "lam_min": "0"},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"num_restarts": 64, "steps": 1000},
-  # The residual counts each of the span's directions by (s_j / s_1)^-p (p = 0.5, 1): the
-  # weak directions of images that training weighted little get more say.
-  "whiten05": {"span_whiten": 0.5},
+  # The default before the tuning of 2026-11-26: the span unweighted, 2n candidates,
+  # Adam at lr_x 3e-3..1e-1, lambda_min 0.2..0.7.
+  "plain": dict(span_whiten=0.0, m_per_sample=2, lr_x="3e-3:1e-1:log", lam_min="0.2:0.7:lin"),
+  # Each direction of the span counted alike ((s_j / s_1)^-1 instead of ^-0.5).
   "whiten1": {"span_whiten": 1.0},
-  "lrx_hi": {"lr_x": "1e-2:3e-1:log"},
-  "w05_lrx_hi": {"span_whiten": 0.5, "lr_x": "1e-2:3e-1:log"},
-  "w05_lrx_hi_lam": {"span_whiten": 0.5, "lr_x": "1e-2:3e-1:log", "lam_min": "0.1:0.5:lin"},
-  # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels.
-  "unknown_init": dict(known_init=False, linearize=1.0, subspace=False, **SGD),
+  # 2n candidates instead of 3n.
+  "m2": {"m_per_sample": 2},
+  # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels (their
+  # 2n candidates and lambda_min range).
+  "unknown_init": dict(
+    known_init=False,
+    linearize=1.0,
+    subspace=False,
+    span_whiten=0.0,
+    m_per_sample=2,
+    lam_min="0.2:0.7:lin",
+    **SGD,
+  ),
 }
 
 # The leakage map: one thing a model owner controls or knows changed at a time from the

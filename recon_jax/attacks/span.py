@@ -18,9 +18,9 @@ constant outside it (:attr:`recon_jax.types.Span.outside`), so a step costs
 ``k / d`` of a pixel-space step in the first layer (k about n, d the pixels).
 
 The span's directions are not equally loud: a training image that training weighted
-little (small multipliers, learnt early) lives mostly in directions whose singular
-values are 100-1000x below the largest, and the squared residual hardly notices a
-candidate that misses it.  :func:`whitened` rescales the coordinates so that the
+little (small multipliers, learnt early) contributes little to the change, and the
+squared residual, ruled by the strongest directions (the singular values spread over
+three decades on the LFW victims), hardly notices a candidate that misses it.  :func:`whitened` rescales the coordinates so that the
 residual counts each direction by ``(s_j / s_1)^-power`` (``power`` 1: every direction
 alike; the total first-layer weight unchanged): the search's ``basis`` becomes
 ``B W^-1`` and its ``dual`` (inputs to coefficients) ``B W``.

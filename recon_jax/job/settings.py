@@ -25,15 +25,19 @@ from recon_jax.victims.recipe import VictimConfig
 
 # The attack for a model fine-tuned from weights the attacker knows (theta_0): theta* - theta_0
 # fitted with the gradients taken halfway between them, the candidates as coefficients in
-# the span of the first layer's change, Adam with the surrogate's sharpness annealed to 200
-# (RESULTS.md: the levers compared on paired draws).
+# the span of the first layer's change with its directions weighted by (s_j/s_1)^-0.5,
+# 3n candidates, Adam with the surrogate's sharpness annealed to 200, lambda_min from 0
+# (docs/leakage.md: the levers compared on paired draws 10-14).
 KNOWN_INIT_ATTACK = dict(
   known_init=True,
   linearize=0.5,
   subspace=True,
+  span_whiten=0.5,
+  m_per_sample=3,
   optimizer="adam",
-  lr_x="3e-3:1e-1:log",
+  lr_x="1e-2:3e-1:log",
   lr_lam="3e-3:1e-1:log",
+  lam_min="0:0.3:lin",
   anneal_alpha=200.0,
 )
 

@@ -33,6 +33,8 @@ from recon_jax.io import workdir as wd
 from recon_jax.job import planning
 from recon_jax.victims import models, victim
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = victim_configs.get_config("tiny").victim
 TINY_VICTIM = victim.VictimConfig(**{**TINY.to_dict(), "widths": tuple(TINY.widths)})
@@ -68,10 +70,13 @@ def procs(request, tmp_path_factory):
   """
   tmp = tmp_path_factory.mktemp("subprocesses")
   started, results = {}, {}
-  if not any(item.name.startswith(COMMAND_LINE_TESTS) for item in request.session.items):
+  selected = [item.name for item in request.session.items]
+  if not any(name.startswith(COMMAND_LINE_TESTS) for name in selected):
     yield None
     return
-  for name, (module, *args) in SUBPROCESSES.items():
+  # The --help and command-line cases start at once; the Ctrl-C run when its test asks.
+  eager = any(name.startswith(COMMAND_LINE_TESTS[:2]) for name in selected)
+  for name, (module, *args) in SUBPROCESSES.items() if eager else ():
     started[name] = subprocess.Popen(
       [sys.executable, "-m", module, *args, f"--workdir={tmp / name}"],
       cwd=ROOT,
@@ -856,6 +861,7 @@ def test_command_line_errors_are_one_line(procs, name, must):
   assert not workdir.exists()
 
 
+@pytest.mark.slow  # a subprocess per run: the slow tier
 def test_ctrl_c_is_one_line_exit_130_and_says_how_to_resume(procs):
   """Also: no "Unable to initialize backend 'tpu'" line at the start of a run on a CPU."""
   code, _, err, _ = procs("sigint")

@@ -120,6 +120,7 @@ def check(name, by_bench):
     )
 
 
+@pytest.mark.slow  # a subprocess per run: the slow tier
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 def test_quick_run_prints_one_json_record_per_line_with_its_keys(name, tmp_path, capsys, fast):
   benches, sections, titles = SCRIPTS[name]

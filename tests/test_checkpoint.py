@@ -13,6 +13,8 @@ from recon_jax import data
 from recon_jax.io import checkpoint
 from recon_jax.victims import cache, models, victim
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def _params(dtype=np.float64, seed=0):
   rng = np.random.default_rng(seed)

@@ -271,6 +271,8 @@ import os
 from recon_jax import cli
 from recon_jax.errors import ConfigError
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def main(cfg):
   if not 0 < cfg.opt.beta < 1:
@@ -283,6 +285,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow  # a subprocess per run: the slow tier
 def test_a_users_own_script_gets_the_flags_help_and_one_line_errors(tmp_path):
   (tmp_path / "my_config.py").write_text(MY_CONFIG)
   (tmp_path / "my_study.py").write_text(MY_SCRIPT)

@@ -4,8 +4,11 @@ float32 floor."""
 from helpers import linear_apply, linear_problem
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from recon_jax.core import diagnostics
+
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 
 def test_kink_fraction_counts_units_whose_kink_is_on_a_training_point():

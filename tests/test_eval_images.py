@@ -12,6 +12,8 @@ from recon_jax.eval import images, points, report, similarity
 from recon_jax.io import plots
 from recon_jax.job import figures as report_figures
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 H = 12  # Small images keep SSIM compiles cheap; default window is 3 here.
 
 

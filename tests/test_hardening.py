@@ -303,6 +303,7 @@ def test_a_refused_harness_leaves_a_finished_workdir_byte_identical(
   assert _tree(work) == before
 
 
+@pytest.mark.slow  # a subprocess per run: the slow tier
 def test_the_harness_help_lists_its_own_flags():
   out = subprocess.run(
     [

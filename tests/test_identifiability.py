@@ -15,6 +15,8 @@ from recon_jax.core import diagnostics
 from recon_jax.eval import identifiability as ident
 from recon_jax.studies import efficacy
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 @pytest.fixture(autouse=True)
 def _x64():

@@ -28,6 +28,8 @@ from recon_jax.victims.importers import from_state_dict, load_foreign
 from recon_jax.victims.models import ImportedCNN
 from recon_jax.victims.readers import detect_format, read_state_dict
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 TOL = dict(rtol=1e-6, atol=1e-6)
 
 

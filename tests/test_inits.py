@@ -8,6 +8,8 @@ import pytest
 from recon_jax.engine import inits
 from recon_jax.errors import ConfigError
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 KEY = jax.random.PRNGKey(0)
 SHAPE = (3, 2, 1)
 

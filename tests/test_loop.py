@@ -12,6 +12,8 @@ from recon_jax.engine import inits, loop, sweep
 from recon_jax.types import Attack, Target
 from recon_jax.victims import models
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 M, D = 3, 4
 
 

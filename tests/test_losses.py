@@ -10,6 +10,8 @@ import pytest
 
 from recon_jax.core import losses
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 _mlp = functools.partial(mlp, widths=(8,), d=4)
 
 

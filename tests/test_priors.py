@@ -7,6 +7,8 @@ import pytest
 
 from recon_jax import priors
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def test_box_prior_is_the_mean_squared_excess_per_candidate_summed():
   x = jnp.array([[[0.5, 1.5], [-0.5, 0.0]], [[0.2, 0.3], [0.4, 0.6]]])  # 2 candidates of 2x2

@@ -11,6 +11,8 @@ import pytest
 from experiments.configs import reconstruct as configs
 from recon_jax.job.run import run_reconstruction
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def _tiny(**kw):
   cfg = configs.get_config("tiny")

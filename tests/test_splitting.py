@@ -12,6 +12,8 @@ from recon_jax.types import Target
 from recon_jax.victims import models
 from tests.helpers import mlp
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 @pytest.fixture(scope="module")
 def case():

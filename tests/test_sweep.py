@@ -6,6 +6,8 @@ import pytest
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 @pytest.mark.parametrize(
   "text, want",

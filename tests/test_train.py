@@ -12,6 +12,8 @@ import pytest
 from recon_jax.core import losses
 from recon_jax.victims import models, train
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def _blobs(num_classes, n_per_class=4, d=4, seed=0, scale=3.0):
   """Well separated Gaussian blobs; labels +-1 for two classes, ints otherwise."""

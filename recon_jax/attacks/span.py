@@ -20,10 +20,11 @@ constant outside it (:attr:`recon_jax.types.Span.outside`), so a step costs
 The span's directions are not equally loud: a training image that training weighted
 little (small multipliers, learnt early) contributes little to the change, and the
 squared residual, ruled by the strongest directions (the singular values spread over
-three decades on the LFW victims), hardly notices a candidate that misses it.  :func:`whitened` rescales the coordinates so that the
-residual counts each direction by ``(s_j / s_1)^-power`` (``power`` 1: every direction
-alike; the total first-layer weight unchanged): the search's ``basis`` becomes
-``B W^-1`` and its ``dual`` (inputs to coefficients) ``B W``.
+three decades on the LFW victims), hardly notices a candidate that misses it.
+:func:`whitened` rescales the coordinates so that the residual counts each direction by
+``(s_j / s_1)^-power`` (``power`` 1: every direction alike; the total first-layer weight
+unchanged): the search's ``basis`` becomes ``B W^-1`` and its ``dual`` (inputs to
+coefficients) ``B W``.
 
 :func:`span_basis` finds the span without a tolerance to guess: the span has at
 most n directions (n training images), so the singular values beyond the n-th are

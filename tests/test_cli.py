@@ -18,6 +18,8 @@ from recon_jax.io import checkpoint
 from recon_jax.io.workdir import flatten
 from recon_jax.victims.train import TrainError
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def _line(e, cfg):
   return cli.error_line(e, cfg)
@@ -270,8 +272,6 @@ import os
 
 from recon_jax import cli
 from recon_jax.errors import ConfigError
-
-pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 
 def main(cfg):

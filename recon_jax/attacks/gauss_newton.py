@@ -142,7 +142,7 @@ def lm_attack(
     return jax.tree_util.tree_map(lambda a, o: jnp.asarray(a, jnp.asarray(o).dtype), new, old)
 
   def init(key, hp, target, x0):
-    c0 = span.encode(x0, target.span.basis)
+    c0 = span.encode(x0, target.span.encoder())
     z0 = c0.reshape(-1)
     if free:
       z0 = jnp.concatenate([z0, jax.random.uniform(key, (x0.shape[0],), x0.dtype)])

@@ -200,9 +200,8 @@ def reduce_target(target: Target, basis, dual=None) -> Target:
   The first layer's kernel of ``params`` becomes ``B^T K`` and the reference's ``D^T K``
   (``dual`` D, the matrix that encodes inputs: ``basis`` itself, orthonormal, when None;
   see :func:`whitened`); the box stays in input space (the attack decodes ``x = c B^T`` to
-  apply it).  The
-  reference's energy outside the span, which no candidate in the span can touch, is
-  kept as :attr:`~recon_jax.types.Span.outside`.  A target already in a span's
+  apply it).  The reference's energy outside the span, which no candidate in the span can
+  touch, is kept as :attr:`~recon_jax.types.Span.outside`.  A target already in a span's
   coordinates is returned as it is.
   """
   if target.span is not None:
@@ -217,8 +216,7 @@ def reduce_target(target: Target, basis, dual=None) -> Target:
       "basis",
     )
   b = b.astype(k_star.dtype)
-  dual = None if dual is None else jnp.asarray(dual).astype(k_star.dtype)
-  enc = b if dual is None else dual
+  enc = b if dual is None else jnp.asarray(dual).astype(k_star.dtype)
   if enc.shape != b.shape:
     raise ConfigError(f"dual must have basis's shape {tuple(b.shape)}, got {tuple(enc.shape)}.")
   fit_kernel = target.fit["params"]["layer_0"]["kernel"]
@@ -229,7 +227,9 @@ def reduce_target(target: Target, basis, dual=None) -> Target:
   elif dual is not None:  # theta* itself is the reference: the forward reads B, the fit D
     reference = _with_kernel(params, inside)
   outside = jnp.sum(jnp.square(fit_kernel - b @ inside))
-  return target._replace(params=reduced, reference=reference, span=Span(b, outside, dual))
+  return target._replace(
+    params=reduced, reference=reference, span=Span(b, outside, None if dual is None else enc)
+  )
 
 
 def encode(x, basis) -> jax.Array:

@@ -108,8 +108,10 @@ def read_blob(data: bytes, path: str, fmt: str, kind: str) -> tuple[dict, dict]:
   return blob, meta
 
 
-def load(path: str) -> tuple[dict, dict]:
-  """Loads ``(params, meta)``; raises CheckpointError with a one-line reason."""
+def read(path: str) -> tuple[dict, dict, Any]:
+  """``(params, meta, init)`` of a checkpoint, read once: ``init`` is the theta_0 stored
+  with it (:func:`save`'s ``init``; None where it has none), not yet checked (see
+  :func:`check_init`).  Raises CheckpointError with a one-line reason."""
   if not os.path.isfile(path):
     raise CheckpointError(f"{path}: checkpoint file not found.")
   with open(path, "rb") as f:
@@ -120,20 +122,19 @@ def load(path: str) -> tuple[dict, dict]:
   if not leaves:
     raise CheckpointError(f"{path}: checkpoint holds no parameters.")
   check_values(params, path)
+  return params, meta, blob.get("init")
+
+
+def load(path: str) -> tuple[dict, dict]:
+  """Loads ``(params, meta)``; raises CheckpointError with a one-line reason."""
+  params, meta, _ = read(path)
   return params, meta
 
 
-def load_init(path: str, template: Any = None) -> Any:
-  """theta_0 stored with a checkpoint (:func:`save`'s ``init``), or None where it has none.
-
-  With ``template`` (the checkpoint's parameters) it must match their structure and
-  shapes; every value must be finite (CheckpointError naming the file otherwise).
-  """
-  if not os.path.isfile(path):
-    raise CheckpointError(f"{path}: checkpoint file not found.")
-  with open(path, "rb") as f:
-    blob, _ = read_blob(f.read(), path, FORMAT, "checkpoint")
-  init = blob.get("init")
+def check_init(init: Any, template: Any, path: str) -> Any:
+  """``init`` (theta_0 stored with the checkpoint ``path``, or None) checked: the structure
+  and shapes of ``template`` (the checkpoint's parameters; None: not compared) and finite
+  values (CheckpointError naming the file otherwise)."""
   if init is None:
     return None
   where = f"{path} (its initial parameters)"
@@ -141,6 +142,16 @@ def load_init(path: str, template: Any = None) -> Any:
     check_matches(init, template, where)
   check_values(init, where, allow_zero=True)
   return init
+
+
+def load_init(path: str, template: Any = None) -> Any:
+  """theta_0 stored with a checkpoint (:func:`save`'s ``init``), or None where it has none,
+  checked by :func:`check_init` against ``template`` (the checkpoint's parameters)."""
+  if not os.path.isfile(path):
+    raise CheckpointError(f"{path}: checkpoint file not found.")
+  with open(path, "rb") as f:
+    blob, _ = read_blob(f.read(), path, FORMAT, "checkpoint")
+  return check_init(blob.get("init"), template, path)
 
 
 def check_values(params: Any, path: str = "checkpoint", *, allow_zero: bool = False) -> None:

@@ -14,7 +14,6 @@ writing anything but the optional resume file.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Any, NamedTuple, Optional, Tuple
 
@@ -33,7 +32,7 @@ from recon_jax.job import planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates, total_steps
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
-from recon_jax.victims import importers, loading, victim
+from recon_jax.victims import loading, victim
 
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
@@ -264,39 +263,14 @@ class Reconstruction(NamedTuple):
 
 
 def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, float]:
-  """The job's data, its victim (trained, cached, loaded or imported), the candidates'
-  labels, and the seconds the victim took.  A bad ``m`` fails before any training."""
-  cfg, vcfg = plan.config, plan.victim
-  imp = cfg.foreign
-  if plan.dataset is not None:  # the user's own images, read when the job was planned
-    ds = plan.dataset
-  elif plan.foreign:  # pixels in; the model's own training mean (or none) is subtracted here
-    ds = victim.load_data(dataclasses.replace(vcfg, subtract_mean=False), cfg.data_dir or None)
-    if imp.data_mean:
-      ds = loading.shift_dataset(ds, importers.load_data_mean(imp.data_mean, ds.x_train.shape[1:]))
-  else:
-    ds = victim.load_data(vcfg, cfg.data_dir or None)
+  """The job's data, its victim (trained, cached, loaded or imported from the files the
+  plan read), the candidates' labels, and the seconds the victim took.  A bad ``m`` fails
+  before any training."""
+  cfg, src = plan.config, plan.source
+  ds = src.dataset
   labels = candidate_labels(plan.problem, num_candidates(cfg, len(ds.x_train)), ds.num_classes)
   t0 = time.time()
-  if plan.foreign:
-    vic = loading.import_victim(
-      cfg.checkpoint,
-      vcfg,
-      ds,
-      input_layout=imp.input_layout,
-      stride=imp.stride,
-      padding=imp.padding,
-      init_path=cfg.init_checkpoint,
-    )
-  else:
-    vic = loading.load_or_train_victim(
-      vcfg,
-      ds,
-      checkpoint=cfg.checkpoint,
-      use_cache=cfg.use_cache,
-      allow_data_mismatch=cfg.allow_data_mismatch,
-      init_checkpoint=cfg.init_checkpoint,
-    )
+  vic = loading.victim_of(src, use_cache=cfg.use_cache)
   return ds, vic, labels, time.time() - t0
 
 

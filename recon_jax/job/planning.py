@@ -23,7 +23,7 @@ from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
-from recon_jax.victims import models, readers, recipe, victim
+from recon_jax.victims import loading, readers, recipe, victim
 
 RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 
@@ -75,16 +75,7 @@ def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.Vi
   """
   if not cfg.checkpoint or is_foreign(cfg.checkpoint):
     return dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
-  _, stored, _ = victim.load(cfg.checkpoint)
-  for field, value in (requested or {}).items():
-    want = tuple(value) if field == "widths" else value
-    if getattr(stored, field) != want:
-      raise ConfigError(
-        f"victim.{field}={value} contradicts the checkpoint {cfg.checkpoint}, "
-        f"which was trained with {field}={getattr(stored, field)}.",
-        argument=f"victim.{field}",
-      )
-  return stored
+  return loading.open_checkpoint(cfg.checkpoint, requested).recipe
 
 
 def _num_classes(v: victim.VictimConfig) -> int:
@@ -142,19 +133,20 @@ class Plan(NamedTuple):
   foreign: bool  # a PyTorch or safetensors checkpoint
   hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
-  dataset: Optional[data.Dataset] = None  # the user's own images (train_data), read once
+  source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
 
 
-def plan(cfg: JobConfig, vcfg: victim.VictimConfig, dataset=None) -> Plan:
-  """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`).
-  Not checked here: :func:`recon_jax.job.planning.validate` calls it last."""
+def plan(cfg: JobConfig, vcfg: victim.VictimConfig, source=None) -> Plan:
+  """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`)
+  and its files ``source`` (:func:`recon_jax.victims.loading.read`).  Not checked here:
+  :func:`recon_jax.job.planning.validate` calls it last."""
   foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
   hp, stages = {}, []
   if attacks.get(cfg.attack).direct is None:
     hp = hparams_for(cfg)
     stages = stages_for(cfg, hp)
   problem = resolve_problem(cfg.problem, vcfg.loss)
-  return Plan(cfg, vcfg, problem, foreign, hp, stages, dataset)
+  return Plan(cfg, vcfg, problem, foreign, hp, stages, source)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -332,43 +324,6 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
       "without such a checkpoint it would be ignored (a recon_jax victim records its own).",
       "foreign.data_mean",
     )
-  checkpoint = cfg.checkpoint or ""
-  check_widths(cfg)
-  vcfg = victim_config(cfg, requested_victim)
-  own = bool(checkpoint) and not is_foreign(checkpoint)
-  recipe.validate(vcfg, checkpoint if own else "")
-  if own:
-    check_checkpoint_shapes(checkpoint, vcfg)
-  problem = resolve_problem(cfg.problem, vcfg.loss)
-  if spec.direct is None:
-    if problem == "multiclass" and vcfg.loss != "ce":
-      raise ConfigError(
-        f"problem=multiclass needs a victim trained with loss=ce (one output "
-        f"per class); this victim was trained with loss={vcfg.loss}.",
-        "problem",
-      )
-    if problem == "binary" and vcfg.loss == "ce":
-      raise ConfigError(
-        "problem=binary needs a one-output victim; this one was trained with "
-        "loss=ce (use problem=multiclass or general).",
-        "problem",
-      )
-    if cfg.m:
-      candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
-  foreign = bool(checkpoint) and not own
-  spec.check(
-    spec.options_of(cfg), attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
-  )
-  check_unread_settings(cfg, spec)
-  check_features(cfg, spec, foreign, own, explicit)
-  if foreign:
-    check_foreign_recipe(cfg, requested_victim, explicit)
-  check_known_init(cfg, foreign)
-  dataset = user_data(cfg, vcfg, foreign) if (cfg.train_data or cfg.heldout_data) else None
-  if foreign:
-    check_foreign(cfg, vcfg, dataset)
-  elif cfg.init_checkpoint:
-    check_init_file(cfg, vcfg)
   if cfg.batching not in loop.BATCHINGS:
     raise ConfigError(
       f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
@@ -388,17 +343,55 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     raise ConfigError(
       f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.", "ssim_threshold"
     )
-  check_data_dir(vcfg, cfg.data_dir)
-  check_data_files(vcfg, cfg.data_dir)
   limit = cfg.max_memory_gb
   if not (_finite(limit) and limit >= 0):
     raise ConfigError(
       f"max_memory_gb must be a finite number >= 0 (0: this machine's memory), got {limit!r}.",
       "max_memory_gb",
     )
+  checkpoint = cfg.checkpoint or ""
+  foreign = bool(checkpoint) and is_foreign(checkpoint)
+  own = bool(checkpoint) and not foreign
+  check_widths(cfg)
+  stored = loading.open_checkpoint(checkpoint, requested_victim) if own else None
+  if own:
+    vcfg = stored.recipe
+  else:
+    vcfg = dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
+    recipe.validate(vcfg)
+  problem = resolve_problem(cfg.problem, vcfg.loss)
+  if spec.direct is None:
+    if problem == "multiclass" and vcfg.loss != "ce":
+      raise ConfigError(
+        f"problem=multiclass needs a victim trained with loss=ce (one output "
+        f"per class); this victim was trained with loss={vcfg.loss}.",
+        "problem",
+      )
+    if problem == "binary" and vcfg.loss == "ce":
+      raise ConfigError(
+        "problem=binary needs a one-output victim; this one was trained with "
+        "loss=ce (use problem=multiclass or general).",
+        "problem",
+      )
+    if cfg.m:
+      candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
+  spec.check(
+    spec.options_of(cfg), attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
+  )
+  check_unread_settings(cfg, spec)
+  check_features(cfg, spec, foreign, own, explicit)
+  if foreign:
+    check_foreign_recipe(cfg, requested_victim, explicit)
+  check_known_init(cfg, foreign)
+  if cfg.train_data or cfg.heldout_data:
+    check_user_data(cfg, foreign)
+  check_data_dir(vcfg, cfg.data_dir)
   if spec.direct is None:
     check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
-  return plan(cfg, vcfg, dataset)  # bad ranges or refine_* fail here, before training
+  source = read_source(cfg, vcfg, stored, foreign, problem)
+  if foreign:
+    check_imported_widths(cfg, source.imported)
+  return plan(cfg, vcfg, source)  # bad ranges or refine_* fail here, before training
 
 
 def check_types(cfg: JobConfig) -> None:
@@ -507,13 +500,9 @@ def check_unread_settings(cfg: JobConfig, spec) -> None:
         )
 
 
-def user_data(cfg: JobConfig, v: victim.VictimConfig, foreign: bool) -> data.Dataset:
-  """The user's own training and held-out images (``train_data``, ``heldout_data``), read
-  once and fitted to the model's first layer: the data a model given as ``checkpoint``
-  was trained on.  DataError naming the file, ConfigError naming the setting."""
-  from recon_jax.data import user
-  from recon_jax.victims import importers
-
+def check_user_data(cfg: JobConfig, foreign: bool) -> None:
+  """Refuses ``train_data`` / ``heldout_data`` (the user's own images) where they cannot
+  run: without an imported model, one without the other, a blind attack without ``m``."""
   if not foreign:
     raise ConfigError(
       "train_data is the training set of a model you give as checkpoint (a PyTorch or "
@@ -535,23 +524,38 @@ def user_data(cfg: JobConfig, v: victim.VictimConfig, foreign: bool) -> data.Dat
       )
     if cfg.init in ("ground_truth", "partition", "mix"):
       raise ConfigError(f"init={cfg.init} needs images a blind attack does not have.", "init")
-  first = importers.first_layer_input(cfg.checkpoint)
-  binary = resolve_problem(cfg.problem, v.loss) != "multiclass"
-  size = user.parse_size(cfg.image_size)
-  mean = None
-  if cfg.foreign.data_mean:
-    probe = user.user_dataset(
-      cfg.train_data or None, cfg.heldout_data, binary=binary, first_layer=first, size=size
+
+
+def read_source(
+  cfg: JobConfig, v: victim.VictimConfig, stored, foreign: bool, problem: str
+) -> loading.Source:
+  """The victim's files read once, as the run uses them (:func:`recon_jax.victims.loading.read`):
+  its data, its weights (``stored``: the recon_jax checkpoint read already) and theta_0.
+  Errors name the file, or the setting (``foreign.*`` for how an imported model is read)."""
+  from recon_jax.data import user
+
+  images = None
+  if cfg.train_data or cfg.heldout_data:
+    binary = problem != "multiclass"
+    size = user.parse_size(cfg.image_size)
+    images = loading.UserImages(cfg.train_data, cfg.heldout_data, binary, size)
+  opts = cfg.foreign
+  imports = loading.Imports(opts.input_layout, opts.stride, opts.padding, opts.data_mean)
+  try:
+    return loading.read(
+      v,
+      path=cfg.checkpoint if foreign else "",
+      stored=stored,
+      init_path=cfg.init_checkpoint,
+      data_dir=cfg.data_dir or None,
+      imports=imports,
+      images=images,
+      allow_data_mismatch=cfg.allow_data_mismatch,
     )
-    mean = importers.load_data_mean(cfg.foreign.data_mean, probe.x_train.shape[1:])
-  return user.user_dataset(
-    cfg.train_data or None,
-    cfg.heldout_data,
-    binary=binary,
-    first_layer=first,
-    size=size,
-    mean=mean,
-  )
+  except ConfigError as e:
+    if e.argument in ("input_layout", "stride", "padding", "data_mean"):
+      e.argument = f"foreign.{e.argument}"
+    raise
 
 
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:
@@ -584,49 +588,9 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
     raise CheckpointError(f"{cfg.init_checkpoint}: initial-parameters file not found.")
 
 
-def check_init_file(cfg: JobConfig, v: victim.VictimConfig) -> None:
-  """Reads ``init_checkpoint`` as the run will and matches it to the victim's network
-  (layers, shapes, finite values): CheckpointError naming the file, before any work."""
-  from recon_jax.victims import loading
-
-  name = v.dataset.strip().lower()
-  if name not in data.INPUT_SHAPES:
-    return
-  shapes_only = data.Dataset(
-    **{**dict.fromkeys(data.Dataset._fields), "num_classes": _num_classes(v)}
-  )
-  module, _ = victim.build(v, shapes_only)
-  template = jax.eval_shape(
-    lambda: models.init_params(module, jax.random.PRNGKey(0), data.INPUT_SHAPES[name])
-  )
-  loading.read_init(cfg.init_checkpoint, template)
-
-
 def check_widths(cfg) -> None:
   """Refuses a ``victim.widths`` setting that is not a list of integers >= 1 (e.g. ``64,abc``)."""
   rules.check_value("victim.widths", cfg.victim.widths, recipe.RULES["widths"])
-
-
-def check_checkpoint_shapes(path: str, v: victim.VictimConfig) -> None:
-  """Refuses a recon_jax checkpoint whose parameters do not fit the network its metadata names.
-
-  Checked from shapes alone (no data is read): CheckpointError naming the file
-  and the first parameter that differs.
-  """
-  from recon_jax.io import checkpoint as ckpt
-
-  name = v.dataset.strip().lower()
-  if name not in data.INPUT_SHAPES:
-    return
-  params, _ = ckpt.load(path)
-  shapes_only = data.Dataset(
-    **{**dict.fromkeys(data.Dataset._fields), "num_classes": _num_classes(v)}
-  )  # all victim.build reads
-  module, _ = victim.build(v, shapes_only)
-  template = jax.eval_shape(
-    lambda: models.init_params(module, jax.random.PRNGKey(0), data.INPUT_SHAPES[name])
-  )
-  ckpt.check_matches(params, template, path)
 
 
 def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
@@ -639,36 +603,9 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
     data.files.require_dir(name, data_dir or None, data.dataset.SOURCES[name].files)
 
 
-def check_foreign(cfg: JobConfig, v: victim.VictimConfig, dataset=None) -> None:
-  """Reads a PyTorch or safetensors victim, and its ``foreign.data_mean``, as the run will:
-  a file the run cannot use is refused here, before the workdir is touched.
-
-  Errors name the file (CheckpointError) or the ``foreign.*`` setting (ConfigError).
-  ``dataset``: the user's own images (train_data), whose shape and classes the model
-  must take instead of the victim's dataset's.
-  """
-  from recon_jax.victims import importers
-
-  name = v.dataset.strip().lower()
-  if dataset is not None:
-    shape = tuple(dataset.x_train.shape[1:])
-  else:
-    shape = data.INPUT_SHAPES.get(name)
-  opts = cfg.foreign
-  try:
-    imp = importers.load_foreign(
-      cfg.checkpoint,
-      input_shape=shape,
-      input_layout=opts.input_layout,
-      stride=opts.stride,
-      padding=opts.padding,
-    )
-    if opts.data_mean and shape is not None and len(shape) == 3:
-      importers.load_data_mean(opts.data_mean, shape)
-  except ConfigError as e:
-    if e.argument in ("input_layout", "stride", "padding", "data_mean"):
-      e.argument = f"foreign.{e.argument}"
-    raise
+def check_imported_widths(cfg: JobConfig, imp) -> None:
+  """Refuses a ``victim.widths`` set by the user that an imported model (``imp``) contradicts:
+  the model is used as it is."""
   widths = getattr(imp.module, "widths", None)
   default = victim.VictimConfig().widths
   asked = tuple(cfg.victim.widths)
@@ -678,27 +615,6 @@ def check_foreign(cfg: JobConfig, v: victim.VictimConfig, dataset=None) -> None:
       f"{cfg.checkpoint}, whose hidden widths are {','.join(map(str, widths))} (an imported "
       "model is used as it is; leave victim.widths out).",
       "victim.widths",
-    )
-  if shape is None:
-    return
-  out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))
-  classes = _num_classes(v) if dataset is None else dataset.num_classes
-  want = losses.num_outputs(v.loss, classes)
-  if out.shape[1] != want:
-    raise ConfigError(
-      f"victim.loss={v.loss!r} needs {want} output(s); {cfg.checkpoint} has {out.shape[1]}.",
-      "victim.loss",
-    )
-  if cfg.init_checkpoint:
-    from recon_jax.victims import loading
-
-    loading.read_init(
-      cfg.init_checkpoint,
-      imp.params,
-      input_shape=shape,
-      input_layout=opts.input_layout,
-      stride=opts.stride,
-      padding=opts.padding,
     )
 
 

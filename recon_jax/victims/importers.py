@@ -459,9 +459,13 @@ def load_foreign(
 def first_layer_input(path: str) -> tuple[str, int]:
   """What the first layer of a safetensors or PyTorch model takes: ``('conv', channels)``
   or ``('dense', inputs)``, read from the tensors' shapes (no network is built)."""
-  _, sd = readers.read(path)
-  layers = _collect_layers(sd, path)
-  first = _ordered(layers, sd, None, path)[0]
+  return first_layer_of(readers.read(path)[1], path)
+
+
+def first_layer_of(sd: Mapping[str, np.ndarray], source: str) -> tuple[str, int]:
+  """:func:`first_layer_input` of a state dict ``sd`` read already (``source``: its file)."""
+  layers = _collect_layers(sd, source)
+  first = _ordered(layers, sd, None, source)[0]
   w = np.shape(sd[layers[first][0]])
   return ("conv", int(w[1])) if len(w) == 4 else ("dense", int(w[1]))
 

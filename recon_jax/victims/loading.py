@@ -1,13 +1,18 @@
-"""A victim the attack can run on: trained (or read from the cache) or imported, and what
-the attacker sees of it.
+"""A victim the attack can run on: its files read once, the victim trained (or read from
+the cache) or imported, and what the attacker sees of it.
 
-:func:`load_or_train_victim` and :func:`import_victim` give a :class:`Victim` (its
-parameters, ``apply_fn`` and training summary); :func:`make_target` turns its
-parameters into the attack's :class:`recon_jax.types.Target`.
+A job reads its victim's files once, before any work: :func:`open_checkpoint` (a recon_jax
+checkpoint, whose recipe the rest of the job is checked against) and :func:`read` (the
+images, a PyTorch or safetensors model, theta_0) give a :class:`Source`, and
+:func:`victim_of` turns it into a :class:`Victim` (its parameters, ``apply_fn``, training
+summary and theta_0) without reading a file again.  :func:`load_or_train_victim` and
+:func:`import_victim` do both for a caller with its images in hand; :func:`make_target`
+turns the parameters into the attack's :class:`recon_jax.types.Target`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import jax
@@ -16,9 +21,11 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.core import losses
+from recon_jax.data import user
 from recon_jax.errors import ConfigError
+from recon_jax.io import checkpoint as ckpt
 from recon_jax.types import Target, float_dtype
-from recon_jax.victims import cache, importers, models, readers, victim
+from recon_jax.victims import cache, importers, models, readers, recipe, victim
 
 
 def cast_params(params, dtype=None):
@@ -105,8 +112,6 @@ def read_init(path: str, template, *, input_shape=None, input_layout="nchw", str
   Raises:
     CheckpointError naming ``path``.
   """
-  from recon_jax.io import checkpoint as ckpt
-
   where = f"{path} (the initial parameters)"
   if readers.detect_format(path) == "msgpack":
     params, _ = ckpt.load(path)
@@ -133,6 +138,178 @@ def shift_dataset(ds: data.Dataset, mean) -> data.Dataset:
   )
 
 
+class Stored(NamedTuple):
+  """A recon_jax checkpoint read once (:func:`open_checkpoint`)."""
+
+  path: str
+  params: Any  # theta*, as stored
+  meta: dict  # its metadata (recipe, data fingerprint, training summary)
+  init: Any  # theta_0 stored with it, not yet checked (None: none stored)
+  recipe: victim.VictimConfig  # the recipe it was trained with
+
+
+def open_checkpoint(path: str, requested: Optional[dict] = None) -> Stored:
+  """A recon_jax checkpoint read once, its recipe checked (CheckpointError naming the file).
+
+  ``requested``: victim settings the caller set explicitly (``{field: value}``); each must
+  agree with the recipe the checkpoint was trained with (ConfigError naming
+  ``victim.<field>``), which is the one used.
+  """
+  params, meta, init = ckpt.read(path)
+  stored = victim.recipe_of(meta, path)
+  for field, value in (requested or {}).items():
+    want = tuple(value) if field == "widths" else value
+    if getattr(stored, field) != want:
+      raise ConfigError(
+        f"victim.{field}={value} contradicts the checkpoint {path}, "
+        f"which was trained with {field}={getattr(stored, field)}.",
+        argument=f"victim.{field}",
+      )
+  recipe.validate(stored, path)
+  return Stored(path, params, meta, init, stored)
+
+
+class Imports(NamedTuple):
+  """How a PyTorch or safetensors model's tensors are read (:func:`importers.from_state_dict`)."""
+
+  input_layout: str = "nchw"
+  stride: Any = 1
+  padding: Any = 0
+  data_mean: str = ""  # a .npy of the per-pixel mean the model was trained with ("": none)
+
+
+class UserImages(NamedTuple):
+  """A user's own images of an imported model (the formats of :mod:`recon_jax.data.user`)."""
+
+  train: str  # its training images ("": none, a blind attack)
+  heldout: str  # held-out images of the same distribution
+  binary: bool  # labels as two classes
+  size: Optional[Tuple[int, int]] = None  # (H, W) to resize to (None: the files' own)
+
+
+class Source(NamedTuple):
+  """A victim's files read and checked once (:func:`read`): what :func:`victim_of` needs."""
+
+  recipe: victim.VictimConfig  # the victim's recipe (a checkpoint's own)
+  dataset: data.Dataset  # the images, in the model's input space
+  path: str = ""  # the weights' file ("": trained here, or cached)
+  stored: Optional[Stored] = None  # a recon_jax checkpoint
+  imported: Optional[importers.Imported] = None  # a PyTorch or safetensors model, mapped
+  init: Any = None  # theta_0 from its own file, checked against the victim's layers
+
+
+def read(
+  cfg: victim.VictimConfig,
+  *,
+  path: str = "",
+  stored: Optional[Stored] = None,
+  init_path: str = "",
+  data_dir: Optional[str] = None,
+  imports: Optional[Imports] = None,
+  images: Optional[UserImages] = None,
+  dataset: Optional[data.Dataset] = None,
+  allow_data_mismatch: bool = False,
+) -> Source:
+  """Every file of the victim ``cfg`` read once and checked as the run uses it: its data
+  (``data_dir``, or the user's ``images``; ``dataset``: images in hand), its weights (a
+  recon_jax checkpoint ``stored``, or a PyTorch / safetensors ``path``, read with
+  ``imports``) and theta_0 (``init_path``: a file in either format).  Nothing is trained.
+
+  Raises:
+    CheckpointError, DataError naming the file; ConfigError naming the argument
+    (``input_layout``, ``stride``, ``padding``, ``data_mean``, ``victim.loss``).
+  """
+  if path and stored is None:
+    imports = imports or Imports()
+    return _read_imported(cfg, path, init_path, data_dir, imports, images, dataset)
+  ds = victim.load_data(cfg, data_dir) if dataset is None else dataset
+  if stored is None:
+    init = read_init(init_path, victim.param_shapes(cfg, ds)) if init_path else None
+    return Source(cfg, ds, init=init)
+  ckpt.check_matches(stored.params, victim.param_shapes(cfg, ds), stored.path)
+  victim.check_data(stored.path, stored.meta, ds, allow_data_mismatch)
+  if init_path:
+    init = read_init(init_path, stored.params)
+  else:
+    init = ckpt.check_init(stored.init, stored.params, stored.path)
+  return Source(cfg, ds, stored.path, stored, init=init)
+
+
+def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset) -> Source:
+  """:func:`read` of a PyTorch or safetensors model: the file read once, its first layer
+  fitting the user's images, the images shifted by its training mean."""
+  fmt, sd = readers.read(path)
+  if dataset is not None:
+    ds = dataset
+  elif images is not None:
+    first = importers.first_layer_of(sd, path)
+    ds = user.user_dataset(
+      images.train or None,
+      images.heldout,
+      binary=images.binary,
+      first_layer=first,
+      size=images.size,
+    )
+  else:  # pixels in: the model's own training mean (or none) is subtracted below
+    ds = victim.load_data(dataclasses.replace(cfg, subtract_mean=False), data_dir)
+  if imports.data_mean:
+    ds = shift_dataset(ds, importers.load_data_mean(imports.data_mean, ds.x_train.shape[1:]))
+  layout = dict(input_layout=imports.input_layout, stride=imports.stride, padding=imports.padding)
+  shape = ds.x_train.shape[1:]
+  imp = importers.from_state_dict(sd, input_shape=shape, source=path, format=fmt, **layout)
+  out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))
+  want = losses.num_outputs(cfg.loss, ds.num_classes)
+  if out.shape[1] != want:
+    raise ConfigError(
+      f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has {out.shape[1]}.",
+      argument="victim.loss",
+    )
+  init = read_init(init_path, imp.params, input_shape=shape, **layout) if init_path else None
+  return Source(cfg, ds, path, imported=imp, init=init)
+
+
+def victim_of(src: Source, *, use_cache: bool = True) -> Victim:
+  """The :class:`Victim` of files read by :func:`read`, none read again: an imported model
+  with its train error and margins on the images, a checkpoint's parameters, or (no
+  weights given) the victim from the cache or trained now.  theta_0: the init file's, else
+  the one stored with the victim, else re-created from its recipe."""
+  cfg, ds = src.recipe, src.dataset
+  if src.imported is not None:
+    return _imported(src.imported, cfg, ds, src.path, src.init)
+  if src.stored is not None:
+    params = jax.tree_util.tree_map(jnp.asarray, src.stored.params)
+    summary, source, init = src.stored.meta.get("summary", {}), src.path, src.init
+  else:
+    params, summary, _, cached_init = cache.get_or_train(cfg, ds, use_cache=use_cache)
+    source = summary.pop("source")
+    init = cached_init if src.init is None else src.init
+  dtype = jax.tree_util.tree_leaves(params)[0].dtype
+  if init is None:
+    init = victim.initial_params(cfg, ds, dtype)
+  _, apply_fn = victim.build(cfg, ds)
+  return Victim(
+    params, apply_fn, victim.out_dim(cfg, ds), summary, source, cast_params(init, dtype)
+  )
+
+
+def _imported(imp: importers.Imported, cfg, ds, path: str, init) -> Victim:
+  """An imported model as a :class:`Victim`: how it does on its training images ``ds``
+  (the file carries no summary)."""
+  apply_fn = models.make_apply_fn(imp.module)
+  summary = {"imported": {"format": imp.format, "arch": imp.arch}}
+  if len(ds.x_train):  # how the model does on its training set (none given: a blind attack)
+    out = apply_fn(imp.params, jnp.asarray(ds.x_train, jnp.float32))
+    y = jnp.asarray(ds.y_train)
+    margins = np.asarray(losses.margins(cfg.loss, out, y))
+    summary.update(
+      train_error=float(losses.error_rate(cfg.loss, out, y)),
+      loss=float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
+      margins=(margins[:, 0] if margins.ndim == 2 else margins).tolist(),
+    )
+  num_outputs = losses.num_outputs(cfg.loss, ds.num_classes)
+  return Victim(imp.params, apply_fn, num_outputs, summary, path, init)
+
+
 def import_victim(
   path: str,
   cfg: victim.VictimConfig,
@@ -150,42 +327,8 @@ def import_victim(
   are computed here, since the file carries no summary.  ``init_path``: the weights
   its training started from (theta_0, same format and layout; :func:`read_init`).
   """
-  imp = importers.load_foreign(
-    path,
-    input_shape=ds.x_train.shape[1:],
-    input_layout=input_layout,
-    stride=stride,
-    padding=padding,
-  )
-  apply_fn = models.make_apply_fn(imp.module)
-  probe = ds.x_train if len(ds.x_train) else np.zeros((1, *ds.x_train.shape[1:]), np.float32)
-  out = apply_fn(imp.params, jnp.asarray(probe, jnp.float32))
-  want = losses.num_outputs(cfg.loss, ds.num_classes)
-  if out.shape[1] != want:
-    raise ConfigError(
-      f"victim.loss={cfg.loss!r} needs {want} output(s); {path} has {out.shape[1]}.",
-      argument="loss",
-    )
-  summary = {"imported": {"format": imp.format, "arch": imp.arch}}
-  if len(ds.x_train):  # how the model does on its training set (none given: a blind attack)
-    y = jnp.asarray(ds.y_train)
-    margins = np.asarray(losses.margins(cfg.loss, out, y))
-    summary.update(
-      train_error=float(losses.error_rate(cfg.loss, out, y)),
-      loss=float(jnp.mean(losses.per_sample_loss(cfg.loss, out, y))),
-      margins=(margins[:, 0] if margins.ndim == 2 else margins).tolist(),
-    )
-  init = None
-  if init_path:
-    init = read_init(
-      init_path,
-      imp.params,
-      input_shape=ds.x_train.shape[1:],
-      input_layout=input_layout,
-      stride=stride,
-      padding=padding,
-    )
-  return Victim(imp.params, apply_fn, int(out.shape[1]), summary, path, init)
+  imports = Imports(input_layout, stride, padding)
+  return victim_of(read(cfg, path=path, init_path=init_path, imports=imports, dataset=ds))
 
 
 def load_or_train_victim(
@@ -203,21 +346,12 @@ def load_or_train_victim(
 
   PyTorch and safetensors files go through :func:`import_victim`.
   """
-  from recon_jax.io import checkpoint as ckpt
-
-  _, apply_fn = victim.build(cfg, ds)
-  if checkpoint:
-    params, _, meta = victim.load(checkpoint, cfg, ds)
-    victim.check_data(checkpoint, meta, ds, allow_data_mismatch)
-    summary, source = meta.get("summary", {}), checkpoint
-    init = None if init_checkpoint else ckpt.load_init(checkpoint, params)
-  else:
-    params, summary, _, init = cache.get_or_train(cfg, ds, use_cache=use_cache)
-    source = summary.pop("source")
-  if init_checkpoint:
-    init = read_init(init_checkpoint, params)
-  dtype = jax.tree_util.tree_leaves(params)[0].dtype
-  if init is None:
-    init = victim.initial_params(cfg, ds, dtype)
-  init = cast_params(init, dtype)
-  return Victim(params, apply_fn, victim.out_dim(cfg, ds), summary, source, init)
+  stored = open_checkpoint(checkpoint) if checkpoint else None
+  src = read(
+    cfg,
+    stored=stored,
+    init_path=init_checkpoint,
+    dataset=ds,
+    allow_data_mismatch=allow_data_mismatch,
+  )
+  return victim_of(src, use_cache=use_cache)

@@ -364,27 +364,36 @@ def check_data(path: str, meta: dict, ds: data.Dataset, allow_mismatch: bool = F
     logging.warning("%s; attacking it anyway (allow_data_mismatch).", msg)
 
 
+def recipe_of(meta: dict, path: str) -> VictimConfig:
+  """The :class:`VictimConfig` a checkpoint was trained with, from its metadata ``meta``
+  (CheckpointError naming ``path`` where it has none)."""
+  try:
+    stored = dict(meta["victim"])
+    stored["widths"] = tuple(stored["widths"])
+    return VictimConfig(**stored)
+  except (KeyError, TypeError) as e:
+    raise checkpoint.CheckpointError(f"{path}: checkpoint has no victim config ({e}).") from None
+
+
+def param_shapes(cfg: VictimConfig, ds: data.Dataset):
+  """The shapes of the parameters of ``cfg``'s network on ``ds`` (nothing is computed)."""
+  module, _ = build(cfg, ds)
+  return jax.eval_shape(
+    lambda: models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:])
+  )
+
+
 def load(path: str, cfg: Optional[VictimConfig] = None, ds: Optional[data.Dataset] = None):
   """Loads a victim checkpoint; returns ``(params, VictimConfig, meta)``.
 
-  When ``cfg`` is given the checkpoint must match its architecture
-  (CheckpointError names the parameter that does not).
+  When ``ds`` is given the checkpoint must match the architecture of ``cfg`` (default:
+  its own) on it (CheckpointError names the parameter that does not).
   """
   params, meta = checkpoint.load(path)
-  try:
-    stored = meta["victim"]
-    stored["widths"] = tuple(stored["widths"])
-    ck_cfg = VictimConfig(**stored)
-  except (KeyError, TypeError) as e:
-    raise checkpoint.CheckpointError(f"{path}: checkpoint has no victim config ({e}).") from None
-  want = cfg or ck_cfg
+  ck_cfg = recipe_of(meta, path)
   if ds is None:
     return params, ck_cfg, meta
-  module, _ = build(want, ds)
-  template = jax.eval_shape(
-    lambda: models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:])
-  )
-  checkpoint.check_matches(params, template, path)
+  checkpoint.check_matches(params, param_shapes(cfg or ck_cfg, ds), path)
   params = jax.tree_util.tree_map(jnp.asarray, params)
   return params, ck_cfg, meta
 

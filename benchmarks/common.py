@@ -271,11 +271,12 @@ def attack_hparams(num_restarts: int, seed: int = 0, preset: str = "lfw") -> dic
   import jax.numpy as jnp
 
   from experiments.configs import reconstruct as configs
+  from recon_jax import attacks
   from recon_jax.job import planning
 
   cfg = configs.get_config(preset)
   cfg.num_restarts, cfg.seed = num_restarts, seed
-  return {k: jnp.asarray(v) for k, v in planning.hparams_for(cfg).items()}
+  return {k: jnp.asarray(v) for k, v in planning.hparams_for(cfg, attacks.get(cfg.attack)).items()}
 
 
 class ChunkProgram:

@@ -172,7 +172,7 @@ def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
   monkeypatch.setitem(spec_module._REGISTRY, "own", fake)
   job = types.SimpleNamespace(**{**rj.JobConfig().to_dict(), "attack": "own", "lr_z": "0.1:0.2"})
   job.num_restarts = 5
-  hp = planning.hparams_for(job)
+  hp = planning.hparams_for(job, attacks.get(job.attack))
   assert hp["lr_z"].shape == (5,) and np.all((0.1 <= hp["lr_z"]) & (hp["lr_z"] <= 0.2))
   assert len(set(hp["lr_z"].tolist())) == 5  # one draw per restart
   with pytest.raises(ValueError, match="lr_z"):  # a range it does not say it reads

@@ -128,11 +128,15 @@ def stages(
   refine_steps: int = 0,
   refine_alpha: float = 200.0,
   refine_lr_scale: float = 0.1,
+  anneal_alpha: float = 0.0,
+  anneal_stages: int = 8,
 ) -> list:
   """The stages of a run for :func:`recon_jax.engine.loop.run_stages`.
 
-  ``[(steps, hparams)]``, followed by ``(refine_steps, refine(hparams, ...))``
-  when ``refine_steps > 0``.  The refinement settings are checked either way.
+  ``[(steps, hparams)]`` (with ``anneal_alpha > 0``: the :func:`anneal` stages rising to
+  it over the same ``steps``), followed by ``(refine_steps, refine(hparams, ...))`` of the
+  last stage's hyperparameters when ``refine_steps > 0``.  The refinement settings are
+  checked either way.
   """
   if (
     isinstance(refine_steps, bool)
@@ -140,8 +144,9 @@ def stages(
     or (refine_steps < 0)
   ):
     raise ConfigError(f"refine_steps must be an integer >= 0, got {refine_steps!r}.")
-  refined = refine(hparams, refine_alpha, refine_lr_scale)
-  return [(steps, hparams)] + ([(refine_steps, refined)] if refine_steps else [])
+  main = anneal(hparams, steps, anneal_alpha, anneal_stages) if anneal_alpha else [(steps, hparams)]
+  refined = refine(main[-1][1], refine_alpha, refine_lr_scale)
+  return main + ([(refine_steps, refined)] if refine_steps else [])
 
 
 def parse_range(name: str, text: str, default_kind: str) -> Range:

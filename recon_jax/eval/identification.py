@@ -265,7 +265,7 @@ def identification_report(
     attack: the attack that ran (:func:`recon_jax.job.pipeline.make_attack`).
     run: its :class:`recon_jax.engine.loop.AttackRun`.
     hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
-      (the last stage's: ``job.stages_for(cfg, hp)[-1][1]``).
+      (the last stage's: ``planning.sweep_for(cfg, spec)[1][-1][1]``).
     target: what the attack saw (theta*, labels, box).
     apply_fn: ``apply_fn(params, x, act) -> [m, C]``, the victim.
     problem: 'binary', 'multiclass' or 'general'.

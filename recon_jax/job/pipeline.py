@@ -168,12 +168,13 @@ def make_attack(
   input_shape=(),
   n: int = 0,
   target: Optional[Target] = None,
+  spec: Optional[attacks.AttackSpec] = None,
 ) -> Attack:
   """The attack a job names (``cfg.attack``; a JobConfig or a mapping of settings), built by
   its registered spec (:mod:`recon_jax.attacks`) from its options, the job's shared settings
-  and what the run knows."""
+  and what the run knows (``spec``: the attack's spec when the caller has it)."""
   cfg = JobConfig.of(cfg)
-  spec = attacks.get(cfg.attack)
+  spec = attacks.get(cfg.attack) if spec is None else spec
   setup = attacks.Setup(
     problem,
     victim_config or victim.VictimConfig(),
@@ -305,8 +306,7 @@ def find_candidates(
 ) -> Found:
   """The job's attack (its registered spec) over the sweep's restarts in one compiled
   call (:func:`recon_jax.engine.loop.run_attack`), or an attack without a search read off theta*."""
-  cfg = plan.config
-  spec = attacks.get(cfg.attack)
+  cfg, spec = plan.config, plan.spec
   input_shape = ds.x_train.shape[1:]
   if spec.direct is not None:  # candidates read off theta*, no search
     cands = np.asarray(spec.direct(target.params, input_shape))
@@ -321,6 +321,7 @@ def find_candidates(
     input_shape=input_shape,
     n=len(ds.x_train),
     target=target,
+    spec=spec,
   )
   x_init = inits.make_x_init(
     cfg.init,
@@ -384,7 +385,14 @@ def reconstruct(
   ``verbose``: log a line per phase and chunk, with the time left (absl logging, INFO).
   """
   plan = planning.resolve(job, requested_victim)
-  with progress_shown(verbose), precision.scoped(plan.config.x64, plan.config.matmul_precision):
+  with precision.scoped(plan.config.x64, plan.config.matmul_precision):
+    return run(plan, state_file, verbose)
+
+
+def run(plan: Plan, state_file: Optional[loop.StateFile] = None, verbose: bool = True):
+  """:func:`reconstruct` of a job resolved already, in the precision its caller set
+  (:func:`recon_jax.engine.precision.scoped` of the plan's ``x64`` and ``matmul_precision``)."""
+  with progress_shown(verbose):
     return _reconstruct(plan, state_file)
 
 
@@ -438,8 +446,7 @@ def _blind(plan: Plan, ds, vic, found: Found, seen: dict, timing: dict, t_start:
 
 def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   """:func:`reconstruct` of a resolved job."""
-  cfg, problem = plan.config, plan.problem
-  spec = attacks.get(cfg.attack)
+  cfg, problem, spec = plan.config, plan.problem, plan.spec
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)

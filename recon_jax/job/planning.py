@@ -17,9 +17,9 @@ from typing import NamedTuple, Optional, Tuple
 import jax
 import numpy as np
 
-from recon_jax import attacks, data, optim
+from recon_jax import attacks, data
 from recon_jax.core import losses, rules
-from recon_jax.engine import inits, loop, sweep
+from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
@@ -94,10 +94,11 @@ def total_steps(cfg: JobConfig) -> int:
   return int(cfg.steps) + int(cfg.refine_steps)
 
 
-def hparams_for(cfg: JobConfig) -> dict:
-  """The per-restart hyperparameters of a job: the shared ranges (the attack's paper ranges
-  or the config's), then the attack's own range options (:attr:`AttackSpec.ranges`)."""
-  spec = attacks.get(cfg.attack)
+def sweep_for(cfg: JobConfig, spec: attacks.AttackSpec) -> Tuple[dict, list]:
+  """The per-restart hyperparameters of a job and its stages: the shared ranges (its attack
+  ``spec``'s paper ranges or the config's) and the attack's own range options
+  (:attr:`AttackSpec.ranges`) drawn per restart, then the sweep (alpha fixed, or annealed)
+  and the optional refinement (:func:`recon_jax.engine.sweep.stages`)."""
   if cfg.sweep == "paper":
     ranges = dict(spec.paper_ranges)
   elif cfg.sweep == "random":
@@ -110,17 +111,21 @@ def hparams_for(cfg: JobConfig) -> dict:
   ranges.update({name: sweep.parse_range(name, getattr(opts, name), "log") for name in spec.ranges})
   hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
   sweep.check_hparams(hp)
-  return hp
+  stages = sweep.stages(
+    hp,
+    cfg.steps,
+    cfg.refine_steps,
+    cfg.refine_alpha,
+    cfg.refine_lr_scale,
+    anneal_alpha=cfg.anneal_alpha,
+    anneal_stages=cfg.anneal_stages,
+  )
+  return hp, stages
 
 
-def stages_for(cfg: JobConfig, hp: dict) -> list:
-  """The run's stages: the sweep (alpha fixed, or annealed), then the optional refinement."""
-  if cfg.anneal_alpha:
-    main = sweep.anneal(hp, cfg.steps, cfg.anneal_alpha, cfg.anneal_stages)
-  else:
-    main = [(cfg.steps, hp)]
-  tail = sweep.stages(main[-1][1], 1, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
-  return main + tail[1:]
+def hparams_for(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
+  """The per-restart hyperparameters of a job (:func:`sweep_for`)."""
+  return sweep_for(cfg, spec)[0]
 
 
 class Plan(NamedTuple):
@@ -128,6 +133,7 @@ class Plan(NamedTuple):
   again from the settings (:func:`recon_jax.job.planning.prepare` returns it checked)."""
 
   config: JobConfig  # the settings, paths expanded (config.json's "config")
+  spec: attacks.AttackSpec  # the attack the settings name (its registered spec)
   victim: victim.VictimConfig  # the config's victim section, or the checkpoint's own recipe
   problem: str  # 'binary', 'multiclass' or 'general'
   foreign: bool  # a PyTorch or safetensors checkpoint
@@ -136,17 +142,16 @@ class Plan(NamedTuple):
   source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
 
 
-def plan(cfg: JobConfig, vcfg: victim.VictimConfig, source=None) -> Plan:
+def plan(cfg: JobConfig, spec, vcfg: victim.VictimConfig, source=None) -> Plan:
   """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`)
   and its files ``source`` (:func:`recon_jax.victims.loading.read`).  Not checked here:
   :func:`recon_jax.job.planning.validate` calls it last."""
   foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
   hp, stages = {}, []
-  if attacks.get(cfg.attack).direct is None:
-    hp = hparams_for(cfg)
-    stages = stages_for(cfg, hp)
+  if spec.direct is None:
+    hp, stages = sweep_for(cfg, spec)
   problem = resolve_problem(cfg.problem, vcfg.loss)
-  return Plan(cfg, vcfg, problem, foreign, hp, stages, source)
+  return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -155,13 +160,6 @@ def plan(cfg: JobConfig, vcfg: victim.VictimConfig, source=None) -> Plan:
 def _is_int(v) -> bool:
   return not isinstance(v, bool) and isinstance(v, (int, np.integer))
 
-
-def _finite(v) -> bool:
-  return recipe.is_finite_number(v)
-
-
-# PRNGKey takes a seed of at most 32 bits without losing it.
-MAX_SEED = 2**32 - 1
 
 # Shapes of one input of every dataset (what load_dataset returns), for estimates made
 # before any data is read.
@@ -182,7 +180,7 @@ def available_memory() -> Optional[int]:
     return None
 
 
-def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
+def state_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> Tuple[int, str]:
   """Bytes of the attack's batched restart state, and how they were counted.
 
   R x m x prod(input_shape) x (arrays per candidate: x, gradient, optimiser
@@ -192,7 +190,6 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
   n = int(v.n_per_class) * data.dataset.num_classes(v.dataset.strip().lower(), task)
   m = num_candidates(cfg, n)
   d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
-  spec = attacks.get(cfg.attack)
   arrays = spec.state_arrays(spec.options_of(cfg), attacks.Common.of(cfg))
   nbytes = 8 if (cfg.x64 or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
@@ -203,11 +200,11 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig) -> Tuple[int, str]:
   return r * m * d * arrays * nbytes, how
 
 
-def check_memory(cfg: JobConfig, v: victim.VictimConfig) -> None:
+def check_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> None:
   """Refuses a sweep whose restart state cannot fit: the limit or this machine's memory."""
   if v.dataset.strip().lower() not in data.INPUT_SHAPES:
     return
-  need, how = state_memory(cfg, v)
+  need, how = state_memory(cfg, v, spec)
   limit_gb = float(cfg.max_memory_gb or 0.0)
   if limit_gb > 0:
     limit, what = int(limit_gb * 2**30), "max_memory_gb limit"
@@ -287,72 +284,21 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
       "sweep=random.",
       "sweep",
     )
-  if not _is_int(cfg.save_every) or cfg.save_every < 0:
-    raise ConfigError(f"save_every must be >= 0 (0: never), got {cfg.save_every}.", "save_every")
   spec = attacks.get(cfg.attack)
-  for name in ("num_restarts", "steps", "chunk_steps"):
-    value = getattr(cfg, name)
-    if not _is_int(value) or value <= 0:
-      raise ConfigError(f"{name} must be an integer > 0, got {value!r}.", name)
-  if not _is_int(cfg.refine_steps) or cfg.refine_steps < 0:
-    raise ConfigError(
-      f"refine_steps must be an integer >= 0, got {cfg.refine_steps!r}.", "refine_steps"
-    )
   if cfg.refine_steps and "alpha" not in spec.hparams:
     raise ConfigError(
       f"refine_steps sharpens the surrogate alpha, which attack={cfg.attack} does not use.",
       "refine_steps",
     )
-  if not _is_int(cfg.m) or cfg.m < 0:
-    raise ConfigError(f"m must be >= 0 (0: m_per_sample x n), got {cfg.m}.", "m")
-  if not _is_int(cfg.m_per_sample) or cfg.m_per_sample < 1:
-    raise ConfigError(
-      f"m_per_sample must be an integer >= 1, got {cfg.m_per_sample!r}.", "m_per_sample"
-    )
-  if not _is_int(cfg.seed) or not 0 <= cfg.seed <= MAX_SEED:
-    raise ConfigError(f"seed must be an integer in [0, {MAX_SEED}], got {cfg.seed!r}.", "seed")
-  cap = cfg.identify_stability_candidates
-  if not _is_int(cap) or cap < 0:
-    raise ConfigError(
-      f"identify_stability_candidates must be an integer >= 0 (0: no stability score), "
-      f"got {cap!r}.",
-      "identify_stability_candidates",
-    )
-  if cfg.foreign.data_mean and not (cfg.checkpoint and is_foreign(cfg.checkpoint)):
+  checkpoint = cfg.checkpoint or ""
+  foreign = bool(checkpoint) and is_foreign(checkpoint)
+  own = bool(checkpoint) and not foreign
+  if cfg.foreign.data_mean and not foreign:
     raise ConfigError(
       "foreign.data_mean is the training mean of a PyTorch or safetensors checkpoint; "
       "without such a checkpoint it would be ignored (a recon_jax victim records its own).",
       "foreign.data_mean",
     )
-  if cfg.batching not in loop.BATCHINGS:
-    raise ConfigError(
-      f"batching must be one of {loop.BATCHINGS}, got {cfg.batching!r}.", "batching"
-    )
-  if cfg.init not in inits.INIT_SCHEMES:
-    raise ConfigError(f"init must be one of {inits.INIT_SCHEMES}, got {cfg.init!r}.", "init")
-  if cfg.optimizer not in optim.OPTIMIZERS:
-    raise ConfigError(
-      f"optimizer must be one of {optim.OPTIMIZERS}, got {cfg.optimizer!r}.", "optimizer"
-    )
-  if cfg.normalize not in ("mean", "sum"):
-    raise ConfigError(f"normalize must be mean or sum, got {cfg.normalize!r}.", "normalize")
-  if not (_finite(cfg.w_prior) and cfg.w_prior >= 0):
-    raise ConfigError(f"w_prior must be a finite number >= 0, got {cfg.w_prior!r}.", "w_prior")
-  thr = cfg.ssim_threshold
-  if thr is not None and not (_finite(thr) and 0 < thr <= 1):
-    raise ConfigError(
-      f"ssim_threshold must be in (0, 1] (SSIM is at most 1), got {thr!r}.", "ssim_threshold"
-    )
-  limit = cfg.max_memory_gb
-  if not (_finite(limit) and limit >= 0):
-    raise ConfigError(
-      f"max_memory_gb must be a finite number >= 0 (0: this machine's memory), got {limit!r}.",
-      "max_memory_gb",
-    )
-  checkpoint = cfg.checkpoint or ""
-  foreign = bool(checkpoint) and is_foreign(checkpoint)
-  own = bool(checkpoint) and not foreign
-  check_widths(cfg)
   stored = loading.open_checkpoint(checkpoint, requested_victim) if own else None
   if own:
     vcfg = stored.recipe
@@ -387,11 +333,11 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
     check_user_data(cfg, foreign)
   check_data_dir(vcfg, cfg.data_dir)
   if spec.direct is None:
-    check_memory(cfg, vcfg)  # first: the sweep's draws below are R long
+    check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
   if foreign:
     check_imported_widths(cfg, source.imported)
-  return plan(cfg, vcfg, source)  # bad ranges or refine_* fail here, before training
+  return plan(cfg, spec, vcfg, source)  # bad ranges or refine_* fail here, before training
 
 
 def check_types(cfg: JobConfig) -> None:
@@ -532,13 +478,10 @@ def read_source(
   """The victim's files read once, as the run uses them (:func:`recon_jax.victims.loading.read`):
   its data, its weights (``stored``: the recon_jax checkpoint read already) and theta_0.
   Errors name the file, or the setting (``foreign.*`` for how an imported model is read)."""
-  from recon_jax.data import user
-
   images = None
   if cfg.train_data or cfg.heldout_data:
     binary = problem != "multiclass"
-    size = user.parse_size(cfg.image_size)
-    images = loading.UserImages(cfg.train_data, cfg.heldout_data, binary, size)
+    images = loading.UserImages(cfg.train_data, cfg.heldout_data, binary, cfg.image_size)
   opts = cfg.foreign
   imports = loading.Imports(opts.input_layout, opts.stride, opts.padding, opts.data_mean)
   try:
@@ -560,14 +503,6 @@ def read_source(
 
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:
   """Refuses the known-theta_0 settings where they cannot run or would change nothing."""
-  s = cfg.linearize
-  if not (_finite(s) and 0 <= s <= 1):
-    raise ConfigError(
-      f"linearize must be a number in [0, 1] (a point between theta_0 and theta*), got {s!r}.",
-      "linearize",
-    )
-  if not isinstance(cfg.known_init, (bool, np.bool_)):
-    raise ConfigError(f"known_init must be True or False, got {cfg.known_init!r}.", "known_init")
   if not cfg.known_init:
     for name, unset in (("linearize", 1.0), ("init_checkpoint", "")):
       if getattr(cfg, name) != unset:

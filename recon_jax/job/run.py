@@ -74,7 +74,7 @@ def run_reconstruction(
       )
     with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
       state_file = begin(cfg, path, resume, "reconstruct", True)
-      out = pipeline.reconstruct(resolved, state_file=state_file)
+      out = pipeline.run(resolved, state_file)
     return write_reconstruction(path, out)
 
 

@@ -184,7 +184,7 @@ class UserImages(NamedTuple):
   train: str  # its training images ("": none, a blind attack)
   heldout: str  # held-out images of the same distribution
   binary: bool  # labels as two classes
-  size: Optional[Tuple[int, int]] = None  # (H, W) to resize to (None: the files' own)
+  size: str = ""  # 'HxW' to resize to ("": the files' own size)
 
 
 class Source(NamedTuple):
@@ -243,12 +243,13 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset) -> 
     ds = dataset
   elif images is not None:
     first = importers.first_layer_of(sd, path)
+    size = user.parse_size(images.size)
     ds = user.user_dataset(
       images.train or None,
       images.heldout,
       binary=images.binary,
       first_layer=first,
-      size=images.size,
+      size=size,
     )
   else:  # pixels in: the model's own training mean (or none) is subtracted below
     ds = victim.load_data(dataclasses.replace(cfg, subtract_mean=False), data_dir)

@@ -410,7 +410,7 @@ def check_foreign_recipe(cfg: JobConfig, requested_victim=None, explicit=()) -> 
   """Refuses victim settings that an imported model (a PyTorch or safetensors file) would
   ignore: how to build or train a victim (``victim.lr``...) where the user set them, and an
   activation other than ReLU (the importer maps ReLU networks only).  ``victim.widths`` is
-  matched against the model's own layers when the model is read (:func:`check_foreign`)."""
+  matched against the model's own layers when the model is read (:func:`check_imported_widths`)."""
   given = set(requested_victim or ()) | {
     k[len("victim.") :] for k in explicit if k.startswith("victim.")
   }

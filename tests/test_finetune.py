@@ -14,7 +14,7 @@ from recon_jax.attacks import span
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.job import pipeline, planning
-from recon_jax.victims import loading, recipe, victim
+from recon_jax.victims import loading, readers, recipe, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -121,6 +121,35 @@ def test_an_imported_model_with_its_theta0_file(tmp_path):
     planning.prepare(rj.JobConfig(linearize=0.5))  # a setting of known_init only
   with pytest.raises(ConfigError, match="linearize"):
     planning.prepare(rj.JobConfig(known_init=True, linearize=2.0))
+
+
+def test_a_job_reads_each_file_of_its_victim_once(tmp_path, monkeypatch):
+  """Planning reads the model, its theta_0 and a recon_jax checkpoint once each, and the run
+  builds the victim from what was read: no file is read again (one read each, counted)."""
+  cfg = victim.VictimConfig(**{**LAZY, "epochs": 20})
+  ds = victim.load_data(cfg)
+  fitted = victim.fit(cfg, ds)
+  model, init = tmp_path / "model.safetensors", tmp_path / "init.safetensors"
+  save_file(_torch_layout(fitted.params), str(model))
+  save_file(_torch_layout(fitted.init), str(init))
+  own = str(tmp_path / "victim.msgpack")
+  victim.save(own, cfg, ds, fitted.params, fitted.summary, init=fitted.init)
+  reads = []
+  for module in (readers, checkpoint):
+    real = module.read
+    monkeypatch.setattr(module, "read", lambda p, real=real: reads.append(str(p)) or real(p))
+
+  job = rj.JobConfig(victim=dict(dataset="digits", n_per_class=3), known_init=True)
+  plan = planning.prepare(job.replace(checkpoint=str(model), init_checkpoint=str(init)))
+  vic = pipeline.load_victim(plan)[1]
+  assert sorted(reads) == sorted([str(model), str(init)])
+  assert vic.init is not None
+
+  reads.clear()
+  vic = pipeline.load_victim(planning.prepare(rj.JobConfig(checkpoint=own, known_init=True)))[1]
+  assert reads == [own]
+  for a, b in zip(jax.tree_util.tree_leaves(vic.init), jax.tree_util.tree_leaves(fitted.init)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # theta_0 stored with it
 
 
 def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():

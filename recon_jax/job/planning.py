@@ -142,27 +142,20 @@ class Plan(NamedTuple):
   source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
 
 
-def plan(cfg: JobConfig, spec, vcfg: victim.VictimConfig, source=None) -> Plan:
-  """The :class:`Plan` of the job ``cfg`` with its victim ``vcfg`` (:func:`victim_config`)
-  and its files ``source`` (:func:`recon_jax.victims.loading.read`).  Not checked here:
+def plan(
+  cfg: JobConfig, spec, vcfg: victim.VictimConfig, problem: str, foreign: bool, source=None
+) -> Plan:
+  """The :class:`Plan` of the job ``cfg`` (its attack ``spec``, its victim ``vcfg`` and
+  ``problem``, ``foreign`` for an imported model) with its files ``source``
+  (:func:`recon_jax.victims.loading.read`): the sweep's draws added.  Not checked here:
   :func:`recon_jax.job.planning.validate` calls it last."""
-  foreign = bool(cfg.checkpoint) and is_foreign(cfg.checkpoint)
   hp, stages = {}, []
   if spec.direct is None:
     hp, stages = sweep_for(cfg, spec)
-  problem = resolve_problem(cfg.problem, vcfg.loss)
   return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source)
 
 
 # ----------------------------------------------------------------------------- checks
-
-
-def _is_int(v) -> bool:
-  return not isinstance(v, bool) and isinstance(v, (int, np.integer))
-
-
-# Shapes of one input of every dataset (what load_dataset returns), for estimates made
-# before any data is read.
 
 
 def available_memory() -> Optional[int]:
@@ -252,7 +245,7 @@ def prepare_training(cfg) -> victim.VictimConfig:
   ``save_every``), every setting checked and ``data_dir`` expanded; nothing is written."""
   cfg.data_dir = expand(cfg.data_dir)
   for name, low in (("chunk_epochs", 1), ("save_every", 0)):
-    if not _is_int(cfg[name]) or cfg[name] < low:
+    if not rules.is_int(cfg[name]) or cfg[name] < low:
       never = " (0: never)" if low == 0 else ""
       raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
   check_widths(cfg)
@@ -337,7 +330,9 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   source = read_source(cfg, vcfg, stored, foreign, problem)
   if foreign:
     check_imported_widths(cfg, source.imported)
-  return plan(cfg, spec, vcfg, source)  # bad ranges or refine_* fail here, before training
+  return plan(
+    cfg, spec, vcfg, problem, foreign, source
+  )  # bad ranges or refine_* fail here, before training
 
 
 def check_types(cfg: JobConfig) -> None:

@@ -85,16 +85,24 @@ def _torch_layout(params):
   }
 
 
-def test_an_imported_model_with_its_theta0_file(tmp_path):
-  """A model and its initial weights saved as safetensors: the import reads theta_0 in the
-  model's own layout; a theta_0 of another shape, with NaN, or missing is refused before
-  any work, in one line naming the file or the setting."""
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+  """A lazy victim trained for 50 epochs, and its weights and theta_0 saved as safetensors."""
   cfg = victim.VictimConfig(**{**LAZY, "epochs": 50})
   ds = victim.load_data(cfg)
   fitted = victim.fit(cfg, ds)
-  model, init = tmp_path / "model.safetensors", tmp_path / "init.safetensors"
+  root = tmp_path_factory.mktemp("saved")
+  model, init = root / "model.safetensors", root / "init.safetensors"
   save_file(_torch_layout(fitted.params), str(model))
   save_file(_torch_layout(fitted.init), str(init))
+  return cfg, ds, fitted, model, init
+
+
+def test_an_imported_model_with_its_theta0_file(saved, tmp_path):
+  """A model and its initial weights saved as safetensors: the import reads theta_0 in the
+  model's own layout; a theta_0 of another shape, with NaN, or missing is refused before
+  any work, in one line naming the file or the setting."""
+  cfg, ds, fitted, model, init = saved
   imp = loading.import_victim(str(model), cfg, ds, init_path=str(init))
   for a, b in zip(jax.tree_util.tree_leaves(imp.init), jax.tree_util.tree_leaves(fitted.init)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
@@ -123,15 +131,10 @@ def test_an_imported_model_with_its_theta0_file(tmp_path):
     planning.prepare(rj.JobConfig(known_init=True, linearize=2.0))
 
 
-def test_a_job_reads_each_file_of_its_victim_once(tmp_path, monkeypatch):
+def test_a_job_reads_each_file_of_its_victim_once(saved, tmp_path, monkeypatch):
   """Planning reads the model, its theta_0 and a recon_jax checkpoint once each, and the run
   builds the victim from what was read: no file is read again (one read each, counted)."""
-  cfg = victim.VictimConfig(**{**LAZY, "epochs": 20})
-  ds = victim.load_data(cfg)
-  fitted = victim.fit(cfg, ds)
-  model, init = tmp_path / "model.safetensors", tmp_path / "init.safetensors"
-  save_file(_torch_layout(fitted.params), str(model))
-  save_file(_torch_layout(fitted.init), str(init))
+  cfg, ds, fitted, model, init = saved
   own = str(tmp_path / "victim.msgpack")
   victim.save(own, cfg, ds, fitted.params, fitted.summary, init=fitted.init)
   reads = []

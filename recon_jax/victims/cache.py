@@ -67,10 +67,11 @@ def get_or_train(cfg: victim.VictimConfig, ds: data.Dataset, *, use_cache: bool 
   """
   path = _cache_path(f"victim-{cfg.dataset}-{cfg.key()}-{data.fingerprint(ds)}")
 
-  def load_fn(p):
-    params, _, meta = victim.load(p, cfg, ds)
+  def load_fn(p):  # the cached file read once: parameters, metadata and theta_0
+    params, meta, init = checkpoint.read(p)
+    checkpoint.check_matches(params, victim.param_shapes(cfg, ds), p)
     victim.check_data(p, meta, ds)
-    init = checkpoint.load_init(p, params)
+    init = checkpoint.check_init(init, params, p)
     if init is None:
       init = victim.initial_params(cfg, ds, jax.tree_util.tree_leaves(params)[0].dtype)
     return params, meta["summary"], init

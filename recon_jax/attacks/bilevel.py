@@ -52,6 +52,7 @@ from recon_jax.core.activations import get_activation
 from recon_jax.core.rules import MAX_INNER_ITERATIONS, Rule
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
+from recon_jax.victims.victim import final_weight_decay
 
 THETA0 = ("target", "uniform", "gaussian")
 
@@ -228,7 +229,6 @@ def _check(o: BilevelOptions, setup: Setup) -> None:
     "a recon_jax victim, not an imported checkpoint.",
     "attack",
   )
-  from recon_jax.victims.victim import final_weight_decay
 
   v = setup.victim
   require(
@@ -249,7 +249,6 @@ def _check(o: BilevelOptions, setup: Setup) -> None:
 
 
 def _build(o: BilevelOptions, setup: Setup) -> Attack:
-  from recon_jax.victims.victim import final_weight_decay
 
   require(
     int(setup.target.labels.shape[0]) == setup.n,

@@ -24,7 +24,9 @@ from typing import NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from recon_jax.data import dataset, files
 from recon_jax.data.common import DataError
+from recon_jax.data.dataset import Dataset
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff")
 
@@ -150,7 +152,6 @@ def read_npz(path: str, binary: bool) -> Images:
 def read_split_files(folder: str, split: str, binary: bool) -> Images:
   """MNIST or CIFAR files in ``folder``: its ``split`` ('train' or 'test') with the
   dataset's own labels (binary: its binary labelling, as the library's datasets)."""
-  from recon_jax.data import dataset, files
 
   for name, loader in (("mnist", files.load_mnist), ("cifar10", files.load_cifar10)):
     try:
@@ -251,7 +252,6 @@ def user_dataset(
   Raises:
     DataError: naming the file whose images, labels or sizes do not fit.
   """
-  from recon_jax.data.dataset import Dataset
 
   kind, width = first_layer
   blind = not train

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.core import arguments
 from recon_jax.errors import ConfigError
 
 INIT_SCHEMES = ("gaussian", "uniform", "ground_truth", "partition", "mix")
@@ -91,7 +92,6 @@ def make_x_init(
 ):
   """x-initialisation by name (see module docstring); ConfigError naming a bad argument
   (the scheme, ``m``, ``input_shape``, or images of another shape)."""
-  from recon_jax.core import arguments
 
   if scheme not in INIT_SCHEMES:
     raise ConfigError(f"init must be one of {INIT_SCHEMES}, got {scheme!r}.", "init")

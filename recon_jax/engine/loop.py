@@ -19,8 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.core import distributed
+from recon_jax.core import arguments, distributed
+from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
+from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
@@ -384,7 +386,6 @@ class Checkpoint:
     self.chunks = list(chunks or [])
 
   def save(self, state, keys, hparams) -> None:
-    from recon_jax.engine import resume
 
     resume.save(
       self.path, resume.run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks}
@@ -407,8 +408,6 @@ def resume_state(
   hyperparameters (the resumed run would not be the run that was started) and
   NaN/Inf in the attack state.  Raises CheckpointError with a one-line reason.
   """
-  from recon_jax.engine import resume
-  from recon_jax.io.checkpoint import CheckpointError
 
   init_fn, _ = make_runner(attack, x_init, batching=batching)
   hp = {k: jnp.asarray(v) for k, v in hparams.items()}
@@ -443,7 +442,6 @@ class AttackRun(NamedTuple):
 
 def _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching) -> None:
   """ConfigError naming the first argument of :func:`run_attack` it cannot run with."""
-  from recon_jax.core import arguments
 
   if not isinstance(attack, Attack):
     raise ConfigError(

@@ -30,7 +30,8 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from recon_jax.core import diagnostics
+from recon_jax.core import arguments, diagnostics, losses
+from recon_jax.errors import ConfigError
 
 PREFERS_OTHER = (
   "the objective prefers other images (reconstructions are not evidence of membership)"
@@ -250,8 +251,6 @@ def _check_arguments(
   apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
 ):
   """ConfigError naming the first argument of :func:`identifiability` it cannot run with."""
-  from recon_jax.core import arguments, losses
-  from recon_jax.errors import ConfigError
 
   if problem not in losses.PROBLEMS:
     raise ConfigError(f"problem must be one of {losses.PROBLEMS}, got {problem!r}.", "problem")

@@ -18,6 +18,7 @@ import warnings
 import numpy as np
 
 from recon_jax import data
+from recon_jax.core import arguments
 from recon_jax.errors import ConfigError
 from recon_jax.eval import images, similarity
 from recon_jax.eval.similarity import Array
@@ -53,8 +54,6 @@ def evaluate_candidates(
     ``per_restart`` and ``selection`` entries, plus the EvalResult under
     ``_result`` (not serialisable; pop it before writing JSON).
   """
-  from recon_jax.core import arguments
-  from recon_jax.errors import ConfigError
 
   img = tuple(np.shape(ds.x_train)[1:])
   cands = arguments.array("cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False)

@@ -16,6 +16,7 @@ from typing import Optional
 
 from recon_jax.errors import ConfigError
 from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig
+from recon_jax.victims import importers
 
 # Candidates per restart of a blind attack (no training images, so no n to scale with).
 BLIND_CANDIDATES = 40
@@ -72,6 +73,5 @@ def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
 
 def _dense_first_layer(path: str) -> bool:
   """Whether the model's first layer is dense (its candidates can live in the span)."""
-  from recon_jax.victims import importers
 
   return importers.first_layer_input(path)[0] == "dense"

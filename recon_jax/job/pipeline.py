@@ -23,10 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import attacks, data
+from recon_jax.attacks import span
 from recon_jax.core import diagnostics
 from recon_jax.engine import inits, loop, precision
 from recon_jax.errors import ConfigError
-from recon_jax.eval import identifiability, verdict
+from recon_jax.eval import identifiability, identification, verdict
 from recon_jax.eval import report as evaluation
 from recon_jax.job import planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates, total_steps
@@ -196,7 +197,6 @@ def regime(plan: Plan, target: Target, n: int) -> dict:
   the first layer holds the training images' coordinates (a model fine-tuned from known
   weights, or at a weight-decay stationary point); a full span (d directions) means it is
   not confined to them."""
-  from recon_jax.attacks import span
 
   out = {"known_init": bool(plan.config.known_init), "n_train": int(n)}
   if plan.config.known_init:
@@ -513,7 +513,6 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   }
   if run is not None and cfg.identify:
     # The attacker's view: which candidates would it trust, and how often rightly.
-    from recon_jax.eval import identification
 
     logging.info(
       "the attacker's own scores of %d candidates (no ground truth: lambda, agreement, "

@@ -21,6 +21,7 @@ from recon_jax import attacks, data
 from recon_jax.core import losses, rules
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
+from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.io.workdir import expand
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
 from recon_jax.victims import loading, readers, recipe, victim
@@ -513,8 +514,6 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
       "init_checkpoint",
     )
   if cfg.init_checkpoint and not os.path.isfile(cfg.init_checkpoint):
-    from recon_jax.io.checkpoint import CheckpointError
-
     raise CheckpointError(f"{cfg.init_checkpoint}: initial-parameters file not found.")
 
 

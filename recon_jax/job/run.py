@@ -7,10 +7,12 @@ produces the same folder.
 
 from __future__ import annotations
 
+from recon_jax.core import distributed
 from recon_jax.engine import loop, precision
 from recon_jax.errors import RunFailed
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
+from recon_jax.job.settings import JobConfig
 
 
 def restart_table(rows: list) -> str:
@@ -90,8 +92,6 @@ def main_job(
   each warning; a run whose every restart diverged writes its results, then raises
   :class:`RunFailed` (:func:`check_outcome`).
   """
-  from recon_jax.core import distributed
-  from recon_jax.job.settings import JobConfig
 
   explicit = dict(explicit or {})
   settings = JobConfig.of(config)  # the library reads its typed settings

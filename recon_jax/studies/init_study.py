@@ -30,10 +30,12 @@ import numpy as np
 
 from recon_jax import data, implicit
 from recon_jax.attacks import bilevel, kkt
+from recon_jax.core import diagnostics, losses
 from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
+from recon_jax.eval import nearest
 from recon_jax.types import float_dtype
-from recon_jax.victims import cache, models, victim
+from recon_jax.victims import cache, loading, models, victim
 
 # The three §4.3 settings as (l1, l2) of eq. (10).
 SETTINGS = {"random": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
@@ -338,11 +340,6 @@ class Study:
     import time
 
     from absl import logging
-
-    from recon_jax.core import diagnostics, losses
-    from recon_jax.eval import nearest
-    from recon_jax.types import float_dtype
-    from recon_jax.victims import loading
 
     cfg, ds = self.cfg, self.ds
     t0 = time.time()

@@ -16,6 +16,9 @@ from typing import Mapping, Sequence, Union
 
 import numpy as np
 
+from recon_jax.errors import ConfigError
+from recon_jax.io import workdir
+
 BASE = "base"  # a map cell that is the base config itself (the variant ``default``)
 
 
@@ -169,7 +172,6 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 
 def write(path: str, out: dict, spec, n_of: Mapping) -> None:
   """leakage_map.png and leakage_map.md in workdir ``path``; ``out['map']`` gains the cells."""
-  from recon_jax.io import workdir
 
   out["map"] = cells(out, spec)
   workdir.write_text(path, "leakage_map.md", table(out, spec, n_of))
@@ -178,7 +180,6 @@ def write(path: str, out: dict, spec, n_of: Mapping) -> None:
 
 def check(spec, variants: Sequence[str]) -> None:
   """Refuses a map that names a variant the harness does not run."""
-  from recon_jax.errors import ConfigError
 
   missing = [v for v in variants_of(spec) if v not in variants]
   if missing:

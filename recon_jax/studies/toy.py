@@ -17,8 +17,10 @@ from typing import Any, Mapping, NamedTuple, Optional, Union
 from absl import logging
 import numpy as np
 
+from recon_jax import data
 from recon_jax.attacks import kkt
-from recon_jax.engine import loop, sweep
+from recon_jax.core import diagnostics, losses
+from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import points
 from recon_jax.io import plots
@@ -196,10 +198,6 @@ def run(
   """
   import jax
   import jax.numpy as jnp
-
-  from recon_jax import data
-  from recon_jax.core import diagnostics, losses
-  from recon_jax.engine import inits
 
   hp, stages, labels = validate(cfg)
   t_start = time.time()

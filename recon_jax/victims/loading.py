@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
-from recon_jax.core import losses
+from recon_jax.core import arguments, losses
 from recon_jax.data import user
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint as ckpt
@@ -47,7 +47,6 @@ def make_target(
     box: (lo, hi) pixel range of the data; None: no box (the 2-D toy).
     dtype: float dtype (default :func:`float_dtype`).
   """
-  from recon_jax.core import arguments
 
   arguments.finite_tree("params", params)
   arguments.array("labels", labels, ndim=1)

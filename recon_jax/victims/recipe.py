@@ -22,6 +22,7 @@ from recon_jax.core.rules import INT32_MAX, MAX_ITERATIONS, Rule
 from recon_jax.core.rules import problem as rule_problem
 from recon_jax.core.rules import same as _same
 from recon_jax.errors import ConfigError
+from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.victims import models, train
 
 
@@ -290,7 +291,5 @@ def validate(v: VictimConfig, checkpoint: str = "") -> None:
     return
   field, message = found
   if checkpoint:
-    from recon_jax.io.checkpoint import CheckpointError
-
     raise CheckpointError(f"{checkpoint}: corrupt victim metadata: {field} {message}")
   raise ConfigError(f"victim.{field} {message}", argument=f"victim.{field}")

@@ -19,6 +19,8 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.core import diagnostics, losses
+from recon_jax.engine import resume
+from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
 from recon_jax.victims import models, train
@@ -215,8 +217,6 @@ def initial_params(cfg: VictimConfig, ds: data.Dataset, dtype=None):
   if not cfg.pretrain_epochs:
     return params
   if len(ds.x_part) == 0:
-    from recon_jax.errors import ConfigError
-
     raise ConfigError(
       "victim.pretrain_epochs needs the dataset's public pool (its partition), which is "
       "empty for this draw.",
@@ -410,7 +410,6 @@ def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int)
 
 def save_training(path: str, phase: int, state, histories, chunk: int) -> None:
   """Saves a training run between chunks (``fit``'s ``on_chunk``) for :func:`load_training`."""
-  from recon_jax.engine import resume
 
   resume.save(path, {"state": state}, {"phase": phase, "histories": histories, "chunk": chunk})
 
@@ -421,8 +420,6 @@ def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) ->
   Raises CheckpointError (file missing, foreign, of another architecture) or
   ConfigError (``chunk`` differs from the saved run's).
   """
-  from recon_jax.engine import resume
-  from recon_jax.errors import ConfigError
 
   if not os.path.isfile(path):
     raise checkpoint.CheckpointError(f"{path}: training state not found; nothing to resume.")

@@ -249,7 +249,6 @@ def _check(o: BilevelOptions, setup: Setup) -> None:
 
 
 def _build(o: BilevelOptions, setup: Setup) -> Attack:
-
   require(
     int(setup.target.labels.shape[0]) == setup.n,
     f"attack=bilevel needs m = n = {setup.n} candidates, got m = "

@@ -386,7 +386,6 @@ class Checkpoint:
     self.chunks = list(chunks or [])
 
   def save(self, state, keys, hparams) -> None:
-
     resume.save(
       self.path, resume.run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks}
     )

@@ -75,8 +75,13 @@ def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.Vi
   settings the user set explicitly, ``{field: value}``) must agree with it.
   """
   if not cfg.checkpoint or is_foreign(cfg.checkpoint):
-    return dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
+    return settings_recipe(cfg)
   return loading.open_checkpoint(cfg.checkpoint, requested).recipe
+
+
+def settings_recipe(cfg: JobConfig) -> victim.VictimConfig:
+  """The victim the settings describe (their ``victim`` section, widths as integers)."""
+  return dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
 
 
 def _num_classes(v: victim.VictimConfig) -> int:
@@ -294,10 +299,8 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
       "foreign.data_mean",
     )
   stored = loading.open_checkpoint(checkpoint, requested_victim) if own else None
-  if own:
-    vcfg = stored.recipe
-  else:
-    vcfg = dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
+  vcfg = stored.recipe if own else settings_recipe(cfg)
+  if not own:
     recipe.validate(vcfg)
   problem = resolve_problem(cfg.problem, vcfg.loss)
   if spec.direct is None:

@@ -69,9 +69,7 @@ def get_or_train(cfg: victim.VictimConfig, ds: data.Dataset, *, use_cache: bool 
 
   def load_fn(p):  # the cached file read once: parameters, metadata and theta_0
     params, meta, init = checkpoint.read(p)
-    checkpoint.check_matches(params, victim.param_shapes(cfg, ds), p)
-    victim.check_data(p, meta, ds)
-    init = checkpoint.check_init(init, params, p)
+    init = victim.check_stored(p, params, meta, init, cfg, ds)
     if init is None:
       init = victim.initial_params(cfg, ds, jax.tree_util.tree_leaves(params)[0].dtype)
     return params, meta["summary"], init

@@ -225,12 +225,12 @@ def read(
   if stored is None:
     init = read_init(init_path, victim.param_shapes(cfg, ds)) if init_path else None
     return Source(cfg, ds, init=init)
-  ckpt.check_matches(stored.params, victim.param_shapes(cfg, ds), stored.path)
-  victim.check_data(stored.path, stored.meta, ds, allow_data_mismatch)
+  kept = None if init_path else stored.init  # theta_0 stored with it, unless another is given
+  init = victim.check_stored(
+    stored.path, stored.params, stored.meta, kept, cfg, ds, allow_data_mismatch
+  )
   if init_path:
     init = read_init(init_path, stored.params)
-  else:
-    init = ckpt.check_init(stored.init, stored.params, stored.path)
   return Source(cfg, ds, stored.path, stored, init=init)
 
 

@@ -383,6 +383,18 @@ def param_shapes(cfg: VictimConfig, ds: data.Dataset):
   )
 
 
+def check_stored(
+  path: str, params, meta: dict, init, cfg: VictimConfig, ds: data.Dataset, allow_mismatch=False
+):
+  """A checkpoint read by :func:`recon_jax.io.checkpoint.read` (its ``params``, ``meta`` and
+  stored theta_0 ``init``) checked against ``cfg``'s network on ``ds`` and against ``ds``
+  itself (:func:`check_data`); returns ``init`` checked (None where none is given).
+  CheckpointError naming ``path``."""
+  checkpoint.check_matches(params, param_shapes(cfg, ds), path)
+  check_data(path, meta, ds, allow_mismatch)
+  return checkpoint.check_init(init, params, path)
+
+
 def load(path: str, cfg: Optional[VictimConfig] = None, ds: Optional[data.Dataset] = None):
   """Loads a victim checkpoint; returns ``(params, VictimConfig, meta)``.
 

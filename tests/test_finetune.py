@@ -183,6 +183,9 @@ def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():
   assert regime["known_init"] and regime["n_train"] == 6
   assert regime["span"]["dim"] in (5, 6) and regime["span"]["input_dim"] == 64
   assert np.isfinite(m["identifiability"]["truth_residual"])
+  missed = m["identifiability"]["missed"]  # one entry per image not recovered
+  assert len(missed["images"]) == len(missed["weakness_rank"]) == 6 - m["recovered_strict"]
+  assert len(m["identifiability"]["truth_leave_one_out"]) == 6
 
 
 def test_the_span_of_a_victim_fine_tuned_by_gradient_descent_has_n_minus_1_directions():

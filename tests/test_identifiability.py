@@ -213,3 +213,32 @@ def test_a_full_rank_first_layer_and_independent_units_leave_no_family():
   assert ident.verdict(2.0, fam) == ident.TRUTH_FITS_BEST
   assert ident.verdict(2.0, {"confirmed": True}) == ident.NOT_UNIQUE
   assert ident.verdict(0.5, {"confirmed": True}) == ident.PREFERS_OTHER
+
+
+def test_leave_one_out_gain_is_each_orthogonal_samples_own_share():
+  # Orthonormal inputs: leaving sample i out loses exactly lambda_i^2 ||x_i||^2 of the
+  # planted sum, whatever the others do; a sample with lambda = 0 costs nothing.
+  x = np.linalg.qr(np.random.default_rng(5).normal(size=(8, 4)))[0].T  # [4, 8], orthonormal
+  y = np.array([1.0, -1.0, 1.0, -1.0])
+  lam = np.array([2.0, 1.0, 0.5, 0.0])
+  theta = x.T @ (lam * y)
+  params = {"params": {"w": jnp.asarray(theta[:, None])}}
+  cols = diagnostics.gradient_matrix(linear_apply, "binary", params)
+  fit = diagnostics.stationarity_fit(cols, "binary", params, x, y, leave_one_out=True)
+  np.testing.assert_allclose(fit["leave_one_out_gain"], lam**2 / np.sum(lam**2), atol=1e-12)
+  out = ident.identifiability(linear_apply, "binary", params, x, y, x[None], lam[None], y)
+  np.testing.assert_allclose(out["truth_leave_one_out"], lam**2 / np.sum(lam**2), atol=1e-12)
+  miss = ident.missed(out, [True, True, False, False])
+  assert miss["images"] == [2, 3] and miss["weakness_rank"] == [2, 1]
+
+
+def test_leave_one_out_gain_drops_all_outputs_of_a_sample_in_general():
+  x = np.linalg.qr(np.random.default_rng(6).normal(size=(6, 3)))[0].T  # [3, 6], orthonormal
+  a = np.array([[1.0, -2.0], [0.5, 0.0], [0.0, 0.0]])  # each sample's two output weights
+  w = x.T @ a
+  params = {"params": {"w": jnp.asarray(w)}}
+  cols = diagnostics.gradient_matrix(linear_apply, "general", params)
+  fit = diagnostics.stationarity_fit(cols, "general", params, x, np.zeros(3), leave_one_out=True)
+  np.testing.assert_allclose(
+    fit["leave_one_out_gain"], np.sum(a**2, axis=1) / np.sum(a**2), atol=1e-12
+  )

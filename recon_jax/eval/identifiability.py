@@ -328,8 +328,10 @@ def identifiability(
     ``attack_median_residual``, ``ratio`` (best / truth: >= 1 means the truth fits
     at least as well as anything the attack found), ``verdict``, ``comparison``,
     ``per_restart_residual``, ``best_restart``, ``attack_best_residual_all_m``
-    (the best restart with all m candidates, for reference), ``truth_lam``
-    ``family`` (:func:`flat_family`) and ``cost_s``.
+    (the best restart with all m candidates, for reference), ``truth_lam``,
+    ``truth_leave_one_out`` (per training image, how much ``truth_residual`` rises when
+    the image is left out and the rest refitted: an image that barely raises it is one the
+    objective cannot tell from its absence), ``family`` (:func:`flat_family`) and ``cost_s``.
   """
   t0 = time.time()
   _check_arguments(
@@ -342,7 +344,9 @@ def identifiability(
   diverged = np.zeros(r, bool) if diverged is None else np.asarray(diverged, bool)
   cols = diagnostics.gradient_matrix(apply_fn, problem, params)
   truth_rows = cols(jnp.asarray(x_train), jnp.asarray(y_train))
-  truth = diagnostics.stationarity_fit(cols, problem, reference, x_train, y_train, rows=truth_rows)
+  truth = diagnostics.stationarity_fit(
+    cols, problem, reference, x_train, y_train, rows=truth_rows, leave_one_out=True
+  )
   labels = np.asarray(labels)
   k = min(n, m)
   per_restart = []
@@ -374,6 +378,7 @@ def identifiability(
     "best_restart": None,
     "attack_best_residual_all_m": None,
     "truth_lam": np.asarray(truth["lam"]).tolist(),
+    "truth_leave_one_out": np.asarray(truth["leave_one_out_gain"]).tolist(),
   }
   if done:
     best = int(np.nanargmin([np.inf if v is None else v for v in per_restart]))
@@ -402,6 +407,29 @@ def identifiability(
   out["verdict"] = verdict(out["ratio"], out["family"], out["tolerance"])
   out["cost_s"] = time.time() - t0
   return out
+
+
+def missed(report: dict, recovered) -> Optional[dict]:
+  """Where the training images the attack missed sit among the truth's weakest: per missed
+  image, its rank by ``truth_leave_one_out`` (1: the image whose absence the equations notice
+  least) and its gain over the truth's residual.  Misses at ranks 1, 2, ... with gains far
+  below 1 are images the objective barely sees, not images a search overlooked.  None
+  without the leave-one-out gains."""
+  gain = report.get("truth_leave_one_out")
+  if gain is None:
+    return None
+  gain, recovered = np.asarray(gain, float), np.asarray(recovered, bool)
+  if gain.shape != recovered.shape:
+    raise ValueError(f"recovered must have one entry per training image ({len(gain)}).")
+  rank = np.empty(len(gain), int)
+  rank[np.argsort(gain, kind="stable")] = np.arange(1, len(gain) + 1)
+  idx = np.flatnonzero(~recovered)
+  floor = max(report.get("truth_residual") or 0.0, 1e-300)
+  return {
+    "images": idx.tolist(),
+    "weakness_rank": rank[idx].tolist(),
+    "gain_over_residual": (gain[idx] / floor).tolist(),
+  }
 
 
 def why(family: Optional[dict]) -> str:

@@ -485,6 +485,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
+  if "truth_leave_one_out" in ident:
+    ident["missed"] = identifiability.missed(ident, result.recovered_strict_mask)
   timing["total_s"] = time.time() - t_start
   metrics = {
     "attack": cfg.attack,

@@ -65,6 +65,14 @@ def report(m: Mapping, folder: str = "") -> str:
     f"{_num(ident.get('tolerance'), '.2g')}) | the attack's best fit over the training set's: "
     "above 1 the training set fits best, below it other images do |",
   ]
+  miss = ident.get("missed")
+  if miss and miss["images"]:
+    ranks = ", ".join(str(r) for r in sorted(miss["weakness_rank"]))
+    lines.append(
+      f"| where the missed images rank | {ranks} of {n} | per image missed, its rank by how "
+      "little the truth's residual rises without it (1: the weakest): low ranks are images the "
+      "equations barely see |"
+    )
   if span:
     what = "change (theta* - theta_0)" if regime.get("known_init") else "weights"
     lines.append(

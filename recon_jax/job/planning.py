@@ -62,11 +62,6 @@ def resolve_problem(problem: str, loss: str) -> str:
   return problem
 
 
-def is_foreign(path: str) -> bool:
-  """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
-  return readers.detect_format(path) != "msgpack"
-
-
 def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.VictimConfig:
   """The victim of a job: its ``victim`` settings, or the checkpoint's own.
 
@@ -74,14 +69,9 @@ def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.Vi
   and data provenance), and that is the one used; ``requested`` (victim
   settings the user set explicitly, ``{field: value}``) must agree with it.
   """
-  if not cfg.checkpoint or is_foreign(cfg.checkpoint):
-    return settings_recipe(cfg)
+  if not cfg.checkpoint or readers.is_foreign(cfg.checkpoint):
+    return recipe.of_settings(cfg.victim)
   return loading.open_checkpoint(cfg.checkpoint, requested).recipe
-
-
-def settings_recipe(cfg: JobConfig) -> victim.VictimConfig:
-  """The victim the settings describe (their ``victim`` section, widths as integers)."""
-  return dataclasses.replace(cfg.victim, widths=tuple(int(w) for w in cfg.victim.widths))
 
 
 def _num_classes(v: victim.VictimConfig) -> int:
@@ -289,19 +279,17 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
       f"refine_steps sharpens the surrogate alpha, which attack={cfg.attack} does not use.",
       "refine_steps",
     )
-  checkpoint = cfg.checkpoint or ""
-  foreign = bool(checkpoint) and is_foreign(checkpoint)
-  own = bool(checkpoint) and not foreign
+  given = set(requested_victim or ()) | {
+    k[len("victim.") :] for k in explicit if k.startswith("victim.")
+  }
+  vcfg, foreign, stored = loading.resolve(cfg.checkpoint or "", cfg.victim, requested_victim, given)
+  own = stored is not None
   if cfg.foreign.data_mean and not foreign:
     raise ConfigError(
       "foreign.data_mean is the training mean of a PyTorch or safetensors checkpoint; "
       "without such a checkpoint it would be ignored (a recon_jax victim records its own).",
       "foreign.data_mean",
     )
-  stored = loading.open_checkpoint(checkpoint, requested_victim) if own else None
-  vcfg = stored.recipe if own else settings_recipe(cfg)
-  if not own:
-    recipe.validate(vcfg)
   problem = resolve_problem(cfg.problem, vcfg.loss)
   if spec.direct is None:
     if problem == "multiclass" and vcfg.loss != "ce":
@@ -323,8 +311,6 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   )
   check_unread_settings(cfg, spec)
   check_features(cfg, spec, foreign, own, explicit)
-  if foreign:
-    check_foreign_recipe(cfg, requested_victim, explicit)
   check_known_init(cfg, foreign)
   if cfg.train_data or cfg.heldout_data:
     check_user_data(cfg, foreign)
@@ -332,8 +318,6 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   if spec.direct is None:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
-  if foreign:
-    check_imported_widths(cfg, source.imported)
   return plan(
     cfg, spec, vcfg, problem, foreign, source
   )  # bad ranges or refine_* fail here, before training
@@ -405,30 +389,6 @@ def check_features(cfg: JobConfig, spec, foreign: bool, own: bool, explicit=()) 
   rules.check_features(fvalues, FOREIGN_RULES, fdefaults, on, explicit, "foreign.")
 
 
-def check_foreign_recipe(cfg: JobConfig, requested_victim=None, explicit=()) -> None:
-  """Refuses victim settings that an imported model (a PyTorch or safetensors file) would
-  ignore: how to build or train a victim (``victim.lr``...) where the user set them, and an
-  activation other than ReLU (the importer maps ReLU networks only).  ``victim.widths`` is
-  matched against the model's own layers when the model is read (:func:`check_imported_widths`)."""
-  given = set(requested_victim or ()) | {
-    k[len("victim.") :] for k in explicit if k.startswith("victim.")
-  }
-  if cfg.victim.activation != "relu":
-    raise ConfigError(
-      f"victim.activation={cfg.victim.activation} describes a victim to train; the imported "
-      f"model {cfg.checkpoint} is read as a ReLU network (other activations cannot be "
-      "expressed; leave it at 'relu').",
-      "victim.activation",
-    )
-  for name in recipe.TRAINING_FIELDS:
-    if name in given and name != "widths":
-      raise ConfigError(
-        f"victim.{name} says how to build or train a victim; the imported model "
-        f"{cfg.checkpoint} is used as it is, so it would be ignored (leave it out).",
-        f"victim.{name}",
-      )
-
-
 def check_unread_settings(cfg: JobConfig, spec) -> None:
   """Refuses a setting that only another attack reads, away from its default: it would
   change nothing, and a run that silently ignores it misleads."""
@@ -481,6 +441,7 @@ def read_source(
   if cfg.train_data or cfg.heldout_data:
     binary = problem != "multiclass"
     images = loading.UserImages(cfg.train_data, cfg.heldout_data, binary, cfg.image_size)
+  asked = tuple(cfg.victim.widths)  # an imported model is used as it is: no others
   opts = cfg.foreign
   imports = loading.Imports(opts.input_layout, opts.stride, opts.padding, opts.data_mean)
   try:
@@ -493,6 +454,7 @@ def read_source(
       imports=imports,
       images=images,
       allow_data_mismatch=cfg.allow_data_mismatch,
+      widths=None if asked == tuple(victim.VictimConfig().widths) else asked,
     )
   except ConfigError as e:
     if e.argument in ("input_layout", "stride", "padding", "data_mean"):
@@ -533,21 +495,6 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
   name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
   if name in data.FILE_DATASETS:
     data.files.require_dir(name, data_dir or None, data.dataset.SOURCES[name].files)
-
-
-def check_imported_widths(cfg: JobConfig, imp) -> None:
-  """Refuses a ``victim.widths`` set by the user that an imported model (``imp``) contradicts:
-  the model is used as it is."""
-  widths = getattr(imp.module, "widths", None)
-  default = victim.VictimConfig().widths
-  asked = tuple(cfg.victim.widths)
-  if widths is not None and asked != tuple(default) and asked != tuple(widths):
-    raise ConfigError(
-      f"victim.widths={','.join(map(str, asked))} contradicts the imported model "
-      f"{cfg.checkpoint}, whose hidden widths are {','.join(map(str, widths))} (an imported "
-      "model is used as it is; leave victim.widths out).",
-      "victim.widths",
-    )
 
 
 def check_data_files(v: victim.VictimConfig, data_dir: Optional[str]) -> None:

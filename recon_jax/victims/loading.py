@@ -168,6 +168,28 @@ def open_checkpoint(path: str, requested: Optional[dict] = None) -> Stored:
   return Stored(path, params, meta, init, stored)
 
 
+def resolve(
+  checkpoint: str, settings: victim.VictimConfig, requested: Optional[dict] = None, given=()
+) -> Tuple[victim.VictimConfig, bool, Optional[Stored]]:
+  """A job's victim before its files are read: ``(recipe, foreign, stored)``.
+
+  A recon_jax ``checkpoint`` is read once (``stored``, :func:`open_checkpoint`: its own
+  recipe is the one used, and ``requested`` must agree with it).  Otherwise the recipe is
+  the ``settings`` (widths as integers), checked; with a PyTorch or safetensors
+  ``checkpoint`` (``foreign``), used as it is, ``given`` (the victim fields the user set)
+  may not say how to build or train it (:func:`recon_jax.victims.recipe.check_imported`).
+  """
+  foreign = bool(checkpoint) and readers.is_foreign(checkpoint)
+  if checkpoint and not foreign:
+    stored = open_checkpoint(checkpoint, requested)
+    return stored.recipe, False, stored
+  v = recipe.of_settings(settings)
+  recipe.validate(v)
+  if foreign:
+    recipe.check_imported(v, checkpoint, given)
+  return v, foreign, None
+
+
 class Imports(NamedTuple):
   """How a PyTorch or safetensors model's tensors are read (:func:`importers.from_state_dict`)."""
 
@@ -208,11 +230,13 @@ def read(
   images: Optional[UserImages] = None,
   dataset: Optional[data.Dataset] = None,
   allow_data_mismatch: bool = False,
+  widths: Optional[tuple] = None,
 ) -> Source:
   """Every file of the victim ``cfg`` read once and checked as the run uses it: its data
   (``data_dir``, or the user's ``images``; ``dataset``: images in hand), its weights (a
   recon_jax checkpoint ``stored``, or a PyTorch / safetensors ``path``, read with
-  ``imports``) and theta_0 (``init_path``: a file in either format).  Nothing is trained.
+  ``imports``; ``widths``: the hidden widths the user asked for, which such a model must
+  have) and theta_0 (``init_path``: a file in either format).  Nothing is trained.
 
   Raises:
     CheckpointError, DataError naming the file; ConfigError naming the argument
@@ -220,7 +244,7 @@ def read(
   """
   if path and stored is None:
     imports = imports or Imports()
-    return _read_imported(cfg, path, init_path, data_dir, imports, images, dataset)
+    return _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, widths)
   ds = victim.load_data(cfg, data_dir) if dataset is None else dataset
   if stored is None:
     init = read_init(init_path, victim.param_shapes(cfg, ds)) if init_path else None
@@ -234,9 +258,10 @@ def read(
   return Source(cfg, ds, stored.path, stored, init=init)
 
 
-def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset) -> Source:
+def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, widths) -> Source:
   """:func:`read` of a PyTorch or safetensors model: the file read once, its first layer
-  fitting the user's images, the images shifted by its training mean."""
+  fitting the user's images, the images shifted by its training mean, its hidden layers
+  ``widths`` wide (None: any)."""
   fmt, sd = readers.read(path)
   if dataset is not None:
     ds = dataset
@@ -257,6 +282,14 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset) -> 
   layout = dict(input_layout=imports.input_layout, stride=imports.stride, padding=imports.padding)
   shape = ds.x_train.shape[1:]
   imp = importers.from_state_dict(sd, input_shape=shape, source=path, format=fmt, **layout)
+  found = getattr(imp.module, "widths", None)
+  if widths is not None and found is not None and tuple(widths) != tuple(found):
+    raise ConfigError(
+      f"victim.widths={','.join(map(str, widths))} contradicts the imported model "
+      f"{path}, whose hidden widths are {','.join(map(str, found))} (an imported "
+      "model is used as it is; leave victim.widths out).",
+      "victim.widths",
+    )
   out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))
   want = losses.num_outputs(cfg.loss, ds.num_classes)
   if out.shape[1] != want:

@@ -101,6 +101,11 @@ def detect_format(path: str) -> str:
   )
 
 
+def is_foreign(path: str) -> bool:
+  """True for a PyTorch or safetensors file, False for recon_jax's own checkpoint."""
+  return detect_format(path) != "msgpack"
+
+
 def _is_tensor(v) -> bool:
   torch = sys.modules.get("torch")
   return torch is not None and isinstance(v, torch.Tensor)

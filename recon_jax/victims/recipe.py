@@ -278,6 +278,32 @@ def problem(v: VictimConfig, settings: bool = True) -> Optional[Tuple[str, str]]
   return None
 
 
+def of_settings(v: VictimConfig) -> VictimConfig:
+  """The victim that settings describe: ``v`` with its widths as integers (a flag gives text)."""
+  return dataclasses.replace(v, widths=tuple(int(w) for w in v.widths))
+
+
+def check_imported(v: VictimConfig, path: str, given=()) -> None:
+  """Refuses victim settings ``v`` that the imported model ``path`` (a PyTorch or safetensors
+  file) would ignore: how to build or train a victim (``given``: the fields the user set), and
+  an activation other than ReLU (the importer maps ReLU networks only).  ``widths`` is matched
+  against the model's own layers when the model is read (:func:`recon_jax.victims.loading.read`)."""
+  if v.activation != "relu":
+    raise ConfigError(
+      f"victim.activation={v.activation} describes a victim to train; the imported "
+      f"model {path} is read as a ReLU network (other activations cannot be "
+      "expressed; leave it at 'relu').",
+      "victim.activation",
+    )
+  for name in TRAINING_FIELDS:
+    if name in given and name != "widths":
+      raise ConfigError(
+        f"victim.{name} says how to build or train a victim; the imported model "
+        f"{path} is used as it is, so it would be ignored (leave it out).",
+        f"victim.{name}",
+      )
+
+
 def validate(v: VictimConfig, checkpoint: str = "") -> None:
   """Raises an error naming the first field of ``v`` that no victim can be built or trained with.
 

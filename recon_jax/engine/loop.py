@@ -23,6 +23,7 @@ from recon_jax.core import arguments, distributed
 from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError
+from recon_jax.io.workdir import StateFile  # noqa: F401 (where a sweep saves its state)
 from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
@@ -355,17 +356,6 @@ def chunk_record(rec: dict) -> dict:
     else:
       out[k] = [float(f) if np.isfinite(f) else None for f in v.astype(np.float64).ravel()]
   return out
-
-
-class StateFile(NamedTuple):
-  """Where a sweep saves its state: ``path``, every ``every`` chunks and at its end
-  (0: never); ``resume``: continue from that file (it must exist and match);
-  ``meta``: JSON-able data stored with the state."""
-
-  path: str
-  every: int = 1
-  resume: bool = False
-  meta: Optional[dict] = None
 
 
 class Checkpoint:

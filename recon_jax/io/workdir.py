@@ -19,7 +19,7 @@ import os
 import platform
 import socket
 import sys
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -267,6 +267,40 @@ def write_config(workdir: str, cfg, *, study: Optional[str] = None, **extra) -> 
   resume compares: the settings, and which study wrote them)."""
   head = {"config": cfg, **({"study": study} if study else {})}
   return write_json(workdir, "config.json", {**head, **extra, "environment": environment()})
+
+
+class StateFile(NamedTuple):
+  """Where a sweep saves its state: ``path``, every ``every`` chunks and at its end
+  (0: never); ``resume``: continue from that file (it must exist and match);
+  ``meta``: JSON-able data stored with the state."""
+
+  path: str
+  every: int = 1
+  resume: bool = False
+  meta: Optional[dict] = None
+
+
+def begin(
+  cfg,
+  workdir: str,
+  state_file: str,
+  *,
+  resume: bool,
+  study: str,
+  every: int,
+  checked: bool = False,
+  **config_extra,
+) -> StateFile:
+  """A run starting in its opened ``workdir``: config.json written (``config_extra`` added),
+  or checked against ``cfg`` when resuming (unless ``checked``: :func:`open_run` did).
+  Returns where its sweep saves its state (``state_file``, every ``every`` chunks), with
+  the config stored beside it."""
+  if resume:
+    if not checked:
+      check_resumable(cfg, workdir, state_file, study)
+  else:
+    write_config(workdir, cfg, study=study, **config_extra)
+  return StateFile(inside(workdir, state_file), every, resume, {"config": jsonable(cfg)})
 
 
 def flatten(d: dict, prefix: str = "") -> dict:

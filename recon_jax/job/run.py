@@ -8,7 +8,7 @@ produces the same folder.
 from __future__ import annotations
 
 from recon_jax.core import distributed
-from recon_jax.engine import loop, precision
+from recon_jax.engine import precision
 from recon_jax.errors import RunFailed
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
@@ -28,21 +28,6 @@ def restart_table(rows: list) -> str:
 
 
 STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable state in its workdir
-
-
-def begin(
-  cfg, path: str, resume: bool, study: str, checked: bool = False, **config_extra
-) -> loop.StateFile:
-  """config.json written (``config_extra`` added), or checked against ``cfg`` when
-  resuming (unless ``checked``: the binary's :func:`recon_jax.io.workdir.open_run` did);
-  returns where the sweep saves its state, with the config stored beside it."""
-  if resume:
-    if not checked:
-      workdir.check_resumable(cfg, path, STATE_FILE, study)
-  else:
-    workdir.write_config(path, cfg, study=study, **config_extra)
-  meta = {"config": workdir.jsonable(cfg)}
-  return loop.StateFile(workdir.inside(path, STATE_FILE), cfg.save_every, resume, meta)
 
 
 def run_reconstruction(
@@ -75,7 +60,15 @@ def run_reconstruction(
         cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
       )
     with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
-      state_file = begin(cfg, path, resume, "reconstruct", True)
+      state_file = workdir.begin(
+        cfg,
+        path,
+        STATE_FILE,
+        resume=resume,
+        study="reconstruct",
+        every=cfg.save_every,
+        checked=True,
+      )
       out = pipeline.run(resolved, state_file)
     return write_reconstruction(path, out)
 

@@ -21,7 +21,7 @@ from recon_jax.engine import precision
 from recon_jax.errors import ConfigError
 from recon_jax.io import workdir
 from recon_jax.job import pipeline, planning
-from recon_jax.job.run import STATE_FILE, begin, run_reconstruction
+from recon_jax.job.run import STATE_FILE, run_reconstruction
 from recon_jax.studies import (
   efficacy,
   init_study,
@@ -89,7 +89,15 @@ def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
   The precision is the caller's (the toy needs float64 to reach the KKT direction).
   """
   toy.validate(cfg)
-  state_file = begin(cfg, path, resume, "toy_2d", victim=toy.victim_config(cfg).to_dict())
+  state_file = workdir.begin(
+    cfg,
+    path,
+    STATE_FILE,
+    resume=resume,
+    study="toy_2d",
+    every=cfg.save_every,
+    victim=toy.victim_config(cfg).to_dict(),
+  )
   return write_toy(path, cfg, toy.run(cfg, state_file=state_file))
 
 

@@ -11,6 +11,8 @@
 * :mod:`recon_jax.eval.report`: the one evaluation every attack's candidates
   go through, as a JSON-able report dict (figures are drawn by
   :mod:`recon_jax.io.plots`).
+* :mod:`recon_jax.eval.scoring`: a run's candidates scored in one call (identifiability,
+  the evaluation, the attacker's own scores), as a reconstruction job needs them.
 * :mod:`recon_jax.eval.points`: point clouds (the 2-D toy).
 * :mod:`recon_jax.eval.nearest`: nearest-neighbour distances to several
   reference sets (the initialisation study).

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple, Optional, Tuple
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import attacks, data
@@ -27,8 +26,7 @@ from recon_jax.attacks import span
 from recon_jax.core import diagnostics
 from recon_jax.engine import inits, loop, precision
 from recon_jax.errors import ConfigError
-from recon_jax.eval import identifiability, identification, verdict
-from recon_jax.eval import report as evaluation
+from recon_jax.eval import scoring, verdict
 from recon_jax.job import planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates, total_steps
 from recon_jax.job.settings import JobConfig
@@ -209,48 +207,6 @@ def regime(plan: Plan, target: Target, n: int) -> dict:
     return out
   out["span"] = info.summary()
   return out
-
-
-def identifiability_report(
-  vic: loading.Victim, problem, target: Target, ds, cands, weights, diverged
-):
-  """:func:`recon_jax.eval.identifiability.identifiability` of a run, or why it was skipped.
-
-  Scored against ``target.fit`` (theta*, or theta* - theta_0 with a known
-  initialisation), with the victim's own activation derivative.
-  """
-  n = len(ds.x_train)
-  need = identifiability.matrix_bytes(
-    target.params, n, vic.num_outputs if problem == "general" else 1
-  )
-  if need > identifiability.MAX_BYTES:
-    return {
-      "skipped": f"the gradient matrix of {n} samples needs {need / 2**30:.1f} GiB "
-      f"(more than {identifiability.MAX_BYTES / 2**30:.0f} GiB)",
-      "truth_residual": None,
-      "ratio": None,
-      "verdict": identifiability.NOTHING_TO_SCORE,
-    }
-  dtype = jax.tree_util.tree_leaves(target.params)[0].dtype
-  logging.info(
-    "identifiability: the training set and %d restarts scored through the equations, then "
-    "the flat family (its linear program stops after %.0f s)",
-    len(cands),
-    identifiability.LP_TIME_LIMIT_S,
-  )
-  return identifiability.identifiability(
-    vic.apply_fn,
-    problem,
-    target.params,
-    jnp.asarray(ds.x_train, dtype),
-    jnp.asarray(ds.y_train),
-    cands,
-    weights,
-    np.asarray(target.labels),
-    reference=target.fit,
-    diverged=diverged,
-    box=(np.asarray(target.box_lo), np.asarray(target.box_hi)),
-  )
 
 
 class Reconstruction(NamedTuple):
@@ -466,28 +422,30 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   if n == 0:
     return _blind(plan, ds, vic, found, seen, timing, t_start)
 
-  t0 = time.time()
-  if run is None:  # first-layer images carry no labels: only the truth (and its family) is scored
-    ident = identifiability_report(vic, problem, target, ds, cands[:0], weights[:0], None)
-  else:
-    ident = identifiability_report(vic, problem, target, ds, cands, weights, run.diverged)
-  timing["identifiability_s"] = time.time() - t0
-  logging.info("%s", identifiability.line(ident))
-  logging.info(
-    "evaluating %d candidates against %d training and %d held-out images and the baselines",
-    int(np.prod(cands.shape[:2])),
-    n,
-    len(ds.x_test),
+  scores = scoring.score_run(
+    vic.apply_fn,
+    vic.num_outputs,
+    problem,
+    target,
+    ds,
+    cands,
+    weights,
+    found.final_loss,
+    run,
+    attack=found.attack,
+    hparams=plan.stages[-1][1] if plan.stages else None,
+    ssim_threshold=cfg.ssim_threshold,
+    seed=cfg.seed,
+    identify=cfg.identify,
+    normalize=cfg.normalize,
+    stability_candidates=cfg.identify_stability_candidates
+    if spec.rerunnable(spec.options_of(cfg))
+    else 0,
   )
-  t0 = time.time()
-  ev = evaluation.evaluate_candidates(
-    cands, weights, found.final_loss, ds, ssim_threshold=cfg.ssim_threshold, seed=cfg.seed
-  )
-  timing["evaluation_s"] = time.time() - t0
-  result = ev.pop("_result")
-  if "truth_leave_one_out" in ident:
-    ident["missed"] = identifiability.missed(ident, result.recovered_strict_mask)
-  timing["total_s"] = time.time() - t_start
+  ident, ev, result = scores.identifiability, scores.evaluation, scores.result
+  timing.update(scores.timing)
+  # the job's total, as before the attacker's own scores: those are timed apart
+  timing["total_s"] = time.time() - t_start - timing.get("identification_s", 0.0)
   metrics = {
     "attack": cfg.attack,
     "problem": problem,
@@ -513,33 +471,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     "per_restart": ev["per_restart"],
     "timing": timing,
   }
-  if run is not None and cfg.identify:
-    # The attacker's view: which candidates would it trust, and how often rightly.
-
-    logging.info(
-      "the attacker's own scores of %d candidates (no ground truth: lambda, agreement, "
-      "leave-one-out, margin; stability re-runs of up to %d)",
-      int(np.prod(cands.shape[:2])),
-      cfg.identify_stability_candidates,
-    )
-    t0 = time.time()
-    metrics["identification"] = identification.identification_report(
-      found.attack,
-      run,
-      plan.stages[-1][1],
-      target,
-      vic.apply_fn,
-      problem,
-      ds,
-      ssim_threshold=cfg.ssim_threshold,
-      normalize=cfg.normalize,
-      key=cfg.seed,
-      # The stability score perturbs the candidates and re-runs steps of the attack.
-      stability_candidates=cfg.identify_stability_candidates
-      if spec.rerunnable(spec.options_of(cfg))
-      else 0,
-    )
-    timing["identification_s"] = time.time() - t0
+  if scores.identification is not None:
+    metrics["identification"] = scores.identification
   if run is not None:
     last = run.chunks[-1]
     warning = diagnostics.float32_floor_warning(run.chunks, float_dtype())

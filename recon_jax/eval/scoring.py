@@ -1,0 +1,162 @@
+"""A run's candidates scored against the truth in one go: the identifiability of the training
+set and of the restarts, the evaluation and its baselines, and the attacker's own scores.
+
+:func:`score_run` is what a reconstruction job calls once its search (or the attack that
+reads its candidates off theta*) is done; each piece stays callable on its own
+(:func:`recon_jax.eval.identifiability.identifiability`,
+:func:`recon_jax.eval.report.evaluate_candidates`,
+:func:`recon_jax.eval.identification.identification_report`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from recon_jax import data
+from recon_jax.eval import identifiability, identification
+from recon_jax.eval import report as evaluation
+from recon_jax.types import Target
+
+
+def identifiability_report(
+  apply_fn: Callable,
+  num_outputs: int,
+  problem: str,
+  target: Target,
+  ds: data.Dataset,
+  cands,
+  weights,
+  diverged,
+) -> dict:
+  """:func:`recon_jax.eval.identifiability.identifiability` of a run, or why it was skipped.
+
+  Scored against ``target.fit`` (theta*, or theta* - theta_0 with a known
+  initialisation), with the victim's own activation derivative (``apply_fn``, whose
+  output layer is ``num_outputs`` wide).
+  """
+  n = len(ds.x_train)
+  need = identifiability.matrix_bytes(target.params, n, num_outputs if problem == "general" else 1)
+  if need > identifiability.MAX_BYTES:
+    return {
+      "skipped": f"the gradient matrix of {n} samples needs {need / 2**30:.1f} GiB "
+      f"(more than {identifiability.MAX_BYTES / 2**30:.0f} GiB)",
+      "truth_residual": None,
+      "ratio": None,
+      "verdict": identifiability.NOTHING_TO_SCORE,
+    }
+  dtype = jax.tree_util.tree_leaves(target.params)[0].dtype
+  logging.info(
+    "identifiability: the training set and %d restarts scored through the equations, then "
+    "the flat family (its linear program stops after %.0f s)",
+    len(cands),
+    identifiability.LP_TIME_LIMIT_S,
+  )
+  return identifiability.identifiability(
+    apply_fn,
+    problem,
+    target.params,
+    jnp.asarray(ds.x_train, dtype),
+    jnp.asarray(ds.y_train),
+    cands,
+    weights,
+    np.asarray(target.labels),
+    reference=target.fit,
+    diverged=diverged,
+    box=(np.asarray(target.box_lo), np.asarray(target.box_hi)),
+  )
+
+
+class Scores(NamedTuple):
+  """A run's candidates scored (:func:`score_run`)."""
+
+  identifiability: dict  # identifiability_report's dict
+  evaluation: dict  # evaluate_candidates' dict, its EvalResult taken out (``result``)
+  result: Any  # the EvalResult of the pooled candidates (or None)
+  identification: Optional[dict]  # the attacker's own scores (None: not asked, or no search)
+  timing: dict  # seconds of each part: identifiability_s, evaluation_s (identification_s)
+
+
+def score_run(
+  apply_fn: Callable,
+  num_outputs: int,
+  problem: str,
+  target: Target,
+  ds: data.Dataset,
+  cands,
+  weights,
+  final_loss,
+  run=None,
+  *,
+  attack=None,
+  hparams=None,
+  ssim_threshold: Optional[float] = None,
+  seed: int = 0,
+  identify: bool = False,
+  normalize: Optional[str] = None,
+  stability_candidates: int = 0,
+) -> Scores:
+  """The candidates ``cands`` [R, m, ...] (``weights`` [R, m], ``final_loss`` [R]) of a run on
+  the victim ``apply_fn`` scored against the truth ``ds``: identifiability
+  (:func:`identifiability_report`; a run without a search, ``run`` None, has candidates
+  without labels, so only the truth and its family are scored), the evaluation
+  (:func:`recon_jax.eval.report.evaluate_candidates`, ``ssim_threshold`` and ``seed``) and,
+  with ``identify`` and a search, how well the attacker's own scores pick out the real
+  candidates (:func:`recon_jax.eval.identification.identification_report` of the ``attack``
+  that ran, its last stage's ``hparams``, ``normalize``, and ``stability_candidates``
+  re-run; 0: no stability score)."""
+  timing = {}
+  t0 = time.time()
+  restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged
+  if run is None:  # first-layer images carry no labels: only the truth (and its family) is scored
+    restarts, restart_weights = cands[:0], weights[:0]
+  ident = identifiability_report(
+    apply_fn, num_outputs, problem, target, ds, restarts, restart_weights, diverged
+  )
+  timing["identifiability_s"] = time.time() - t0
+  logging.info("%s", identifiability.line(ident))
+  logging.info(
+    "evaluating %d candidates against %d training and %d held-out images and the baselines",
+    int(np.prod(cands.shape[:2])),
+    len(ds.x_train),
+    len(ds.x_test),
+  )
+  t0 = time.time()
+  ev = evaluation.evaluate_candidates(
+    cands, weights, final_loss, ds, ssim_threshold=ssim_threshold, seed=seed
+  )
+  timing["evaluation_s"] = time.time() - t0
+  result = ev.pop("_result")
+  if "truth_leave_one_out" in ident:  # where the images the attack missed rank in the truth's fit
+    ident["missed"] = identifiability.missed(ident, result.recovered_strict_mask)
+  ident_report = None
+  if run is not None and identify:
+    # The attacker's view: which candidates would it trust, and how often rightly.
+    logging.info(
+      "the attacker's own scores of %d candidates (no ground truth: lambda, agreement, "
+      "leave-one-out, margin; stability re-runs of up to %d)",
+      int(np.prod(cands.shape[:2])),
+      stability_candidates,
+    )
+    t0 = time.time()
+    ident_report = identification.identification_report(
+      attack,
+      run,
+      hparams,
+      target,
+      apply_fn,
+      problem,
+      ds,
+      ssim_threshold=ssim_threshold,
+      normalize=normalize,
+      key=seed,
+      # The stability score perturbs the candidates and re-runs steps of the attack.
+      stability_candidates=stability_candidates,
+    )
+    timing["identification_s"] = time.time() - t0
+  return Scores(ident, ev, result, ident_report, timing)

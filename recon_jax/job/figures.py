@@ -1,5 +1,6 @@
 """The main job's figures: Haim et al.'s Fig. 3 and Fig. 4 layouts, the candidates the
-attacker trusts and the identifiability witness (PNG, written by :mod:`.runner`).
+attacker trusts and the identifiability witness (PNG); :func:`reconstruction_figures` draws
+those a reconstruction's metrics call for.
 """
 
 from __future__ import annotations
@@ -301,3 +302,49 @@ def candidates_figure(path: Union[str, os.PathLike], candidates: np.ndarray, wei
     col_titles=[f"lambda {float(np.asarray(weights)[i]):.2g}" for i in order],
     title="A blind attack's candidates, by the attacker's trust (no training images given)",
   )
+
+
+def reconstruction_figures(
+  figdir: Union[str, os.PathLike],
+  metrics: Mapping[str, Any],
+  arrays: Mapping[str, np.ndarray],
+  ds: Any,
+  result: Any,
+  train_margins: Optional[Any],
+) -> None:
+  """Every figure a reconstruction's ``metrics`` call for, into ``figdir``: a blind attack's
+  candidates (candidates.png), the reconstructions of the EvalResult ``result``
+  (:func:`reconstruction_report`), the identifiability witness (identifiability.png) and
+  the trusted candidates (trusted.png).  ``arrays``: reconstructions.npz's; ``ds``: the
+  dataset, whose ``mean`` puts the images back in pixel space."""
+  best = (metrics.get("selection") or {}).get("best_by_loss_restart")
+  if metrics.get("blind") and best is not None:
+    candidates_figure(
+      os.path.join(figdir, "candidates.png"),
+      arrays["candidates"][best] + ds.mean,
+      arrays["weights"][best],
+    )
+  if result is not None:
+    reconstruction_report(
+      figdir,
+      result,
+      ds.x_train + ds.mean,
+      ds.x_test + ds.mean if len(ds.x_test) else None,
+      train_margins,
+      metrics["evaluation"]["ssim_threshold"],
+    )
+  fam = (metrics.get("identifiability") or {}).get("family") or {}
+  if fam.get("confirmed") and "family_witness" in arrays:
+    witness_figure(
+      os.path.join(figdir, "identifiability.png"),
+      metrics["identifiability"],
+      arrays["family_witness"] + ds.mean,
+      ds.x_train + ds.mean,
+    )
+  if "identification" in metrics:
+    trusted_figure(
+      os.path.join(figdir, "trusted.png"),
+      metrics["identification"],
+      arrays["candidates"] + ds.mean,
+      ds.x_train + ds.mean,
+    )

@@ -104,46 +104,22 @@ def main_job(
 
 
 def write_reconstruction(path: str, out) -> dict:
-  """metrics.json, reconstructions.npz, restarts.tsv and the figures of a reconstruction.
+  """metrics.json, reconstructions.npz, restarts.tsv, report.md and the figures of a
+  reconstruction (:func:`recon_jax.job.figures.reconstruction_figures`).
 
-  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  Returns its metrics.
+  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  metrics.json is written
+  last, so a workdir that holds it holds every file of a finished run (a harness resuming
+  its sub-runs takes one with metrics.json as done).  Returns its metrics.
   """
-  metrics, ds = out.metrics, out.dataset
-  workdir.write_json(path, "metrics.json", metrics)
+  metrics = out.metrics
+  table = restart_table(metrics["per_restart"])
+  margins = out.victim.summary.get("margins")
+  figures.reconstruction_figures(path, metrics, out.arrays, out.dataset, out.eval_result, margins)
+  text = report.report(metrics, path)  # after the figures: it shows those that exist
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
-  workdir.write_text(path, "restarts.tsv", restart_table(metrics["per_restart"]))
-  best = (metrics.get("selection") or {}).get("best_by_loss_restart")
-  if metrics.get("blind") and best is not None:
-    figures.candidates_figure(
-      workdir.inside(path, "candidates.png"),
-      out.arrays["candidates"][best] + ds.mean,
-      out.arrays["weights"][best],
-    )
-  if out.eval_result is not None:
-    figures.reconstruction_report(
-      path,
-      out.eval_result,
-      ds.x_train + ds.mean,
-      ds.x_test + ds.mean if len(ds.x_test) else None,
-      out.victim.summary.get("margins"),
-      metrics["evaluation"]["ssim_threshold"],
-    )
-  fam = (metrics.get("identifiability") or {}).get("family") or {}
-  if fam.get("confirmed") and "family_witness" in out.arrays:
-    figures.witness_figure(
-      workdir.inside(path, "identifiability.png"),
-      metrics["identifiability"],
-      out.arrays["family_witness"] + ds.mean,
-      ds.x_train + ds.mean,
-    )
-  if "identification" in metrics:
-    figures.trusted_figure(
-      workdir.inside(path, "trusted.png"),
-      metrics["identification"],
-      out.arrays["candidates"] + ds.mean,
-      ds.x_train + ds.mean,
-    )
-  workdir.write_text(path, "report.md", report.report(metrics, path))
+  workdir.write_text(path, "restarts.tsv", table)
+  workdir.write_text(path, "report.md", text)
+  workdir.write_json(path, "metrics.json", metrics)
   return metrics
 
 

@@ -10,13 +10,16 @@ hyperparameters: the W&B sweep of the reference becomes one compiled call.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Tuple
+from typing import Any, Mapping, Tuple
 
 import numpy as np
 
 from recon_jax.errors import ConfigError
 
 Range = Tuple[float, float, str]
+
+# The ranges a sweep's settings give (Haim et al.'s names), unless it draws the paper's.
+RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 
 # Haim et al. 2022, Appendix B.2.
 PAPER_RANGES: dict[str, Range] = {
@@ -174,6 +177,42 @@ def parse_range(name: str, text: str, default_kind: str) -> Range:
     )
   _check(name, rng)
   return rng
+
+
+def plan(
+  ranges: Mapping[str, Any],
+  seed: int,
+  num_restarts: int,
+  steps: int,
+  refine_steps: int = 0,
+  refine_alpha: float = 200.0,
+  refine_lr_scale: float = 0.1,
+  anneal_alpha: float = 0.0,
+  anneal_stages: int = 8,
+) -> Tuple[dict, list]:
+  """A sweep of ``num_restarts`` restarts, drawn once: ``(hparams, stages)``.
+
+  ``ranges``: ``{name: Range}``, or a range as a setting gives it (:func:`parse_range`:
+  log-uniform unless it says otherwise); each is drawn per restart (:func:`random_search`)
+  and the draws checked (:func:`check_hparams`), then staged over ``steps``
+  (:func:`stages`: the refinement and annealing settings).
+  """
+  parsed = {
+    name: rng if isinstance(rng, tuple) else parse_range(name, rng, "log")
+    for name, rng in ranges.items()
+  }
+  hp = random_search(seed, num_restarts, parsed)
+  check_hparams(hp)
+  staged = stages(
+    hp,
+    steps,
+    refine_steps,
+    refine_alpha,
+    refine_lr_scale,
+    anneal_alpha=anneal_alpha,
+    anneal_stages=anneal_stages,
+  )
+  return hp, staged
 
 
 def anneal(

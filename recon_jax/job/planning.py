@@ -26,7 +26,7 @@ from recon_jax.io.workdir import expand
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
 from recon_jax.victims import loading, readers, recipe, victim
 
-RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
+RANGE_NAMES = sweep.RANGE_NAMES
 
 
 def candidate_labels(problem: str, m: int, num_classes: int = 2) -> np.ndarray:
@@ -90,33 +90,38 @@ def total_steps(cfg: JobConfig) -> int:
   return int(cfg.steps) + int(cfg.refine_steps)
 
 
-def sweep_for(cfg: JobConfig, spec: attacks.AttackSpec) -> Tuple[dict, list]:
-  """The per-restart hyperparameters of a job and its stages: the shared ranges (its attack
-  ``spec``'s paper ranges or the config's) and the attack's own range options
-  (:attr:`AttackSpec.ranges`) drawn per restart, then the sweep (alpha fixed, or annealed)
-  and the optional refinement (:func:`recon_jax.engine.sweep.stages`)."""
+def sweep_settings(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
+  """A job's sweep as :func:`recon_jax.engine.sweep.plan` draws it: the shared ranges (its
+  attack ``spec``'s paper ranges, or the settings' :data:`~recon_jax.engine.sweep.RANGE_NAMES`)
+  and the attack's own range options (:attr:`AttackSpec.ranges`), as the settings give them;
+  the seed, the restarts, and the steps with their refinement and annealing."""
   if cfg.sweep == "paper":
     ranges = dict(spec.paper_ranges)
   elif cfg.sweep == "random":
-    ranges = {name: sweep.parse_range(name, getattr(cfg, name), "log") for name in RANGE_NAMES}
+    ranges = {name: getattr(cfg, name) for name in RANGE_NAMES}
   else:
     raise ConfigError(
       argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
     )
   opts = spec.options_of(cfg)
-  ranges.update({name: sweep.parse_range(name, getattr(opts, name), "log") for name in spec.ranges})
-  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
-  sweep.check_hparams(hp)
-  stages = sweep.stages(
-    hp,
-    cfg.steps,
-    cfg.refine_steps,
-    cfg.refine_alpha,
-    cfg.refine_lr_scale,
+  ranges.update({name: getattr(opts, name) for name in spec.ranges})
+  return dict(
+    ranges=ranges,
+    seed=cfg.seed,
+    num_restarts=cfg.num_restarts,
+    steps=cfg.steps,
+    refine_steps=cfg.refine_steps,
+    refine_alpha=cfg.refine_alpha,
+    refine_lr_scale=cfg.refine_lr_scale,
     anneal_alpha=cfg.anneal_alpha,
     anneal_stages=cfg.anneal_stages,
   )
-  return hp, stages
+
+
+def sweep_for(cfg: JobConfig, spec: attacks.AttackSpec) -> Tuple[dict, list]:
+  """The per-restart hyperparameters of a job and its stages (:func:`sweep_settings` drawn
+  by :func:`recon_jax.engine.sweep.plan`)."""
+  return sweep.plan(**sweep_settings(cfg, spec))
 
 
 def hparams_for(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
@@ -136,19 +141,6 @@ class Plan(NamedTuple):
   hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
   source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
-
-
-def plan(
-  cfg: JobConfig, spec, vcfg: victim.VictimConfig, problem: str, foreign: bool, source=None
-) -> Plan:
-  """The :class:`Plan` of the job ``cfg`` (its attack ``spec``, its victim ``vcfg`` and
-  ``problem``, ``foreign`` for an imported model) with its files ``source``
-  (:func:`recon_jax.victims.loading.read`): the sweep's draws added.  Not checked here:
-  :func:`recon_jax.job.planning.validate` calls it last."""
-  hp, stages = {}, []
-  if spec.direct is None:
-    hp, stages = sweep_for(cfg, spec)
-  return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -315,12 +307,12 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   if cfg.train_data or cfg.heldout_data:
     check_user_data(cfg, foreign)
   check_data_dir(vcfg, cfg.data_dir)
-  if spec.direct is None:
+  drawn = sweep_settings(cfg, spec) if spec.direct is None else None
+  if drawn:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
-  return plan(
-    cfg, spec, vcfg, problem, foreign, source
-  )  # bad ranges or refine_* fail here, before training
+  hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
+  return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source)
 
 
 def check_types(cfg: JobConfig) -> None:

@@ -28,7 +28,6 @@ from recon_jax.job import pipeline, planning
 from recon_jax.types import float_dtype
 from recon_jax.victims import loading, models, victim
 
-RANGE_NAMES = ("lr_x", "lr_lam", "sigma_x", "alpha", "lam_min")
 # The victim's init schemes that need no extra scale ('normal' needs init_std).
 VICTIM_INITS = ("torch", "kaiming", "uniform")
 VICTIM_ADAPTIVE = ("none", "loss", "grad")
@@ -96,10 +95,15 @@ def validate(cfg) -> tuple:
       "use fewer points, a narrower victim or fewer restarts.",
     )
   labels = planning.candidate_labels("binary", cfg.m)
-  ranges = {name: sweep.parse_range(name, cfg[name], "log") for name in RANGE_NAMES}
-  hp = sweep.random_search(cfg.seed, cfg.num_restarts, ranges)
-  sweep.check_hparams(hp)
-  stages = sweep.stages(hp, cfg.steps, cfg.refine_steps, cfg.refine_alpha, cfg.refine_lr_scale)
+  hp, stages = sweep.plan(
+    {name: cfg[name] for name in sweep.RANGE_NAMES},
+    cfg.seed,
+    cfg.num_restarts,
+    cfg.steps,
+    cfg.refine_steps,
+    cfg.refine_alpha,
+    cfg.refine_lr_scale,
+  )
   return hp, stages, labels
 
 

@@ -257,3 +257,24 @@ def check_basis(basis, input_shape) -> Optional[jax.Array]:
       "basis",
     )
   return b
+
+
+def regime(target: Target, n: int, known_init: bool = False, linearize: float = 1.0) -> dict:
+  """Which side of the map a victim is on, from what the attack fits (``target.fit``): the
+  first layer's span (of theta* - theta_0 with a known theta_0, ``known_init``, else of
+  theta*) against its ``n`` training images (:func:`span_basis`).  A span of about n
+  directions means the first layer holds the training images' coordinates (a model
+  fine-tuned from known weights, or at a weight-decay stationary point); a full span (d
+  directions) means it is not confined to them.  A first layer that is not dense has no
+  span (``span`` None, and ``span_why``)."""
+  out = {"known_init": bool(known_init), "n_train": int(n)}
+  if known_init:
+    out["linearize"] = float(linearize)
+  try:
+    _, info = span_basis(target.fit, 0.0, n)
+  except ConfigError as e:
+    out["span"] = None
+    out["span_why"] = str(e)
+    return out
+  out["span"] = info.summary()
+  return out

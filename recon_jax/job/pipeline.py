@@ -18,17 +18,16 @@ import time
 from typing import Any, NamedTuple, Optional, Tuple
 
 from absl import logging
-import jax
 import numpy as np
 
 from recon_jax import attacks, data
-from recon_jax.attacks import span
+from recon_jax.attacks import search, span
+from recon_jax.attacks.search import Found
 from recon_jax.core import diagnostics
-from recon_jax.engine import inits, loop, precision
-from recon_jax.errors import ConfigError
+from recon_jax.engine import loop, precision
 from recon_jax.eval import scoring, verdict
 from recon_jax.job import planning
-from recon_jax.job.planning import Plan, candidate_labels, num_candidates, total_steps
+from recon_jax.job.planning import Plan, candidate_labels, num_candidates
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import loading, victim
@@ -188,27 +187,6 @@ def make_attack(
   return spec.build(spec.options_of(cfg), setup)
 
 
-def regime(plan: Plan, target: Target, n: int) -> dict:
-  """Which side of the map the victim is on, from what the attack fits: the first layer's
-  span (of theta* - theta_0 with a known theta_0, else of theta*) against the n training
-  images (:func:`recon_jax.attacks.span.span_basis`).  A span of about n directions means
-  the first layer holds the training images' coordinates (a model fine-tuned from known
-  weights, or at a weight-decay stationary point); a full span (d directions) means it is
-  not confined to them."""
-
-  out = {"known_init": bool(plan.config.known_init), "n_train": int(n)}
-  if plan.config.known_init:
-    out["linearize"] = float(plan.config.linearize)
-  try:
-    _, info = span.span_basis(target.fit, 0.0, n)
-  except ConfigError as e:
-    out["span"] = None
-    out["span_why"] = str(e)
-    return out
-  out["span"] = info.summary()
-  return out
-
-
 class Reconstruction(NamedTuple):
   """A reconstruction job's outcome: the report and what the figures and arrays need."""
 
@@ -241,72 +219,6 @@ def job_target(plan: Plan, vic: loading.Victim, ds: data.Dataset, labels) -> Tar
   return target
 
 
-class Found(NamedTuple):
-  """The attack's candidates: searched (``run`` and ``attack`` set) or read off theta*."""
-
-  candidates: np.ndarray  # [R, m, *input_shape]
-  weights: np.ndarray  # [R, m]
-  final_loss: np.ndarray  # [R]
-  hparams: dict  # per-restart hyperparameters ({} without a search)
-  run: Optional[loop.AttackRun] = None
-  attack: Optional[Attack] = None
-  timing: Optional[dict] = None  # compile and run seconds of the search
-
-
-def find_candidates(
-  plan: Plan,
-  vic: loading.Victim,
-  ds: data.Dataset,
-  target: Target,
-  state_file: Optional[loop.StateFile] = None,
-) -> Found:
-  """The job's attack (its registered spec) over the sweep's restarts in one compiled
-  call (:func:`recon_jax.engine.loop.run_attack`), or an attack without a search read off theta*."""
-  cfg, spec = plan.config, plan.spec
-  input_shape = ds.x_train.shape[1:]
-  if spec.direct is not None:  # candidates read off theta*, no search
-    cands = np.asarray(spec.direct(target.params, input_shape))
-    return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {})
-  attack = make_attack(
-    cfg,
-    vic.apply_fn,
-    plan.problem,
-    vic.num_outputs,
-    victim_config=plan.victim,
-    foreign=plan.foreign,
-    input_shape=input_shape,
-    n=len(ds.x_train),
-    target=target,
-    spec=spec,
-  )
-  x_init = inits.make_x_init(
-    cfg.init,
-    m=len(target.labels),
-    input_shape=input_shape,
-    x_train=ds.x_train,
-    x_part=ds.x_part,
-    offset=ds.mean,
-    dtype=float_dtype(),
-  )
-  keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
-  run = loop.run_attack(
-    attack,
-    x_init,
-    keys,
-    plan.stages,
-    target,
-    chunk_steps=cfg.chunk_steps,
-    batching=cfg.batching,
-    state_file=state_file,
-  )
-  timing = dict(
-    compile_s=run.compile_s,
-    attack_run_s=run.run_s,
-    restart_steps_per_s=cfg.num_restarts * total_steps(cfg) / max(run.run_s, 1e-9),
-  )
-  return Found(run.candidates, run.weights, run.final_loss, plan.hparams, run, attack, timing)
-
-
 @contextlib.contextmanager
 def progress_shown(verbose: bool = True):
   """The library's progress lines (absl logging at INFO) shown while a job runs, also when
@@ -329,8 +241,10 @@ def reconstruct(
   requested_victim: Optional[dict] = None,
   verbose: bool = True,
 ) -> Reconstruction:
-  """Runs one reconstruction job: :func:`load_victim` -> :func:`job_target` ->
-  :func:`find_candidates` -> identifiability, evaluation and the attacker's scores -> the report.
+  """Runs one reconstruction job: :func:`load_victim` -> :func:`job_target` -> the regime
+  (:func:`recon_jax.attacks.span.regime`) -> the attack's candidates
+  (:func:`recon_jax.attacks.search.find_candidates`) -> identifiability, evaluation and the
+  attacker's scores (:func:`recon_jax.eval.scoring.score_run`) -> the report.
 
   ``job``: the job resolved by :func:`recon_jax.job.planning.prepare` (a
   :class:`~recon_jax.job.planning.Plan`, taken as it is), or its settings (a
@@ -406,7 +320,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
-  seen = regime(plan, target, len(ds.x_train))
+  seen = span.regime(target, len(ds.x_train), cfg.known_init, cfg.linearize)
   if seen.get("span"):
     logging.info(
       "regime: the first layer's %s spans %d of %d input directions for %d training images",
@@ -415,7 +329,18 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       seen["span"]["input_dim"],
       seen["n_train"],
     )
-  found = find_candidates(plan, vic, ds, target, state_file)
+  setup = attacks.Setup(
+    problem,
+    plan.victim,
+    plan.foreign,
+    vic.apply_fn,
+    vic.num_outputs,
+    tuple(ds.x_train.shape[1:]),
+    len(ds.x_train),
+    target,
+    attacks.Common.of(cfg),
+  )
+  found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, **(found.timing or {})}
   n = len(ds.x_train)

@@ -86,10 +86,6 @@ def num_candidates(cfg: JobConfig, n: int) -> int:
   return int(cfg.m) or int(cfg.m_per_sample) * int(n)
 
 
-def total_steps(cfg: JobConfig) -> int:
-  return int(cfg.steps) + int(cfg.refine_steps)
-
-
 def sweep_settings(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
   """A job's sweep as :func:`recon_jax.engine.sweep.plan` draws it: the shared ranges (its
   attack ``spec``'s paper ranges, or the settings' :data:`~recon_jax.engine.sweep.RANGE_NAMES`)

@@ -1,0 +1,78 @@
+"""A registered attack run on a victim: the attack its spec builds from the job's settings,
+the candidates' starts, and the restarts of the sweep in the one batched loop
+(:func:`recon_jax.engine.loop.run_attack`); or, for an attack without a search, the
+candidates it reads off theta*.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import numpy as np
+
+from recon_jax import data
+from recon_jax.attacks.spec import AttackSpec, Setup
+from recon_jax.engine import inits, loop
+from recon_jax.types import Attack, float_dtype
+
+
+class Found(NamedTuple):
+  """The attack's candidates: searched (``run`` and ``attack`` set) or read off theta*."""
+
+  candidates: np.ndarray  # [R, m, *input_shape]
+  weights: np.ndarray  # [R, m]
+  final_loss: np.ndarray  # [R]
+  hparams: dict  # per-restart hyperparameters ({} without a search)
+  run: Optional[loop.AttackRun] = None
+  attack: Optional[Attack] = None
+  timing: Optional[dict] = None  # compile and run seconds of the search
+
+
+def find_candidates(
+  spec: AttackSpec,
+  settings,
+  setup: Setup,
+  stages: list,
+  hparams: dict,
+  ds: data.Dataset,
+  state_file: Optional[loop.StateFile] = None,
+) -> Found:
+  """The candidates of attack ``spec`` on the victim and target of ``setup``: built from its
+  options in ``settings`` (the job's: its ``init``, ``seed``, ``num_restarts``,
+  ``chunk_steps`` and ``batching`` say how the restarts run), the sweep's ``stages`` (whose
+  per-restart ``hparams`` are drawn) run in one compiled call, saved to and resumed from
+  ``state_file``; or, without a search, read off theta*.  ``ds``: the images the
+  initialisation may start from."""
+  target = setup.target
+  if spec.direct is not None:  # candidates read off theta*, no search
+    cands = np.asarray(spec.direct(target.params, setup.input_shape))
+    return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {})
+  attack = spec.build(spec.options_of(settings), setup)
+  x_init = inits.make_x_init(
+    settings.init,
+    m=len(target.labels),
+    input_shape=setup.input_shape,
+    x_train=ds.x_train,
+    x_part=ds.x_part,
+    offset=ds.mean,
+    dtype=float_dtype(),
+  )
+  keys = jax.random.split(jax.random.PRNGKey(settings.seed), settings.num_restarts)
+  run = loop.run_attack(
+    attack,
+    x_init,
+    keys,
+    stages,
+    target,
+    chunk_steps=settings.chunk_steps,
+    batching=settings.batching,
+    state_file=state_file,
+  )
+  steps = sum(n for n, _ in stages)
+  timing = dict(
+    compile_s=run.compile_s,
+    attack_run_s=run.run_s,
+    restart_steps_per_s=settings.num_restarts * steps / max(run.run_s, 1e-9),
+  )
+  return Found(run.candidates, run.weights, run.final_loss, hparams, run, attack, timing)

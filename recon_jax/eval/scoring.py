@@ -132,7 +132,9 @@ def score_run(
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
-  if "truth_leave_one_out" in ident:  # where the images the attack missed rank in the truth's fit
+  # where the images the attack missed rank in the truth's fit (none evaluated: every
+  # restart diverged, so there is no search to tell from the identifiability floor)
+  if "truth_leave_one_out" in ident and result is not None:
     ident["missed"] = identifiability.missed(ident, result.recovered_strict_mask)
   ident_report = None
   if run is not None and identify:

@@ -155,7 +155,7 @@ def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, for
   return out
 
 
-def make_attack(
+def attack_setup(
   cfg: JobConfig,
   apply_fn,
   problem: str,
@@ -166,14 +166,10 @@ def make_attack(
   input_shape=(),
   n: int = 0,
   target: Optional[Target] = None,
-  spec: Optional[attacks.AttackSpec] = None,
-) -> Attack:
-  """The attack a job names (``cfg.attack``; a JobConfig or a mapping of settings), built by
-  its registered spec (:mod:`recon_jax.attacks`) from its options, the job's shared settings
-  and what the run knows (``spec``: the attack's spec when the caller has it)."""
-  cfg = JobConfig.of(cfg)
-  spec = attacks.get(cfg.attack) if spec is None else spec
-  setup = attacks.Setup(
+) -> attacks.Setup:
+  """What an attack is built from: the victim and target the run knows and the job's shared
+  settings (``cfg``: a JobConfig or a mapping of settings)."""
+  return attacks.Setup(
     problem,
     victim_config or victim.VictimConfig(),
     foreign,
@@ -182,9 +178,28 @@ def make_attack(
     tuple(input_shape),
     n,
     target,
-    attacks.Common.of(cfg),
+    attacks.Common.of(JobConfig.of(cfg)),
   )
-  return spec.build(spec.options_of(cfg), setup)
+
+
+def make_attack(
+  cfg: JobConfig,
+  apply_fn,
+  problem: str,
+  num_outputs: int = 1,
+  *,
+  spec: Optional[attacks.AttackSpec] = None,
+  **known,
+) -> Attack:
+  """The attack a job names (``cfg.attack``; a JobConfig or a mapping of settings), built by
+  its registered spec (:mod:`recon_jax.attacks`) from its options and the
+  :func:`attack_setup` of what the run knows (``known``: its keyword arguments; ``spec``:
+  the attack's spec when the caller has it)."""
+  cfg = JobConfig.of(cfg)
+  spec = attacks.get(cfg.attack) if spec is None else spec
+  return spec.build(
+    spec.options_of(cfg), attack_setup(cfg, apply_fn, problem, num_outputs, **known)
+  )
 
 
 class Reconstruction(NamedTuple):
@@ -320,6 +335,17 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
+  setup = attack_setup(
+    cfg,
+    vic.apply_fn,
+    problem,
+    vic.num_outputs,
+    victim_config=plan.victim,
+    foreign=plan.foreign,
+    input_shape=ds.x_train.shape[1:],
+    n=len(ds.x_train),
+    target=target,
+  )
   seen = span.regime(target, len(ds.x_train), cfg.known_init, cfg.linearize)
   if seen.get("span"):
     logging.info(
@@ -329,17 +355,6 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       seen["span"]["input_dim"],
       seen["n_train"],
     )
-  setup = attacks.Setup(
-    problem,
-    plan.victim,
-    plan.foreign,
-    vic.apply_fn,
-    vic.num_outputs,
-    tuple(ds.x_train.shape[1:]),
-    len(ds.x_train),
-    target,
-    attacks.Common.of(cfg),
-  )
   found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, **(found.timing or {})}

@@ -242,3 +242,11 @@ def test_leave_one_out_gain_drops_all_outputs_of_a_sample_in_general():
   np.testing.assert_allclose(
     fit["leave_one_out_gain"], np.sum(a**2, axis=1) / np.sum(a**2), atol=1e-12
   )
+
+
+def test_leave_one_out_gain_of_a_lone_sample_is_all_it_explains():
+  x, y = np.array([[1.0, 0.0, 0.0]]), np.array([1.0])
+  params = {"params": {"w": jnp.asarray([[2.0], [0.0], [1.0]])}}
+  cols = diagnostics.gradient_matrix(linear_apply, "binary", params)
+  fit = diagnostics.stationarity_fit(cols, "binary", params, x, y, leave_one_out=True)
+  np.testing.assert_allclose(fit["leave_one_out_gain"], [4.0 / 5.0], atol=1e-12)

@@ -123,12 +123,13 @@ def stationarity_fit(
   if leave_one_out:
     # On the triangle the residual differs from the whole matrix's by a constant, which
     # cancels in the difference.
-    sample = every // (v.shape[1] // k)  # the candidate of each column
+    sample = every // (v.shape[1] // k if k else 1)  # the candidate of each column
     base = np.sum((rhs - r @ sol) ** 2)
     gain = []
     for i in range(k):
       kept = every[sample != i]
-      gain.append(max(0.0, float(np.sum((rhs - r[:, kept] @ solve(kept)) ** 2) - base)))
+      fit = r[:, kept] @ solve(kept) if kept.size else 0.0
+      gain.append(max(0.0, float(np.sum((rhs - fit) ** 2) - base)))
     out["leave_one_out_gain"] = np.asarray(gain) / np.sum(theta**2)
   return out
 

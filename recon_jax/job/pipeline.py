@@ -38,10 +38,6 @@ ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by f
 # ----------------------------------------------------------------------------- one job
 
 
-# Arrays of candidate size the attack keeps per restart: x, its gradient, and the
-# optimiser's slots (momentum for SGD; first and second moments for Adam).
-
-
 def _as_float(v) -> Optional[float]:
   try:
     v = float(v)

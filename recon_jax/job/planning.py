@@ -451,16 +451,9 @@ def read_source(
 
 
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:
-  """Refuses the known-theta_0 settings where they cannot run or would change nothing."""
-  if not cfg.known_init:
-    for name, unset in (("linearize", 1.0), ("init_checkpoint", "")):
-      if getattr(cfg, name) != unset:
-        raise ConfigError(
-          f"{name} is a setting of known_init=True (the attacker knows theta_0); without it "
-          f"it would change nothing (leave it at {unset!r}).",
-          name,
-        )
-  elif foreign and not cfg.init_checkpoint:
+  """Refuses the known-theta_0 settings where they cannot run (without ``known_init`` they
+  are refused by :func:`check_features`: their rules name the feature)."""
+  if cfg.known_init and foreign and not cfg.init_checkpoint:
     raise ConfigError(
       f"known_init needs theta_0 of the imported model {cfg.checkpoint}: pass the weights its "
       "training started from as init_checkpoint (same format).",

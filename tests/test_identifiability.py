@@ -230,6 +230,8 @@ def test_leave_one_out_gain_is_each_orthogonal_samples_own_share():
   np.testing.assert_allclose(out["truth_leave_one_out"], lam**2 / np.sum(lam**2), atol=1e-12)
   miss = ident.missed(out, [True, True, False, False])
   assert miss["images"] == [2, 3] and miss["weakness_rank"] == [2, 1]
+  with pytest.raises(ValueError, match="recovered must have one entry per training image"):
+    ident.missed(out, [True, False])
 
 
 def test_leave_one_out_gain_drops_all_outputs_of_a_sample_in_general():

@@ -420,7 +420,10 @@ def missed(report: dict, recovered) -> Optional[dict]:
     return None
   gain, recovered = np.asarray(gain, float), np.asarray(recovered, bool)
   if gain.shape != recovered.shape:
-    raise ValueError(f"recovered must have one entry per training image ({len(gain)}).")
+    raise ConfigError(
+      f"recovered must have one entry per training image ({len(gain)}), got {recovered.shape}.",
+      "recovered",
+    )
   rank = np.empty(len(gain), int)
   rank[np.argsort(gain, kind="stable")] = np.arange(1, len(gain) + 1)
   idx = np.flatnonzero(~recovered)

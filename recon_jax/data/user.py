@@ -152,7 +152,6 @@ def read_npz(path: str, binary: bool) -> Images:
 def read_split_files(folder: str, split: str, binary: bool) -> Images:
   """MNIST or CIFAR files in ``folder``: its ``split`` ('train' or 'test') with the
   dataset's own labels (binary: its binary labelling, as the library's datasets)."""
-
   for name, loader in (("mnist", files.load_mnist), ("cifar10", files.load_cifar10)):
     try:
       (xtr, ytr), (xte, yte) = loader(folder)
@@ -252,7 +251,6 @@ def user_dataset(
   Raises:
     DataError: naming the file whose images, labels or sizes do not fit.
   """
-
   kind, width = first_layer
   blind = not train
   if blind:

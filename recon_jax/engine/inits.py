@@ -92,7 +92,6 @@ def make_x_init(
 ):
   """x-initialisation by name (see module docstring); ConfigError naming a bad argument
   (the scheme, ``m``, ``input_shape``, or images of another shape)."""
-
   if scheme not in INIT_SCHEMES:
     raise ConfigError(f"init must be one of {INIT_SCHEMES}, got {scheme!r}.", "init")
   m = arguments.count("m", m)

@@ -397,7 +397,6 @@ def resume_state(
   hyperparameters (the resumed run would not be the run that was started) and
   NaN/Inf in the attack state.  Raises CheckpointError with a one-line reason.
   """
-
   init_fn, _ = make_runner(attack, x_init, batching=batching)
   hp = {k: jnp.asarray(v) for k, v in hparams.items()}
   template = resume.run_tree(jax.eval_shape(init_fn, keys, hp, target), keys, hparams)
@@ -431,7 +430,6 @@ class AttackRun(NamedTuple):
 
 def _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching) -> None:
   """ConfigError naming the first argument of :func:`run_attack` it cannot run with."""
-
   if not isinstance(attack, Attack):
     raise ConfigError(
       f"attack must be an Attack (init, step, candidates), got {attack!r}.", "attack"

@@ -251,7 +251,6 @@ def _check_arguments(
   apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
 ):
   """ConfigError naming the first argument of :func:`identifiability` it cannot run with."""
-
   if problem not in losses.PROBLEMS:
     raise ConfigError(f"problem must be one of {losses.PROBLEMS}, got {problem!r}.", "problem")
   arguments.finite_tree("params", params)

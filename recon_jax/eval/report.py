@@ -54,7 +54,6 @@ def evaluate_candidates(
     ``per_restart`` and ``selection`` entries, plus the EvalResult under
     ``_result`` (not serialisable; pop it before writing JSON).
   """
-
   img = tuple(np.shape(ds.x_train)[1:])
   cands = arguments.array("cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False)
   r, m = cands.shape[:2]

@@ -73,5 +73,4 @@ def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
 
 def _dense_first_layer(path: str) -> bool:
   """Whether the model's first layer is dense (its candidates can live in the span)."""
-
   return importers.first_layer_input(path)[0] == "dense"

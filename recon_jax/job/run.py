@@ -85,7 +85,6 @@ def main_job(
   each warning; a run whose every restart diverged writes its results, then raises
   :class:`RunFailed` (:func:`check_outcome`).
   """
-
   explicit = dict(explicit or {})
   settings = JobConfig.of(config)  # the library reads its typed settings
   planning.check_types(settings)  # a bool is a bool before it starts anything

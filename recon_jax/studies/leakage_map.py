@@ -172,7 +172,6 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 
 def write(path: str, out: dict, spec, n_of: Mapping) -> None:
   """leakage_map.png and leakage_map.md in workdir ``path``; ``out['map']`` gains the cells."""
-
   out["map"] = cells(out, spec)
   workdir.write_text(path, "leakage_map.md", table(out, spec, n_of))
   figure(workdir.inside(path, "leakage_map.png"), out, spec, n_of)
@@ -180,7 +179,6 @@ def write(path: str, out: dict, spec, n_of: Mapping) -> None:
 
 def check(spec, variants: Sequence[str]) -> None:
   """Refuses a map that names a variant the harness does not run."""
-
   missing = [v for v in variants_of(spec) if v not in variants]
   if missing:
     raise ConfigError(f"map: cell variant {missing[0]!r} is not among the variants run.", "map")

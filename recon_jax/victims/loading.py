@@ -47,7 +47,6 @@ def make_target(
     box: (lo, hi) pixel range of the data; None: no box (the 2-D toy).
     dtype: float dtype (default :func:`float_dtype`).
   """
-
   arguments.finite_tree("params", params)
   arguments.array("labels", labels, ndim=1)
   if mean is not None:

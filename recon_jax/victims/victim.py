@@ -422,7 +422,6 @@ def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int)
 
 def save_training(path: str, phase: int, state, histories, chunk: int) -> None:
   """Saves a training run between chunks (``fit``'s ``on_chunk``) for :func:`load_training`."""
-
   resume.save(path, {"state": state}, {"phase": phase, "histories": histories, "chunk": chunk})
 
 
@@ -432,7 +431,6 @@ def load_training(path: str, cfg: VictimConfig, ds: data.Dataset, chunk: int) ->
   Raises CheckpointError (file missing, foreign, of another architecture) or
   ConfigError (``chunk`` differs from the saved run's).
   """
-
   if not os.path.isfile(path):
     raise checkpoint.CheckpointError(f"{path}: training state not found; nothing to resume.")
   with open(path, "rb") as f:

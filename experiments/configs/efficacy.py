@@ -68,6 +68,10 @@ FINETUNE_VARIANTS = {
   "split": {"split_every": 250, "split_eps": 0.5, "lam_min": "0"},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"num_restarts": 64, "steps": 1000},
+  # The victims themselves trained with squared error to labels +-1 instead of the logistic
+  # loss (the attack the same; its problem follows the loss): no image's gradient fades as
+  # its margin grows, so none is left out of theta* - theta_0 (docs/leakage.md).
+  "mse": {"victim": {"loss": "mse"}},
   # The default before the tuning of 2026-11-26: the span unweighted, 2n candidates,
   # Adam at lr_x 3e-3..1e-1, lambda_min 0.2..0.7.
   "plain": dict(span_whiten=0.0, m_per_sample=2, lr_x="3e-3:1e-1:log", lam_min="0.2:0.7:lin"),

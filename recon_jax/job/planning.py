@@ -201,7 +201,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   every setting checked: what can fail before any work.
 
   Nothing is written or trained here.  ``explicit``: the settings the user set
-  (see :func:`validate`); ``requested_victim``: see :func:`victim_config`.  Returns the
+  (see :func:`_plan`); ``requested_victim``: see :func:`victim_config`.  Returns the
   job's :class:`~recon_jax.job.planning.Plan`, which the run takes as it is (its
   ``config``: the settings with their paths expanded).
   """
@@ -215,7 +215,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
     heldout_data=expand(cfg.heldout_data),
     foreign=dataclasses.replace(cfg.foreign, data_mean=expand(cfg.foreign.data_mean)),
   )
-  return validate(cfg, explicit, requested_victim)
+  return _plan(cfg, explicit, requested_victim)
 
 
 def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
@@ -241,8 +241,13 @@ def prepare_training(cfg) -> victim.VictimConfig:
 
 
 def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
-  """Raises an error naming the first setting of ``cfg`` (a :class:`JobConfig`, or a
-  mapping of settings) that cannot run, before any work; returns the job's
+  """:func:`prepare` with its arguments in this order (``explicit`` first)."""
+  return prepare(cfg, requested_victim, explicit)
+
+
+def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
+  """Raises an error naming the first setting of ``cfg`` (its types checked, its paths
+  expanded) that cannot run, before any work; returns the job's
   :class:`~recon_jax.job.planning.Plan` (``requested_victim``: see :func:`victim_config`).
 
   :class:`ConfigError` names the setting (its ``argument``); a recon_jax
@@ -251,8 +256,6 @@ def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   the names of the settings the user set; with ``sweep=paper`` none of the
   ranges may be among them (the paper's ranges would silently replace it).
   """
-  cfg = JobConfig.of(cfg)
-  check_types(cfg)
   named = [n for n in RANGE_NAMES if n in explicit]
   if cfg.sweep == "paper" and named:
     raise ConfigError(
@@ -316,7 +319,7 @@ def check_types(cfg: JobConfig) -> None:
   its type (a bool is True or False, a number is not a string), its range (finite, within
   float32 and the setting's meaning), the victim section's against
   :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the first that breaks it.
-  Settings in combination are checked by :func:`validate` after."""
+  Settings in combination are checked by :func:`prepare` after."""
   rules.check_all({name: getattr(cfg, name) for name in RULES}, RULES)
   rules.check_all(
     {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."

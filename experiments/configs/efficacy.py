@@ -94,7 +94,8 @@ FINETUNE_VARIANTS = {
 
 # The leakage map: one thing a model owner controls or knows changed at a time from the
 # finetune preset (its base: 2048 units, 10 + 10 faces, He init, 2000 epochs, no weight decay,
-# a published random theta_0 that the attacker knows).  Rows: (axis, ((label, overrides),)).
+# the logistic loss, a published random theta_0 that the attacker knows).
+# Rows: (axis, ((label, overrides), ...)).
 # The preset's attack throughout, but the last row's "no" (Haim et al.'s attack on theta*).
 _victim = lambda **kw: {"victim": kw}
 MAP = (
@@ -108,6 +109,7 @@ MAP = (
   ("epochs", (("500", _victim(epochs=500)), ("2000", BASE), ("10000", _victim(epochs=10_000)))),
   ("weight decay", (("0", BASE), ("1e-3", _victim(weight_decay=1e-3)),
                     ("1e-2", _victim(weight_decay=1e-2)))),
+  ("training loss", (("logistic", BASE), ("squared error", _victim(loss="mse")))),
   ("theta_0", (("random (seed)", BASE), ("pretrained", _victim(pretrain_epochs=2000)))),
   ("theta_0 known", (("yes", BASE), ("no", FINETUNE_VARIANTS["unknown_init"]))),
 )  # fmt: skip

@@ -1,6 +1,6 @@
 """The leakage map: how much an attack recovers as one thing a model owner controls or knows
-changes at a time (width, n, initialisation scale, training length, weight decay, a
-pretrained or random theta_0, whether theta_0 is known).
+changes at a time (width, n, initialisation scale, training length, weight decay, the
+training loss, a pretrained or random theta_0, whether theta_0 is known).
 
 A map is a list of rows ``(axis, ((label, variant), ...))`` over the variants of an
 efficacy harness (each variant a victim or attack recipe, run on the same draws).  Each

@@ -69,8 +69,8 @@ FINETUNE_VARIANTS = {
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"num_restarts": 64, "steps": 1000},
   # The victims themselves trained with squared error to labels +-1 instead of the logistic
-  # loss (the attack the same; its problem follows the loss): no image's gradient fades as
-  # its margin grows, so none is left out of theta* - theta_0 (docs/leakage.md).
+  # loss (the attack the same; its problem follows the loss): no margin beyond the label is
+  # rewarded, so an image's gradient fades only once it is fitted (docs/leakage.md).
   "mse": {"victim": {"loss": "mse"}},
   # The default before the tuning of 2026-11-26: the span unweighted, 2n candidates,
   # Adam at lr_x 3e-3..1e-1, lambda_min 0.2..0.7.

@@ -200,8 +200,9 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   """The job's settings (a :class:`JobConfig`, or a mapping of them), paths expanded and
   every setting checked: what can fail before any work.
 
-  Nothing is written or trained here.  ``explicit``: the settings the user set
-  (see :func:`_plan`); ``requested_victim``: see :func:`victim_config`.  Returns the
+  Nothing is written or trained here.  ``explicit``: the names of the settings the user
+  set (with ``sweep=paper`` none of the ranges may be among them); ``requested_victim``:
+  see :func:`victim_config`.  Returns the
   job's :class:`~recon_jax.job.planning.Plan`, which the run takes as it is (its
   ``config``: the settings with their paths expanded).
   """

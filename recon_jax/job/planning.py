@@ -202,9 +202,8 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
 
   Nothing is written or trained here.  ``explicit``: the names of the settings the user
   set (with ``sweep=paper`` none of the ranges may be among them); ``requested_victim``:
-  see :func:`victim_config`.  Returns the
-  job's :class:`~recon_jax.job.planning.Plan`, which the run takes as it is (its
-  ``config``: the settings with their paths expanded).
+  see :func:`victim_config`.  Returns the job's :class:`~recon_jax.job.planning.Plan`,
+  which the run takes as it is (its ``config``: the settings with their paths expanded).
   """
   cfg = JobConfig.of(cfg)
   check_types(cfg)  # paths are strings before they are expanded

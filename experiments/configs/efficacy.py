@@ -60,15 +60,12 @@ FINETUNE_VARIANTS = {
   "sgd": SGD,
   # Gradients at theta* (Haim et al.'s point) instead of halfway.
   "theta_star": {"linearize": 1.0},
-  # Gradients nearer theta_0 or theta* than halfway (docs/leakage.md: neither moves the count).
-  "lin03": {"linearize": 0.3},
+  # Paired with the preset on draws 10-14 (docs/leakage.md); none moves strict pooled.
+  "lin03": {"linearize": 0.3},  # gradients nearer theta_0 than halfway
   "lin07": {"linearize": 0.7},
-  # A total-variation prior on the candidates at two weights (about 5% and 50% of the final
-  # loss at n = 20): sharpening the partial matches was the hope; neither lifts the count.
-  "tv4": {"w_tv": 1e-4},
+  "tv4": {"w_tv": 1e-4},  # a total-variation prior, ~5% of the final loss at n = 20
   "tv3": {"w_tv": 1e-3},
-  # 6000 steps instead of 4000 (the loss still falls at 4000; about 30 s more per draw).
-  "steps6k": {"steps": 6000},
+  "steps6k": {"steps": 6000},  # the loss still falls at 4000
   # Candidates searched in pixels (625 inputs) instead of the span's coefficients.
   "pixels": {"subspace": False, "span_whiten": 0.0},
   # Levenberg-Marquardt on the free-multiplier equations in the span (200 steps).

@@ -11,7 +11,7 @@ import pytest
 import scipy.optimize
 
 from recon_jax.attacks import closed_form as cf
-from recon_jax.attacks import kkt
+from recon_jax.attacks import equations
 from recon_jax.core import activations, losses
 from recon_jax.engine import loop
 from recon_jax.types import Target
@@ -319,7 +319,9 @@ def _planted(d=5, h=16, m=4, seed=0, iters=400):
   act = functools.partial(activations.surrogate_relu, alpha=ALPHA)
 
   def f(p):
-    return jax.grad(kkt.weighted_output, argnums=2)(apply_fn, "binary", p, x, lam, y, act, "sum")
+    return jax.grad(equations.weighted_output, argnums=2)(
+      apply_fn, "binary", p, x, lam, y, act, "sum"
+    )
 
   def body(_, th):
     fth = f(th)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from recon_jax.attacks import kkt
+from recon_jax.attacks import equations, kkt
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.io.checkpoint import CheckpointError
@@ -322,7 +322,7 @@ def test_imported_mlp_gives_the_native_kkt_loss(tmp_path):
   losses = []
   for module, prm in ((native, params), (imp.module, imp.params)):
     apply_fn = models.make_apply_fn(module)
-    stat = jax.jit(kkt.stationarity, static_argnums=(0, 1, 6))(
+    stat = jax.jit(equations.stationarity, static_argnums=(0, 1, 6))(
       apply_fn, "binary", prm, x, lam, labels, None
     )
     assert np.isfinite(float(stat)) and float(stat) > 0

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax.attacks import kkt
+from recon_jax.attacks import equations, kkt
 from recon_jax.core import activations, losses
 from recon_jax.engine import inits, loop
 from recon_jax.types import Target
@@ -22,7 +22,7 @@ ALPHA = 3.0
 
 def _stat(problem, params, x, lam, labels, act=None, normalize="mean", apply_fn=linear_apply):
   return float(
-    kkt.stationarity(
+    equations.stationarity(
       apply_fn,
       problem,
       params,
@@ -44,7 +44,7 @@ def test_weighted_output_by_hand():
   params = {"params": {"w": jnp.asarray(w)}}
   want = np.sum(lam * y * (x @ w)[:, 0])
   for normalize, scale in (("mean", 1 / 4), ("sum", 1.0)):
-    got = kkt.weighted_output(
+    got = equations.weighted_output(
       linear_apply,
       "binary",
       params,
@@ -146,7 +146,7 @@ def test_stationarity_gradient_matches_finite_differences(problem, out_dim):
     labels = jnp.asarray([1.0, -1.0, 1.0]) if problem == "binary" else jnp.asarray([0, 2, 1])
 
   def loss(xx, ll):
-    return kkt.stationarity(apply_fn, problem, params, xx, ll, labels, jax.nn.softplus)
+    return equations.stationarity(apply_fn, problem, params, xx, ll, labels, jax.nn.softplus)
 
   gx, gl = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, lam)
   loss_j = jax.jit(loss)
@@ -231,7 +231,7 @@ def test_attack_gradient_matches_custom_jvp_twin():
   gx, glam, _ = _step_gradient(attack, state, hp, target)
 
   def loss(x, lam, act):
-    return kkt.stationarity(apply_fn, "binary", params, x, lam, target.labels, act)
+    return equations.stationarity(apply_fn, "binary", params, x, lam, target.labels, act)
 
   twin = functools.partial(activations.surrogate_relu_jvp, alpha=ALPHA)
   grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
@@ -332,7 +332,7 @@ def test_attack_reduces_stationarity_on_trained_victim():
   norm = float(losses.tree_sq_norm(params))
   stat = jax.jit(
     jax.vmap(
-      lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
+      lambda xx, ll: equations.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
     )
   )
   before = np.asarray(stat(s0.inner.x, s0.inner.lam)) / norm
@@ -351,8 +351,8 @@ def test_known_initialisation_fits_theta_star_minus_theta0():
   params = {"params": {"w": jnp.asarray(w0 + delta)}}
   ref = {"params": {"w": jnp.asarray(delta)}}
   args = (linear_apply, "binary", params, jnp.asarray(x), jnp.asarray(lam), jnp.asarray(y), None)
-  assert float(kkt.stationarity(*args, "mean", ref)) < 1e-28  # the planted point fits
-  assert float(kkt.stationarity(*args, "mean")) > 1e-2  # without theta_0 it does not
+  assert float(equations.stationarity(*args, "mean", ref)) < 1e-28  # the planted point fits
+  assert float(equations.stationarity(*args, "mean")) > 1e-2  # without theta_0 it does not
   # The attack with Target.reference lowers its own objective from perturbed candidates.
   target = Target(params, jnp.asarray(y), jnp.asarray(-10.0), jnp.asarray(10.0), reference=ref)
   attack = kkt.kkt_attack(linear_apply, "binary")
@@ -408,7 +408,7 @@ def test_annealed_alpha_stages_lower_the_objective():
   act = functools.partial(activations.surrogate_relu, alpha=200.0)
   stat = jax.jit(
     jax.vmap(
-      lambda xx, ll: kkt.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
+      lambda xx, ll: equations.stationarity(apply_fn, "binary", params, xx, ll, target.labels, act)
     )
   )
   before = np.asarray(stat(s0.inner.x, s0.inner.lam))

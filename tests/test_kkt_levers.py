@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from recon_jax import implicit
-from recon_jax.attacks import kkt, span
+from recon_jax.attacks import equations, kkt, span
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
@@ -56,13 +56,13 @@ def _target(params, y, ref=None):
 
 def test_tied_residual_vanishes_at_the_training_set(stationary):
   apply_fn, params, x, y = stationary
-  res, lam = kkt.tied_stationarity(apply_fn, _target(params, y), x, None)
+  res, lam = equations.tied_stationarity(apply_fn, _target(params, y), x, None)
   norm = float(sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params)))
   assert float(res) / norm < 1e-18
   g = y * apply_fn(params, x)[:, 0]
   np.testing.assert_allclose(np.asarray(lam), np.asarray(jax.nn.sigmoid(-g)) / WD, rtol=1e-7)
   # Other inputs do not: the tied equations single out the training set here.
-  other, _ = kkt.tied_stationarity(apply_fn, _target(params, y), x + 0.3, None)
+  other, _ = equations.tied_stationarity(apply_fn, _target(params, y), x + 0.3, None)
   assert float(other) / norm > 1e-4
 
 
@@ -75,7 +75,7 @@ def test_tied_gradient_matches_finite_differences(stationary, sign):
   x0 = x + 0.2 * jnp.asarray(np.random.default_rng(1).normal(size=x.shape))
 
   def loss(xx):
-    return kkt.tied_stationarity(apply_fn, target, xx, None)[0]
+    return equations.tied_stationarity(apply_fn, target, xx, None)[0]
 
   grad = np.asarray(jax.jit(jax.grad(loss))(x0))
   loss_j = jax.jit(loss)
@@ -112,7 +112,7 @@ def test_tied_attack_lowers_its_objective(stationary):
   x0 = x + 0.3 * jnp.asarray(np.random.default_rng(2).normal(size=x.shape))
   res = _run(attack, x0, _target(params, y), lr=0.05)
   norm = float(sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params)))
-  first = float(kkt.tied_stationarity(apply_fn, _target(params, y), x0, None)[0]) / norm
+  first = float(equations.tied_stationarity(apply_fn, _target(params, y), x0, None)[0]) / norm
   last = res.history[-1]["stat_rel"][0]
   assert last < 0.1 * first, (first, last)
   # lambda is the candidates' function, not an optimised variable: c sigma(-y Phi(x)),
@@ -133,7 +133,7 @@ def test_exact_derivative_is_the_networks_own(stationary):
   exact = kkt.kkt_attack(apply_fn, "binary", derivative="exact", w_lam=0.0, w_prior=0.0)
   state = exact.init(jax.random.PRNGKey(0), hp, target, x)._replace(lam=lam)
   _, metrics = exact.step(state, hp, target)
-  want = kkt.stationarity(apply_fn, "binary", params, x, lam, y, None)
+  want = equations.stationarity(apply_fn, "binary", params, x, lam, y, None)
   np.testing.assert_allclose(float(metrics["stat"]), float(want), rtol=1e-12)
   surrogate = kkt.kkt_attack(apply_fn, "binary", w_lam=0.0, w_prior=0.0)
   _, m2 = surrogate.step(state, hp, target)
@@ -227,13 +227,13 @@ def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary
   basis, _ = span.span_basis(params, 1e-8)
   assert 1 <= basis.shape[1] <= len(x)
   attack = gauss_newton.lm_attack(
-    apply_fn, basis, x.shape[1:], residual_fn=kkt.lm_residual("tied"), cg_maxiter=10
+    apply_fn, basis, x.shape[1:], residual_fn=equations.lm_residual("tied"), cg_maxiter=10
   )
   noise = 0.3 * jnp.asarray(np.random.default_rng(4).normal(size=x.shape))
   x0 = (x + noise) @ basis @ basis.T
   target = _target(params, y)
   norm = float(sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params)))
-  first = float(kkt.tied_stationarity(apply_fn, target, x0, None)[0]) / norm
+  first = float(equations.tied_stationarity(apply_fn, target, x0, None)[0]) / norm
   res = _run(attack, x0, target, steps=20)
   last = res.history[-1]["stat_rel"][0]
   assert not np.asarray(res.state.diverged)[0]
@@ -242,7 +242,7 @@ def test_levenberg_marquardt_lowers_the_tied_residual_in_the_subspace(stationary
   np.testing.assert_allclose(np.asarray(xs), np.asarray(xs) @ basis @ basis.T, atol=1e-10)
   assert np.all(np.asarray(lam) >= 0)
   with pytest.raises(ConfigError, match="basis"):
-    gauss_newton.lm_attack(apply_fn, None, x.shape[1:], residual_fn=kkt.lm_residual("tied"))
+    gauss_newton.lm_attack(apply_fn, None, x.shape[1:], residual_fn=equations.lm_residual("tied"))
 
 
 def test_tv_prior_lowers_its_objective_and_smooths_the_candidates():

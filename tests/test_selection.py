@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from recon_jax.attacks import kkt
+from recon_jax.attacks import equations, kkt
 from recon_jax.core import activations
 from recon_jax.errors import ConfigError
 from recon_jax.eval import ranking, selection, similarity, stability
@@ -180,7 +180,7 @@ def test_leave_one_out_matches_masked_stationarity(problem, out_dim):
   act = functools.partial(activations.surrogate_relu, alpha=3.0)
   got = selection.leave_one_out_score(apply_fn, problem, target, x, lam, act, batch_size=2)
 
-  stat = jax.jit(lambda lm: kkt.stationarity(apply_fn, problem, params, x, lm, labels, act))
+  stat = jax.jit(lambda lm: equations.stationarity(apply_fn, problem, params, x, lm, labels, act))
   norm = sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params))
   brute = [(stat(lam.at[i].set(0.0)) - stat(lam)) / norm for i in range(m)]
   np.testing.assert_allclose(got, brute, rtol=1e-9, atol=1e-13)
@@ -196,7 +196,7 @@ def test_leave_one_out_with_a_known_init_reference():
   target = Target(params, labels, jnp.asarray(-10.0), jnp.asarray(10.0), reference)
   got = selection.leave_one_out_score(apply_fn, "binary", target, x, lam)
   stat = jax.jit(
-    lambda lm: kkt.stationarity(
+    lambda lm: equations.stationarity(
       apply_fn, "binary", params, x, lm, labels, None, reference=reference
     )
   )

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax.attacks import kkt, span
+from recon_jax.attacks import equations, kkt, span
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
@@ -93,13 +93,13 @@ def test_the_reduced_target_gives_the_same_residual_up_to_a_constant(net):
   act = functools.partial(activations.surrogate_relu, alpha=5.0)
   lam = jnp.asarray(rng.uniform(size=4))
   labels = jnp.asarray([1.0, -1.0, 1.0, -1.0])
-  full = kkt.stationarity(apply_fn, "binary", star, xs, lam, labels, act, reference=change)
-  reduced = kkt.stationarity(
+  full = equations.stationarity(apply_fn, "binary", star, xs, lam, labels, act, reference=change)
+  reduced = equations.stationarity(
     apply_fn, "binary", seen.params, c, lam, labels, act, reference=seen.reference
   )
   np.testing.assert_allclose(float(reduced + seen.span.outside), float(full), rtol=1e-10)
   np.testing.assert_allclose(
-    float(kkt.relative(reduced, seen)), float(kkt.relative(full, target)), rtol=1e-10
+    float(equations.relative(reduced, seen)), float(equations.relative(full, target)), rtol=1e-10
   )
   with pytest.raises(ConfigError, match="basis"):
     span.reduce_target(target, np.ones((5, 2)))
@@ -132,7 +132,7 @@ def test_whitened_coordinates_weight_the_first_layer_residual_by_direction(net):
   lam, labels = jnp.asarray(rng.uniform(size=4)), jnp.asarray([1.0, -1.0, 1.0, -1.0])
 
   def residual(t, coeffs):
-    grads = jax.grad(kkt.weighted_output, argnums=2)(
+    grads = jax.grad(equations.weighted_output, argnums=2)(
       apply_fn, "binary", t.params, coeffs, lam, labels, act
     )
     return jax.tree_util.tree_map(jnp.subtract, t.fit, grads)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax.attacks import kkt, splitting
+from recon_jax.attacks import equations, kkt, splitting
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 from recon_jax.victims import models
@@ -31,11 +31,11 @@ def case():
 
 
 def _objective(apply_fn, target, x, lam, y, act):
-  return kkt.stationarity(apply_fn, "binary", target.params, x, lam, y, act, "mean")
+  return equations.stationarity(apply_fn, "binary", target.params, x, lam, y, act, "mean")
 
 
 def _residual(apply_fn, target, x, lam, y, act):
-  g = jax.grad(kkt.weighted_output, argnums=2)(
+  g = jax.grad(equations.weighted_output, argnums=2)(
     apply_fn, "binary", target.params, x, lam, y, act, "mean"
   )
   return jax.tree_util.tree_map(jnp.subtract, target.params, g)

@@ -33,7 +33,7 @@ Envelope theorem: ``L(x) = min_lambda F(x, lambda)``, so
 ``(K lambda* - b)_A = 0`` and off it ``lambda*`` is locally constant at 0.
 The multipliers are therefore computed under ``stop_gradient`` and the
 x-gradient is that of the ordinary stationarity residual
-:func:`recon_jax.attacks.kkt.stationarity` at ``lambda = lambda*``, with the
+:func:`recon_jax.attacks.equations.stationarity` at ``lambda = lambda*``, with the
 network's ReLU replaced by ``surrogate_relu`` (forward ReLU, derivatives
 ``sigmoid(alpha z)``) as in the KKT attack.  (The ridge below makes the
 envelope identity hold up to ``O(ridge)``.)
@@ -150,7 +150,7 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks import kkt
+from recon_jax.attacks import equations, kkt
 from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register
 from recon_jax.core.activations import surrogate_relu
 from recon_jax.core.losses import PROBLEMS, margins, tree_sq_norm
@@ -289,7 +289,7 @@ def projection_residual(
   lam = jax.lax.stop_gradient(
     lam.reshape((x.shape[0], num_outputs) if not nonneg else (x.shape[0],))
   )
-  stat = kkt.stationarity(apply_fn, problem, params, x, lam, labels, act, "sum")
+  stat = equations.stationarity(apply_fn, problem, params, x, lam, labels, act, "sum")
   return stat / tree_sq_norm(params), lam
 
 

@@ -11,7 +11,7 @@ same batched loop as every other attack and stops, resumes and diverges the same
 The multipliers are either
 
 * ``'tied'``: ``lambda_i = c sigma(-y_i Phi(x_i))`` with the scale eliminated
-  (:func:`recon_jax.attacks.kkt.tied_residual`): what a stationary point of a
+  (:func:`recon_jax.attacks.equations.tied_residual`): what a stationary point of a
   weight-decay-regularised logistic loss gives; the unknowns are the coefficients only;
 * ``'free'``: m more unknowns, kept at or above the restart's ``lam_min`` by the
   residuals ``sqrt(w_lam) max(lam_min - lambda, 0)`` (the hinge of the first-order
@@ -73,8 +73,8 @@ def lm_attack(
     basis: [d, k] orthonormal columns (:func:`recon_jax.attacks.span.span_basis`).
     input_shape: the shape of one candidate (d entries).
     residual_fn: ``residual_fn(apply_fn, target, x, lam, act, normalize) -> (residual
-      pytree, lam [m])``: :func:`recon_jax.attacks.kkt.tied_residual` (ignores ``lam``)
-      or :func:`recon_jax.attacks.kkt.free_residual`.
+      pytree, lam [m])``: :func:`recon_jax.attacks.equations.tied_residual` (ignores ``lam``)
+      or :func:`recon_jax.attacks.equations.free_residual`.
     multipliers: 'tied' (the unknowns are the coefficients) or 'free' (and one
       multiplier per candidate, with the ``lam_min`` hinge as residuals).
     derivative: 'exact' (the network's own activation) or 'surrogate'

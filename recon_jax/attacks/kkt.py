@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks import gauss_newton, span, splitting
+from recon_jax.attacks import equations, gauss_newton, span, splitting
 from recon_jax.attacks.spec import (
   AttackSpec,
   Example,
@@ -62,7 +62,7 @@ from recon_jax.attacks.spec import (
   require,
 )
 from recon_jax.core.activations import surrogate_relu
-from recon_jax.core.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
+from recon_jax.core.losses import PROBLEMS
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
@@ -82,27 +82,6 @@ class SplitKKTState(NamedTuple):
   lam: jax.Array
   opt_state: optax.OptState
   count: jax.Array  # steps taken; a split every ``split_every`` of them
-
-
-def weighted_output(apply_fn, problem: str, params, x, lam, labels, act, normalize="mean"):
-  """``(1/m) sum_i lambda_i g_i(params; x_i)``: its gradient in params is the KKT sum."""
-  g = margins(problem, apply_fn(params, x, act), labels)
-  total = jnp.sum(lam * g)
-  return total / x.shape[0] if normalize == "mean" else total
-
-
-def stationarity(apply_fn, problem, params, x, lam, labels, act, normalize="mean", reference=None):
-  """``||reference - grad_theta weighted_output(params)||^2`` summed over parameter leaves.
-
-  ``reference`` defaults to ``params`` (theta*); a known-initialisation attack
-  passes ``theta* - theta_0``.
-  """
-  grads = jax.grad(weighted_output, argnums=2)(
-    apply_fn, problem, params, x, lam, labels, act, normalize
-  )
-  ref = params if reference is None else reference
-  residual = jax.tree_util.tree_map(jnp.subtract, ref, grads)
-  return tree_sq_norm(residual)
 
 
 def kkt_attack(
@@ -177,8 +156,8 @@ def kkt_attack(
     raise ConfigError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
   if derivative not in DERIVATIVES:
     raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
-  if multipliers not in MULTIPLIERS:
-    raise ConfigError(f"multipliers must be one of {MULTIPLIERS}, got {multipliers!r}.")
+  if multipliers not in equations.MULTIPLIERS:
+    raise ConfigError(f"multipliers must be one of {equations.MULTIPLIERS}, got {multipliers!r}.")
   if multipliers == "tied" and problem != "binary":
     raise ConfigError(
       f"multipliers='tied' is defined for binary (logistic) victims, not problem={problem!r}."
@@ -209,10 +188,10 @@ def kkt_attack(
     x, lam = xl  # x: the network's inputs (coefficients where the attack has a span)
     act = activation(hp)
     if multipliers == "tied":
-      stat, lam = tied_stationarity(apply_fn, target, x, act, normalize)
+      stat, lam = equations.tied_stationarity(apply_fn, target, x, act, normalize)
       lam_pen = jnp.zeros((), stat.dtype)
     else:
-      stat = stationarity(
+      stat = equations.stationarity(
         apply_fn, problem, target.params, x, lam, target.labels, act, normalize, target.reference
       )
       lam_pen = (
@@ -244,7 +223,7 @@ def kkt_attack(
   def split_step(state, hp, target):
     """The split of :mod:`recon_jax.attacks.splitting` at the current candidates."""
     act = activation(hp)
-    grads = jax.grad(weighted_output, argnums=2)(
+    grads = jax.grad(equations.weighted_output, argnums=2)(
       apply_fn, problem, target.params, state.x, state.lam, target.labels, act, normalize
     )
     residual = jax.tree_util.tree_map(jnp.subtract, target.fit, grads)
@@ -278,7 +257,7 @@ def kkt_attack(
     # this step's candidates (one step behind the updated x; no second evaluation).
     tied_lam = aux.pop("lam")
     lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
-    metrics = {"loss": loss, "stat_rel": relative(aux["stat"], target), **aux}
+    metrics = {"loss": loss, "stat_rel": equations.relative(aux["stat"], target), **aux}
     new = state._replace(x=x, lam=lam, opt_state=opt_state)
     if split_every:
       new = new._replace(count=state.count + 1)
@@ -303,71 +282,7 @@ def kkt_attack(
   return Attack(init, step, candidates, name=name, prepare=prepare)
 
 
-def relative(stat, target: Target):
-  """The squared residual ``stat`` as a fraction of ``||reference||^2``; in a span's
-  coordinates both include what lies outside the span (a constant no step moves)."""
-  if target.span is None:
-    return stat / tree_sq_norm(target.fit)
-  out = target.span.outside
-  return (stat + out) / (tree_sq_norm(target.fit) + out)
-
-
 DERIVATIVES = gauss_newton.DERIVATIVES
-MULTIPLIERS = ("free", "tied")
-
-
-def tied_residual(apply_fn, target: Target, x, act, normalize="mean"):
-  """The tied residual ``reference - c sum_i sigma(-g_i) grad g_i`` (a pytree) and ``lam``.
-
-  ``g_i = y_i Phi(x_i)``.  At a stationary point of ``mean_i log(1 + exp(-g_i)) +
-  wd/2 ||theta||^2`` the training set makes it 0 with ``c = 1/(n wd)`` (times m
-  under ``normalize='mean'``).  The scale is eliminated in closed form,
-  ``c = |<ref, u>| / ||u||^2`` with ``u`` the sum: the least-squares scale where
-  the cosine of ``ref`` and ``u`` is positive, so the squared residual is
-  ``||ref||^2 (1 - cos^2)``; where it is negative the same formula gives
-  ``||ref||^2 (1 + 3 cos^2)``, so the squared residual is C^1 and decreases with
-  the cosine everywhere (a start pointing away from the reference still has a
-  gradient), and ``c >= 0`` always.  The gradient in ``x`` flows through ``c``
-  and through the multipliers ``sigma(-g_i)``.
-
-  Returns:
-    ``(residual pytree, lam [m] = c sigma(-g))``.
-  """
-  g = margins("binary", apply_fn(target.params, x, act), target.labels)
-  w = jax.nn.sigmoid(-g)
-  u = jax.grad(weighted_output, argnums=2)(
-    apply_fn, "binary", target.params, x, w, target.labels, act, normalize
-  )
-  ref = target.fit
-  uu = tree_sq_norm(u)
-  uu = jnp.maximum(uu, jnp.finfo(uu.dtype).tiny)
-  c = jnp.abs(tree_dot(ref, u)) / uu
-  return jax.tree_util.tree_map(lambda r, v: r - c * v, ref, u), c * w
-
-
-def free_residual(apply_fn, target: Target, x, lam, act, normalize="mean"):
-  """The binary KKT residual ``reference - grad_theta (1/m) sum_i lam_i y_i Phi(x_i)`` (a
-  pytree) and ``lam``: the equations of the first-order attack, for a least-squares solver."""
-  grads = jax.grad(weighted_output, argnums=2)(
-    apply_fn, "binary", target.params, x, lam, target.labels, act, normalize
-  )
-  return jax.tree_util.tree_map(jnp.subtract, target.fit, grads), lam
-
-
-def lm_residual(multipliers: str):
-  """The equations of :func:`recon_jax.attacks.gauss_newton.lm_attack` for ``multipliers``:
-  ``(apply_fn, target, x, lam, act, normalize) -> (residual pytree, lam)``."""
-  if multipliers == "free":
-    return free_residual
-  return lambda apply_fn, target, x, lam, act, normalize: tied_residual(
-    apply_fn, target, x, act, normalize
-  )
-
-
-def tied_stationarity(apply_fn, target: Target, x, act, normalize="mean"):
-  """``||tied_residual||^2`` and the multipliers (see :func:`tied_residual`)."""
-  r, lam = tied_residual(apply_fn, target, x, act, normalize)
-  return tree_sq_norm(r), lam
 
 
 # ----------------------------------------------------------------------------- the main job
@@ -404,7 +319,7 @@ class KKTOptions:
   multipliers: str = option(
     "free",
     "free (lambda optimised) | tied (lambda_i = c sigma(-y_i Phi(x_i)))",
-    Rule("str", choices=MULTIPLIERS),
+    Rule("str", choices=equations.MULTIPLIERS),
   )
   subspace: bool = option(
     False,
@@ -541,7 +456,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
       setup.apply_fn,
       basis,
       setup.input_shape,
-      residual_fn=lm_residual(o.multipliers),
+      residual_fn=equations.lm_residual(o.multipliers),
       multipliers=o.multipliers,
       derivative=derivative,
       w_prior=common.w_prior,

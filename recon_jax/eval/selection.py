@@ -239,7 +239,7 @@ def per_candidate_terms(
   """The stationarity sum's terms ``v_i = s grad_theta sum_c lambda_ic g_ic(theta; x_i)``.
 
   ``s = 1/m`` ('mean') or 1 ('sum'), so that ``sum_i v_i`` is the gradient of
-  :func:`recon_jax.attacks.kkt.weighted_output`.  Returns a pytree shaped like
+  :func:`recon_jax.attacks.equations.weighted_output`.  Returns a pytree shaped like
   ``params`` with a leading [m] axis (per-sample gradients, vmapped).
   """
   s = _scale(normalize, x.shape[0])
@@ -291,7 +291,7 @@ def leave_one_out_score(
     score_i = (||r + v_i||^2 - ||r||^2) / ||theta*||^2
             = (2 <r, v_i> + ||v_i||^2) / ||theta*||^2
 
-  exactly the difference of :func:`recon_jax.attacks.kkt.stationarity` with
+  exactly the difference of :func:`recon_jax.attacks.equations.stationarity` with
   ``lambda_i = 0`` and with all lambda (the sum is linear in lambda), from one
   per-sample gradient per candidate (vmap over i) instead of m full ones.  A
   candidate the KKT sum needs scores > 0; one with lambda_i = 0 scores 0; one

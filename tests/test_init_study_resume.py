@@ -8,7 +8,7 @@ import pytest
 from test_init_study import run_tiny, tiny_run  # the session's uninterrupted tiny study
 
 from experiments.configs import init_study as configs
-from recon_jax.engine import loop
+from recon_jax.engine import loop, resume
 from recon_jax.errors import ConfigError
 from recon_jax.io import workdir as wd
 
@@ -41,14 +41,14 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
 
   # Kill the run right after the first save of the KKT sub-run (step 2 of 4): the
   # affine sub-run has finished, the KKT one is half done.
-  save = loop.Checkpoint.save
+  save = resume.Saver.save
 
   def save_then_die(self, *args):
     save(self, *args)
     if self.path.endswith(state):
       raise Interrupted(self.path)
 
-  monkeypatch.setattr(loop.Checkpoint, "save", save_then_die)
+  monkeypatch.setattr(resume.Saver, "save", save_then_die)
   with pytest.raises(Interrupted):
     run_tiny(wd)
   monkeypatch.undo()

@@ -22,7 +22,6 @@ import numpy as np
 from recon_jax.core import arguments, distributed
 from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
-from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.io.workdir import StateFile  # noqa: F401 (where a sweep saves its state)
 from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
 
@@ -174,8 +173,6 @@ def restart_sharding(num_restarts: int):
 
 # The longest a compiled chunk may run before the host can answer Ctrl-C or SIGTERM.
 MAX_CHUNK_S = 20.0
-
-
 # Chunks of at least this many steps start with a probe of an eighth of a chunk: the first
 # chunk also compiles, and on a large network (a CNN on a CPU) a whole one can run for
 # minutes before the host hears Ctrl-C or can say how long the rest will take.
@@ -216,7 +213,7 @@ def run_stages(
   state: Optional[RestartState] = None,
   progress: Optional[Callable] = None,
   log: bool = True,
-  checkpoint: Optional["Checkpoint"] = None,
+  checkpoint: Optional[resume.Saver] = None,
   max_chunk_s: Optional[float] = MAX_CHUNK_S,
 ) -> RunResult:
   """Runs consecutive stages ``[(num_steps, hparams), ...]`` from one state.
@@ -243,7 +240,7 @@ def run_stages(
     progress: ``progress(state, record)`` called on the host after each chunk.
     log: log one line per chunk.
     checkpoint: where and how often to save the run for a later resume
-      (:class:`Checkpoint`); the one resumable-run mechanism of every attack.
+      (:class:`recon_jax.engine.resume.Saver`); the one resumable-run mechanism of every attack.
     stages: (steps in this stage, hparams) pairs; every hparams dict has the
       same keys, [R] shapes and dtypes.
     max_chunk_s: a chunk is a compiled call the host cannot interrupt (Ctrl-C and SIGTERM
@@ -336,49 +333,12 @@ def run_stages(
           (total - done) / max(rate, 1e-9),
         )
       if checkpoint is not None:
-        checkpoint.chunks.append(chunk_record(rec))
+        checkpoint.chunks.append(resume.chunk_record(rec))
         if checkpoint.every and (len(checkpoint.chunks) % checkpoint.every == 0 or done >= total):
           checkpoint.save(state, keys, stages[0][1])
       if progress is not None:
         progress(state, rec)
   return RunResult(state, history, compile_s, run_s)
-
-
-def chunk_record(rec: dict) -> dict:
-  """JSON form of one chunk's record: the step and every per-restart metric (None: non-finite)."""
-  out = {"step": int(rec["step"])}
-  for k, v in rec.items():
-    if k in ("step", "time_s"):
-      continue
-    v = np.asarray(v)
-    if v.dtype == bool:
-      out[k] = [bool(b) for b in v.ravel()]
-    else:
-      out[k] = [float(f) if np.isfinite(f) else None for f in v.astype(np.float64).ravel()]
-  return out
-
-
-class Checkpoint:
-  """Saves a running sweep to ``path`` every ``every`` chunks (and at its end).
-
-  The file (:mod:`recon_jax.engine.resume`) holds the batched state, the PRNG keys,
-  the first stage's hyperparameters and ``meta`` plus the JSON records of
-  every chunk so far (``chunks``), so a resumed run reports the whole run.
-  :func:`resume_state` reads it back.
-  """
-
-  def __init__(
-    self, path: str, every: int = 1, meta: Optional[dict] = None, chunks: Optional[list] = None
-  ):
-    if every < 0:
-      raise ConfigError(f"every must be >= 0 (0: never), got {every}.")
-    self.path, self.every, self.meta = path, every, dict(meta or {})
-    self.chunks = list(chunks or [])
-
-  def save(self, state, keys, hparams) -> None:
-    resume.save(
-      self.path, resume.run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks}
-    )
 
 
 def resume_state(
@@ -390,29 +350,12 @@ def resume_state(
   target: Target,
   batching: str = "auto",
 ):
-  """``(state, chunk records, meta)`` of a sweep saved by :class:`Checkpoint`, validated.
-
-  The template comes from ``jax.eval_shape`` of the sweep's own init, so a state
-  of another size, architecture or dtype is refused; so are other PRNG keys or
-  hyperparameters (the resumed run would not be the run that was started) and
-  NaN/Inf in the attack state.  Raises CheckpointError with a one-line reason.
-  """
+  """``(state, chunk records, meta)`` of a sweep saved by :class:`~recon_jax.engine.resume.Saver`,
+  checked by :func:`~recon_jax.engine.resume.restore` against this sweep's own init."""
   init_fn, _ = make_runner(attack, x_init, batching=batching)
   hp = {k: jnp.asarray(v) for k, v in hparams.items()}
   template = resume.run_tree(jax.eval_shape(init_fn, keys, hp, target), keys, hparams)
-  tree, meta = resume.load(path, template)
-  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
-    not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hparams.items()
-  ):
-    raise CheckpointError(
-      f"{path} was written with other PRNG keys or hyperparameters than this configuration gives."
-    )
-  bad = resume.nonfinite_leaves(tree["run"].inner)
-  if bad:
-    raise CheckpointError(f"{path} holds NaN/Inf in {bad[0]}.")
-  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"], tree["run"])
-  logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
-  return state, list(meta.get("chunks", [])), meta
+  return resume.restore(path, template, keys, hparams)
 
 
 class AttackRun(NamedTuple):
@@ -536,7 +479,7 @@ def run_attack(
   state0, chunks, sf = None, [], state_file
   if sf is not None and sf.resume:
     state0, chunks, _ = resume_state(sf.path, attack, x_init, keys, stages[0][1], target, batching)
-  ckpt = Checkpoint(sf.path, sf.every, sf.meta, chunks) if sf is not None else None
+  ckpt = resume.Saver(sf.path, sf.every, sf.meta, chunks) if sf is not None else None
   res = run_stages(
     attack,
     x_init,
@@ -550,7 +493,7 @@ def run_attack(
     checkpoint=ckpt,
   )
   if ckpt is None:
-    chunks = [chunk_record(r) for r in res.history]
+    chunks = [resume.chunk_record(r) for r in res.history]
   else:
     chunks = ckpt.chunks
   cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(res.state.inner))

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
+from absl import logging
 from flax import serialization
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError, atomic_write_bytes, read_blob
 
 FORMAT = "recon_jax.resume.v1"
@@ -53,7 +56,8 @@ def to_bytes(tree: Any, meta: dict) -> bytes:
 
 def save(path: str, tree: Any, meta: dict) -> None:
   """Saves a pytree of arrays and a JSON-able ``meta`` dict to ``path`` atomically."""
-  atomic_write_bytes(path, to_bytes(tree, meta))
+  blob = to_bytes(tree, meta)
+  atomic_write_bytes(path, blob)
 
 
 def _signature(state_dict: Any) -> dict:
@@ -129,6 +133,61 @@ def nonfinite_leaves(tree: Any) -> list:
 
 def run_tree(state: Any, keys, hparams: dict) -> dict:
   """What a resumable sweep saves: the batched loop state, its PRNG keys and hyperparameters."""
-  import jax.numpy as jnp
-
   return {"run": state, "keys": keys, "hparams": {k: jnp.asarray(v) for k, v in hparams.items()}}
+
+
+def chunk_record(rec: dict) -> dict:
+  """JSON form of one chunk's record: the step and every per-restart metric (None: non-finite)."""
+  out = {"step": int(rec["step"])}
+  for k, v in rec.items():
+    if k in ("step", "time_s"):
+      continue
+    v = np.asarray(v)
+    if v.dtype == bool:
+      out[k] = [bool(b) for b in v.ravel()]
+    else:
+      out[k] = [float(f) if np.isfinite(f) else None for f in v.astype(np.float64).ravel()]
+  return out
+
+
+class Saver:
+  """Saves a running sweep to ``path`` every ``every`` chunks (and at its end).
+
+  The file (:func:`save`) holds the batched state, the PRNG keys,
+  the first stage's hyperparameters and ``meta`` plus the JSON records of
+  every chunk so far (``chunks``), so a resumed run reports the whole run.
+  :func:`restore` reads it back.
+  """
+
+  def __init__(
+    self, path: str, every: int = 1, meta: Optional[dict] = None, chunks: Optional[list] = None
+  ):
+    if every < 0:
+      raise ConfigError(f"every must be >= 0 (0: never), got {every}.")
+    self.path, self.every, self.meta = path, every, dict(meta or {})
+    self.chunks = list(chunks or [])
+
+  def save(self, state, keys, hparams) -> None:
+    save(self.path, run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks})
+
+
+def restore(path: str, template: Any, keys, hparams: dict):
+  """``(state, chunk records, meta)`` of a sweep saved by :class:`Saver`, validated against
+  ``template`` (:func:`run_tree` of the state the sweep's own init gives, e.g. under
+  ``jax.eval_shape``): a state of another size, architecture or dtype is refused; so are
+  other PRNG keys or hyperparameters (the resumed run would not be the run that was
+  started) and NaN/Inf in the attack state.  Raises CheckpointError with a one-line reason.
+  """
+  tree, meta = load(path, template)
+  if not np.array_equal(np.asarray(tree["keys"]), np.asarray(keys)) or any(
+    not np.array_equal(np.asarray(tree["hparams"][k]), np.asarray(v)) for k, v in hparams.items()
+  ):
+    raise CheckpointError(
+      f"{path} was written with other PRNG keys or hyperparameters than this configuration gives."
+    )
+  bad = nonfinite_leaves(tree["run"].inner)
+  if bad:
+    raise CheckpointError(f"{path} holds NaN/Inf in {bad[0]}.")
+  state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"], tree["run"])
+  logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
+  return state, list(meta.get("chunks", [])), meta

@@ -36,11 +36,31 @@ class Pool(NamedTuple):
   scale: float = 1.0
 
 
-class Splits(NamedTuple):
-  """Train, test and partition samples before mean subtraction.
+class Dataset(NamedTuple):
+  """A sampled dataset ready for training a model and attacking it (as a source draws it,
+  before :func:`recon_jax.data.dataset.load_dataset` subtracts the mean: raw labels, mean 0).
 
-  Labels are integer class labels in the task's encoding: +1 / -1 for
-  ``task='binary'``, class ids for ``task='multiclass'``.
+  Attributes:
+    x_train: ``[n, H, W, C]`` float32 images (``[n, 2]`` for toy2d).
+    y_train: ``[n]`` labels: float32 in ``{-1, +1}`` for ``task='binary'``,
+      int32 class ids for ``task='multiclass'``.
+    x_test: Held-out samples from the same distribution, disjoint from
+      train.
+    y_test: Labels of ``x_test``.
+    x_part: "Partition": further unseen samples of the same distribution
+      (attack initialisation, membership baselines), disjoint from train
+      and test.
+    y_part: Labels of ``x_part``.
+    mean: ``[H, W, C]`` (``[2]`` for toy2d) float32 training mean that was
+      subtracted from all three splits; zeros if ``subtract_mean=False``.
+      Add it back (``x + ds.mean``) to display images.
+    train_idx: int64 index of every training sample in its source pool
+      (the official train pool for file datasets), in ``x_train`` order.
+    name: Dataset name.
+    task: ``'binary'`` or ``'multiclass'``.
+    num_classes: Number of classes (2 for binary).
+    value_range: ``(lo, hi)`` range of the raw values before mean
+      subtraction: ``(0.0, 1.0)`` for images, ``(-inf, inf)`` for toy2d.
   """
 
   x_train: np.ndarray
@@ -49,7 +69,12 @@ class Splits(NamedTuple):
   y_test: np.ndarray
   x_part: np.ndarray
   y_part: np.ndarray
+  mean: np.ndarray
   train_idx: np.ndarray
+  name: str
+  task: str
+  num_classes: int
+  value_range: tuple
 
 
 def gather(pool: Pool, idx: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Callable, NamedTuple, Optional, Tuple
 import numpy as np
 
 from recon_jax.data import embedded, files, sampling
-from recon_jax.data.common import DataError, Splits, check_count, gather
+from recon_jax.data.common import DataError, Dataset, check_count, gather
 
 
 class Source(NamedTuple):
@@ -59,46 +59,6 @@ INPUT_SHAPES = {name: s.input_shape for name, s in SOURCES.items()}
 BINARY = tuple(name for name, s in SOURCES.items() if s.positive is not None)
 FILE_DATASETS = tuple(name for name, s in SOURCES.items() if s.files)
 TASKS = ("binary", "multiclass")
-
-
-class Dataset(NamedTuple):
-  """A sampled dataset ready for training a model and attacking it.
-
-  Attributes:
-    x_train: ``[n, H, W, C]`` float32 images (``[n, 2]`` for toy2d).
-    y_train: ``[n]`` labels: float32 in ``{-1, +1}`` for ``task='binary'``,
-      int32 class ids for ``task='multiclass'``.
-    x_test: Held-out samples from the same distribution, disjoint from
-      train.
-    y_test: Labels of ``x_test``.
-    x_part: "Partition": further unseen samples of the same distribution
-      (attack initialisation, membership baselines), disjoint from train
-      and test.
-    y_part: Labels of ``x_part``.
-    mean: ``[H, W, C]`` (``[2]`` for toy2d) float32 training mean that was
-      subtracted from all three splits; zeros if ``subtract_mean=False``.
-      Add it back (``x + ds.mean``) to display images.
-    train_idx: int64 index of every training sample in its source pool
-      (the official train pool for file datasets), in ``x_train`` order.
-    name: Dataset name.
-    task: ``'binary'`` or ``'multiclass'``.
-    num_classes: Number of classes (2 for binary).
-    value_range: ``(lo, hi)`` range of the raw values before mean
-      subtraction: ``(0.0, 1.0)`` for images, ``(-inf, inf)`` for toy2d.
-  """
-
-  x_train: np.ndarray
-  y_train: np.ndarray
-  x_test: np.ndarray
-  y_test: np.ndarray
-  x_part: np.ndarray
-  y_part: np.ndarray
-  mean: np.ndarray
-  train_idx: np.ndarray
-  name: str
-  task: str
-  num_classes: int
-  value_range: tuple
 
 
 def num_classes(name: str, task: str) -> int:
@@ -159,8 +119,8 @@ def load_dataset(
   if name == "toy2d":
     n_test = embedded.toy_split_size(n_test_per_class, "n_test_per_class")
     n_part = embedded.toy_split_size(n_part_per_class, "n_part_per_class")
-    splits = embedded.toy2d(task=task, toy_n=toy_n, n_test=n_test, n_part=n_part, rng=rng)
-    return _finish(splits, name, task, subtract_mean, (-np.inf, np.inf))
+    drawn = embedded.toy2d(task=task, toy_n=toy_n, n_test=n_test, n_part=n_part, rng=rng)
+    return _finish(drawn, subtract_mean)
 
   n_per_class = check_count(n_per_class, "n_per_class", allow_zero=False)
   n_test_per_class = check_count(n_test_per_class, "n_test_per_class")
@@ -189,38 +149,40 @@ def load_dataset(
     part = train
     tr, pa = sampling.split_train_pool(train.y, classes, n_per_class, n_part_per_class, rng, name)
     te = sampling.split_test_pool(test.y, classes, n_test_per_class, rng, name)
-  splits = Splits(
-    x_train=gather(train, tr),
+  x_train = gather(train, tr)
+  drawn = Dataset(
+    x_train=x_train,
     y_train=train.y[tr],
     x_test=gather(test, te),
     y_test=test.y[te],
     x_part=gather(part, pa),
     y_part=part.y[pa],
+    mean=np.zeros(x_train.shape[1:], np.float32),
     train_idx=tr.astype(np.int64),
-  )
-  return _finish(splits, name, task, subtract_mean, (0.0, 1.0))
-
-
-def _finish(s: Splits, name: str, task: str, subtract_mean: bool, value_range) -> Dataset:
-  """Subtracts the training mean if asked and casts labels for ``task``."""
-  x_train, x_test, x_part = s.x_train, s.x_test, s.x_part
-  mean = np.zeros(x_train.shape[1:], np.float32)
-  if subtract_mean:
-    mean = x_train.astype(np.float64).mean(0).astype(np.float32)
-    x_train, x_part, x_test = x_train - mean, x_part - mean, x_test - mean
-  return Dataset(
-    x_train=x_train,
-    y_train=sampling.labels_out(s.y_train, task),
-    x_test=x_test,
-    y_test=sampling.labels_out(s.y_test, task),
-    x_part=x_part,
-    y_part=sampling.labels_out(s.y_part, task),
-    mean=mean,
-    train_idx=np.asarray(s.train_idx, np.int64),
     name=name,
     task=task,
     num_classes=num_classes(name, task),
-    value_range=value_range,
+    value_range=(0.0, 1.0),
+  )
+  return _finish(drawn, subtract_mean)
+
+
+def _finish(drawn: Dataset, subtract_mean: bool) -> Dataset:
+  """``drawn`` with its training mean subtracted if asked, and labels cast for its task."""
+  x_train, x_test, x_part, mean = drawn.x_train, drawn.x_test, drawn.x_part, drawn.mean
+  if subtract_mean:
+    mean = x_train.astype(np.float64).mean(0).astype(np.float32)
+    x_train, x_part, x_test = x_train - mean, x_part - mean, x_test - mean
+  task = drawn.task
+  return drawn._replace(
+    x_train=x_train,
+    y_train=sampling.labels_out(drawn.y_train, task),
+    x_test=x_test,
+    y_test=sampling.labels_out(drawn.y_test, task),
+    x_part=x_part,
+    y_part=sampling.labels_out(drawn.y_part, task),
+    mean=mean,
+    train_idx=np.asarray(drawn.train_idx, np.int64),
   )
 
 

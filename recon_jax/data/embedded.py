@@ -11,7 +11,7 @@ from typing import Optional
 
 import numpy as np
 
-from recon_jax.data.common import DataError, Pool, Splits, check_count, readonly
+from recon_jax.data.common import DataError, Dataset, Pool, check_count, readonly
 
 TOY_DEFAULT_SPLIT = 200  # Default toy2d test / partition size (total).
 
@@ -56,7 +56,7 @@ def toy_split_size(n_per_class: Optional[int], argument: str) -> int:
   return TOY_DEFAULT_SPLIT if n_per_class is None else 2 * n_per_class
 
 
-def toy2d(*, task: str, toy_n, n_test: int, n_part: int, rng: np.random.Generator) -> Splits:
+def toy2d(*, task: str, toy_n, n_test: int, n_part: int, rng: np.random.Generator) -> Dataset:
   """Haim et al. (2022) Sec. 4: equally spaced points on the unit circle.
 
   The ``toy_n`` training points sit at a random rotation of the regular
@@ -97,12 +97,17 @@ def toy2d(*, task: str, toy_n, n_test: int, n_part: int, rng: np.random.Generato
   def relabel(y):
     return y if task == "binary" else (y + 1) // 2
 
-  return Splits(
+  return Dataset(
     x_train=circle(angles[order]),
     y_train=relabel(labels[order]),
     x_test=x_test,
     y_test=relabel(y_test),
     x_part=x_part,
     y_part=relabel(y_part),
+    mean=np.zeros(2, np.float32),
     train_idx=order,
+    name="toy2d",
+    task=task,
+    num_classes=2,
+    value_range=(-np.inf, np.inf),
   )

@@ -22,8 +22,8 @@ from recon_jax.job.pipeline import reconstruct
 from recon_jax.job.planning import candidate_labels
 from recon_jax.job.settings import JobConfig, reconstruct_config
 from recon_jax.types import Attack, Target
-from recon_jax.victims.loading import Victim, import_victim, load_or_train_victim, make_target
-from recon_jax.victims.victim import VictimConfig
+from recon_jax.victims.loading import import_victim, load_or_train_victim, make_target
+from recon_jax.victims.victim import Victim, VictimConfig
 
 __all__ = [
   "Attack",

@@ -13,7 +13,7 @@ turns the parameters into the attack's :class:`recon_jax.types.Target`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint as ckpt
 from recon_jax.types import Target, float_dtype
 from recon_jax.victims import cache, importers, models, readers, recipe, victim
+from recon_jax.victims.victim import Victim
 
 
 def cast_params(params, dtype=None):
@@ -67,15 +68,6 @@ def make_target(
   lo, hi = box
   offset = np.zeros(()) if mean is None else np.asarray(mean)
   return Target(params, labels, jnp.asarray(lo - offset, dtype), jnp.asarray(hi - offset, dtype))
-
-
-class Victim(NamedTuple):
-  params: Any  # theta* (flax variable dict)
-  apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
-  num_outputs: int  # C, the width of the output layer
-  summary: dict  # training summary (loss, errors, margins, ...)
-  source: str  # 'trained', 'cache' or the checkpoint path
-  init: Any = None  # theta_0, where its training started (None: unknown)
 
 
 def known_init_target(target: Target, init, linearize: float = 1.0) -> Target:

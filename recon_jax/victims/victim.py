@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from absl import logging
 import jax
@@ -191,6 +191,18 @@ def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
       )
     )
   return phases
+
+
+class Victim(NamedTuple):
+  """A victim as an attack sees it: theta*, how to apply it, and where it came from
+  (trained here, the cache, or a checkpoint; :mod:`recon_jax.victims.loading` makes one)."""
+
+  params: Any  # theta* (flax variable dict)
+  apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
+  num_outputs: int  # C, the width of the output layer
+  summary: dict  # training summary (loss, errors, margins, ...)
+  source: str  # 'trained', 'cache' or the checkpoint path
+  init: Any = None  # theta_0, where its training started (None: unknown)
 
 
 class Trained(NamedTuple):

@@ -1,4 +1,4 @@
-"""Inner solvers and implicit differentiation: the only module that imports jaxopt.
+"""Inner solvers and implicit differentiation for the bilevel attack, through jaxopt.
 
 The bilevel attack (Runkel et al. 2024) needs ``theta(x) = argmin_theta E(theta; x, y)``
 and its derivative in ``x``.  At a minimiser ``grad_theta E(theta(x); x) = 0``, so the
@@ -24,8 +24,9 @@ Two ways to apply the inverse Hessian:
   but only an approximation of ``H^{-1}`` (a rank-``2 history_size`` update of
   ``gamma I``), and a poor one when a warm-started inner solve took few iterations.
 
-jaxopt is unmaintained; keeping it behind this module leaves room to swap in a
-hand-written solver or optimistix.
+jaxopt is unmaintained; two modules import it, this one and
+:mod:`recon_jax.attacks.gauss_newton` (Levenberg-Marquardt), so a swap to optimistix or a
+hand-written solver touches those two.
 """
 
 from __future__ import annotations

@@ -205,10 +205,10 @@ class Reconstruction(NamedTuple):
   arrays: dict  # name -> array (reconstructions.npz)
   eval_result: Any  # metrics.EvalResult of the pooled candidates (or None)
   dataset: data.Dataset
-  victim: loading.Victim
+  victim: victim.Victim
 
 
-def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, float]:
+def load_victim(plan: Plan) -> Tuple[data.Dataset, victim.Victim, np.ndarray, float]:
   """The job's data, its victim (trained, cached, loaded or imported from the files the
   plan read), the candidates' labels, and the seconds the victim took.  A bad ``m`` fails
   before any training."""
@@ -220,7 +220,7 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, loading.Victim, np.ndarray, f
   return ds, vic, labels, time.time() - t0
 
 
-def job_target(plan: Plan, vic: loading.Victim, ds: data.Dataset, labels) -> Target:
+def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Target:
   """What the attacker sees: theta* in the run's precision, the labels, the pixel box, and
   with ``known_init`` theta* - theta_0 as the reference, the gradients taken at the
   ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
@@ -331,14 +331,10 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   t_start = time.time()
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
-  setup = attack_setup(
-    cfg,
-    vic.apply_fn,
-    problem,
-    vic.num_outputs,
-    victim_config=plan.victim,
-    foreign=plan.foreign,
-    input_shape=ds.x_train.shape[1:],
+  setup = plan.setup._replace(  # what the run knows now: the victim and the target
+    apply_fn=vic.apply_fn,
+    num_outputs=vic.num_outputs,
+    input_shape=tuple(ds.x_train.shape[1:]),
     n=len(ds.x_train),
     target=target,
   )

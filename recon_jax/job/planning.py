@@ -137,6 +137,7 @@ class Plan(NamedTuple):
   hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
   source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
+  setup: Optional[attacks.Setup] = None  # what the attack was checked with; the run completes it
 
 
 # ----------------------------------------------------------------------------- checks
@@ -297,9 +298,8 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
       )
     if cfg.m:
       candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
-  spec.check(
-    spec.options_of(cfg), attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
-  )
+  setup = attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
+  spec.check(spec.options_of(cfg), setup)
   check_unread_settings(cfg, spec)
   check_features(cfg, spec, foreign, own, explicit)
   check_known_init(cfg, foreign)
@@ -311,7 +311,7 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
-  return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source)
+  return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
 
 
 def check_types(cfg: JobConfig) -> None:

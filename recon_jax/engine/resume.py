@@ -168,7 +168,8 @@ class Saver:
     self.chunks = list(chunks or [])
 
   def save(self, state, keys, hparams) -> None:
-    save(self.path, run_tree(state, keys, hparams), {**self.meta, "chunks": self.chunks})
+    tree = run_tree(state, keys, hparams)
+    save(self.path, tree, {**self.meta, "chunks": self.chunks})
 
 
 def restore(path: str, template: Any, keys, hparams: dict):

@@ -37,8 +37,11 @@ class Pool(NamedTuple):
 
 
 class Dataset(NamedTuple):
-  """A sampled dataset ready for training a model and attacking it (as a source draws it,
-  before :func:`recon_jax.data.dataset.load_dataset` subtracts the mean: raw labels, mean 0).
+  """A sampled dataset ready for training a model and attacking it.
+
+  A source draws one with its raw labels and a zero mean;
+  :func:`recon_jax.data.dataset.load_dataset` finishes it (the training mean subtracted
+  if asked, the labels cast as below).
 
   Attributes:
     x_train: ``[n, H, W, C]`` float32 images (``[n, 2]`` for toy2d).

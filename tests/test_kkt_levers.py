@@ -15,6 +15,7 @@ import pytest
 
 from recon_jax import implicit
 from recon_jax.attacks import equations, kkt, span
+from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
@@ -173,9 +174,9 @@ def test_bad_lever_options_are_refused():
     kkt.kkt_attack(lambda p, x, a=None: x, "binary", derivative="fd")
   with pytest.raises(ConfigError, match="tied"):
     kkt.kkt_attack(lambda p, x, a=None: x, "multiclass", multipliers="tied")
-  assert kkt.resolve_derivative("auto", "softplus") == "exact"
-  assert kkt.resolve_derivative("auto", "relu") == "surrogate"
-  assert kkt.resolve_derivative("surrogate", "softplus") == "surrogate"
+  assert activations.resolve_derivative("auto", "softplus") == "exact"
+  assert activations.resolve_derivative("auto", "relu") == "surrogate"
+  assert activations.resolve_derivative("surrogate", "softplus") == "surrogate"
 
 
 @pytest.mark.slow

@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import jaxopt
 from jaxopt import linear_solve
 
-from recon_jax.attacks import span
-from recon_jax.core.activations import surrogate_relu_jvp
+from recon_jax.attacks import equations, span
+from recon_jax.core.activations import DERIVATIVES, surrogate_relu_jvp
 from recon_jax.core.losses import tree_sq_norm
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
@@ -46,10 +46,6 @@ class LMState(NamedTuple):
   lam: jax.Array  # [m] the multipliers at x
   z: jax.Array  # [m * k (+ m)] the unknowns: coefficients (and free multipliers)
   solver: Any  # jaxopt's LevenbergMarquardtState
-
-
-DERIVATIVES = ("surrogate", "exact")
-MULTIPLIERS = ("tied", "free")
 
 
 def lm_attack(
@@ -100,8 +96,8 @@ def lm_attack(
     )
   if derivative not in DERIVATIVES:
     raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
-  if multipliers not in MULTIPLIERS:
-    raise ConfigError(f"multipliers must be one of {MULTIPLIERS}, got {multipliers!r}.")
+  if multipliers not in equations.MULTIPLIERS:
+    raise ConfigError(f"multipliers must be one of {equations.MULTIPLIERS}, got {multipliers!r}.")
   if not (isinstance(cg_maxiter, int) and not isinstance(cg_maxiter, bool) and cg_maxiter >= 1):
     raise ConfigError(f"cg_maxiter must be an integer >= 1, got {cg_maxiter!r}.")
   shape = tuple(input_shape)

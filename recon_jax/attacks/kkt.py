@@ -61,7 +61,7 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
-from recon_jax.core.activations import surrogate_relu
+from recon_jax.core.activations import DERIVATIVES, resolve_derivative, surrogate_relu
 from recon_jax.core.losses import PROBLEMS
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
@@ -282,22 +282,11 @@ def kkt_attack(
   return Attack(init, step, candidates, name=name, prepare=prepare)
 
 
-DERIVATIVES = gauss_newton.DERIVATIVES
-
-
 # ----------------------------------------------------------------------------- the main job
 
-SMOOTH = ("gelu", "softplus", "tanh", "identity")
 SEARCHES = ("first_order", "lm")
 # Arrays of candidate size a restart keeps: x, its gradient, the optimiser's slots.
 STATE_ARRAYS = {"sgd": 3, "adam": 4}
-
-
-def resolve_derivative(derivative: str, activation: str) -> str:
-  """'auto': the victim's own derivative when its activation is smooth, else the surrogate."""
-  if derivative != "auto":
-    return derivative
-  return "exact" if activation in SMOOTH else "surrogate"
 
 
 def _activation(setup: Setup) -> str:

@@ -97,3 +97,16 @@ def get_activation(name: str, alpha: Optional[float] = None) -> Activation:
       f"unknown activation {name!r}; choose from {sorted(table) + ['surrogate_relu']}."
     )
   return table[name]
+
+
+# How an attack differentiates the victim's activation: its own derivative, or the
+# surrogate's sigmoid(alpha x) (ReLU has none worth following).
+DERIVATIVES = ("surrogate", "exact")
+SMOOTH = ("gelu", "softplus", "tanh", "identity")  # activations whose own derivative is used
+
+
+def resolve_derivative(derivative: str, activation: str) -> str:
+  """'auto': the victim's own derivative when its activation is smooth, else the surrogate."""
+  if derivative != "auto":
+    return derivative
+  return "exact" if activation in SMOOTH else "surrogate"

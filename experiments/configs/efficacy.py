@@ -87,6 +87,7 @@ FINETUNE_VARIANTS = {
   "m2": {"m_per_sample": 2},
   # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels (their
   # 2n candidates and lambda_min range).
+  "cone": dict(SGD, attack="cone", subspace=False, span_whiten=0.0, lam_min="0.2:0.7:lin"),
   "unknown_init": dict(
     known_init=False,
     linearize=1.0,

@@ -27,6 +27,8 @@ class Found(NamedTuple):
   run: Optional[loop.AttackRun] = None
   attack: Optional[Attack] = None
   timing: Optional[dict] = None  # compile and run seconds of the search
+  labels: Optional[np.ndarray] = None  # [m]: the candidates' own labels (an attack that reads
+  # them off theta* with its candidates); None: the target's
 
 
 def find_candidates(
@@ -45,9 +47,10 @@ def find_candidates(
   ``state_file``; or, without a search, read off theta*.  ``ds``: the images the
   initialisation may start from."""
   target = setup.target
-  if spec.direct is not None:  # candidates read off theta*, no search
-    cands = np.asarray(spec.direct(target.params, setup.input_shape))
-    return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {})
+  if spec.direct is not None:  # candidates read off the target, no search
+    cands, labels = spec.direct(setup, spec.options_of(settings))
+    cands = np.asarray(cands)
+    return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {}, labels=labels)
   attack = spec.build(spec.options_of(settings), setup)
   x_init = inits.make_x_init(
     settings.init,

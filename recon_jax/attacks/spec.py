@@ -58,6 +58,9 @@ class Common(NamedTuple):
   m_per_sample: int
   steps: int  # optimisation steps per restart (before any refinement)
   anneal_alpha: float  # > 0: the surrogate's sharpness annealed to this
+  known_init: bool  # the attacker knows theta_0: the target's reference is theta* - theta_0
+  linearize: float  # with known_init: the target's params are theta_0 + this (theta* - theta_0)
+  seed: int  # the job's seed
 
   @classmethod
   def of(cls, job) -> "Common":
@@ -109,8 +112,10 @@ class AttackSpec(NamedTuple):
     paper_ranges: what ``sweep=paper`` draws the shared ranges from.
     state_arrays: ``(options, common) -> int``: arrays of candidate size a restart keeps
       (memory).
-    direct: for an attack without a search (``weights``): ``(params, input_shape) ->
-      [k, *input_shape]`` candidates, read off theta* directly; None for the rest.
+    direct: for an attack without a search (``weights``, ``cone``): ``(setup, options) ->
+      (candidates [1, k, *input_shape], labels [k] or None)``, read off the target directly
+      (labels: the candidates' own, which the identifiability check then scores them with);
+      None for the rest.
     rerunnable: ``options -> bool``: whether steps can be re-run from perturbed
       candidates (the attacker-side stability score does).
     first_order: ``options -> bool``: whether it searches with the first-order optimiser
@@ -121,6 +126,7 @@ class AttackSpec(NamedTuple):
       options' rules name (``split_eps`` belongs to ``split``).
     fits_equations: it fits theta*'s stationarity equations, so ``known_init`` (fitting
       theta* - theta_0 instead) applies to it.
+    reads_init: it reads theta_0 itself (``known_init`` required).
     doc: one line saying what it is (its module's docstring says the rest).
     examples: the runs the contract test makes of it (() for an attack without a search).
   """
@@ -138,6 +144,7 @@ class AttackSpec(NamedTuple):
   assumes_stationary: Callable = lambda options: False
   features: Callable = lambda options: {}
   fits_equations: bool = False
+  reads_init: bool = False
   doc: str = ""
   examples: Tuple[Example, ...] = (Example(),)
 

@@ -30,7 +30,10 @@ SPEC = register(
     check=no_check,
     hparams=(),
     state_arrays=lambda options, common: 0,
-    direct=lambda params, input_shape: first_layer_images(params, input_shape)[None],
+    direct=lambda setup, options: (
+      first_layer_images(setup.target.params, setup.input_shape)[None],
+      None,  # a unit's weights carry no label
+    ),
     doc="first-layer weights read as images (Haim et al. §5.4): no search",
     examples=(),  # nothing to run: the contract is for searches
   )

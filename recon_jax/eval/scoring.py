@@ -33,12 +33,14 @@ def identifiability_report(
   cands,
   weights,
   diverged,
+  labels=None,
 ) -> dict:
   """:func:`recon_jax.eval.identifiability.identifiability` of a run, or why it was skipped.
 
   Scored against ``target.fit`` (theta*, or theta* - theta_0 with a known
   initialisation), with the victim's own activation derivative (``apply_fn``, whose
-  output layer is ``num_outputs`` wide).
+  output layer is ``num_outputs`` wide); ``labels``: the candidates' own (default: the
+  target's).
   """
   n = len(ds.x_train)
   need = identifiability.matrix_bytes(target.params, n, num_outputs if problem == "general" else 1)
@@ -65,7 +67,7 @@ def identifiability_report(
     jnp.asarray(ds.y_train),
     cands,
     weights,
-    np.asarray(target.labels),
+    np.asarray(target.labels if labels is None else labels),
     reference=target.fit,
     diverged=diverged,
     box=(np.asarray(target.box_lo), np.asarray(target.box_hi)),
@@ -100,11 +102,13 @@ def score_run(
   identify: bool = False,
   normalize: Optional[str] = None,
   stability_candidates: int = 0,
+  labels=None,
 ) -> Scores:
   """The candidates ``cands`` [R, m, ...] (``weights`` [R, m], ``final_loss`` [R]) of a run on
   the victim ``apply_fn`` scored against the truth ``ds``: identifiability
-  (:func:`identifiability_report`; a run without a search, ``run`` None, has candidates
-  without labels, so only the truth and its family are scored), the evaluation
+  (:func:`identifiability_report`; a run without a search, ``run`` None, is scored as one
+  restart with its candidates' own ``labels``, and without them only the truth and its
+  family are), the evaluation
   (:func:`recon_jax.eval.report.evaluate_candidates`, ``ssim_threshold`` and ``seed``) and,
   with ``identify`` and a search, how well the attacker's own scores pick out the real
   candidates (:func:`recon_jax.eval.identification.identification_report` of the ``attack``
@@ -113,10 +117,10 @@ def score_run(
   timing = {}
   t0 = time.time()
   restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged
-  if run is None:  # first-layer images carry no labels: only the truth (and its family) is scored
+  if run is None and labels is None:  # first-layer images carry no labels: the truth only
     restarts, restart_weights = cands[:0], weights[:0]
   ident = identifiability_report(
-    apply_fn, num_outputs, problem, target, ds, restarts, restart_weights, diverged
+    apply_fn, num_outputs, problem, target, ds, restarts, restart_weights, diverged, labels
   )
   timing["identifiability_s"] = time.time() - t0
   logging.info("%s", identifiability.line(ident))

@@ -373,6 +373,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     stability_candidates=cfg.identify_stability_candidates
     if spec.rerunnable(spec.options_of(cfg))
     else 0,
+    labels=found.labels,
   )
   ident, ev, result = scores.identifiability, scores.evaluation, scores.result
   timing.update(scores.timing)
@@ -383,7 +384,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     "problem": problem,
     "dataset": plan.victim.dataset,
     "n_train": n,
-    "m": len(labels),
+    "m": int(cands.shape[1]),
     "num_restarts": cfg.num_restarts if run is not None else 1,
     "recovered_strict": ev["attack"]["recovered_strict"],
     "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],

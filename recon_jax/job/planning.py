@@ -332,7 +332,7 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
   """``{feature: (what turns it on, on?)}``: the features of the job ``cfg`` that its
   settings' rules (:data:`recon_jax.job.settings.RULES`) name, the attacks' own
   (:attr:`AttackSpec.features`) included."""
-  fitting = sorted(name for name, s in attacks.specs().items() if s.fits_equations)
+  fitting = sorted(n for n, s in attacks.specs().items() if s.fits_equations or s.reads_init)
   searched = spec.direct is None
   first_order = searched and spec.first_order(spec.options_of(cfg))
   attack = f"attack={cfg.attack}"
@@ -350,8 +350,8 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
     "anneal": ("annealing (anneal_alpha > 0)", cfg.anneal_alpha > 0),
     "known_init": ("known_init=True (the attacker knows theta_0)", bool(cfg.known_init)),
     "known_init_attack": (
-      f"the attacks that fit theta*'s equations ({', '.join(fitting)}; not {attack})",
-      spec.fits_equations,
+      f"the attacks that read theta* - theta_0 ({', '.join(fitting)}; not {attack})",
+      spec.fits_equations or spec.reads_init,
     ),
     "identify": ("identify=True", bool(cfg.identify)),
     "foreign": ("a PyTorch or safetensors checkpoint", foreign),

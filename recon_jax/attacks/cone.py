@@ -1,0 +1,326 @@
+"""Training images read off the cone of a first layer's change, by linear programs: no search.
+
+A network with one hidden layer of ReLU units, ``f(x) = sum_j w_j relu(x . k_j + b_j)``,
+trained by gradient descent from a theta_0 the attacker knows.  Every step adds to unit j's
+kernel and bias ``eta |l'| y_i w_j [x_i, 1]`` for each training image i the unit is active
+on (``l'`` the loss derivative, ``y_i`` the label).  So for a unit whose output weight ``w_j``
+kept its sign through training, ``sign(w_j) (k*_j - k0_j, b*_j - b0_j)`` is a nonnegative
+combination of the labelled images ``y_i [x_i, 1]``, with a coefficient exactly 0 for every
+image the unit was never active on.  The units' changes lie in a cone with one generator per
+training image, and each image's facet of that cone holds every unit inactive on it
+throughout training, about half of them.
+
+:func:`find_facets` finds facets one linear program at a time: from the activation pattern
+of a random image of the span, a reweighted L1 program finds the normal ``h`` whose
+coefficients ``rows @ h`` (one per unit, >= 0) vanish on as many units as it can.
+:func:`decode` turns the facets into images: the generator of facet q is orthogonal to the
+other facets' normals (an affine system in the image's span coefficients, the bias column
+fixing the scale), and the units on facet q were inactive on the image at theta_0 and at
+theta*, which picks the point along what the system leaves free.  Where every facet is
+found the images come back to rounding (on the LFW fine-tuning victims, normalised
+cross-correlation 0.98-1.0); the images training weighted least have the noisiest facets
+and are the ones missed (docs/leakage.md).
+
+Exact for full-batch or mini-batch gradient descent, with or without momentum, and a loss
+whose derivative keeps its sign (logistic; squared error only while no output overshoots its
+label); not for Adam or weight decay (the change leaves the images' span).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linprog
+
+from recon_jax.attacks import span
+from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
+from recon_jax.core.rules import Rule
+from recon_jax.errors import ConfigError
+
+VIOLATION_COST = 20.0  # a unit's coefficient below 0 costs this many times the largest weight
+REWEIGHTS = 6  # reweighted L1 rounds of one facet's program
+START_WEIGHT = 0.01  # the weight of the units active on the start's image (1 for the others)
+NEGLIGIBLE = 0.05  # units whose change is below this fraction of the median are dropped
+MIN_ON_FACET = 0.3  # a facet holds at least this share of the units (an image's: about half)
+MIN_GAP = 1.0  # decades between the facet's zero and nonzero coefficients
+SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
+
+
+@dataclasses.dataclass(frozen=True)
+class ConeOptions:
+  """The cone attack's options."""
+
+  cone_starts: int = option(
+    200,
+    "attack=cone: random starts of the facet search (a few linear programs each; it stops "
+    "once every facet the span allows is found)",
+    Rule("int", low=1, high=10**6),
+  )
+
+
+def hidden_layer(params):
+  """``(kernel [d, h], bias [h], output weights [h])`` of a one-hidden-layer network, float64.
+
+  Raises:
+    ConfigError: other layers than ``layer_0`` (dense, with a bias) and ``layer_1`` with one
+      output.
+  """
+  layers = params.get("params", {}) if isinstance(params, dict) else {}
+  first, second = layers.get("layer_0", {}), layers.get("layer_1", {})
+  kernel, out = first.get("kernel"), second.get("kernel")
+  ok = (
+    set(layers) == {"layer_0", "layer_1"}
+    and kernel is not None
+    and np.ndim(kernel) == 2
+    and first.get("bias") is not None
+    and out is not None
+    and np.shape(out) == (np.shape(kernel)[1], 1)
+  )
+  if not ok:
+    raise ConfigError(
+      "attack=cone reads a network of one dense hidden layer with biases and one output "
+      "(layers layer_0 and layer_1).",
+      "attack",
+    )
+  f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+  return f64(kernel), f64(first["bias"]), f64(out)[:, 0]
+
+
+def signed_rows(theta_star, theta_0, basis):
+  """``(rows [u, k + 1], units [u])``: each kept unit's change, its kernel in the span's
+  coordinates (``basis`` [d, k]) beside its bias, times the sign of its output weight.
+
+  Kept: the units whose output weight has the same nonzero sign at theta_0 and theta*, and
+  whose change is not negligible.  Scaled so that the median row has norm 1."""
+  k1, b1, w1 = hidden_layer(theta_star)
+  k0, b0, w0 = hidden_layer(theta_0)
+  sign = np.sign(w0)
+  rows = np.concatenate([(k1 - k0).T @ basis, (b1 - b0)[:, None]], axis=1) * sign[:, None]
+  norms = np.linalg.norm(rows, axis=1)
+  keep = (np.sign(w1) == sign) & (sign != 0)
+  if not keep.any():
+    raise ConfigError("every output weight changed sign: the cone is not there.", "attack")
+  keep &= norms > NEGLIGIBLE * np.median(norms[keep])
+  units = np.flatnonzero(keep)
+  return rows[units] / np.median(norms[units]), units
+
+
+def zero_split(coefficients):
+  """``(on_facet [u] bool, gap)``: the units whose coefficient is in the lower of two
+  clusters of log10 values (Otsu's split), and the clusters' distance in decades."""
+  c = np.asarray(coefficients, np.float64)
+  logs = np.log10(np.maximum(c / np.abs(c).max(), 1e-9))
+  order = np.sort(logs)
+  n = len(order)
+  split = np.arange(max(1, n // 10), max(2, n - n // 10))
+  total = np.cumsum(order)
+  low = total[split - 1] / split
+  high = (total[-1] - total[split - 1]) / (n - split)
+  best = int(np.argmax(split * (n - split) * (high - low) ** 2))
+  return logs < order[split[best]], float(high[best] - low[best])
+
+
+def facet(rows, start_zero):
+  """The unit normal ``h`` of the facet a reweighted L1 program reaches from ``start_zero``
+  (the units taken to be on it at first), or None where the program fails."""
+  u, k = rows.shape
+  bounds = [(None, None)] * k + [(0, None)] * u
+  a_ub = sparse.hstack([sparse.csr_matrix(-rows), -sparse.identity(u)]).tocsr()
+  a_eq = np.concatenate([rows[~start_zero].sum(0), np.zeros(u)])[None]
+  weights = np.where(start_zero, 1.0, START_WEIGHT)
+  for _ in range(REWEIGHTS):
+    cost = np.concatenate([rows.T @ weights, VIOLATION_COST * weights.max() * np.ones(u)])
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(u), A_eq=a_eq, b_eq=[1.0], bounds=bounds)
+    if res.status != 0:
+      return None
+    h = res.x[:k]
+    coef = rows @ h
+    weights = 1.0 / (np.maximum(coef, 0.0) + 1e-2 * np.median(np.abs(coef)) + 1e-30)
+  return h / np.linalg.norm(h)
+
+
+class Layers(NamedTuple):
+  """The pre-activations of the kept units as affine maps of an image's span coefficients
+  ``c`` (the image ``basis c``): ``c @ kernel + bias`` at theta_0 and at theta*."""
+
+  kernels: tuple  # ([k, u] at theta_0, [k, u] at theta*)
+  biases: tuple  # ([u], [u])
+
+  @classmethod
+  def of(cls, theta_star, theta_0, basis, units) -> "Layers":
+    k1, b1, _ = hidden_layer(theta_star)
+    k0, b0, _ = hidden_layer(theta_0)
+    return cls((basis.T @ k0[:, units], basis.T @ k1[:, units]), (b0[units], b1[units]))
+
+  def inactive(self, c):
+    """[u] bool: the units inactive on ``basis c`` at both theta_0 and theta*."""
+    return np.logical_and.reduce([c @ g + b <= 0 for g, b in zip(self.kernels, self.biases)])
+
+  def stacked(self, on):
+    """``(G [k, 2s], b [2s])`` of the units ``on`` (a mask), at theta_0 then theta*."""
+    return (
+      np.concatenate([g[:, on] for g in self.kernels], 1),
+      np.concatenate([b[on] for b in self.biases]),
+    )
+
+
+def find_facets(rows, layers: Layers, starts: int, scale: float, rng):
+  """``(normals [F, k + 1], coefficients [F, u])``: distinct facets that hold at least
+  :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts`` random images
+  of the span (coefficients of norm ``scale``); stops at k + 1, the most the span allows."""
+  k = rows.shape[1] - 1
+  normals, coefs = [], []
+  for _ in range(int(starts)):
+    if len(normals) == k + 1:
+      break
+    c = rng.normal(size=k)
+    h = facet(rows, layers.inactive(scale * c / np.linalg.norm(c)))
+    if h is None:
+      continue
+    coef = rows @ h
+    on, gap = zero_split(coef)
+    if on.mean() < MIN_ON_FACET or gap < MIN_GAP:
+      continue
+    unit = coef / np.linalg.norm(coef)
+    if any(abs(unit @ other) > SAME_FACET for other in coefs):
+      continue
+    normals.append(h)
+    coefs.append(unit)
+  k1 = rows.shape[1]
+  return np.reshape(normals, (-1, k1)), np.reshape(coefs, (-1, len(rows)))
+
+
+def decode(normals, coefs, q: int, layers: Layers, bound: float):
+  """``(c [k], label)``: the span coefficients of facet ``q``'s image and its label (+-1).
+
+  The image's generator ``y [c, 1]`` is orthogonal to every other facet's normal (least
+  squares); along what that leaves free, the point where the units on facet q are inactive
+  at theta_0 and theta* with the least violation (coefficients within ``bound``)."""
+  k = normals.shape[1] - 1
+  others = np.delete(normals, q, axis=0)
+  c0 = np.zeros(k)
+  free = np.eye(k)
+  if len(others):
+    c0 = np.linalg.lstsq(others[:, :k], -others[:, k], rcond=None)[0]
+    _, sv, vt = np.linalg.svd(others[:, :k])
+    rank = int(np.sum(sv > 1e-8 * sv[0])) if sv.size else 0
+    free = vt[rank:].T
+  if free.shape[1]:
+    g, b = layers.stacked(zero_split(coefs[q])[0])
+    s, f = g.shape[1], free.shape[1]
+    a_ub = sparse.hstack([sparse.csr_matrix(g.T @ free), -sparse.identity(s)]).tocsr()
+    res = linprog(
+      np.concatenate([np.zeros(f), np.ones(s)]),
+      A_ub=a_ub,
+      b_ub=-b - c0 @ g,
+      bounds=[(-bound, bound)] * f + [(0, None)] * s,
+    )
+    if res.status == 0:
+      c0 = c0 + free @ res.x[:f]
+  label = 1.0 if normals[q, :k] @ c0 + normals[q, k] >= 0 else -1.0
+  return c0, label
+
+
+def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, starts=200, seed=0):
+  """``(images [F, *input_shape], labels [F])`` read off the cone of the first layer's change.
+
+  Args:
+    theta_star, theta_0: the victim's trained and initial parameters (one hidden layer).
+    input_shape: one image's shape.
+    box_lo, box_hi: the pixel box (broadcastable to one image): a quarter of its diagonal is
+      the norm of the random images the facet search starts from.
+    n: the training-set size where known (it tells the span from rounding noise).
+    starts, seed: the facet search's random starts.
+  """
+  change = hidden_layer(theta_star)[0] - hidden_layer(theta_0)[0]
+  basis, _ = span.span_basis({"params": {"layer_0": {"kernel": change}}}, n=n)
+  rows, units = signed_rows(theta_star, theta_0, basis)
+  layers = Layers.of(theta_star, theta_0, basis, units)
+  diagonal = np.broadcast_to(np.asarray(box_hi) - np.asarray(box_lo), tuple(input_shape))
+  scale = float(np.linalg.norm(diagonal)) / 4.0
+  rng = np.random.default_rng(seed)
+  normals, coefs = find_facets(rows, layers, starts, scale, rng)
+  out = [decode(normals, coefs, q, layers, 4.0 * scale) for q in range(len(normals))]
+  images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
+  return images, np.array([y for _, y in out])
+
+
+def _theta_pair(setup: Setup):
+  """``(theta*, theta_0)`` from the target: its reference is theta* - theta_0, its params at
+  ``linearize`` between them."""
+  target, lin = setup.target, float(setup.common.linearize)
+  star = jax.tree_util.tree_map(lambda p, d: p + (1.0 - lin) * d, target.params, target.reference)
+  init = jax.tree_util.tree_map(lambda p, d: p - lin * d, target.params, target.reference)
+  return star, init
+
+
+def _direct(setup: Setup, options: ConeOptions):
+  star, init = _theta_pair(setup)
+  images, labels = cone_images(
+    star,
+    init,
+    setup.input_shape,
+    setup.target.box_lo,
+    setup.target.box_hi,
+    n=setup.n or None,
+    starts=options.cone_starts,
+    seed=setup.common.seed,
+  )
+  return images[None], labels.astype(np.float32)
+
+
+def _check(options: ConeOptions, setup: Setup) -> None:
+  del options
+  require(
+    setup.problem == "binary",
+    "attack=cone reads a one-output victim trained for two classes (problem=binary).",
+    "problem",
+  )
+  require(
+    setup.common is None or bool(setup.common.known_init),
+    "attack=cone reads theta* - theta_0: set known_init=True (and init_checkpoint for an "
+    "imported model).",
+    "known_init",
+  )
+  if setup.foreign:
+    return  # an imported model's layers are checked when its parameters are read
+  v = setup.victim
+  require(
+    v.arch in ("mlp", "one_hidden") and len(v.widths) == 1,
+    f"attack=cone reads a network of one dense hidden layer, not arch={v.arch} with widths "
+    f"{tuple(v.widths)}.",
+    "attack",
+  )
+  require(
+    v.activation == "relu",
+    f"attack=cone reads ReLU units, not activation={v.activation}.",
+    "attack",
+  )
+  require(
+    v.bias != "none",
+    "attack=cone reads the first layer's biases, which bias=none leaves out.",
+    "attack",
+  )
+
+
+SPEC = register(
+  AttackSpec(
+    name="cone",
+    build=lambda options, setup: None,
+    check=_check,
+    options=ConeOptions,
+    hparams=(),
+    state_arrays=lambda options, common: 0,
+    direct=_direct,
+    rerunnable=lambda options: False,
+    first_order=lambda options: False,
+    reads_init=True,
+    doc="the images off the cone of the first layer's change from a known theta_0: "
+    "linear programs, no search",
+    examples=(),  # nothing to run: the contract is for searches
+  )
+)

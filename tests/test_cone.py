@@ -6,6 +6,7 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from recon_jax.attacks import cone, span
 from recon_jax.errors import ConfigError
@@ -90,14 +91,34 @@ def test_the_job_refuses_the_cone_without_theta_0_or_on_a_deeper_victim():
   assert e.value.argument == "attack" and "one dense hidden layer" in str(e.value)
 
 
-def test_the_main_job_reads_a_fine_tuned_model_off_its_cone():
-  """attack=cone end to end: every training image strictly but at most one, the labels it
-  reads scored through the equations (the truth fits at least as well), no baseline."""
+def _torch_layout(params):
+  """A one-hidden-layer MLP's parameters as a PyTorch state dict (Linear: [out, in])."""
+  out = {}
+  for i, name in enumerate(("layer_0", "layer_1")):
+    layer = params["params"][name]
+    out[f"fc{i + 1}.weight"] = np.ascontiguousarray(np.asarray(layer["kernel"]).T)
+    out[f"fc{i + 1}.bias"] = np.asarray(layer["bias"])
+  return out
+
+
+def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp_path):
+  """attack=cone end to end on a user's model and its initial weights (safetensors): every
+  training image strictly but at most one, the labels it reads scored through the equations
+  (the truth fits at least as well), no baseline."""
   import recon_jax as rj
   from recon_jax.job import pipeline
 
+  ds, fitted = lazy
+  np.save(tmp_path / "mean.npy", ds.mean)  # the model was trained on mean-subtracted images
+  save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
+  save_file(_torch_layout(fitted.init), str(tmp_path / "init.safetensors"))
   cfg = rj.JobConfig(
-    victim=dataclasses.asdict(LAZY) | {"widths": [512]}, known_init=True, attack="cone"
+    victim=dict(dataset="digits", n_per_class=4),
+    checkpoint=str(tmp_path / "model.safetensors"),
+    init_checkpoint=str(tmp_path / "init.safetensors"),
+    foreign=dict(data_mean=str(tmp_path / "mean.npy")),
+    known_init=True,
+    attack="cone",
   )
   m = pipeline.reconstruct(cfg, verbose=False).metrics
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
@@ -105,3 +126,18 @@ def test_the_main_job_reads_a_fine_tuned_model_off_its_cone():
   assert m["baseline_mean_image_recovered_strict"] == 0
   assert m["identifiability"]["ratio"] >= 1.0, m["identifiability"]
   assert m["m"] <= 8  # one candidate per facet found
+
+
+def test_an_audit_with_theta0_runs_the_attack_the_job_names(lazy, tmp_path):
+  """``--config.job.attack=cone`` with ``--config.init``: theta_0 known, no kkt setting
+  carried over (the known-init search's settings are kkt's)."""
+  import recon_jax as rj
+  from recon_jax.job import audit
+
+  _, fitted = lazy
+  save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
+  files = audit.Audit(model=str(tmp_path / "model.safetensors"), heldout="h", init="i")
+  job = audit.audit_job(files, rj.JobConfig(attack="cone"))
+  assert job.known_init and job.init_checkpoint == "i" and job.attack == "cone"
+  assert job.subspace == rj.JobConfig().subspace and job.linearize == rj.JobConfig().linearize
+  assert audit.audit_job(files).subspace  # the default attack: the known-init search

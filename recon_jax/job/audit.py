@@ -5,7 +5,7 @@ weights its training started from.
 :func:`audit_job` turns those files into a :class:`~recon_jax.job.settings.JobConfig`:
 with theta_0 the attack of a model fine-tuned from known weights
 (:data:`~recon_jax.job.settings.KNOWN_INIT_ATTACK`; candidates in the first layer's span
-where that layer is dense), without it Haim et al.'s attack on theta* alone.  The run is
+where that layer is dense; or the job's own ``attack``, e.g. ``cone``), without it Haim et al.'s attack on theta* alone.  The run is
 the main job's, so its workdir, verdict and report are the same.
 """
 
@@ -66,8 +66,9 @@ def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
     ),
   )
   if audit.init:
-    settings.update(KNOWN_INIT_ATTACK, init_checkpoint=audit.init)
-    settings["subspace"] = _dense_first_layer(audit.model)
+    settings.update(known_init=True, init_checkpoint=audit.init)
+    if base.attack == "kkt":  # the known-init search (its settings are kkt's; cone has none)
+      settings.update(KNOWN_INIT_ATTACK, subspace=_dense_first_layer(audit.model))
   return base.replace(**settings)
 
 

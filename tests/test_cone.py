@@ -45,7 +45,9 @@ def test_the_signed_change_is_a_nonnegative_mix_of_the_labelled_images(lazy):
     fitted.init["params"]["layer_0"]["kernel"]
   )
   basis, _ = span.span_basis({"params": {"layer_0": {"kernel": change}}}, n=len(x))
-  rows, _ = cone.signed_rows(fitted.params, fitted.init, basis)
+  rows, _ = cone.signed_rows(
+    cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init), basis
+  )
   generators = np.concatenate([(y[:, None] * x) @ basis, y[:, None]], axis=1)  # y_i [x_i, 1]
   mix = rows @ np.linalg.pinv(generators)  # rows = mix @ generators
   assert np.linalg.norm(rows - mix @ generators) < 1e-3 * np.linalg.norm(rows)

@@ -90,14 +90,14 @@ def hidden_layer(params):
   return f64(kernel), f64(first["bias"]), f64(out)[:, 0]
 
 
-def signed_rows(theta_star, theta_0, basis):
-  """``(rows [u, k + 1], units [u])``: each kept unit's change, its kernel in the span's
-  coordinates (``basis`` [d, k]) beside its bias, times the sign of its output weight.
+def signed_rows(star, init, basis):
+  """``(rows [u, k + 1], units [u])``: each kept unit's change from ``init`` to ``star`` (each
+  a :func:`hidden_layer` triple), its kernel in the span's coordinates (``basis`` [d, k])
+  beside its bias, times the sign of its output weight.
 
   Kept: the units whose output weight has the same nonzero sign at theta_0 and theta*, and
   whose change is not negligible.  Scaled so that the median row has norm 1."""
-  k1, b1, w1 = hidden_layer(theta_star)
-  k0, b0, w0 = hidden_layer(theta_0)
+  (k1, b1, w1), (k0, b0, w0) = star, init
   sign = np.sign(w0)
   rows = np.concatenate([(k1 - k0).T @ basis, (b1 - b0)[:, None]], axis=1) * sign[:, None]
   norms = np.linalg.norm(rows, axis=1)
@@ -151,9 +151,9 @@ class Layers(NamedTuple):
   biases: tuple  # ([u], [u])
 
   @classmethod
-  def of(cls, theta_star, theta_0, basis, units) -> "Layers":
-    k1, b1, _ = hidden_layer(theta_star)
-    k0, b0, _ = hidden_layer(theta_0)
+  def of(cls, star, init, basis, units) -> "Layers":
+    """``star``, ``init``: :func:`hidden_layer` triples at theta* and theta_0."""
+    (k1, b1, _), (k0, b0, _) = star, init
     return cls((basis.T @ k0[:, units], basis.T @ k1[:, units]), (b0[units], b1[units]))
 
   def inactive(self, c):
@@ -190,8 +190,7 @@ def find_facets(rows, layers: Layers, starts: int, scale: float, rng):
       continue
     normals.append(h)
     coefs.append(unit)
-  k1 = rows.shape[1]
-  return np.reshape(normals, (-1, k1)), np.reshape(coefs, (-1, len(rows)))
+  return np.reshape(normals, (-1, k + 1)), np.reshape(coefs, (-1, len(rows)))
 
 
 def decode(normals, coefs, q: int, layers: Layers, bound: float):
@@ -207,7 +206,7 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
   if len(others):
     c0 = np.linalg.lstsq(others[:, :k], -others[:, k], rcond=None)[0]
     _, sv, vt = np.linalg.svd(others[:, :k])
-    rank = int(np.sum(sv > 1e-8 * sv[0])) if sv.size else 0
+    rank = int(np.sum(sv > 1e-8 * sv[0]))
     free = vt[rank:].T
   if free.shape[1]:
     g, b = layers.stacked(zero_split(coefs[q])[0])
@@ -236,10 +235,10 @@ def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, sta
     n: the training-set size where known (it tells the span from rounding noise).
     starts, seed: the facet search's random starts.
   """
-  change = hidden_layer(theta_star)[0] - hidden_layer(theta_0)[0]
-  basis, _ = span.span_basis({"params": {"layer_0": {"kernel": change}}}, n=n)
-  rows, units = signed_rows(theta_star, theta_0, basis)
-  layers = Layers.of(theta_star, theta_0, basis, units)
+  star, init = hidden_layer(theta_star), hidden_layer(theta_0)
+  basis, _ = span.span_basis({"params": {"layer_0": {"kernel": star[0] - init[0]}}}, n=n)
+  rows, units = signed_rows(star, init, basis)
+  layers = Layers.of(star, init, basis, units)
   diagonal = np.broadcast_to(np.asarray(box_hi) - np.asarray(box_lo), tuple(input_shape))
   scale = float(np.linalg.norm(diagonal)) / 4.0
   rng = np.random.default_rng(seed)

@@ -27,8 +27,7 @@ class Found(NamedTuple):
   run: Optional[loop.AttackRun] = None
   attack: Optional[Attack] = None
   timing: Optional[dict] = None  # compile and run seconds of the search
-  labels: Optional[np.ndarray] = None  # [m]: the candidates' own labels (an attack that reads
-  # them off theta* with its candidates); None: the target's
+  labels: Optional[np.ndarray] = None  # [m]: the candidates' own labels (None: the target's)
 
 
 def find_candidates(

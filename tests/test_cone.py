@@ -72,6 +72,30 @@ def test_the_facets_give_the_training_images_and_their_labels_back(lazy):
   assert np.median(err) < 0.05  # the scale too: the biases fix it
 
 
+def test_peel_finds_the_facet_of_the_one_image_the_others_leave_out(lazy):
+  """Planted: with every other image's generator known, the search in their complement
+  finds the left-out image's facet, the units never active on it."""
+  ds, fitted = lazy
+  x, y = _flat(ds), np.asarray(ds.y_train, np.float64).ravel()
+  change = np.asarray(fitted.params["params"]["layer_0"]["kernel"]) - np.asarray(
+    fitted.init["params"]["layer_0"]["kernel"]
+  )
+  basis, _ = span.span_basis({"params": {"layer_0": {"kernel": change}}}, n=len(x))
+  rows, _ = cone.signed_rows(
+    cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init), basis
+  )
+  generators = np.concatenate([(y[:, None] * x) @ basis, y[:, None]], axis=1)
+  absent = rows @ np.linalg.pinv(generators) < 1e-6 * np.abs(rows).max()  # [units, images]
+  rng = np.random.default_rng(0)
+  for q in (0, 5):
+    others = np.delete(generators, q, axis=0)
+    normals, coefs = cone.peel(rows, np.zeros((0, rows.shape[1])), [], others, 10, rng, 1)
+    assert normals.shape == (1, rows.shape[1])
+    np.testing.assert_allclose(others @ normals[0], 0.0, atol=1e-6)  # orthogonal to the rest
+    on, _ = cone.zero_split(coefs[0])
+    assert (on == absent[:, q]).mean() > 0.97, (on == absent[:, q]).mean()
+
+
 def test_a_network_of_two_hidden_layers_is_refused_in_one_line(lazy):
   _, fitted = lazy
   deeper = jax.tree_util.tree_map(lambda a: a, fitted.params)

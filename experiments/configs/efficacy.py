@@ -85,9 +85,9 @@ FINETUNE_VARIANTS = {
   "whiten1": {"span_whiten": 1.0},
   # 2n candidates instead of 3n.
   "m2": {"m_per_sample": 2},
-  # The attacker does not know theta_0: theta* alone, Haim et al.'s attack in pixels (their
-  # 2n candidates and lambda_min range).
+  # The images read off the cone of the first layer's change by linear programs (no search).
   "cone": dict(SGD, attack="cone", subspace=False, span_whiten=0.0, lam_min="0.2:0.7:lin"),
+  # theta_0 unknown: theta* alone, Haim et al.'s attack in pixels (their 2n, lambda_min).
   "unknown_init": dict(
     known_init=False,
     linearize=1.0,

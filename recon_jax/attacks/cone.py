@@ -48,6 +48,7 @@ NEGLIGIBLE = 0.05  # units whose change is below this fraction of the median are
 MIN_ON_FACET = 0.3  # a facet holds at least this share of the units (an image's: about half)
 MIN_GAP = 1.0  # decades between the facet's zero and nonzero coefficients
 SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
+PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +56,7 @@ class ConeOptions:
   """The cone attack's options."""
 
   cone_starts: int = option(
-    200,
+    100,
     "attack=cone: random starts of the facet search (a few linear programs each; it stops "
     "once every facet the span allows is found)",
     Rule("int", low=1, high=10**6),
@@ -134,7 +135,11 @@ def facet(rows, start_zero):
   weights = np.where(start_zero, 1.0, START_WEIGHT)
   for _ in range(REWEIGHTS):
     cost = np.concatenate([rows.T @ weights, VIOLATION_COST * weights.max() * np.ones(u)])
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(u), A_eq=a_eq, b_eq=[1.0], bounds=bounds)
+    # Scaled to a largest cost of 1: the reweighted costs span decades, and HiGHS fails on
+    # about a third of the programs unscaled (the same solution, a scaled objective).
+    res = linprog(
+      cost / np.abs(cost).max(), A_ub=a_ub, b_ub=np.zeros(u), A_eq=a_eq, b_eq=[1.0], bounds=bounds
+    )
     if res.status != 0:
       return None
     h = res.x[:k]
@@ -168,29 +173,54 @@ class Layers(NamedTuple):
     )
 
 
-def find_facets(rows, layers: Layers, starts: int, scale: float, rng):
-  """``(normals [F, k + 1], coefficients [F, u])``: distinct facets that hold at least
-  :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts`` random images
-  of the span (coefficients of norm ``scale``); stops at k + 1, the most the span allows."""
-  k = rows.shape[1] - 1
+def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int):
+  """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
+  hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
+  random images of the span (coefficients of norm ``scale``)."""
   normals, coefs = [], []
   for _ in range(int(starts)):
-    if len(normals) == k + 1:
+    if len(normals) >= limit:
       break
-    c = rng.normal(size=k)
-    h = facet(rows, layers.inactive(scale * c / np.linalg.norm(c)))
-    if h is None:
-      continue
-    coef = rows @ h
-    on, gap = zero_split(coef)
-    if on.mean() < MIN_ON_FACET or gap < MIN_GAP:
-      continue
-    unit = coef / np.linalg.norm(coef)
-    if any(abs(unit @ other) > SAME_FACET for other in coefs):
-      continue
-    normals.append(h)
-    coefs.append(unit)
-  return np.reshape(normals, (-1, k + 1)), np.reshape(coefs, (-1, len(rows)))
+    c = rng.normal(size=rows.shape[1] - 1)
+    _add(rows, facet(rows, layers.inactive(scale * c / np.linalg.norm(c))), normals, coefs)
+  return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
+
+
+def _add(rows, h, normals: list, coefs: list) -> None:
+  """Appends the facet of normal ``h`` to ``normals`` and its unit coefficients to ``coefs``
+  where it holds enough units with a clear gap and is not one of them already."""
+  if h is None:
+    return
+  coef = rows @ h
+  on, gap = zero_split(coef)
+  unit = coef / np.linalg.norm(coef)
+  if on.mean() < MIN_ON_FACET or gap < MIN_GAP:
+    return
+  if any(abs(unit @ other) > SAME_FACET for other in coefs):
+    return
+  normals.append(h)
+  coefs.append(unit)
+
+
+def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
+  """The facets the random starts missed, searched where only they can be.
+
+  A facet's normal is orthogonal to every generator but its own, so the facets not yet
+  found have their normals in the complement of the ``generators`` [F, k + 1] decoded from
+  the facets found.  Projected there, the units' rows are combinations of the missing
+  generators alone: a program in a few dimensions instead of k + 1, from ``starts`` random
+  sign patterns.  Returns ``(normals, coefficients)`` with the facets found appended."""
+  complement = np.linalg.svd(generators)[2][len(generators) :].T
+  normals, coefs = list(normals), list(coefs)
+  if not complement.shape[1]:
+    return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
+  projected = rows @ complement
+  for _ in range(int(starts)):
+    if len(normals) >= limit:
+      break
+    h = facet(projected, projected @ rng.normal(size=complement.shape[1]) <= 0)
+    _add(rows, None if h is None else complement @ h, normals, coefs)
+  return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
 
 
 def decode(normals, coefs, q: int, layers: Layers, bound: float):
@@ -224,7 +254,7 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
   return c0, label
 
 
-def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, starts=200, seed=0):
+def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, starts=100, seed=0):
   """``(images [F, *input_shape], labels [F])`` read off the cone of the first layer's change.
 
   Args:
@@ -242,8 +272,17 @@ def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, sta
   diagonal = np.broadcast_to(np.asarray(box_hi) - np.asarray(box_lo), tuple(input_shape))
   scale = float(np.linalg.norm(diagonal)) / 4.0
   rng = np.random.default_rng(seed)
-  normals, coefs = find_facets(rows, layers, starts, scale, rng)
-  out = [decode(normals, coefs, q, layers, 4.0 * scale) for q in range(len(normals))]
+  # One facet per image, in the k + 1 dimensions of the span and the bias.
+  limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
+  read = lambda normals, coefs: [  # noqa: E731
+    decode(normals, coefs, q, layers, 4.0 * scale) for q in range(len(normals))
+  ]
+  normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
+  out = read(normals, coefs)
+  if len(out) < limit:
+    generators = np.array([y * np.append(c, 1.0) for c, y in out]).reshape(len(out), -1)
+    normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit)
+    out = read(normals, coefs)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
   return images, np.array([y for _, y in out])
 

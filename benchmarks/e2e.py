@@ -1,7 +1,7 @@
 r"""End to end: one draw of the main job as a subprocess, from a fresh victim to its report.
 
   python -m benchmarks.e2e                       # the tiny preset (~20 s)
-  python -m benchmarks.e2e --preset=finetune     # another preset of the main job
+  python -m benchmarks.e2e --preset=finetune_kkt # another preset of the main job
   python -m benchmarks.e2e --quick               # prints a 'skipped' record only
 
 Runs ``python -m experiments.reconstruct --config=experiments/configs/reconstruct.py:PRESET

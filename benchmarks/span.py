@@ -17,7 +17,7 @@ The two code paths of ``kkt_attack(apply_fn, 'binary', optimizer='adam')``: in p
 and with ``basis=B`` in coefficients (each candidate k numbers instead of d; the attack's
 ``prepare`` reduces the target to the span inside the compiled programs, once per chunk).
 Both run through ``loop.make_runner``'s compiled chunk (``num_steps`` static), R = 16
-restarts of m = 40 candidates with the ``finetune`` preset's hyperparameter sweep, for
+restarts of m = 40 candidates with the ``finetune_kkt`` preset's hyperparameter sweep, for
 lax.map and vmap; all programs of one width are compiled first, then timed in
 interleaved rounds.  Per program: restart-steps/s; per batching: the speedup
 (coefficients over pixels, same batching, same run), by wall time and by CPU time.
@@ -33,7 +33,7 @@ from benchmarks import common
 IMAGE = (25, 25, 1)  # the LFW crops of the finetune preset: d = 625
 CHANGE = 0.1  # ||K* - K_0|| / ||K_0|| of the first layer
 NOISE = 1e-3  # std of the noise added to every other leaf of theta_0
-LINEARIZE = 0.5  # the finetune preset's point between theta_0 and theta*
+LINEARIZE = 0.5  # the finetune_kkt preset's point between theta_0 and theta*
 PATHS = ("pixels", "coefficients")
 
 
@@ -123,7 +123,7 @@ def programs(args, h: int, ceiling, dtype: str = "float32") -> tuple:
         apply_fn, "binary", optimizer="adam", basis=basis, input_shape=IMAGE
       ),
     }
-    hp = common.attack_hparams(args.restarts, preset="finetune")
+    hp = common.attack_hparams(args.restarts, preset="finetune_kkt")
     x_init = inits.gaussian(args.m, IMAGE, dt)
     progs = {}
     for batching in dict.fromkeys(loop.resolve_batching(b) for b in args.batchings):

@@ -153,7 +153,9 @@ def test_unknown_setting_and_preset_are_refused_with_a_hint():
   ):
     cli.check_overrides(["prog", "--config.stepz=3"], path, "tiny")
   cli.check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
-  with pytest.raises(cli.UserError, match="unknown preset 'huge'; choose from finetune, lfw"):
+  with pytest.raises(
+    cli.UserError, match="unknown preset 'huge'; choose from finetune, finetune_kkt, lfw"
+  ):
     cli.load_config(path, "huge")
   with pytest.raises(cli.UserError, match="no such config file"):
     cli.load_config("/nowhere/config.py", None)

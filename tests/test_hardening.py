@@ -230,7 +230,7 @@ def test_presets_still_pass_their_checks():
   for preset in configs.PRESETS:
     if preset != "paper":  # CIFAR-10 files
       planning.prepare(configs.get_config(preset))
-  for preset in ("finetune", "lfw", "digits", "tiny"):
+  for preset in ("finetune", "finetune_kkt", "lfw", "digits", "tiny"):
     cfg = efficacy_configs.get_config(preset)
     ok = [v for v in cfg.variants if v != "split" or preset != "tiny"]  # tiny: 20 steps
     runner.check_efficacy(cfg, ok, 1)

@@ -1,10 +1,10 @@
 """The efficacy harness: one reconstruction config (a preset of reconstruct.py) over data draws.
 
-Presets name the base job (``finetune``, ``lfw``, ``digits``, ``tiny``, as in
-reconstruct.py); ``variants`` are named sets of overrides of that job, compared on the
-same draws (``--variants=default,refine``).  The ``finetune`` preset has the levers of
-its own threat model (a model fine-tuned from known weights) as variants; the others
-the levers of Haim et al.'s.  Add your own by copying this file.
+Presets name the base job (``finetune``, ``finetune_kkt``, ``lfw``, ``digits``, ``tiny``,
+as in reconstruct.py); ``variants`` are named sets of overrides of that job, compared on
+the same draws (``--variants=default,refine``).  ``finetune`` pairs its default (the cone)
+with the KKT search (``kkt``); ``finetune_kkt`` has the levers of that search as variants;
+the others the levers of Haim et al.'s.  Add your own by copying this file.
 """
 
 import ml_collections
@@ -26,19 +26,15 @@ VARIANTS = {
   "partition": {"init": "partition"},
   # Twice as many candidates (4n instead of 2n).
   "m4n": {"m_per_sample": 4},
-  # lambda eliminated in closed form at every step (Iurada et al.). A step costs ~30x a KKT
-  # step on a CPU (the Gram matrix), so 4 restarts x 1000 steps: about the default's wall time.
+  # lambda in closed form (Iurada et al.): ~30x a KKT step, so 4 x 1000 steps, same wall time.
   "closed_form": {"attack": "closed_form", "num_restarts": 4, "steps": 1000, "chunk_steps": 250},
   # m = n candidates instead of 2n.
   "m1": {"m_per_sample": 1},
-  # Multipliers tied to the candidates, lambda_i = c sigma(-y_i Phi(x_i)) (weight-decay
-  # victims, e.g. the lfw_wd preset); Adam, since the tied loss is scaled unlike the free one.
+  # Tied multipliers lambda_i = c sigma(-y_i Phi(x_i)) (weight decay, lfw_wd), with Adam.
   "tied": dict(multipliers="tied", m_per_sample=1, optimizer="adam", lr_x="1e-4:1e-1:log"),
-  # Candidates kept in the span of the first layer's weights (the data subspace of a
-  # weight-decay victim; Tansley et al. 2026).
+  # Candidates in the span of the first layer's weights (Tansley et al. 2026).
   "subspace": {"subspace": True},
-  # Sample splitting (Shen et al. 2026): every 250 steps the candidate whose split lowers
-  # the objective most becomes two, 0.5 apart, in the slot of an unused candidate.
+  # Sample splitting (Shen et al. 2026): every 250 steps the best split makes two, 0.5 apart.
   "split": {"split_every": 250, "split_eps": 0.5},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"num_restarts": 64, "steps": 1000},
@@ -52,7 +48,7 @@ VARIANTS = {
 
 # Haim et al.'s first-order search: SGD-momentum at their rates, no anneal.
 SGD = dict(optimizer="sgd", lr_x="0.03:0.6:log", lr_lam="1e-4:1e-2:log", anneal_alpha=0.0)
-# The levers on a model fine-tuned from known weights (the finetune preset's default: Adam on
+# The levers of the KKT search on a model fine-tuned from known weights (finetune_kkt: Adam on
 # the span's coefficients, gradients halfway between theta_0 and theta*, alpha annealed).
 FINETUNE_VARIANTS = {
   "default": {},
@@ -78,8 +74,7 @@ FINETUNE_VARIANTS = {
   # loss (the attack the same; its problem follows the loss): no margin beyond the label is
   # rewarded, so an image's gradient fades only once it is fitted (docs/leakage.md).
   "mse": {"victim": {"loss": "mse"}},
-  # The default before the tuning of 2026-11-26: the span unweighted, 2n candidates,
-  # Adam at lr_x 3e-3..1e-1, lambda_min 0.2..0.7.
+  # The default before the tuning of 2026-11-26 (span unweighted, 2n, lr_x, lambda_min).
   "plain": dict(span_whiten=0.0, m_per_sample=2, lr_x="3e-3:1e-1:log", lam_min="0.2:0.7:lin"),
   # Each direction of the span counted alike ((s_j / s_1)^-1 instead of ^-0.5).
   "whiten1": {"span_whiten": 1.0},
@@ -99,11 +94,13 @@ FINETUNE_VARIANTS = {
   ),
 }
 
-# The leakage map: one thing a model owner controls or knows changed at a time from the
-# finetune preset (its base: 2048 units, 10 + 10 faces, He init, 2000 epochs, no weight decay,
-# the logistic loss, a published random theta_0 that the attacker knows).
-# Rows: (axis, ((label, overrides), ...)).
-# The preset's attack throughout, but the last row's "no" (Haim et al.'s attack on theta*).
+# The finetune preset's default (the cone) and the KKT search in the span on the same draws.
+CONE_VARIANTS = {"default": {}, "kkt": dict(attack="kkt", **reconstruct.KNOWN_INIT_ATTACK)}
+
+# The leakage map, rows (axis, ((label, overrides), ...)): one thing a model owner controls or
+# knows changed at a time from the finetune_kkt preset (2048 units, 10 + 10 faces, He init,
+# 2000 epochs, no weight decay, the logistic loss, a published random theta_0 the attacker
+# knows); its search throughout, but the last row's "no" (Haim et al.'s attack on theta*).
 _victim = lambda **kw: {"victim": kw}
 MAP = (
   ("width", (("256", _victim(widths=(256,))), ("1024", _victim(widths=(1024,))), ("2048", BASE),
@@ -134,7 +131,7 @@ QUICK_BASE = dict(
 def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   if preset in ("leakage_map", "leakage_map_quick"):
-    c.base = reconstruct.get_config("finetune")
+    c.base = reconstruct.get_config("finetune_kkt")  # the map was measured with the search
     rows = MAP
     if preset == "leakage_map_quick":
       c.base.update(ml_collections.ConfigDict(QUICK_BASE))
@@ -144,6 +141,7 @@ def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:
     c.map = spec
   else:
     c.base = reconstruct.get_config(preset)
-    c.variants = ml_collections.ConfigDict(FINETUNE_VARIANTS if preset == "finetune" else VARIANTS)
+    variants = {"finetune": CONE_VARIANTS, "finetune_kkt": FINETUNE_VARIANTS}.get(preset, VARIANTS)
+    c.variants = ml_collections.ConfigDict(variants)
   c.confidence = 0.95
   return c

@@ -3,8 +3,9 @@
 Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
   finetune  (default) a model fine-tuned from weights the attacker knows: 10 faces + 10
           non-faces of scikit-image's LFW subset, one hidden layer of 2048 ReLU units from
-          a published He initialisation, 2000 epochs of GD; the attack fits theta* - theta_0
-          with the candidates as coefficients in the span of the first layer's change
+          a published He initialisation, 2000 epochs of GD; the images are read off the
+          cone of the first layer's change (attack=cone: linear programs, no search)
+  finetune_kkt  the same, the KKT search on theta* - theta_0 in that change's span (any depth)
   lfw     the same images, Haim et al.'s setting: 625-256-256-1 victim from a small init,
           the attacker knows theta* only
   digits  25 + 25 scikit-learn digits (even vs odd), 64-256-256-1 victim, 6000 steps
@@ -15,9 +16,8 @@ Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
   paper   Haim et al. App. B: d-1000-1000-1 victim, 100 restarts of their hyperparameter
           ranges (set victim.dataset and data_dir to your MNIST/CIFAR-10 folder)
 
-Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.  The settings, their
-defaults and meanings are the library's (``recon_jax.job.settings``); a preset only
-overrides some.
+Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.  The settings, defaults
+and meanings are the library's (``recon_jax.job.settings``); a preset overrides some.
 """
 
 import ml_collections
@@ -29,8 +29,10 @@ from recon_jax.job.settings import (  # noqa: F401 (HELP: --help)
   reconstruct_config,
 )
 
+FINETUNE = victim_presets["finetune"]  # the victim of both finetune presets
 PRESETS = {
-  "finetune": dict(victim=victim_presets["finetune"], **KNOWN_INIT_ATTACK),
+  "finetune": dict(victim=FINETUNE, attack="cone", known_init=True, linearize=0.5),
+  "finetune_kkt": dict(victim=FINETUNE, **KNOWN_INIT_ATTACK),
   "lfw": dict(),
   "digits": dict(victim=victim_presets["digits"], steps=6000),
   # A victim at a stationary point of a weight-decay-regularised loss, where the training set

@@ -183,6 +183,11 @@ def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int
       break
     c = rng.normal(size=rows.shape[1] - 1)
     _add(rows, facet(rows, layers.inactive(scale * c / np.linalg.norm(c))), normals, coefs)
+  return _arrays(rows, normals, coefs)
+
+
+def _arrays(rows, normals: list, coefs: list):
+  """``(normals [F, k + 1], coefficients [F, u])`` of the facets listed (F may be 0)."""
   return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
 
 
@@ -212,15 +217,13 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
   sign patterns.  Returns ``(normals, coefficients)`` with the facets found appended."""
   complement = np.linalg.svd(generators)[2][len(generators) :].T
   normals, coefs = list(normals), list(coefs)
-  if not complement.shape[1]:
-    return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
   projected = rows @ complement
-  for _ in range(int(starts)):
+  for _ in range(int(starts) if complement.shape[1] else 0):
     if len(normals) >= limit:
       break
     h = facet(projected, projected @ rng.normal(size=complement.shape[1]) <= 0)
     _add(rows, None if h is None else complement @ h, normals, coefs)
-  return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
+  return _arrays(rows, normals, coefs)
 
 
 def decode(normals, coefs, q: int, layers: Layers, bound: float):
@@ -280,7 +283,7 @@ def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, sta
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
   out = read(normals, coefs)
   if len(out) < limit:
-    generators = np.array([y * np.append(c, 1.0) for c, y in out]).reshape(len(out), -1)
+    generators = np.reshape([y * np.append(c, 1.0) for c, y in out], (len(out), rows.shape[1]))
     normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit)
     out = read(normals, coefs)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)

@@ -38,7 +38,10 @@ def _flat(ds):
   return ds.x_train.reshape(len(ds.x_train), -1).astype(np.float64)
 
 
-def test_the_signed_change_is_a_nonnegative_mix_of_the_labelled_images(lazy):
+@pytest.fixture(scope="module")
+def planted(lazy):
+  """``(rows [u, k + 1], generators [n, k + 1])``: the units' signed changes in the span's
+  coordinates beside their biases, and the labelled images y_i [x_i, 1] they mix."""
   ds, fitted = lazy
   x, y = _flat(ds), np.asarray(ds.y_train, np.float64).ravel()
   change = np.asarray(fitted.params["params"]["layer_0"]["kernel"]) - np.asarray(
@@ -48,7 +51,11 @@ def test_the_signed_change_is_a_nonnegative_mix_of_the_labelled_images(lazy):
   rows, _ = cone.signed_rows(
     cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init), basis
   )
-  generators = np.concatenate([(y[:, None] * x) @ basis, y[:, None]], axis=1)  # y_i [x_i, 1]
+  return rows, np.concatenate([(y[:, None] * x) @ basis, y[:, None]], axis=1)
+
+
+def test_the_signed_change_is_a_nonnegative_mix_of_the_labelled_images(planted):
+  rows, generators = planted
   mix = rows @ np.linalg.pinv(generators)  # rows = mix @ generators
   assert np.linalg.norm(rows - mix @ generators) < 1e-3 * np.linalg.norm(rows)
   assert -mix.clip(max=0).sum() < 1e-3 * np.abs(mix).sum()  # nonnegative up to rounding
@@ -72,19 +79,10 @@ def test_the_facets_give_the_training_images_and_their_labels_back(lazy):
   assert np.median(err) < 0.05  # the scale too: the biases fix it
 
 
-def test_peel_finds_the_facet_of_the_one_image_the_others_leave_out(lazy):
+def test_peel_finds_the_facet_of_the_one_image_the_others_leave_out(planted):
   """Planted: with every other image's generator known, the search in their complement
   finds the left-out image's facet, the units never active on it."""
-  ds, fitted = lazy
-  x, y = _flat(ds), np.asarray(ds.y_train, np.float64).ravel()
-  change = np.asarray(fitted.params["params"]["layer_0"]["kernel"]) - np.asarray(
-    fitted.init["params"]["layer_0"]["kernel"]
-  )
-  basis, _ = span.span_basis({"params": {"layer_0": {"kernel": change}}}, n=len(x))
-  rows, _ = cone.signed_rows(
-    cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init), basis
-  )
-  generators = np.concatenate([(y[:, None] * x) @ basis, y[:, None]], axis=1)
+  rows, generators = planted
   absent = rows @ np.linalg.pinv(generators) < 1e-6 * np.abs(rows).max()  # [units, images]
   rng = np.random.default_rng(0)
   for q in (0, 5):

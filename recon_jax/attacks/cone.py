@@ -12,7 +12,9 @@ throughout training, about half of them.
 
 :func:`find_facets` finds facets one linear program at a time: from the activation pattern
 of a random image of the span, a reweighted L1 program finds the normal ``h`` whose
-coefficients ``rows @ h`` (one per unit, >= 0) vanish on as many units as it can.
+coefficients ``rows @ h`` (one per unit, >= 0) vanish on as many units as it can;
+:func:`peel` then looks for the facets the random starts missed in the complement of the
+images found, where only their normals can be.
 :func:`decode` turns the facets into images: the generator of facet q is orthogonal to the
 other facets' normals (an affine system in the image's span coefficients, the bias column
 fixing the scale), and the units on facet q were inactive on the image at theta_0 and at

@@ -424,3 +424,13 @@ def test_a_convergence_phase_that_runs_out_warns():
   metrics = {"victim": {"stationary": False, "grad_norm_rel": 2.3e-3}}
   assert any("converge" in w for w in pipeline.run_warnings(metrics, 2))
   assert not any("converge" in w for w in pipeline.run_warnings({"victim": {}}, 2))
+
+
+def test_a_direct_attack_that_reads_few_candidates_warns():
+  few = {"attack": "cone", "m": 3, "n_train": 100}
+  assert any("3 candidates for 100" in w for w in pipeline.run_warnings(few, 2))
+  assert not any(
+    "candidates for" in w for w in pipeline.run_warnings(dict(few, m=19, n_train=20), 2)
+  )
+  searched = dict(few, attack="kkt", num_restarts=4)  # a search's m is per restart
+  assert not any("candidates for" in w for w in pipeline.run_warnings(searched, 2))

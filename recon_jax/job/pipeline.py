@@ -97,6 +97,13 @@ def run_warnings(metrics: dict, num_classes: int) -> list:
       f"{n_div} of {r} restarts diverged: the search was unstable on this model; lower the "
       "learning rates (lr_x, lr_lam) or the alpha range"
     )
+  m, n = metrics.get("m") or 0, metrics.get("n_train") or 0
+  if not searched and 2 * m < n:
+    out.append(
+      f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
+      "the training set cannot be among them (attack=cone finds few facets at large n, where "
+      "the KKT search of the finetune_kkt preset reaches more; docs/leakage.md)"
+    )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > verdict.FAR_FROM_ASSUMPTION:
     out.append(

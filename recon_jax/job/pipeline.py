@@ -102,7 +102,7 @@ def run_warnings(metrics: dict, num_classes: int) -> list:
     out.append(
       f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
       "the training set cannot be among them (attack=cone finds few facets at large n, where "
-      "the KKT search of the finetune_kkt preset reaches more; docs/leakage.md)"
+      "attack=kkt with known_init and subspace reaches more; docs/leakage.md)"
     )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > verdict.FAR_FROM_ASSUMPTION:

@@ -8,23 +8,16 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from experiments.configs.victim import PRESETS
 from recon_jax.attacks import cone, span
 from recon_jax.errors import ConfigError
 from recon_jax.victims import victim
 
-# 4 + 4 digits, one hidden layer of 256 ReLU units with biases from He's initialisation,
-# 400 epochs of full-batch GD: a model that stays near its theta_0.
+# The finetune preset's recipe (one hidden ReLU layer with biases from He's initialisation,
+# full-batch GD) at digits' size: 4 + 4 images, 256 units, 400 epochs, a model that stays
+# near its theta_0.
 LAZY = victim.VictimConfig(
-  dataset="digits",
-  n_per_class=4,
-  arch="mlp",
-  widths=(256,),
-  bias="all",
-  init="kaiming",
-  init_std=None,
-  first_layer_std=None,
-  lr=0.05,
-  epochs=400,
+  **dict(PRESETS["finetune"], dataset="digits", n_per_class=4, widths=(256,), lr=0.05, epochs=400)
 )
 
 

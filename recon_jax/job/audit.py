@@ -5,8 +5,9 @@ weights its training started from.
 :func:`audit_job` turns those files into a :class:`~recon_jax.job.settings.JobConfig`:
 with theta_0 the attack of a model fine-tuned from known weights
 (:data:`~recon_jax.job.settings.KNOWN_INIT_ATTACK`; candidates in the first layer's span
-where that layer is dense; or the job's own ``attack``, e.g. ``cone``), without it Haim et al.'s attack on theta* alone.  The run is
-the main job's, so its workdir, verdict and report are the same.
+where that layer is dense; or the job's own ``attack``, e.g. ``cone``), without it Haim et
+al.'s attack on theta* alone.  The run is the main job's, so its workdir, verdict and
+report are the same.
 """
 
 from __future__ import annotations

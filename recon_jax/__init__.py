@@ -3,7 +3,7 @@
 The public API: the data, the victim, what the attacker sees (:class:`Target`),
 the attacks (pure ``init``/``step`` pairs, :class:`Attack`), the one batched
 loop behind :func:`run_attack`, and the evaluation.  The submodules hold the
-rest (``recon_jax.core.losses``, ``recon_jax.eval``, ``recon_jax.core.diagnostics``, ...);
+rest (``recon_jax.core.losses``, ``recon_jax.eval``, ``recon_jax.eval.diagnostics``, ...);
 ``recon_jax.cli`` runs a config-driven script of your own from the command line.
 """
 

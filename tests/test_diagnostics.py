@@ -1,4 +1,4 @@
-"""Tests for recon_jax.core.diagnostics: the KKT oracle residual, the kink fraction, the
+"""Tests for recon_jax.eval.diagnostics: the KKT oracle residual, the kink fraction, the
 float32 floor."""
 
 from helpers import linear_apply, linear_problem
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax.core import diagnostics
+from recon_jax.eval import diagnostics
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -74,7 +74,7 @@ def test_host_linear_algebra_runs_on_one_blas_thread():
   13-25 s): the wrapped functions see one thread, and the caller's setting comes back."""
   from threadpoolctl import threadpool_info
 
-  from recon_jax.core.diagnostics import one_blas_thread
+  from recon_jax.eval.diagnostics import one_blas_thread
 
   blas = lambda: [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
   before = blas()

@@ -22,6 +22,7 @@ from recon_jax import cli
 from recon_jax.core import rules
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
+from recon_jax.eval import verdict
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import FOREIGN_RULES, RULES, Foreign, JobConfig
 from recon_jax.studies import runner
@@ -422,15 +423,16 @@ def test_x64_is_honoured_by_the_library_run(tmp_path, monkeypatch):
 
 def test_a_convergence_phase_that_runs_out_warns():
   metrics = {"victim": {"stationary": False, "grad_norm_rel": 2.3e-3}}
-  assert any("converge" in w for w in pipeline.run_warnings(metrics, 2))
-  assert not any("converge" in w for w in pipeline.run_warnings({"victim": {}}, 2))
+  assert any("converge" in w for w in verdict.run_warnings(metrics, 2))
+  assert not any("converge" in w for w in verdict.run_warnings({"victim": {}}, 2))
 
 
 def test_a_direct_attack_that_reads_few_candidates_warns():
   few = {"attack": "cone", "m": 3, "n_train": 100}
-  assert any("3 candidates for 100" in w for w in pipeline.run_warnings(few, 2))
+  assert any("3 candidates for 100" in w for w in verdict.run_warnings(few, 2, searched=False))
   assert not any(
-    "candidates for" in w for w in pipeline.run_warnings(dict(few, m=19, n_train=20), 2)
+    "candidates for" in w
+    for w in verdict.run_warnings(dict(few, m=19, n_train=20), 2, searched=False)
   )
   searched = dict(few, attack="kkt", num_restarts=4)  # a search's m is per restart
-  assert not any("candidates for" in w for w in pipeline.run_warnings(searched, 2))
+  assert not any("candidates for" in w for w in verdict.run_warnings(searched, 2))

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from recon_jax.core import diagnostics
+from recon_jax.eval import diagnostics
 from recon_jax.eval import identifiability as ident
 from recon_jax.studies import efficacy
 

@@ -62,7 +62,7 @@ if mode == "single":
   # The compiled chunk of a sharded state needs no communication: restarts are independent.
   # Lowered with loop.run_stages's own placement and chunk length, so these are the programs the
   # sweeps run (compiled once: the persistent compilation cache serves the second request).
-  sharding = loop.restart_sharding(R)
+  sharding = distributed.restart_sharding(R)
   hps = jax.device_put({k: jnp.asarray(v) for k, v in hp.items()}, sharding)
   replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
   target_r = jax.device_put(target, replicated)

@@ -51,7 +51,7 @@ def find_candidates(
     cands = np.asarray(cands)
     return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {}, labels=labels)
   attack = spec.build(spec.options_of(settings), setup)
-  x_init = inits.make_x_init(
+  x_init = inits.make_x_init_unchecked(
     settings.init,
     m=len(target.labels),
     input_shape=setup.input_shape,
@@ -61,7 +61,7 @@ def find_candidates(
     dtype=float_dtype(),
   )
   keys = jax.random.split(jax.random.PRNGKey(settings.seed), settings.num_restarts)
-  run = loop.run_attack(
+  run = loop.run_attack_unchecked(
     attack,
     x_init,
     keys,

@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.core import diagnostics
 from recon_jax.errors import ConfigError
+from recon_jax.eval import diagnostics
 from recon_jax.types import Span, Target
 
 # A singular value counts as data when it exceeds this many times the median singular

@@ -2,7 +2,7 @@ r"""Multi-host sweeps: ``jax.distributed`` behind a flag, per-restart results ga
 
 One process runs per host (per GPU host, or per TPU-VM worker).  After
 :func:`maybe_initialize`, ``jax.devices()`` lists the devices of *every* host,
-so :func:`recon_jax.engine.loop.restart_sharding` builds its ``'restarts'`` mesh over
+so :func:`restart_sharding` builds its ``'restarts'`` mesh over
 all of them: the R restarts of a sweep are split across hosts and devices, theta*
 is replicated, and one SPMD program runs everywhere (the restarts are
 independent, so the step itself needs no cross-device communication).  Results
@@ -126,6 +126,24 @@ def is_main_process() -> bool:
   return jax.process_index() == 0
 
 
+def restart_sharding(num_restarts: int):
+  """NamedSharding splitting the restart axis over all devices, or None on one device.
+
+  Restarts are independent, so the only change across devices is placement:
+  θ* and the data are replicated, the results are the same as on one device.
+  """
+  devices = jax.devices()
+  if len(devices) <= 1:
+    return None
+  if num_restarts % len(devices):
+    logging.warning(
+      "%d restarts do not divide over %d devices; running unsharded.", num_restarts, len(devices)
+    )
+    return None
+  mesh = jax.sharding.Mesh(np.array(devices), ("restarts",))
+  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("restarts"))
+
+
 def gather_restarts(tree: Any, tiled: bool = True) -> Any:
   """Whole per-restart results as numpy arrays on every process (process 0 writes them).
 
@@ -133,7 +151,7 @@ def gather_restarts(tree: Any, tiled: bool = True) -> Any:
   leaves have the restart axis first:
 
   * a *global* array (the output of a sweep sharded over every host's devices
-    by :func:`recon_jax.engine.loop.restart_sharding`) comes back whole, ``[R, ...]``;
+    by :func:`restart_sharding`) comes back whole, ``[R, ...]``;
   * a *host-local* array (each process ran its own block of ``R_local``
     restarts) is concatenated in process order into ``[P * R_local, ...]``
     (``tiled=True``) or stacked into ``[P, R_local, ...]`` (``tiled=False``).

@@ -153,24 +153,6 @@ def make_runner(attack: Attack, x_init: XInitFn, *, batching: str = "auto", num_
   return jax.jit(init_b), jax.jit(chunk_b, static_argnames="num_steps", donate_argnums=0)
 
 
-def restart_sharding(num_restarts: int):
-  """NamedSharding splitting the restart axis over all devices, or None on one device.
-
-  Restarts are independent, so the only change across devices is placement:
-  θ* and the data are replicated, the results are the same as on one device.
-  """
-  devices = jax.devices()
-  if len(devices) <= 1:
-    return None
-  if num_restarts % len(devices):
-    logging.warning(
-      "%d restarts do not divide over %d devices; running unsharded.", num_restarts, len(devices)
-    )
-    return None
-  mesh = jax.sharding.Mesh(np.array(devices), ("restarts",))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("restarts"))
-
-
 # The longest a compiled chunk may run before the host can answer Ctrl-C or SIGTERM.
 MAX_CHUNK_S = 20.0
 # Chunks of at least this many steps start with a probe of an eighth of a chunk: the first
@@ -267,7 +249,7 @@ def run_stages(
       chunk_steps,
     )
   stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
-  sharding = restart_sharding(num_restarts) if shard else None
+  sharding = distributed.restart_sharding(num_restarts) if shard else None
   init_fn, chunk_fn = make_runner(
     attack,
     x_init,
@@ -476,6 +458,24 @@ def run_attack(
     log: one log line per chunk.
   """
   _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching)
+  return run_attack_unchecked(
+    attack, x_init, keys, stages, target, chunk_steps, batching, state_file, log
+  )
+
+
+def run_attack_unchecked(
+  attack: Attack,
+  x_init,
+  keys,
+  stages: Sequence[Tuple[int, HParams]],
+  target: Target,
+  chunk_steps: int = 500,
+  batching: str = "auto",
+  state_file: Optional[StateFile] = None,
+  log: bool = True,
+) -> AttackRun:
+  """:func:`run_attack` without its argument checks: for a caller whose arguments were
+  resolved and checked before (a job's :class:`~recon_jax.job.planning.Plan`)."""
   state0, chunks, sf = None, [], state_file
   if sf is not None and sf.resume:
     state0, chunks, _ = resume_state(sf.path, attack, x_init, keys, stages[0][1], target, batching)

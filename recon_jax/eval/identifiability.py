@@ -10,7 +10,7 @@ weight-decay-regularised loss the training set is an exact zero of the
 equations, and a failed attack is a failure of the search.
 
 This module scores the truth and the attack's candidates the same way
-(:func:`recon_jax.core.diagnostics.stationarity_fit`: the network's own derivative,
+(:func:`recon_jax.eval.diagnostics.stationarity_fit`: the network's own derivative,
 the best non-negative multipliers, the residual as a fraction of
 ``||reference||^2``) and compares them with the same number of candidates: the
 truth has n samples, so each restart is represented by its n highest-weight
@@ -30,8 +30,9 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from recon_jax.core import arguments, diagnostics, losses
+from recon_jax.core import arguments, losses
 from recon_jax.errors import ConfigError
+from recon_jax.eval import diagnostics
 
 PREFERS_OTHER = (
   "the objective prefers other images (reconstructions are not evidence of membership)"
@@ -332,10 +333,41 @@ def identifiability(
     the image is left out and the rest refitted: an image that barely raises it is one the
     objective cannot tell from its absence), ``family`` (:func:`flat_family`) and ``cost_s``.
   """
-  t0 = time.time()
   _check_arguments(
     apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
   )
+  return identifiability_unchecked(
+    apply_fn,
+    problem,
+    params,
+    x_train,
+    y_train,
+    candidates,
+    weights,
+    labels,
+    reference=reference,
+    diverged=diverged,
+    box=box,
+  )
+
+
+def identifiability_unchecked(
+  apply_fn,
+  problem: str,
+  params,
+  x_train,
+  y_train,
+  candidates,
+  weights,
+  labels,
+  *,
+  reference=None,
+  diverged=None,
+  box=None,
+) -> dict:
+  """:func:`identifiability` without its argument checks, for a run's own arrays (a job's
+  :func:`recon_jax.eval.scoring.score_run`: its victim, data and candidates fit together)."""
+  t0 = time.time()
   reference = params if reference is None else reference
   cands = np.asarray(candidates)
   r, m = cands.shape[:2]

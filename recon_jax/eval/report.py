@@ -70,6 +70,31 @@ def evaluate_candidates(
   arguments.count("seed", seed, low=0)
   if len(ds.x_train) == 0:
     raise ConfigError("ds has no training images to score the candidates against.", "ds")
+  return evaluate_candidates_unchecked(
+    cands,
+    weights,
+    final_loss,
+    ds,
+    ssim_threshold=ssim_threshold,
+    filter_size=filter_size,
+    seed=seed,
+  )
+
+
+def evaluate_candidates_unchecked(
+  cands,
+  weights,
+  final_loss,
+  ds: data.Dataset,
+  *,
+  ssim_threshold: Optional[float] = None,
+  filter_size: Optional[int] = None,
+  seed: int = 0,
+) -> dict:
+  """:func:`evaluate_candidates` without its argument checks, for a run's own arrays and
+  settings a job checked before (:func:`recon_jax.eval.scoring.score_run`)."""
+  cands = np.asarray(cands)
+  r, m = cands.shape[:2]
   img_shape = cands.shape[2:]
   height = img_shape[0]
   thr = ssim_threshold if ssim_threshold is not None else images.strict_threshold_for(height)
@@ -164,6 +189,25 @@ def evaluate_candidates(
 
   out["_result"] = res
   return out
+
+
+def unscored(final_loss) -> dict:
+  """The ``selection`` and ``per_restart`` entries of a run with nothing to score its
+  candidates against (a blind attack): each restart's final loss, and the lowest-loss one."""
+  loss = np.asarray(final_loss, np.float64)
+  ok = np.isfinite(loss)
+  best = int(np.nanargmin(np.where(ok, loss, np.inf))) if ok.any() else None
+  return {
+    "selection": {
+      "n_restarts": int(len(loss)),
+      "n_diverged": int(np.sum(~ok)),
+      "best_by_loss_restart": best,
+    },
+    "per_restart": [
+      {"restart": i, "diverged": not ok[i], "final_loss": float(loss[i]) if ok[i] else None}
+      for i in range(len(loss))
+    ],
+  }
 
 
 def spearman(a: Array, b: Array) -> float:

@@ -59,7 +59,7 @@ def identifiability_report(
     len(cands),
     identifiability.LP_TIME_LIMIT_S,
   )
-  return identifiability.identifiability(
+  return identifiability.identifiability_unchecked(
     apply_fn,
     problem,
     target.params,
@@ -82,6 +82,30 @@ class Scores(NamedTuple):
   result: Any  # the EvalResult of the pooled candidates (or None)
   identification: Optional[dict]  # the attacker's own scores (None: not asked, or no search)
   timing: dict  # seconds of each part: identifiability_s, evaluation_s (identification_s)
+
+  def entries(self) -> dict:
+    """The scores as a reconstruction's metrics.json states them: the strict count and its
+    baselines first, then each report whole (``identification`` when it ran)."""
+    ev, ident = self.evaluation, self.identifiability
+    out = {
+      "recovered_strict": ev["attack"]["recovered_strict"],
+      "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
+      "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
+      "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
+      "baseline_heldout_recovered_strict": ev["baselines"]
+      .get("heldout", {})
+      .get("recovered_strict"),
+      "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
+      "oracle_residual_rel": ident.get("truth_residual"),
+      "identifiability": ident,
+      "evaluation": ev["attack"],
+      "baselines": ev["baselines"],
+      "selection": ev["selection"],
+      "per_restart": ev["per_restart"],
+    }
+    if self.identification is not None:
+      out["identification"] = self.identification
+    return out
 
 
 def score_run(
@@ -113,7 +137,8 @@ def score_run(
   with ``identify`` and a search, how well the attacker's own scores pick out the real
   candidates (:func:`recon_jax.eval.identification.identification_report` of the ``attack``
   that ran, its last stage's ``hparams``, ``normalize``, and ``stability_candidates``
-  re-run; 0: no stability score)."""
+  re-run; 0: no stability score).  The arrays are a job's own, made to fit together, so
+  the pieces run without their argument checks (call them on their own to check yours)."""
   timing = {}
   t0 = time.time()
   restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged
@@ -131,7 +156,7 @@ def score_run(
     len(ds.x_test),
   )
   t0 = time.time()
-  ev = evaluation.evaluate_candidates(
+  ev = evaluation.evaluate_candidates_unchecked(
     cands, weights, final_loss, ds, ssim_threshold=ssim_threshold, seed=seed
   )
   timing["evaluation_s"] = time.time() - t0

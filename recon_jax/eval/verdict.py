@@ -32,6 +32,107 @@ VERDICTS = (LEAKS, NO_EVIDENCE, CANNOT_TELL)
 FAR_FROM_ASSUMPTION = 0.5
 
 
+ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
+
+
+def _as_float(v) -> Optional[float]:
+  try:
+    v = float(v)
+  except (TypeError, ValueError):
+    return None
+  return v if np.isfinite(v) else None
+
+
+def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
+  """Why a victim's parameters are unlikely to hold its training data (None: no reason).
+
+  A classifier whose final training loss is within 1% of chance (ln 2 for
+  logistic, ln C for ce) did not train; one that misclassifies part of its
+  training set is not at a KKT point of margin maximisation, the assumption
+  of the KKT attack.  Regression (mse) victims are not judged.
+  """
+  if loss not in ("logistic", "ce"):
+    return None
+  chance = float(np.log(2 if loss == "logistic" else max(int(num_classes), 2)))
+  value, err = _as_float(summary.get("loss")), _as_float(summary.get("train_error"))
+  name = "ln 2" if loss == "logistic" else f"ln {int(num_classes)}"
+  if value is not None and abs(value - chance) <= 0.01 * chance:
+    return (
+      f"the victim did not train: its final training loss {value:.4g} is within 1% of "
+      f"chance ({name} = {chance:.4g}); train it longer, with a larger lr or another "
+      "init, or nothing can be reconstructed"
+    )
+  if err is not None and err > 0:
+    return (
+      f"the victim misclassifies {err:.1%} of its training set (train error {err:.3g}): "
+      "it is not at the KKT point the attack assumes; train it longer or with a larger lr"
+    )
+  return None
+
+
+def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list:
+  """What a reader of a reconstruction's metrics must know before trusting them
+  (``searched``: the candidates came from a search, whose restarts may diverge, rather than
+  read off theta*).
+
+  Also sets ``metrics["victim_warning"]`` (:func:`victim_warning`).
+  """
+  out = []
+  loss = (metrics.get("assumed") or {}).get("task_from_loss", "logistic")
+  metrics["victim_warning"] = victim_warning(metrics.get("victim") or {}, loss, num_classes)
+  if metrics["victim_warning"]:
+    out.append(metrics["victim_warning"])
+  n_div = (metrics.get("selection") or {}).get("n_diverged")
+  r = metrics.get("num_restarts") or 0
+  if searched and n_div and n_div == r:
+    out.append(
+      f"{ALL_DIVERGED} ({n_div} of {n_div}): nothing was reconstructed; "
+      "lower the learning rates (lr_x, lr_lam) or the alpha range"
+    )
+  elif searched and n_div and 2 * n_div >= r:
+    out.append(
+      f"{n_div} of {r} restarts diverged: the search was unstable on this model; lower the "
+      "learning rates (lr_x, lr_lam) or the alpha range"
+    )
+  m, n = metrics.get("m") or 0, metrics.get("n_train") or 0
+  if not searched and 2 * m < n:
+    out.append(
+      f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
+      "the training set cannot be among them (attack=cone finds few facets at large n, where "
+      "attack=kkt with known_init and subspace reaches more; docs/leakage.md)"
+    )
+  truth = (metrics.get("identifiability") or {}).get("truth_residual")
+  if truth is not None and truth > FAR_FROM_ASSUMPTION:
+    out.append(
+      f"the training set leaves {truth:.0%} of the fitted parameters unexplained by the "
+      "attack's equations: this model is not of the form the attack assumes (a count of 0 "
+      "here says nothing about its privacy)"
+    )
+  regime = metrics.get("regime") or {}
+  if regime.get("span") is None and regime.get("span_why"):
+    out.append(
+      "the model's first layer is not dense (a convolution?): the attack's equations hold, "
+      "but the span and flat-family checks do not apply, and the KKT attack was derived and "
+      "measured on dense networks"
+    )
+  vsum = metrics.get("victim") or {}
+  if vsum.get("stationary") is False:
+    out.append(
+      f"the victim's convergence phase ended before its tolerance: its relative gradient "
+      f"norm is {vsum.get('grad_norm_rel', float('nan')):.2g}, above victim.converge_tol; it "
+      "is not at a stationary point (raise victim.converge_maxiter, or the tolerance)"
+    )
+  stat = (metrics.get("victim") or {}).get("grad_norm_rel")
+  if metrics.get("assumes_stationary") and stat is not None and stat > 1e-3:
+    out.append(
+      f"the setting assumes a stationary victim (tied multipliers), but its relative gradient "
+      f"norm is {stat:.2g}: it is not at a stationary point of its weight-decayed loss"
+    )
+  if metrics.get("precision_warning"):
+    out.append(metrics["precision_warning"])
+  return out
+
+
 def tolerance(ident: Mapping) -> float:
   """The identifiability ratio's band of equal fits (:func:`recon_jax.eval.identifiability.tolerance`)."""
   return identifiability.tolerance(ident.get("per_restart_residual"))
@@ -49,6 +150,16 @@ def _fits(ident: Mapping) -> Optional[str]:
   if ratio < 1 - tol:
     return "other"
   return "equal"
+
+
+def conclude(metrics: dict, num_classes: int, searched: bool = True) -> dict:
+  """``metrics`` completed with what a reader needs first: its ``warnings``
+  (:func:`run_warnings`), ``verdict``, ``reasons`` and ``verdict_line`` (:func:`decide`).
+  Returns :func:`decide`'s dict."""
+  metrics["warnings"] = run_warnings(metrics, num_classes, searched)
+  said = decide(metrics)
+  metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
+  return said
 
 
 def decide(m: Mapping) -> dict:

@@ -58,13 +58,19 @@ def save(fig: Any, path: Union[str, os.PathLike], dpi: int = 100) -> None:
     plt.close(fig)
 
 
-def to_display(img: Any) -> tuple[np.ndarray, Optional[str]]:
-  """Converts [H, W], [H, W, 1] or [H, W, 3] to an imshow-ready array."""
+def to_display(img: Any, stretch: bool = False) -> tuple[np.ndarray, Optional[str]]:
+  """Converts [H, W], [H, W, 1] or [H, W, 3] to an imshow-ready array; with ``stretch`` the
+  image is shown over its own range (its min..max mapped to [0, 1], a constant image grey),
+  as the evaluation compares images."""
   arr = np.asarray(img, dtype=np.float64)
   if arr.ndim == 3 and arr.shape[-1] == 1:
     arr = arr[..., 0]
   if arr.ndim not in (2, 3):
     raise ConfigError(f"expected an image [H, W(, C)], got shape {arr.shape}")
+  if stretch:
+    finite = arr[np.isfinite(arr)]
+    lo, hi = (finite.min(), finite.max()) if finite.size else (0.0, 0.0)
+    arr = (arr - lo) / (hi - lo) if hi > lo else np.full_like(arr, 0.5)
   # Non-finite pixels would make imshow complain; show them as black.
   arr = np.clip(np.nan_to_num(arr, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
   return arr, ("gray" if arr.ndim == 2 else None)
@@ -82,6 +88,7 @@ def image_grid(
   col_titles: Optional[Sequence[Any]] = None,
   title: Optional[str] = None,
   max_cols: int = DEFAULT_MAX_COLS,
+  stretch: bool = False,
 ) -> None:
   """Draws rows of images, wrapping long rows into stacked blocks.
 
@@ -99,6 +106,8 @@ def image_grid(
       of k strings.
     title: Optional figure title.
     max_cols: Maximum number of columns per block.
+    stretch: show each image over its own range (:func:`to_display`) rather than clipped
+      to [0, 1].
   """
   rows = [np.asarray(r) for r in rows]
   n_rows = len(rows)
@@ -141,7 +150,7 @@ def image_grid(
         for spine in ax.spines.values():
           spine.set_visible(False)
         if j < rows[r].shape[0]:
-          img, cmap = to_display(rows[r][j])
+          img, cmap = to_display(rows[r][j], stretch)
           ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
           titles = per_row_titles[r]
           if titles is not None and j < len(titles) and titles[j]:

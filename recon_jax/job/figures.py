@@ -11,7 +11,6 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from recon_jax.eval import similarity
 from recon_jax.eval.images import EvalResult
 from recon_jax.io import plots
 
@@ -36,9 +35,8 @@ def reconstruction_figure(
   Args:
     path: Output PNG path.
     result: Output of `recon_jax.eval.images.evaluate`.
-    x_train_disp: Training images for display [n, H, W, C] in [0, 1].
-    x_heldout_disp: Held-out images for display [h, H, W, C] in [0, 1],
-      or None to omit row 3.
+    x_train_disp: Training images [n, H, W, C]; each is shown over its own range.
+    x_heldout_disp: Held-out images [h, H, W, C] (likewise), or None to omit row 3.
     k: Number of reconstructions shown (capped at n).
     title: Optional first title line (default: which images are shown).
   """
@@ -100,7 +98,7 @@ def reconstruction_figure(
         for spine in ax.spines.values():
           spine.set_visible(False)
         if j < len(row):
-          img, cmap = plots.to_display(row[j])
+          img, cmap = plots.to_display(row[j], stretch=True)
           ax.imshow(img, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
           if numbers[r] is not None:
             ax.set_title(numbers[r][j], fontsize=7, pad=2)
@@ -205,13 +203,11 @@ def reconstruction_report(
   """
 
   os.makedirs(figdir, exist_ok=True)
-  x_train_disp = np.asarray(similarity.stretch(x_train))
-  x_held_disp = np.asarray(similarity.stretch(x_held)) if x_held is not None else None
   reconstruction_figure(
     os.path.join(figdir, f"{prefix}reconstructions.png"),
     result,
-    x_train_disp,
-    x_held_disp,
+    x_train,
+    x_held,
     k=min(45, len(x_train)),
   )
   if train_margins is not None:
@@ -249,8 +245,9 @@ def trusted_figure(
   real = sum(bool(t["recovered_strict"]) for t in top)
   plots.image_grid(
     path,
-    [np.asarray(similarity.stretch(cands)), np.asarray(similarity.stretch(nearest))],
+    [cands, nearest],
     row_labels=["trusted\ncandidate", "most similar\ntraining image"],
+    stretch=True,
     col_titles=[labels, None],
     title=(
       f"The {len(top)} candidates the attacker trusts most by '{identification['trusted_score']}'"
@@ -297,10 +294,11 @@ def candidates_figure(path: Union[str, os.PathLike], candidates: np.ndarray, wei
   order = np.argsort(-np.asarray(weights, np.float64), kind="stable")[:20]
   plots.image_grid(
     path,
-    [np.asarray(similarity.stretch(cands[order]))],
+    [cands[order]],
     row_labels=["candidate"],
     col_titles=[f"lambda {float(np.asarray(weights)[i]):.2g}" for i in order],
     title="A blind attack's candidates, by the attacker's trust (no training images given)",
+    stretch=True,
   )
 
 

@@ -22,118 +22,14 @@ import numpy as np
 
 from recon_jax import attacks, data
 from recon_jax.attacks import search, span
-from recon_jax.attacks.search import Found
-from recon_jax.core import diagnostics
 from recon_jax.engine import loop, precision
-from recon_jax.eval import scoring, verdict
+from recon_jax.eval import diagnostics, scoring, verdict
+from recon_jax.eval import report as evaluation
 from recon_jax.job import planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import loading, victim
-
-ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
-
-
-# ----------------------------------------------------------------------------- one job
-
-
-def _as_float(v) -> Optional[float]:
-  try:
-    v = float(v)
-  except (TypeError, ValueError):
-    return None
-  return v if np.isfinite(v) else None
-
-
-def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
-  """Why a victim's parameters are unlikely to hold its training data (None: no reason).
-
-  A classifier whose final training loss is within 1% of chance (ln 2 for
-  logistic, ln C for ce) did not train; one that misclassifies part of its
-  training set is not at a KKT point of margin maximisation, the assumption
-  of the KKT attack.  Regression (mse) victims are not judged.
-  """
-  if loss not in ("logistic", "ce"):
-    return None
-  chance = float(np.log(2 if loss == "logistic" else max(int(num_classes), 2)))
-  value, err = _as_float(summary.get("loss")), _as_float(summary.get("train_error"))
-  name = "ln 2" if loss == "logistic" else f"ln {int(num_classes)}"
-  if value is not None and abs(value - chance) <= 0.01 * chance:
-    return (
-      f"the victim did not train: its final training loss {value:.4g} is within 1% of "
-      f"chance ({name} = {chance:.4g}); train it longer, with a larger lr or another "
-      "init, or nothing can be reconstructed"
-    )
-  if err is not None and err > 0:
-    return (
-      f"the victim misclassifies {err:.1%} of its training set (train error {err:.3g}): "
-      "it is not at the KKT point the attack assumes; train it longer or with a larger lr"
-    )
-  return None
-
-
-def run_warnings(metrics: dict, num_classes: int) -> list:
-  """What a reader of a reconstruction's metrics must know before trusting them.
-
-  Also sets ``metrics["victim_warning"]`` (:func:`victim_warning`).
-  """
-  out = []
-  loss = (metrics.get("assumed") or {}).get("task_from_loss", "logistic")
-  metrics["victim_warning"] = victim_warning(metrics.get("victim") or {}, loss, num_classes)
-  if metrics["victim_warning"]:
-    out.append(metrics["victim_warning"])
-  n_div = (metrics.get("selection") or {}).get("n_diverged")
-  spec = attacks.specs().get(metrics.get("attack"))
-  searched = spec is None or spec.direct is None
-  r = metrics.get("num_restarts") or 0
-  if searched and n_div and n_div == r:
-    out.append(
-      f"{ALL_DIVERGED} ({n_div} of {n_div}): nothing was reconstructed; "
-      "lower the learning rates (lr_x, lr_lam) or the alpha range"
-    )
-  elif searched and n_div and 2 * n_div >= r:
-    out.append(
-      f"{n_div} of {r} restarts diverged: the search was unstable on this model; lower the "
-      "learning rates (lr_x, lr_lam) or the alpha range"
-    )
-  m, n = metrics.get("m") or 0, metrics.get("n_train") or 0
-  if not searched and 2 * m < n:
-    out.append(
-      f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
-      "the training set cannot be among them (attack=cone finds few facets at large n, where "
-      "attack=kkt with known_init and subspace reaches more; docs/leakage.md)"
-    )
-  truth = (metrics.get("identifiability") or {}).get("truth_residual")
-  if truth is not None and truth > verdict.FAR_FROM_ASSUMPTION:
-    out.append(
-      f"the training set leaves {truth:.0%} of the fitted parameters unexplained by the "
-      "attack's equations: this model is not of the form the attack assumes (a count of 0 "
-      "here says nothing about its privacy)"
-    )
-  regime = metrics.get("regime") or {}
-  if regime.get("span") is None and regime.get("span_why"):
-    out.append(
-      "the model's first layer is not dense (a convolution?): the attack's equations hold, "
-      "but the span and flat-family checks do not apply, and the KKT attack was derived and "
-      "measured on dense networks"
-    )
-  vsum = metrics.get("victim") or {}
-  if vsum.get("stationary") is False:
-    out.append(
-      f"the victim's convergence phase ended before its tolerance: its relative gradient "
-      f"norm is {vsum.get('grad_norm_rel', float('nan')):.2g}, above victim.converge_tol; it "
-      "is not at a stationary point (raise victim.converge_maxiter, or the tolerance)"
-    )
-  stat = (metrics.get("victim") or {}).get("grad_norm_rel")
-  if metrics.get("assumes_stationary") and stat is not None and stat > 1e-3:
-    out.append(
-      f"the setting assumes a stationary victim (tied multipliers), but its relative gradient "
-      f"norm is {stat:.2g}: it is not at a stationary point of its weight-decayed loss"
-    )
-  if metrics.get("precision_warning"):
-    out.append(metrics["precision_warning"])
-  return out
 
 
 def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
@@ -231,7 +127,7 @@ def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Targ
   """What the attacker sees: theta* in the run's precision, the labels, the pixel box, and
   with ``known_init`` theta* - theta_0 as the reference, the gradients taken at the
   ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
-  target = loading.make_target(vic.params, labels, ds.mean, dtype=float_dtype())
+  target = loading.make_target_unchecked(vic.params, labels, ds.mean, dtype=float_dtype())
   if plan.config.known_init:
     target = loading.known_init_target(target, vic.init, plan.config.linearize)
   return target
@@ -284,58 +180,22 @@ def run(plan: Plan, state_file: Optional[loop.StateFile] = None, verbose: bool =
     return _reconstruct(plan, state_file)
 
 
-def _blind(plan: Plan, ds, vic, found: Found, seen: dict, timing: dict, t_start: float):
-  """The report of a blind attack (no training images): the candidates and the attacker's
-  own view of them, nothing scored against a truth; the verdict says it cannot tell."""
-  cfg = plan.config
-  loss = np.asarray(found.final_loss, np.float64)
-  ok = np.isfinite(loss)
-  timing["total_s"] = time.time() - t_start
-  metrics = {
-    "attack": cfg.attack,
-    "problem": plan.problem,
-    "dataset": ds.name,
-    "n_train": 0,
-    "blind": True,
-    "m": int(found.candidates.shape[1]),
-    "num_restarts": int(len(loss)),
-    "recovered_strict": None,
-    "identifiability": {"skipped": "no training images (a blind attack)", "ratio": None},
-    "regime": seen,
-    "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
-    "victim_source": vic.source,
-    "assumed": assumptions(cfg, plan.victim, ds, plan.foreign),
-    "selection": {
-      "n_restarts": int(len(loss)),
-      "n_diverged": int(np.sum(~ok)),
-      "best_by_loss_restart": int(np.nanargmin(np.where(ok, loss, np.inf))) if ok.any() else None,
-    },
-    "per_restart": [
-      {"restart": i, "diverged": not ok[i], "final_loss": float(loss[i]) if ok[i] else None}
-      for i in range(len(loss))
-    ],
-    "timing": timing,
-  }
-  metrics["warnings"] = run_warnings(metrics, ds.num_classes)
-  said = verdict.decide(metrics)
-  metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
-  arrays = dict(
-    candidates=found.candidates,
-    weights=found.weights,
-    final_loss=found.final_loss,
-    mean=ds.mean,
-    **{f"hp_{k}": v for k, v in found.hparams.items()},
-  )
-  logging.info(
-    "blind attack: %d candidates of %d restarts; %s", metrics["m"], len(loss), said["line"]
-  )
-  return Reconstruction(metrics, arrays, None, ds, vic)
-
-
 def _reconstruct(plan: Plan, state_file) -> Reconstruction:
-  """:func:`reconstruct` of a resolved job."""
+  """:func:`reconstruct` of a resolved job: what the report states of the job is settled
+  first, then the victim, the target, the regime and the search; then the scores (nothing is
+  scored without training images: a blind attack) and the verdict."""
   cfg, problem, spec = plan.config, plan.problem, plan.spec
   t_start = time.time()
+  opts = spec.options_of(cfg)
+  searched = spec.direct is None
+  stability = cfg.identify_stability_candidates if spec.rerunnable(opts) else 0
+  head = {
+    "attack": cfg.attack,
+    "problem": problem,
+    "dataset": plan.victim.dataset,
+    "assumed": assumptions(cfg, plan.victim, plan.source.dataset, plan.foreign),
+    "assumes_stationary": spec.assumes_stationary(opts),
+  }
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
   setup = plan.setup._replace(  # what the run knows now: the victim and the target
@@ -357,99 +217,100 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, **(found.timing or {})}
-  n = len(ds.x_train)
-  if n == 0:
-    return _blind(plan, ds, vic, found, seen, timing, t_start)
-
-  scores = scoring.score_run(
-    vic.apply_fn,
-    vic.num_outputs,
-    problem,
-    target,
-    ds,
-    cands,
-    weights,
-    found.final_loss,
-    run,
-    attack=found.attack,
-    hparams=plan.stages[-1][1] if plan.stages else None,
-    ssim_threshold=cfg.ssim_threshold,
-    seed=cfg.seed,
-    identify=cfg.identify,
-    normalize=cfg.normalize,
-    stability_candidates=cfg.identify_stability_candidates
-    if spec.rerunnable(spec.options_of(cfg))
-    else 0,
-    labels=found.labels,
+  head.update(
+    regime=seen,
+    victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
+    victim_source=vic.source,
   )
-  ident, ev, result = scores.identifiability, scores.evaluation, scores.result
-  timing.update(scores.timing)
-  # the job's total, as before the attacker's own scores: those are timed apart
-  timing["total_s"] = time.time() - t_start - timing.get("identification_s", 0.0)
-  metrics = {
-    "attack": cfg.attack,
-    "problem": problem,
-    "dataset": plan.victim.dataset,
-    "n_train": n,
-    "m": int(cands.shape[1]),
-    "num_restarts": cfg.num_restarts if run is not None else 1,
-    "recovered_strict": ev["attack"]["recovered_strict"],
-    "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
-    "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
-    "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
-    "baseline_heldout_recovered_strict": ev["baselines"].get("heldout", {}).get("recovered_strict"),
-    "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
-    "oracle_residual_rel": ident.get("truth_residual"),
-    "identifiability": ident,
-    "regime": seen,
-    "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
-    "victim_source": vic.source,
-    "assumed": assumptions(cfg, plan.victim, ds, plan.foreign),
-    "evaluation": ev["attack"],
-    "baselines": ev["baselines"],
-    "selection": ev["selection"],
-    "per_restart": ev["per_restart"],
-    "timing": timing,
-  }
-  if scores.identification is not None:
-    metrics["identification"] = scores.identification
-  if run is not None:
-    last = run.chunks[-1]
-    warning = diagnostics.float32_floor_warning(run.chunks, float_dtype())
-    metrics["precision_warning"] = warning
-    if warning:
-      logging.warning("precision: %s", warning)
-    metrics["final_stat_rel"] = list(last.get("stat_rel", last["loss"]))
-    for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
-      row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
-      if "stat_rel" in last:
-        row["stat_rel"] = last["stat_rel"][i]
   arrays = dict(
     candidates=cands,
     weights=weights,
     final_loss=found.final_loss,
-    train_idx=ds.train_idx,
     mean=ds.mean,
     **{f"hp_{k}": v for k, v in hp.items()},
   )
-  if result is not None:
-    arrays.update(recon=result.recon, ssim=result.ssim)
-  witness = (ident.get("family") or {}).pop("_witness", None)
-  if witness is not None:
-    arrays["family_witness"] = np.asarray(witness, np.float32)
-  metrics["assumes_stationary"] = spec.assumes_stationary(spec.options_of(cfg))
-  metrics["warnings"] = run_warnings(metrics, ds.num_classes)
-  said = verdict.decide(metrics)
-  metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
-  logging.info(
-    "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
-    "baseline strict %s); oracle residual %s; total %.1fs",
-    metrics["recovered_strict"],
-    n,
-    metrics["n_ssim_gt_0.4"],
-    metrics["baseline_mean_image_n_ssim_gt_0.4"],
-    metrics["baseline_heldout_recovered_strict"],
-    ident.get("truth_residual"),
-    timing["total_s"],
-  )
+  n, result = len(ds.x_train), None
+  if n == 0:  # a blind attack: the candidates and the attacker's own view of them
+    timing["total_s"] = time.time() - t_start
+    metrics = {
+      **head,
+      "dataset": ds.name,
+      "n_train": 0,
+      "blind": True,
+      "m": int(cands.shape[1]),
+      "num_restarts": int(len(found.final_loss)),
+      "recovered_strict": None,
+      "identifiability": {"skipped": "no training images (a blind attack)", "ratio": None},
+      **evaluation.unscored(found.final_loss),
+      "timing": timing,
+    }
+  else:
+    scores = scoring.score_run(
+      vic.apply_fn,
+      vic.num_outputs,
+      problem,
+      target,
+      ds,
+      cands,
+      weights,
+      found.final_loss,
+      run,
+      attack=found.attack,
+      hparams=plan.stages[-1][1] if plan.stages else None,
+      ssim_threshold=cfg.ssim_threshold,
+      seed=cfg.seed,
+      identify=cfg.identify,
+      normalize=cfg.normalize,
+      stability_candidates=stability,
+      labels=found.labels,
+    )
+    timing.update(scores.timing)
+    # the job's total, as before the attacker's own scores: those are timed apart
+    timing["total_s"] = time.time() - t_start - timing.get("identification_s", 0.0)
+    metrics = {
+      **head,
+      "n_train": n,
+      "m": int(cands.shape[1]),
+      "num_restarts": cfg.num_restarts if run is not None else 1,
+      **scores.entries(),
+      "timing": timing,
+    }
+    result = scores.result
+    for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
+      row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
+    arrays.update(train_idx=ds.train_idx)
+    if result is not None:
+      arrays.update(recon=result.recon, ssim=result.ssim)
+    witness = (metrics["identifiability"].get("family") or {}).pop("_witness", None)
+    if witness is not None:
+      arrays["family_witness"] = np.asarray(witness, np.float32)
+    if run is not None:
+      last = run.chunks[-1]
+      metrics["final_stat_rel"] = list(last.get("stat_rel", last["loss"]))
+      for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
+        if "stat_rel" in last:
+          row["stat_rel"] = last["stat_rel"][i]
+      metrics["precision_warning"] = diagnostics.float32_floor_warning(run.chunks, float_dtype())
+      if metrics["precision_warning"]:
+        logging.warning("precision: %s", metrics["precision_warning"])
+  said = verdict.conclude(metrics, ds.num_classes, searched)
+  if n == 0:
+    logging.info(
+      "blind attack: %d candidates of %d restarts; %s",
+      metrics["m"],
+      metrics["num_restarts"],
+      said["line"],
+    )
+  else:
+    logging.info(
+      "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
+      "baseline strict %s); oracle residual %s; total %.1fs",
+      metrics["recovered_strict"],
+      n,
+      metrics["n_ssim_gt_0.4"],
+      metrics["baseline_mean_image_n_ssim_gt_0.4"],
+      metrics["baseline_heldout_recovered_strict"],
+      metrics["oracle_residual_rel"],
+      timing["total_s"],
+    )
   return Reconstruction(metrics, arrays, result, ds, vic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from recon_jax.core import distributed
 from recon_jax.engine import precision
 from recon_jax.errors import RunFailed
+from recon_jax.eval import verdict
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
 from recon_jax.job.settings import JobConfig
@@ -97,7 +98,7 @@ def main_job(
   )
   m = run_reconstruction(plan, path, resume=resume, checked=True)
   for w in m["warnings"]:
-    if warn and not w.startswith(pipeline.ALL_DIVERGED):  # that one ends the run
+    if warn and not w.startswith(verdict.ALL_DIVERGED):  # that one ends the run
       warn(w)
   return path, check_outcome(m, path)
 
@@ -127,7 +128,7 @@ def check_outcome(metrics: dict, path: str = "") -> dict:
 
   That is: every restart diverged.
   """
-  failed = [w for w in metrics.get("warnings", []) if w.startswith(pipeline.ALL_DIVERGED)]
+  failed = [w for w in metrics.get("warnings", []) if w.startswith(verdict.ALL_DIVERGED)]
   if failed:
     raise RunFailed(f"{failed[0]}{f'; the results are in {path}' if path else ''}")
   return metrics

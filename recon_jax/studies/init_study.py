@@ -30,10 +30,10 @@ import numpy as np
 
 from recon_jax import data, implicit
 from recon_jax.attacks import bilevel, kkt
-from recon_jax.core import diagnostics, losses
+from recon_jax.core import losses
 from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
-from recon_jax.eval import nearest
+from recon_jax.eval import diagnostics, nearest
 from recon_jax.types import float_dtype
 from recon_jax.victims import cache, loading, models, victim
 

@@ -173,8 +173,9 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
 def write(path: str, out: dict, spec, n_of: Mapping) -> None:
   """leakage_map.png and leakage_map.md in workdir ``path``; ``out['map']`` gains the cells."""
   out["map"] = cells(out, spec)
-  workdir.write_text(path, "leakage_map.md", table(out, spec, n_of))
+  text = table(out, spec, n_of)
   figure(workdir.inside(path, "leakage_map.png"), out, spec, n_of)
+  workdir.write_text(path, "leakage_map.md", text)
 
 
 def check(spec, variants: Sequence[str]) -> None:

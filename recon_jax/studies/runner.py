@@ -19,8 +19,9 @@ import numpy as np
 from recon_jax.core import rules
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError
+from recon_jax.eval import verdict
 from recon_jax.io import workdir
-from recon_jax.job import pipeline, planning
+from recon_jax.job import planning
 from recon_jax.job.run import STATE_FILE, run_reconstruction
 from recon_jax.studies import (
   efficacy,
@@ -76,7 +77,7 @@ def write_training(path: str, vcfg, ds, params, history, summary, init=None) -> 
   trained victim; returns the metrics."""
   victim.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
   metrics = {k: v for k, v in summary.items() if k != "outputs"}
-  metrics["warning"] = pipeline.victim_warning(summary, vcfg.loss, ds.num_classes)
+  metrics["warning"] = verdict.victim_warning(summary, vcfg.loss, ds.num_classes)
   workdir.write_json(path, "metrics.json", metrics)
   workdir.write_json(path, "history.json", history)
   workdir.write_npz(path, "train_idx.npz", train_idx=ds.train_idx, mean=ds.mean)
@@ -163,11 +164,10 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
   return configs
 
 
-def check_efficacy_resumable(cfg, path: str, variants) -> None:
-  """Refuses a resume of the harness in ``path`` unless its config.json is of ``cfg`` and of
-  the same variants, in the same order: a resume continues the finished variants' draws and
-  never drops one (metrics.json and results.md would lose it).  Nothing is written."""
-  workdir.check_resumable(cfg, path, "config.json", "efficacy")
+def check_variants_resumable(path: str, variants) -> None:
+  """Refuses a resume of the harness in ``path`` unless its config.json ran the same
+  variants, in the same order: a resume continues the finished variants' draws and never
+  drops one (metrics.json and results.md would lose it).  Nothing is written."""
   stored = workdir.read_json(workdir.expand(path), "config.json") or {}
   before = stored.get("variants")
   if before is not None and list(before) != list(variants):
@@ -180,21 +180,36 @@ def check_efficacy_resumable(cfg, path: str, variants) -> None:
 
 
 def run_efficacy(
-  cfg, path: str, variants, draws: int, first_draw: int = 0, *, resume=False, configs=None
+  cfg,
+  path: str,
+  variants,
+  draws: int,
+  first_draw: int = 0,
+  *,
+  resume=False,
+  overwrite=False,
+  configs=None,
 ) -> dict:
   """Every variant of efficacy config ``cfg`` on draws ``first_draw .. first_draw + draws - 1``, into workdir ``path``.
 
   Each (variant, draw) is a reconstruction workdir ``path/VARIANT/draw_D``; with
   ``resume`` finished ones are read back and an interrupted one continues.
   Writes config.json, metrics.json (intervals, and paired differences against
-  the first variant), results.md and efficacy.png; returns the metrics.  ``configs``:
-  :func:`check_efficacy`'s result when the caller checked the settings (and a resume's
-  config.json) already, as the binary does before it opens the workdir.
+  the first variant), results.md and efficacy.png; returns the metrics.  Each run takes
+  its own precision (:func:`run_reconstruction`; no variant changes ``x64``).  ``configs``:
+  :func:`check_efficacy`'s result when the caller checked the settings already, as the
+  binary does.  The workdir is opened as the main job's is
+  (:func:`recon_jax.io.workdir.open_run`): created if missing, refused when not empty
+  (unless ``overwrite``, or ``resume`` of the same settings and variants,
+  :func:`check_variants_resumable`) or in use by a live process.
   """
   if configs is None:
     configs = check_efficacy(cfg, variants, draws, first_draw)
-    if resume:
-      check_efficacy_resumable(cfg, path, variants)
+  if resume:
+    check_variants_resumable(path, variants)
+  path = workdir.open_run(
+    cfg, path, "config.json", resume=resume, overwrite=overwrite, study="efficacy"
+  )
   workdir.write_config(
     path, cfg, study="efficacy", variants=list(variants), draws=draws, first_draw=first_draw
   )
@@ -232,9 +247,10 @@ def run_efficacy(
   }
   if "map" in cfg:
     leakage_map.write(path, out, cfg.map, n_of)
-  workdir.write_json(path, "metrics.json", out)
-  workdir.write_text(path, "results.md", efficacy.efficacy_table(out, variants))
+  text = efficacy.efficacy_table(out, variants)
   efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
+  workdir.write_text(path, "results.md", text)
+  workdir.write_json(path, "metrics.json", out)  # last: a workdir with it is finished
   return out
 
 
@@ -345,16 +361,14 @@ def efficacy_job(
   ``variants``: comma-separated names of the config's variants; '' every cell of the
   config's map, else ``default``.  The metrics' ``variants`` are in that order.
   """
-  precision.set_precision(cfg.base.x64, cfg.base.matmul_precision)
   names = [v.strip() for v in variants.split(",") if v.strip()]
   if not variants.strip():
     names = leakage_map.variants_of(cfg.map) if "map" in cfg else ["default"]
-  configs = check_efficacy(cfg, names, draws, first_draw)
-  if resume:
-    check_efficacy_resumable(cfg, path, names)
-  path = workdir.prepare(path, overwrite or resume)
-  workdir.lock(path)
-  return path, run_efficacy(cfg, path, names, draws, first_draw, resume=resume, configs=configs)
+  configs = check_efficacy(cfg, names, draws, first_draw)  # before the workdir is touched
+  out = run_efficacy(
+    cfg, path, names, draws, first_draw, resume=resume, overwrite=overwrite, configs=configs
+  )
+  return os.path.abspath(workdir.expand(path)), out
 
 
 def init_study_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict]:

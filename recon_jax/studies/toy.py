@@ -19,12 +19,12 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.attacks import kkt
-from recon_jax.core import diagnostics, losses
+from recon_jax.core import losses
 from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
-from recon_jax.eval import points
+from recon_jax.eval import diagnostics, points, verdict
 from recon_jax.io import plots
-from recon_jax.job import pipeline, planning
+from recon_jax.job import planning
 from recon_jax.types import float_dtype
 from recon_jax.victims import loading, models, victim
 
@@ -257,7 +257,7 @@ def run(
     "kink_fraction": kinks,
     "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     # the same warning as the main job's: a victim at chance holds nothing to find
-    "victim_warning": pipeline.victim_warning(vic.summary, "logistic", 2),
+    "victim_warning": verdict.victim_warning(vic.summary, "logistic", 2),
     "victim_source": vic.source,
     "dtype": np.dtype(dtype).name,
     "timing": timing,

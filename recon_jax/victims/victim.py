@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
-from recon_jax.core import diagnostics, losses
+from recon_jax.core import losses
 from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
+from recon_jax.eval import diagnostics
 from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
 from recon_jax.victims import models, train
@@ -37,7 +38,7 @@ def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:
   ``grad_norm_rel`` = ``||grad E(theta*)|| / ||theta*||`` with ``E`` = mean loss +
   ``wd/2 ||theta||^2`` (``wd``: :func:`final_weight_decay`); ``images_on_kink``:
   the fraction of training points on some first-layer ReLU's kink (ReLU
-  victims; see :func:`recon_jax.core.diagnostics.images_on_kink`).
+  victims; see :func:`recon_jax.eval.diagnostics.images_on_kink`).
   """
   energy = losses.energy(apply_fn, cfg.loss, final_weight_decay(cfg))
 

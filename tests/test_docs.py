@@ -340,8 +340,9 @@ def test_flags_presets_and_api_exist(name):
 
 
 def layout_problems(text: str) -> list:
-  """BUILD.md's layout block against the checkout: every folder it names exists, and every
-  subpackage of recon_jax is named (indented names are inside recon_jax/)."""
+  """BUILD.md's layout block against the checkout: every folder it names exists, every
+  subpackage of recon_jax is named (indented names are inside recon_jax/), and none imports a
+  subpackage named below it (the block's order is the order of the dependencies)."""
   block = re.search(r"## Layout.*?```[^\n]*\n(.*?)```", text, re.S)
   if not block:
     return ["no layout block under '## Layout'"]
@@ -353,6 +354,14 @@ def layout_problems(text: str) -> list:
   out = [f"layout: {line}: no such folder" for p, line in named.items() if not p.is_dir()]
   subpackages = {p.parent for p in (ROOT / "recon_jax").glob("*/__init__.py")}
   out += [f"layout: recon_jax/{p.name}/ is not named" for p in sorted(subpackages - set(named))]
+  order = [p.name for p in named if p.parent.name == "recon_jax" and p.is_dir()]
+  for i, pkg in enumerate(order):
+    for path in sorted((ROOT / "recon_jax" / pkg).glob("*.py")):
+      used = re.findall(r"^\s*(?:from|import) recon_jax\.(\w+)", path.read_text(), re.M)
+      out += [
+        f"layout: recon_jax/{pkg}/{path.name} imports recon_jax.{other}, listed below it"
+        for other in sorted(set(used) & set(order[i + 1 :]))
+      ]
   return out
 
 
@@ -400,3 +409,5 @@ def test_the_checks_catch_planted_mistakes():
   layout = "## Layout\n\n```\nrecon_jax/   x\n  nothing_here/   y\n```\n"
   found = layout_problems(layout)
   assert any("nothing_here" in p for p in found) and any("is not named" in p for p in found)
+  upside_down = "## Layout\n\n```\nrecon_jax/   x\n  job/   y\n  core/   z\n```\n"
+  assert any("listed below it" in p for p in layout_problems(upside_down))

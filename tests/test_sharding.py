@@ -23,7 +23,7 @@ if mode == "multiprocess":
   distributed.maybe_initialize(True)  # JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID
 import re
 import jax, jax.numpy as jnp, numpy as np
-from recon_jax.engine import inits, loop
+from recon_jax.engine import inits, loop, restarts
 from recon_jax.victims import models
 from recon_jax.attacks import kkt
 from recon_jax.types import Target
@@ -49,7 +49,7 @@ def sweep(shard, batching="vmap"):
                   batching=batching, shard=shard, log=False)
 
 def result(res):
-  st = distributed.gather_restarts(res.state)
+  st = restarts.gather(res.state)
   return {"x": st.inner.x, "lam": st.inner.lam, "loss": st.loss, "step": st.step}
 
 info = {"device_count": jax.device_count(), "process_count": jax.process_count()}
@@ -62,7 +62,7 @@ if mode == "single":
   # The compiled chunk of a sharded state needs no communication: restarts are independent.
   # Lowered with loop.run_stages's own placement and chunk length, so these are the programs the
   # sweeps run (compiled once: the persistent compilation cache serves the second request).
-  sharding = distributed.restart_sharding(R)
+  sharding = restarts.sharding(R)
   hps = jax.device_put({k: jnp.asarray(v) for k, v in hp.items()}, sharding)
   replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
   target_r = jax.device_put(target, replicated)
@@ -209,6 +209,7 @@ def test_distributed_helpers_single_process(monkeypatch):
   import jax
 
   from recon_jax.core import distributed
+  from recon_jax.engine import restarts
 
   for off in (False, None, "", "0", "false", "No"):
     assert distributed.maybe_initialize(off) is False
@@ -217,6 +218,6 @@ def test_distributed_helpers_single_process(monkeypatch):
   with pytest.raises(ValueError, match="JAX_NUM_PROCESSES"):
     distributed._env_int("JAX_NUM_PROCESSES")
   tree = {"a": jax.numpy.arange(3), "b": (np.ones(2),)}
-  got = distributed.gather_restarts(tree)
+  got = restarts.gather(tree)
   assert isinstance(got["a"], np.ndarray) and got["a"].tolist() == [0, 1, 2]
   assert distributed.is_main_process()

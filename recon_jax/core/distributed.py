@@ -1,12 +1,12 @@
-r"""Multi-host sweeps: ``jax.distributed`` behind a flag, per-restart results gathered to process 0.
+r"""Multi-host sweeps: ``jax.distributed`` behind a flag, and the process that writes.
 
 One process runs per host (per GPU host, or per TPU-VM worker).  After
 :func:`maybe_initialize`, ``jax.devices()`` lists the devices of *every* host,
-so :func:`restart_sharding` builds its ``'restarts'`` mesh over
+so :func:`recon_jax.engine.restarts.sharding` builds its ``'restarts'`` mesh over
 all of them: the R restarts of a sweep are split across hosts and devices, theta*
 is replicated, and one SPMD program runs everywhere (the restarts are
 independent, so the step itself needs no cross-device communication).  Results
-live on the hosts that computed them; :func:`gather_restarts` brings the whole
+live on the hosts that computed them; :func:`recon_jax.engine.restarts.gather` brings the whole
 restart axis to every process (it is a collective: all processes call it) and
 :func:`is_main_process` picks the one that writes files.
 
@@ -57,11 +57,10 @@ flag at all: ``loop.run_stages(..., shard=True)`` shards over the local devices.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
 from absl import logging
 import jax
-import numpy as np
 
 from recon_jax.errors import ConfigError
 
@@ -124,50 +123,3 @@ def maybe_initialize(flag_value: Union[bool, str, None]) -> bool:
 def is_main_process() -> bool:
   """True on process 0: the one that writes reports, checkpoints and figures."""
   return jax.process_index() == 0
-
-
-def restart_sharding(num_restarts: int):
-  """NamedSharding splitting the restart axis over all devices, or None on one device.
-
-  Restarts are independent, so the only change across devices is placement:
-  θ* and the data are replicated, the results are the same as on one device.
-  """
-  devices = jax.devices()
-  if len(devices) <= 1:
-    return None
-  if num_restarts % len(devices):
-    logging.warning(
-      "%d restarts do not divide over %d devices; running unsharded.", num_restarts, len(devices)
-    )
-    return None
-  mesh = jax.sharding.Mesh(np.array(devices), ("restarts",))
-  return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("restarts"))
-
-
-def gather_restarts(tree: Any, tiled: bool = True) -> Any:
-  """Whole per-restart results as numpy arrays on every process (process 0 writes them).
-
-  ``jax.experimental.multihost_utils.process_allgather`` around a pytree whose
-  leaves have the restart axis first:
-
-  * a *global* array (the output of a sweep sharded over every host's devices
-    by :func:`restart_sharding`) comes back whole, ``[R, ...]``;
-  * a *host-local* array (each process ran its own block of ``R_local``
-    restarts) is concatenated in process order into ``[P * R_local, ...]``
-    (``tiled=True``) or stacked into ``[P, R_local, ...]`` (``tiled=False``).
-
-  It is a collective: every process must call it, in the same order.  In a
-  single-process run it is ``np.asarray`` on every leaf (no communication).
-
-  Args:
-    tree: pytree of arrays (e.g. a ``RestartState`` or a metrics dict).
-    tiled: concatenate (True) or stack (False) host-local arrays.
-
-  Returns:
-    The same pytree with numpy leaves.
-  """
-  if jax.process_count() == 1:
-    return jax.tree_util.tree_map(np.asarray, tree)
-  from jax.experimental import multihost_utils
-
-  return multihost_utils.process_allgather(tree, tiled=tiled)

@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.core import arguments, distributed
-from recon_jax.engine import resume
+from recon_jax.core import arguments
+from recon_jax.engine import restarts, resume
 from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import StateFile  # noqa: F401 (where a sweep saves its state)
 from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
@@ -249,7 +249,7 @@ def run_stages(
       chunk_steps,
     )
   stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
-  sharding = distributed.restart_sharding(num_restarts) if shard else None
+  sharding = restarts.sharding(num_restarts) if shard else None
   init_fn, chunk_fn = make_runner(
     attack,
     x_init,
@@ -270,8 +270,8 @@ def run_stages(
     # (zeros, inf) would otherwise come out replicated, and each chunk would be
     # compiled for (and all-gather into) a replicated state.
     state = jax.device_put(state, sharding)
-  # gather_restarts: np.asarray in one process; an allgather when the restarts span hosts.
-  done = int(np.max(distributed.gather_restarts(state.step))) if num_restarts else 0
+  # restarts.gather: np.asarray in one process; an allgather when the restarts span hosts.
+  done = int(np.max(restarts.gather(state.step))) if num_restarts else 0
   total = sum(steps for steps, _ in stages)
   history, compiled = [], {}
   compile_s, run_s, end = 0.0, 0.0, 0
@@ -288,7 +288,7 @@ def run_stages(
       state, metrics = compiled[n](state, hparams, target)
       if sharding is not None:  # a no-op unless the compiler chose another output layout
         state = jax.device_put(state, sharding)
-      metrics = distributed.gather_restarts(metrics)  # blocks until the chunk is done
+      metrics = restarts.gather(metrics)  # blocks until the chunk is done
       run_s += time.time() - t1
       rate = n / max(time.time() - t1, 1e-9)
       done += n
@@ -296,11 +296,11 @@ def run_stages(
         "step": done,
         "time_s": time.time() - t0,
         **metrics,
-        "diverged": distributed.gather_restarts(state.diverged),
+        "diverged": restarts.gather(state.diverged),
       }
       history.append(rec)
       if log:
-        loss = distributed.gather_restarts(state.loss)
+        loss = restarts.gather(state.loss)
         fin = loss[np.isfinite(loss)]
         logging.info(
           "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs (about %.0fs left)",
@@ -351,6 +351,7 @@ class AttackRun(NamedTuple):
   state: Any  # the final batched loop state
   compile_s: float
   run_s: float
+  inner: Any = None  # the attack's final state, host arrays gathered from every process
 
 
 def _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching) -> None:
@@ -492,13 +493,11 @@ def run_attack_unchecked(
     log=log,
     checkpoint=ckpt,
   )
-  if ckpt is None:
-    chunks = [resume.chunk_record(r) for r in res.history]
-  else:
-    chunks = ckpt.chunks
-  cx, w = jax.vmap(attack.candidates)(distributed.gather_restarts(res.state.inner))
-  diverged = np.asarray(distributed.gather_restarts(res.state.diverged))
-  final_loss = np.where(diverged, np.nan, distributed.gather_restarts(res.state.loss))
+  chunks = [resume.chunk_record(r) for r in res.history] if ckpt is None else ckpt.chunks
+  inner = restarts.gather(res.state.inner)
+  cx, w = jax.vmap(attack.candidates)(inner)
+  diverged = np.asarray(restarts.gather(res.state.diverged))
+  final_loss = np.where(diverged, np.nan, restarts.gather(res.state.loss))
   return AttackRun(
     np.asarray(cx),
     np.asarray(w),
@@ -508,4 +507,5 @@ def run_attack_unchecked(
     res.state,
     res.compile_s,
     res.run_s,
+    inner,
   )

@@ -32,7 +32,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
-from recon_jax.core import distributed
 from recon_jax.core.activations import surrogate_relu
 from recon_jax.errors import ConfigError
 from recon_jax.eval import images, ranking, selection, similarity, stability
@@ -303,8 +302,8 @@ def identification_report(
        "settings": {...}, "timing_s": {name: seconds}}
 
     The ``precision@k`` keys follow ``k_list``.
-    Every process must call it in a multi-process run (the restart state is
-    gathered with :func:`recon_jax.core.distributed.gather_restarts`).
+    The restarts' final state is the run's own, gathered from every process
+    (:attr:`recon_jax.engine.loop.AttackRun.inner`).
   """
   if stability_select not in STABILITY_SELECT:
     raise ConfigError(
@@ -350,7 +349,7 @@ def identification_report(
   )
   timing["truth"] = time.time() - t0
 
-  inner = distributed.gather_restarts(run.state.inner)
+  inner = run.inner
   has_lam = hasattr(inner, "lam")
   hp = {k: jnp.asarray(v) for k, v in hparams.items()}
   scores, skipped, subsets = {}, {}, {}

@@ -17,6 +17,7 @@ is the interval of the per-draw differences.
 from __future__ import annotations
 
 import copy
+import numbers
 import os
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
@@ -167,14 +168,23 @@ def draw_numbers(metrics: Mapping) -> dict:
   }
 
 
+def check_confidence(confidence) -> None:
+  """Refuses a ``confidence`` of the intervals that is not a number in (0, 1)."""
+  real = isinstance(confidence, numbers.Real) and not isinstance(confidence, (bool, np.bool_))
+  if not (real and 0 < confidence < 1):
+    raise ConfigError(
+      f"confidence must be a number in (0, 1) (0.95: 95% intervals), got {confidence!r}.",
+      "confidence",
+    )
+
+
 def interval(values: Sequence[float], confidence: float = 0.95, bounds=None) -> dict:
   """Mean and two-sided Student-t interval over draws; NaN bounds with fewer than 2 draws.
 
   ``bounds``: ``(low, high)``, the range the number can take (a count of n images:
   ``(0, n)``); the interval is clipped to it.
   """
-  if not 0 < confidence < 1:
-    raise ConfigError(f"confidence must be in (0, 1), got {confidence}.")
+  check_confidence(confidence)
   v = np.asarray([np.nan if x is None else x for x in values], np.float64)
   v = v[np.isfinite(v)]
   n = len(v)

@@ -16,7 +16,6 @@ from absl import logging
 import jax
 import numpy as np
 
-from recon_jax.core import rules
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError
 from recon_jax.eval import verdict
@@ -138,12 +137,7 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
       "first is the reference of the paired differences).",
       "variants",
     )
-  confidence = cfg.confidence
-  if not (rules.is_number(confidence) and 0 < confidence < 1):
-    raise ConfigError(
-      f"confidence must be a number in (0, 1) (0.95: 95% intervals), got {confidence!r}.",
-      "confidence",
-    )
+  efficacy.check_confidence(cfg.confidence)
   for name, value, low, high in (
     ("draws", draws, 1, MAX_DRAWS),
     ("first_draw", first_draw, 0, 2**31 - 1),

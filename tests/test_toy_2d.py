@@ -196,6 +196,8 @@ def test_small_toy_run_recovers_most_points(tmp_path):
     ("refine_steps", -1),
     ("lr_x", "1:0.1"),
     ("victim_init", "normal"),
+    ("victim_lr", 0.0),  # the victim's recipe's own rules (recon_jax.victims.recipe)
+    ("victim_bias", "sometimes"),
     ("theta_norm", 1.0),
     ("tol", 0.0),
     ("steps", 0),

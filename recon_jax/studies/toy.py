@@ -26,11 +26,20 @@ from recon_jax.eval import diagnostics, points, verdict
 from recon_jax.io import plots
 from recon_jax.job import planning
 from recon_jax.types import float_dtype
-from recon_jax.victims import loading, models, victim
+from recon_jax.victims import loading, recipe, victim
 
 # The victim's init schemes that need no extra scale ('normal' needs init_std).
 VICTIM_INITS = ("torch", "kaiming", "uniform")
-VICTIM_ADAPTIVE = ("none", "loss", "grad")
+# The toy's settings of its victim's recipe: {setting: field of VictimConfig}; the recipe's
+# rules (:mod:`recon_jax.victims.recipe`) check them.
+VICTIM_SETTINGS = {
+  "victim_init": "init",
+  "victim_init_gain": "init_gain",
+  "victim_bias": "bias",
+  "victim_lr": "lr",
+  "victim_epochs": "epochs",
+  "victim_adaptive": "adaptive",
+}
 
 
 def validate(cfg) -> tuple:
@@ -52,24 +61,11 @@ def validate(cfg) -> tuple:
     refuse("width", f"must be >= 1, got {cfg.width}.")
   if cfg.victim_init not in VICTIM_INITS:
     refuse("victim_init", f"must be one of {', '.join(VICTIM_INITS)}, got {cfg.victim_init!r}.")
-  if cfg.victim_bias not in models.BIAS_MODES:
-    refuse(
-      "victim_bias", f"must be one of {', '.join(models.BIAS_MODES)}, got {cfg.victim_bias!r}."
-    )
-  if cfg.victim_adaptive not in VICTIM_ADAPTIVE:
-    refuse(
-      "victim_adaptive",
-      f"must be one of {', '.join(VICTIM_ADAPTIVE)}, got {cfg.victim_adaptive!r}.",
-    )
-  for name in (
-    "victim_init_gain",
-    "victim_lr",
-    "victim_epochs",
-    "num_restarts",
-    "steps",
-    "chunk_steps",
-    "tol",
-  ):
+  found = recipe.problem(victim_config(cfg), settings=False)
+  if found:
+    field, message = found
+    refuse({f: name for name, f in VICTIM_SETTINGS.items()}.get(field, field), message)
+  for name in ("num_restarts", "steps", "chunk_steps", "tol"):
     if not cfg[name] > 0:
       refuse(name, f"must be > 0, got {cfg[name]}.")
   for name in ("theta_norm", "lam_filter_frac", "dedup_radius", "save_every"):
@@ -116,15 +112,10 @@ def victim_config(cfg) -> victim.VictimConfig:
     data_seed=cfg.seed,
     arch="mlp",
     widths=(cfg.width, cfg.width),
-    bias=cfg.victim_bias,
-    init=cfg.victim_init,
     init_std=None,
     first_layer_std=None,
-    init_gain=cfg.victim_init_gain,
-    lr=cfg.victim_lr,
-    epochs=cfg.victim_epochs,
-    adaptive=cfg.victim_adaptive,
     seed=cfg.seed,
+    **{field: cfg[name] for name, field in VICTIM_SETTINGS.items()},
   )
 
 

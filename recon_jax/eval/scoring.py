@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
-from recon_jax.eval import identifiability, identification
+from recon_jax.eval import diagnostics, identifiability, identification
 from recon_jax.eval import report as evaluation
 from recon_jax.types import Target
 
@@ -82,6 +82,7 @@ class Scores(NamedTuple):
   result: Any  # the EvalResult of the pooled candidates (or None)
   identification: Optional[dict]  # the attacker's own scores (None: not asked, or no search)
   timing: dict  # seconds of each part: identifiability_s, evaluation_s (identification_s)
+  convergence: Optional[dict] = None  # a search's final_stat_rel and precision_warning
 
   def entries(self) -> dict:
     """The scores as a reconstruction's metrics.json states them: the strict count and its
@@ -105,6 +106,7 @@ class Scores(NamedTuple):
     }
     if self.identification is not None:
       out["identification"] = self.identification
+    out.update(self.convergence or {})
     return out
 
 
@@ -161,6 +163,7 @@ def score_run(
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
+  convergence = None if run is None else _convergence(run, ev["per_restart"], target)
   # where the images the attack missed rank in the truth's fit (none evaluated: every
   # restart diverged, so there is no search to tell from the identifiability floor)
   if "truth_leave_one_out" in ident and result is not None:
@@ -190,4 +193,22 @@ def score_run(
       stability_candidates=stability_candidates,
     )
     timing["identification_s"] = time.time() - t0
-  return Scores(ident, ev, result, ident_report, timing)
+  return Scores(ident, ev, result, ident_report, timing, convergence)
+
+
+def _convergence(run, rows: list, target: Target) -> dict:
+  """Where a search ended: each restart's relative stationarity residual (its ``rows`` gain
+  ``stat_rel`` where the attack reports one, else the loss stands in), and whether float32
+  ran out of digits first (:func:`recon_jax.eval.diagnostics.float32_floor_warning`)."""
+  last = run.chunks[-1]
+  for i, row in enumerate(rows):
+    if "stat_rel" in last:
+      row["stat_rel"] = last["stat_rel"][i]
+  dtype = jax.tree_util.tree_leaves(target.params)[0].dtype
+  warning = diagnostics.float32_floor_warning(run.chunks, dtype)
+  if warning:
+    logging.warning("precision: %s", warning)
+  return {
+    "final_stat_rel": list(last.get("stat_rel", last["loss"])),
+    "precision_warning": warning,
+  }

@@ -23,8 +23,8 @@ import numpy as np
 from recon_jax import attacks, data
 from recon_jax.attacks import search, span
 from recon_jax.engine import loop, precision
-from recon_jax.eval import diagnostics, scoring, verdict
 from recon_jax.eval import report as evaluation
+from recon_jax.eval import scoring, verdict
 from recon_jax.job import planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates
 from recon_jax.job.settings import JobConfig
@@ -276,7 +276,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       "timing": timing,
     }
     result = scores.result
-    for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
+    for i, row in enumerate(metrics["per_restart"]):
       row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
     arrays.update(train_idx=ds.train_idx)
     if result is not None:
@@ -284,15 +284,6 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     witness = (metrics["identifiability"].get("family") or {}).pop("_witness", None)
     if witness is not None:
       arrays["family_witness"] = np.asarray(witness, np.float32)
-    if run is not None:
-      last = run.chunks[-1]
-      metrics["final_stat_rel"] = list(last.get("stat_rel", last["loss"]))
-      for row, i in zip(metrics["per_restart"], range(cfg.num_restarts)):
-        if "stat_rel" in last:
-          row["stat_rel"] = last["stat_rel"][i]
-      metrics["precision_warning"] = diagnostics.float32_floor_warning(run.chunks, float_dtype())
-      if metrics["precision_warning"]:
-        logging.warning("precision: %s", metrics["precision_warning"])
   said = verdict.conclude(metrics, ds.num_classes, searched)
   if n == 0:
     logging.info(

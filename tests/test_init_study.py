@@ -197,6 +197,8 @@ BAD = [
   ("kkt_lr_lam", "1:0.1"),
   ("parts", "affine,cnn"),
   ("parts", " "),
+  ("kkt_victim_epochs", 2**40),  # the KKT victim's recipe's own rules
+  ("kkt_width", 10**7),
 ]
 
 

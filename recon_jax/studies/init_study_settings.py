@@ -10,6 +10,7 @@ from recon_jax.core import activations, rules
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.studies import init_study
+from recon_jax.victims import recipe
 
 _POSITIVE = ("bilevel_wd", "bilevel_lr_x", "bilevel_inner_tol", "bilevel_victim_tol")
 
@@ -27,6 +28,9 @@ _AT_LEAST_ONE = (
   "kkt_steps",
 )
 
+
+# The study's names of the KKT victim's recipe fields it sets (the others are as named).
+KKT_VICTIM_SETTINGS = {"widths": "kkt_width", "epochs": "kkt_victim_epochs", "data_seed": "seed"}
 
 _CHOICES = {
   "bilevel_theta0": bilevel.THETA0,
@@ -75,6 +79,11 @@ def validate(cfg) -> None:
       f"bilevel_act {cfg.bilevel_act!r} is not a known activation (e.g. softplus, gelu, tanh).",
       argument="bilevel_act",
     ) from None
+  found = recipe.problem(init_study.kkt_victim_config(cfg), settings=False)  # its recipe's rules
+  if found:
+    field, message = found
+    name = KKT_VICTIM_SETTINGS.get(field, field)
+    raise ConfigError(f"{name} {message}", argument=name)
   init_study.parts(cfg)
   init_study.kkt_hparams(cfg, len(init_study.mix_points(cfg.grid)[0]))
 

@@ -201,9 +201,9 @@ def _convergence(run, rows: list, target: Target) -> dict:
   ``stat_rel`` where the attack reports one, else the loss stands in), and whether float32
   ran out of digits first (:func:`recon_jax.eval.diagnostics.float32_floor_warning`)."""
   last = run.chunks[-1]
-  for i, row in enumerate(rows):
-    if "stat_rel" in last:
-      row["stat_rel"] = last["stat_rel"][i]
+  if "stat_rel" in last:
+    for row, stat in zip(rows, last["stat_rel"]):
+      row["stat_rel"] = stat
   dtype = jax.tree_util.tree_leaves(target.params)[0].dtype
   warning = diagnostics.float32_floor_warning(run.chunks, dtype)
   if warning:

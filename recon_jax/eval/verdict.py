@@ -14,7 +14,8 @@
   attack).
 
 The verdict never contradicts the count: ``leaks`` needs k >= 1 above the baseline,
-``no_evidence`` k at or below it.
+``no_evidence`` k at or below it.  Beside it stand the warnings a reader must know before
+trusting the numbers (:func:`run_warnings`); :func:`conclude` puts both in a report.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ VERDICTS = (LEAKS, NO_EVIDENCE, CANNOT_TELL)
 # The training set leaving more than this fraction of ||reference||^2 unexplained: theta* is
 # not of the form the attack assumes (not near a KKT point of its training set).
 FAR_FROM_ASSUMPTION = 0.5
-
-
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
 
 

@@ -465,15 +465,7 @@ def run_attack(
 
 
 def run_attack_unchecked(
-  attack: Attack,
-  x_init,
-  keys,
-  stages: Sequence[Tuple[int, HParams]],
-  target: Target,
-  chunk_steps: int = 500,
-  batching: str = "auto",
-  state_file: Optional[StateFile] = None,
-  log: bool = True,
+  attack, x_init, keys, stages, target, chunk_steps=500, batching="auto", state_file=None, log=True
 ) -> AttackRun:
   """:func:`run_attack` without its argument checks: for a caller whose arguments were
   resolved and checked before (a job's :class:`~recon_jax.job.planning.Plan`)."""

@@ -333,37 +333,13 @@ def identifiability(
     the image is left out and the rest refitted: an image that barely raises it is one the
     objective cannot tell from its absence), ``family`` (:func:`flat_family`) and ``cost_s``.
   """
-  _check_arguments(
-    apply_fn, problem, params, x_train, y_train, candidates, weights, labels, diverged
-  )
-  return identifiability_unchecked(
-    apply_fn,
-    problem,
-    params,
-    x_train,
-    y_train,
-    candidates,
-    weights,
-    labels,
-    reference=reference,
-    diverged=diverged,
-    box=box,
-  )
+  args = (apply_fn, problem, params, x_train, y_train, candidates, weights, labels)
+  _check_arguments(*args, diverged)
+  return identifiability_unchecked(*args, reference, diverged, box)
 
 
 def identifiability_unchecked(
-  apply_fn,
-  problem: str,
-  params,
-  x_train,
-  y_train,
-  candidates,
-  weights,
-  labels,
-  *,
-  reference=None,
-  diverged=None,
-  box=None,
+  apply_fn, problem, params, x_train, y_train, candidates, weights, labels, reference, diverged, box
 ) -> dict:
   """:func:`identifiability` without its argument checks, for a run's own arrays (a job's
   :func:`recon_jax.eval.scoring.score_run`: its victim, data and candidates fit together)."""

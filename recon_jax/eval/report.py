@@ -71,25 +71,12 @@ def evaluate_candidates(
   if len(ds.x_train) == 0:
     raise ConfigError("ds has no training images to score the candidates against.", "ds")
   return evaluate_candidates_unchecked(
-    cands,
-    weights,
-    final_loss,
-    ds,
-    ssim_threshold=ssim_threshold,
-    filter_size=filter_size,
-    seed=seed,
+    cands, weights, final_loss, ds, ssim_threshold, filter_size, seed
   )
 
 
 def evaluate_candidates_unchecked(
-  cands,
-  weights,
-  final_loss,
-  ds: data.Dataset,
-  *,
-  ssim_threshold: Optional[float] = None,
-  filter_size: Optional[int] = None,
-  seed: int = 0,
+  cands, weights, final_loss, ds, ssim_threshold=None, filter_size=None, seed=0
 ) -> dict:
   """:func:`evaluate_candidates` without its argument checks, for a run's own arrays and
   settings a job checked before (:func:`recon_jax.eval.scoring.score_run`)."""

@@ -88,15 +88,14 @@ class Scores(NamedTuple):
     """The scores as a reconstruction's metrics.json states them: the strict count and its
     baselines first, then each report whole (``identification`` when it ran)."""
     ev, ident = self.evaluation, self.identifiability
+    mean, held = ev["baselines"]["mean_image"], ev["baselines"].get("heldout", {})
     out = {
       "recovered_strict": ev["attack"]["recovered_strict"],
       "n_ssim_gt_0.4": ev["attack"]["n_ssim_gt_0.4"],
-      "baseline_mean_image_n_ssim_gt_0.4": ev["baselines"]["mean_image"]["n_ssim_gt_0.4"],
-      "baseline_mean_image_recovered_strict": ev["baselines"]["mean_image"]["recovered_strict"],
-      "baseline_heldout_recovered_strict": ev["baselines"]
-      .get("heldout", {})
-      .get("recovered_strict"),
-      "baseline_heldout_n_ssim_gt_0.4": ev["baselines"].get("heldout", {}).get("n_ssim_gt_0.4"),
+      "baseline_mean_image_n_ssim_gt_0.4": mean["n_ssim_gt_0.4"],
+      "baseline_mean_image_recovered_strict": mean["recovered_strict"],
+      "baseline_heldout_recovered_strict": held.get("recovered_strict"),
+      "baseline_heldout_n_ssim_gt_0.4": held.get("n_ssim_gt_0.4"),
       "oracle_residual_rel": ident.get("truth_residual"),
       "identifiability": ident,
       "evaluation": ev["attack"],

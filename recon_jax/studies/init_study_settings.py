@@ -79,11 +79,7 @@ def validate(cfg) -> None:
       f"bilevel_act {cfg.bilevel_act!r} is not a known activation (e.g. softplus, gelu, tanh).",
       argument="bilevel_act",
     ) from None
-  found = recipe.problem(init_study.kkt_victim_config(cfg), settings=False)  # its recipe's rules
-  if found:
-    field, message = found
-    name = KKT_VICTIM_SETTINGS.get(field, field)
-    raise ConfigError(f"{name} {message}", argument=name)
+  recipe.check_named(init_study.kkt_victim_config(cfg), KKT_VICTIM_SETTINGS)
   init_study.parts(cfg)
   init_study.kkt_hparams(cfg, len(init_study.mix_points(cfg.grid)[0]))
 

@@ -61,10 +61,7 @@ def validate(cfg) -> tuple:
     refuse("width", f"must be >= 1, got {cfg.width}.")
   if cfg.victim_init not in VICTIM_INITS:
     refuse("victim_init", f"must be one of {', '.join(VICTIM_INITS)}, got {cfg.victim_init!r}.")
-  found = recipe.problem(victim_config(cfg), settings=False)
-  if found:
-    field, message = found
-    refuse({f: name for name, f in VICTIM_SETTINGS.items()}.get(field, field), message)
+  recipe.check_named(victim_config(cfg), {f: name for name, f in VICTIM_SETTINGS.items()})
   for name in ("num_restarts", "steps", "chunk_steps", "tol"):
     if not cfg[name] > 0:
       refuse(name, f"must be > 0, got {cfg[name]}.")

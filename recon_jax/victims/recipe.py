@@ -304,6 +304,17 @@ def check_imported(v: VictimConfig, path: str, given=()) -> None:
       )
 
 
+def check_named(v: VictimConfig, names) -> None:
+  """Refuses a recipe ``v`` that another config's settings describe, in one line naming that
+  config's setting: ``names[field]`` (the field itself where absent).  Only what no victim can
+  be built or trained with is refused (those settings hold no fields of features that are off)."""
+  found = problem(v, settings=False)
+  if found:
+    field, message = found
+    name = names.get(field, field)
+    raise ConfigError(f"{name} {message}", argument=name)
+
+
 def validate(v: VictimConfig, checkpoint: str = "") -> None:
   """Raises an error naming the first field of ``v`` that no victim can be built or trained with.
 

@@ -21,7 +21,7 @@ def test_package_api():
   ):
     assert hasattr(D, name) and name in D.__all__
   assert issubclass(DataError, ValueError) and issubclass(DataError, Error)
-  assert set(D.DATASETS) == {"digits", "lfw", "toy2d", "mnist", "cifar10", "cifar100"}
+  assert set(D.DATASETS) == {"digits", "lfw", "toy2d", "mnist5k", "mnist", "cifar10", "cifar100"}
   assert D.TASKS == ("binary", "multiclass")
   assert not hasattr(D, "add_mean") and not hasattr(D, "input_shape")
 

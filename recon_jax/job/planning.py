@@ -23,6 +23,7 @@ from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.io.workdir import expand
+from recon_jax.job import settings
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
 from recon_jax.victims import loading, readers, recipe, victim
 
@@ -315,17 +316,10 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
 
 
 def check_types(cfg: JobConfig) -> None:
-  """Every setting of ``cfg`` checked against its rule (:data:`recon_jax.job.settings.RULES`):
-  its type (a bool is True or False, a number is not a string), its range (finite, within
-  float32 and the setting's meaning), the victim section's against
-  :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the first that breaks it.
-  Settings in combination are checked by :func:`prepare` after."""
-  rules.check_all({name: getattr(cfg, name) for name in RULES}, RULES)
-  rules.check_all(
-    {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."
-  )
-  v = cfg.victim
-  rules.check_all({name: getattr(v, name) for name in recipe.RULES}, recipe.RULES, "victim.")
+  """:func:`recon_jax.job.settings.check_types`: every setting against its rule (a
+  :class:`JobConfig` has run it when it was built; settings in combination are checked by
+  :func:`prepare` after)."""
+  settings.check_types(cfg)
 
 
 def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:

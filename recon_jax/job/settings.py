@@ -17,8 +17,10 @@ import ml_collections
 from ml_collections import config_dict
 
 from recon_jax.attacks.spec import rules_of
+from recon_jax.core import rules
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.errors import ConfigError
+from recon_jax.victims import recipe
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
@@ -63,6 +65,11 @@ class Foreign:
   stride: int = _setting(1, "conv stride (PyTorch's default)")
   padding: int = _setting(0, "conv padding (PyTorch's default)")
 
+  def __post_init__(self):  # a wrong type or range is refused where the section is built
+    rules.check_all(
+      {name: getattr(self, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."
+    )
+
 
 def _attack_options() -> tuple:
   """The option classes of the registered attacks (each once); two attacks may not declare
@@ -104,8 +111,11 @@ class JobConfig(*ATTACK_OPTIONS):
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
   library reads this and nothing else.  ``victim`` and ``foreign`` may be given as
   mappings; unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
-  Nothing is checked here: :func:`recon_jax.job.planning.prepare` does, in one line
-  naming the first setting that cannot run.
+  Each setting is checked against its rule when the config is built (and again by
+  ``dataclasses.replace``): a :class:`~recon_jax.errors.ConfigError` naming the first
+  that breaks its type or range (:func:`check_types`), raised on the line that built it.
+  Settings in combination (a feature that is off, a victim the attack cannot run on, the
+  files) are checked by :func:`recon_jax.job.planning.prepare`.
   """
 
   victim: VictimConfig = dataclasses.field(default_factory=VictimConfig)
@@ -203,6 +213,7 @@ class JobConfig(*ATTACK_OPTIONS):
     if not isinstance(self.foreign, Foreign):
       foreign = dict(_section(self.foreign, "foreign", "Foreign"))
       object.__setattr__(self, "foreign", Foreign(**foreign))
+    check_types(self)
 
   @classmethod
   def of(cls, config) -> "JobConfig":
@@ -330,6 +341,20 @@ FOREIGN_RULES = {
   "stride": Rule("int", low=1, high=1024, feature="foreign"),
   "padding": Rule("int", low=0, high=1024, feature="foreign"),
 }
+
+
+def check_types(cfg: JobConfig) -> None:
+  """Every setting of ``cfg`` checked against its rule (:data:`RULES`): its type (a bool is
+  True or False, a number is not a string), its range (finite, within float32 and the
+  setting's meaning), the ``foreign`` section's against :data:`FOREIGN_RULES` and the
+  victim section's against :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the
+  first that breaks it (``victim.lr``).  :class:`JobConfig` runs it when it is built."""
+  rules.check_all({name: getattr(cfg, name) for name in RULES}, RULES)
+  rules.check_all(
+    {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."
+  )
+  v = cfg.victim
+  rules.check_all({name: getattr(v, name) for name in recipe.RULES}, recipe.RULES, "victim.")
 
 
 def _rows(cls, prefix: str = ""):

@@ -35,13 +35,14 @@ from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics
 
 PREFERS_OTHER = (
-  "the objective prefers other images (reconstructions are not evidence of membership)"
+  "what the attack found fits the equations better than the training set (the verdict says "
+  "whether that is the training set refined or other images)"
 )
 NOT_UNIQUE = (
   "other images fit exactly as well as the training set (the equations cannot single it "
   "out; reconstructions are not evidence of membership)"
 )
-TRUTH_FITS_BEST = "the training set fits best; the search did not reach it"
+TRUTH_FITS_BEST = "the training set fits the equations better than anything the attack found"
 EQUAL_FIT = (
   "the training set fits as well as what the attack found (equal within the residuals' precision)"
 )
@@ -74,6 +75,9 @@ def top_n(weights, n: int) -> np.ndarray:
 # of a run moves a candidate by about 1e-3 of its norm (the rates' lower end): a difference
 # of one part in a thousand is decided by rounding and by where the run stopped.
 RESIDUAL_PRECISION = 1e-3
+# The widest band of equal fits: a search whose restarts scatter more than 10% says nothing
+# finer, but a wider band would call fits that differ by a third (ratio 0.62) "equal".
+MAX_TOLERANCE = 0.1
 
 
 def tolerance(per_restart_residual) -> float:
@@ -81,10 +85,10 @@ def tolerance(per_restart_residual) -> float:
   residuals' precision (:data:`RESIDUAL_PRECISION`), or the spread of the attack's own best
   restarts, whichever is larger: the relative gap between the best and the fourth-best
   restart's residual (how far the best would move in another run of the same search; one
-  restart in four reaches within it), capped at 0.5."""
+  restart in four reaches within it), capped at :data:`MAX_TOLERANCE`."""
   rs = np.asarray([r for r in (per_restart_residual or []) if r is not None and r > 0], float)
   rs = np.sort(rs[np.isfinite(rs)])
-  spread = float(min((rs[3] - rs[0]) / rs[0], 0.5)) if rs.size >= 4 else 0.0
+  spread = float(min((rs[3] - rs[0]) / rs[0], MAX_TOLERANCE)) if rs.size >= 4 else 0.0
   return max(RESIDUAL_PRECISION, spread)
 
 

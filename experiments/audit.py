@@ -45,6 +45,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
     return reconstruct.job(settings, workdir, resume=resume, overwrite=overwrite)
   except Error as e:  # name the audit's own setting where the library names its field
     e.argument = ALIASES.get(e.argument, e.argument)
+    e.aliases = ALIASES  # and every setting its message names (victim.loss='ce' as loss)
     raise
 
 

@@ -28,6 +28,7 @@ import difflib
 import importlib.util
 import logging as py_logging
 import os
+import re
 import signal
 import sys
 import textwrap
@@ -313,7 +314,20 @@ def _flag_message(e: BaseException) -> str:
   if msg.startswith("flag --") and ": " in msg:  # absl's "flag --x=v: why"
     msg = msg.removeprefix("flag ")
   bad = "('Non-boolean argument to boolean flag', "
-  return msg[: msg.index(bad)] + "expected true or false" if bad in msg else msg
+  if bad in msg:
+    return msg[: msg.index(bad)] + "expected true or false"
+  for python, what in _PARSE_ERRORS:  # Python's words for a typed flag's value, as a user's
+    found = re.search(python, msg)
+    if found:
+      return f"{msg[: found.start()]}expected {what}, got {found.group(1)}"
+  return msg
+
+
+# A typed flag's value that Python could not parse, and what the setting expects instead.
+_PARSE_ERRORS = (
+  (r"invalid literal for int\(\) with base \d+: ('.*')$", "an integer"),
+  (r"could not convert string to float: ('.*')$", "a number"),
+)
 
 
 def _define(default, path, preset, resume, workdir, fv, argv=None) -> None:

@@ -75,3 +75,26 @@ def test_a_binary_names_the_flag_of_a_setting_refused_when_built(tmp_path, capsy
 def test_the_library_entry_point_refuses_before_running():
   with pytest.raises(ConfigError, match="x64"):
     rj.reconstruct(dict(configs.get_config("tiny"), x64="False"))
+
+
+@pytest.mark.parametrize(
+  "flag, line",
+  [
+    ("--config.cone_starts=2.5", "--config.cone_starts=2.5: expected an integer, got '2.5'"),
+    ("--config.num_restarts=abc", "--config.num_restarts=abc: expected an integer, got 'abc'"),
+    ("--config.refine_alpha=abc", "--config.refine_alpha=abc: expected a number, got 'abc'"),
+  ],
+)
+def test_a_flag_value_of_the_wrong_type_says_what_the_setting_expects(flag, line):
+  """The flag parse as the binaries run it (cli.define_flags' dry run), its message as shown."""
+  from absl import flags
+
+  from experiments import configs as config_files
+
+  path = config_files.path("reconstruct")
+  argv = ["reconstruct", f"--config={path}:tiny", flag]
+  fv = flags.FlagValues()
+  cli._define(path, path, "tiny", True, "w", fv, argv)
+  with pytest.raises(Exception) as e:
+    fv(argv, known_only=True)
+  assert cli._flag_message(e.value) == line

@@ -163,6 +163,11 @@ def _collect_layers(sd: Mapping[str, np.ndarray], source: str) -> dict:
         f"{source}: tensor {wname!r} has shape {tuple(np.shape(w))}; only 2-D Linear and "
         f"4-D Conv2d weights can be imported (normalisation layers cannot)."
       )
+    if 0 in np.shape(w):
+      raise CheckpointError(
+        f"{source}: tensor {wname!r} has shape {tuple(np.shape(w))}: a layer with no "
+        "inputs or no outputs (a dimension of 0); the file holds no usable model."
+      )
     if not np.issubdtype(np.asarray(w).dtype, np.floating):
       raise CheckpointError(
         f"{source}: tensor {wname!r} has dtype {np.asarray(w).dtype}, not floating point."

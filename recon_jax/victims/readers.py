@@ -33,6 +33,11 @@ _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 # --------------------------------------------------------------------------
 def _head(path: str, n: int = 64) -> tuple[bytes, int]:
   """First ``n`` bytes and the size of ``path``; CheckpointError if unreadable."""
+  if os.path.isdir(path):
+    raise CheckpointError(
+      f"{path}: a folder, not a checkpoint file; give the model's file itself "
+      "(.safetensors, .pt/.pth or recon_jax's victim.msgpack)."
+    )
   if not os.path.isfile(path):
     raise CheckpointError(f"{path}: checkpoint file not found.")
   try:

@@ -59,9 +59,10 @@ def test_the_signed_change_is_a_nonnegative_mix_of_the_labelled_images(planted):
 def test_the_facets_give_the_training_images_and_their_labels_back(lazy):
   ds, fitted = lazy
   x, y = _flat(ds), np.asarray(ds.y_train).ravel()
-  images, labels = cone.cone_images(
+  images, labels, reading = cone.cone_images(
     fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean, n=len(x), starts=60
   )
+  assert reading.decay == 1.0 and reading.cannot is None  # no weight decay, a cone
   found = images.reshape(len(images), -1)
   ncc = np.array([[np.corrcoef(a, b)[0, 1] for b in x] for a in found])
   best = ncc.argmax(axis=1)
@@ -70,6 +71,65 @@ def test_the_facets_give_the_training_images_and_their_labels_back(lazy):
   np.testing.assert_array_equal(labels[good], y[best[good]])
   err = np.linalg.norm(found[good] - x[best[good]], axis=1) / np.linalg.norm(x[best[good]], axis=1)
   assert np.median(err) < 0.05  # the scale too: the biases fix it
+
+
+def _recovered(ds, images, threshold=0.99):
+  """How many training images some candidate matches at a normalised correlation > threshold."""
+  x = _flat(ds)
+  if not len(images):
+    return 0
+  ncc = np.corrcoef(images.reshape(len(images), -1), x)[: len(images), len(images) :]
+  return int((ncc.max(axis=0) > threshold).sum())
+
+
+def test_decay_factor_is_the_multiple_of_theta0_a_planted_change_leaves():
+  """[K*, b*] = c [K_0, b_0] + (a rank-n change): c is found from the two alone, and 1 where
+  there is no decay."""
+  rng = np.random.default_rng(0)
+  d, h, n = 30, 80, 6
+  k0, b0 = rng.normal(size=(d, h)), rng.normal(size=h)
+  mix, images = rng.normal(size=(n, h)), rng.normal(size=(n, d + 1))
+  change = images.T @ mix  # [d + 1, h], rank n
+  for c in (0.6, 0.93, 1.0):
+    star = (c * k0 + change[:d], c * b0 + change[d], None)
+    assert abs(cone.decay_factor(star, (k0, b0, None), n) - c) < 1e-6
+
+
+@pytest.mark.parametrize(
+  "recipe",
+  [dict(weight_decay=1e-2), dict(loss="mse", lr=0.01)],
+  ids=["weight_decay", "squared_error"],
+)
+def test_weight_decay_and_squared_error_victims_are_read_off_their_cone(recipe):
+  """Coupled weight decay keeps (1 - lr wd)^T of theta_0 in theta*: the cone reads
+  theta* - c theta_0 with that c; squared error on labels +-1 keeps the loss derivative's
+  sign, so the same cone holds."""
+  cfg = dataclasses.replace(LAZY, **recipe)
+  ds = victim.load_data(cfg)
+  fitted = victim.fit(cfg, ds)
+  images, _, reading = cone.cone_images(
+    fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean, n=8, starts=60
+  )
+  expected = (1.0 - cfg.lr * cfg.weight_decay) ** cfg.epochs
+  assert abs(reading.decay - expected) < 1e-3 * expected, (reading.decay, expected)
+  assert reading.cannot is None
+  assert _recovered(ds, images) >= 7
+
+
+def test_an_adam_victim_is_not_searched_and_the_reason_is_one_sentence():
+  """Adam scales each weight apart, so theta* - theta_0 is not confined to the images' span:
+  the cone says so at once instead of searching a cone that is not there."""
+  cfg = dataclasses.replace(LAZY, optimizer="adam", lr=1e-3)
+  ds = victim.load_data(cfg)
+  fitted = victim.fit(cfg, ds)
+  images, labels, reading = cone.cone_images(
+    fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean, n=8, starts=60
+  )
+  assert images.shape == (0, 8, 8, 1) and labels.shape == (0,)
+  assert reading.cannot.startswith("the first layer's change theta* - theta_0 spans ")
+  assert "input directions for 8 training images" in reading.cannot
+  assert "Adam" in reading.cannot and "\n" not in reading.cannot
+  assert reading.summary()["span_dim"] > 8
 
 
 def test_peel_finds_the_facet_of_the_one_image_the_others_leave_out(planted):

@@ -24,15 +24,22 @@ cross-correlation 0.98-1.0); the images training weighted least have the noisies
 and are the ones missed (docs/leakage.md).
 
 Exact for full-batch or mini-batch gradient descent, with or without momentum, and a loss
-whose derivative keeps its sign (logistic; squared error only while no output overshoots its
-label); not for Adam or weight decay (the change leaves the images' span).
+whose derivative keeps its sign (logistic; squared error while no output overshoots its
+label).  Coupled weight decay keeps a multiple ``c`` of theta_0 in every step, so the cone is
+that of ``theta* - c theta_0``: :func:`decay_factor` finds ``c`` from theta* and theta_0 alone
+(the one multiple that leaves a change of rank n).  Before any program :func:`read` checks
+what the change shows: a change that spans more input directions than there are training
+images (Adam's per-weight scaling, a theta_0 the model was not trained from) has no cone of
+the images, and the attack says so in one sentence instead of searching it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+import time
+from typing import NamedTuple, Optional
 
+from absl import logging
 import jax
 import numpy as np
 from scipy import sparse
@@ -51,6 +58,9 @@ MIN_ON_FACET = 0.3  # a facet holds at least this share of the units (an image's
 MIN_GAP = 1.0  # decades between the facet's zero and nonzero coefficients
 SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
 PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
+PATIENCE = 25  # the random starts stop after this many in a row found no new facet
+DECAY_GAIN = 10.0  # theta* - c theta_0 is used where its tail energy is this many times lower
+PROGRESS_S = 20.0  # seconds between the facet search's progress lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,16 +103,18 @@ def hidden_layer(params):
   return f64(kernel), f64(first["bias"]), f64(out)[:, 0]
 
 
-def signed_rows(star, init, basis):
+def signed_rows(star, init, basis, decay: float = 1.0):
   """``(rows [u, k + 1], units [u])``: each kept unit's change from ``init`` to ``star`` (each
-  a :func:`hidden_layer` triple), its kernel in the span's coordinates (``basis`` [d, k])
-  beside its bias, times the sign of its output weight.
+  a :func:`hidden_layer` triple; the change from ``decay`` times ``init`` under weight decay),
+  its kernel in the span's coordinates (``basis`` [d, k]) beside its bias, times the sign of
+  its output weight.
 
   Kept: the units whose output weight has the same nonzero sign at theta_0 and theta*, and
   whose change is not negligible.  Scaled so that the median row has norm 1."""
   (k1, b1, w1), (k0, b0, w0) = star, init
   sign = np.sign(w0)
-  rows = np.concatenate([(k1 - k0).T @ basis, (b1 - b0)[:, None]], axis=1) * sign[:, None]
+  rows = np.concatenate([(k1 - decay * k0).T @ basis, (b1 - decay * b0)[:, None]], axis=1)
+  rows = rows * sign[:, None]
   norms = np.linalg.norm(rows, axis=1)
   keep = (np.sign(w1) == sign) & (sign != 0)
   if not keep.any():
@@ -110,6 +122,87 @@ def signed_rows(star, init, basis):
   keep &= norms > NEGLIGIBLE * np.median(norms[keep])
   units = np.flatnonzero(keep)
   return rows[units] / np.median(norms[units]), units
+
+
+def _tail(grams, c: float, rank: int) -> float:
+  """The energy of ``[K*; b*] - c [K_0; b_0]`` beyond its ``rank`` largest singular values,
+  from the Gram matrices ``(A A^T, A B^T + B A^T, B B^T)`` of theta* (A) and theta_0 (B)."""
+  aa, ab, bb = grams
+  eig = np.linalg.eigvalsh(aa - c * ab + c * c * bb)  # ascending
+  return float(np.sum(np.maximum(eig[: max(len(eig) - rank, 0)], 0.0)))
+
+
+def decay_factor(star, init, n: int) -> float:
+  """``c`` in (0, 1]: the multiple of theta_0 that training by gradient descent with coupled
+  weight decay kept in the first layer (``(1 - lr wd)^T`` for plain gradient descent), read off
+  theta* and theta_0 (:func:`hidden_layer` triples) alone.  ``[K*, b*] - c [K_0, b_0]`` is a
+  combination of the ``n`` labelled images only at that ``c``: the one that leaves the least
+  energy beyond rank n.  1 where no smaller multiple removes :data:`DECAY_GAIN` times more
+  (no weight decay)."""
+  a = np.concatenate([star[0], star[1][None]], 0)
+  b = np.concatenate([init[0], init[1][None]], 0)
+  if a.shape[0] > a.shape[1]:  # the smaller Gram matrix has the same nonzero spectrum
+    a, b = a.T, b.T
+  grams = (a @ a.T, a @ b.T + b @ a.T, b @ b.T)
+  rank = int(n)
+  if rank >= min(a.shape):
+    return 1.0
+  grid = np.linspace(0.0, 1.0, 41)
+  tails = [_tail(grams, c, rank) for c in grid]
+  i = int(np.argmin(tails))
+  lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+  golden = (np.sqrt(5.0) - 1.0) / 2.0
+  for _ in range(40):  # golden-section search in the bracket around the grid's best
+    c1, c2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    if _tail(grams, c1, rank) <= _tail(grams, c2, rank):
+      hi = c2
+    else:
+      lo = c1
+  c = (lo + hi) / 2.0
+  if c >= 1.0 or _tail(grams, c, rank) * DECAY_GAIN > _tail(grams, 1.0, rank):
+    return 1.0
+  return float(c)
+
+
+class Reading(NamedTuple):
+  """What the first layer's change shows before the facets are searched (:func:`read`)."""
+
+  decay: float  # the multiple of theta_0 training kept (1: no weight decay found)
+  basis: np.ndarray  # [d, k] the change's span
+  info: span.SpanInfo
+  n: Optional[int]  # the training-set size, where known
+  cannot: Optional[str]  # why the cone cannot read this model, in one sentence (None: it can)
+
+  def summary(self) -> dict:
+    k, n = int(self.info.dim), self.n
+    return {
+      "decay": float(self.decay),
+      "span_dim": k,
+      "input_dim": int(self.info.input_dim),
+      "under_noise_floor": None if n is None else max(int(n) - k, 0),
+      "cannot": self.cannot,
+    }
+
+
+def read(star, init, n: Optional[int]) -> Reading:
+  """:class:`Reading` of theta* and theta_0 (:func:`hidden_layer` triples) for ``n`` images:
+  the weight decay training kept (:func:`decay_factor`), the change's span, and whether a cone
+  of the images can be there.  Gradient descent leaves at most n directions; a change that
+  spans more (or every input direction) was not made by it from this theta_0."""
+  decay = decay_factor(star, init, n) if n else 1.0
+  change = {"params": {"layer_0": {"kernel": star[0] - decay * init[0]}}}
+  basis, info = span.span_basis(change, n=n)
+  k, d = int(info.dim), int(info.input_dim)
+  cannot = None
+  if n and (k > n or info.rule == "all"):
+    cannot = (
+      f"the first layer's change theta* - theta_0 spans {k} of {d} input directions for {n} "
+      "training images, where gradient descent from theta_0 (full or mini-batch, momentum, "
+      "weight decay) leaves at most one per image: the model was not trained from this "
+      "theta_0 by gradient descent (Adam scales each weight apart), so its images are not "
+      "the generators of a cone the attack can read"
+    )
+  return Reading(decay, basis, info, int(n) if n else None, cannot)
 
 
 def zero_split(coefficients):
@@ -175,16 +268,42 @@ class Layers(NamedTuple):
     )
 
 
+class _Progress:
+  """A progress line at most every :data:`PROGRESS_S` seconds of a loop of programs."""
+
+  def __init__(self, what: str, total: int):
+    self.what, self.total, self.t0 = what, int(total), time.monotonic()
+    self.last = self.t0
+
+  def tick(self, done: int, found: int) -> None:
+    now = time.monotonic()
+    if now - self.last >= PROGRESS_S:
+      self.last = now
+      logging.info(
+        "cone: %s: %d facets after %d of at most %d starts (%.0fs)",
+        self.what,
+        found,
+        done,
+        self.total,
+        now - self.t0,
+      )
+
+
 def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int):
   """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
   hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
-  random images of the span (coefficients of norm ``scale``)."""
+  random images of the span (coefficients of norm ``scale``); the search stops after
+  :data:`PATIENCE` starts in a row found nothing new."""
   normals, coefs = [], []
-  for _ in range(int(starts)):
-    if len(normals) >= limit:
+  progress, idle = _Progress("random starts", starts), 0
+  for i in range(int(starts)):
+    if len(normals) >= limit or idle >= PATIENCE:
       break
     c = rng.normal(size=rows.shape[1] - 1)
+    before = len(normals)
     _add(rows, facet(rows, layers.inactive(scale * c / np.linalg.norm(c))), normals, coefs)
+    idle = 0 if len(normals) > before else idle + 1
+    progress.tick(i + 1, len(normals))
   return _arrays(rows, normals, coefs)
 
 
@@ -217,14 +336,17 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
   the facets found.  Projected there, the units' rows are combinations of the missing
   generators alone: a program in a few dimensions instead of k + 1, from ``starts`` random
   sign patterns.  Returns ``(normals, coefficients)`` with the facets found appended."""
+  generators = np.reshape(generators, (-1, rows.shape[1]))
   complement = np.linalg.svd(generators)[2][len(generators) :].T
   normals, coefs = list(normals), list(coefs)
   projected = rows @ complement
-  for _ in range(int(starts) if complement.shape[1] else 0):
+  progress = _Progress("the missed facets", starts)
+  for i in range(int(starts) if complement.shape[1] else 0):
     if len(normals) >= limit:
       break
     h = facet(projected, projected @ rng.normal(size=complement.shape[1]) <= 0)
     _add(rows, None if h is None else complement @ h, normals, coefs)
+    progress.tick(i + 1, len(normals))
   return _arrays(rows, normals, coefs)
 
 
@@ -260,36 +382,52 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
 
 
 def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, starts=100, seed=0):
-  """``(images [F, *input_shape], labels [F])`` read off the cone of the first layer's change.
+  """``(images [F, *input_shape], labels [F], reading)`` read off the cone of the first
+  layer's change (``reading``: what the change showed, :class:`Reading`; F is 0 where it
+  says the cone cannot be there, or no facet was found).
 
   Args:
     theta_star, theta_0: the victim's trained and initial parameters (one hidden layer).
     input_shape: one image's shape.
     box_lo, box_hi: the pixel box (broadcastable to one image): a quarter of its diagonal is
       the norm of the random images the facet search starts from.
-    n: the training-set size where known (it tells the span from rounding noise).
-    starts, seed: the facet search's random starts.
+    n: the training-set size where known (it tells the span from rounding noise, and the
+      weight decay training kept).
+    starts, seed: the facet search's random starts (at most; see :data:`PATIENCE`).
   """
   star, init = hidden_layer(theta_star), hidden_layer(theta_0)
-  basis, _ = span.span_basis({"params": {"layer_0": {"kernel": star[0] - init[0]}}}, n=n)
-  rows, units = signed_rows(star, init, basis)
+  reading = read(star, init, n)
+  none = np.zeros((0, *tuple(input_shape))), np.zeros(0)
+  if reading.cannot:
+    logging.info("cone: %s", reading.cannot)
+    return (*none, reading)
+  if reading.decay < 1.0:
+    logging.info(
+      "cone: training kept %.4g of theta_0 (weight decay): reading theta* - %.4g theta_0",
+      reading.decay,
+      reading.decay,
+    )
+  basis = reading.basis
+  rows, units = signed_rows(star, init, basis, reading.decay)
   layers = Layers.of(star, init, basis, units)
   diagonal = np.broadcast_to(np.asarray(box_hi) - np.asarray(box_lo), tuple(input_shape))
   scale = float(np.linalg.norm(diagonal)) / 4.0
   rng = np.random.default_rng(seed)
   # One facet per image, in the k + 1 dimensions of the span and the bias.
   limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
-  read = lambda normals, coefs: [  # noqa: E731
+  read_all = lambda normals, coefs: [  # noqa: E731
     decode(normals, coefs, q, layers, 4.0 * scale) for q in range(len(normals))
   ]
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
-  out = read(normals, coefs)
-  if len(out) < limit:
-    generators = np.reshape([y * np.append(c, 1.0) for c, y in out], (len(out), rows.shape[1]))
+  out = read_all(normals, coefs)
+  if out and len(out) < limit:
+    generators = [y * np.append(c, 1.0) for c, y in out]
     normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit)
-    out = read(normals, coefs)
+    out = read_all(normals, coefs)
+  if not out:
+    return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
-  return images, np.array([y for _, y in out])
+  return images, np.array([y for _, y in out]), reading
 
 
 def _theta_pair(setup: Setup):
@@ -303,7 +441,7 @@ def _theta_pair(setup: Setup):
 
 def _direct(setup: Setup, options: ConeOptions):
   star, init = _theta_pair(setup)
-  images, labels = cone_images(
+  images, labels, reading = cone_images(
     star,
     init,
     setup.input_shape,
@@ -313,14 +451,19 @@ def _direct(setup: Setup, options: ConeOptions):
     starts=options.cone_starts,
     seed=setup.common.seed,
   )
-  return images[None], labels.astype(np.float32)
+  return images[None], labels.astype(np.float32), {"cone": reading.summary()}
 
 
 def _check(options: ConeOptions, setup: Setup) -> None:
   del options
+  v = setup.victim
+  two_classes = setup.problem == "binary" or (
+    setup.problem == "general" and not setup.foreign and v.task == "binary"
+  )
   require(
-    setup.problem == "binary",
-    "attack=cone reads a one-output victim trained for two classes (problem=binary).",
+    two_classes,
+    "attack=cone reads a one-output victim trained for two classes (the logistic loss, or "
+    "squared error on labels +-1).",
     "problem",
   )
   require(
@@ -331,11 +474,11 @@ def _check(options: ConeOptions, setup: Setup) -> None:
   )
   if setup.foreign:
     return  # an imported model's layers are checked when its parameters are read
-  v = setup.victim
   require(
     v.arch in ("mlp", "one_hidden") and len(v.widths) == 1,
     f"attack=cone reads a network of one dense hidden layer, not arch={v.arch} with widths "
-    f"{tuple(v.widths)}.",
+    f"{tuple(v.widths)} (the KKT search in the change's span reads any depth: the "
+    "finetune_kkt preset).",
     "attack",
   )
   require(

@@ -28,6 +28,7 @@ class Found(NamedTuple):
   attack: Optional[Attack] = None
   timing: Optional[dict] = None  # compile and run seconds of the search
   labels: Optional[np.ndarray] = None  # [m]: the candidates' own labels (None: the target's)
+  notes: Optional[dict] = None  # what a direct attack read of theta* before its candidates
 
 
 def find_candidates(
@@ -47,9 +48,16 @@ def find_candidates(
   initialisation may start from."""
   target = setup.target
   if spec.direct is not None:  # candidates read off the target, no search
-    cands, labels = spec.direct(setup, spec.options_of(settings))
+    cands, labels, *notes = spec.direct(setup, spec.options_of(settings))
     cands = np.asarray(cands)
-    return Found(cands, np.ones(cands.shape[:2]), np.zeros(len(cands)), {}, labels=labels)
+    return Found(
+      cands,
+      np.ones(cands.shape[:2]),
+      np.zeros(len(cands)),
+      {},
+      labels=labels,
+      notes=notes[0] if notes else None,
+    )
   attack = spec.build(spec.options_of(settings), setup)
   x_init = inits.make_x_init_unchecked(
     settings.init,

@@ -114,8 +114,10 @@ class AttackSpec(NamedTuple):
       (memory).
     direct: for an attack without a search (``weights``, ``cone``): ``(setup, options) ->
       (candidates [1, k, *input_shape], labels [k] or None)``, read off the target directly
-      (labels: the candidates' own, which the identifiability check then scores them with);
-      None for the rest.
+      (labels: the candidates' own, which the identifiability check then scores them with),
+      optionally followed by a dict of what it read of theta* first (the report's
+      ``regime``; a ``cannot`` entry says in one sentence why the attack cannot test the
+      model, which the verdict then names); None for the rest.
     rerunnable: ``options -> bool``: whether steps can be re-run from perturbed
       candidates (the attacker-side stability score does).
     first_order: ``options -> bool``: whether it searches with the first-order optimiser

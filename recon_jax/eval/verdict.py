@@ -69,6 +69,12 @@ def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
   return None
 
 
+def attack_cannot(metrics: Mapping) -> Optional[str]:
+  """Why the attack said, from what it read of theta* before searching, that it cannot test
+  the model (the cone's gate: ``regime.cone.cannot``), or None."""
+  return ((metrics.get("regime") or {}).get("cone") or {}).get("cannot")
+
+
 def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list:
   """What a reader of a reconstruction's metrics must know before trusting them
   (``searched``: the candidates came from a search, whose restarts may diverge, rather than
@@ -94,7 +100,10 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
       "learning rates (lr_x, lr_lam) or the alpha range"
     )
   m, n = metrics.get("m") or 0, metrics.get("n_train") or 0
-  if not searched and 2 * m < n:
+  gate = attack_cannot(metrics)
+  if gate:
+    out.append(f"attack={metrics.get('attack')} did not run: {gate}")
+  elif not searched and 2 * m < n:
     out.append(
       f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
       "the training set cannot be among them (attack=cone finds few facets at large n, where "
@@ -236,6 +245,8 @@ def decide(m: Mapping) -> dict:
     cannot.append(f"{div} of {r} restarts diverged")
   if (m.get("regime") or {}).get("span") is None and (m.get("regime") or {}).get("span_why"):
     cannot.append("the first layer is not dense (the span and flat-family checks do not apply)")
+  if attack_cannot(m):
+    cannot.append(attack_cannot(m))
   if fits == "other":
     cannot.append(f"the objective prefers other images (ratio {rtext})")
   what = f"no training image recovered beyond the held-out baseline ({k} vs {base})"

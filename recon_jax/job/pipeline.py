@@ -217,6 +217,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, **(found.timing or {})}
+  if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
+    seen.update(found.notes)
   head.update(
     regime=seen,
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},

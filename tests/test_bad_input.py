@@ -873,3 +873,188 @@ def test_ctrl_c_is_one_line_exit_130_and_says_how_to_resume(procs):
   last = err.strip().splitlines()[-1]
   assert last.startswith("interrupted") and "--resume" in last, last
   assert not _error_lines(err)
+
+
+# ----------------------------------------------------------------------------- the audit
+# A model owner's files as `python -m experiments.audit` takes them (its `quick` preset): a
+# 64-256-1 model and its theta_0, 3 + 3 digit PNGs as train, 20 + 20 as held-out; each case
+# spoils one of them.  Every case is refused before the workdir is made (docs/bad_input.md).
+
+
+@pytest.fixture(scope="module")
+def owner(tmp_path_factory):
+  from PIL import Image
+  from safetensors.numpy import save_file
+
+  root = tmp_path_factory.mktemp("owner")
+  ds = data.load_dataset("digits", n_per_class=3, seed=0)
+  pick = np.r_[np.flatnonzero(ds.y_test > 0)[:20], np.flatnonzero(ds.y_test < 0)[:20]]
+  for name, x, y in (
+    ("train", ds.x_train, ds.y_train),
+    ("heldout", ds.x_test[pick], ds.y_test[pick]),
+  ):
+    for i, (img, label) in enumerate(zip(x, y)):
+      d = root / name / ("pos" if label > 0 else "neg")
+      d.mkdir(parents=True, exist_ok=True)
+      Image.fromarray(np.round(img[..., 0] * 255).astype(np.uint8)).save(d / f"{i}.png")
+  rng = np.random.default_rng(0)
+  model = {
+    "fc1.weight": rng.normal(size=(256, 64)).astype(np.float32) / 8,
+    "fc1.bias": np.zeros(256, np.float32),
+    "fc2.weight": rng.normal(size=(1, 256)).astype(np.float32) / 16,
+    "fc2.bias": np.zeros(1, np.float32),
+  }
+  save_file(model, str(root / "model.safetensors"))
+  save_file({k: v * 0.9 for k, v in model.items()}, str(root / "init.safetensors"))
+  save_file({**model, "fc1.weight": np.ones((256, 0), np.float32)}, str(root / "w0.safetensors"))
+  (root / "model_folder").mkdir()
+  flat = ds.x_train.reshape(len(ds.x_train), -1).astype(np.float32)
+  labels = (ds.y_train > 0).astype(np.int64)
+  np.savez(root / "vectors.npz", x=flat, y=labels)
+  np.savez(root / "one_class.npz", x=ds.x_train.astype(np.float32), y=np.ones_like(labels))
+  nan = ds.x_train.astype(np.float32).copy()
+  nan[1, 2, 3, 0] = np.nan
+  np.savez(root / "nan.npz", x=nan, y=labels)
+  return root
+
+
+def _spoiled(owner, tmp, change):
+  """A copy of the owner's train folder with ``change(folder)`` applied; returns its path."""
+  import shutil
+
+  folder = tmp / "spoiled"
+  shutil.copytree(owner / "train", folder)
+  change(folder)
+  return str(folder)
+
+
+def _save(path, array, **kw):
+  from PIL import Image
+
+  Image.fromarray(array).save(path, **kw)
+
+
+def _frames(path):
+  from PIL import Image
+
+  frames = [Image.fromarray(np.full((8, 8), v, np.uint8)) for v in (0, 200)]
+  frames[0].save(path, save_all=True, append_images=frames[1:])
+
+
+# (id, settings: {setting: value, or a function (owner, tmp) -> value}, substrings of the line)
+AUDIT_CASES = [
+  (  # class 3: vectors [N, D] without an image beside them to give their shape
+    "npz_vectors_without_a_shape",
+    {"train": "{o}/vectors.npz", "heldout": "{o}/vectors.npz"},
+    ["vectors.npz: vectors [N, 64]", "--config.image_size=HxW"],
+  ),
+  (  # class 4: no silent resize to the first image's size
+    "images_of_two_sizes",
+    {
+      "train": lambda o, t: _spoiled(
+        o, t, lambda f: _save(f / "pos/9.png", np.zeros((9, 9), np.uint8))
+      )
+    },
+    ["spoiled/pos/9.png: 9x9 pixels, but", "spoiled/neg/", "has 8x8", "--config.image_size=HxW"],
+  ),
+  (
+    "transparent_pixels",
+    {
+      "train": lambda o, t: _spoiled(
+        o, t, lambda f: _save(f / "pos/9.png", np.zeros((8, 8, 4), np.uint8))
+      )
+    },
+    ["spoiled/pos/9.png: 64 transparent pixel(s)"],
+  ),
+  (
+    "animated_gif",
+    {"train": lambda o, t: _spoiled(o, t, lambda f: _frames(f / "pos/9.gif"))},
+    ["spoiled/pos/9.gif: 2 frames"],
+  ),
+  (
+    "image_1x1",
+    {
+      "train": lambda o, t: _spoiled(
+        o, t, lambda f: _save(f / "neg/0.png", np.zeros((1, 1), np.uint8))
+      )
+    },
+    ["spoiled/neg/0.png: 1x1 pixels; an image must be at least 3x3"],
+  ),
+  (  # class 5: nothing dropped without a word
+    "image_one_folder_too_deep",
+    {"train": lambda o, t: _spoiled(o, t, lambda f: (f / "pos/more").mkdir())},
+    ["spoiled/pos/more: a folder inside the class folder"],
+  ),
+  (
+    "dangling_symlink",
+    {"train": lambda o, t: _spoiled(o, t, lambda f: os.symlink(t / "gone.png", f / "pos/9.png"))},
+    ["spoiled/pos/9.png: a broken link"],
+  ),
+  (
+    "not_an_image_file",
+    {"train": lambda o, t: _spoiled(o, t, lambda f: (f / "neg/7.webp").write_bytes(b"RIFF"))},
+    ["spoiled/neg/7.webp: not an image file"],
+  ),
+  (
+    "image_beside_the_class_folders",
+    {
+      "train": lambda o, t: _spoiled(o, t, lambda f: _save(f / "9.png", np.zeros((8, 8), np.uint8)))
+    },
+    ["spoiled/9.png: an image beside the class folders"],
+  ),
+  (  # class 6: one class is refused in every format
+    "one_class_npz",
+    {"train": "{o}/one_class.npz"},
+    ["one_class.npz: no image of class 0 (of 0, 1)"],
+  ),
+  (
+    "one_class_folder",
+    {"train": lambda o, t: _spoiled(o, t, lambda f: __import__("shutil").rmtree(f / "neg"))},
+    ["spoiled: a binary model needs exactly 2 classes, found 1 (pos)"],
+  ),
+  (  # class 7: messages that name what is wrong
+    "nan_pixels",
+    {"train": "{o}/nan.npz"},
+    ["nan.npz: x holds 1 NaN or infinite value(s) (the first in image 1)"],
+  ),
+  (
+    "weight_with_a_zero_dimension",
+    {"model": "{o}/w0.safetensors", "init": ""},
+    ["w0.safetensors: tensor 'fc1.weight' has shape (256, 0)"],
+  ),
+  (
+    "model_is_a_folder",
+    {"model": "{o}/model_folder"},
+    ["model_folder: a folder, not a checkpoint file"],
+  ),
+  (
+    "loss_named_as_the_audit_flag",
+    {"loss": "ce"},
+    ["error: --config.loss='ce' needs 2 output(s);", "model.safetensors has 1."],
+  ),
+]
+
+
+@pytest.mark.parametrize("case_id, settings, must", AUDIT_CASES, ids=[c[0] for c in AUDIT_CASES])
+def test_bad_audit_input_is_one_line_before_any_work(
+  owner, tmp_path, capsys, case_id, settings, must
+):
+  from experiments import audit
+  from experiments.configs import audit as audit_configs
+
+  cfg = audit_configs.get_config("quick")
+  cfg.update(
+    model=str(owner / "model.safetensors"),
+    init=str(owner / "init.safetensors"),
+    train=str(owner / "train"),
+    heldout=str(owner / "heldout"),
+  )
+  for key, value in settings.items():
+    cfg[key] = value(owner, tmp_path) if callable(value) else value.format(o=owner)
+  workdir = tmp_path / "out"
+  line = _refused(capsys, lambda: audit.job(cfg, str(workdir)), cfg)
+  for s in must:
+    assert s in line, (s, line)
+  assert "job.victim" not in line and "Traceback" not in line
+  print(f"{case_id}: {line}")
+  assert not workdir.exists()  # refused before the workdir was made

@@ -78,11 +78,19 @@ def _broken_link(path: str) -> DataError:
   return DataError(f"{path}: a broken link (its target {os.readlink(path)} does not exist).")
 
 
+def _listing(folder: str) -> list:
+  """The names in ``folder``, sorted; DataError naming it when it cannot be listed."""
+  try:
+    return sorted(os.listdir(folder))
+  except OSError as e:
+    raise DataError(f"{folder}: cannot list the folder ({e.strerror}).") from None
+
+
 def _class_folders(folder: str) -> list:
   """The class subfolders of an ImageFolder tree, sorted.  An image file or a broken link
   beside them is refused (it would belong to no class); other files are left alone."""
   subs = []
-  for name in sorted(os.listdir(folder)):
+  for name in _listing(folder):
     path = os.path.join(folder, name)
     if _hidden(name):
       continue
@@ -103,7 +111,7 @@ def _image_files(folder: str) -> list:
   are skipped; a subfolder, a broken link or a file that is not an image is refused, since
   its images would silently be left out."""
   files = []
-  for name in sorted(os.listdir(folder)):
+  for name in _listing(folder):
     path = os.path.join(folder, name)
     if _hidden(name):
       continue
@@ -125,10 +133,10 @@ def _image_files(folder: str) -> list:
 
 def _looks_like_image_folder(folder: str) -> bool:
   """Whether ``folder`` is an ImageFolder tree: a subfolder holding an image file."""
-  for name in os.listdir(folder):
+  for name in _listing(folder):
     sub = os.path.join(folder, name)
     if not _hidden(name) and os.path.isdir(sub):
-      if any(_is_image_name(f) and not _hidden(f) for f in os.listdir(sub)):
+      if any(_is_image_name(f) and not _hidden(f) for f in _listing(sub)):
         return True
   return False
 

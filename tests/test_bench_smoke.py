@@ -56,6 +56,7 @@ EXPECTED = {
   "memory": {"what", "dtype"},
   "e2e": {"skipped"},
   "span": {"what", "dtype", "d", "h", "n", "m", "R", "batching", "span_dim"} | MACHINE,
+  "cone": {"dataset", "n", "train_s", "cone_s", "facets", "matched_ncc_0.95", "span_dim", "decay"},
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
 }
@@ -75,6 +76,7 @@ SCRIPTS = {
   "e2e": ({"e2e"}, {"e2e"}, ()),
   "bilevel": ({"bilevel"}, {"bilevel"}, ("**Bilevel outer step**",)),
   "span": ({"span"}, {"span"}, ("**Span vs pixels**",)),
+  "cone": ({"cone"}, {"cone"}, ()),
 }
 
 
@@ -105,6 +107,10 @@ def check(name, by_bench):
     assert all(r["grad_finite"] for r in bl if r["what"] == "outer_step")
     growth = {r["diff"]: r["growth"] for r in bl if r["what"] == "memory_growth"}
     assert growth["implicit"] <= growth["unrolled"]  # implicit differentiation stays flat
+  elif name == "cone":
+    (rec,) = by_bench["cone"]
+    assert (rec["dataset"], rec["n"], rec["decay"]) == ("digits", 8, 1.0)
+    assert rec["facets"] >= rec["matched_ncc_0.95"] >= 6  # the quick victim is read off its cone
   elif name == "span":
     sp = by_bench["span"]
     for r in sp:

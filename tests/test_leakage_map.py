@@ -53,3 +53,13 @@ def test_cells_with_different_draw_counts_say_how_many_each_has():
   assert "| width | 2048 | 20 | 3 | 17.0 [" in table
   assert "| width | 4096 | 20 | 2 | 18.5 [" in table and "truth fits best 1/2" in table
   assert leakage_map._draws(out) == "2-3 draws (the verdict counts each)"
+
+
+def test_the_cone_map_changes_one_recipe_at_a_time_and_every_cell_is_a_valid_job():
+  """leakage_map_cone: the recipes a model owner uses, each a variant of the finetune
+  preset (the cone) that the job accepts as it is."""
+  cfg = configs.get_config("leakage_map_cone")
+  assert cfg.base.attack == "cone"
+  names = leakage_map.variants_of(cfg.map)
+  assert {"default", "optimizer=adam_1e-3", "weight_decay=1e-2", "theta_0=pretrained"} <= set(names)
+  runner.check_efficacy(cfg, names, 3)  # every cell's config passes the job's own checks

@@ -145,8 +145,8 @@ def decay_factor(star, init, n: int) -> float:
     a, b = a.T, b.T
   grams = (a @ a.T, a @ b.T + b @ a.T, b @ b.T)
   rank = int(n)
-  if rank >= min(a.shape):
-    return 1.0
+  if rank >= min(a.shape) or _tail(grams, 1.0 - 1e-3, rank) >= _tail(grams, 1.0, rank):
+    return 1.0  # the least tail is at 1 (it falls towards the one c that leaves rank n)
   grid = np.linspace(0.0, 1.0, 41)
   tails = [_tail(grams, c, rank) for c in grid]
   i = int(np.argmin(tails))

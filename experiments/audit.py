@@ -2,14 +2,16 @@ r"""Audit a model you have, on the data you have: does it leak its training imag
 
   python -m experiments.audit --config.model=model.safetensors --config.train=train/ \
       --config.heldout=heldout/ --workdir=audit
-  python -m experiments.audit --config.model=model.pt --config.init=init.pt \
+  python -m experiments.audit --config.model=model.pt --config.theta0=init.pt \
       --config.train=train.npz --config.heldout=heldout.npz --workdir=audit_finetuned
 
 The model is a PyTorch state dict or safetensors file of Linear/Conv2d layers; the
 images an ImageFolder folder (one subfolder per class; for a one-output model the second
 class in sorted order is the positive one), an .npz with x and y, or MNIST/CIFAR files.
-With --config.init (the weights training started from) the attack for a model
-fine-tuned from known weights runs; without it, Haim et al.'s attack on the weights alone.
+With --config.theta0 (theta_0, the weights training started from; --config.init is its
+former name) the attack for a model fine-tuned from known weights runs; without it, Haim et
+al.'s attack on the weights alone.  Weights are read in PyTorch's orientation: a Linear
+layer's weight is [out, in].
 Writes what the main job writes (report.md first); the last line is the verdict: leaks,
 no evidence or cannot tell, with the reason.  Exit codes as experiments.reconstruct.
 """
@@ -25,7 +27,7 @@ ALIASES = {
   "checkpoint": "model",
   "train_data": "train",
   "heldout_data": "heldout",
-  "init_checkpoint": "init",
+  "init_checkpoint": "theta0",
   "foreign.data_mean": "data_mean",
   "data_mean": "data_mean",
   "victim.loss": "loss",

@@ -39,7 +39,10 @@ from absl import app, flags
 import ml_collections
 from ml_collections import config_flags
 
+from recon_jax.core import signals
+from recon_jax.core.signals import Terminated  # noqa: F401  (SIGTERM, raised as Ctrl-C is)
 from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: exit code 2)
+from recon_jax.io import workdir as workdirs
 from recon_jax.io.workdir import expand, flatten
 
 FLAGS = flags.FLAGS
@@ -50,10 +53,6 @@ STANDARD = ("config", "workdir", "overwrite", "resume", "verbose")
 
 class UserError(Error, ValueError):
   """A bad flag or setting found on the command line: one line, exit code 1."""
-
-
-class Terminated(KeyboardInterrupt):
-  """SIGTERM, raised in the main thread so that it ends a run as Ctrl-C does (one line)."""
 
 
 def quiet_jax_startup() -> None:
@@ -162,12 +161,16 @@ def _show(v) -> str:
   return repr(v)
 
 
-def settings_text(cfg, config_path: str = "", known: Optional[dict] = None) -> str:
+def settings_text(
+  cfg, config_path: str = "", known: Optional[dict] = None, hidden: Sequence[str] = ()
+) -> str:
   """Every setting of ``cfg`` as ``NAME = VALUE  what it is`` lines: the texts of ``known``
-  (the config file's HELP) and of the config file's comments."""
+  (the config file's HELP) and of the config file's comments.  ``hidden``: settings not
+  listed (a name, or a section ending in '.'; a config file's ``HIDDEN``)."""
   comments = _setting_comments(config_path, known) if config_path else dict(known or {})
   flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
-  rows = [(k, _show(v)) for k, v in flat.items()]
+  shown = lambda k: not any(k == h or (h.endswith(".") and k.startswith(h)) for h in hidden)
+  rows = [(k, _show(v)) for k, v in flat.items() if shown(k)]
   width = min(max(len(k) + len(v) + 3 for k, v in rows), 34) if rows else 0
   out = []
   for k, v in rows:
@@ -228,7 +231,12 @@ def help_text(
     "",
     f"settings of {_rel(path)}:{preset or '(its default preset)'} with their defaults",
     "(set any as --config.NAME=VALUE; pick a preset with --config=FILE:PRESET --help):",
-    settings_text(cfg, os.path.abspath(expand(path)), getattr(module, "HELP", None)),
+    settings_text(
+      cfg,
+      os.path.abspath(expand(path)),
+      getattr(module, "HELP", None),
+      getattr(module, "HIDDEN", ()),
+    ),
   ]
   return "\n".join(parts).strip() + "\n"
 
@@ -272,6 +280,7 @@ def define_flags(
   ``workdir``: the default of ``--workdir`` (``workdirs/<config file's name>``).
   """
   argv = sys.argv if argv is None else argv
+  signals.install(stop_line)  # Ctrl-C and SIGTERM heard from here on, in every phase
   quiet_jax_startup()
   cache = os.environ.get("RECON_JAX_CACHE", "")
   if cache.startswith("~") or "$" in cache:  # a quoted ~ reaches us unexpanded
@@ -380,7 +389,7 @@ def run_main(job: Callable[[Any], Any]) -> None:
   def main(argv):
     if len(argv) > 1:
       _fail(f"unexpected arguments: {' '.join(argv[1:])}")
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signals.install(stop_line)  # (define_flags did, unless the program defined its own)
     logging.set_verbosity(logging.INFO)
     cfg = FLAGS.config
     main_guard(lambda: job(cfg), cfg, FLAGS.verbose)
@@ -458,18 +467,31 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
   except KeyboardInterrupt as e:
     if verbose:
       traceback.print_exc()
-    workdir = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
-    hint = (
-      f"; run the same command with --resume to continue from the state saved in "
-      f"{os.path.abspath(expand(workdir))}"
-      if workdir and "resume" in FLAGS
-      else ""
-    )
-    how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-    print(f"{how}{hint}", file=sys.stderr)
-    sys.exit(143 if isinstance(e, Terminated) else 130)
+    signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+    code, line = signals.EXIT_CODES[signum], stop_line(signum)
+    if signals.installed():  # a binary's process: jax's threads may still run (signals)
+      signals.exit_now(code, line)
+    print(line, file=sys.stderr)
+    sys.exit(code)
 
 
-def _on_sigterm(signum, frame):
-  del signum, frame
-  raise Terminated()
+def stop_line(signum: int) -> str:
+  """The one line a binary stopped by ``signum`` (SIGINT: Ctrl-C, or SIGTERM) prints: what
+  of its run in ``--workdir`` can be resumed, and the command that continues or restarts it
+  (:func:`recon_jax.io.workdir.saved`)."""
+  how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+  folder = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
+  if not folder:
+    return how
+  path = os.path.abspath(expand(folder))
+  can = workdirs.saved(path)
+  if can and "resume" in FLAGS:
+    return f"{how}; run the same command with --resume to continue from the state saved in {path}"
+  if can is None:
+    return f"{how} before anything was written to {path}; run the same command to start again"
+  nothing = f"{how}; nothing was saved in {path} that --resume could continue"
+  if "resume" not in FLAGS:
+    nothing = f"{how}; {path} holds a partial run"
+  if workdirs.holds_results(path):
+    return f"{nothing}; run the same command with --overwrite to start again"
+  return f"{nothing}; run the same command to start again"

@@ -4,6 +4,7 @@ ImageFolder (the formats README documents)."""
 
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -83,12 +84,26 @@ def files(tmp_path_factory):
     "fc.bias": np.zeros(1, np.float32),
   }
   save_file(cnn, str(root / "cnn.safetensors"))
+  # Other digits of the same two classes, never seen by the model: a wrong training set.
+  rest = np.setdiff1d(np.arange(len(ds.y_test)), pick)
+  other = np.r_[rest[ds.y_test[rest] > 0][:3], rest[ds.y_test[rest] < 0][:3]]
+  _write_folder(root / "other", _quantised(ds.x_test[other]), ds.y_test[other])
+  # An odd training set (4 + 3) and the model trained on it from the same theta_0.
+  odd = np.r_[rest[ds.y_test[rest] > 0][3:7], rest[ds.y_test[rest] < 0][3:6]]
+  x7, y7 = _quantised(ds.x_test[odd]), ds.y_test[odd]
+  _write_folder(root / "train7", x7, y7)
+  np.save(root / "mean7.npy", x7.mean(0).astype(np.float32))
+  flat7 = jnp.asarray((x7 - x7.mean(0)).reshape(len(x7), -1))
+  init7, star7 = _train_mlp(flat7, jnp.asarray(y7, jnp.float32))
+  assert all(np.array_equal(init7[k], init[k]) for k in init)  # one theta_0 for both
+  save_file(star7, str(root / "model7.safetensors"))
   return root
 
 
-def _audit(files, tmp_path, name, **settings):
+def _audit(files, tmp_path, name, job=(), **settings):
   cfg = configs.get_config("quick")
   cfg.job.update(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, identify=False)
+  cfg.job.update(dict(job))
   cfg.update(train=str(files / "train"), heldout=str(files / "heldout"))
   cfg.update(data_mean=str(files / "mean.npy"))
   cfg.update(settings)
@@ -102,28 +117,73 @@ def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
     tmp_path,
     "known",
     model=str(files / "model.safetensors"),
-    init=str(files / "init.safetensors"),
+    theta0=str(files / "init.safetensors"),
   )
   assert m["verdict"] == "leaks", m["reasons"]
-  assert (
-    m["recovered_strict"] >= 4 and m["recovered_strict"] > m["baseline_heldout_recovered_strict"]
-  )
+  k, held = m["recovered_strict"], m["baseline_heldout_recovered_strict"]
+  assert k >= 4 and k > held
+  mem = m["membership"]
+  assert mem["significant"] and mem["p_value"] <= mem["level"] and mem["auc"] > 0.9
+  assert mem["n_members"] == 6 and mem["n_others"] == 40
+  # every sentence of the report agrees with the numbers of metrics.json
   report = (tmp_path / "known" / "report.md").read_text()
-  assert "**leaks**" in report and "reconstructions.png" in report
+  assert "**leaks**" in report and "reconstructions.png" in report and "roc.png" in report
+  assert (tmp_path / "known" / "roc.png").stat().st_size > 0
+  assert f"| {k} of 6 |" in report and f"| held-out baseline | {held} |" in report
+  assert f"| membership ROC AUC | {mem['auc']:.3f} |" in report
+  assert f"| membership p-value | {mem['p_value']:.2g} (level 0.01) |" in report
+  assert "pooled over 2 restarts" in report and "None" not in report
+  ratio = m["identifiability"]["ratio"]
+  tol = m["identifiability"]["tolerance"]
+  assert f"{ratio:.4g} (equal within ±{tol:.2g})" in report and "at most 0.1" in report
+  assert f"AUC {mem['auc']:.2f}" in m["verdict_line"] and f"{k} of 6" in m["verdict_line"]
+  assert m["assumed"]["dataset"] == m["dataset"] == "user:train"  # not the job's lfw default
 
 
-@pytest.mark.slow
-def test_the_wrong_training_set_never_reads_leaks(files, tmp_path):
-  """Held-out images passed as the training set: whatever the attack finds, it is not them."""
+@pytest.mark.parametrize("attack", ["kkt", "cone"])
+def test_the_wrong_training_set_never_reads_leaks(files, tmp_path, attack):
+  """Other digits of the model's two classes passed as its training set: the attack's own
+  candidates fit theta* - theta_0 far better than they do, and the verdict says so."""
   m = _audit(
     files,
     tmp_path,
     "wrong",
     model=str(files / "model.safetensors"),
-    init=str(files / "init.safetensors"),
-    train=str(files / "heldout"),
+    theta0=str(files / "init.safetensors"),
+    train=str(files / "other"),
+    job={"attack": attack},
   )
-  assert m["verdict"] != "leaks", m["reasons"]
+  ratio = m["identifiability"]["ratio"]
+  assert m["verdict"] == "cannot_tell" and m["wrong_data"], m["reasons"]
+  assert ratio < 0.5 and "may not be the model's training set" in m["verdict_line"]
+  assert f"{ratio:.4g}" in m["verdict_line"]
+  report = (tmp_path / "wrong" / "report.md").read_text()
+  assert "may not be the model's training set" in report and "candidates.png" in report
+
+
+def test_held_out_copies_of_training_images_are_refused_before_any_work(files, tmp_path):
+  held = tmp_path / "heldout"
+  shutil.copytree(files / "heldout", held)
+  for name in ("neg", "pos"):  # one training image of each class among the held-out ones
+    first = sorted((files / "train" / name).iterdir())[0]
+    shutil.copy(first, held / name / f"copy_{first.name}")
+  with pytest.raises(ConfigError, match="2 of its 42 images are copies of training images"):
+    _audit(files, tmp_path, "copies", model=str(files / "model.safetensors"), heldout=str(held))
+  assert not (tmp_path / "copies").exists()
+
+
+def test_a_training_set_of_odd_size_is_audited(files, tmp_path):
+  """7 images with theta_0: 3 candidates per image would be 21, rounded up to 22 (m even)."""
+  m = _audit(
+    files,
+    tmp_path,
+    "odd",
+    model=str(files / "model7.safetensors"),
+    theta0=str(files / "init.safetensors"),
+    train=str(files / "train7"),
+    data_mean=str(files / "mean7.npy"),
+  )
+  assert m["n_train"] == 7 and m["m"] == 22 and m["verdict"] == "leaks", m["reasons"]
 
 
 def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
-from recon_jax.eval import diagnostics, identifiability, identification
+from recon_jax.eval import diagnostics, identifiability, identification, membership
 from recon_jax.eval import report as evaluation
 from recon_jax.types import Target
 
@@ -74,6 +74,51 @@ def identifiability_report(
   )
 
 
+def membership_report(cands, final_loss, ds: data.Dataset, seed: int = 0) -> dict:
+  """Every training image and every held-out image scored by one rule from the candidates
+  ``cands`` [R, m, ...] of the restarts that finished (``final_loss`` [R] finite), and how
+  well that score tells the two sets apart (:mod:`recon_jax.eval.membership`: ROC AUC, the
+  true-positive rate at low false-positive rates, a permutation test).  At most
+  :data:`~recon_jax.eval.membership.MAX_HELDOUT` held-out images, drawn with ``seed``.
+
+  Returns :func:`recon_jax.eval.membership.separation`'s dict with ``scores_train`` and
+  ``scores_heldout`` (the per-image scores), or ``{"skipped": why}``.
+  """
+  cands = np.asarray(cands)
+  ok = np.isfinite(np.asarray(final_loss, np.float64))
+  if not len(ds.x_test):
+    return {"skipped": "no held-out images to compare the training images with"}
+  if not ok.any():
+    return {"skipped": "no restart finished"}
+  held = np.asarray(ds.x_test)
+  if len(held) > membership.MAX_HELDOUT:
+    pick = np.random.default_rng(seed).choice(len(held), membership.MAX_HELDOUT, replace=False)
+    held = held[np.sort(pick)]
+  mean = np.asarray(ds.mean, np.float32)
+  shape = cands.shape[2:]
+  own = [np.asarray(c, np.float32) + mean for c in cands[ok]]
+  sets = [np.concatenate(own).reshape(-1, *shape), *own] if len(own) > 1 else own
+  given = np.concatenate([np.asarray(ds.x_train), held]).astype(np.float32) + mean
+  logging.info(
+    "membership: %d training and %d held-out images scored by one rule, then a permutation "
+    "test of the AUC (%d relabellings)",
+    len(ds.x_train),
+    len(held),
+    membership.PERMUTATIONS,
+  )
+  # the training mean is the attacker's without any attack: a reconstruction must beat it
+  refs = mean[None] if np.any(mean != 0) else None
+  scored = membership.image_scores(sets, given, refs)
+  is_member = np.arange(len(given)) < len(ds.x_train)
+  out = membership.separation(scored["score"], is_member, seed=seed)
+  finite = lambda v: [float(x) if np.isfinite(x) else None for x in v]
+  out.update(
+    scores_train=finite(scored["score"][is_member]),
+    scores_heldout=finite(scored["score"][~is_member]),
+  )
+  return out
+
+
 class Scores(NamedTuple):
   """A run's candidates scored (:func:`score_run`)."""
 
@@ -83,6 +128,7 @@ class Scores(NamedTuple):
   identification: Optional[dict]  # the attacker's own scores (None: not asked, or no search)
   timing: dict  # seconds of each part: identifiability_s, evaluation_s (identification_s)
   convergence: Optional[dict] = None  # a search's final_stat_rel and precision_warning
+  membership: Optional[dict] = None  # membership_report's dict
 
   def entries(self) -> dict:
     """The scores as a reconstruction's metrics.json states them: the strict count and its
@@ -105,6 +151,8 @@ class Scores(NamedTuple):
     }
     if self.identification is not None:
       out["identification"] = self.identification
+    if self.membership is not None:
+      out["membership"] = self.membership
     out.update(self.convergence or {})
     return out
 
@@ -162,6 +210,9 @@ def score_run(
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
+  t0 = time.time()
+  member = membership_report(cands, final_loss, ds, seed)
+  timing["membership_s"] = time.time() - t0
   convergence = None if run is None else _convergence(run, ev["per_restart"], target)
   # where the images the attack missed rank in the truth's fit (none evaluated: every
   # restart diverged, so there is no search to tell from the identifiability floor)
@@ -192,7 +243,7 @@ def score_run(
       stability_candidates=stability_candidates,
     )
     timing["identification_s"] = time.time() - t0
-  return Scores(ident, ev, result, ident_report, timing, convergence)
+  return Scores(ident, ev, result, ident_report, timing, convergence, member)
 
 
 def _convergence(run, rows: list, target: Target) -> dict:

@@ -3,7 +3,8 @@ images it was trained on, held-out images of the same distribution and, where kn
 weights its training started from.
 
 :func:`audit_job` turns those files into a :class:`~recon_jax.job.settings.JobConfig`:
-with theta_0 the attack of a model fine-tuned from known weights
+with theta_0 (``theta0``; ``init`` is its former name) the attack of a model fine-tuned from
+known weights
 (:data:`~recon_jax.job.settings.KNOWN_INIT_ATTACK`; candidates in the first layer's span
 where that layer is dense; or the job's own ``attack``, e.g. ``cone``), without it Haim et
 al.'s attack on theta* alone.  The run is the main job's, so its workdir, verdict and
@@ -30,7 +31,8 @@ class Audit:
   model: str = ""  # the model: a PyTorch state dict (.pt/.pth) or safetensors
   train: str = ""  # its training images: ImageFolder folder, .npz (x, y) or MNIST/CIFAR files
   heldout: str = ""  # held-out images of the same distribution (same formats)
-  init: str = ""  # the weights its training started from, same format ('' unknown)
+  theta0: str = ""  # theta_0: the weights its training started from, same format ('' unknown)
+  init: str = ""  # the former name of theta0, still read
   data_mean: str = ""  # .npy per-pixel mean the model was trained with ('' none)
   image_size: str = ""  # HxW: resize the images to this ('' as they are)
   loss: str = "logistic"  # how it was trained: logistic (one output) | ce (one per class)
@@ -66,11 +68,24 @@ def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
       base.foreign, data_mean=audit.data_mean, input_layout=audit.input_layout
     ),
   )
-  if audit.init:
-    settings.update(known_init=True, init_checkpoint=audit.init)
+  theta0 = theta_0(audit)
+  if theta0:
+    settings.update(known_init=True, init_checkpoint=theta0)
     if base.attack == "kkt":  # the known-init search (its settings are kkt's; cone has none)
       settings.update(KNOWN_INIT_ATTACK, subspace=_dense_first_layer(audit.model))
   return base.replace(**settings)
+
+
+def theta_0(audit: Audit) -> str:
+  """The file of theta_0: ``theta0``, or ``init``, its former name (ConfigError when the two
+  name different files)."""
+  if audit.theta0 and audit.init and audit.theta0 != audit.init:
+    raise ConfigError(
+      f"theta0={audit.theta0!r} and init={audit.init!r} (the former name of theta0) name "
+      "different files: give theta_0 once, as theta0.",
+      "theta0",
+    )
+  return audit.theta0 or audit.init
 
 
 def _dense_first_layer(path: str) -> bool:

@@ -287,9 +287,12 @@ def witness_figure(
   )
 
 
-def candidates_figure(path: Union[str, os.PathLike], candidates: np.ndarray, weights) -> None:
-  """A blind attack's candidates (no training images to compare with): the lowest-loss
-  restart's candidates in pixel space, by descending multiplier (the attacker's own trust)."""
+def candidates_figure(
+  path: Union[str, os.PathLike], candidates: np.ndarray, weights, title: Optional[str] = None
+) -> None:
+  """A restart's candidates in pixel space, by descending multiplier (the attacker's own
+  trust): a blind attack's (no training images to compare with), or those that fit the
+  model far better than the images given as its training set (``title`` says which)."""
   cands = np.asarray(candidates)
   order = np.argsort(-np.asarray(weights, np.float64), kind="stable")[:20]
   plots.image_grid(
@@ -297,9 +300,54 @@ def candidates_figure(path: Union[str, os.PathLike], candidates: np.ndarray, wei
     [cands[order]],
     row_labels=["candidate"],
     col_titles=[f"lambda {float(np.asarray(weights)[i]):.2g}" for i in order],
-    title="A blind attack's candidates, by the attacker's trust (no training images given)",
+    title=title
+    or "A blind attack's candidates, by the attacker's trust (no training images given)",
     stretch=True,
   )
+
+
+def roc_figure(path: Union[str, os.PathLike], membership: Mapping[str, Any]) -> None:
+  """The membership test's ROC curve on log axes (as privacy audits draw it: what matters is
+  the true-positive rate where false positives are rare), from the per-image scores of
+  :func:`recon_jax.eval.scoring.membership_report`, with the chance line; the title gives
+  the AUC, the TPR at 1% and 0.1% FPR and the permutation p-value."""
+  from recon_jax.eval import membership as mem
+
+  train = [v for v in membership.get("scores_train", []) if v is not None]
+  held = [v for v in membership.get("scores_heldout", []) if v is not None]
+  s = np.r_[np.asarray(train, float), np.asarray(held, float)]
+  fpr, tpr = mem.roc_curve(s, np.arange(s.size) < len(train))
+  floor = 0.5 / max(len(held), 1)  # below the smallest false-positive rate the data resolve
+  fig, ax = plots.plt.subplots(figsize=(4.8, 4.4))
+  ax.step(
+    np.maximum(fpr, floor),
+    np.maximum(tpr, floor),
+    where="post",
+    c="tab:red",
+    lw=1.5,
+    label=f"attack (AUC {membership.get('auc', float('nan')):.2f})",
+  )
+  grid = np.logspace(np.log10(floor), 0, 50)
+  ax.plot(grid, grid, ls="--", c="k", lw=0.8, label="chance")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlim(floor, 1.02)
+  ax.set_ylim(floor, 1.02)
+  ax.set_xlabel(f"false-positive rate ({len(held)} held-out images)")
+  ax.set_ylabel(f"true-positive rate ({len(train)} training images)")
+  tprs = membership.get("tpr_at_fpr") or {}
+  at = ", ".join(
+    f"TPR {tprs[k]:.0%} at {float(k):.1%} FPR" for k in ("0.01", "0.001") if tprs.get(k) is not None
+  )
+  p = membership.get("p_value")
+  ax.set_title(
+    "Membership: each given image scored by its best reconstruction\n"
+    f"{at}; permutation p = {p if p is None else format(p, '.2g')}",
+    fontsize=8,
+  )
+  ax.grid(alpha=0.3, which="both")
+  ax.legend(fontsize=7, loc="lower right")
+  plots.save(fig, path, dpi=120)
 
 
 def reconstruction_figures(
@@ -316,11 +364,17 @@ def reconstruction_figures(
   the trusted candidates (trusted.png).  ``arrays``: reconstructions.npz's; ``ds``: the
   dataset, whose ``mean`` puts the images back in pixel space."""
   best = (metrics.get("selection") or {}).get("best_by_loss_restart")
-  if metrics.get("blind") and best is not None:
+  if metrics.get("wrong_data"):  # what the model was trained on, more likely than the data given
+    best = (metrics.get("identifiability") or {}).get("best_restart", best)
+  if (metrics.get("blind") or metrics.get("wrong_data")) and best is not None:
     candidates_figure(
       os.path.join(figdir, "candidates.png"),
       arrays["candidates"][best] + ds.mean,
       arrays["weights"][best],
+      None
+      if metrics.get("blind")
+      else "The candidates of the restart that fits the equations best, by the attacker's "
+      "trust:\nthey fit the model far better than the images given as its training set",
     )
   if result is not None:
     reconstruction_report(
@@ -339,6 +393,8 @@ def reconstruction_figures(
       arrays["family_witness"] + ds.mean,
       ds.x_train + ds.mean,
     )
+  if (metrics.get("membership") or {}).get("auc") is not None:
+    roc_figure(os.path.join(figdir, "roc.png"), metrics["membership"])
   if "identification" in metrics:
     trusted_figure(
       os.path.join(figdir, "trusted.png"),

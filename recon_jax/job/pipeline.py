@@ -33,11 +33,13 @@ from recon_jax.victims import loading, victim
 
 
 def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
-  """What the report took as given about the victim and its data (stated in metrics.json)."""
+  """What the report took as given about the victim and its data (stated in metrics.json):
+  a user's own images are named as the dataset (``user:FOLDER``), with no draw of their own."""
+  user = bool(cfg.train_data or cfg.heldout_data)
   out = {
-    "dataset": vcfg.dataset,
-    "n_per_class": vcfg.n_per_class,
-    "data_seed": vcfg.data_seed,
+    "dataset": ds.name if user else vcfg.dataset,
+    "n_per_class": None if user else vcfg.n_per_class,
+    "data_seed": None if user else vcfg.data_seed,
     "task_from_loss": vcfg.loss,
     "input_shape": list(ds.x_train.shape[1:]),
     "pixel_range": [0.0, 1.0],
@@ -117,7 +119,9 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, victim.Victim, np.ndarray, fl
   before any training."""
   cfg, src = plan.config, plan.source
   ds = src.dataset
-  labels = candidate_labels(plan.problem, num_candidates(cfg, len(ds.x_train)), ds.num_classes)
+  groups = {"binary": 2, "multiclass": ds.num_classes}.get(plan.problem, 1)
+  m = num_candidates(cfg, len(ds.x_train), groups)
+  labels = candidate_labels(plan.problem, m, ds.num_classes)
   t0 = time.time()
   vic = loading.victim_of(src, use_cache=cfg.use_cache)
   return ds, vic, labels, time.time() - t0
@@ -192,10 +196,10 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   head = {
     "attack": cfg.attack,
     "problem": problem,
-    "dataset": plan.victim.dataset,
     "assumed": assumptions(cfg, plan.victim, plan.source.dataset, plan.foreign),
     "assumes_stationary": spec.assumes_stationary(opts),
   }
+  head["dataset"] = head["assumed"]["dataset"]
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
   setup = plan.setup._replace(  # what the run knows now: the victim and the target
@@ -296,14 +300,14 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     )
   else:
     logging.info(
-      "recovered strictly %d/%d (SSIM>0.4: %d; mean-image baseline %d, held-out "
-      "baseline strict %s); oracle residual %s; total %.1fs",
+      "recovered strictly %d of %d (strict baselines: held-out %s, mean image %s; the looser "
+      "SSIM > 0.4 count %d); membership %s; total %.1fs",
       metrics["recovered_strict"],
       n,
-      metrics["n_ssim_gt_0.4"],
-      metrics["baseline_mean_image_n_ssim_gt_0.4"],
       metrics["baseline_heldout_recovered_strict"],
-      metrics["oracle_residual_rel"],
+      metrics["baseline_mean_image_recovered_strict"],
+      metrics["n_ssim_gt_0.4"],
+      verdict.membership_text(metrics.get("membership") or {}),
       timing["total_s"],
     )
   return Reconstruction(metrics, arrays, result, ds, vic)

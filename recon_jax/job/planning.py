@@ -82,9 +82,14 @@ def _num_classes(v: victim.VictimConfig) -> int:
   )
 
 
-def num_candidates(cfg: JobConfig, n: int) -> int:
-  """m, the candidates per restart: the ``m`` setting, or ``m_per_sample`` x n (0: unset)."""
-  return int(cfg.m) or int(cfg.m_per_sample) * int(n)
+def num_candidates(cfg: JobConfig, n: int, multiple: int = 1) -> int:
+  """m, the candidates per restart: the ``m`` setting, or ``m_per_sample`` x n (0: unset)
+  rounded up to a ``multiple`` (2 for a binary victim's balanced labels, C for C classes),
+  so that a training set of any size can be attacked."""
+  if int(cfg.m):
+    return int(cfg.m)
+  k = max(int(multiple), 1)
+  return -(-int(cfg.m_per_sample) * int(n) // k) * k
 
 
 def sweep_settings(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
@@ -311,6 +316,8 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   if drawn:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
+  if cfg.train_data and cfg.heldout_data:
+    check_heldout_copies(cfg, source.dataset)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
   return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
 
@@ -445,6 +452,25 @@ def read_source(
     if e.argument in ("input_layout", "stride", "padding", "data_mean"):
       e.argument = f"foreign.{e.argument}"
     raise
+
+
+def check_heldout_copies(cfg: JobConfig, ds: data.Dataset) -> None:
+  """Refuses held-out images that are copies of training images (root-mean-square pixel
+  difference of at most 2 grey levels): the baseline and the membership test need images
+  the model never saw, and a copy would make a leak look like chance."""
+  from recon_jax.eval import membership
+
+  pairs = membership.near_duplicates(ds.x_train, ds.x_test, rms=2.0 / 255)
+  if pairs:
+    shown = ", ".join(f"held-out #{j} = training #{i}" for i, j in pairs[:3])
+    more = f" and {len(pairs) - 3} more" if len(pairs) > 3 else ""
+    copies = len({j for _, j in pairs})
+    raise ConfigError(
+      f"heldout_data: {copies} of its {len(ds.x_test)} images are copies of training images "
+      f"({shown}{more}, in the order the files are read): held-out images must be images "
+      f"the model never saw; remove them from {cfg.heldout_data}.",
+      "heldout_data",
+    )
 
 
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:

@@ -13,8 +13,17 @@ FIGURES = (
     "reconstructions sorted by SSIM (top), the training images they match (middle) and their "
     "nearest held-out images (bottom): a leak looks like the middle row, not the bottom one",
   ),
+  (
+    "roc.png",
+    "the membership test's ROC curve on log axes: every given image scored by its best "
+    "reconstruction against its nearest other image; training images are the positives",
+  ),
   ("trusted.png", "the ten candidates the attacker trusts most by its own scores, no ground truth"),
-  ("candidates.png", "a blind attack's candidates, by the attacker's own trust (lambda)"),
+  (
+    "candidates.png",
+    "candidates by the attacker's own trust (lambda): a blind attack's, or those of the restart "
+    "that fits the model best where the images given as its training set fit far worse",
+  ),
   ("ssim_vs_margin.png", "per training image, its margin against how well it was reconstructed"),
   (
     "identifiability.png",
@@ -25,6 +34,10 @@ FIGURES = (
 
 def _num(v, fmt: str = ".3g") -> str:
   return "–" if v is None else format(v, fmt)
+
+
+def _pct(v) -> str:
+  return "–" if v is None else f"{v:.0%}"
 
 
 def report(m: Mapping, folder: str = "") -> str:
@@ -44,27 +57,59 @@ def report(m: Mapping, folder: str = "") -> str:
   ]
   if m.get("warnings"):
     lines += ["## Warnings", "", *[f"- {w}" for w in m["warnings"]], ""]
-  lines += [
-    "## The numbers",
-    "",
-    "| number | value | what it means |",
-    "|---|---|---|",
-    f"| training images recovered strictly | {k} of {n} | a reconstruction more similar to its "
-    f"training image than to every held-out image, SSIM >= "
-    f"{_num((m.get('evaluation') or {}).get('ssim_threshold'), '.2g')}; pooled over "
-    f"{m.get('num_restarts')} restarts |",
-    f"| held-out baseline | {m.get('baseline_heldout_recovered_strict')} | unseen images "
-    "scored as if they were reconstructions: what the data distribution gives for free |",
-    f"| mean-image baseline | {m.get('baseline_mean_image_recovered_strict')} | the training "
-    "mean scored as a reconstruction |",
-    f"| attacker's own pick | {sel.get('best_by_loss_recovered_strict')} of {n} | the restart "
-    "with the lowest loss, chosen without the training set |",
-    f"| truth residual | {_num(ident.get('truth_residual'))} | how much of the fitted "
-    "parameters the training set leaves unexplained by the attack's equations |",
-    f"| identifiability ratio | {_num(ident.get('ratio'), '.4g')} (equal within "
-    f"{_num(ident.get('tolerance'), '.2g')}) | the attack's best fit over the training set's: "
-    "above 1 the training set fits best, below it other images do |",
-  ]
+  restarts = m.get("num_restarts")
+  pooled = f"pooled over {restarts} restart{'s' if restarts != 1 else ''}"
+  tol = ident.get("tolerance")
+  lines += ["## The numbers", "", "| number | value | what it means |", "|---|---|---|"]
+  if m.get("blind"):
+    lines.append(
+      f"| candidates | {m.get('m')} per restart, {restarts} restart"
+      f"{'s' if restarts != 1 else ''} | no training images were given: nothing is counted, "
+      "and candidates.png shows what the attack found |"
+    )
+  else:
+    mem = m.get("membership") or {}
+    lines += [
+      f"| training images recovered strictly | {k} of {n} | a reconstruction more similar to "
+      f"its training image than to every held-out image, SSIM >= "
+      f"{_num((m.get('evaluation') or {}).get('ssim_threshold'), '.2g')}; {pooled} |",
+      f"| held-out baseline | {m.get('baseline_heldout_recovered_strict')} | unseen images "
+      "scored as if they were reconstructions, by the same strict rule: what the data "
+      "distribution gives for free |",
+      f"| mean-image baseline | {m.get('baseline_mean_image_recovered_strict')} | the training "
+      "mean scored as a reconstruction, by the same strict rule |",
+      f"| attacker's own pick | {sel.get('best_by_loss_recovered_strict')} of {n} | the "
+      "restart with the lowest loss, chosen without the training set |",
+    ]
+    if mem.get("auc") is not None:
+      tpr = mem.get("tpr_at_fpr") or {}
+      lines += [
+        f"| membership ROC AUC | {mem['auc']:.3f} | every given image ({mem.get('n_members')} "
+        f"training, {mem.get('n_others')} held-out) scored by one rule: its best "
+        "reconstruction's SSIM less its SSIM with the nearest other given image (or the "
+        "training mean); 0.5 is chance, 1 every training image above every held-out one |",
+        f"| TPR at 1% / 0.1% FPR | {_pct(tpr.get('0.01'))} / {_pct(tpr.get('0.001'))} | the "
+        "training images called members where at most that fraction of the held-out images "
+        f"is (the held-out set resolves false-positive rates down to 1/{mem.get('n_others')}) |",
+        f"| membership p-value | {_num(mem.get('p_value'), '.2g')} (level "
+        f"{_num(mem.get('level'), 'g')}) | a permutation test of the AUC over which given "
+        f"images are called training images; the smallest p it can give here is "
+        f"{_num(mem.get('smallest_p'), '.2g')}; `leaks` needs p at or below the level |",
+      ]
+    elif mem.get("skipped"):
+      lines.append(f"| membership test | not run | {mem['skipped']} |")
+    lines += [
+      f"| truth residual | {_num(ident.get('truth_residual'))} | how much of the fitted "
+      "parameters the training set leaves unexplained by the attack's equations |",
+      f"| identifiability ratio | {_num(ident.get('ratio'), '.4g')} (equal within "
+      f"±{_num(tol, '.2g')}) | the attack's best fit over the training set's: above "
+      f"1 + {_num(tol, '.2g')} the training set fits best, below 1 - {_num(tol, '.2g')} what "
+      "the attack found fits better (the training set refined, where that restart recovers "
+      "training images), and below 0.5 the images given are probably not the training set. "
+      "The band: the larger of the residuals' precision (0.001) and the relative spread of "
+      "the attack's four best restarts (how far another run of the search would move its "
+      "best), at most 0.1 |",
+    ]
   miss = ident.get("missed")
   if miss and miss["images"]:
     ranks = ", ".join(str(r) for r in sorted(miss["weakness_rank"]))
@@ -88,11 +133,14 @@ def report(m: Mapping, folder: str = "") -> str:
   lines += [
     "## What the verdict means",
     "",
-    "*leaks*: training images were reconstructed, more than unseen images match by chance, "
-    "and the model's parameters single out the training set. *no evidence*: nothing beyond "
-    "the baseline; the reasons say whether this attack can test this model at all. *cannot "
-    "tell*: the parameters do not single out the training set (or no training images were "
-    "given), so a reconstruction is not evidence of membership either way.",
+    "*leaks*: the training images are told from held-out ones by the membership test at its "
+    "level, training images were reconstructed strictly, more than unseen images match by "
+    "chance, and the model's parameters single out the training set. *no evidence*: nothing "
+    "beyond the baseline; the reasons say whether this attack can test this model at all. "
+    "*cannot tell*: the images given as the training set fit the model far worse than what "
+    "the attack found (they may not be its training set), the membership test does not "
+    "separate the sets, the parameters do not single out the training set, or no training "
+    "images were given: a reconstruction is not evidence of membership either way.",
     "",
   ]
   return "\n".join(lines)

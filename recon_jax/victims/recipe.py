@@ -103,7 +103,7 @@ OPTIONAL = {
 }
 
 HELP = {
-  "dataset": "digits | lfw (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
+  "dataset": "digits | lfw | mnist5k (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
   "task": "binary | multiclass (the labels follow loss: ce is multiclass)",
   "n_per_class": "training images per class (the n the attack must find)",
   "n_part_per_class": "public pool (partition) images per class (unset: the dataset's default)",

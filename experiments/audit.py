@@ -16,10 +16,15 @@ Writes what the main job writes (report.md first); the last line is the verdict:
 no evidence or cannot tell, with the reason.  Exit codes as experiments.reconstruct.
 """
 
-from absl import flags
+from experiments import starting
 
-from experiments import configs, reconstruct
-from recon_jax import cli
+if __name__ == "__main__":
+  starting("audit")  # before the imports below load JAX
+
+from absl import flags  # noqa: E402
+
+from experiments import configs, reconstruct  # noqa: E402
+from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 # The library's names of the audit's settings (errors name the library's).

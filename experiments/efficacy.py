@@ -4,8 +4,10 @@ Each draw re-draws the training images and the victim (``victim.data_seed`` =
 ``victim.seed`` = the draw's number) and runs the same restart sweep; every
 variant runs on the same draws, so variants are compared pair by pair.
 
-  python -m experiments.efficacy --workdir=/tmp/eff                        # LFW, 5 draws
-  python -m experiments.efficacy --variants=default,sgd,lm --workdir=/tmp/eff_levers
+  python -m experiments.efficacy --workdir=/tmp/eff          # the finetune preset, 5 draws
+  python -m experiments.efficacy --variants=default,kkt --workdir=/tmp/eff_cone_vs_kkt
+  python -m experiments.efficacy --config=experiments/configs/efficacy.py:finetune_kkt \
+      --variants=default,sgd,pixels --workdir=/tmp/eff_levers
   python -m experiments.efficacy --config=experiments/configs/efficacy.py:leakage_map \
       --draws=3 --workdir=/tmp/leakage_map
   python -m experiments.efficacy --config=experiments/configs/efficacy.py:tiny --draws=2 \

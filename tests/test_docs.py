@@ -339,6 +339,20 @@ def test_flags_presets_and_api_exist(name):
   assert not problems, f"{name}:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize(
+  "binary", sorted(p.stem for p in (ROOT / "experiments").glob("*.py") if p.stem != "__init__")
+)
+def test_the_binaries_own_examples_name_what_exists(binary):
+  """The examples of a binary's --help (its module docstring): flags, presets, variants."""
+  import ast
+
+  doc = ast.get_docstring(ast.parse((ROOT / "experiments" / f"{binary}.py").read_text())) or ""
+  joined = re.sub(r"\\\n\s*", " ", doc).splitlines()  # continuation lines joined
+  lines = [x.split("  #")[0].strip() for x in joined if x.strip().startswith("python -m")]
+  problems = flag_problems("\n".join(f"`{x}`" for x in lines))
+  assert not problems, f"experiments/{binary}.py:\n" + "\n".join(problems)
+
+
 def layout_problems(text: str) -> list:
   """BUILD.md's layout block against the checkout: every folder it names exists, every
   subpackage of recon_jax is named (indented names are inside recon_jax/), and none imports a

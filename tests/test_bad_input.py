@@ -877,8 +877,8 @@ def test_ctrl_c_is_one_line_exit_130_and_says_how_to_resume(procs):
 
 # ----------------------------------------------------------------------------- the audit
 # A model owner's files as `python -m experiments.audit` takes them (its `quick` preset): a
-# 64-256-1 model and its theta_0, 3 + 3 digit PNGs as train, 20 + 20 as held-out; each case
-# spoils one of them.  Every case is refused before the workdir is made (docs/bad_input.md).
+# 64-256-1 model and its theta_0 (theta0), 3 + 3 digit PNGs as train, 20 + 20 as held-out;
+# each case spoils one of them, refused before the workdir is made (docs/bad_input.md).
 
 
 @pytest.fixture(scope="module")
@@ -1019,13 +1019,18 @@ AUDIT_CASES = [
   ),
   (
     "weight_with_a_zero_dimension",
-    {"model": "{o}/w0.safetensors", "init": ""},
+    {"model": "{o}/w0.safetensors", "theta0": ""},
     ["w0.safetensors: tensor 'fc1.weight' has shape (256, 0)"],
   ),
   (
     "model_is_a_folder",
     {"model": "{o}/model_folder"},
-    ["model_folder: a folder, not a checkpoint file"],
+    ["model_folder: a folder; the checkpoint must be a file"],
+  ),
+  (
+    "theta0_is_a_folder",
+    {"theta0": "{o}/model_folder"},
+    ["model_folder: a folder; the initial parameters must be a file"],
   ),
   (
     "loss_named_as_the_audit_flag",
@@ -1045,7 +1050,7 @@ def test_bad_audit_input_is_one_line_before_any_work(
   cfg = audit_configs.get_config("quick")
   cfg.update(
     model=str(owner / "model.safetensors"),
-    init=str(owner / "init.safetensors"),
+    theta0=str(owner / "init.safetensors"),
     train=str(owner / "train"),
     heldout=str(owner / "heldout"),
   )

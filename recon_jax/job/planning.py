@@ -21,7 +21,6 @@ from recon_jax import attacks, data
 from recon_jax.core import losses, rules
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
-from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.io.workdir import expand
 from recon_jax.job import settings
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
@@ -482,8 +481,8 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
       "training started from as init_checkpoint (same format).",
       "init_checkpoint",
     )
-  if cfg.init_checkpoint and not os.path.isfile(cfg.init_checkpoint):
-    raise CheckpointError(f"{cfg.init_checkpoint}: initial-parameters file not found.")
+  if cfg.init_checkpoint:
+    readers.require_file(cfg.init_checkpoint, "initial parameters")
 
 
 def check_widths(cfg) -> None:

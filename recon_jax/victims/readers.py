@@ -31,15 +31,21 @@ _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 # --------------------------------------------------------------------------
 # Reading files.
 # --------------------------------------------------------------------------
-def _head(path: str, n: int = 64) -> tuple[bytes, int]:
-  """First ``n`` bytes and the size of ``path``; CheckpointError if unreadable."""
+def require_file(path: str, what: str = "checkpoint") -> None:
+  """CheckpointError naming ``path`` unless it is a file: a folder is told as a folder (the
+  model's file itself is wanted), anything else as not found (``what``: which file)."""
   if os.path.isdir(path):
     raise CheckpointError(
-      f"{path}: a folder, not a checkpoint file; give the model's file itself "
-      "(.safetensors, .pt/.pth or recon_jax's victim.msgpack)."
+      f"{path}: a folder; the {what} must be a file (.safetensors, .pt/.pth or recon_jax's "
+      "victim.msgpack), not the folder holding it."
     )
   if not os.path.isfile(path):
-    raise CheckpointError(f"{path}: checkpoint file not found.")
+    raise CheckpointError(f"{path}: {what} file not found.")
+
+
+def _head(path: str, n: int = 64) -> tuple[bytes, int]:
+  """First ``n`` bytes and the size of ``path``; CheckpointError if unreadable."""
+  require_file(path)
   try:
     with open(path, "rb") as f:
       head = f.read(n)

@@ -476,21 +476,31 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
 
 
 def stop_line(signum: int) -> str:
-  """The one line a binary stopped by ``signum`` (SIGINT: Ctrl-C, or SIGTERM) prints: what
-  of its run in ``--workdir`` can be resumed, and the command that continues or restarts it
-  (:func:`recon_jax.io.workdir.saved`)."""
-  how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+  """The one line a binary stopped by ``signum`` (SIGINT: Ctrl-C, or SIGTERM) prints
+  (:func:`stop_message` of its ``--workdir``)."""
   folder = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
+  try:
+    return stop_message(signum, folder, "resume" in FLAGS)
+  except Exception:  # noqa: BLE001 (the process is ending: a line that promises nothing)
+    return "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+
+
+def stop_message(signum: int, folder: Optional[str], resumable: bool = True) -> str:
+  """What a run stopped by ``signum`` in workdir ``folder`` can be continued from, and the
+  command that continues or restarts it: ``--resume`` only where a resume would be accepted
+  (:func:`recon_jax.io.workdir.saved`; ``resumable``: the program has ``--resume``).
+  """
+  how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
   if not folder:
     return how
   path = os.path.abspath(expand(folder))
   can = workdirs.saved(path)
-  if can and "resume" in FLAGS:
+  if can and resumable:
     return f"{how}; run the same command with --resume to continue from the state saved in {path}"
   if can is None:
     return f"{how} before anything was written to {path}; run the same command to start again"
   nothing = f"{how}; nothing was saved in {path} that --resume could continue"
-  if "resume" not in FLAGS:
+  if not resumable:
     nothing = f"{how}; {path} holds a partial run"
   if workdirs.holds_results(path):
     return f"{nothing}; run the same command with --overwrite to start again"

@@ -1,4 +1,4 @@
 """The small pieces everything stands on: activations and the surrogate ReLU
 (``activations``), losses and margins (``losses``), KKT diagnostics (``diagnostics``),
-argument checks (``arguments``), the rules a setting obeys (``rules``) and multi-process
-sharding helpers (``distributed``)."""
+argument checks (``arguments``), the rules a setting obeys (``rules``), multi-process
+sharding helpers (``distributed``) and a binary's Ctrl-C and SIGTERM (``signals``)."""

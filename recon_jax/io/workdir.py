@@ -77,7 +77,37 @@ def open_run(
     check_resumable(cfg, workdir, state_file, study)
   path = prepare(workdir, overwrite or resume)
   lock(path)
+  OPENED[path] = (cfg, state_file, study)
   return path
+
+
+# The workdirs this process locked: {absolute path: (cfg, state file, study) of open_run,
+# or None when it only locked the folder}.  What an interrupted run can resume (:func:`saved`).
+OPENED: dict = {}
+
+
+def saved(workdir: str) -> Optional[bool]:
+  """Whether a resume of the run this process opened in ``workdir`` would be accepted
+  (:func:`check_resumable` of what :func:`open_run` was given; a folder locked without
+  open_run: whether it holds a config.json); None when this process did not open it
+  (nothing of this run was written there).  What a binary interrupted says it can resume."""
+  path = os.path.abspath(expand(workdir)) if workdir else ""
+  if path not in OPENED:
+    return None
+  if OPENED[path] is None:
+    return os.path.isfile(os.path.join(path, "config.json"))
+  cfg, state_file, study = OPENED[path]
+  try:
+    check_resumable(cfg, path, state_file, study)
+  except Error:
+    return False
+  return True
+
+
+def holds_results(workdir: str) -> bool:
+  """Whether ``workdir`` holds any file but its lock (a new run there needs overwrite)."""
+  path = os.path.abspath(expand(workdir))
+  return os.path.isdir(path) and bool(set(os.listdir(path)) - {LOCK})
 
 
 LOCK = ".lock"  # in a workdir while a binary's process runs in it: "PID HOST"
@@ -127,6 +157,7 @@ def lock(workdir: str) -> None:
   else:
     with os.fdopen(fd, "w") as f:
       f.write(f"{me[0]} {me[1]}")
+  OPENED.setdefault(os.path.dirname(path), None)
   atexit.register(_unlock, path, me)
 
 

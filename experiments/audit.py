@@ -8,18 +8,16 @@ r"""Audit a model you have, on the data you have: does it leak its training imag
 The model is a PyTorch state dict or safetensors file of Linear/Conv2d layers; the
 images an ImageFolder folder (one subfolder per class; for a one-output model the second
 class in sorted order is the positive one), an .npz with x and y, or MNIST/CIFAR files.
-With --config.theta0 (theta_0, the weights training started from; --config.init is its
-former name) the attack for a model fine-tuned from known weights runs; without it, Haim et
-al.'s attack on the weights alone.  Weights are read in PyTorch's orientation: a Linear
-layer's weight is [out, in].
+With --config.theta0 (theta_0, the weights training started from; formerly --config.init)
+the attack for a model fine-tuned from known weights runs; without it, Haim et al.'s attack
+on the weights alone.  Weights are read as PyTorch's: a Linear layer's is [out, in].
 Writes what the main job writes (report.md first); the last line is the verdict: leaks,
 no evidence or cannot tell, with the reason.  Exit codes as experiments.reconstruct.
 """
 
 from experiments import starting
 
-if __name__ == "__main__":
-  starting("audit")  # before the imports below load JAX
+starting("audit")  # at a terminal, before the imports below load JAX
 
 from absl import flags  # noqa: E402
 

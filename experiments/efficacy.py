@@ -5,7 +5,6 @@ Each draw re-draws the training images and the victim (``victim.data_seed`` =
 variant runs on the same draws, so variants are compared pair by pair.
 
   python -m experiments.efficacy --workdir=/tmp/eff          # the finetune preset, 5 draws
-  python -m experiments.efficacy --variants=default,kkt --workdir=/tmp/eff_cone_vs_kkt
   python -m experiments.efficacy --config=experiments/configs/efficacy.py:finetune_kkt \
       --variants=default,sgd,pixels --workdir=/tmp/eff_levers
   python -m experiments.efficacy --config=experiments/configs/efficacy.py:leakage_map \

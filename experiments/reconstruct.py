@@ -1,13 +1,8 @@
 r"""Reconstruct training data from a trained classifier's parameters (the main job).
 
-With no flags (the finetune preset): trains (once, then cached) a 625-2048-1 ReLU
-victim, fine-tuned by 2,000 epochs of gradient descent from a seeded He
-initialisation theta_0 on 10 faces + 10 non-faces of the LFW subset bundled with
-scikit-image; the attacker knows theta_0 (a seed), reads the training images off
-the first layer's change theta* - theta_0 by linear programs (attack=cone, no
-search), and writes the report into --workdir.  The lfw preset is Haim et al.'s
-(2022) setting: a 625-256-256-1 victim from a small init, 16 restarts of their KKT
-attack on theta* alone.
+With no flags (finetune): a 625-2048-1 victim fine-tuned from a seeded theta_0 on 10 +
+10 LFW images (trained once, then cached); the images read off theta* - theta_0 by
+linear programs (attack=cone); the report in --workdir.  lfw: Haim et al.'s setting.
 
   python -m experiments.reconstruct --workdir=/tmp/recon
   python -m experiments.reconstruct --config=experiments/configs/reconstruct.py:digits \
@@ -25,8 +20,7 @@ diverged (the results are written); 130: interrupted (Ctrl-C).
 
 from experiments import starting
 
-if __name__ == "__main__":
-  starting("reconstruct")  # before the imports below load JAX
+starting("reconstruct")  # at a terminal, before the imports below load JAX
 
 import sys  # noqa: E402
 

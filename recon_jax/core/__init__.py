@@ -1,4 +1,5 @@
 """The small pieces everything stands on: activations and the surrogate ReLU
 (``activations``), losses and margins (``losses``), KKT diagnostics (``diagnostics``),
 argument checks (``arguments``), the rules a setting obeys (``rules``), multi-process
-sharding helpers (``distributed``) and a binary's Ctrl-C and SIGTERM (``signals``)."""
+sharding helpers (``distributed``), a binary's Ctrl-C and SIGTERM (``signals``) and a line
+at least every 25 s in every phase of a job (``progress``)."""

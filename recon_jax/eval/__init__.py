@@ -11,6 +11,9 @@
 * :mod:`recon_jax.eval.report`: the one evaluation every attack's candidates
   go through, as a JSON-able report dict (figures are drawn by
   :mod:`recon_jax.io.plots`).
+* :mod:`recon_jax.eval.membership`: every given image, training or held-out, scored by
+  one rule, and the membership test of that score (ROC AUC, TPR at low FPR, a
+  permutation p-value), as privacy audits report it.
 * :mod:`recon_jax.eval.scoring`: a run's candidates scored in one call (identifiability,
   the evaluation, the attacker's own scores), as a reconstruction job needs them.
 * :mod:`recon_jax.eval.points`: point clouds (the 2-D toy).

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
+from recon_jax.core import progress
 from recon_jax.eval import diagnostics, identifiability, identification, membership
 from recon_jax.eval import report as evaluation
 from recon_jax.types import Target
@@ -193,6 +194,7 @@ def score_run(
   restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged
   if run is None and labels is None:  # first-layer images carry no labels: the truth only
     restarts, restart_weights = cands[:0], weights[:0]
+  progress.phase("scoring identifiability")
   ident = identifiability_report(
     apply_fn, num_outputs, problem, target, ds, restarts, restart_weights, diverged, labels
   )
@@ -205,12 +207,14 @@ def score_run(
     len(ds.x_test),
   )
   t0 = time.time()
+  progress.phase("evaluating the candidates")
   ev = evaluation.evaluate_candidates_unchecked(
     cands, weights, final_loss, ds, ssim_threshold=ssim_threshold, seed=seed
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")
   t0 = time.time()
+  progress.phase("the membership test")
   member = membership_report(cands, final_loss, ds, seed)
   timing["membership_s"] = time.time() - t0
   convergence = None if run is None else _convergence(run, ev["per_restart"], target)
@@ -228,6 +232,7 @@ def score_run(
       stability_candidates,
     )
     t0 = time.time()
+    progress.phase("the attacker's own scores")
     ident_report = identification.identification_report(
       attack,
       run,

@@ -39,6 +39,39 @@ class Audit:
   input_layout: str = "nchw"  # how it flattened conv features (PyTorch: nchw)
 
 
+# What --help says of each of the audit's own settings.
+HELP = {
+  "model": "the model: a PyTorch state dict (.pt/.pth) or safetensors file, weights [out, in]",
+  "train": "its training images: an ImageFolder folder, an .npz (x, y) or MNIST/CIFAR files",
+  "heldout": "held-out images of the same distribution (same formats)",
+  "theta0": "theta_0, the weights its training started from (a published checkpoint, or its "
+  "seed's initialisation), same format ('' unknown); not job.init, where the search's "
+  "candidates start",
+  "init": "the former name of theta0 (still read)",
+  "data_mean": ".npy per-pixel mean the model was trained with ('' none)",
+  "image_size": "HxW: resize the images to this ('' as they are)",
+  "loss": "how it was trained: logistic (one output) | ce (one output per class)",
+  "input_layout": "how it flattened conv features (PyTorch: nchw)",
+}
+# Not listed by the audit's --help: theta0's former name, and the main job's settings the
+# audit sets from its own (the files, how a model is read, theta_0) or that do not apply to
+# an imported model (victim.*: how the main job trains its victim).
+NOT_LISTED = (
+  "init",
+  "job.victim.",
+  "job.foreign.",
+  "job.checkpoint",
+  "job.train_data",
+  "job.heldout_data",
+  "job.init_checkpoint",
+  "job.known_init",
+  "job.image_size",
+  "job.data_dir",
+  "job.allow_data_mismatch",
+  "job.use_cache",
+)
+
+
 def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
   """The main job's settings for ``audit`` (``base``: other settings, e.g. the restarts).
   Without ``train`` a blind attack: ``BLIND_CANDIDATES`` candidates unless ``base.m`` says.

@@ -22,10 +22,11 @@ import numpy as np
 
 from recon_jax import attacks, data
 from recon_jax.attacks import search, span
+from recon_jax.core import progress
 from recon_jax.engine import loop, precision
 from recon_jax.eval import report as evaluation
 from recon_jax.eval import scoring, verdict
-from recon_jax.job import planning
+from recon_jax.job import estimate, planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
@@ -180,7 +181,7 @@ def reconstruct(
 def run(plan: Plan, state_file: Optional[loop.StateFile] = None, verbose: bool = True):
   """:func:`reconstruct` of a job resolved already, in the precision its caller set
   (:func:`recon_jax.engine.precision.scoped` of the plan's ``x64`` and ``matmul_precision``)."""
-  with progress_shown(verbose):
+  with progress_shown(verbose), progress.watch():
     return _reconstruct(plan, state_file)
 
 
@@ -200,6 +201,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     "assumes_stationary": spec.assumes_stationary(opts),
   }
   head["dataset"] = head["assumed"]["dataset"]
+  progress.phase("loading the victim (or training it, the first time)")
   ds, vic, labels, victim_s = load_victim(plan)
   target = job_target(plan, vic, ds, labels)
   setup = plan.setup._replace(  # what the run knows now: the victim and the target
@@ -218,9 +220,27 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       seen["span"]["input_dim"],
       seen["n_train"],
     )
+  guess = estimate.estimate(
+    vic.params,
+    n=len(ds.x_train),
+    heldout=len(ds.x_test),
+    pixels=int(np.prod(ds.x_train.shape[1:])),
+    restarts=cfg.num_restarts,
+    steps=sum(steps for steps, _ in plan.stages),
+    m=len(labels),
+    searched=searched,
+    attack=cfg.attack,
+    span_dim=(seen.get("span") or {}).get("dim") if cfg.subspace else None,
+  )
+  logging.info("%s", estimate.say(guess))
+  t_guess = time.time()
+  progress.phase(
+    f"attack={cfg.attack}: "
+    + ("the search (its first chunk compiles)" if searched else "reading the candidates")
+  )
   found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
-  timing = {"victim_s": victim_s, **(found.timing or {})}
+  timing = {"victim_s": victim_s, "estimate_s": guess["total_s"], **(found.timing or {})}
   if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
     seen.update(found.notes)
   head.update(
@@ -238,6 +258,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   n, result = len(ds.x_train), None
   if n == 0:  # a blind attack: the candidates and the attacker's own view of them
     timing["total_s"] = time.time() - t_start
+    timing["since_estimate_s"] = time.time() - t_guess
     metrics = {
       **head,
       "dataset": ds.name,
@@ -273,6 +294,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     timing.update(scores.timing)
     # the job's total, as before the attacker's own scores: those are timed apart
     timing["total_s"] = time.time() - t_start - timing.get("identification_s", 0.0)
+    timing["since_estimate_s"] = time.time() - t_guess  # what the estimate is of
     metrics = {
       **head,
       "n_train": n,

@@ -125,7 +125,13 @@ def report(m: Mapping, folder: str = "") -> str:
       f"{regime.get('n_train')} images | the directions of the first layer's {what}: about n "
       "means it holds the training images' coordinates |"
     )
-  lines.append(f"| time | {_num(t.get('total_s'), '.0f')} s | victim, attack, scoring |")
+  guess = (
+    f"; {_num(t.get('since_estimate_s'), '.0f')} s for the attack and the scoring, estimated "
+    f"{_num(t.get('estimate_s'), '.0f')} s before the attack started"
+    if t.get("estimate_s") is not None
+    else ""
+  )
+  lines.append(f"| time | {_num(t.get('total_s'), '.0f')} s | victim, attack, scoring{guess} |")
   lines += ["", "## Figures", ""]
   for name, what in FIGURES:
     if not folder or os.path.isfile(os.path.join(folder, name)):

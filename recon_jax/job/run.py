@@ -7,7 +7,7 @@ produces the same folder.
 
 from __future__ import annotations
 
-from recon_jax.core import distributed
+from recon_jax.core import distributed, progress
 from recon_jax.engine import precision
 from recon_jax.errors import RunFailed
 from recon_jax.eval import verdict
@@ -92,7 +92,9 @@ def main_job(
   distributed.maybe_initialize(settings.distributed)  # before any other JAX call
   precision.set_precision(settings.x64, settings.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
-  plan = planning.prepare(settings, requested, explicit)
+  with pipeline.progress_shown(), progress.watch():
+    progress.phase("checking the settings and reading the files")
+    plan = planning.prepare(settings, requested, explicit)
   path = workdir.open_run(
     plan.config, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
   )

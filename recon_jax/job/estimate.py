@@ -1,0 +1,146 @@
+"""How long a job's attack and scoring will take, said before the attack starts.
+
+The estimate counts the work and divides it by this machine's speed, measured when the
+estimate is made (a float32 matrix product, a fraction of a second, so a machine shared
+with other jobs is measured as it is now):
+
+* the KKT search: R restarts x S steps x m candidates x the step's FLOPs per candidate
+  (``10 d h1 + 14 sum(fan_in fan_out)`` of the later layers, benchmarks/README.md's count,
+  with d the span's dimension where candidates live in the first layer's span), at
+  :data:`SEARCH_EFFICIENCY` of the measured rate, plus the compilation of its chunk;
+* the cone's linear programs: :data:`CONE_S` seconds for its reference model (n = 20,
+  2,048 units; 41-44 s measured on 625 and on 64 inputs alike) scaled by n x units;
+* the scoring: the identifiability fit, the evaluation and the membership test, from the
+  number of SSIM comparisons they make and their compilation.
+
+Its constants were measured on a 2-core CPU (docs: the README's "How long"); the aim is a
+figure within a factor of two, not a benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import jax
+import numpy as np
+
+SEARCH_EFFICIENCY = 0.5  # the KKT step's share of the matmul rate (measured 0.4-0.9)
+COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
+CONE_S = 40.0  # the cone's programs on its reference model (n 20, 2048 units)
+SSIM_PIXEL_S = 2.5e-7  # one SSIM comparison, per pixel, at REFERENCE_FLOPS
+SCORING_FIXED_S = 8.0  # compiling and running the scoring's fixed parts at REFERENCE_FLOPS
+REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
+
+
+def machine_flops(size: int = 384, repeats: int = 7) -> float:
+  """This machine's float32 matrix-product rate now, through XLA as the attack runs
+  (FLOP/s, the median of ``repeats``: a machine shared with other jobs is slower than its
+  best moment)."""
+  import jax.numpy as jnp
+
+  a = jnp.ones((size, size), jnp.float32)
+  b = jnp.full((size, size), 1.0 / size, jnp.float32)
+  product = jax.jit(lambda a, b: (a @ b) @ b)
+  product(a, b).block_until_ready()  # compiled once (milliseconds)
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    product(a, b).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return 4.0 * size**3 / max(float(np.median(times)), 1e-9)
+
+
+def layers(params) -> list:
+  """``(fan_in, fan_out, positions)`` of each weight of ``params`` (dense [in, out]: one
+  position; a convolution [kh, kw, cin, cout]: kh kw cin inputs per output position, the
+  positions unknown here and taken as 1 x the caller's input pixels)."""
+  out = []
+  for leaf in jax.tree_util.tree_leaves(params):
+    shape = np.shape(leaf)
+    if len(shape) == 2:
+      out.append((int(shape[0]), int(shape[1]), 1))
+    elif len(shape) == 4:
+      out.append((int(shape[0] * shape[1] * shape[2]), int(shape[3]), -1))
+  return out
+
+
+def search_flops(dims: list, m: int, span_dim: Optional[int], pixels: int) -> float:
+  """FLOPs of one restart-step of the KKT search with ``m`` candidates (see the module)."""
+  if not dims:
+    return 0.0
+  total = 0.0
+  for i, (fan_in, fan_out, positions) in enumerate(dims):
+    where = pixels if positions < 0 else 1
+    if i == 0:
+      fan_in = span_dim if (span_dim and positions > 0) else fan_in
+      total += 10.0 * fan_in * fan_out * where
+    else:
+      total += 14.0 * fan_in * fan_out * where
+  return m * total
+
+
+def estimate(
+  params,
+  *,
+  n: int,
+  heldout: int,
+  pixels: int,
+  restarts: int,
+  steps: int,
+  m: int,
+  searched: bool,
+  attack: str,
+  span_dim: Optional[int] = None,
+  flops: Optional[float] = None,
+) -> dict:
+  """Seconds the attack and the scoring of a job will take (``{"attack_s", "scoring_s",
+  "total_s", "gflop", "gflops"}``): ``params`` the victim's (theta*), ``n`` training and
+  ``heldout`` held-out images of ``pixels`` inputs each; the search's ``restarts``,
+  ``steps`` and ``m`` candidates (``searched``; else ``attack`` reads its candidates, e.g.
+  the cone); ``span_dim``: the span's dimension where the candidates live in it;
+  ``flops``: the machine's rate (:func:`machine_flops` when None)."""
+  rate = machine_flops() if flops is None else float(flops)
+  slow = REFERENCE_FLOPS / max(rate, 1e-9)  # > 1: slower than the reference machine now
+  dims = layers(params)
+  if searched:
+    work = restarts * steps * search_flops(dims, m, span_dim, pixels)
+    attack_s = work / (SEARCH_EFFICIENCY * rate) + COMPILE_S * max(len(dims), 1) * slow
+  else:
+    work = 0.0
+    units = dims[0][1] if dims else 1
+    size = n * units / (20 * 2048)  # its programs grow with the units and facets, not pixels
+    attack_s = (CONE_S * size if attack == "cone" else 2.0) * slow
+  sets = (restarts if searched else 1) + 1
+  h = min(int(heldout), 500)
+  comparisons = (n + h) ** 2 + sets * (n + h) + (sets + 4) * n * h
+  params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
+  ident_s = sets * params_n * n * 100.0 / rate
+  scoring_s = (SCORING_FIXED_S + comparisons * pixels * SSIM_PIXEL_S) * slow + ident_s
+  return {
+    "attack_s": float(attack_s),
+    "scoring_s": float(scoring_s),
+    "total_s": float(attack_s + scoring_s),
+    "gflop": float(work / 1e9),
+    "gflops": float(rate / 1e9),
+  }
+
+
+def say(e: dict) -> str:
+  """The estimate as the log line a person reads before the attack starts."""
+  return (
+    f"estimate: about {_duration(e['total_s'])} from here (the attack "
+    f"{_duration(e['attack_s'])}"
+    + (f", {e['gflop']:.0f} GFLOP" if e["gflop"] >= 1 else "")
+    + f"; scoring {_duration(e['scoring_s'])}), at {e['gflops']:.0f} GFLOP/s measured now; "
+    "a line at least every 30 s"
+  )
+
+
+def _duration(s: float) -> str:
+  s = max(float(s), 1.0)
+  if s < 90:
+    return f"{s:.0f} s"
+  if s < 5400:
+    return f"{s / 60:.0f} min"
+  return f"{s / 3600:.1f} h"

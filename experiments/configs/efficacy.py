@@ -10,7 +10,7 @@ the others the levers of Haim et al.'s.  Add your own by copying this file.
 import ml_collections
 
 from experiments.configs import reconstruct
-from recon_jax.studies.leakage_map import BASE, map_config
+from recon_jax.studies.leakage_map import BASE, RECIPES, map_config
 
 HELP = {f"base.{k}": v for k, v in reconstruct.HELP.items()}  # --help's text of each setting
 
@@ -118,22 +118,6 @@ MAP = (
   ("theta_0 known", (("yes", BASE), ("no", FINETUNE_VARIANTS["unknown_init"]))),
 )  # fmt: skip
 
-# The recipes a model owner uses, each changed alone from the finetune preset (the cone on a
-# 625-2048-1 model fine-tuned 2000 epochs by full-batch GD from a published He theta_0, 10 + 10
-# faces): how it was optimised, weight decay, the loss, a pretrained theta_0, n.  Depth has no
-# row: the cone reads one hidden layer and refuses deeper models (finetune_kkt reads them).
-CONE_MAP = (
-  ("optimizer", (("GD", BASE), ("SGD, batch 5", _victim(batch_size=5)),
-                 ("momentum 0.9", _victim(momentum=0.9)),
-                 ("Adam 1e-3", _victim(optimizer="adam", lr=1e-3)))),
-  ("weight decay", (("0", BASE), ("1e-3", _victim(weight_decay=1e-3)),
-                    ("1e-2", _victim(weight_decay=1e-2)))),
-  ("training loss", (("logistic", BASE), ("squared error", _victim(loss="mse")))),
-  ("theta_0", (("random (seed)", BASE), ("pretrained", _victim(pretrain_epochs=2000)))),
-  ("images per class", (("10", BASE), ("25", _victim(n_per_class=25)),
-                        ("50", _victim(n_per_class=50, n_part_per_class=10)))),
-)  # fmt: skip
-
 # The quick map for tests and CI: a 64-256-1 digits victim fine-tuned 300 epochs (3 + 3
 # images), 2 restarts x 240 steps; one row.
 QUICK_MAP = MAP[-1:]
@@ -148,7 +132,7 @@ def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   if preset == "leakage_map_cone":
     c.base = reconstruct.get_config("finetune")
-    variants, spec = map_config(CONE_MAP)
+    variants, spec = map_config(RECIPES)
     c.variants = ml_collections.ConfigDict(variants)
     c.map = spec
   elif preset in ("leakage_map", "leakage_map_quick"):

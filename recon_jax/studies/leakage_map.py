@@ -22,6 +22,28 @@ from recon_jax.io import workdir
 BASE = "base"  # a map cell that is the base config itself (the variant ``default``)
 
 
+def _victim(**recipe) -> dict:
+  return {"victim": recipe}
+
+
+# The recipes a model owner uses (the ``leakage_map_cone`` preset), each changed alone from the
+# finetune preset (the cone on a 625-2048-1 model fine-tuned 2000 epochs by full-batch GD from a
+# published He theta_0, 10 + 10 faces): how it was optimised, weight decay, the loss, a
+# pretrained theta_0, n.  Depth has no row: the cone reads one hidden layer and refuses deeper
+# models (finetune_kkt reads them).
+RECIPES = (
+  ("optimizer", (("GD", BASE), ("SGD, batch 5", _victim(batch_size=5)),
+                 ("momentum 0.9", _victim(momentum=0.9)),
+                 ("Adam 1e-3", _victim(optimizer="adam", lr=1e-3)))),
+  ("weight decay", (("0", BASE), ("1e-3", _victim(weight_decay=1e-3)),
+                    ("1e-2", _victim(weight_decay=1e-2)))),
+  ("training loss", (("logistic", BASE), ("squared error", _victim(loss="mse")))),
+  ("theta_0", (("random (seed)", BASE), ("pretrained", _victim(pretrain_epochs=2000)))),
+  ("images per class", (("10", BASE), ("25", _victim(n_per_class=25)),
+                        ("50", _victim(n_per_class=50, n_part_per_class=10)))),
+)  # fmt: skip
+
+
 def _cell_name(axis: str, label: str) -> str:
   keep = lambda t: "".join(ch if ch.isalnum() or ch == "-" else "_" for ch in t.lower())
   return f"{keep(axis)}={keep(label)}".replace("__", "_")

@@ -16,7 +16,7 @@ from safetensors.numpy import save_file
 from experiments import audit as binary
 from experiments.configs import audit as configs
 from recon_jax.data import load_dataset
-from recon_jax.errors import ConfigError
+from recon_jax.errors import ConfigError, Error
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -170,6 +170,18 @@ def test_held_out_copies_of_training_images_are_refused_before_any_work(files, t
   with pytest.raises(ConfigError, match="2 of its 42 images are copies of training images"):
     _audit(files, tmp_path, "copies", model=str(files / "model.safetensors"), heldout=str(held))
   assert not (tmp_path / "copies").exists()
+
+
+def test_weights_written_in_out_are_refused_saying_the_orientation(files, tmp_path):
+  from safetensors.numpy import load_file
+
+  flipped = {
+    k: np.ascontiguousarray(v.T) for k, v in load_file(files / "model.safetensors").items()
+  }
+  save_file(flipped, str(tmp_path / "flipped.safetensors"))
+  with pytest.raises(Error, match=r"read as PyTorch.s \[out, in\]"):
+    _audit(files, tmp_path, "flipped", model=str(tmp_path / "flipped.safetensors"))
+  assert not (tmp_path / "flipped").exists()
 
 
 def test_a_training_set_of_odd_size_is_audited(files, tmp_path):

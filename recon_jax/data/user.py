@@ -487,9 +487,17 @@ def user_dataset(
   ):
     where = f"image_size={hw[0]}x{hw[1]}" if size else f"{first}: {hw[0]}x{hw[1]} pixels"
     takes = f"{width} channels" if kind == "conv" else f"{width} inputs"
+    # A dense weight is read [out, in] as PyTorch stores it; one written [in, out] shows here.
+    order = (
+      " (its weight is read as PyTorch's [out, in]: a file written [in, out] gives its "
+      "output width as the inputs)"
+      if kind == "dense"
+      else ""
+    )
     raise DataError(
-      f"{where}: the model's first layer takes {takes}, which neither grey (1 channel) nor "
-      f"RGB (3) images of {hw[0]}x{hw[1]} give; give image_size=HxW of the model's input.",
+      f"{where}: the model's first layer takes {takes}{order}, which neither grey (1 "
+      f"channel) nor RGB (3) images of {hw[0]}x{hw[1]} give; give image_size=HxW of the "
+      "model's input.",
       "image_size" if size else None,
     )
   read_size = Size(hw, bool(size), "image_size" if size else first) if hw else None

@@ -201,7 +201,16 @@ def test_a_training_set_of_odd_size_is_audited(files, tmp_path):
 def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path):
   m = _audit(files, tmp_path, "random", model=str(files / "random.safetensors"))
   assert m["verdict"] in ("no_evidence", "cannot_tell") and m["reasons"]
-  assert m["recovered_strict"] <= max(1, m["baseline_heldout_recovered_strict"])
+  k, held = m["recovered_strict"], m["baseline_heldout_recovered_strict"]
+  assert k <= max(1, held)
+  report = (tmp_path / "random" / "report.md").read_text()
+  said = m["verdict"].replace("_", " ")
+  assert f"**{said}**" in report and m["verdict_line"].startswith(said)
+  assert f"| {k} of 6 |" in report and f"| held-out baseline | {held} |" in report
+  assert f"({k} vs {max(held, m['baseline_mean_image_recovered_strict'])})" in report
+  assert "None" not in report and "pooled over 2 restarts" in report
+  mem = m["membership"]
+  assert f"| membership ROC AUC | {mem['auc']:.3f} |" in report
 
 
 def test_a_small_cnn_is_audited_and_warned_about(files, tmp_path):
@@ -224,4 +233,6 @@ def test_without_training_images_a_blind_attack_says_it_cannot_tell(files, tmp_p
   m = _audit(files, tmp_path, "blind", model=str(files / "model.safetensors"), init="", train="")
   assert m["blind"] and m["verdict"] == "cannot_tell" and m["recovered_strict"] is None
   assert "blind" in m["verdict_line"]
+  report = (tmp_path / "blind" / "report.md").read_text()
+  assert "None" not in report and "of 0" not in report and "SSIM >= –" not in report
   assert (tmp_path / "blind" / "candidates.png").stat().st_size > 0

@@ -275,17 +275,14 @@ class _Progress:
     self.what, self.total, self.t0 = what, int(total), time.monotonic()
     self.last = self.t0
 
-  def tick(self, done: int, found: int) -> None:
+  def tick(self, done: int, found: Optional[int] = None) -> None:
+    """``done`` of the loop's ``total`` steps, and the facets ``found`` so far (if a search)."""
     now = time.monotonic()
     if now - self.last >= PROGRESS_S:
       self.last = now
+      facets = "" if found is None else f", {found} facets found"
       logging.info(
-        "cone: %s: %d facets after %d of at most %d starts (%.0fs)",
-        self.what,
-        found,
-        done,
-        self.total,
-        now - self.t0,
+        "cone: %s: %d of at most %d%s (%.0fs)", self.what, done, self.total, facets, now - self.t0
       )
 
 
@@ -340,7 +337,7 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
   complement = np.linalg.svd(generators)[2][len(generators) :].T
   normals, coefs = list(normals), list(coefs)
   projected = rows @ complement
-  progress = _Progress("the missed facets", starts)
+  progress = _Progress("starts in the missed facets' space", starts)
   for i in range(int(starts) if complement.shape[1] else 0):
     if len(normals) >= limit:
       break
@@ -415,9 +412,14 @@ def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, sta
   rng = np.random.default_rng(seed)
   # One facet per image, in the k + 1 dimensions of the span and the bias.
   limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
-  read_all = lambda normals, coefs: [  # noqa: E731
-    decode(normals, coefs, q, layers, 4.0 * scale) for q in range(len(normals))
-  ]
+
+  def read_all(normals, coefs):
+    progress, out = _Progress("images decoded", len(normals)), []
+    for q in range(len(normals)):
+      out.append(decode(normals, coefs, q, layers, 4.0 * scale))
+      progress.tick(q + 1)
+    return out
+
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
   out = read_all(normals, coefs)
   if out and len(out) < limit:

@@ -119,3 +119,26 @@ def test_the_band_of_equal_fits_comes_from_the_residuals():
   assert identifiability.verdict(0.9995, None, 1e-3) == identifiability.EQUAL_FIT
   assert identifiability.verdict(0.99, None, 1e-3) == identifiability.PREFERS_OTHER
   assert identifiability.verdict(1.01, None, 1e-3) == identifiability.TRUTH_FITS_BEST
+
+
+def test_a_direct_attack_that_cannot_read_the_model_says_why_in_the_verdict_and_warnings():
+  """The cone's gate (an Adam model's change spans more directions than images): the reason
+  is the verdict's and a warning, not a count of 0 to read as 'safe'."""
+  why = "the first layer's change theta* - theta_0 spans 164 of 625 input directions"
+  m = _metrics(0, ratio=1.0)
+  m.update(attack="cone", m=0, identifiability={}, per_restart=[])
+  m["regime"]["cone"] = {"cannot": why, "span_dim": 164, "under_noise_floor": 0}
+  v = verdict.decide(m)
+  assert v["verdict"] == "no_evidence" and "this attack cannot test this model: " + why in v["line"]
+  assert f"attack=cone did not run: {why}" in verdict.run_warnings(m, 2, searched=False)
+
+
+def test_few_candidates_of_a_direct_attack_name_the_images_under_the_noise_floor():
+  m = _metrics(0, ratio=1.0)
+  m.update(attack="cone", m=6, n_train=100)
+  m["regime"]["cone"] = {"cannot": None, "span_dim": 88, "under_noise_floor": 12}
+  (w,) = [w for w in verdict.run_warnings(m, 2, searched=False) if "candidates for" in w]
+  assert w.startswith("attack=cone read 6 candidates for 100 training images")
+  assert "keeps 88 directions above its rounding noise, so 12 images have no facet" in w
+  m["m"] = 60  # more than half: no warning
+  assert not [w for w in verdict.run_warnings(m, 2, searched=False) if "candidates for" in w]

@@ -113,10 +113,19 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
   if gate:
     out.append(f"attack={metrics.get('attack')} did not run: {gate}")
   elif not searched and 2 * m < n:
+    cone = (metrics.get("regime") or {}).get("cone") or {}
+    under = cone.get("under_noise_floor")
+    floor = (
+      f"; the change keeps {cone.get('span_dim')} directions above its rounding noise, so "
+      f"{under} images have no facet to find"
+      if under
+      else ""
+    )
     out.append(
       f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
-      "the training set cannot be among them (attack=cone finds few facets at large n, where "
-      "attack=kkt with known_init and subspace reaches more; docs/leakage.md)"
+      f"the training set cannot be among them (attack=cone finds few facets at large n{floor}; "
+      "attack=kkt with known_init and subspace, the finetune_kkt preset, reaches more; "
+      "docs/leakage.md)"
     )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > FAR_FROM_ASSUMPTION:

@@ -1,5 +1,6 @@
 """The small pieces everything stands on: activations and the surrogate ReLU
 (``activations``), losses and margins (``losses``), KKT diagnostics (``diagnostics``),
 argument checks (``arguments``), the rules a setting obeys (``rules``), multi-process
-sharding helpers (``distributed``), a binary's Ctrl-C and SIGTERM (``signals``) and a line
-at least every 25 s in every phase of a job (``progress``)."""
+sharding helpers (``distributed``), a binary's Ctrl-C and SIGTERM (``signals``), a line
+at least every 25 s in every phase of a job (``progress``) and the host's fits, SVDs and
+linear programs, safe on empty and degenerate inputs (``numerics``)."""

@@ -23,9 +23,9 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
-import scipy.optimize
 from threadpoolctl import threadpool_limits
 
+from recon_jax.core import numerics
 from recon_jax.core.losses import margins
 
 
@@ -106,18 +106,24 @@ def stationarity_fit(
   theta = np.asarray(jax.flatten_util.ravel_pytree(reference)[0], np.float64)
   k = len(x)
   if rows is None:
-    rows = cols(jnp.asarray(x), jnp.asarray(labels))
-  v = np.asarray(rows, np.float64).T  # [P, k*C]
-  r, rhs = _triangle(v, theta)
+    rows = cols(jnp.asarray(x), jnp.asarray(labels)) if k else np.zeros((0, theta.size))
+  v = np.asarray(rows, np.float64).reshape(-1, theta.size).T  # [P, k*C]
+  if not (np.all(np.isfinite(v)) and np.all(np.isfinite(theta))):
+    # a candidate the network cannot take (NaN pixels): no fit, reported as not scored
+    v = np.full_like(v, np.nan)
+    r, rhs = np.full((v.shape[1], v.shape[1]), np.nan), np.full(v.shape[1], np.nan)
+  else:
+    r, rhs = _triangle(v, theta)
 
-  def solve(cols_kept):
+  def solve(cols_kept):  # no candidate (an attack that found none) explains nothing: 0
     if problem == "general":
-      return np.linalg.lstsq(r[:, cols_kept], rhs, rcond=None)[0]
-    return scipy.optimize.nnls(r[:, cols_kept], rhs, maxiter=50 * v.shape[1])[0]
+      return numerics.lstsq(r[:, cols_kept], rhs)
+    return numerics.nnls(r[:, cols_kept], rhs, maxiter=50 * v.shape[1])[0]
 
   every = np.arange(v.shape[1])
   sol = solve(every)
-  resid = float(np.sum((theta - v @ sol) ** 2) / np.sum(theta**2))
+  scale = float(np.sum(theta**2))
+  resid = float(np.sum((theta - v @ sol) ** 2) / scale) if scale > 0 else 0.0
   lam = sol.reshape(k, -1) if problem == "general" else sol
   out = {"residual_rel": resid, "lam": lam, "n_active": int(np.sum(np.abs(sol) > 0))}
   if leave_one_out:
@@ -130,7 +136,7 @@ def stationarity_fit(
       kept = every[sample != i]
       fit = r[:, kept] @ solve(kept) if kept.size else 0.0
       gain.append(max(0.0, float(np.sum((rhs - fit) ** 2) - base)))
-    out["leave_one_out_gain"] = np.asarray(gain) / np.sum(theta**2)
+    out["leave_one_out_gain"] = np.asarray(gain) / max(scale, 1e-300)
   return out
 
 

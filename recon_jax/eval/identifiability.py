@@ -27,10 +27,9 @@ import jax
 import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
-import scipy.optimize
 import scipy.sparse
 
-from recon_jax.core import arguments, losses
+from recon_jax.core import arguments, losses, numerics
 from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics
 
@@ -126,7 +125,7 @@ def _farthest_in_box(flat, k_range, m_null, box, rng):
     [np.maximum(hi - flat, 0).reshape(-1), np.maximum(flat - lo, 0).reshape(-1)]
   )
   direction = t_of_b.T @ rng.normal(size=n * d)
-  res = scipy.optimize.linprog(
+  res = numerics.linprog(
     -direction,
     A_ub=a_ub,
     b_ub=b_ub,
@@ -143,8 +142,8 @@ def _farthest_in_box(flat, k_range, m_null, box, rng):
 
 def _svd_rank(a, rel_tol: float):
   """``(rank, U)``: the numerical rank of ``a`` and its full left singular vectors."""
-  u, sv, _ = np.linalg.svd(np.asarray(a, np.float64), full_matrices=True)
-  return (int(np.sum(sv > rel_tol * sv[0])) if sv.size and sv[0] > 0 else 0), u
+  u, sv, _ = numerics.svd(a, full_matrices=True)
+  return numerics.rank(sv, rel_tol), u
 
 
 @diagnostics.one_blas_thread
@@ -272,7 +271,7 @@ def _check_arguments(
   )
   r, m = c.shape[:2]
   arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False, nonempty=False)
-  lab = arguments.array("labels", labels, ndim=1, shape=(m,) if r else None)
+  lab = arguments.array("labels", labels, ndim=1, shape=(m,) if r else None, nonempty=bool(m))
   if diverged is not None:
     arguments.array("diverged", diverged, ndim=1, shape=(r,))
   try:
@@ -368,7 +367,8 @@ def identifiability_unchecked(
       continue
     idx = top_n(weights[i], k)
     fit = diagnostics.stationarity_fit(cols, problem, reference, cands[i, idx], labels[idx])
-    per_restart.append(fit["residual_rel"])
+    # not scored (None) where the candidates gave no finite fit
+    per_restart.append(fit["residual_rel"] if np.isfinite(fit["residual_rel"]) else None)
     if time.time() - shown > PROGRESS_S:  # a line at least every PROGRESS_S seconds
       shown = time.time()
       left = (shown - t0) / (i + 1) * (r - i - 1)

@@ -55,9 +55,13 @@ def evaluate_candidates(
     ``_result`` (not serialisable; pop it before writing JSON).
   """
   img = tuple(np.shape(ds.x_train)[1:])
-  cands = arguments.array("cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False)
+  cands = arguments.array(  # no candidate (an attack that found none) recovers nothing
+    "cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False, nonempty=False
+  )
   r, m = cands.shape[:2]
-  arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False)
+  if r == 0:
+    raise ConfigError(f"cands holds no restart (shape {cands.shape}).", "cands")
+  arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False, nonempty=False)
   arguments.array("final_loss", final_loss, shape=(r,), ndim=1, finite=False)
   if ssim_threshold is not None:
     arguments.number("ssim_threshold", ssim_threshold, 0, 1)
@@ -92,7 +96,8 @@ def evaluate_candidates_unchecked(
   pooled = pixel_space(cands[ok].reshape(-1, *img_shape), ds)
   kw = dict(ssim_threshold=thr, filter_size=filter_size)
   if len(pooled) == 0:
-    # Every restart diverged: nothing to score, and nothing is recovered.
+    # Every restart diverged, or the attack found no candidate (a cone without a facet):
+    # nothing to score, and nothing is recovered.
     res = None
     out = {
       "attack": {
@@ -105,7 +110,7 @@ def evaluate_candidates_unchecked(
         "mean_ssim_top10": None,
         "mean_ssim_top45": None,
         "ssim_threshold": thr,
-        "all_restarts_diverged": True,
+        "all_restarts_diverged": not ok.any(),
       },
       "per_sample": {},
     }
@@ -113,6 +118,18 @@ def evaluate_candidates_unchecked(
   for i in range(r):  # each restart on its own: the attacker's view, and the pooled count
     if not ok[i]:
       per.append({"restart": i, "diverged": True, "final_loss": None})
+      continue
+    if m == 0:  # a restart without candidates recovers nothing
+      per.append(
+        {
+          "restart": i,
+          "diverged": False,
+          "final_loss": float(final_loss[i]),
+          "mean_ssim": None,
+          "recovered_strict": 0,
+          "n_ssim_gt_0.4": 0,
+        }
+      )
       continue
     ri = images.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
     own.append(ri)

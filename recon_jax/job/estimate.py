@@ -25,11 +25,13 @@ from typing import Optional
 import jax
 import numpy as np
 
-SEARCH_EFFICIENCY = 0.5  # the KKT step's share of the matmul rate (measured 0.4-0.9)
+SEARCH_EFFICIENCY = 0.45  # the KKT step's share of the matmul rate (measured 0.4-0.9)
 COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
-CONE_S = 40.0  # the cone's programs on its reference model (n 20, 2048 units)
-SSIM_PIXEL_S = 2.5e-7  # one SSIM comparison, per pixel, at REFERENCE_FLOPS
-SCORING_FIXED_S = 8.0  # compiling and running the scoring's fixed parts at REFERENCE_FLOPS
+CONE_S = 50.0  # the cone's programs on its reference model (n 20, 2048 units): 28-113 s
+SSIM_PIXEL_S = 3.5e-7  # one SSIM comparison, per pixel, at REFERENCE_FLOPS
+SCORING_FIXED_S = 12.0  # compiling and running the scoring's fixed parts at REFERENCE_FLOPS
+RESTART_EVAL_S = 0.4  # evaluating one restart's candidates on its own, at REFERENCE_FLOPS
+IDENTIFY_S = 10.0  # the attacker's own scores of a search's candidates, at REFERENCE_FLOPS
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
 
 
@@ -92,6 +94,7 @@ def estimate(
   searched: bool,
   attack: str,
   span_dim: Optional[int] = None,
+  identify: bool = False,
   flops: Optional[float] = None,
 ) -> dict:
   """Seconds the attack and the scoring of a job will take (``{"attack_s", "scoring_s",
@@ -99,7 +102,7 @@ def estimate(
   ``heldout`` held-out images of ``pixels`` inputs each; the search's ``restarts``,
   ``steps`` and ``m`` candidates (``searched``; else ``attack`` reads its candidates, e.g.
   the cone); ``span_dim``: the span's dimension where the candidates live in it;
-  ``flops``: the machine's rate (:func:`machine_flops` when None)."""
+  ``identify``: the attacker's own scores follow a search; ``flops``: the machine's rate (:func:`machine_flops` when None)."""
   rate = machine_flops() if flops is None else float(flops)
   slow = REFERENCE_FLOPS / max(rate, 1e-9)  # > 1: slower than the reference machine now
   dims = layers(params)
@@ -116,7 +119,8 @@ def estimate(
   comparisons = (n + h) ** 2 + sets * (n + h) + (sets + 4) * n * h
   params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
   ident_s = sets * params_n * n * 100.0 / rate
-  scoring_s = (SCORING_FIXED_S + comparisons * pixels * SSIM_PIXEL_S) * slow + ident_s
+  fixed = SCORING_FIXED_S + RESTART_EVAL_S * sets + (IDENTIFY_S if identify and searched else 0)
+  scoring_s = (fixed + comparisons * pixels * SSIM_PIXEL_S) * slow + ident_s
   return {
     "attack_s": float(attack_s),
     "scoring_s": float(scoring_s),

@@ -231,6 +231,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     searched=searched,
     attack=cfg.attack,
     span_dim=(seen.get("span") or {}).get("dim") if cfg.subspace else None,
+    identify=cfg.identify,
   )
   logging.info("%s", estimate.say(guess))
   t_guess = time.time()

@@ -26,9 +26,10 @@ from recon_jax.eval import diagnostics, identifiability
 from recon_jax.eval import report as evaluation
 from recon_jax.job import run as job_run
 from recon_jax.job.settings import JobConfig
-from recon_jax.victims import models
+from recon_jax.victims import loading, models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 SHAPES = [(5, 0), (0, 0), (0, 3)]
 
@@ -116,6 +117,7 @@ def test_no_candidate_explains_nothing_and_a_nan_one_is_not_scored(mlp):
 
 def test_a_run_without_candidates_is_evaluated_as_recovering_nothing():
   ds = load_dataset("digits", n_per_class=2, seed=0)
+  ds = ds._replace(x_test=ds.x_test[:20], y_test=ds.y_test[:20])  # a small held-out baseline
   cands = np.zeros((2, 0, *ds.x_train.shape[1:]), np.float32)
   out = evaluation.evaluate_candidates(cands, np.ones((2, 0)), np.zeros(2), ds)
   assert out["attack"]["recovered_strict"] == 0 and out["attack"]["n_candidates"] == 0
@@ -196,3 +198,43 @@ def test_every_attack_that_finds_no_candidate_is_scored_and_concluded(name, tmp_
   assert metrics["verdict"] == "no_evidence"
   assert all(r in (None, 1.0) for r in metrics["identifiability"]["per_restart_residual"])
   assert (tmp_path / "w" / "report.md").exists()
+
+
+def test_a_model_whose_outputs_overflow_float32_is_refused_before_any_work(tmp_path, capsys):
+  """Weights of about 1e20 (float32 holds them) give outputs of about 1e40 on the digits: the
+  run used to go through its whole search, then exit 2 'every restart diverged'."""
+  from safetensors.numpy import save_file
+
+  from experiments import reconstruct
+  from recon_jax import cli
+
+  rng = np.random.default_rng(0)
+  model = {
+    "fc1.weight": (rng.normal(size=(16, 64)) * 1e20).astype(np.float32),
+    "fc1.bias": np.zeros(16, np.float32),
+    "fc2.weight": (rng.normal(size=(1, 16)) * 1e20).astype(np.float32),
+    "fc2.bias": np.zeros(1, np.float32),
+  }
+  path = tmp_path / "huge.safetensors"
+  save_file(model, str(path))
+  cfg = configs.get_config("tiny")
+  cfg.checkpoint = str(path)
+  cfg.victim.widths = (16,)
+  work = tmp_path / "w"
+  capsys.readouterr()
+  with pytest.raises(SystemExit) as e:
+    cli.main_guard(lambda: reconstruct.job(cfg, str(work)), cfg)
+  err = capsys.readouterr().err.strip()
+  assert e.value.code == 1 and "\n" not in err, err
+  assert err.startswith(f"error: {path}: the model's outputs overflow float32 on ")
+  assert err.endswith("rescale them, or run in float64 (--config.x64=True)."), err
+  assert not work.exists()  # refused before the workdir was made
+  # In float64 the same outputs are finite: let through (the job set float32; the suite's
+  # fixture sets the precision back after the test).
+  jax.config.update("jax_enable_x64", True)
+  module = models.build_model("mlp", widths=(16,), init="normal", init_std=1.0)
+  params = {"params": {"layer_0": {"kernel": model["fc1.weight"].T, "bias": model["fc1.bias"]}}}
+  params["params"]["layer_1"] = {"kernel": model["fc2.weight"].T, "bias": model["fc2.bias"]}
+  ds = load_dataset("digits", n_per_class=3, seed=0)
+  flat = ds._replace(x_train=ds.x_train.reshape(6, -1), x_test=ds.x_test.reshape(-1, 64))
+  loading.check_outputs(models.make_apply_fn(module), params, flat, str(path))

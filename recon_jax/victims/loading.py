@@ -252,6 +252,10 @@ def read(
   )
   if init_path:
     init = read_init(init_path, stored.params)
+  apply_fn = victim.build(cfg, ds)[1]
+  check_outputs(apply_fn, stored.params, ds, stored.path)
+  if init_path:
+    check_outputs(apply_fn, init, ds, f"{init_path} (the initial parameters)")
   return Source(cfg, ds, stored.path, stored, init=init)
 
 
@@ -295,7 +299,45 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
       argument="victim.loss",
     )
   init = read_init(init_path, imp.params, input_shape=shape, **layout) if init_path else None
+  apply_fn = models.make_apply_fn(imp.module)
+  check_outputs(apply_fn, imp.params, ds, path)
+  if init is not None:
+    check_outputs(apply_fn, init, ds, f"{init_path} (the initial parameters)")
   return Source(cfg, ds, path, imported=imp, init=init)
+
+
+# The images a model's outputs are checked on (:func:`check_outputs`): the first of each split.
+OUTPUT_CHECK_IMAGES = 256
+
+
+def check_outputs(apply_fn, params, ds: data.Dataset, path: str) -> None:
+  """Refuses weights whose outputs are not finite in the run's precision on the images in
+  hand (the first :data:`OUTPUT_CHECK_IMAGES` training and held-out images; a zero image
+  when there are none): weights that large overflow every restart of an attack, which
+  would run to its end and then report that all diverged.
+
+  Raises:
+    CheckpointError naming ``path``.
+  """
+  dtype = float_dtype()
+  held = ds.x_test[:OUTPUT_CHECK_IMAGES] if len(ds.x_test) else ds.x_test
+  x = np.concatenate([np.asarray(ds.x_train[:OUTPUT_CHECK_IMAGES]), np.asarray(held)])
+  if not len(x):
+    x = np.zeros((1, *ds.x_train.shape[1:]))
+  p = jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
+  out = np.asarray(apply_fn(p, jnp.asarray(x, dtype)))
+  bad = ~np.all(np.isfinite(out.reshape(len(x), -1)), axis=1)
+  if not bad.any():
+    return
+  big = max(
+    float(np.max(np.abs(np.asarray(a)), initial=0)) for a in jax.tree_util.tree_leaves(params)
+  )
+  more = "" if dtype == jnp.float64 else "; rescale them, or run in float64 (x64=True)"
+  raise ckpt.CheckpointError(
+    f"{path}: the model's outputs overflow {np.dtype(dtype).name} on {int(bad.sum())} of "
+    f"{len(x)} images (weights up to {big:.3g} in magnitude): every restart of an attack "
+    f"would diverge{more}."
+  )
 
 
 def victim_of(src: Source, *, use_cache: bool = True) -> Victim:

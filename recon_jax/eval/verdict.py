@@ -365,6 +365,9 @@ def _best_restart_recovers(m: Mapping, base: int) -> bool:
 
 def _out(verdict: str, reasons: list, m: Mapping, tol: float, wrong_data=False) -> dict:
   k = m.get("recovered_strict")
+  mem = m.get("membership") or {}
+  if mem.get("auc") is not None and not any("AUC" in r for r in reasons):
+    reasons = [*reasons, f"membership: {membership_text(mem)}"]  # every verdict states it
   return {
     "verdict": verdict,
     "reasons": reasons,

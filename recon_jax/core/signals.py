@@ -36,6 +36,7 @@ from typing import Callable, Optional
 # main thread answers at once unless it is inside one long C call.
 GRACE_S = 3.0
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+EXIT_HANDLERS_S = 2.0  # the longest the exit handlers (the workdir's lock) may take then
 
 
 class Terminated(KeyboardInterrupt):
@@ -79,7 +80,12 @@ def exit_now(code: int, line: str) -> None:
   try:
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
-    atexit._run_exitfuncs()
+    # the exit handlers, in a thread of their own: one that waits on what the main
+    # thread holds must not keep the process alive
+    handlers = threading.Thread(target=atexit._run_exitfuncs, daemon=True)
+    handlers.start()
+    handlers.join(EXIT_HANDLERS_S)
+    sys.stderr.flush()
   finally:
     os._exit(code)
 

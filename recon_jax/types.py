@@ -54,6 +54,8 @@ class Target(NamedTuple):
     span: None, or the :class:`Span` of an attack that searches coefficients
       (``params`` and ``reference`` are then in its coordinates; only such an
       attack's ``prepare`` makes one).
+    decay: the multiple of theta_0 training kept under coupled weight decay: the
+      reference is then ``theta* - decay theta_0`` (1: no weight decay, or no theta_0).
   """
 
   params: Params
@@ -62,6 +64,7 @@ class Target(NamedTuple):
   box_hi: jax.Array
   reference: Any = None
   span: Any = None
+  decay: float = 1.0
 
   @property
   def fit(self) -> Params:

@@ -2,6 +2,7 @@
 nonnegative combination of the labelled training images, and its facets give them back."""
 
 import dataclasses
+import types
 
 import jax
 import numpy as np
@@ -11,7 +12,7 @@ from safetensors.numpy import save_file
 from experiments.configs.victim import PRESETS
 from recon_jax.attacks import cone, span
 from recon_jax.errors import ConfigError
-from recon_jax.victims import victim
+from recon_jax.victims import loading, victim
 
 # The finetune preset's recipe (one hidden ReLU layer with biases from He's initialisation,
 # full-batch GD) at digits' size: 4 + 4 images, 256 units, 400 epochs, a model that stays
@@ -92,7 +93,25 @@ def test_decay_factor_is_the_multiple_of_theta0_a_planted_change_leaves():
   change = images.T @ mix  # [d + 1, h], rank n
   for c in (0.6, 0.93, 1.0):
     star = (c * k0 + change[:d], c * b0 + change[d], None)
-    assert abs(cone.decay_factor(star, (k0, b0, None), n) - c) < 1e-6
+    assert abs(loading.decay_factor(star, (k0, b0, None), n) - c) < 1e-6
+
+
+def test_the_cone_reads_theta_star_and_theta0_back_from_a_decay_corrected_target():
+  """known_init_target keeps theta* - c theta_0 as the reference and the gradients' point
+  between theta_0 and theta*; the cone recovers both parameters from them exactly."""
+  rng = np.random.default_rng(1)
+  star = {"params": {"layer_0": {"kernel": rng.normal(size=(5, 7)), "bias": rng.normal(size=7)}}}
+  init = jax.tree_util.tree_map(lambda a: a + rng.normal(size=a.shape), star)
+  target = loading.make_target(star, np.ones(2), None, dtype=np.float64)
+  target = loading.known_init_target(target, init, linearize=0.5, decay=0.8)
+  np.testing.assert_allclose(
+    target.reference["params"]["layer_0"]["kernel"],
+    star["params"]["layer_0"]["kernel"] - 0.8 * init["params"]["layer_0"]["kernel"],
+  )
+  common = types.SimpleNamespace(linearize=0.5)
+  got_star, got_init = cone._theta_pair(cone.Setup("binary", None, target=target, common=common))
+  for got, want in ((got_star, star), (got_init, init)):
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-12), got, want)
 
 
 @pytest.mark.parametrize(
@@ -114,6 +133,13 @@ def test_weight_decay_and_squared_error_victims_are_read_off_their_cone(recipe):
   assert abs(reading.decay - expected) < 1e-3 * expected, (reading.decay, expected)
   assert reading.cannot is None
   assert _recovered(ds, images) >= 7
+  # The known-init target of any attack fits the corrected change, back in the images' span.
+  plain = loading.make_target(fitted.params, np.ones(8), ds.mean)
+  dims = [
+    span.regime(loading.known_init_target(plain, fitted.init, 0.5, c), 8, True)["span"]["dim"]
+    for c in (1.0, loading.decay_factor(fitted.params, fitted.init, 8))
+  ]
+  assert dims[1] <= 8 and (dims[0] > 8 or cfg.weight_decay == 0), dims
 
 
 def test_an_adam_victim_is_not_searched_and_the_reason_is_one_sentence():

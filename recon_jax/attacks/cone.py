@@ -26,7 +26,8 @@ and are the ones missed (docs/leakage.md).
 Exact for full-batch or mini-batch gradient descent, with or without momentum, and a loss
 whose derivative keeps its sign (logistic; squared error while no output overshoots its
 label).  Coupled weight decay keeps a multiple ``c`` of theta_0 in every step, so the cone is
-that of ``theta* - c theta_0``: :func:`decay_factor` finds ``c`` from theta* and theta_0 alone
+that of ``theta* - c theta_0``: :func:`recon_jax.victims.loading.decay_factor` finds ``c``
+from theta* and theta_0 alone
 (the one multiple that leaves a change of rank n).  Before any program :func:`read` checks
 what the change shows: a change that spans more input directions than there are training
 images (Adam's per-weight scaling, a theta_0 the model was not trained from) has no cone of
@@ -49,6 +50,7 @@ from recon_jax.attacks import span
 from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
 from recon_jax.core.rules import Rule
 from recon_jax.errors import ConfigError
+from recon_jax.victims import loading
 
 VIOLATION_COST = 20.0  # a unit's coefficient below 0 costs this many times the largest weight
 REWEIGHTS = 6  # reweighted L1 rounds of one facet's program
@@ -59,7 +61,6 @@ MIN_GAP = 1.0  # decades between the facet's zero and nonzero coefficients
 SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
 PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
 PATIENCE = 25  # the random starts stop after this many in a row found no new facet
-DECAY_GAIN = 10.0  # theta* - c theta_0 is used where its tail energy is this many times lower
 PROGRESS_S = 20.0  # seconds between the facet search's progress lines
 
 
@@ -124,46 +125,6 @@ def signed_rows(star, init, basis, decay: float = 1.0):
   return rows[units] / np.median(norms[units]), units
 
 
-def _tail(grams, c: float, rank: int) -> float:
-  """The energy of ``[K*; b*] - c [K_0; b_0]`` beyond its ``rank`` largest singular values,
-  from the Gram matrices ``(A A^T, A B^T + B A^T, B B^T)`` of theta* (A) and theta_0 (B)."""
-  aa, ab, bb = grams
-  eig = np.linalg.eigvalsh(aa - c * ab + c * c * bb)  # ascending
-  return float(np.sum(np.maximum(eig[: max(len(eig) - rank, 0)], 0.0)))
-
-
-def decay_factor(star, init, n: int) -> float:
-  """``c`` in (0, 1]: the multiple of theta_0 that training by gradient descent with coupled
-  weight decay kept in the first layer (``(1 - lr wd)^T`` for plain gradient descent), read off
-  theta* and theta_0 (:func:`hidden_layer` triples) alone.  ``[K*, b*] - c [K_0, b_0]`` is a
-  combination of the ``n`` labelled images only at that ``c``: the one that leaves the least
-  energy beyond rank n.  1 where no smaller multiple removes :data:`DECAY_GAIN` times more
-  (no weight decay)."""
-  a = np.concatenate([star[0], star[1][None]], 0)
-  b = np.concatenate([init[0], init[1][None]], 0)
-  if a.shape[0] > a.shape[1]:  # the smaller Gram matrix has the same nonzero spectrum
-    a, b = a.T, b.T
-  grams = (a @ a.T, a @ b.T + b @ a.T, b @ b.T)
-  rank = int(n)
-  if rank >= min(a.shape) or _tail(grams, 1.0 - 1e-3, rank) >= _tail(grams, 1.0, rank):
-    return 1.0  # the least tail is at 1 (it falls towards the one c that leaves rank n)
-  grid = np.linspace(0.0, 1.0, 41)
-  tails = [_tail(grams, c, rank) for c in grid]
-  i = int(np.argmin(tails))
-  lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-  golden = (np.sqrt(5.0) - 1.0) / 2.0
-  for _ in range(40):  # golden-section search in the bracket around the grid's best
-    c1, c2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
-    if _tail(grams, c1, rank) <= _tail(grams, c2, rank):
-      hi = c2
-    else:
-      lo = c1
-  c = (lo + hi) / 2.0
-  if c >= 1.0 or _tail(grams, c, rank) * DECAY_GAIN > _tail(grams, 1.0, rank):
-    return 1.0
-  return float(c)
-
-
 class Reading(NamedTuple):
   """What the first layer's change shows before the facets are searched (:func:`read`)."""
 
@@ -189,7 +150,7 @@ def read(star, init, n: Optional[int]) -> Reading:
   the weight decay training kept (:func:`decay_factor`), the change's span, and whether a cone
   of the images can be there.  Gradient descent leaves at most n directions; a change that
   spans more (or every input direction) was not made by it from this theta_0."""
-  decay = decay_factor(star, init, n) if n else 1.0
+  decay = loading.decay_factor(star[:2], init[:2], n) if n else 1.0
   change = {"params": {"layer_0": {"kernel": star[0] - decay * init[0]}}}
   basis, info = span.span_basis(change, n=n)
   k, d = int(info.dim), int(info.input_dim)
@@ -433,11 +394,13 @@ def cone_images(theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, sta
 
 
 def _theta_pair(setup: Setup):
-  """``(theta*, theta_0)`` from the target: its reference is theta* - theta_0, its params at
-  ``linearize`` between them."""
+  """``(theta*, theta_0)`` from the target: its params are at ``linearize`` between them and
+  its reference is ``theta* - decay theta_0`` (:func:`recon_jax.victims.loading.known_init_target`)."""
   target, lin = setup.target, float(setup.common.linearize)
-  star = jax.tree_util.tree_map(lambda p, d: p + (1.0 - lin) * d, target.params, target.reference)
-  init = jax.tree_util.tree_map(lambda p, d: p - lin * d, target.params, target.reference)
+  c = float(target.decay)
+  scale = 1.0 - lin + lin * c  # params = theta_0 (1 - lin + lin c) + lin reference
+  init = jax.tree_util.tree_map(lambda p, r: (p - lin * r) / scale, target.params, target.reference)
+  star = jax.tree_util.tree_map(lambda r, i: r + c * i, target.reference, init)
   return star, init
 
 

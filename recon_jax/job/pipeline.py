@@ -130,11 +130,20 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, victim.Victim, np.ndarray, fl
 
 def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Target:
   """What the attacker sees: theta* in the run's precision, the labels, the pixel box, and
-  with ``known_init`` theta* - theta_0 as the reference, the gradients taken at the
-  ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
+  with ``known_init`` theta* - theta_0 as the reference (less the multiple of theta_0 that
+  weight decay kept: :func:`recon_jax.victims.loading.decay_factor`), the gradients taken at
+  the ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
   target = loading.make_target_unchecked(vic.params, labels, ds.mean, dtype=float_dtype())
   if plan.config.known_init:
-    target = loading.known_init_target(target, vic.init, plan.config.linearize)
+    n = len(ds.x_train)
+    decay = loading.decay_factor(vic.params, vic.init, n) if n else 1.0
+    if decay < 1.0:
+      logging.info(
+        "weight decay: training kept %.4g of theta_0, so the attack fits theta* - %.4g theta_0",
+        decay,
+        decay,
+      )
+    target = loading.known_init_target(target, vic.init, plan.config.linearize, decay)
   return target
 
 

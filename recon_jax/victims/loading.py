@@ -76,7 +76,69 @@ def make_target_unchecked(params, labels, mean=None, *, box=(0.0, 1.0), dtype=No
   return Target(params, labels, jnp.asarray(lo - offset, dtype), jnp.asarray(hi - offset, dtype))
 
 
-def known_init_target(target: Target, init, linearize: float = 1.0) -> Target:
+DECAY_GAIN = 10.0  # theta* - c theta_0 is taken where its tail energy is this many times lower
+
+
+def first_layer(params):
+  """``(kernel [d, h], bias [h])`` of a dense first layer in float64 (zeros for a missing
+  bias), or None (a convolution first, or no ``layer_0`` kernel)."""
+  layer = (params.get("params") or {}).get("layer_0") if hasattr(params, "get") else None
+  kernel = None if not hasattr(layer, "get") else layer.get("kernel")
+  if kernel is None or np.ndim(kernel) != 2:
+    return None
+  kernel = np.asarray(kernel, np.float64)
+  bias = layer.get("bias")
+  bias = np.zeros(kernel.shape[1]) if bias is None else np.asarray(bias, np.float64)
+  return kernel, bias
+
+
+def _tail(grams, c: float, rank: int) -> float:
+  """The energy of ``[K*; b*] - c [K_0; b_0]`` beyond its ``rank`` largest singular values,
+  from the Gram matrices ``(A A^T, A B^T + B A^T, B B^T)`` of theta* (A) and theta_0 (B)."""
+  aa, ab, bb = grams
+  eig = np.linalg.eigvalsh(aa - c * ab + c * c * bb)  # ascending
+  return float(np.sum(np.maximum(eig[: max(len(eig) - rank, 0)], 0.0)))
+
+
+def decay_factor(star, init, n: int) -> float:
+  """``c`` in (0, 1]: the multiple of theta_0 that training by gradient descent (full or
+  mini-batch, with momentum) with coupled weight decay kept in the first layer (``(1 - lr
+  wd)^T`` for plain gradient descent), read off theta* and theta_0 alone: each a pair
+  ``(kernel [d, h], bias [h])`` of the dense first layer, or the parameters themselves
+  (:func:`first_layer`).  ``[K*, b*] - c [K_0, b_0]`` is a combination of the ``n`` labelled
+  images only at that ``c``: the one that leaves the least energy beyond rank n.  1 where no
+  smaller multiple removes :data:`DECAY_GAIN` times more (no weight decay), and for a first
+  layer that is not dense."""
+  if isinstance(star, dict) or isinstance(init, dict):
+    star, init = first_layer(star), first_layer(init)
+    if star is None or init is None:
+      return 1.0
+  a = np.concatenate([np.asarray(star[0], np.float64), np.asarray(star[1], np.float64)[None]], 0)
+  b = np.concatenate([np.asarray(init[0], np.float64), np.asarray(init[1], np.float64)[None]], 0)
+  if a.shape[0] > a.shape[1]:  # the smaller Gram matrix has the same nonzero spectrum
+    a, b = a.T, b.T
+  grams = (a @ a.T, a @ b.T + b @ a.T, b @ b.T)
+  rank = int(n)
+  if rank >= min(a.shape) or _tail(grams, 1.0 - 1e-3, rank) >= _tail(grams, 1.0, rank):
+    return 1.0  # the least tail is at 1 (it falls towards the one c that leaves rank n)
+  grid = np.linspace(0.0, 1.0, 41)
+  tails = [_tail(grams, c, rank) for c in grid]
+  i = int(np.argmin(tails))
+  lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+  golden = (np.sqrt(5.0) - 1.0) / 2.0
+  for _ in range(40):  # golden-section search in the bracket around the grid's best
+    c1, c2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    if _tail(grams, c1, rank) <= _tail(grams, c2, rank):
+      hi = c2
+    else:
+      lo = c1
+  c = (lo + hi) / 2.0
+  if c >= 1.0 or _tail(grams, c, rank) * DECAY_GAIN > _tail(grams, 1.0, rank):
+    return 1.0
+  return float(c)
+
+
+def known_init_target(target: Target, init, linearize: float = 1.0, decay: float = 1.0) -> Target:
   """The attacker's view of a model fine-tuned from weights it knows (theta_0 = ``init``).
 
   Training added ``theta* - theta_0``, a sum of the training samples' gradients along
@@ -84,11 +146,16 @@ def known_init_target(target: Target, init, linearize: float = 1.0) -> Target:
   gradients are taken at ``theta_0 + linearize (theta* - theta_0)``: 1 at theta*
   (Haim et al.'s point), 0.5 halfway, where a model that moved little from theta_0
   is best described by one gradient per sample (on LFW fine-tuning victims the truth's
-  residual is 5-10x lower there than at theta*).
+  residual is 5-10x lower there than at theta*).  With coupled weight decay training kept
+  only ``decay`` times theta_0 (:func:`decay_factor`), and the reference is
+  ``theta* - decay theta_0`` (:attr:`~recon_jax.types.Target.decay` records it).
 
   Raises:
-    ConfigError: ``linearize`` outside [0, 1], or ``init`` of another structure.
+    ConfigError: ``linearize`` outside [0, 1], ``decay`` outside (0, 1], or ``init`` of
+      another structure.
   """
+  if isinstance(decay, bool) or not (np.isfinite(decay) and 0 < decay <= 1):
+    raise ConfigError(f"decay must be in (0, 1], got {decay!r}.", "decay")
   if isinstance(linearize, bool) or not (np.isfinite(linearize) and 0 <= linearize <= 1):
     raise ConfigError(f"linearize must be in [0, 1], got {linearize!r}.", "linearize")
   params = target.params
@@ -97,7 +164,10 @@ def known_init_target(target: Target, init, linearize: float = 1.0) -> Target:
     raise ConfigError("init must have the structure of the victim's parameters.", "init")
   change = jax.tree_util.tree_map(jnp.subtract, params, init)
   at = jax.tree_util.tree_map(lambda a, d: a + linearize * d, init, change)
-  return target._replace(params=at, reference=change)
+  if decay == 1.0:
+    return target._replace(params=at, reference=change)
+  kept = jax.tree_util.tree_map(lambda a, b: a - decay * b, params, init)
+  return target._replace(params=at, reference=kept, decay=float(decay))
 
 
 def read_init(path: str, template, *, input_shape=None, input_layout="nchw", stride=1, padding=0):

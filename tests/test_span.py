@@ -46,6 +46,11 @@ def test_the_span_is_the_training_inputs_above_the_noise_floor():
   assert summary["dim"] == n and summary["weakest_kept_rel"] > 10 * summary["noise_floor_rel"]
   # A fixed tolerance above the weak sample's share drops it; 0 (automatic) does not.
   assert span.span_basis({"params": {"layer_0": {"kernel": kernel}}}, 1e-2)[1].dim == n - 1
+  # Inputs constant over the training set (an empty border): their directions are exact
+  # zeros, neither data nor noise, and the floor is read from the rest.
+  _, wide = _change(rng, n, d, 150, weak=1e-3)  # h > d, as in the victims
+  dead = np.concatenate([wide, np.zeros((60, 150))])  # 60 more inputs training never moved
+  assert span.span_basis({"params": {"layer_0": {"kernel": dead}}}, n=n)[1].dim == n
   # A kernel that fills every direction (no noise bulk): all of them are kept.
   full = rng.normal(size=(d, h))
   assert span.span_basis({"params": {"layer_0": {"kernel": full}}}, n=n)[1].rule == "all"

@@ -61,6 +61,7 @@ MIN_GAP = 1.0  # decades between the facet's zero and nonzero coefficients
 SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
 PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
 PATIENCE = 25  # the random starts stop after this many in a row found no new facet
+FIRST_PATIENCE = 10  # ... or after this many found none at all (no cone to read: large n)
 PROGRESS_S = 20.0  # seconds between the facet search's progress lines
 
 
@@ -251,11 +252,12 @@ def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int
   """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
   hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
   random images of the span (coefficients of norm ``scale``); the search stops after
-  :data:`PATIENCE` starts in a row found nothing new."""
+  :data:`PATIENCE` starts in a row found nothing new (:data:`FIRST_PATIENCE` before the
+  first facet)."""
   normals, coefs = [], []
   progress, idle = _Progress("random starts", starts), 0
   for i in range(int(starts)):
-    if len(normals) >= limit or idle >= PATIENCE:
+    if len(normals) >= limit or idle >= (PATIENCE if normals else FIRST_PATIENCE):
       break
     c = rng.normal(size=rows.shape[1] - 1)
     before = len(normals)

@@ -51,6 +51,10 @@ NOISE_FACTOR = 10.0
 # Where the median is above this fraction of the largest value, there is no noise bulk
 # (the data fill every direction, n >= d): every direction is kept.
 NO_BULK = 1e-3
+# Singular values below this fraction of the largest are exact zeros, not rounding noise: the
+# directions of inputs constant over the training set (MNIST's empty border), along which
+# training never moved the weights.  They are neither data nor part of the noise floor.
+EXACT_ZERO = 1e-9
 FIRST_LAYER = ("params", "layer_0", "kernel")
 
 
@@ -111,9 +115,10 @@ def span_basis(params, rel_tol: float = 0.0, n: Optional[int] = None):
     rel_tol: 0 (default): keep the singular values above :data:`NOISE_FACTOR` times
       the noise floor, the median of those that must be noise: beyond the ``n``-th
       when the training-set size ``n`` is given (the span has at most n directions),
-      else of all of them; where that floor is above :data:`NO_BULK` of the largest
-      value there is no noise to tell apart and every direction is kept (the
-      weights are not confined to n directions).  In (0, 1): keep those above
+      else of all of them (exact zeros, :data:`EXACT_ZERO`, left out: they are neither);
+      where that floor is above :data:`NO_BULK` of the largest value there is no noise
+      to tell apart and every nonzero direction is kept (the weights are not confined to
+      n directions).  In (0, 1): keep those above
       ``rel_tol`` times the largest.
     n: the number of training samples, if known.
 
@@ -131,13 +136,14 @@ def span_basis(params, rel_tol: float = 0.0, n: Optional[int] = None):
   if top <= 0:
     raise ConfigError("the first layer's kernel is zero: it spans nothing.", "subspace")
   noise = sv if n is None else sv[int(n) :]
-  floor = float(np.median(noise)) if noise.size else top
+  noise = noise[noise > EXACT_ZERO * top]
+  floor = float(np.median(noise)) if noise.size else 0.0
   if rel_tol:
     keep, rule, floor = sv > rel_tol * top, "rel_tol", 0.0
   elif floor > NO_BULK * top:
-    keep, rule = np.ones(sv.shape, bool), "all"
+    keep, rule = sv > EXACT_ZERO * top, "all"
   else:
-    keep, rule = sv > NOISE_FACTOR * floor, "noise"
+    keep, rule = sv > max(NOISE_FACTOR * floor, EXACT_ZERO * top), "noise"
   k = int(np.sum(keep))
   return u[:, :k], SpanInfo(k, kernel.shape[0], sv, floor, rule)
 

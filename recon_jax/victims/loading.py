@@ -92,23 +92,27 @@ def first_layer(params):
   return kernel, bias
 
 
-def _tail(grams, c: float, rank: int) -> float:
-  """The energy of ``[K*; b*] - c [K_0; b_0]`` beyond its ``rank`` largest singular values,
-  from the Gram matrices ``(A A^T, A B^T + B A^T, B B^T)`` of theta* (A) and theta_0 (B)."""
+def _complement(grams, c: float, rank: int):
+  """``(V, tail)``: the directions of ``[K*; b*] - c [K_0; b_0]`` beyond its ``rank``
+  largest singular values and the energy it leaves there, from the Gram matrices
+  ``(A A^T, A B^T + B A^T, B B^T)`` of theta* (A) and theta_0 (B)."""
   aa, ab, bb = grams
-  eig = np.linalg.eigvalsh(aa - c * ab + c * c * bb)  # ascending
-  return float(np.sum(np.maximum(eig[: max(len(eig) - rank, 0)], 0.0)))
+  eig, vec = np.linalg.eigh(aa - c * ab + c * c * bb)  # ascending
+  k = max(len(eig) - rank, 0)
+  return vec[:, :k], float(np.sum(np.maximum(eig[:k], 0.0)))
 
 
-def decay_factor(star, init, n: int) -> float:
+def decay_factor(star, init, n: int, iterations: int = 30) -> float:
   """``c`` in (0, 1]: the multiple of theta_0 that training by gradient descent (full or
   mini-batch, with momentum) with coupled weight decay kept in the first layer (``(1 - lr
   wd)^T`` for plain gradient descent), read off theta* and theta_0 alone: each a pair
   ``(kernel [d, h], bias [h])`` of the dense first layer, or the parameters themselves
   (:func:`first_layer`).  ``[K*, b*] - c [K_0, b_0]`` is a combination of the ``n`` labelled
-  images only at that ``c``: the one that leaves the least energy beyond rank n.  1 where no
-  smaller multiple removes :data:`DECAY_GAIN` times more (no weight decay), and for a first
-  layer that is not dense."""
+  images only at that ``c``: the one that leaves the least energy beyond rank n.  Found by
+  alternating the directions beyond rank n at the current ``c`` with the ``c`` that leaves
+  least in them (a least-squares ratio), from 1; a few eigendecompositions.  1 where the
+  least tail is at 1 or no smaller multiple removes :data:`DECAY_GAIN` times more (no weight
+  decay), and for a first layer that is not dense."""
   if isinstance(star, dict) or isinstance(init, dict):
     star, init = first_layer(star), first_layer(init)
     if star is None or init is None:
@@ -119,23 +123,22 @@ def decay_factor(star, init, n: int) -> float:
     a, b = a.T, b.T
   grams = (a @ a.T, a @ b.T + b @ a.T, b @ b.T)
   rank = int(n)
-  if rank >= min(a.shape) or _tail(grams, 1.0 - 1e-3, rank) >= _tail(grams, 1.0, rank):
-    return 1.0  # the least tail is at 1 (it falls towards the one c that leaves rank n)
-  grid = np.linspace(0.0, 1.0, 41)
-  tails = [_tail(grams, c, rank) for c in grid]
-  i = int(np.argmin(tails))
-  lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
-  golden = (np.sqrt(5.0) - 1.0) / 2.0
-  for _ in range(40):  # golden-section search in the bracket around the grid's best
-    c1, c2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
-    if _tail(grams, c1, rank) <= _tail(grams, c2, rank):
-      hi = c2
-    else:
-      lo = c1
-  c = (lo + hi) / 2.0
-  if c >= 1.0 or _tail(grams, c, rank) * DECAY_GAIN > _tail(grams, 1.0, rank):
+  if rank >= min(a.shape):
     return 1.0
-  return float(c)
+  v, tail_at_1 = _complement(grams, 1.0, rank)
+  c = 1.0
+  for _ in range(int(iterations)):
+    # The c that leaves least of A - c B in the directions v: <V^T A, V^T B> / |V^T B|^2.
+    cross, own = np.sum(v * (grams[1] @ v)) / 2.0, np.sum(v * (grams[2] @ v))
+    new = float(np.clip(cross / own, 1e-6, 1.0)) if own > 0 else 1.0
+    v, tail = _complement(grams, new, rank)
+    done = abs(new - c) <= 1e-9 * max(c, 1e-6)
+    c = new
+    if done:
+      break
+  if c >= 1.0 or tail * DECAY_GAIN > tail_at_1:
+    return 1.0
+  return c
 
 
 def known_init_target(target: Target, init, linearize: float = 1.0, decay: float = 1.0) -> Target:

@@ -228,7 +228,9 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+  "signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
 def test_a_signal_inside_one_long_linear_program_stops_the_binary(tmp_path, signum, code):
   script = tmp_path / "long_call.py"
   script.write_text(textwrap.dedent(LONG_CALL))

@@ -5,6 +5,5 @@ import sys
 
 def starting(name: str) -> None:
   """Binary ``name``'s first line at a terminal, before JAX and the library load (seconds)."""
-  ran = bool(sys.argv) and sys.argv[0].endswith(f"{name}.py") and sys.stderr.isatty()
-  if ran and not any(a.lstrip("-").startswith("help") for a in sys.argv[1:]):
+  if sys.argv[0].endswith(f"{name}.py") and sys.stderr.isatty() and "--help" not in sys.argv:
     print(f"{name}: starting (loading JAX; every setting is checked first)", file=sys.stderr)

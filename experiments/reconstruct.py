@@ -18,16 +18,12 @@ cannot use, in one line naming it, before anything is written; 2: every restart
 diverged (the results are written); 130: interrupted (Ctrl-C).
 """
 
-from experiments import starting
+import sys
 
-starting("reconstruct")  # at a terminal, before the imports below load JAX
+from absl import flags
 
-import sys  # noqa: E402
-
-from absl import flags  # noqa: E402
-
-from experiments import configs  # noqa: E402
-from recon_jax import cli  # noqa: E402
+from experiments import configs
+from recon_jax import cli
 
 FLAGS = flags.FLAGS
 

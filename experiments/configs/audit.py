@@ -4,8 +4,6 @@ weights its training started from; ``job`` holds the main job's other settings.
 Presets (``--config=experiments/configs/audit.py:PRESET``):
   default  the files only: the attack follows from what you give (theta_0 or not)
   quick    the same with 4 restarts x 1000 steps (a first look, a quarter of the time)
-
-Weights are read in PyTorch's orientation (a Linear layer's weight is [out, in]).
 """
 
 import ml_collections

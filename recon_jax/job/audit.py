@@ -39,6 +39,17 @@ class Audit:
   input_layout: str = "nchw"  # how it flattened conv features (PyTorch: nchw)
 
 
+# The audit's own names of the main job's settings (its errors name these).
+ALIASES = {
+  "checkpoint": "model",
+  "train_data": "train",
+  "heldout_data": "heldout",
+  "init_checkpoint": "theta0",
+  "foreign.data_mean": "data_mean",
+  "data_mean": "data_mean",
+  "victim.loss": "loss",
+  "foreign.input_layout": "input_layout",
+}
 # What --help says of each of the audit's own settings.
 HELP = {
   "model": "the model: a PyTorch state dict (.pt/.pth) or safetensors file, weights [out, in]",

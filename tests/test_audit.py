@@ -140,7 +140,7 @@ def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
   assert m["assumed"]["dataset"] == m["dataset"] == "user:train"  # not the job's lfw default
 
 
-@pytest.mark.parametrize("attack", ["kkt", "cone"])
+@pytest.mark.parametrize("attack", ["kkt", pytest.param("cone", marks=pytest.mark.slow)])
 def test_the_wrong_training_set_never_reads_leaks(files, tmp_path, attack):
   """Other digits of the model's two classes passed as its training set: the attack's own
   candidates fit theta* - theta_0 far better than they do, and the verdict says so."""

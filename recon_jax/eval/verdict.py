@@ -190,13 +190,13 @@ def conclude(metrics: dict, num_classes: int, searched: bool = True) -> dict:
 
 
 def membership_text(mem: Mapping) -> str:
-  """The membership test in words: ``AUC 0.97, TPR 85% at 1% FPR, p = 0.0001 (level 0.01)``."""
+  """The membership test in words: ``AUC 0.97, TPR 85% at 1% FPR, p = 0.0001 at level 0.01``."""
   if not mem or mem.get("auc") is None:
     return f"membership not tested ({(mem or {}).get('skipped', 'no held-out images')})"
   tpr = (mem.get("tpr_at_fpr") or {}).get("0.01")
   tpr = "" if tpr is None else f", TPR {tpr:.0%} at 1% FPR"
   p = mem.get("p_value")
-  return f"AUC {mem['auc']:.2f}{tpr}, p = {p:.2g} (level {mem.get('level', 0.01):g})"
+  return f"AUC {mem['auc']:.2f}{tpr}, p = {p:.2g} at level {mem.get('level', 0.01):g}"
 
 
 def decide(m: Mapping) -> dict:

@@ -74,3 +74,16 @@ def test_reproduced_training_images_score_above_held_out_ones():
   s, member = out["score"], np.arange(len(given)) < len(train)
   assert s[member].min() > s[~member].max() and s[member].min() > 0
   np.testing.assert_allclose(out["recon_ssim"][member], 1.0, atol=1e-6)
+
+
+def test_many_images_seek_their_nearest_among_the_most_correlated():
+  """Beyond the exact size, the nearest other image by SSIM is sought among the most
+  correlated ones: on these digits it is the exact answer for every image."""
+  ds = load_dataset("digits", n_per_class=3, seed=0)
+  from recon_jax.eval import similarity
+
+  x = np.asarray(similarity.stretch(np.asarray(ds.x_test[:60])))
+  exact = membership.nearest_neighbour_ssim(x, 3, exact_up_to=100)
+  sought = membership.nearest_neighbour_ssim(x, 3, exact_up_to=10)
+  np.testing.assert_allclose(sought, exact, atol=1e-6)
+  assert membership.smallest_p(500, 1000) == 1e-4  # C(1500, 500) is beyond any float

@@ -34,7 +34,9 @@ from recon_jax.eval import ranking
 LEVEL = 0.01  # the permutation test's level: p <= LEVEL reads "members are told apart"
 PERMUTATIONS = 9999  # label permutations of the test (the smallest p it gives: 1e-4)
 FPRS = (0.01, 0.001)  # the false-positive rates the true-positive rate is reported at
-MAX_HELDOUT = 500  # held-out images scored at most (drawn with the seed): SSIM is O(N^2)
+MAX_HELDOUT = 500  # held-out images scored at most (drawn with the seed)
+EXACT_UP_TO = 400  # up to this many given images every pair's SSIM is computed; beyond,
+NEIGHBOURS = 16  # each image's nearest other is sought among its 16 most correlated ones
 
 
 def scores(recon_ssim, neighbour_ssim) -> np.ndarray:
@@ -78,8 +80,8 @@ def smallest_p(n_members: int, n_others: int, permutations: int = PERMUTATIONS) 
   """The smallest p-value :func:`permutation_p` can give: one over the number of ways to
   call ``n_members`` of the images members, or over ``permutations + 1``, whichever is
   larger."""
-  ways = math.comb(int(n_members) + int(n_others), int(n_members))
-  return max(1.0 / ways, 1.0 / (int(permutations) + 1))
+  ways = math.comb(int(n_members) + int(n_others), int(n_members))  # may exceed any float
+  return 1.0 / (int(permutations) + 1) if ways > int(permutations) else 1.0 / ways
 
 
 def permutation_p(scores_, is_member, permutations: int = PERMUTATIONS, seed: int = 0) -> float:
@@ -166,12 +168,32 @@ def image_scores(
       continue
     recon, _, _ = images.match_and_vote(given_s, similarity.stretch(cands))
     best = np.maximum(best, np.asarray(similarity.ssim(recon, given_s, filter_size=fs)))
-  neighbour = nearest_other(np.asarray(similarity.ssim_matrix(given_s, given_s, fs)))
+  neighbour = nearest_neighbour_ssim(given_s, fs)
   if references is not None and len(references):
     refs = similarity.stretch(references)
     near_ref = np.asarray(similarity.ssim_matrix(given_s, refs, fs)).max(axis=1)
     neighbour = np.maximum(neighbour, near_ref)
   return {"score": scores(best, neighbour), "recon_ssim": best, "neighbour_ssim": neighbour}
+
+
+def nearest_neighbour_ssim(images, filter_size: int, exact_up_to: int = EXACT_UP_TO) -> np.ndarray:
+  """Per image of ``images`` [N, H, W, C] (stretched), its highest SSIM with another of them:
+  every pair up to ``exact_up_to`` images; beyond, the SSIM of its :data:`NEIGHBOURS` most
+  correlated others (normalised cross-correlation, one matrix product), the same rule for
+  every image, so N^2 SSIMs become N x NEIGHBOURS."""
+  from recon_jax.eval import similarity
+
+  n = len(images)
+  if n <= exact_up_to:
+    return nearest_other(np.asarray(similarity.ssim_matrix(images, images, filter_size)))
+  flat = np.asarray(similarity.unit_centred(np.asarray(images, np.float32).reshape(n, -1)))
+  ncc = flat @ flat.T
+  np.fill_diagonal(ncc, -np.inf)
+  k = min(NEIGHBOURS, n - 1)
+  top = np.argpartition(-ncc, k - 1, axis=1)[:, :k]
+  a = np.repeat(np.asarray(images), k, axis=0)
+  b = np.asarray(images)[top.reshape(-1)]
+  return np.asarray(similarity.ssim(a, b, filter_size=filter_size)).reshape(n, k).max(axis=1)
 
 
 def near_duplicates(a, b, rms: float = 1.0 / 255) -> list:

@@ -25,6 +25,8 @@ from typing import Optional
 import jax
 import numpy as np
 
+from recon_jax.eval import membership
+
 SEARCH_EFFICIENCY = 0.45  # the KKT step's share of the matmul rate (measured 0.4-0.9)
 COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
 CONE_S = 50.0  # the cone's programs on its reference model (n 20, 2048 units): 28-113 s
@@ -116,7 +118,9 @@ def estimate(
     attack_s = (CONE_S * size if attack == "cone" else 2.0) * slow
   sets = (restarts if searched else 1) + 1
   h = min(int(heldout), 500)
-  comparisons = (n + h) ** 2 + sets * (n + h) + (sets + 4) * n * h
+  given = n + h  # the membership test's nearest neighbours: every pair, or 16 each
+  pairs = given**2 if given <= membership.EXACT_UP_TO else given * membership.NEIGHBOURS
+  comparisons = pairs + sets * given + (sets + 4) * n * h
   params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
   ident_s = sets * params_n * n * 100.0 / rate
   fixed = SCORING_FIXED_S + RESTART_EVAL_S * sets + (IDENTIFY_S if identify and searched else 0)

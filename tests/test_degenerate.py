@@ -125,11 +125,9 @@ def test_a_run_without_candidates_is_evaluated_as_recovering_nothing():
   assert [p["recovered_strict"] for p in out["per_restart"]] == [0, 0]
 
 
-# The host's fits, SVDs and linear programs go through core/numerics.  Modules yet to move
-# to it are listed here (each a file of its own owner).
+# The host's fits, SVDs and linear programs go through core/numerics.
 GUARDED = {("scipy", "optimize", "nnls"), ("scipy", "optimize", "linprog")}
 GUARDED |= {(p, "linalg", f) for p in ("np", "numpy", "scipy") for f in ("lstsq", "svd")}
-NOT_YET = {"recon_jax/attacks/cone.py"}
 
 
 def _calls(tree):
@@ -151,7 +149,7 @@ def test_the_library_calls_the_host_solvers_only_through_numerics():
   found = {}
   for path in sorted((ROOT / "recon_jax").rglob("*.py")):
     rel = str(path.relative_to(ROOT))
-    if rel == "recon_jax/core/numerics.py" or rel in NOT_YET:
+    if rel == "recon_jax/core/numerics.py":
       continue
     calls = set(_calls(ast.parse(path.read_text())))
     bad = {c for c in calls if any(c[-len(g) :] == g for g in GUARDED)}

@@ -44,10 +44,10 @@ from absl import logging
 import jax
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 
 from recon_jax.attacks import span
 from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
+from recon_jax.core import numerics
 from recon_jax.core.rules import Rule
 from recon_jax.errors import ConfigError
 from recon_jax.victims import loading
@@ -194,7 +194,7 @@ def facet(rows, start_zero):
     cost = np.concatenate([rows.T @ weights, VIOLATION_COST * weights.max() * np.ones(u)])
     # Scaled to a largest cost of 1: the reweighted costs span decades, and HiGHS fails on
     # about a third of the programs unscaled (the same solution, a scaled objective).
-    res = linprog(
+    res = numerics.linprog(
       cost / np.abs(cost).max(), A_ub=a_ub, b_ub=np.zeros(u), A_eq=a_eq, b_eq=[1.0], bounds=bounds
     )
     if res.status != 0:
@@ -297,7 +297,7 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
   generators alone: a program in a few dimensions instead of k + 1, from ``starts`` random
   sign patterns.  Returns ``(normals, coefficients)`` with the facets found appended."""
   generators = np.reshape(generators, (-1, rows.shape[1]))
-  complement = np.linalg.svd(generators)[2][len(generators) :].T
+  complement = numerics.svd(generators)[2][len(generators) :].T
   normals, coefs = list(normals), list(coefs)
   projected = rows @ complement
   progress = _Progress("starts in the missed facets' space", starts)
@@ -321,15 +321,15 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
   c0 = np.zeros(k)
   free = np.eye(k)
   if len(others):
-    c0 = np.linalg.lstsq(others[:, :k], -others[:, k], rcond=None)[0]
-    _, sv, vt = np.linalg.svd(others[:, :k])
-    rank = int(np.sum(sv > 1e-8 * sv[0]))
+    c0 = numerics.lstsq(others[:, :k], -others[:, k])
+    _, sv, vt = numerics.svd(others[:, :k])
+    rank = numerics.rank(sv, 1e-8)
     free = vt[rank:].T
   if free.shape[1]:
     g, b = layers.stacked(zero_split(coefs[q])[0])
     s, f = g.shape[1], free.shape[1]
     a_ub = sparse.hstack([sparse.csr_matrix(g.T @ free), -sparse.identity(s)]).tocsr()
-    res = linprog(
+    res = numerics.linprog(
       np.concatenate([np.zeros(f), np.ones(s)]),
       A_ub=a_ub,
       b_ub=-b - c0 @ g,

@@ -142,3 +142,11 @@ def test_few_candidates_of_a_direct_attack_name_the_images_under_the_noise_floor
   assert "keeps 88 directions above its rounding noise, so 12 images have no facet" in w
   m["m"] = 60  # more than half: no warning
   assert not [w for w in verdict.run_warnings(m, 2, searched=False) if "candidates for" in w]
+
+
+def test_a_direct_attack_that_read_nothing_is_not_told_a_longer_search_may_help():
+  m = _metrics(0, ratio=3.0)
+  m.update(attack="cone", m=0)
+  assert "longer search" in verdict.decide(m)["line"]
+  line = verdict.decide(m, searched=False)["line"]
+  assert "longer search" not in line and "attack=cone read 0 candidates off theta*" in line

@@ -183,7 +183,7 @@ def conclude(metrics: dict, num_classes: int, searched: bool = True) -> dict:
   (:func:`run_warnings`), ``verdict``, ``reasons`` and ``verdict_line`` (:func:`decide`).
   Returns :func:`decide`'s dict."""
   metrics["warnings"] = run_warnings(metrics, num_classes, searched)
-  said = decide(metrics)
+  said = decide(metrics, searched)
   metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
   metrics["wrong_data"] = said["wrong_data"]
   return said
@@ -199,9 +199,10 @@ def membership_text(mem: Mapping) -> str:
   return f"AUC {mem['auc']:.2f}{tpr}, p = {p:.2g} at level {mem.get('level', 0.01):g}"
 
 
-def decide(m: Mapping) -> dict:
+def decide(m: Mapping, searched: bool = True) -> dict:
   """The verdict of a reconstruction's metrics (metrics.json's dict): ``{"verdict",
-  "reasons", "line", "tolerance", "recovered", "baseline"}``."""
+  "reasons", "line", "tolerance", "recovered", "baseline"}`` (``searched``: the candidates
+  came from a search, which a longer one might improve, not read off theta*)."""
   n = int(m.get("n_train") or 0)
   ident = m.get("identifiability") or {}
   family = ident.get("family") or {}
@@ -346,7 +347,12 @@ def decide(m: Mapping) -> dict:
       what,
       "the training set fits the equations best"
       + (f" (ratio {rtext})" if ratio is not None else "")
-      + ": a longer search may still reach it",
+      + (
+        ": a longer search may still reach it"
+        if searched
+        else f": attack={m.get('attack')} read {m.get('m') or 0} candidates off theta* and "
+        "none is a training image (the warnings say why)"
+      ),
     ],
     m,
     tol,

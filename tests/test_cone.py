@@ -83,6 +83,17 @@ def _recovered(ds, images, threshold=0.99):
   return int((ncc.max(axis=0) > threshold).sum())
 
 
+def test_starts_from_images_the_attacker_holds_find_the_facets_random_starts_missed(lazy):
+  """One random start finds one facet; the held-out images' activation patterns (never
+  training images) land on more, and the images they give are training images."""
+  ds, fitted = lazy
+  args = (fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean)
+  alone, _, _ = cone.cone_images(*args, n=8, starts=1)
+  images, _, _ = cone.cone_images(*args, n=8, starts=1, public=ds.x_test[:40])
+  assert len(alone) <= 2 and len(images) >= len(alone) + 4, (len(alone), len(images))
+  assert _recovered(ds, images) >= len(images) - 1
+
+
 def test_decay_factor_is_the_multiple_of_theta0_a_planted_change_leaves():
   """[K*, b*] = c [K_0, b_0] + (a rank-n change): c is found from the two alone, and 1 where
   there is no decay."""

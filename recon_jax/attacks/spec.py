@@ -84,6 +84,9 @@ class Setup(NamedTuple):
   n: int = 0  # training-set size
   target: Any = None  # the Target (theta*, labels, box, reference)
   common: Optional[Common] = None  # the job's shared settings (None: an attack checked alone)
+  # Images the attacker holds that are not training images ([N, *input_shape], minus the
+  # data mean): the public pool, else the held-out images (a direct attack may start there).
+  public: Any = None
 
 
 class Example(NamedTuple):

@@ -219,6 +219,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     input_shape=tuple(ds.x_train.shape[1:]),
     n=len(ds.x_train),
     target=target,
+    public=ds.x_part if len(ds.x_part) else ds.x_test,
   )
   seen = span.regime(target, len(ds.x_train), cfg.known_init, cfg.linearize)
   if seen.get("span"):

@@ -257,3 +257,17 @@ def test_an_audit_with_theta0_runs_the_attack_the_job_names(lazy, tmp_path):
   assert job.known_init and job.init_checkpoint == "i" and job.attack == "cone"
   assert job.subspace == rj.JobConfig().subspace and job.linearize == rj.JobConfig().linearize
   assert audit.audit_job(files).subspace  # the default attack: the known-init search
+
+
+def test_the_facet_search_gives_up_after_its_starts_or_its_seconds(monkeypatch):
+  """Large n: a start's programs can take a minute, so the search also counts seconds."""
+  p = cone._Patience()
+  for _ in range(cone.FIRST_PATIENCE - 1):
+    p.update(False)
+  assert not p.over(False)
+  p.update(False)
+  assert p.over(False) and not p.over(True)  # ten idle starts end a search with no facet
+  p.update(True)
+  assert p.idle == 0 and not p.over(True)
+  monkeypatch.setattr(cone, "PATIENCE_S", 0.0)
+  assert p.over(True)  # no new facet for longer than PATIENCE_S

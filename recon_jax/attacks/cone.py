@@ -62,6 +62,10 @@ SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
 PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
 PATIENCE = 25  # the random starts stop after this many in a row found no new facet
 FIRST_PATIENCE = 10  # ... or after this many found none at all (no cone to read: large n)
+# ... and after this many seconds without a new facet (before the first: FIRST_PATIENCE_S):
+# at n = 500 one start's programs take a minute and more on 2 cores.
+PATIENCE_S = 120.0
+FIRST_PATIENCE_S = 60.0
 PROGRESS_S = 20.0  # seconds between the facet search's progress lines
 
 
@@ -255,21 +259,39 @@ class _Progress:
       )
 
 
+class _Patience:
+  """When a facet search gives up: :data:`PATIENCE` starts or :data:`PATIENCE_S` seconds in a
+  row without a new facet (:data:`FIRST_PATIENCE`, :data:`FIRST_PATIENCE_S` before the
+  first one)."""
+
+  def __init__(self):
+    self.idle, self.since = 0, time.monotonic()
+
+  def update(self, found: bool) -> None:
+    if found:
+      self.idle, self.since = 0, time.monotonic()
+    else:
+      self.idle += 1
+
+  def over(self, any_found: bool) -> bool:
+    starts, seconds = (PATIENCE, PATIENCE_S) if any_found else (FIRST_PATIENCE, FIRST_PATIENCE_S)
+    return self.idle >= starts or time.monotonic() - self.since > seconds
+
+
 def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int):
   """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
   hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
-  random images of the span (coefficients of norm ``scale``); the search stops after
-  :data:`PATIENCE` starts in a row found nothing new (:data:`FIRST_PATIENCE` before the
-  first facet)."""
+  random images of the span (coefficients of norm ``scale``); the search stops when its
+  patience runs out (:class:`_Patience`)."""
   normals, coefs = [], []
-  progress, idle = _Progress("random starts", starts), 0
+  progress, patience = _Progress("random starts", starts), _Patience()
   for i in range(int(starts)):
-    if len(normals) >= limit or idle >= (PATIENCE if normals else FIRST_PATIENCE):
+    if len(normals) >= limit or patience.over(bool(normals)):
       break
     c = rng.normal(size=rows.shape[1] - 1)
     before = len(normals)
     _add(rows, facet(rows, layers.inactive(scale * c / np.linalg.norm(c))), normals, coefs)
-    idle = 0 if len(normals) > before else idle + 1
+    patience.update(len(normals) > before)
     progress.tick(i + 1, len(normals))
   return _arrays(rows, normals, coefs)
 
@@ -277,17 +299,17 @@ def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int
 def facets_from(rows, layers: Layers, starts, normals, coefs, limit: int):
   """``(normals, coefficients)`` with the facets reached from the activation patterns of
   ``starts`` [N, k] (span coefficients of images the attacker holds, not training images)
-  appended, until ``limit`` facets or :data:`PATIENCE` starts in a row found nothing new.
+  appended, until ``limit`` facets or the search's patience runs out (:class:`_Patience`).
   Real images share more of a training image's pattern than random points of the span do
   (at 25 + 25 faces, 50 public images found 12 facets the random starts had missed)."""
   normals, coefs = list(normals), list(coefs)
-  progress, idle = _Progress("starts from images held", len(starts)), 0
+  progress, patience = _Progress("starts from images held", len(starts)), _Patience()
   for i, c in enumerate(starts):
-    if len(normals) >= limit or idle >= PATIENCE:
+    if len(normals) >= limit or patience.over(True):
       break
     before = len(normals)
     _add(rows, facet(rows, layers.inactive(c)), normals, coefs)
-    idle = 0 if len(normals) > before else idle + 1
+    patience.update(len(normals) > before)
     progress.tick(i + 1, len(normals))
   return _arrays(rows, normals, coefs)
 
@@ -414,7 +436,9 @@ def cone_images(
     return out
 
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
-  if public is not None and len(public) and len(normals) < min(limit, basis.shape[1]):
+  # Only where the random starts found a cone (at large n they find none, and neither would
+  # these: each start costs a minute at n = 500).
+  if public is not None and len(public) and 0 < len(normals) < min(limit, basis.shape[1]):
     held = np.asarray(public, np.float64).reshape(len(public), -1) @ basis
     normals, coefs = facets_from(rows, layers, held, normals, coefs, limit)
   out = read_all(normals, coefs)

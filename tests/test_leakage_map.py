@@ -55,6 +55,27 @@ def test_cells_with_different_draw_counts_say_how_many_each_has():
   assert leakage_map._draws(out) == "2-3 draws (the verdict counts each)"
 
 
+def test_a_cell_the_attack_declined_says_so_not_that_the_truth_fits_best():
+  """An Adam model: the cone reads no candidate, so there is no ratio to read a verdict off."""
+  from recon_jax.studies import efficacy
+
+  declined = {
+    "recovered_strict": 0,
+    "n_ssim_gt_0.4": 0,
+    "baseline_mean_image_recovered_strict": 0,
+    "baseline_mean_image_n_ssim_gt_0.4": 0,
+    "oracle_residual_rel": 0.96,
+    "identifiability": {"ratio": 1.04, "per_restart_residual": [0.9]},
+    "regime": {"cone": {"cannot": "the change spans 625 of 625 input directions"}},
+    "timing": {"total_s": 20.0},
+  }
+  draw = efficacy.draw_numbers(declined)
+  assert draw["declined"] == 1.0 and draw["identifiability_ratio"] is None
+  assert draw["truth_fits_best"] is None
+  agg = efficacy.aggregate([draw, draw], 0.95, 20)
+  assert leakage_map._verdict(agg) == "attack declined on 2/2"
+
+
 def test_the_cone_map_changes_one_recipe_at_a_time_and_every_cell_is_a_valid_job():
   """leakage_map_cone: the recipes a model owner uses, each a variant of the finetune
   preset (the cone) that the job accepts as it is."""

@@ -82,6 +82,9 @@ def variants_of(spec) -> list:
 
 def _verdict(agg: Mapping) -> str:
   """The identifiability reading of a cell over its draws."""
+  declined = [d for d in agg.get("declined", {}).get("per_draw", []) if d]
+  if declined:
+    return f"attack declined on {len(declined)}/{len(agg['declined']['per_draw'])}"
   best = agg.get("truth_fits_best", {}).get("per_draw", [])
   flat = agg.get("truth_not_unique", {}).get("per_draw", [])
   k = len([b for b in best if b is not None])

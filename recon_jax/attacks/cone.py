@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
 
 from absl import logging
 import jax
@@ -47,7 +47,7 @@ from scipy import sparse
 
 from recon_jax.attacks import span
 from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
-from recon_jax.core import numerics
+from recon_jax.core import numerics, progress
 from recon_jax.core.rules import Rule
 from recon_jax.errors import ConfigError
 from recon_jax.victims import loading
@@ -66,7 +66,6 @@ FIRST_PATIENCE = 10  # ... or after this many found none at all (no cone to read
 # at n = 500 one start's programs take a minute and more on 2 cores.
 PATIENCE_S = 120.0
 FIRST_PATIENCE_S = 60.0
-PROGRESS_S = 20.0  # seconds between the facet search's progress lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,12 +156,14 @@ class Reading(NamedTuple):
     }
 
 
-def read(star, init, n: Optional[int]) -> Reading:
+def read(star, init, n: Optional[int], decay: Optional[float] = None) -> Reading:
   """:class:`Reading` of theta* and theta_0 (:func:`hidden_layer` triples) for ``n`` images:
-  the weight decay training kept (:func:`decay_factor`), the change's span, and whether a cone
-  of the images can be there.  Gradient descent leaves at most n directions; a change that
+  the weight decay training kept (``decay`` where the caller knows it, else
+  :func:`recon_jax.victims.loading.decay_factor`), the change's span, and whether a cone of
+  the images can be there.  Gradient descent leaves at most n directions; a change that
   spans more (or every input direction) was not made by it from this theta_0."""
-  decay = loading.decay_factor(star[:2], init[:2], n) if n else 1.0
+  if decay is None:
+    decay = loading.decay_factor(star[:2], init[:2], n) if n else 1.0
   change = {"params": {"layer_0": {"kernel": star[0] - decay * init[0]}}}
   basis, info = span.span_basis(change, n=n)
   k, d = int(info.dim), int(info.input_dim)
@@ -241,24 +242,6 @@ class Layers(NamedTuple):
     )
 
 
-class _Progress:
-  """A progress line at most every :data:`PROGRESS_S` seconds of a loop of programs."""
-
-  def __init__(self, what: str, total: int):
-    self.what, self.total, self.t0 = what, int(total), time.monotonic()
-    self.last = self.t0
-
-  def tick(self, done: int, found: Optional[int] = None) -> None:
-    """``done`` of the loop's ``total`` steps, and the facets ``found`` so far (if a search)."""
-    now = time.monotonic()
-    if now - self.last >= PROGRESS_S:
-      self.last = now
-      facets = "" if found is None else f", {found} facets found"
-      logging.info(
-        "cone: %s: %d of at most %d%s (%.0fs)", self.what, done, self.total, facets, now - self.t0
-      )
-
-
 class _Patience:
   """When a facet search gives up: :data:`PATIENCE` starts or :data:`PATIENCE_S` seconds in a
   row without a new facet (:data:`FIRST_PATIENCE`, :data:`FIRST_PATIENCE_S` before the
@@ -281,36 +264,34 @@ class _Patience:
 def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int):
   """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
   hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
-  random images of the span (coefficients of norm ``scale``); the search stops when its
-  patience runs out (:class:`_Patience`)."""
-  normals, coefs = [], []
-  progress, patience = _Progress("random starts", starts), _Patience()
-  for i in range(int(starts)):
-    if len(normals) >= limit or patience.over(bool(normals)):
-      break
-    c = rng.normal(size=rows.shape[1] - 1)
-    before = len(normals)
-    _add(rows, facet(rows, layers.inactive(scale * c / np.linalg.norm(c))), normals, coefs)
-    patience.update(len(normals) > before)
-    progress.tick(i + 1, len(normals))
-  return _arrays(rows, normals, coefs)
+  random images of the span (coefficients of norm ``scale``, drawn one start at a time);
+  the search stops when its patience runs out (:class:`_Patience`)."""
+  k = rows.shape[1] - 1
+  randoms = (scale * c / np.linalg.norm(c) for c in (rng.normal(size=k) for _ in range(starts)))
+  return facets_from(rows, layers, randoms, limit, what=f"random starts (at most {starts})")
 
 
-def facets_from(rows, layers: Layers, starts, normals, coefs, limit: int):
-  """``(normals, coefficients)`` with the facets reached from the activation patterns of
-  ``starts`` [N, k] (span coefficients of images the attacker holds, not training images)
-  appended, until ``limit`` facets or the search's patience runs out (:class:`_Patience`).
-  Real images share more of a training image's pattern than random points of the span do
-  (at 25 + 25 faces, 50 public images found 12 facets the random starts had missed)."""
-  normals, coefs = list(normals), list(coefs)
-  progress, patience = _Progress("starts from images held", len(starts)), _Patience()
-  for i, c in enumerate(starts):
-    if len(normals) >= limit or patience.over(True):
+def facets_from(
+  rows, layers: Layers, starts: Iterable, limit: int, normals=(), coefs=(), what: str = ""
+):
+  """``(normals, coefficients)``: the facets ``normals`` and ``coefs`` already found, and
+  those reached from the activation patterns of ``starts`` (span coefficients [k] of
+  images: random ones, or images the attacker holds that are not training images), until
+  ``limit`` facets or the search's patience runs out (:class:`_Patience`).  Real images
+  share more of a training image's pattern than random points of the span do (at 25 + 25
+  faces, 50 public images found 12 facets the random starts had missed)."""
+  normals, coefs, patience = list(normals), list(coefs), _Patience()
+  starts, done = iter(starts), 0
+  # A start is drawn only once the search goes on (random starts share the rng with peel).
+  while len(normals) < limit and not patience.over(bool(normals)):
+    c = next(starts, None)
+    if c is None:
       break
     before = len(normals)
     _add(rows, facet(rows, layers.inactive(c)), normals, coefs)
     patience.update(len(normals) > before)
-    progress.tick(i + 1, len(normals))
+    done += 1
+    progress.beat(f"cone, {what}: {len(normals)} facets after {done} starts")
   return _arrays(rows, normals, coefs)
 
 
@@ -347,13 +328,12 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
   complement = numerics.svd(generators)[2][len(generators) :].T
   normals, coefs = list(normals), list(coefs)
   projected = rows @ complement
-  progress = _Progress("starts in the missed facets' space", starts)
   for i in range(int(starts) if complement.shape[1] else 0):
     if len(normals) >= limit:
       break
     h = facet(projected, projected @ rng.normal(size=complement.shape[1]) <= 0)
     _add(rows, None if h is None else complement @ h, normals, coefs)
-    progress.tick(i + 1, len(normals))
+    progress.beat(f"cone, the missed facets: {len(normals)} facets after {i + 1} starts")
   return _arrays(rows, normals, coefs)
 
 
@@ -389,7 +369,17 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
 
 
 def cone_images(
-  theta_star, theta_0, input_shape, box_lo, box_hi, *, n=None, starts=100, seed=0, public=None
+  theta_star,
+  theta_0,
+  input_shape,
+  box_lo,
+  box_hi,
+  *,
+  n=None,
+  starts=100,
+  seed=0,
+  public=None,
+  decay=None,
 ):
   """``(images [F, *input_shape], labels [F], reading)`` read off the cone of the first
   layer's change (``reading``: what the change showed, :class:`Reading`; F is 0 where it
@@ -406,9 +396,11 @@ def cone_images(
     public: images the attacker holds that are not training images ([N, *input_shape], in
       the model's input space): where the random starts leave facets of the span's images
       unfound, the search starts again from these images' activation patterns.
+    decay: the multiple of theta_0 weight decay kept, where the caller found it already
+      (a target's :attr:`~recon_jax.types.Target.decay`); None: found here.
   """
   star, init = hidden_layer(theta_star), hidden_layer(theta_0)
-  reading = read(star, init, n)
+  reading = read(star, init, n, decay)
   none = np.zeros((0, *tuple(input_shape))), np.zeros(0)
   if reading.cannot:
     logging.info("cone: %s", reading.cannot)
@@ -429,10 +421,10 @@ def cone_images(
   limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
 
   def read_all(normals, coefs):
-    progress, out = _Progress("images decoded", len(normals)), []
+    out = []
     for q in range(len(normals)):
+      progress.beat(f"cone, decoding image {q + 1} of {len(normals)}")
       out.append(decode(normals, coefs, q, layers, 4.0 * scale))
-      progress.tick(q + 1)
     return out
 
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
@@ -440,7 +432,9 @@ def cone_images(
   # these: each start costs a minute at n = 500).
   if public is not None and len(public) and 0 < len(normals) < min(limit, basis.shape[1]):
     held = np.asarray(public, np.float64).reshape(len(public), -1) @ basis
-    normals, coefs = facets_from(rows, layers, held, normals, coefs, limit)
+    normals, coefs = facets_from(
+      rows, layers, held, limit, normals, coefs, what="starts from images held"
+    )
   out = read_all(normals, coefs)
   if out and len(out) < limit:
     generators = [y * np.append(c, 1.0) for c, y in out]
@@ -475,6 +469,7 @@ def _direct(setup: Setup, options: ConeOptions):
     starts=options.cone_starts,
     seed=setup.common.seed,
     public=setup.public if options.cone_public else None,
+    decay=float(setup.target.decay),  # the job's target found it (victims.loading)
   )
   return images[None], labels.astype(np.float32), {"cone": reading.summary()}
 

@@ -26,6 +26,7 @@ import scipy.stats
 
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
+from recon_jax.eval.verdict import attack_cannot
 from recon_jax.io import plots
 
 
@@ -49,9 +50,8 @@ def _ident(metrics: Mapping) -> Mapping:
 
 
 def _declined(metrics: Mapping) -> bool:
-  """Whether the attack said it cannot test the model and read no candidate (the cone on a
-  change not made by gradient descent: ``regime.cone.cannot``)."""
-  return bool(((metrics.get("regime") or {}).get("cone") or {}).get("cannot"))
+  """Whether the attack said it cannot test the model and read no candidate."""
+  return bool(attack_cannot(metrics))
 
 
 def _ratio(metrics: Mapping):

@@ -66,6 +66,10 @@ FIRST_PATIENCE = 10  # ... or after this many found none at all (no cone to read
 # at n = 500 one start's programs take a minute and more on 2 cores.
 PATIENCE_S = 120.0
 FIRST_PATIENCE_S = 60.0
+# Deeper networks (:func:`_read_deep`):
+ACTIVE = 1e-3  # a representation's units above this fraction of its largest are active
+INVERT_STEPS = 20  # Gauss-Newton steps of :func:`invert` (one for two hidden layers)
+SEED_AGREES = 0.9  # a first-layer facet's image agrees with its seed above this correlation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +91,38 @@ class ConeOptions:
   )
 
 
+def dense_layers(params):
+  """``[(kernel [in, out], bias [out]), ...]`` of a dense network ``layer_0 .. layer_L`` with a
+  bias in every layer and one output, float64.
+
+  Raises:
+    ConfigError: another layout (a layer without its bias, more than one output).
+  """
+  layers = params.get("params", {}) if isinstance(params, dict) else {}
+  names = [f"layer_{i}" for i in range(len(layers))]
+  dense = [layers.get(name, {}) for name in names]
+  ok = (
+    len(dense) >= 2
+    and set(layers) == set(names)
+    and all(
+      isinstance(d, dict) and np.ndim(d.get("kernel")) == 2 and d.get("bias") is not None
+      for d in dense
+    )
+  )
+  ok = ok and np.shape(dense[-1]["kernel"])[1] == 1
+  ok = ok and all(
+    np.shape(a["kernel"])[1] == np.shape(b["kernel"])[0] for a, b in zip(dense, dense[1:])
+  )
+  if not ok:
+    raise ConfigError(
+      "attack=cone reads a dense ReLU network with a bias in every layer and one output "
+      "(layers layer_0 .. layer_L).",
+      "attack",
+    )
+  f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+  return [(f64(d["kernel"]), f64(d["bias"])) for d in dense]
+
+
 def hidden_layer(params):
   """``(kernel [d, h], bias [h], output weights [h])`` of a one-hidden-layer network, float64.
 
@@ -94,25 +130,15 @@ def hidden_layer(params):
     ConfigError: other layers than ``layer_0`` (dense, with a bias) and ``layer_1`` with one
       output.
   """
-  layers = params.get("params", {}) if isinstance(params, dict) else {}
-  first, second = layers.get("layer_0", {}), layers.get("layer_1", {})
-  kernel, out = first.get("kernel"), second.get("kernel")
-  ok = (
-    set(layers) == {"layer_0", "layer_1"}
-    and kernel is not None
-    and np.ndim(kernel) == 2
-    and first.get("bias") is not None
-    and out is not None
-    and np.shape(out) == (np.shape(kernel)[1], 1)
-  )
-  if not ok:
+  layers = dense_layers(params)
+  if len(layers) != 2:
     raise ConfigError(
       "attack=cone reads a network of one dense hidden layer with biases and one output "
-      "(layers layer_0 and layer_1).",
+      "(layers layer_0 and layer_1) here.",
       "attack",
     )
-  f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
-  return f64(kernel), f64(first["bias"]), f64(out)[:, 0]
+  (kernel, bias), (out, _) = layers
+  return kernel, bias, out[:, 0]
 
 
 def signed_rows(star, init, basis, decay: float = 1.0):
@@ -217,6 +243,35 @@ def facet(rows, start_zero):
   return h / np.linalg.norm(h)
 
 
+def seeded_facet(rows, start_zero, generator):
+  """The unit normal ``h`` of the facet a reweighted L1 program on the sizes ``|rows @ h|``
+  reaches from ``start_zero``, normalised on ``generator`` (``h . generator = 1``: the facet
+  of the image nearest it), or None where the program fails.  For rows whose signs are not
+  known (a first layer under more hidden layers): an image's facet is where its units'
+  coefficients vanish, whatever the others' signs."""
+  u, k = rows.shape
+  a_ub = sparse.vstack(
+    [
+      sparse.hstack([sparse.csr_matrix(rows), -sparse.identity(u)]),
+      sparse.hstack([sparse.csr_matrix(-rows), -sparse.identity(u)]),
+    ]
+  ).tocsr()
+  a_eq = np.concatenate([np.asarray(generator, np.float64), np.zeros(u)])[None]
+  bounds = [(None, None)] * k + [(0, None)] * u
+  weights = np.where(start_zero, 1.0, START_WEIGHT)
+  for _ in range(REWEIGHTS):
+    cost = np.concatenate([np.zeros(k), weights])
+    res = numerics.linprog(
+      cost / cost.max(), A_ub=a_ub, b_ub=np.zeros(2 * u), A_eq=a_eq, b_eq=[1.0], bounds=bounds
+    )
+    if res.status != 0:
+      return None
+    h = res.x[:k]
+    size = np.abs(rows @ h)
+    weights = 1.0 / (size + 1e-2 * np.median(size) + 1e-30)
+  return h / np.linalg.norm(h)
+
+
 class Layers(NamedTuple):
   """The pre-activations of the kept units as affine maps of an image's span coefficients
   ``c`` (the image ``basis c``): ``c @ kernel + bias`` at theta_0 and at theta*."""
@@ -300,12 +355,13 @@ def _arrays(rows, normals: list, coefs: list):
   return np.reshape(normals, (-1, rows.shape[1])), np.reshape(coefs, (-1, len(rows)))
 
 
-def _add(rows, h, normals: list, coefs: list) -> None:
+def _add(rows, h, normals: list, coefs: list, signed: bool = True) -> None:
   """Appends the facet of normal ``h`` to ``normals`` and its unit coefficients to ``coefs``
-  where it holds enough units with a clear gap and is not one of them already."""
+  where it holds enough units with a clear gap and is not one of them already (``signed``
+  False: the coefficients' sizes, for rows whose signs are not known)."""
   if h is None:
     return
-  coef = rows @ h
+  coef = rows @ h if signed else np.abs(rows @ h)
   on, gap = zero_split(coef)
   unit = coef / np.linalg.norm(coef)
   if on.mean() < MIN_ON_FACET or gap < MIN_GAP:
@@ -399,7 +455,9 @@ def cone_images(
     decay: the multiple of theta_0 weight decay kept, where the caller found it already
       (a target's :attr:`~recon_jax.types.Target.decay`); None: found here.
   """
-  star, init = hidden_layer(theta_star), hidden_layer(theta_0)
+  net_star, net_init = dense_layers(theta_star), dense_layers(theta_0)
+  first = lambda net: (*net[0], net[1][0][:, 0])  # noqa: E731  (a one-hidden-layer triple)
+  star, init = first(net_star), first(net_init)
   reading = read(star, init, n, decay)
   none = np.zeros((0, *tuple(input_shape))), np.zeros(0)
   if reading.cannot:
@@ -412,11 +470,28 @@ def cone_images(
       reading.decay,
     )
   basis = reading.basis
-  rows, units = signed_rows(star, init, basis, reading.decay)
-  layers = Layers.of(star, init, basis, units)
   diagonal = np.broadcast_to(np.asarray(box_hi) - np.asarray(box_lo), tuple(input_shape))
   scale = float(np.linalg.norm(diagonal)) / 4.0
   rng = np.random.default_rng(seed)
+  held = None
+  if public is not None and len(public):
+    held = np.asarray(public, np.float64).reshape(len(public), -1)
+  if len(net_star) == 2:
+    out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, held)
+  else:
+    out = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held)
+  if not out:
+    return (*none, reading)
+  images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
+  return images, np.array([y for _, y in out]), reading
+
+
+def _read_cone(star, init, basis, decay, n, scale, rng, starts, held=None):
+  """``[(c [k], label), ...]``: the images (span coefficients in ``basis``) read off the signed
+  cone of one hidden layer's change (``star``, ``init``: :func:`hidden_layer` triples; its
+  inputs ``held`` [N, d]: images the attacker holds, or None)."""
+  rows, units = signed_rows(star, init, basis, decay)
+  layers = Layers.of(star, init, basis, units)
   # One facet per image, in the k + 1 dimensions of the span and the bias.
   limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
 
@@ -430,20 +505,151 @@ def cone_images(
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
   # Only where the random starts found a cone (at large n they find none, and neither would
   # these: each start costs a minute at n = 500).
-  if public is not None and len(public) and 0 < len(normals) < min(limit, basis.shape[1]):
-    held = np.asarray(public, np.float64).reshape(len(public), -1) @ basis
+  if held is not None and 0 < len(normals) < min(limit, basis.shape[1]):
     normals, coefs = facets_from(
-      rows, layers, held, limit, normals, coefs, what="starts from images held"
+      rows, layers, held @ basis, limit, normals, coefs, what="starts from images held"
     )
   out = read_all(normals, coefs)
   if out and len(out) < limit:
     generators = [y * np.append(c, 1.0) for c, y in out]
     normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit)
     out = read_all(normals, coefs)
-  if not out:
-    return (*none, reading)
-  images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
-  return images, np.array([y for _, y in out]), reading
+  return out
+
+
+def represent(net, images):
+  """[N, h] the inputs of the last hidden layer of ``net`` (:func:`dense_layers`) for
+  ``images`` [N, d]: the activations after every layer before it."""
+  a = np.asarray(images, np.float64)
+  for kernel, bias in net[:-2]:
+    a = np.maximum(a @ kernel + bias, 0.0)
+  return a
+
+
+def invert(rep, net_head, basis):
+  """``c [k]``: span coefficients of the image ``basis c`` whose activations after
+  ``net_head`` (``[(kernel, bias), ...]``, ReLU after each) match ``rep`` on the units
+  active in it, by least squares; the layers in between take their units' patterns from
+  the previous estimate (Gauss-Newton on a piecewise-linear map, from 0)."""
+  active = rep > ACTIVE * rep.max()
+  c = np.zeros(basis.shape[1])
+  for _ in range(INVERT_STEPS):
+    a_map, off = basis.T, np.zeros(basis.shape[0])  # the image is c @ a_map + off
+    for kernel, bias in net_head[:-1]:
+      z_map, z_off = a_map @ kernel, off @ kernel + bias
+      on = c @ z_map + z_off > 0
+      a_map, off = z_map * on, z_off * on
+    kernel, bias = net_head[-1]
+    z_map, z_off = a_map @ kernel, off @ kernel + bias
+    new = numerics.lstsq(z_map[:, active].T, rep[active] - z_off[active])
+    if not np.all(np.isfinite(new)) or np.allclose(new, c):
+      break
+    c = new
+  return c
+
+
+def _ncc(a, b) -> float:
+  a, b = a - a.mean(), b - b.mean()
+  return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held=None):
+  """``[(c [k], label), ...]``: the images of a network of two or more hidden layers.
+
+  Its last hidden layer's change, signed by the output weights, is a cone of the training
+  images' representations (the activations feeding that layer), as one hidden layer's is of
+  the images: those move while training (by 20-25 % on the LFW fine-tuning victims), so the
+  change spans more than n directions and its top n hold their average, which the same
+  facet programs read to 0.98-1.0 normalised cross-correlation.  Each representation is
+  inverted to an image of the first layer's span at the weights halfway (:func:`invert`),
+  and that image seeds an unsigned facet program on the first layer's change
+  (:func:`seeded_facet`: below the last hidden layer a unit's change mixes the images with
+  either sign, but an image's facet still holds every unit inactive on it); where the image
+  that facet decodes to agrees with its seed (:data:`SEED_AGREES`) both are candidates.
+  The seeds no facet agreed with are moved where the agreed facets leave their generators
+  (orthogonal to every agreed normal) and tried once more."""
+  decay, basis = reading.decay, reading.basis
+  n_eff = int(n) if n else int(reading.info.dim) + 1
+  last = lambda net: (*net[-2], net[-1][0][:, 0])  # noqa: E731
+  s_star, s_init = last(net_star), last(net_init)
+  rep_change = {"params": {"layer_0": {"kernel": s_star[0] - decay * s_init[0]}}}
+  rep_basis, _ = span.span_basis(rep_change, n=n_eff)
+  rep_basis = rep_basis[:, :n_eff]  # the representations' average over training
+  mid = [((a + b) / 2.0, (c + d) / 2.0) for (a, c), (b, d) in zip(net_star, net_init)]
+  pool = held
+  if pool is None:
+    pool = (basis @ rng.normal(size=(basis.shape[1], 64))).T
+    pool *= scale / np.linalg.norm(pool, axis=1, keepdims=True)
+  reps_held = represent(mid, pool)
+  rep_scale = float(np.median(np.linalg.norm(reps_held, axis=1)))
+  read_reps = _read_cone(
+    s_star, s_init, rep_basis, decay, n_eff, rep_scale, rng, starts,
+    reps_held if held is not None else None,
+  )  # fmt: skip
+  seeds = []
+  for i, (c, y) in enumerate(read_reps):
+    progress.beat(f"cone, inverting representation {i + 1} of {len(read_reps)}")
+    seeds.append((invert(rep_basis @ c, mid[:-2], basis), y))
+  # The first layer's facets, one program per seed.
+  (k1, b1), (k0, b0) = net_star[0], net_init[0]
+  rows = np.concatenate([(k1 - decay * k0).T @ basis, (b1 - decay * b0)[:, None]], axis=1)
+  norms = np.linalg.norm(rows, axis=1)
+  units = np.flatnonzero(norms > NEGLIGIBLE * np.median(norms))
+  rows = rows[units] / np.median(norms[units])
+  layers = Layers.of((k1, b1, None), (k0, b0, None), basis, units)
+  bound = 4.0 * scale
+  normals, coefs, origin = _seeded_facets(rows, layers, [c for c, _ in seeds])
+  agreed = _agreeing(normals, coefs, origin, seeds, layers, basis, bound, SEED_AGREES)
+  # Again with the facets that agreed only, for the seeds the first round left: each seed
+  # projected where its generator must be, orthogonal to every agreed facet's normal.
+  keep = [q for q, i in enumerate(origin) if i in agreed]
+  normals, coefs, origin = normals[keep], coefs[keep], [origin[q] for q in keep]
+  if len(normals) and len(agreed) < len(seeds):
+    free = numerics.svd(normals)[2][len(normals) :].T  # [k + 1, r]
+    moved = {}
+    for i, (c, _) in enumerate(seeds):
+      g = free @ (free.T @ np.append(c, 1.0))
+      if i not in agreed and abs(g[-1]) > 1e-9:
+        moved[i] = g[:-1] / g[-1]
+    normals, coefs, more = _seeded_facets(rows, layers, moved, normals, coefs)
+    origin = origin + more
+    seeds_moved = [(moved.get(i, c), y) for i, (c, y) in enumerate(seeds)]
+    agreed = _agreeing(normals, coefs, origin, seeds_moved, layers, basis, bound, SEED_AGREES)
+  # Each seed, and beside it the image its facet decoded to where they agree (exact where
+  # the facet is: the seed is its representation's inverse, to a few percent).
+  return list(seeds) + [(c, seeds[i][1]) for i, c in sorted(agreed.items())]
+
+
+def _seeded_facets(rows, layers: Layers, seeds, normals=(), coefs=()):
+  """``(normals, coefficients, origin)``: the facets ``normals``/``coefs`` and those that
+  :func:`seeded_facet` reaches from each of ``seeds`` (span coefficients: a list, or a dict
+  by the seed's number), ``origin`` the number of the seed each new facet came from."""
+  normals, coefs, origin = list(normals), list(coefs), []
+  items = seeds.items() if isinstance(seeds, dict) else enumerate(seeds)
+  for j, (i, c) in enumerate(items):
+    progress.beat(f"cone, the first layer's facet of image {j + 1} of {len(seeds)}")
+    before = len(normals)
+    _add(rows, seeded_facet(rows, layers.inactive(c), np.append(c, 1.0)), normals, coefs, False)
+    if len(normals) > before:
+      origin.append(i)
+  return (*_arrays(rows, normals, coefs), origin)
+
+
+def _agreeing(normals, coefs, origin, seeds, layers: Layers, basis, bound, threshold) -> dict:
+  """``{seed number: c}``: the images the facets decode to (:func:`decode`, each facet
+  against all the others) that agree with the seed they came from (normalised
+  cross-correlation >= ``threshold``), one per seed, no two alike."""
+  out = {}
+  for q, i in enumerate(origin):
+    progress.beat(f"cone, decoding image {q + 1} of {len(origin)}")
+    c, _ = decode(normals, coefs, q, layers, bound)
+    image = basis @ c
+    if _ncc(image, basis @ seeds[i][0]) < threshold:
+      continue
+    if any(_ncc(image, basis @ other) > SAME_FACET for other in out.values()):
+      continue
+    out[i] = c
+  return out
 
 
 def _theta_pair(setup: Setup):
@@ -495,10 +701,15 @@ def _check(options: ConeOptions, setup: Setup) -> None:
   if setup.foreign:
     return  # an imported model's layers are checked when its parameters are read
   require(
-    v.arch in ("mlp", "one_hidden") and len(v.widths) == 1,
-    f"attack=cone reads a network of one dense hidden layer, not arch={v.arch} with widths "
-    f"{tuple(v.widths)} (the KKT search in the change's span reads any depth: the "
-    "finetune_kkt preset).",
+    v.arch in ("mlp", "one_hidden") and len(v.widths) >= 1,
+    f"attack=cone reads a dense ReLU network, not arch={v.arch} (the KKT search in the "
+    "change's span reads others: the finetune_kkt preset).",
+    "attack",
+  )
+  require(
+    len(v.widths) == 1 or v.bias == "all",
+    f"attack=cone reads a network of {len(v.widths)} hidden layers through the biases of "
+    f"every layer, which bias={v.bias} leaves out (the finetune_kkt preset reads it).",
     "attack",
   )
   require(

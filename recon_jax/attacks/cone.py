@@ -53,6 +53,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.victims import loading
 
 VIOLATION_COST = 20.0  # a unit's coefficient below 0 costs this many times the largest weight
+MIXED_VIOLATION_COST = 5.0  # ... this many times its own weight, for squared error
 REWEIGHTS = 6  # reweighted L1 rounds of one facet's program
 START_WEIGHT = 0.01  # the weight of the units active on the start's image (1 for the others)
 NEGLIGIBLE = 0.05  # units whose change is below this fraction of the median are dropped
@@ -220,16 +221,21 @@ def zero_split(coefficients):
   return logs < order[split[best]], float(high[best] - low[best])
 
 
-def facet(rows, start_zero):
+def facet(rows, start_zero, mixed: bool = False):
   """The unit normal ``h`` of the facet a reweighted L1 program reaches from ``start_zero``
-  (the units taken to be on it at first), or None where the program fails."""
+  (the units taken to be on it at first), or None where the program fails.
+
+  A unit's coefficient below 0 costs :data:`VIOLATION_COST` times the largest weight (a
+  cone: the logistic loss), or with ``mixed`` :data:`MIXED_VIOLATION_COST` times its own
+  (squared error: an image whose output overshot its label mixes both signs)."""
   u, k = rows.shape
   bounds = [(None, None)] * k + [(0, None)] * u
   a_ub = sparse.hstack([sparse.csr_matrix(-rows), -sparse.identity(u)]).tocsr()
   a_eq = np.concatenate([rows[~start_zero].sum(0), np.zeros(u)])[None]
   weights = np.where(start_zero, 1.0, START_WEIGHT)
   for _ in range(REWEIGHTS):
-    cost = np.concatenate([rows.T @ weights, VIOLATION_COST * weights.max() * np.ones(u)])
+    slack = MIXED_VIOLATION_COST * weights if mixed else VIOLATION_COST * weights.max()
+    cost = np.concatenate([rows.T @ weights, slack * np.ones(u)])
     # Scaled to a largest cost of 1: the reweighted costs span decades, and HiGHS fails on
     # about a third of the programs unscaled (the same solution, a scaled objective).
     res = numerics.linprog(
@@ -239,7 +245,8 @@ def facet(rows, start_zero):
       return None
     h = res.x[:k]
     coef = rows @ h
-    weights = 1.0 / (np.maximum(coef, 0.0) + 1e-2 * np.median(np.abs(coef)) + 1e-30)
+    size = np.abs(coef) if mixed else np.maximum(coef, 0.0)
+    weights = 1.0 / (size + 1e-2 * np.median(np.abs(coef)) + 1e-30)
   return h / np.linalg.norm(h)
 
 
@@ -316,18 +323,26 @@ class _Patience:
     return self.idle >= starts or time.monotonic() - self.since > seconds
 
 
-def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int):
+def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int, mixed=False):
   """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
   hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
   random images of the span (coefficients of norm ``scale``, drawn one start at a time);
   the search stops when its patience runs out (:class:`_Patience`)."""
   k = rows.shape[1] - 1
   randoms = (scale * c / np.linalg.norm(c) for c in (rng.normal(size=k) for _ in range(starts)))
-  return facets_from(rows, layers, randoms, limit, what=f"random starts (at most {starts})")
+  what = f"random starts (at most {starts})"
+  return facets_from(rows, layers, randoms, limit, what=what, mixed=mixed)
 
 
 def facets_from(
-  rows, layers: Layers, starts: Iterable, limit: int, normals=(), coefs=(), what: str = ""
+  rows,
+  layers: Layers,
+  starts: Iterable,
+  limit: int,
+  normals=(),
+  coefs=(),
+  what: str = "",
+  mixed: bool = False,
 ):
   """``(normals, coefficients)``: the facets ``normals`` and ``coefs`` already found, and
   those reached from the activation patterns of ``starts`` (span coefficients [k] of
@@ -343,7 +358,7 @@ def facets_from(
     if c is None:
       break
     before = len(normals)
-    _add(rows, facet(rows, layers.inactive(c)), normals, coefs)
+    _add(rows, facet(rows, layers.inactive(c), mixed), normals, coefs, not mixed)
     patience.update(len(normals) > before)
     done += 1
     progress.beat(f"cone, {what}: {len(normals)} facets after {done} starts")
@@ -372,7 +387,7 @@ def _add(rows, h, normals: list, coefs: list, signed: bool = True) -> None:
   coefs.append(unit)
 
 
-def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
+def peel(rows, normals, coefs, generators, starts: int, rng, limit: int, mixed: bool = False):
   """The facets the random starts missed, searched where only they can be.
 
   A facet's normal is orthogonal to every generator but its own, so the facets not yet
@@ -387,8 +402,8 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int):
   for i in range(int(starts) if complement.shape[1] else 0):
     if len(normals) >= limit:
       break
-    h = facet(projected, projected @ rng.normal(size=complement.shape[1]) <= 0)
-    _add(rows, None if h is None else complement @ h, normals, coefs)
+    h = facet(projected, projected @ rng.normal(size=complement.shape[1]) <= 0, mixed)
+    _add(rows, None if h is None else complement @ h, normals, coefs, not mixed)
     progress.beat(f"cone, the missed facets: {len(normals)} facets after {i + 1} starts")
   return _arrays(rows, normals, coefs)
 
@@ -436,6 +451,7 @@ def cone_images(
   seed=0,
   public=None,
   decay=None,
+  mixed=False,
 ):
   """``(images [F, *input_shape], labels [F], reading)`` read off the cone of the first
   layer's change (``reading``: what the change showed, :class:`Reading`; F is 0 where it
@@ -454,6 +470,8 @@ def cone_images(
       unfound, the search starts again from these images' activation patterns.
     decay: the multiple of theta_0 weight decay kept, where the caller found it already
       (a target's :attr:`~recon_jax.types.Target.decay`); None: found here.
+    mixed: the loss's derivative may change sign in training (squared error): a unit's
+      coefficient below 0 is a soft cost of its own (:func:`facet`).
   """
   net_star, net_init = dense_layers(theta_star), dense_layers(theta_0)
   first = lambda net: (*net[0], net[1][0][:, 0])  # noqa: E731  (a one-hidden-layer triple)
@@ -477,19 +495,19 @@ def cone_images(
   if public is not None and len(public):
     held = np.asarray(public, np.float64).reshape(len(public), -1)
   if len(net_star) == 2:
-    out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, held)
+    out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, held, mixed)
   else:
-    out = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held)
+    out = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
   if not out:
     return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
   return images, np.array([y for _, y in out]), reading
 
 
-def _read_cone(star, init, basis, decay, n, scale, rng, starts, held=None):
+def _read_cone(star, init, basis, decay, n, scale, rng, starts, held=None, mixed=False):
   """``[(c [k], label), ...]``: the images (span coefficients in ``basis``) read off the signed
   cone of one hidden layer's change (``star``, ``init``: :func:`hidden_layer` triples; its
-  inputs ``held`` [N, d]: images the attacker holds, or None)."""
+  inputs ``held`` [N, d]: images the attacker holds, or None; ``mixed``: see :func:`facet`)."""
   rows, units = signed_rows(star, init, basis, decay)
   layers = Layers.of(star, init, basis, units)
   # One facet per image, in the k + 1 dimensions of the span and the bias.
@@ -502,17 +520,17 @@ def _read_cone(star, init, basis, decay, n, scale, rng, starts, held=None):
       out.append(decode(normals, coefs, q, layers, 4.0 * scale))
     return out
 
-  normals, coefs = find_facets(rows, layers, starts, scale, rng, limit)
+  normals, coefs = find_facets(rows, layers, starts, scale, rng, limit, mixed)
   # Only where the random starts found a cone (at large n they find none, and neither would
   # these: each start costs a minute at n = 500).
   if held is not None and 0 < len(normals) < min(limit, basis.shape[1]):
     normals, coefs = facets_from(
-      rows, layers, held @ basis, limit, normals, coefs, what="starts from images held"
+      rows, layers, held @ basis, limit, normals, coefs, "starts from images held", mixed
     )
   out = read_all(normals, coefs)
   if out and len(out) < limit:
     generators = [y * np.append(c, 1.0) for c, y in out]
-    normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit)
+    normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit, mixed)
     out = read_all(normals, coefs)
   return out
 
@@ -553,7 +571,7 @@ def _ncc(a, b) -> float:
   return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
-def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held=None):
+def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held=None, mixed=False):
   """``[(c [k], label), ...]``: the images of a network of two or more hidden layers.
 
   Its last hidden layer's change, signed by the output weights, is a cone of the training
@@ -584,7 +602,7 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
   rep_scale = float(np.median(np.linalg.norm(reps_held, axis=1)))
   read_reps = _read_cone(
     s_star, s_init, rep_basis, decay, n_eff, rep_scale, rng, starts,
-    reps_held if held is not None else None,
+    reps_held if held is not None else None, mixed,
   )  # fmt: skip
   seeds = []
   for i, (c, y) in enumerate(read_reps):
@@ -676,6 +694,7 @@ def _direct(setup: Setup, options: ConeOptions):
     seed=setup.common.seed,
     public=setup.public if options.cone_public else None,
     decay=float(setup.target.decay),  # the job's target found it (victims.loading)
+    mixed=setup.problem == "general",  # squared error on labels +-1
   )
   return images[None], labels.astype(np.float32), {"cone": reading.summary()}
 

@@ -70,6 +70,10 @@ FIRST_PATIENCE_S = 60.0
 # Deeper networks (:func:`_read_deep`):
 ACTIVE = 1e-3  # a representation's units above this fraction of its largest are active
 INVERT_STEPS = 20  # Gauss-Newton steps of :func:`invert` (one for two hidden layers)
+CONSENSUS_TRIALS = 200  # draws of k - 1 rows of :func:`consensus_facet`
+CONSENSUS_TOL = 1e-2  # a unit is on a drawn hyperplane below this fraction of the median
+CONSENSUS_MISSES = 5  # the unseeded consensus search stops after this many draws found nothing
+PATTERN_AGREES = 0.9  # a facet's image leaves this share of its units inactive, as the facet
 SEED_AGREES = 0.9  # a first-layer facet's image agrees with its seed above this correlation
 
 
@@ -616,7 +620,7 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
   rows = rows[units] / np.median(norms[units])
   layers = Layers.of((k1, b1, None), (k0, b0, None), basis, units)
   bound = 4.0 * scale
-  normals, coefs, origin = _seeded_facets(rows, layers, [c for c, _ in seeds])
+  normals, coefs, origin = _seeded_facets(rows, layers, [c for c, _ in seeds], rng)
   agreed = _agreeing(normals, coefs, origin, seeds, layers, basis, bound, SEED_AGREES)
   # Again with the facets that agreed only, for the seeds the first round left: each seed
   # projected where its generator must be, orthogonal to every agreed facet's normal.
@@ -629,16 +633,54 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
       g = free @ (free.T @ np.append(c, 1.0))
       if i not in agreed and abs(g[-1]) > 1e-9:
         moved[i] = g[:-1] / g[-1]
-    normals, coefs, more = _seeded_facets(rows, layers, moved, normals, coefs)
+    normals, coefs, more = _seeded_facets(rows, layers, moved, rng, normals, coefs)
     origin = origin + more
     seeds_moved = [(moved.get(i, c), y) for i, (c, y) in enumerate(seeds)]
     agreed = _agreeing(normals, coefs, origin, seeds_moved, layers, basis, bound, SEED_AGREES)
+  # The facets no seed reached: where the agreed images' generators are not, the units'
+  # rows mix the images left alone, in a few directions, where consensus finds their facets.
+  found = _unseeded(rows, layers, normals[[origin.index(i) for i in agreed]], agreed, rng, n_eff)
   # Each seed, and beside it the image its facet decoded to where they agree (exact where
-  # the facet is: the seed is its representation's inverse, to a few percent).
-  return list(seeds) + [(c, seeds[i][1]) for i, c in sorted(agreed.items())]
+  # the facet is: the seed is its representation's inverse, to a few percent), and the
+  # images of the facets found without a seed.
+  return (
+    list(seeds) + [(c, seeds[i][1]) for i, c in sorted(agreed.items())] + [(c, 0.0) for c in found]
+  )
 
 
-def _seeded_facets(rows, layers: Layers, seeds, normals=(), coefs=()):
+def _unseeded(rows, layers: Layers, normals, agreed: dict, rng, limit: int) -> list:
+  """``[c, ...]``: the images of the facets no seed reached, searched by consensus in the
+  complement of the ``agreed`` images' generators, each kept where the units its decoded
+  image leaves inactive are the facet's (:data:`PATTERN_AGREES`)."""
+  if not agreed or len(agreed) >= limit:
+    return []
+  gens = np.array([np.append(c, 1.0) for c in agreed.values()])
+  rest = numerics.svd(gens)[2][len(gens) :].T  # [k + 1, r]
+  if rest.shape[1] < 2:
+    return []
+  projected = rows @ rest
+  normals, coefs = list(normals), [np.abs(rows @ h) / np.linalg.norm(rows @ h) for h in normals]
+  first, misses = len(normals), 0
+  while len(normals) < limit and misses < CONSENSUS_MISSES:
+    progress.beat(f"cone, the facets no seed reached: {len(normals) - first} found")
+    h = consensus_facet(projected, np.ones(len(rows), bool), rng)
+    before = len(normals)
+    _add(rows, None if h is None else rest @ h, normals, coefs, False)
+    misses = 0 if len(normals) > before else misses + 1
+  if len(normals) == first:
+    return []
+  normals, coefs = _arrays(rows, normals, coefs)
+  out = []
+  for q in range(first, len(normals)):
+    c, _ = decode(normals, coefs, q, layers, np.inf)
+    agree = np.mean(layers.inactive(c) == zero_split(coefs[q])[0])
+    logging.info("cone: a facet no seed reached; its image's pattern agrees on %.3f", agree)
+    if agree >= PATTERN_AGREES:
+      out.append(c)
+  return out
+
+
+def _seeded_facets(rows, layers: Layers, seeds, rng, normals=(), coefs=()):
   """``(normals, coefficients, origin)``: the facets ``normals``/``coefs`` and those that
   :func:`seeded_facet` reaches from each of ``seeds`` (span coefficients: a list, or a dict
   by the seed's number), ``origin`` the number of the seed each new facet came from."""
@@ -647,7 +689,11 @@ def _seeded_facets(rows, layers: Layers, seeds, normals=(), coefs=()):
   for j, (i, c) in enumerate(items):
     progress.beat(f"cone, the first layer's facet of image {j + 1} of {len(seeds)}")
     before = len(normals)
-    _add(rows, seeded_facet(rows, layers.inactive(c), np.append(c, 1.0)), normals, coefs, False)
+    zero = layers.inactive(c)
+    h = consensus_facet(rows, zero, rng)
+    if h is None:
+      h = seeded_facet(rows, zero, np.append(c, 1.0))
+    _add(rows, h, normals, coefs, False)
     if len(normals) > before:
       origin.append(i)
   return (*_arrays(rows, normals, coefs), origin)
@@ -760,3 +806,28 @@ SPEC = register(
     examples=(),  # nothing to run: the contract is for searches
   )
 )
+
+
+def consensus_facet(rows, pool, rng, trials: int = CONSENSUS_TRIALS):
+  """The unit normal ``h`` of a facet found by consensus, or None: ``h`` orthogonal to
+  k - 1 rows drawn from ``pool`` (a mask of the units; all of them, or those a seed's
+  pattern says are on its facet), kept where at least :data:`MIN_ON_FACET` of all the units
+  vanish on it with a clear gap, refined on the units it holds.  Where the pool is mostly
+  on one facet (a seed's pattern 85 % right: 0.85^19, one draw in 20 for k = 20) or the
+  rows span few directions (what the facets found leave), a few hundred draws find it."""
+  u, k = rows.shape
+  pool = np.flatnonzero(pool)
+  if len(pool) < k - 1:
+    return None
+  for _ in range(int(trials)):
+    pick = rng.choice(pool, k - 1, replace=False)
+    h = numerics.svd(rows[pick])[2][-1]
+    size = np.abs(rows @ h)
+    on = size < CONSENSUS_TOL * np.median(size)
+    if on.mean() < MIN_ON_FACET:
+      continue
+    h = numerics.svd(rows[on])[2][-1]  # refined on every unit it holds
+    on_split, gap = zero_split(np.abs(rows @ h))
+    if on_split.mean() >= MIN_ON_FACET and gap >= MIN_GAP:
+      return h
+  return None

@@ -72,6 +72,7 @@ ACTIVE = 1e-3  # a representation's units above this fraction of its largest are
 INVERT_STEPS = 20  # Gauss-Newton steps of :func:`invert` (one for two hidden layers)
 CONSENSUS_TRIALS = 200  # draws of k - 1 rows of :func:`consensus_facet`
 CONSENSUS_TOL = 1e-2  # a unit is on a drawn hyperplane below this fraction of the median
+CONSENSUS_REFINE = 3  # rounds of a consensus facet's refinement on the units it holds
 CONSENSUS_MISSES = 5  # the unseeded consensus search stops after this many draws found nothing
 PATTERN_AGREES = 0.9  # a facet's image leaves this share of its units inactive, as the facet
 SEED_AGREES = 0.9  # a first-layer facet's image agrees with its seed above this correlation
@@ -691,8 +692,9 @@ def _seeded_facets(rows, layers: Layers, seeds, rng, normals=(), coefs=()):
     before = len(normals)
     zero = layers.inactive(c)
     h = consensus_facet(rows, zero, rng)
-    if h is None:
-      h = seeded_facet(rows, zero, np.append(c, 1.0))
+    if h is not None:  # polished by the program, from the units it holds
+      zero = zero_split(np.abs(rows @ h))[0]
+    h = seeded_facet(rows, zero, np.append(c, 1.0))
     _add(rows, h, normals, coefs, False)
     if len(normals) > before:
       origin.append(i)
@@ -826,8 +828,9 @@ def consensus_facet(rows, pool, rng, trials: int = CONSENSUS_TRIALS):
     on = size < CONSENSUS_TOL * np.median(size)
     if on.mean() < MIN_ON_FACET:
       continue
-    h = numerics.svd(rows[on])[2][-1]  # refined on every unit it holds
-    on_split, gap = zero_split(np.abs(rows @ h))
-    if on_split.mean() >= MIN_ON_FACET and gap >= MIN_GAP:
+    for _ in range(CONSENSUS_REFINE):  # refined on every unit it holds
+      h = numerics.svd(rows[on])[2][-1]
+      on, gap = zero_split(np.abs(rows @ h))
+    if on.mean() >= MIN_ON_FACET and gap >= MIN_GAP:
       return h
   return None

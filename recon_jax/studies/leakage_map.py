@@ -29,8 +29,8 @@ def _victim(**recipe) -> dict:
 # The recipes a model owner uses (the ``leakage_map_cone`` preset), each changed alone from the
 # finetune preset (the cone on a 625-2048-1 model fine-tuned 2000 epochs by full-batch GD from a
 # published He theta_0, 10 + 10 faces): how it was optimised, weight decay, the loss, a
-# pretrained theta_0, n.  Depth has no row: the cone reads one hidden layer and refuses deeper
-# models (finetune_kkt reads them).
+# pretrained theta_0, n, depth (1024 units a hidden layer) and 250 + 250 MNIST digits (mnist5k:
+# Haim et al.'s n = 500, 784 pixels).
 RECIPES = (
   ("optimizer", (("GD", BASE), ("SGD, batch 5", _victim(batch_size=5)),
                  ("momentum 0.9", _victim(momentum=0.9)),
@@ -41,6 +41,10 @@ RECIPES = (
   ("theta_0", (("random (seed)", BASE), ("pretrained", _victim(pretrain_epochs=2000)))),
   ("images per class", (("10", BASE), ("25", _victim(n_per_class=25)),
                         ("50", _victim(n_per_class=50, n_part_per_class=10)))),
+  ("hidden layers", (("1 x 2048", BASE), ("2 x 1024", _victim(widths=(1024, 1024))),
+                     ("3 x 1024", _victim(widths=(1024, 1024, 1024))))),
+  ("data", (("LFW 10 + 10", BASE),
+            ("MNIST 250 + 250", _victim(dataset="mnist5k", n_per_class=250)))),
 )  # fmt: skip
 
 

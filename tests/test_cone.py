@@ -324,3 +324,24 @@ def test_the_facet_search_gives_up_after_its_starts_or_its_seconds(monkeypatch):
   assert p.idle == 0 and not p.over(True)
   monkeypatch.setattr(cone, "PATIENCE_S", 0.0)
   assert p.over(True)  # no new facet for longer than PATIENCE_S
+
+
+def test_a_mixed_program_lands_on_the_facet_of_an_image_whose_coefficients_mix_signs(planted):
+  """Planted squared error: one image's coefficient turned negative on a fifth of the units
+  it moved (its output overshot the label for part of training).  Its facet, the units it
+  never moved, is still where the mixed program lands; the strict cone's program is not."""
+  rows, generators = planted
+  mix = rows @ np.linalg.pinv(generators)
+  absent = mix < 1e-6 * np.abs(rows).max()
+  rng = np.random.default_rng(1)
+  for q in (2, 5):
+    flipped = mix.copy()
+    moved = np.flatnonzero(~absent[:, q])
+    flip = rng.choice(moved, len(moved) // 5, replace=False)
+    flipped[flip, q] *= -1.0
+    h = cone.facet(flipped @ generators, absent[:, q], mixed=True)
+    on, gap = cone.zero_split(np.abs(flipped @ generators @ h))
+    assert (on == absent[:, q]).mean() > 0.97 and gap > 2, ((on == absent[:, q]).mean(), gap)
+    strict = cone.facet(flipped @ generators, absent[:, q])  # the cone's own: elsewhere
+    on, _ = cone.zero_split(np.abs(flipped @ generators @ strict))
+    assert (on == absent[:, q]).mean() < 0.9

@@ -25,7 +25,17 @@ and are the ones missed (docs/leakage.md).
 
 Exact for full-batch or mini-batch gradient descent, with or without momentum, and a loss
 whose derivative keeps its sign (logistic; squared error while no output overshoots its
-label).  Coupled weight decay keeps a multiple ``c`` of theta_0 in every step, so the cone is
+label: where one did, its image's coefficients mix both signs, and ``mixed`` programs price
+a negative coefficient softly).
+
+Deeper networks (:func:`_read_deep`): only the last hidden layer's change has signs the
+output weights give, and it is a cone of the images' representations (the activations
+feeding that layer), which move while training; its top n directions hold their average,
+the same programs read it, and each representation inverted to an image (:func:`invert`)
+seeds the first layer's facet of that image, found by consensus (:func:`consensus_facet`)
+and polished by an unsigned program (:func:`seeded_facet`): below the last hidden layer the
+units mix the images with either sign, but an image's facet still holds every unit inactive
+on it.  Coupled weight decay keeps a multiple ``c`` of theta_0 in every step, so the cone is
 that of ``theta* - c theta_0``: :func:`recon_jax.victims.loading.decay_factor` finds ``c``
 from theta* and theta_0 alone
 (the one multiple that leaves a change of rank n).  Before any program :func:`read` checks

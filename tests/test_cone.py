@@ -345,3 +345,18 @@ def test_a_mixed_program_lands_on_the_facet_of_an_image_whose_coefficients_mix_s
     strict = cone.facet(flipped @ generators, absent[:, q])  # the cone's own: elsewhere
     on, _ = cone.zero_split(np.abs(flipped @ generators @ strict))
     assert (on == absent[:, q]).mean() < 0.9
+
+
+def test_consensus_finds_a_facet_from_a_pattern_that_is_partly_wrong(planted):
+  """Planted: the units a rough seed puts on image q's facet, a tenth of them wrong; k - 1
+  drawn from them and a null vector land on the facet within the draws allowed, exactly."""
+  rows, generators = planted
+  absent = rows @ np.linalg.pinv(generators) < 1e-6 * np.abs(rows).max()
+  rng = np.random.default_rng(0)
+  for q in (1, 4, 6):
+    pool = absent[:, q].copy()
+    wrong = rng.choice(np.flatnonzero(~pool), pool.sum() // 10, replace=False)
+    pool[wrong] = True  # about a tenth of the pool is not on the facet
+    h = cone.consensus_facet(rows, pool, rng)
+    on, gap = cone.zero_split(np.abs(rows @ h))
+    assert (on == absent[:, q]).mean() > 0.97 and gap > 2, ((on == absent[:, q]).mean(), gap)

@@ -325,9 +325,9 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
     raise ValueError(f"paired runs on different draws: {rs[0]['draws']} vs {rs[1]['draws']}")
   if kind == "toy":
     n, med = rs[0][0]["n_train"], lambda k: statistics.median(m[k] for m in rs[0])
-    at_init = interval([(m["at_init"] or {}).get("recovered", 0) for m in rs[0]], conf)
+    at_init = interval([(m["at_init"] or {}).get("recovered", 0) for m in rs[0]], conf, (0, n))
     return e(
-      attack=f"{fmt(interval([m['recovered'] for m in rs[0]], conf))} of {n} (median "
+      attack=f"{fmt(interval([m['recovered'] for m in rs[0]], conf, (0, n)))} of {n} (median "
       f"{med('recovered'):g}; best restart {med('recovered_best_restart'):g}, "
       f"pooled {med('recovered_pooled'):g})",
       baselines=f"its starting points {fmt(at_init)}",
@@ -346,7 +346,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
   if kind == "n_trend":
     rs = sorted(rs, key=lambda m: m["n_train"])
     per_n = lambda key: "; ".join(
-      f"n={m['n_train']}: {fmt(interval(per_draw(m, key, True), conf), 2)}" for m in rs
+      f"n={m['n_train']}: {fmt(interval(per_draw(m, key, True), conf, (0, 1)), 2)}" for m in rs
     )
     d = paired(pooled(rs[0], True), pooled(rs[-1], True), conf)
     return e(
@@ -356,8 +356,8 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       verdict=_yes(d),
     )
   if kind in ("fewer", "partition", "known_theta0"):
-    d = paired(pooled(rs[0]), pooled(rs[1]), conf)
-    a, b = (fmt(interval(pooled(m), conf)) for m in rs)
+    d = paired(pooled(rs[0]), pooled(rs[1]), conf, rs[0]["n_train"])
+    a, b = (fmt(interval(pooled(m), conf, (0, m["n_train"]))) for m in rs)
     if kind == "partition":
       return e(
         attack=f"from the partition {a}",
@@ -375,12 +375,13 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
     return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=_yes(d))
   if kind == "lower_with_signal":
     (base, kai), s = rs, "ssim_gt_0.4"
+    counts = lambda v, m: fmt(interval(v, conf, (0, m["n_train"])))  # noqa: E731
     lower = paired(per_draw(base, s), per_draw(kai, s), conf)
     sig = paired(per_draw(kai, s), best_baseline(kai, s), conf)
     return e(
-      attack=f"SSIM > 0.4: Kaiming {fmt(interval(per_draw(kai, s), conf))}, base "
-      f"{fmt(interval(per_draw(base, s), conf))}",
-      baselines=f"Kaiming's best baseline {fmt(interval(best_baseline(kai, s), conf))}",
+      attack=f"SSIM > 0.4: Kaiming {counts(per_draw(kai, s), kai)}, base "
+      f"{counts(per_draw(base, s), base)}",
+      baselines=f"Kaiming's best baseline {counts(best_baseline(kai, s), kai)}",
       statistic=f"base - Kaiming {fmt(lower)}; Kaiming - baseline {fmt(sig)}",
       verdict=_yes(lower, sig),
     )

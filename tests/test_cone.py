@@ -188,7 +188,7 @@ def test_a_network_whose_layers_do_not_chain_is_refused_in_one_line(lazy):
   _, fitted = lazy
   broken = jax.tree_util.tree_map(lambda a: a, fitted.params)
   broken["params"] = dict(broken["params"], layer_2=broken["params"]["layer_1"])
-  with pytest.raises(ConfigError, match="a bias in every layer and one output") as e:
+  with pytest.raises(ConfigError, match="a bias in every hidden layer and one") as e:
     cone.cone_images(broken, broken, (8, 8), 0.0, 1.0)
   assert e.value.argument == "attack" and "\n" not in str(e.value)
 

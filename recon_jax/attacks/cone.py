@@ -109,7 +109,8 @@ class ConeOptions:
 
 def dense_layers(params):
   """``[(kernel [in, out], bias [out]), ...]`` of a dense network ``layer_0 .. layer_L`` with a
-  bias in every layer and one output, float64.
+  bias in every hidden layer and one output (the output's bias, which no attack reads, 0
+  where there is none), float64.
 
   Raises:
     ConfigError: another layout (a layer without its bias, more than one output).
@@ -120,10 +121,8 @@ def dense_layers(params):
   ok = (
     len(dense) >= 2
     and set(layers) == set(names)
-    and all(
-      isinstance(d, dict) and np.ndim(d.get("kernel")) == 2 and d.get("bias") is not None
-      for d in dense
-    )
+    and all(isinstance(d, dict) and np.ndim(d.get("kernel")) == 2 for d in dense)
+    and all(d.get("bias") is not None for d in dense[:-1])
   )
   ok = ok and np.shape(dense[-1]["kernel"])[1] == 1
   ok = ok and all(
@@ -131,12 +130,15 @@ def dense_layers(params):
   )
   if not ok:
     raise ConfigError(
-      "attack=cone reads a dense ReLU network with a bias in every layer and one output "
-      "(layers layer_0 .. layer_L).",
+      "attack=cone reads a dense ReLU network with a bias in every hidden layer and one "
+      "output (layers layer_0 .. layer_L).",
       "attack",
     )
   f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
-  return [(f64(d["kernel"]), f64(d["bias"])) for d in dense]
+  bias = lambda d: f64(
+    d["bias"] if d.get("bias") is not None else np.zeros(np.shape(d["kernel"])[1])
+  )  # noqa: E731
+  return [(f64(d["kernel"]), bias(d)) for d in dense]
 
 
 def hidden_layer(params):

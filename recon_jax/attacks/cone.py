@@ -159,20 +159,24 @@ def hidden_layer(params):
   return kernel, bias, out[:, 0]
 
 
-def signed_rows(star, init, basis, decay: float = 1.0):
+def signed_rows(star, init, basis, decay: float = 1.0, signed: bool = True):
   """``(rows [u, k + 1], units [u])``: each kept unit's change from ``init`` to ``star`` (each
   a :func:`hidden_layer` triple; the change from ``decay`` times ``init`` under weight decay),
   its kernel in the span's coordinates (``basis`` [d, k]) beside its bias, times the sign of
-  its output weight.
+  its output weight (``signed`` False: as it is, for a first layer under more hidden layers,
+  whose output weights are ignored).
 
-  Kept: the units whose output weight has the same nonzero sign at theta_0 and theta*, and
-  whose change is not negligible.  Scaled so that the median row has norm 1."""
+  Kept: the units whose output weight has the same nonzero sign at theta_0 and theta* (all of
+  them unsigned), and whose change is not negligible.  Scaled so that the median row has
+  norm 1."""
   (k1, b1, w1), (k0, b0, w0) = star, init
-  sign = np.sign(w0)
   rows = np.concatenate([(k1 - decay * k0).T @ basis, (b1 - decay * b0)[:, None]], axis=1)
-  rows = rows * sign[:, None]
+  keep = np.ones(len(rows), bool)
+  if signed:
+    sign = np.sign(w0)
+    rows = rows * sign[:, None]
+    keep = (np.sign(w1) == sign) & (sign != 0)
   norms = np.linalg.norm(rows, axis=1)
-  keep = (np.sign(w1) == sign) & (sign != 0)
   if not keep.any():
     raise ConfigError("every output weight changed sign: the cone is not there.", "attack")
   keep &= norms > NEGLIGIBLE * np.median(norms[keep])
@@ -626,12 +630,9 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
     progress.beat(f"cone, inverting representation {i + 1} of {len(read_reps)}")
     seeds.append((invert(rep_basis @ c, mid[:-2], basis), y))
   # The first layer's facets, one program per seed.
-  (k1, b1), (k0, b0) = net_star[0], net_init[0]
-  rows = np.concatenate([(k1 - decay * k0).T @ basis, (b1 - decay * b0)[:, None]], axis=1)
-  norms = np.linalg.norm(rows, axis=1)
-  units = np.flatnonzero(norms > NEGLIGIBLE * np.median(norms))
-  rows = rows[units] / np.median(norms[units])
-  layers = Layers.of((k1, b1, None), (k0, b0, None), basis, units)
+  first_star, first_init = (*net_star[0], None), (*net_init[0], None)
+  rows, units = signed_rows(first_star, first_init, basis, decay, signed=False)
+  layers = Layers.of(first_star, first_init, basis, units)
   bound = 4.0 * scale
   normals, coefs, origin = _seeded_facets(rows, layers, [c for c, _ in seeds], rng)
   agreed = _agreeing(normals, coefs, origin, seeds, layers, basis, bound, SEED_AGREES)

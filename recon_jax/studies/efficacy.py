@@ -49,15 +49,10 @@ def _ident(metrics: Mapping) -> Mapping:
   return metrics.get("identifiability") or {}
 
 
-def _declined(metrics: Mapping) -> bool:
-  """Whether the attack said it cannot test the model and read no candidate."""
-  return bool(attack_cannot(metrics))
-
-
 def _ratio(metrics: Mapping):
   """The attack's best residual over the truth's (>= 1: the truth fits at least as well);
   None where the attack declined (no candidate to compare)."""
-  if _declined(metrics):
+  if attack_cannot(metrics):
     return None
   ratio = _ident(metrics).get("ratio")
   return ratio if ratio is not None and np.isfinite(ratio) and ratio > 0 else None
@@ -150,7 +145,7 @@ NUMBERS = (
     count=True,
   ),
   Number("time_s", lambda m: m["timing"]["total_s"], "time per draw (s)", digits=0, summary=True),
-  Number("declined", lambda m: float(_declined(m)), count=True),
+  Number("declined", lambda m: float(bool(attack_cannot(m))), count=True),
 )
 DRAW_KEYS = tuple(n.key for n in NUMBERS)
 

@@ -37,10 +37,18 @@ IDENTIFY_S = 10.0  # the attacker's own scores of a search's candidates, at REFE
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
 
 
+SEARCH_SIZE = {"cpu": 384, "gpu": 4096, "tpu": 4096}  # the rate's product, by backend
+
+
 def machine_flops(size: int = 384, repeats: int = 7) -> float:
   """This machine's float32 matrix-product rate now, through XLA as the attack runs
   (FLOP/s, the median of ``repeats``: a machine shared with other jobs is slower than its
-  best moment)."""
+  best moment), on ``size`` x ``size`` matrices.
+
+  On a CPU one size serves both the search and the scoring.  An accelerator runs a
+  384-wide product in a few microseconds, mostly launching it: 1.3-2.2 TFLOP/s on an H200
+  where the batched search ran at 164 (a 168-fold over-estimate of its time, 8.2 h for
+  175 s), so the search's rate there is measured at :data:`SEARCH_SIZE`."""
   import jax.numpy as jnp
 
   a = jnp.ones((size, size), jnp.float32)
@@ -108,9 +116,13 @@ def estimate(
   rate = machine_flops() if flops is None else float(flops)
   slow = REFERENCE_FLOPS / max(rate, 1e-9)  # > 1: slower than the reference machine now
   dims = layers(params)
+  big = rate  # the search's rate: a larger product's on an accelerator
   if searched:
     work = restarts * steps * search_flops(dims, m, span_dim, pixels)
-    attack_s = work / (SEARCH_EFFICIENCY * rate) + COMPILE_S * max(len(dims), 1) * slow
+    size = SEARCH_SIZE.get(jax.default_backend(), SEARCH_SIZE["cpu"])
+    if flops is None and size != SEARCH_SIZE["cpu"]:
+      big = machine_flops(size)
+    attack_s = work / (SEARCH_EFFICIENCY * big) + COMPILE_S * max(len(dims), 1) * slow
   else:
     work = 0.0
     units = dims[0][1] if dims else 1
@@ -130,7 +142,7 @@ def estimate(
     "scoring_s": float(scoring_s),
     "total_s": float(attack_s + scoring_s),
     "gflop": float(work / 1e9),
-    "gflops": float(rate / 1e9),
+    "gflops": float(big / 1e9),
   }
 
 

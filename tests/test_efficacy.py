@@ -47,6 +47,10 @@ def test_an_interval_of_a_count_stays_in_its_range():
   assert efficacy.aggregate(per, n_train=6)["strict_pooled"]["ci_low"] == 0
   diff = efficacy.paired(per, per[::-1], ["strict_pooled"], n_train=6)
   assert diff["strict_pooled"]["ci_low"] == -6
+  # Seconds a draw never go below 0, whatever n (a slow first draw: 35 s, then 13 s)
+  times = [{"time_s": 35.0}, {"time_s": 13.0}]
+  assert efficacy.aggregate(times)["time_s"]["ci_low"] == 0.0
+  assert efficacy.paired(times, times[::-1], ["time_s"])["time_s"]["ci_low"] < 0
 
 
 def test_anneal_rises_geometrically_to_the_end_value():

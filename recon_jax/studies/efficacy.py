@@ -43,6 +43,7 @@ class Number(NamedTuple):
   paired: bool = False  # compared draw by draw against the first variant
   summary: bool = False  # also a column of RESULTS.md's table of harness runs
   images: bool = False  # a count of training images: its interval is clipped to [0, n]
+  nonnegative: bool = False  # never below 0 (seconds): its interval is clipped there
 
 
 def _ident(metrics: Mapping) -> Mapping:
@@ -144,7 +145,14 @@ NUMBERS = (
     "draws where other images fit exactly as well",
     count=True,
   ),
-  Number("time_s", lambda m: m["timing"]["total_s"], "time per draw (s)", digits=0, summary=True),
+  Number(
+    "time_s",
+    lambda m: m["timing"]["total_s"],
+    "time per draw (s)",
+    digits=0,
+    summary=True,
+    nonnegative=True,
+  ),
   Number("declined", lambda m: float(bool(attack_cannot(m))), count=True),
 )
 DRAW_KEYS = tuple(n.key for n in NUMBERS)
@@ -212,9 +220,14 @@ def interval(values: Sequence[float], confidence: float = 0.95, bounds=None) -> 
 
 def _bounds(key: str, n_train: Optional[int], paired: bool = False):
   """The range of number ``key`` with n = ``n_train`` training images (None: unbounded)."""
-  if n_train is None or key not in {n.key for n in NUMBERS if n.images}:
+  number = next((n for n in NUMBERS if n.key == key), None)
+  if number is None:
     return None
-  return (-n_train if paired else 0, n_train)
+  if number.images and n_train is not None:
+    return (-n_train if paired else 0, n_train)
+  if number.nonnegative and not paired:
+    return (0.0, np.inf)
+  return None
 
 
 def aggregate(

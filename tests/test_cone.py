@@ -360,3 +360,27 @@ def test_consensus_finds_a_facet_from_a_pattern_that_is_partly_wrong(planted):
     h = cone.consensus_facet(rows, pool, rng)
     on, gap = cone.zero_split(np.abs(rows @ h))
     assert (on == absent[:, q]).mean() > 0.97 and gap > 2, ((on == absent[:, q]).mean(), gap)
+
+
+def test_the_images_the_agreed_ones_leave_are_read_off_the_units_active_on_one_of_them(lazy):
+  """Five of the eight images known exactly; the units' rows carry random signs (as under a
+  second hidden layer).  Where the known images are not, the units active on one image left
+  are parallel, and lifted back they give that image: one group exactly each round, and
+  round after round (each exact one added to the known, as its agreeing facet would be)
+  every image left, while no seed points at a known image."""
+  ds, fitted = lazy
+  x = _flat(ds)
+  star, init = cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init)
+  basis = cone.read(star, init, len(x)).basis
+  rows, units = cone.signed_rows(star, init, basis)
+  rows = rows * np.random.default_rng(0).choice([-1.0, 1.0], size=(len(rows), 1))
+  layers = cone.Layers.of(star, init, basis, units)
+  known = [0, 1, 2, 3, 4]
+  for _ in range(3):
+    if len(known) == len(x):
+      break
+    seeds = cone.one_image_seeds(rows, layers, list(x[known] @ basis))
+    match = [max((cone._ncc(basis @ c, x[q]), q) for q in range(len(x))) for c in seeds]
+    assert match and max(match)[0] > 0.999 and not {q for _, q in match} & set(known), match
+    known += sorted({q for r, q in match if r > 0.999})
+  assert sorted(known) == list(range(8)), known

@@ -86,6 +86,9 @@ CONSENSUS_REFINE = 3  # rounds of a consensus facet's refinement on the units it
 CONSENSUS_MISSES = 5  # the unseeded consensus search stops after this many draws found nothing
 PATTERN_AGREES = 0.9  # a facet's image leaves this share of its units inactive, as the facet
 SEED_AGREES = 0.9  # a first-layer facet's image agrees with its seed above this correlation
+ONE_IMAGE = 0.995  # rows this parallel where the agreed images are not: one image's units
+ONE_IMAGE_ROWS = 8  # ... at least this many of them
+DEFLATE_TRIES = 4  # the largest groups of such rows tried as seeds in each round
 
 
 @dataclasses.dataclass(frozen=True)
@@ -651,15 +654,104 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
     origin = origin + more
     seeds_moved = [(moved.get(i, c), y) for i, (c, y) in enumerate(seeds)]
     agreed = _agreeing(normals, coefs, origin, seeds_moved, layers, basis, bound, SEED_AGREES)
+  # Where the agreed images are not, units active on one of the images left alone: their
+  # rows, lifted back, seed those images' facets; again while a round adds one.
+  normals, origin, agreed, tried = _deflated(
+    rows, layers, normals, coefs, origin, agreed, seeds, basis, bound, rng, n_eff
+  )
   # The facets no seed reached: where the agreed images' generators are not, the units'
   # rows mix the images left alone, in a few directions, where consensus finds their facets.
   found = _unseeded(rows, layers, normals[[origin.index(i) for i in agreed]], agreed, rng, n_eff)
   # Each seed, and beside it the image its facet decoded to where they agree (exact where
-  # the facet is: the seed is its representation's inverse, to a few percent), and the
+  # the facet is: the seed is its representation's inverse, to a few percent); the seeds
+  # read where the agreed images are not whose facets agreed, beside their images; and the
   # images of the facets found without a seed.
+  every = list(seeds) + tried
   return (
-    list(seeds) + [(c, seeds[i][1]) for i, c in sorted(agreed.items())] + [(c, 0.0) for c in found]
+    list(seeds)
+    + [every[i] for i in sorted(agreed) if i >= len(seeds)]
+    + [(c, every[i][1]) for i, c in sorted(agreed.items())]
+    + [(c, 0.0) for c in found]
   )
+
+
+def one_image_seeds(rows, layers: Layers, agreed: list, tries: int = DEFLATE_TRIES) -> list:
+  """``[c, ...]``: images (span coefficients) read where the ``agreed`` images (span
+  coefficients of images known exactly) are not, largest evidence first.
+
+  In the complement of the agreed images' generators a unit's row mixes only the images left
+  alone, so the units active on just one of them (a quarter of the units for four images,
+  each active on about half) are parallel there (:data:`ONE_IMAGE`), and a group of them
+  gives that image's direction.  What the complement lost, its multiple of each agreed
+  image, comes back from the group's units that the agreed image leaves inactive at theta_0
+  and theta*: their rows hold that image only through the missing one (the median ratio)."""
+  gens = np.array([np.append(c, 1.0) for c in agreed])
+  rest = numerics.svd(gens)[2][len(gens) :].T  # [k + 1, r]
+  if rest.shape[1] == 0:
+    return []
+  projected = rows @ rest
+  norms = np.linalg.norm(projected, axis=1)
+  big = np.flatnonzero(norms > NEGLIGIBLE * np.median(np.linalg.norm(rows, axis=1)))
+  if len(big) < ONE_IMAGE_ROWS:
+    return []
+  unit = projected[big] / norms[big, None]
+  near = np.abs(unit @ unit.T) > ONE_IMAGE
+  free = np.ones(len(big), bool)
+  inactive = np.array([layers.inactive(c) for c in agreed])[:, big]  # [F, units]
+  out = []
+  while len(out) < tries:
+    counts = (near & free[None, :]).sum(1) * free
+    i = int(np.argmax(counts))
+    if counts[i] < ONE_IMAGE_ROWS:
+      break
+    group = near[i] & free
+    free &= ~group
+    direction = rest @ np.sum(unit[group] * np.sign(unit[group] @ unit[i])[:, None], axis=0)
+    basis = np.concatenate([direction[None], gens], 0).T  # [k + 1, 1 + F]
+    parts = np.linalg.pinv(basis) @ rows[big[group]].T  # [1 + F, g]: exact, in the span
+    share = np.zeros(len(gens))
+    for f in range(len(gens)):
+      off = inactive[f, group]
+      if off.sum() >= 3:
+        share[f] = np.median(parts[1 + f, off] / parts[0, off])
+    g = direction + share @ gens
+    if abs(g[-1]) > 1e-9 * np.linalg.norm(g):
+      out.append(g[:-1] / g[-1])
+  return out
+
+
+def _deflated(rows, layers, normals, coefs, origin, agreed, seeds, basis, bound, rng, limit):
+  """``(normals, origin, agreed, tried)``: :func:`one_image_seeds` tried as seeds, round after
+  round while one agrees with its facet's image (:data:`SEED_AGREES`); each is numbered after
+  the ``seeds`` in the order of ``tried`` (``[(c, 0.0), ...]``, its label unknown), and the
+  images of those that agreed are added to ``agreed``."""
+  keep = [q for q, i in enumerate(origin) if i in agreed]
+  normals, origin = normals[keep], [origin[q] for q in keep]
+  coefs = coefs[keep]
+  agreed, extra = dict(agreed), []
+  while agreed and len(agreed) < limit:
+    before = len(agreed)
+    for c in one_image_seeds(rows, layers, list(agreed.values())):
+      i = len(seeds) + len(extra)
+      extra.append((c, 0.0))
+      normals, coefs, more = _seeded_facets(rows, layers, {i: c}, rng, normals, coefs)
+      if not more:
+        continue
+      d, _ = decode(normals, coefs, len(normals) - 1, layers, bound)
+      image = basis @ d
+      logging.info(
+        "cone: an image where the agreed are not; its facet's agrees on %.3f",
+        _ncc(image, basis @ c),
+      )
+      if _ncc(image, basis @ c) >= SEED_AGREES and not any(
+        _ncc(image, basis @ other) > SAME_FACET for other in agreed.values()
+      ):
+        agreed[i], origin = d, origin + more
+      else:
+        normals, coefs = normals[:-1], coefs[:-1]
+    if len(agreed) == before:
+      break
+  return normals, origin, agreed, extra
 
 
 def _unseeded(rows, layers: Layers, normals, agreed: dict, rng, limit: int) -> list:

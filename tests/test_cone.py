@@ -83,15 +83,28 @@ def _recovered(ds, images, threshold=0.99):
   return int((ncc.max(axis=0) > threshold).sum())
 
 
-def test_starts_from_images_the_attacker_holds_find_the_facets_random_starts_missed(lazy):
+def test_starts_from_images_the_attacker_holds_find_the_facets_random_starts_missed(
+  lazy, monkeypatch
+):
   """One random start finds one facet; the held-out images' activation patterns (never
-  training images) land on more, and the images they give are training images."""
+  training images) land on more, and the images they give are training images (the
+  reading of the images the others leave switched off, to see the starts alone)."""
   ds, fitted = lazy
+  monkeypatch.setattr(cone, "one_image_seeds", lambda *args, **kwargs: [])
   args = (fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean)
   alone, _, _ = cone.cone_images(*args, n=8, starts=1)
   images, _, _ = cone.cone_images(*args, n=8, starts=1, public=ds.x_test[:40])
   assert len(alone) <= 2 and len(images) >= len(alone) + 4, (len(alone), len(images))
   assert _recovered(ds, images) >= len(images) - 1
+
+
+def test_one_start_and_the_units_active_on_one_image_left_read_every_image(lazy):
+  """From the one facet a single random start finds, the images the others leave are read
+  round after round (:func:`cone.one_image_seeds`): all eight, each a training image."""
+  ds, fitted = lazy
+  args = (fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean)
+  images, _, _ = cone.cone_images(*args, n=8, starts=1)
+  assert len(images) == 8 and _recovered(ds, images) == 8, (len(images), _recovered(ds, images))
 
 
 def test_decay_factor_is_the_multiple_of_theta0_a_planted_change_leaves():

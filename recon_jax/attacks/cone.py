@@ -556,7 +556,24 @@ def _read_cone(star, init, basis, decay, n, scale, rng, starts, held=None, mixed
     generators = [y * np.append(c, 1.0) for c, y in out]
     normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit, mixed)
     out = read_all(normals, coefs)
+  # The images the facets' own images leave (:func:`one_image_seeds`, from those whose
+  # pattern agrees with their facet), round after round while a round adds a facet.
+  while out and len(out) < limit:
+    exact = [c for (c, _), z in zip(out, coefs) if _agrees(layers, c, z)]
+    seeds = one_image_seeds(rows, layers, exact) if exact else []
+    before = len(normals)
+    what = "images the others leave"
+    normals, coefs = facets_from(rows, layers, seeds, limit, normals, coefs, what, mixed)
+    if len(normals) == before:
+      break
+    out = read_all(normals, coefs)
   return out
+
+
+def _agrees(layers: Layers, c, coef) -> bool:
+  """Whether image ``c`` leaves inactive the units its facet (unit coefficients ``coef``)
+  holds, on :data:`PATTERN_AGREES` of the units: a facet's image, read right."""
+  return bool(np.mean(layers.inactive(c) == zero_split(coef)[0]) >= PATTERN_AGREES)
 
 
 def represent(net, images):

@@ -420,7 +420,7 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int, mixed: 
   generators alone: a program in a few dimensions instead of k + 1, from ``starts`` random
   sign patterns.  Returns ``(normals, coefficients)`` with the facets found appended."""
   generators = np.reshape(generators, (-1, rows.shape[1]))
-  complement = numerics.svd(generators)[2][len(generators) :].T
+  complement = _complement(generators)
   normals, coefs = list(normals), list(coefs)
   projected = rows @ complement
   for i in range(int(starts) if complement.shape[1] else 0):
@@ -570,10 +570,22 @@ def _read_cone(star, init, basis, decay, n, scale, rng, starts, held=None, mixed
   return out
 
 
+def _complement(vectors):
+  """``[k + 1, r]``: an orthonormal basis of the directions the rows of ``vectors``
+  ``[F, k + 1]`` leave (where the facets or generators not yet found must be)."""
+  vectors = np.asarray(vectors)
+  return numerics.svd(vectors)[2][len(vectors) :].T
+
+
+def _pattern_agreement(layers: Layers, c, coef) -> float:
+  """The share of the units on which image ``c`` is inactive exactly where its facet (unit
+  coefficients ``coef``) holds them: near 1 for a facet's image, read right."""
+  return float(np.mean(layers.inactive(c) == zero_split(coef)[0]))
+
+
 def _agrees(layers: Layers, c, coef) -> bool:
-  """Whether image ``c`` leaves inactive the units its facet (unit coefficients ``coef``)
-  holds, on :data:`PATTERN_AGREES` of the units: a facet's image, read right."""
-  return bool(np.mean(layers.inactive(c) == zero_split(coef)[0]) >= PATTERN_AGREES)
+  """Whether image ``c`` agrees with its facet on :data:`PATTERN_AGREES` of the units."""
+  return _pattern_agreement(layers, c, coef) >= PATTERN_AGREES
 
 
 def represent(net, images):
@@ -661,7 +673,7 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
   keep = [q for q, i in enumerate(origin) if i in agreed]
   normals, coefs, origin = normals[keep], coefs[keep], [origin[q] for q in keep]
   if len(normals) and len(agreed) < len(seeds):
-    free = numerics.svd(normals)[2][len(normals) :].T  # [k + 1, r]
+    free = _complement(normals)  # [k + 1, r]
     moved = {}
     for i, (c, _) in enumerate(seeds):
       g = free @ (free.T @ np.append(c, 1.0))
@@ -703,7 +715,7 @@ def one_image_seeds(rows, layers: Layers, agreed: list, tries: int = DEFLATE_TRI
   image, comes back from the group's units that the agreed image leaves inactive at theta_0
   and theta*: their rows hold that image only through the missing one (the median ratio)."""
   gens = np.array([np.append(c, 1.0) for c in agreed])
-  rest = numerics.svd(gens)[2][len(gens) :].T  # [k + 1, r]
+  rest = _complement(gens)  # [k + 1, r]
   if rest.shape[1] == 0:
     return []
   projected = rows @ rest
@@ -754,15 +766,9 @@ def _deflated(rows, layers, normals, coefs, origin, agreed, seeds, basis, bound,
       normals, coefs, more = _seeded_facets(rows, layers, {i: c}, rng, normals, coefs)
       if not more:
         continue
-      d, _ = decode(normals, coefs, len(normals) - 1, layers, bound)
-      image = basis @ d
-      logging.info(
-        "cone: an image where the agreed are not; its facet's agrees on %.3f",
-        _ncc(image, basis @ c),
-      )
-      if _ncc(image, basis @ c) >= SEED_AGREES and not any(
-        _ncc(image, basis @ other) > SAME_FACET for other in agreed.values()
-      ):
+      q = len(normals) - 1
+      d = _seed_image(normals, coefs, q, c, layers, basis, bound, SEED_AGREES, agreed.values())
+      if d is not None:
         agreed[i], origin = d, origin + more
       else:
         normals, coefs = normals[:-1], coefs[:-1]
@@ -777,8 +783,7 @@ def _unseeded(rows, layers: Layers, normals, agreed: dict, rng, limit: int) -> l
   image leaves inactive are the facet's (:data:`PATTERN_AGREES`)."""
   if not agreed or len(agreed) >= limit:
     return []
-  gens = np.array([np.append(c, 1.0) for c in agreed.values()])
-  rest = numerics.svd(gens)[2][len(gens) :].T  # [k + 1, r]
+  rest = _complement([np.append(c, 1.0) for c in agreed.values()])  # [k + 1, r]
   if rest.shape[1] < 2:
     return []
   projected = rows @ rest
@@ -796,7 +801,7 @@ def _unseeded(rows, layers: Layers, normals, agreed: dict, rng, limit: int) -> l
   out = []
   for q in range(first, len(normals)):
     c, _ = decode(normals, coefs, q, layers, np.inf)
-    agree = np.mean(layers.inactive(c) == zero_split(coefs[q])[0])
+    agree = _pattern_agreement(layers, c, coefs[q])
     logging.info("cone: a facet no seed reached; its image's pattern agrees on %.3f", agree)
     if agree >= PATTERN_AGREES:
       out.append(c)
@@ -830,14 +835,23 @@ def _agreeing(normals, coefs, origin, seeds, layers: Layers, basis, bound, thres
   out = {}
   for q, i in enumerate(origin):
     progress.beat(f"cone, decoding image {q + 1} of {len(origin)}")
-    c, _ = decode(normals, coefs, q, layers, bound)
-    image = basis @ c
-    if _ncc(image, basis @ seeds[i][0]) < threshold:
-      continue
-    if any(_ncc(image, basis @ other) > SAME_FACET for other in out.values()):
-      continue
-    out[i] = c
+    c = _seed_image(normals, coefs, q, seeds[i][0], layers, basis, bound, threshold, out.values())
+    if c is not None:
+      out[i] = c
   return out
+
+
+def _seed_image(normals, coefs, q, seed, layers: Layers, basis, bound, threshold, others):
+  """``c``: the image facet ``q`` decodes to (:func:`decode`) where it agrees with ``seed``
+  (normalised cross-correlation >= ``threshold``) and is none of the ``others`` (span
+  coefficients, :data:`SAME_FACET`); else None."""
+  c, _ = decode(normals, coefs, q, layers, bound)
+  image = basis @ c
+  if _ncc(image, basis @ seed) < threshold:
+    return None
+  if any(_ncc(image, basis @ other) > SAME_FACET for other in others):
+    return None
+  return c
 
 
 def _theta_pair(setup: Setup):

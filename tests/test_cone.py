@@ -397,3 +397,64 @@ def test_the_images_the_agreed_ones_leave_are_read_off_the_units_active_on_one_o
     assert match and max(match)[0] > 0.999 and not {q for _, q in match} & set(known), match
     known += sorted({q for r, q in match if r > 0.999})
   assert sorted(known) == list(range(8)), known
+
+
+def test_the_noise_outside_the_span_is_measured_per_direction_of_a_facet():
+  """Planted: a change of rank k plus iid noise of known size; coefficient_noise gives
+  NOISE_MULTIPLE times the noise one unit direction of the span's coordinates picks up."""
+  rng = np.random.default_rng(0)
+  d, u, k, sigma = 200, 400, 10, 1e-4
+  basis = np.linalg.qr(rng.normal(size=(d, k)))[0]
+  k0, b0 = rng.normal(size=(d, u)), rng.normal(size=u)
+  k1 = k0 + basis @ rng.normal(size=(k, u)) + sigma * rng.normal(size=(d, u))
+  b1 = b0.copy()
+  units = np.arange(u)
+  got = cone.coefficient_noise((k1, b1, None), (k0, b0, None), basis, units)
+  scale = np.median(np.linalg.norm(basis.T @ (k1 - k0), axis=0))
+  expected = cone.NOISE_MULTIPLE * sigma / scale
+  assert abs(got / expected - 1) < 0.1, (got, expected)
+  exact = (k0 + basis @ rng.normal(size=(k, u)), b1, None)
+  assert cone.coefficient_noise(exact, (k0, b0, None), basis, units) < 1e-12
+
+
+def test_a_facet_whose_units_sit_at_the_noise_is_kept_whole_not_split_at_its_exact_zeros():
+  """A weak image's facet: a linear program's vertex leaves ~k units exactly 0 and the rest
+  of the facet's units at the noise level.  Floored at the noise, the facet holds its half of
+  the units; unfloored, the exact zeros split off alone and the facet is not kept."""
+  rng = np.random.default_rng(1)
+  u = 1000
+  coef = np.concatenate(
+    [np.zeros(60), 10 ** rng.uniform(-6, -4.6, 440), 10 ** rng.uniform(-3.8, -2.5, 500)]
+  )
+  rows = np.zeros((u, 3))
+  rows[:, 0] = coef
+  h = np.array([1.0, 0.0, 0.0])
+  normals, coefs = [], []
+  cone._add(rows, h, normals, coefs)
+  assert not normals  # split at the 6 % exact zeros: too few units on it
+  cone._add(rows, h, normals, coefs, noise=3e-5)
+  assert len(normals) == 1
+  on = cone.zero_split(coefs[0])[0]
+  np.testing.assert_array_equal(on, np.arange(u) < 500)
+
+
+def test_a_facets_image_comes_back_from_its_activation_pattern_alone():
+  """Planted: units with random kernels at theta_0 and theta*; the facet holds the units an
+  image leaves inactive at both.  With no other facet to fix it, pattern_image finds an image
+  of the same pattern, close to the planted one, and facet_image takes it over decode's."""
+  rng = np.random.default_rng(2)
+  k, u = 8, 3000
+  kernel, bias = rng.normal(size=(k, u)), rng.normal(size=u)  # theta* near theta_0
+  kernels = (kernel, kernel + 0.05 * rng.normal(size=(k, u)))
+  biases = (bias, bias + 0.05 * rng.normal(size=u))
+  layers = cone.Layers(kernels, biases)
+  image = rng.normal(size=k)
+  inactive = layers.inactive(image)
+  coef = np.where(inactive, 0.0, rng.uniform(0.1, 1.0, u))
+  coef /= np.linalg.norm(coef)
+  found = cone.pattern_image(coef, layers, 10.0)
+  assert np.mean(layers.inactive(found) == inactive) > 0.995
+  assert np.linalg.norm(found - image) < 0.1 * np.linalg.norm(image)
+  normal = np.append(rng.normal(size=k), 0.0)
+  c, _ = cone.facet_image(normal[None], coef[None], 0, layers, 10.0)
+  np.testing.assert_allclose(c, found)

@@ -415,19 +415,24 @@ def _arrays(rows, normals: list, coefs: list):
 def _add(rows, h, normals: list, coefs: list, signed: bool = True, noise: float = 0.0) -> None:
   """Appends the facet of normal ``h`` to ``normals`` and its unit coefficients to ``coefs``
   where it holds enough units with a clear gap and is not one of them already (``signed``
-  False: the coefficients' sizes, for rows whose signs are not known).  Coefficients below
-  ``noise`` (:func:`coefficient_noise`) are raised to it: a linear program's vertex holds
-  about k units at exactly 0 whatever facet it is on, and on the facets of the images
-  training weighted least those would otherwise be split from the units the facet holds at
-  the noise level (at 50 + 50 faces, two thirds of the facets found were lost so)."""
+  False: the coefficients' sizes, for rows whose signs are not known).
+
+  A linear program's vertex holds about k units at exactly 0 whatever facet it is on.  On
+  the facets of the images training weighted least, those split off alone from the units
+  the facet holds at the noise level, and the facet is lost (at 50 + 50 faces, two thirds of
+  those found).  Where that happens, the coefficients floored at ``noise``
+  (:func:`coefficient_noise`; 0: never) are split instead, and kept where they make a facet;
+  a facet the unfloored split accepts is kept as it is."""
   if h is None:
     return
   coef = rows @ h if signed else np.abs(rows @ h)
-  coef = np.maximum(coef, noise) if noise > 0 else coef
   on, gap = zero_split(coef)
-  unit = coef / np.linalg.norm(coef)
+  if (on.mean() < MIN_ON_FACET or gap < MIN_GAP) and noise > 0:
+    coef = np.maximum(coef, noise)
+    on, gap = zero_split(coef)
   if on.mean() < MIN_ON_FACET or gap < MIN_GAP:
     return
+  unit = coef / np.linalg.norm(coef)
   if any(abs(unit @ other) > SAME_FACET for other in coefs):
     return
   normals.append(h)
@@ -620,7 +625,6 @@ def _read_cone(
   (:func:`coefficient_noise`)."""
   rows, units = signed_rows(star, init, basis, decay)
   layers = Layers.of(star, init, basis, units)
-  noise = coefficient_noise(star, init, basis, units, decay) if exact_span else 0.0
   # One facet per image, in the k + 1 dimensions of the span and the bias.
   limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
   patterns = {}  # facet q's pattern_image, computed once
@@ -632,7 +636,13 @@ def _read_cone(
       out.append(facet_image(normals, coefs, q, layers, 4.0 * scale, patterns))
     return out
 
-  normals, coefs = find_facets(rows, layers, starts, scale, rng, limit, mixed, noise)
+  normals, coefs = find_facets(rows, layers, starts, scale, rng, limit, mixed)
+  # Where the random starts found fewer than half the facets, the images training weighted
+  # least are most of what is left, and their facets sit at the noise (:func:`_add`).  Not
+  # before: a facet kept so is less exact, and the other images' decoding uses its normal.
+  noise = 0.0
+  if exact_span and len(normals) < limit / 2:
+    noise = coefficient_noise(star, init, basis, units, decay)
   # Images resemble the training images more than random points of the span do: at 50 + 50
   # faces the random starts found no facet and 30 public images 16 (their patience bounds
   # what they cost where they find none).

@@ -436,25 +436,3 @@ def test_a_facet_whose_units_sit_at_the_noise_is_kept_whole_not_split_at_its_exa
   assert len(normals) == 1
   on = cone.zero_split(coefs[0])[0]
   np.testing.assert_array_equal(on, np.arange(u) < 500)
-
-
-def test_a_facets_image_comes_back_from_its_activation_pattern_alone():
-  """Planted: units with random kernels at theta_0 and theta*; the facet holds the units an
-  image leaves inactive at both.  With no other facet to fix it, pattern_image finds an image
-  of the same pattern, close to the planted one, and facet_image takes it over decode's."""
-  rng = np.random.default_rng(2)
-  k, u = 8, 3000
-  kernel, bias = rng.normal(size=(k, u)), rng.normal(size=u)  # theta* near theta_0
-  kernels = (kernel, kernel + 0.05 * rng.normal(size=(k, u)))
-  biases = (bias, bias + 0.05 * rng.normal(size=u))
-  layers = cone.Layers(kernels, biases)
-  image = rng.normal(size=k)
-  inactive = layers.inactive(image)
-  coef = np.where(inactive, 0.0, rng.uniform(0.1, 1.0, u))
-  coef /= np.linalg.norm(coef)
-  found = cone.pattern_image(coef, layers, 10.0)
-  assert np.mean(layers.inactive(found) == inactive) > 0.995
-  assert np.linalg.norm(found - image) < 0.1 * np.linalg.norm(image)
-  normal = np.append(rng.normal(size=k), 0.0)
-  c, _ = cone.facet_image(normal[None], coef[None], 0, layers, 10.0)
-  np.testing.assert_allclose(c, found)

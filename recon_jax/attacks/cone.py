@@ -498,57 +498,6 @@ def _free(others):
   return vt[numerics.rank(sv, 1e-8) :].T
 
 
-def pattern_image(coef, layers: Layers, bound: float):
-  """``c [k]``: the image of the span whose activation pattern is the facet's, in the middle of
-  the cell the pattern leaves (a linear program): inactive at theta_0 and theta* on the units
-  the facet holds (unit coefficients ``coef``), active on the others, within ``bound``; each
-  unit's constraint is soft, priced per unit of distance, and the cell's inscribed ball is
-  maximised.  Needs no other facet: where most are missing, :func:`decode` leaves the image
-  free along what they would have fixed, and this pins it (at 50 + 50 faces, 31 of 45
-  facets' images at normalised cross-correlation > 0.95 against 22)."""
-  on = zero_split(coef)[0]
-  k = layers.kernels[0].shape[0]
-  a = np.concatenate(
-    [sign * g[:, on if sign > 0 else ~on].T for g in layers.kernels for sign in (1, -1)]
-  )
-  b = np.concatenate(
-    [-sign * v[on if sign > 0 else ~on] for v in layers.biases for sign in (1, -1)]
-  )
-  m = len(a)
-  norms = np.linalg.norm(a, axis=1) + 1e-30
-  a_ub = sparse.hstack(
-    [sparse.csr_matrix(a), sparse.csr_matrix(norms[:, None]), -sparse.identity(m)]
-  )
-  res = numerics.linprog(
-    np.concatenate([np.zeros(k), [-1.0], 1.0 / norms]),
-    A_ub=a_ub.tocsr(),
-    b_ub=b,
-    bounds=[(-bound, bound)] * k + [(0, bound)] + [(0, None)] * m,
-  )
-  return res.x[:k] if res.status == 0 else None
-
-
-def facet_image(normals, coefs, q: int, layers: Layers, bound: float, patterns=None):
-  """``(c [k], label)``: facet ``q``'s image.  :func:`decode`'s where the other facets leave
-  at most one direction free (it is exact there, the scale included); where they leave more,
-  :func:`pattern_image`'s if it leaves inactive the units the facet holds more exactly
-  (:func:`_pattern_agreement`).  ``patterns``: a dict of the pattern images already computed,
-  by facet (they depend on the facet alone), or None."""
-  c, label = decode(normals, coefs, q, layers, bound)
-  if _free(np.delete(normals, q, axis=0)).shape[1] <= 1:
-    return c, label
-  patterns = {} if patterns is None else patterns
-  if q not in patterns:
-    patterns[q] = pattern_image(coefs[q], layers, bound)
-  other = patterns[q]
-  if other is None or _pattern_agreement(layers, c, coefs[q]) >= _pattern_agreement(
-    layers, other, coefs[q]
-  ):
-    return c, label
-  k = normals.shape[1] - 1
-  return other, (1.0 if normals[q, :k] @ other + normals[q, k] >= 0 else -1.0)
-
-
 def cone_images(
   theta_star,
   theta_0,
@@ -627,13 +576,12 @@ def _read_cone(
   layers = Layers.of(star, init, basis, units)
   # One facet per image, in the k + 1 dimensions of the span and the bias.
   limit = min(int(n), basis.shape[1] + 1) if n else basis.shape[1] + 1
-  patterns = {}  # facet q's pattern_image, computed once
 
   def read_all(normals, coefs):
     out = []
     for q in range(len(normals)):
       progress.beat(f"cone, decoding image {q + 1} of {len(normals)}")
-      out.append(facet_image(normals, coefs, q, layers, 4.0 * scale, patterns))
+      out.append(decode(normals, coefs, q, layers, 4.0 * scale))
     return out
 
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit, mixed)

@@ -436,3 +436,15 @@ def test_a_facet_whose_units_sit_at_the_noise_is_kept_whole_not_split_at_its_exa
   assert len(normals) == 1
   on = cone.zero_split(coefs[0])[0]
   np.testing.assert_array_equal(on, np.arange(u) < 500)
+
+
+def test_held_images_start_the_search_with_their_mirror_images_after_them():
+  """Images of height, width and channels are followed by their left-right mirrors; flat
+  inputs (the toy's points) are left alone."""
+  images = np.arange(12.0).reshape(2, 2, 3, 1)
+  flat = images.reshape(2, -1)
+  out = cone.with_mirrors(flat, (2, 3, 1))
+  np.testing.assert_array_equal(out[:2], flat)
+  np.testing.assert_array_equal(out[2:].reshape(2, 2, 3, 1), images[:, :, ::-1, :])
+  points = np.ones((5, 2))
+  assert cone.with_mirrors(points, (2,)) is points

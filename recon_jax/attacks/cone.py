@@ -554,13 +554,27 @@ def cone_images(
   if public is not None and len(public):
     held = np.asarray(public, np.float64).reshape(len(public), -1)
   if len(net_star) == 2:
-    out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, held, mixed)
+    starts_held = None if held is None else with_mirrors(held, input_shape)
+    out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, starts_held, mixed)
   else:
     out = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
   if not out:
     return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
   return images, np.array([y for _, y in out]), reading
+
+
+def with_mirrors(images, input_shape):
+  """``[N or 2N, d]``: flat ``images`` followed by their mirror images (the width axis of an
+  ``input_shape`` of height, width and channels reversed; other shapes: the images alone).
+  A mirrored face is another face, and its pattern lands on other facets: at 50 + 50 faces
+  (draw 10) 100 held images and their mirrors found 50 facets against 38, and 26 images at
+  SSIM 0.7 against 16."""
+  shape = tuple(input_shape)
+  if len(shape) != 3 or shape[1] < 2:
+    return images
+  mirrored = np.asarray(images).reshape(-1, *shape)[:, :, ::-1, :]
+  return np.concatenate([images, mirrored.reshape(len(images), -1)])
 
 
 def _read_cone(
@@ -592,8 +606,8 @@ def _read_cone(
   if exact_span and len(normals) < limit / 2:
     noise = coefficient_noise(star, init, basis, units, decay)
   # Images resemble the training images more than random points of the span do: at 50 + 50
-  # faces the random starts found no facet and 30 public images 16 (their patience bounds
-  # what they cost where they find none).
+  # faces the random starts find no facet and the held images' patterns find dozens (their
+  # patience bounds what they cost where they find none).
   if held is not None and len(normals) < min(limit, basis.shape[1]):
     what = "starts from images held"
     normals, coefs = facets_from(

@@ -106,7 +106,8 @@ class ConeOptions:
     True,
     "attack=cone: where the random starts leave facets unfound, start again from images "
     "the attacker holds that are not training images (the public pool, else the held-out "
-    "images); their patterns land on more facets",
+    "images; on one hidden layer, each followed by its mirror image); their patterns land on "
+    "more facets",
     Rule("bool"),
   )
 

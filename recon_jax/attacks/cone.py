@@ -363,9 +363,7 @@ class _Patience:
     return self.idle >= starts or time.monotonic() - self.since > seconds
 
 
-def find_facets(
-  rows, layers: Layers, starts: int, scale: float, rng, limit: int, mixed=False, noise=0.0
-):
+def find_facets(rows, layers: Layers, starts: int, scale: float, rng, limit: int, mixed=False):
   """``(normals [F, k + 1], coefficients [F, u])``: up to ``limit`` distinct facets that
   hold at least :data:`MIN_ON_FACET` of the units with a clear gap, from up to ``starts``
   random images of the span (coefficients of norm ``scale``, drawn one start at a time);
@@ -373,7 +371,7 @@ def find_facets(
   k = rows.shape[1] - 1
   randoms = (scale * c / np.linalg.norm(c) for c in (rng.normal(size=k) for _ in range(starts)))
   what = f"random starts (at most {starts})"
-  return facets_from(rows, layers, randoms, limit, what=what, mixed=mixed, noise=noise)
+  return facets_from(rows, layers, randoms, limit, what=what, mixed=mixed)
 
 
 def facets_from(
@@ -470,9 +468,12 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
   k = normals.shape[1] - 1
   others = np.delete(normals, q, axis=0)
   c0 = np.zeros(k)
-  free = _free(others)
+  free = np.eye(k)
   if len(others):
     c0 = numerics.lstsq(others[:, :k], -others[:, k])
+    _, sv, vt = numerics.svd(others[:, :k])
+    rank = numerics.rank(sv, 1e-8)
+    free = vt[rank:].T
   if free.shape[1]:
     g, b = layers.stacked(zero_split(coefs[q])[0])
     s, f = g.shape[1], free.shape[1]
@@ -487,16 +488,6 @@ def decode(normals, coefs, q: int, layers: Layers, bound: float):
       c0 = c0 + free @ res.x[:f]
   label = 1.0 if normals[q, :k] @ c0 + normals[q, k] >= 0 else -1.0
   return c0, label
-
-
-def _free(others):
-  """``[k, f]``: an orthonormal basis of the image coefficients that facets of normals
-  ``others`` [F, k + 1] leave free (what their generator's orthogonality does not fix)."""
-  k = others.shape[1] - 1
-  if not len(others):
-    return np.eye(k)
-  _, sv, vt = numerics.svd(others[:, :k])
-  return vt[numerics.rank(sv, 1e-8) :].T
 
 
 def cone_images(

@@ -78,7 +78,8 @@ REFINE_ROUNDS = (
 )
 REFINE_NOISE = 2.0  # ... the units within this many noise levels of it (:func:`coefficient_noise`)
 SAME_NORMAL = 0.99  # cosine between two refined normals that makes them one facet
-SHARE_OF_MEDIAN = 0.8  # a refined facet holds at least this share of the median facet's units
+SHARE_OF_MEDIAN = 0.8  # a refined facet holds this share of the median facet's units, to 1 / it
+REFINED_GAP = 1.5  # ... and a gap of this many decades (a real facet's: 2.3 and more at 50 + 50)
 PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
 PATIENCE = 25  # the random starts stop after this many in a row found no new facet
 FIRST_PATIENCE = 10  # ... or after this many found none at all (no cone to read: large n)
@@ -457,11 +458,13 @@ def refine(rows, normals, coefs, noise: float):
   10^-1 (1 - cosine).  Fitted to the ~half of the units the facet holds it is off by 10^-6,
   the images decoded from such normals come back exactly, and the generators of those images
   bound where the missing facets are (:func:`peel`).  A vertex that was no facet at all
-  drifts onto a facet already found and is dropped, and so is a normal that holds far fewer
-  units than the median facet (:data:`SHARE_OF_MEDIAN`: an image's facet holds the units
-  inactive on it throughout training, about half; at 10 + 10 under squared error a vertex
-  holding a third of them matched no image and cost seven images' decoding)."""
-  fitted, sizes, moved, shares = [], [], [], []
+  drifts onto a facet already found and is dropped, and so is a normal whose units are not
+  an image's facet: far fewer or more of them than the median facet holds
+  (:data:`SHARE_OF_MEDIAN`; an image's facet holds the units inactive on it throughout
+  training, about half), or no clear gap (:data:`REFINED_GAP`).  At 50 + 50 faces (draw 10)
+  seven such vertices held 40-73 % of the units with gaps of 1.1-1.4 decades; dropped, 36
+  images were read at ncc > 0.95 instead of 31."""
+  fitted, sizes, moved, shares, gaps = [], [], [], [], []
   for h0, coef in zip(normals, coefs):
     h, on = h0, zero_split(coef)[0]
     for _ in range(REFINE_ROUNDS):
@@ -475,10 +478,13 @@ def refine(rows, normals, coefs, noise: float):
     sizes.append(size / np.linalg.norm(size))
     moved.append(abs(h @ h0))
     shares.append(on.mean())
+    gaps.append(zero_split(size)[1])
   keep: list = []
-  least = SHARE_OF_MEDIAN * np.median(shares) if shares else 0.0
+  median = np.median(shares) if shares else 0.0
   for q in np.argsort(moved)[::-1]:
-    if shares[q] < least:
+    if not SHARE_OF_MEDIAN * median <= shares[q] <= median / SHARE_OF_MEDIAN:
+      continue
+    if gaps[q] < REFINED_GAP:
       continue
     if all(abs(fitted[q] @ fitted[p]) < SAME_NORMAL for p in keep):
       keep.append(int(q))
@@ -640,12 +646,15 @@ def _read_cone(
     return out
 
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit, mixed)
-  # The noise of the change's coefficients: where the random starts found fewer than half
-  # the facets, the images training weighted least are most of what is left, and their
-  # facets sit at that noise (:func:`_add`'s floor).  Not before: a facet kept so is less
-  # exact, and the other images' decoding uses its normal.
-  level = coefficient_noise(star, init, basis, units, decay) if exact_span else 0.0
-  noise = level if len(normals) < limit / 2 else 0.0
+  # Where the random starts found fewer than half the facets, the images training weighted
+  # least are most of what is left, and their facets sit at the noise of the change's
+  # coefficients: a facet is kept whole at it (:func:`_add`'s floor), its normal fitted to
+  # its units (:func:`refine`), and the facets missed are sought in the complement of the
+  # images read exactly (:func:`peel`).  Not before: at 10 + 10 faces the fitted normals read
+  # as many images as the vertices (72 and 72 at ncc > 0.95 on four tuning draws), and a
+  # floored facet is less exact while the other images' decoding uses its normal.
+  weak = exact_span and len(normals) < limit / 2
+  noise = coefficient_noise(star, init, basis, units, decay) if weak else 0.0
   # Images resemble the training images more than random points of the span do: at 50 + 50
   # faces the random starts find no facet and the held images' patterns find dozens (their
   # patience bounds what they cost where they find none).
@@ -656,16 +665,17 @@ def _read_cone(
     )
 
   def fitted(normals, coefs):
-    return refine(rows, normals, coefs, level) if level > 0 else (normals, coefs)
+    return refine(rows, normals, coefs, noise) if weak else (normals, coefs)
 
   normals, coefs = fitted(normals, coefs)
   out = read_all(normals, coefs)
   # The images the facets' own images leave: their facets' normals lie in the complement of
-  # the images read exactly (:func:`peel`), then (:func:`one_image_seeds`) their directions,
-  # round after round while a round adds a facet.
+  # the images read (:func:`peel`), then (:func:`one_image_seeds`) their directions, round
+  # after round while a round adds a facet.
   if out and len(out) < limit:
-    exact = [y * np.append(c, 1.0) for (c, y), z in zip(out, coefs) if _agrees(layers, c, z)]
-    normals, coefs = peel(rows, normals, coefs, exact, PEEL_STARTS, rng, limit, mixed, noise)
+    read = [(c, y) for (c, y), z in zip(out, coefs) if not weak or _agrees(layers, c, z)]
+    generators = [y * np.append(c, 1.0) for c, y in read]
+    normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit, mixed, noise)
     normals, coefs = fitted(normals, coefs)
     out = read_all(normals, coefs)
   while out and len(out) < limit:

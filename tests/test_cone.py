@@ -448,27 +448,3 @@ def test_held_images_start_the_search_with_their_mirror_images_after_them():
   np.testing.assert_array_equal(out[2:].reshape(2, 2, 3, 1), images[:, :, ::-1, :])
   points = np.ones((5, 2))
   assert cone.with_mirrors(points, (2,)) is points
-
-
-def test_refine_fits_rough_normals_to_their_facets_and_drops_a_second_copy():
-  """Planted: a cone of 8 generators plus noise of known size.  Normals 3e-3 off their facet
-  (a vertex on the weakest images' facets) come back within 1e-6 of it (1 - cosine), and a
-  second rough copy of one facet is dropped."""
-  rng = np.random.default_rng(2)
-  n, u, sigma = 8, 600, 1e-5
-  generators = np.eye(n) + 0.3 * rng.normal(size=(n, n))
-  mix = rng.uniform(0.5, 1.5, (u, n)) * (rng.random((u, n)) < 0.5)
-  rows = mix @ generators + sigma * rng.normal(size=(u, n))
-  truth = np.linalg.inv(generators).T  # row i: orthogonal to every generator but i's
-  truth /= np.linalg.norm(truth, axis=1, keepdims=True)
-  rough = np.concatenate([truth, truth[:1]]) + 3e-3 * rng.normal(size=(n + 1, n))
-  rough /= np.linalg.norm(rough, axis=1, keepdims=True)
-  assert (1 - np.abs(np.sum(rough[:n] * truth, axis=1))).min() > 1e-5
-  coefs = np.abs(rows @ rough.T).T
-  normals, sizes = cone.refine(rows, rough, coefs, cone.NOISE_MULTIPLE * sigma)
-  assert normals.shape == (n, n) and sizes.shape == (n, u)
-  cosine = np.abs(normals @ truth.T)  # [found, true]
-  assert sorted(cosine.argmax(axis=1)) == list(range(n))
-  assert (1 - cosine.max(axis=1)).max() < 1e-6, 1 - cosine.max(axis=1)
-  for q, i in enumerate(cosine.argmax(axis=1)):
-    np.testing.assert_array_equal(cone.zero_split(sizes[q])[0], mix[:, i] == 0)

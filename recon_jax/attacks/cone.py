@@ -13,10 +13,8 @@ throughout training, about half of them.
 :func:`find_facets` finds facets one linear program at a time: from the activation pattern
 of a random image of the span, a reweighted L1 program finds the normal ``h`` whose
 coefficients ``rows @ h`` (one per unit, >= 0) vanish on as many units as it can;
-:func:`refine` fits each normal by least squares to the units its facet holds (a vertex
-rests on k of them, and on the weakest images' facets those sit at the noise);
 :func:`peel` then looks for the facets the random starts missed in the complement of the
-images read exactly, where only their normals can be.
+images found, where only their normals can be.
 :func:`decode` turns the facets into images: the generator of facet q is orthogonal to the
 other facets' normals (an affine system in the image's span coefficients, the bias column
 fixing the scale), and the units on facet q were inactive on the image at theta_0 and at
@@ -73,13 +71,6 @@ MIN_ON_FACET = 0.3  # a facet holds at least this share of the units (an image's
 NOISE_MULTIPLE = 3.0  # a facet's coefficients below this many noise levels count as 0
 MIN_GAP = 1.0  # decades between the facet's zero and nonzero coefficients
 SAME_FACET = 0.95  # cosine between two facets' coefficients that makes them one
-REFINE_ROUNDS = (
-  10  # least-squares rounds of a facet's normal on the units it holds (:func:`refine`)
-)
-REFINE_NOISE = 2.0  # ... the units within this many noise levels of it (:func:`coefficient_noise`)
-SAME_NORMAL = 0.99  # cosine between two refined normals that makes them one facet
-SHARE_OF_MEDIAN = 0.8  # a refined facet holds this share of the median facet's units, to 1 / it
-REFINED_GAP = 1.5  # ... and a gap of this many decades (a real facet's: 2.3 and more at 50 + 50)
 PEEL_STARTS = 30  # random starts of the search for missed facets (:func:`peel`)
 PATIENCE = 25  # the random starts stop after this many in a row found no new facet
 FIRST_PATIENCE = 10  # ... or after this many found none at all (no cone to read: large n)
@@ -447,58 +438,12 @@ def _add(rows, h, normals: list, coefs: list, signed: bool = True, noise: float 
   coefs.append(unit)
 
 
-def refine(rows, normals, coefs, noise: float):
-  """``(normals, coefficients)``: each facet's normal fitted by least squares to the units it
-  holds, then to those within :data:`REFINE_NOISE` noise levels (``noise``:
-  :func:`coefficient_noise`) of the fit, for :data:`REFINE_ROUNDS` rounds; two normals that
-  land on one facet (:data:`SAME_NORMAL`) keep the one that moved least.
-
-  A linear program's vertex rests on the k units it holds at exactly 0, and on the facets of
-  the images training weighted least those sit at the noise: the normal is off by 10^-3 to
-  10^-1 (1 - cosine).  Fitted to the ~half of the units the facet holds it is off by 10^-6,
-  the images decoded from such normals come back exactly, and the generators of those images
-  bound where the missing facets are (:func:`peel`).  A vertex that was no facet at all
-  drifts onto a facet already found and is dropped, and so is a normal whose units are not
-  an image's facet: far fewer or more of them than the median facet holds
-  (:data:`SHARE_OF_MEDIAN`; an image's facet holds the units inactive on it throughout
-  training, about half), or no clear gap (:data:`REFINED_GAP`).  At 50 + 50 faces (draw 10)
-  seven such vertices held 40-73 % of the units with gaps of 1.1-1.4 decades; dropped, 36
-  images were read at ncc > 0.95 instead of 31."""
-  fitted, sizes, moved, shares, gaps = [], [], [], [], []
-  for h0, coef in zip(normals, coefs):
-    h, on = h0, zero_split(coef)[0]
-    for _ in range(REFINE_ROUNDS):
-      if on.sum() < rows.shape[1]:
-        break
-      fit = numerics.svd(rows[on], full_matrices=False)[2][-1]
-      h = fit * np.sign(fit @ h)
-      on = np.abs(rows @ h) < REFINE_NOISE * noise
-    size = np.abs(rows @ h)
-    fitted.append(h)
-    sizes.append(size / np.linalg.norm(size))
-    moved.append(abs(h @ h0))
-    shares.append(on.mean())
-    gaps.append(zero_split(size)[1])
-  keep: list = []
-  median = np.median(shares) if shares else 0.0
-  for q in np.argsort(moved)[::-1]:
-    if not SHARE_OF_MEDIAN * median <= shares[q] <= median / SHARE_OF_MEDIAN:
-      continue
-    if gaps[q] < REFINED_GAP:
-      continue
-    if all(abs(fitted[q] @ fitted[p]) < SAME_NORMAL for p in keep):
-      keep.append(int(q))
-  keep.sort()
-  return _arrays(rows, [fitted[q] for q in keep], [sizes[q] for q in keep])
-
-
 def peel(rows, normals, coefs, generators, starts: int, rng, limit: int, mixed=False, noise=0.0):
   """The facets the random starts missed, searched where only they can be.
 
   A facet's normal is orthogonal to every generator but its own, so the facets not yet
   found have their normals in the complement of the ``generators`` [F, k + 1] decoded from
-  the facets found (those read exactly: one image read wrong moves the complement off every
-  missing normal).  Projected there, the units' rows are combinations of the missing
+  the facets found.  Projected there, the units' rows are combinations of the missing
   generators alone: a program in a few dimensions instead of k + 1, from ``starts`` random
   sign patterns.  Returns ``(normals, coefficients)`` with the facets found appended."""
   generators = np.reshape(generators, (-1, rows.shape[1]))
@@ -647,14 +592,11 @@ def _read_cone(
 
   normals, coefs = find_facets(rows, layers, starts, scale, rng, limit, mixed)
   # Where the random starts found fewer than half the facets, the images training weighted
-  # least are most of what is left, and their facets sit at the noise of the change's
-  # coefficients: a facet is kept whole at it (:func:`_add`'s floor), its normal fitted to
-  # its units (:func:`refine`), and the facets missed are sought in the complement of the
-  # images read exactly (:func:`peel`).  Not before: at 10 + 10 faces the fitted normals read
-  # as many images as the vertices (72 and 72 at ncc > 0.95 on four tuning draws), and a
-  # floored facet is less exact while the other images' decoding uses its normal.
-  weak = exact_span and len(normals) < limit / 2
-  noise = coefficient_noise(star, init, basis, units, decay) if weak else 0.0
+  # least are most of what is left, and their facets sit at the noise (:func:`_add`).  Not
+  # before: a facet kept so is less exact, and the other images' decoding uses its normal.
+  noise = 0.0
+  if exact_span and len(normals) < limit / 2:
+    noise = coefficient_noise(star, init, basis, units, decay)
   # Images resemble the training images more than random points of the span do: at 50 + 50
   # faces the random starts find no facet and the held images' patterns find dozens (their
   # patience bounds what they cost where they find none).
@@ -663,29 +605,20 @@ def _read_cone(
     normals, coefs = facets_from(
       rows, layers, held @ basis, limit, normals, coefs, what, mixed, noise
     )
-
-  def fitted(normals, coefs):
-    return refine(rows, normals, coefs, noise) if weak else (normals, coefs)
-
-  normals, coefs = fitted(normals, coefs)
   out = read_all(normals, coefs)
-  # The images the facets' own images leave: their facets' normals lie in the complement of
-  # the images read (:func:`peel`), then (:func:`one_image_seeds`) their directions, round
-  # after round while a round adds a facet.
   if out and len(out) < limit:
-    read = [(c, y) for (c, y), z in zip(out, coefs) if not weak or _agrees(layers, c, z)]
-    generators = [y * np.append(c, 1.0) for c, y in read]
+    generators = [y * np.append(c, 1.0) for c, y in out]
     normals, coefs = peel(rows, normals, coefs, generators, PEEL_STARTS, rng, limit, mixed, noise)
-    normals, coefs = fitted(normals, coefs)
     out = read_all(normals, coefs)
+  # The images the facets' own images leave (:func:`one_image_seeds`, from those whose
+  # pattern agrees with their facet), round after round while a round adds a facet.
   while out and len(out) < limit:
     exact = [c for (c, _), z in zip(out, coefs) if _agrees(layers, c, z)]
     seeds = one_image_seeds(rows, layers, exact) if exact else []
     before = len(normals)
     what = "images the others leave"
     normals, coefs = facets_from(rows, layers, seeds, limit, normals, coefs, what, mixed, noise)
-    normals, coefs = fitted(normals, coefs)
-    if len(normals) <= before:
+    if len(normals) == before:
       break
     out = read_all(normals, coefs)
   return out

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import pytest
 
@@ -79,6 +80,22 @@ def test_a_folder_only_locked_is_resumable_once_it_holds_its_config(tmp_path, op
   workdir.write_json(path, "config.json", {"config": {}})
   assert workdir.saved(path) is True
   assert workdir.saved(str(tmp_path / "elsewhere")) is None
+
+
+def test_the_signals_own_exception_dropped_by_a_gc_callback_prints_nothing(monkeypatch):
+  """Python drops an exception raised in a garbage-collector callback and prints it with a
+  traceback; once the signal is recorded (the watchdog then ends the process), the binary's
+  hook drops that one silently and passes every other exception to the hook before it."""
+  seen = []
+  hook = signals._quiet(seen.append)
+  dropped = types.SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt())
+  other = types.SimpleNamespace(exc_type=ValueError, exc_value=ValueError("x"))
+  monkeypatch.setattr(signals._State, "received", None)
+  hook(dropped)  # no signal received: a KeyboardInterrupt of the program's own
+  monkeypatch.setattr(signals._State, "received", signal.SIGINT)
+  hook(dropped)
+  hook(other)
+  assert seen == [dropped, other]
 
 
 def _env(cache):

@@ -17,6 +17,10 @@ Three things kept a signal from stopping a run, each at its root here:
   Python error").  :func:`exit_now` ends the process without the teardown, after the
   exit handlers (``atexit``: the workdir's lock) and with both streams flushed.
 
+A signal whose exception lands where Python cannot raise it (a garbage-collector callback)
+would print a traceback and be dropped; it is dropped silently instead (:func:`_quiet`), and
+the watchdog ends the process.
+
 The process's own code sees the signal as before: :class:`KeyboardInterrupt` (SIGINT) or
 :class:`Terminated` (SIGTERM) raised in the main thread, once.  Only the binaries install
 this (:func:`recon_jax.cli.run_main`); a library user's process keeps its own handlers.
@@ -67,6 +71,20 @@ def _handler(signum, frame):
     return
   _State.received, _State.received_at = signum, time.time()
   raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _quiet(previous: Callable) -> Callable:
+  """A ``sys.unraisablehook`` that drops the signal's own exception where Python cannot raise
+  it (a garbage-collector callback, jax's among them, prints it as "Exception ignored" with a
+  traceback) and passes every other to ``previous``.  The signal is recorded already, and the
+  watchdog ends the process :data:`GRACE_S` seconds later with its one line."""
+
+  def hook(unraisable) -> None:
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _State.received is not None:
+      return
+    previous(unraisable)
+
+  return hook
 
 
 def exit_now(code: int, line: str) -> None:
@@ -123,6 +141,7 @@ def install(describe: Callable[[int], str], grace_s: float = GRACE_S) -> None:
     return
   for signum in EXIT_CODES:
     signal.signal(signum, _handler)
+  sys.unraisablehook = _quiet(sys.unraisablehook)
   read_fd, write_fd = os.pipe()
   os.set_blocking(write_fd, False)
   signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)

@@ -133,34 +133,36 @@ def test_a_direct_attack_that_cannot_read_the_model_says_why_in_the_verdict_and_
   assert f"attack=cone did not run: {why}" in verdict.run_warnings(m, 2, searched=False)
 
 
-def test_few_candidates_of_a_direct_attack_name_the_images_under_the_noise_floor():
+def _cone_read(read, n, span_dim=88):
+  """A cone run's metrics: ``read`` images for ``n`` training images, a span of ``span_dim``."""
   m = _metrics(0, ratio=1.0)
-  m.update(attack="cone", m=6, n_train=100)
-  m["regime"]["cone"] = {"cannot": None, "span_dim": 88, "under_noise_floor": 12}
-  (w,) = [w for w in verdict.run_warnings(m, 2, searched=False) if "candidates for" in w]
+  m.update(attack="cone", m=read, n_train=n)
+  m["regime"]["cone"] = {"cannot": None, "span_dim": span_dim, "under_noise_floor": 12}
+  return m
+
+
+def _warned(m, text):
+  return [w for w in verdict.run_warnings(m, 2, searched=False) if text in w]
+
+
+def test_few_candidates_of_a_direct_attack_name_the_images_under_the_noise_floor():
+  (w,) = _warned(_cone_read(6, 100), "candidates for")
   assert w.startswith("attack=cone read 6 candidates for 100 training images")
   assert "keeps 88 directions above its rounding noise, so 12 images have no facet" in w
-  m["m"] = 60  # more than half: not this warning, but the span's (below)
-  assert not [w for w in verdict.run_warnings(m, 2, searched=False) if "candidates for" in w]
+  assert not _warned(_cone_read(60, 100), "candidates for")  # more than half: the span's
 
 
 def test_a_cone_that_reads_fewer_images_than_its_span_holds_says_so_and_names_the_search():
-  m = _metrics(0, ratio=1.0)
-  m.update(attack="cone", m=60, n_train=100)
-  m["regime"]["cone"] = {"cannot": None, "span_dim": 88, "under_noise_floor": 12}
-  (w,) = [w for w in verdict.run_warnings(m, 2, searched=False) if "directions above" in w]
+  (w,) = _warned(_cone_read(60, 100), "directions above")
   assert w.startswith("attack=cone read 60 images for 100 training images")
   assert "keeps 88 directions above its rounding noise: the facets of 28 more" in w
   assert "finetune_kkt" in w
   for read, n, k in ((80, 100, 88), (19, 20, 20), (18, 20, 19)):  # most of what the span holds
-    m.update(m=read, n_train=n)
-    m["regime"]["cone"]["span_dim"] = k
-    assert not [w for w in verdict.run_warnings(m, 2, searched=False) if "directions above" in w]
-  m.update(m=16, n_train=20)  # a 10 + 10 draw that read 16 of the 19 directions
-  assert any("the facets of 3 more" in w for w in verdict.run_warnings(m, 2, searched=False))
+    assert not _warned(_cone_read(read, n, k), "directions above")
+  assert _warned(_cone_read(16, 20, 19), "the facets of 3 more")  # 10 + 10, 16 read of 19
+  m = _cone_read(60, 100)
   del m["regime"]["cone"]  # another direct attack: no span to compare with
-  m.update(m=60, n_train=100)
-  assert not [w for w in verdict.run_warnings(m, 2, searched=False) if "directions above" in w]
+  assert not _warned(m, "directions above")
 
 
 def test_a_direct_attack_that_read_nothing_is_not_told_a_longer_search_may_help():

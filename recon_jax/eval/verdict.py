@@ -82,16 +82,15 @@ def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
   return None
 
 
-def _span_dim(metrics: Mapping) -> Optional[int]:
-  """The directions the cone's reading of the first layer's change kept, or None."""
-  k = ((metrics.get("regime") or {}).get("cone") or {}).get("span_dim")
-  return None if k is None else int(k)
+def _cone_reading(metrics: Mapping) -> Mapping:
+  """What the cone read of the first layer's change (``regime.cone``; {} for other attacks)."""
+  return (metrics.get("regime") or {}).get("cone") or {}
 
 
 def attack_cannot(metrics: Mapping) -> Optional[str]:
   """Why the attack said, from what it read of theta* before searching, that it cannot test
   the model (the cone's gate: ``regime.cone.cannot``), or None."""
-  return ((metrics.get("regime") or {}).get("cone") or {}).get("cannot")
+  return _cone_reading(metrics).get("cannot")
 
 
 def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list:
@@ -119,14 +118,15 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
       "learning rates (lr_x, lr_lam) or the alpha range"
     )
   m, n = metrics.get("m") or 0, metrics.get("n_train") or 0
+  cone = _cone_reading(metrics)
+  k = cone.get("span_dim")
   gate = attack_cannot(metrics)
   if gate:
     out.append(f"attack={metrics.get('attack')} did not run: {gate}")
   elif not searched and 2 * m < n:
-    cone = (metrics.get("regime") or {}).get("cone") or {}
     under = cone.get("under_noise_floor")
     floor = (
-      f"; the change keeps {cone.get('span_dim')} directions above its rounding noise, so "
+      f"; the change keeps {k} directions above its rounding noise, so "
       f"{under} images have no facet to find"
       if under
       else ""
@@ -137,15 +137,14 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
       "attack=kkt with known_init and subspace, the finetune_kkt preset, reaches more; "
       "docs/leakage.md)"
     )
-  elif not searched and _span_dim(metrics) and m < SPAN_READ * min(n, _span_dim(metrics)):
-    k = _span_dim(metrics)
+  elif not searched and k and m < SPAN_READ * min(n, k):
     out.append(
       f"attack={metrics.get('attack')} read {m} images for {n} training images, where the "
       f"first layer's change keeps {k} directions above its rounding noise: the facets of "
-      f"{min(n, k) - m} more were not found (the images training weighted least); the KKT search in "
-      "that span (attack=kkt with known_init and subspace, the finetune_kkt preset) may read "
-      "more, at 50 + 50 faces 74 of 100 against the cone's 20 in 10-20 minutes a draw "
-      "(docs/leakage.md)"
+      f"{min(n, k) - m} more were not found (the images training weighted least); the KKT "
+      "search in that span (attack=kkt with known_init and subspace, the finetune_kkt preset) "
+      "may read more, at 50 + 50 faces 74 of 100 against the cone's 20 in 10-20 minutes a "
+      "draw (docs/leakage.md)"
     )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > FAR_FROM_ASSUMPTION:

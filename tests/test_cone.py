@@ -271,6 +271,61 @@ def test_the_job_refuses_the_cone_without_theta_0_or_on_a_deeper_victim():
   assert e.value.argument == "attack" and "bias=first leaves out" in str(e.value)
 
 
+def test_the_cone_hands_over_to_the_finetune_kkt_search_keeping_what_the_job_set():
+  from recon_jax.job import planning
+  from recon_jax.job.settings import KNOWN_INIT_ATTACK
+
+  base = dict(attack="cone", known_init=True, victim=dataclasses.asdict(LAZY))
+  then = planning.prepare(base).then
+  assert then.config.attack == "kkt" and then.spec.name == "kkt"
+  for k, v in KNOWN_INIT_ATTACK.items():
+    assert getattr(then.config, k) == v, k
+  assert len(then.hparams["lr_x"]) == then.config.num_restarts and then.stages
+  mine = planning.prepare(dict(base, m_per_sample=4, num_restarts=3), explicit=("num_restarts",))
+  assert mine.then.config.m_per_sample == 4 and mine.then.config.num_restarts == 3
+  named = planning.prepare(dict(base, m_per_sample=2), explicit=("m_per_sample",))
+  assert named.then.config.m_per_sample == 2  # the default, but the user named it
+  assert planning.prepare(dict(base, cone_search_minutes=0.0)).then is None
+  assert planning.prepare(dict(base, attack="kkt")).then is None  # a search hands over to none
+
+
+@pytest.mark.slow  # the main job end to end, with a search (about 30 s)
+def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(monkeypatch):
+  """The cone made to read three of eight images: the KKT search in the span, started from
+  them, reads all eight; the report says why and what the cone read alone."""
+  import recon_jax as rj
+  from recon_jax.job import pipeline
+
+  real = cone.cone_images
+
+  def three(*args, **kwargs):
+    images, labels, reading = real(*args, **kwargs)
+    return images[:3], labels[:3], reading
+
+  monkeypatch.setattr(cone, "cone_images", three)
+  cfg = rj.JobConfig(
+    victim=dataclasses.asdict(LAZY),
+    attack="cone",
+    known_init=True,
+    num_restarts=2,
+    steps=200,
+    chunk_steps=100,
+    use_cache=False,
+  )
+  m = pipeline.reconstruct(cfg, verbose=False).metrics
+  handed = m["handover"]
+  assert handed["direct_candidates"] == 3 and handed["direct_recovered_strict"] <= 3
+  assert handed["why"].startswith("attack=cone read 3 images for 8 training images")
+  assert m["m"] == 24 and m["num_restarts"] == 2  # the search's: 3n candidates a restart
+  assert m["recovered_strict"] >= 7, m["recovered_strict"]
+  assert m["selection"]["best_by_loss_recovered_strict"] >= 7
+  assert any("took over" in w for w in m["warnings"]), m["warnings"]
+  m = pipeline.reconstruct(cfg.replace(cone_search_minutes=1e-4), verbose=False).metrics
+  assert "handover" not in m and m["m"] == 3  # estimated over its minutes: the cone alone
+  assert "would take about" in m["regime"]["handover_skipped"]
+  assert any("did not run after the cone" in w for w in m["warnings"]), m["warnings"]
+
+
 def _torch_layout(params):
   """A one-hidden-layer MLP's parameters as a PyTorch state dict (Linear: [out, in])."""
   out = {}

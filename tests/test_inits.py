@@ -36,6 +36,22 @@ def test_fixed_tiles_the_images_to_m_rows():
   np.testing.assert_array_equal(got, np.concatenate([x, x, x[:1]]))
 
 
+def test_seeded_puts_each_given_image_in_a_slot_of_its_own_label_and_draws_the_rest():
+  given = np.arange(3 * 6, dtype=np.float64).reshape(3, *SHAPE) + 1.0
+  labels = np.array([-1.0, 1.0, -1.0])
+  slots = np.array([1.0, 1.0, -1.0, -1.0, -1.0])  # two positive slots, three negative
+  x = inits.seeded(inits.gaussian(5, SHAPE, jnp.float64), given, labels, slots)
+  got = np.asarray(x(KEY, {"sigma_x": jnp.asarray(1e-3)}))
+  np.testing.assert_array_equal(got[0], given[1])  # the positive image: the first + slot
+  np.testing.assert_array_equal(got[2:4], given[[0, 2]])  # the negatives, in order
+  assert np.abs(got[[1, 4]]).max() < 0.01  # the other slots: the Gaussian draw
+  too_many = np.ones((4, *SHAPE))
+  got = inits.seeded(inits.fixed(np.zeros((1, *SHAPE)), 5), too_many, np.ones(4), slots)(KEY, {})
+  assert float(got[:2].min()) == 1 and float(np.abs(got[2:]).max()) == 0  # two + slots only
+  unseeded = inits.gaussian(5, SHAPE)
+  assert inits.seeded(unseeded, given, np.zeros(3), slots) is unseeded  # no label in common
+
+
 def test_mix_is_runkels_eq_10():
   gt, part = np.ones((2, *SHAPE)), np.zeros((2, *SHAPE))
   init = inits.mix(gt, part, 2, dtype=jnp.float64)

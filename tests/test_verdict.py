@@ -2,6 +2,7 @@
 
 import pytest
 
+from recon_jax.attacks import cone
 from recon_jax.eval import identifiability, verdict
 
 
@@ -137,7 +138,8 @@ def _cone_read(read, n, span_dim=88):
   """A cone run's metrics: ``read`` images for ``n`` training images, a span of ``span_dim``."""
   m = _metrics(0, ratio=1.0)
   m.update(attack="cone", m=read, n_train=n)
-  m["regime"]["cone"] = {"cannot": None, "span_dim": span_dim, "under_noise_floor": 12}
+  summary = {"cannot": None, "span_dim": span_dim, "under_noise_floor": 12}
+  m["regime"]["cone"] = dict(summary, short=cone.short(summary, read, n))
   return m
 
 
@@ -155,14 +157,35 @@ def test_few_candidates_of_a_direct_attack_name_the_images_under_the_noise_floor
 def test_a_cone_that_reads_fewer_images_than_its_span_holds_says_so_and_names_the_search():
   (w,) = _warned(_cone_read(60, 100), "directions above")
   assert w.startswith("attack=cone read 60 images for 100 training images")
-  assert "keeps 88 directions above its rounding noise: the facets of 28 more" in w
-  assert "finetune_kkt" in w
+  assert "keeps 88 directions above its rounding noise (12 of the images under it): the " in w
+  assert "the facets of 28 more" in w and "finetune_kkt" in w and "did not run" not in w
+  m = _cone_read(60, 100)
+  m["regime"]["handover_skipped"] = "it would take about 90 minutes here"
+  (w,) = _warned(m, "did not run")
+  assert (
+    w
+    == "the KKT search in the change's span did not run after the cone: it would take about 90 minutes here"
+  )
   for read, n, k in ((80, 100, 88), (19, 20, 20), (18, 20, 19)):  # most of what the span holds
     assert not _warned(_cone_read(read, n, k), "directions above")
   assert _warned(_cone_read(16, 20, 19), "the facets of 3 more")  # 10 + 10, 16 read of 19
   m = _cone_read(60, 100)
   del m["regime"]["cone"]  # another direct attack: no span to compare with
   assert not _warned(m, "directions above")
+
+
+def test_a_cone_that_handed_over_says_why_and_what_it_read_alone():
+  m = _cone_read(60, 100)
+  m["handover"] = dict(
+    why="attack=cone " + m["regime"]["cone"]["short"],
+    to="kkt",
+    direct_candidates=60,
+    direct_recovered_strict=21,
+  )
+  (w,) = [w for w in verdict.run_warnings(m, 2, searched=True) if "took over" in w]
+  assert w.startswith("attack=cone read 60 images for 100 training images")
+  assert "started from the cone's 60 images" in w and "the cone's alone: 21 strictly" in w
+  assert not [w for w in verdict.run_warnings(m, 2, searched=True) if "may read more" in w]
 
 
 def test_a_direct_attack_that_read_nothing_is_not_told_a_longer_search_may_help():

@@ -85,6 +85,10 @@ CONSENSUS_TRIALS = 200  # draws of k - 1 rows of :func:`consensus_facet`
 CONSENSUS_TOL = 1e-2  # a unit is on a drawn hyperplane below this fraction of the median
 CONSENSUS_REFINE = 3  # rounds of a consensus facet's refinement on the units it holds
 CONSENSUS_MISSES = 5  # the unseeded consensus search stops after this many draws found nothing
+# The cone read too little where it read fewer images than this share of the directions the
+# first layer's change keeps (or of n): the facets of the rest were not found (10 + 10 faces:
+# 18-20 read of 19-20 directions; 50 + 50: 37-57 of 88-94).
+SPAN_READ = 0.9
 PATTERN_AGREES = 0.9  # a facet's image leaves this share of its units inactive, as the facet
 SEED_AGREES = 0.9  # a first-layer facet's image agrees with its seed above this correlation
 ONE_IMAGE = 0.995  # rows this parallel where the agreed images are not: one image's units
@@ -109,6 +113,15 @@ class ConeOptions:
     "images; on one hidden layer, each followed by its mirror image); their patterns land on "
     "more facets",
     Rule("bool"),
+  )
+  cone_search_minutes: float = option(
+    30.0,
+    "attack=cone: where the cone reads fewer images than the change's span holds (below "
+    "0.9 of them, or of n), the KKT search in that span runs after it, started from the "
+    "images it read, if it is estimated to take at most this many minutes (the report says "
+    "so where it is not); its candidates are then the ones scored (the finetune_kkt "
+    "preset's search: at 50 + 50 faces 74 of 100 against the cone's 20)",
+    Rule("float", low=0, high=1e6, note="0: never"),
   )
 
 
@@ -221,6 +234,22 @@ class Reading(NamedTuple):
       "under_noise_floor": None if n is None else max(int(n) - k, 0),
       "cannot": self.cannot,
     }
+
+
+def short(summary: dict, read: int, n: Optional[int]) -> Optional[str]:
+  """Why ``read`` images fall short of what the change's span holds (``summary``:
+  :meth:`Reading.summary`; ``n``: the training images), or None: fewer than
+  :data:`SPAN_READ` of min(n, the span's directions)."""
+  k = summary.get("span_dim")
+  if summary.get("cannot") or not n or not k or read >= SPAN_READ * min(n, k):
+    return None
+  under = summary.get("under_noise_floor")
+  floor = f" ({under} of the images under it)" if under else ""
+  return (
+    f"read {read} images for {n} training images, where the first layer's change keeps {k} "
+    f"directions above its rounding noise{floor}: the facets of {min(n, k) - read} more were "
+    "not found (the images training weighted least)"
+  )
 
 
 def read(star, init, n: Optional[int], decay: Optional[float] = None) -> Reading:
@@ -934,7 +963,9 @@ def _direct(setup: Setup, options: ConeOptions):
     decay=float(setup.target.decay),  # the job's target found it (victims.loading)
     mixed=setup.problem == "general",  # squared error on labels +-1
   )
-  return images[None], labels.astype(np.float32), {"cone": reading.summary()}
+  summary = reading.summary()
+  summary["short"] = short(summary, len(images), setup.n or None)
+  return images[None], labels.astype(np.float32), {"cone": summary}
 
 
 def _check(options: ConeOptions, setup: Setup) -> None:
@@ -993,6 +1024,7 @@ SPEC = register(
     rerunnable=lambda options: False,
     first_order=lambda options: False,
     reads_init=True,
+    hands_over=lambda options: float(options.cone_search_minutes),
     doc="the images off the cone of the first layer's change from a known theta_0: "
     "linear programs, no search",
     examples=(),  # nothing to run: the contract is for searches

@@ -39,13 +39,15 @@ def find_candidates(
   hparams: dict,
   ds: data.Dataset,
   state_file: Optional[loop.StateFile] = None,
+  starts: Optional[tuple] = None,
 ) -> Found:
   """The candidates of attack ``spec`` on the victim and target of ``setup``: built from its
   options in ``settings`` (the job's: its ``init``, ``seed``, ``num_restarts``,
   ``chunk_steps`` and ``batching`` say how the restarts run), the sweep's ``stages`` (whose
   per-restart ``hparams`` are drawn) run in one compiled call, saved to and resumed from
   ``state_file``; or, without a search, read off theta*.  ``ds``: the images the
-  initialisation may start from."""
+  initialisation may start from; ``starts``: ``(images [F, ...], labels [F])`` another attack
+  read, every restart's first candidates of those labels (:func:`recon_jax.engine.inits.seeded`)."""
   target = setup.target
   if spec.direct is not None:  # candidates read off the target, no search
     cands, labels, *notes = spec.direct(setup, spec.options_of(settings))
@@ -68,6 +70,8 @@ def find_candidates(
     offset=ds.mean,
     dtype=float_dtype(),
   )
+  if starts is not None:
+    x_init = inits.seeded(x_init, *starts, target.labels)
   keys = jax.random.split(jax.random.PRNGKey(settings.seed), settings.num_restarts)
   run = loop.run_attack_unchecked(
     attack,

@@ -132,6 +132,10 @@ class AttackSpec(NamedTuple):
     fits_equations: it fits theta*'s stationarity equations, so ``known_init`` (fitting
       theta* - theta_0 instead) applies to it.
     reads_init: it reads theta_0 itself (``known_init`` required).
+    hands_over: ``options -> float``: for a direct attack whose reading may fall short (a
+      ``short`` entry in what it read of theta*, saying why), the minutes the KKT search in
+      the change's span may be estimated to take for the job to run it after it, from its
+      candidates (:mod:`recon_jax.job.pipeline`; 0: never).
     doc: one line saying what it is (its module's docstring says the rest).
     examples: the runs the contract test makes of it (() for an attack without a search).
   """
@@ -150,6 +154,7 @@ class AttackSpec(NamedTuple):
   features: Callable = lambda options: {}
   fits_equations: bool = False
   reads_init: bool = False
+  hands_over: Callable = lambda options: 0.0
   doc: str = ""
   examples: Tuple[Example, ...] = (Example(),)
 

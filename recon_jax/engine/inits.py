@@ -76,6 +76,30 @@ def mix(x_gt: np.ndarray, x_part: np.ndarray, m: int, offset=0.0, dtype=jnp.floa
   return init
 
 
+def seeded(init, images, labels, slots_labels):
+  """``init`` with given candidates in place: ``images`` [F, ...] (labels ``labels`` [F]) put
+  in order into the slots whose label in ``slots_labels`` [m] is theirs (as many as there are
+  such slots); the other slots as ``init`` draws them.  A search then starts from what
+  another attack read (the cone's images, :mod:`recon_jax.job.pipeline`)."""
+  images, labels = np.asarray(images), np.asarray(labels)
+  slots_labels = np.asarray(slots_labels)
+  slots, rows = [], []
+  for y in np.unique(labels):
+    free = np.flatnonzero(slots_labels == y)
+    mine = np.flatnonzero(labels == y)[: len(free)]
+    slots.extend(free[: len(mine)])
+    rows.extend(mine)
+  if not rows:
+    return init
+  where, given = jnp.asarray(slots, jnp.int32), jnp.asarray(images[rows])
+
+  def start(key, hparams):
+    x = init(key, hparams)
+    return x.at[where].set(given.astype(x.dtype))
+
+  return start
+
+
 def mix_grid(values: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0)):
   """The eq. (10) grid without duplicates: l2 = 0 is one start whatever l1 is.
 

@@ -41,10 +41,6 @@ FAR_FROM_ASSUMPTION = 0.5
 # up with the KKT search, which refines it; other images of its classes 0.12-0.23).
 WRONG_DATA_RATIO = 0.5
 ALL_DIVERGED = "every restart diverged"  # how a run that recovered nothing by failing says so
-# A direct attack (the cone) reading fewer images than this share of the directions the
-# first layer's change keeps: the facets of the rest were not found, and the report says so
-# (10 + 10 faces: 18-20 read of 19-20 directions; 50 + 50: 37-57 of 88-94).
-SPAN_READ = 0.9
 
 
 def _as_float(v) -> Optional[float]:
@@ -137,14 +133,21 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
       "attack=kkt with known_init and subspace, the finetune_kkt preset, reaches more; "
       "docs/leakage.md)"
     )
-  elif not searched and k and m < SPAN_READ * min(n, k):
+  elif not searched and cone.get("short"):
     out.append(
-      f"attack={metrics.get('attack')} read {m} images for {n} training images, where the "
-      f"first layer's change keeps {k} directions above its rounding noise: the facets of "
-      f"{min(n, k) - m} more were not found (the images training weighted least); the KKT "
-      "search in that span (attack=kkt with known_init and subspace, the finetune_kkt preset) "
-      "may read more, at 50 + 50 faces 74 of 100 against the cone's 20 in 10-20 minutes a "
-      "draw (docs/leakage.md)"
+      f"attack={metrics.get('attack')} {cone['short']}; the KKT search in that span (the "
+      "finetune_kkt preset) may read more, at 50 + 50 faces 74 of 100 against the cone's 20 "
+      "(docs/leakage.md)"
+    )
+  skipped = (metrics.get("regime") or {}).get("handover_skipped")
+  if skipped:
+    out.append(f"the KKT search in the change's span did not run after the cone: {skipped}")
+  handed = metrics.get("handover")
+  if handed:
+    out.append(
+      f"{handed['why']}, so the KKT search in the change's span took over, every restart "
+      f"started from the cone's {handed['direct_candidates']} images: the candidates scored "
+      f"are the search's (the cone's alone: {handed['direct_recovered_strict']} strictly)"
     )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > FAR_FROM_ASSUMPTION:

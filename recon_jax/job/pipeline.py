@@ -120,12 +120,17 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, victim.Victim, np.ndarray, fl
   before any training."""
   cfg, src = plan.config, plan.source
   ds = src.dataset
-  groups = {"binary": 2, "multiclass": ds.num_classes}.get(plan.problem, 1)
-  m = num_candidates(cfg, len(ds.x_train), groups)
-  labels = candidate_labels(plan.problem, m, ds.num_classes)
+  labels = _labels(plan, ds)
   t0 = time.time()
   vic = loading.victim_of(src, use_cache=cfg.use_cache)
   return ds, vic, labels, time.time() - t0
+
+
+def _labels(plan: Plan, ds: data.Dataset) -> np.ndarray:
+  """The labels of a plan's candidates on ``ds`` (m of them: :func:`num_candidates`)."""
+  groups = {"binary": 2, "multiclass": ds.num_classes}.get(plan.problem, 1)
+  m = num_candidates(plan.config, len(ds.x_train), groups)
+  return candidate_labels(plan.problem, m, ds.num_classes)
 
 
 def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Target:
@@ -145,6 +150,60 @@ def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Targ
       )
     target = loading.known_init_target(target, vic.init, plan.config.linearize, decay)
   return target
+
+
+def _estimate(then: Plan, vic, ds, span_dim) -> dict:
+  """:func:`recon_jax.job.estimate.estimate` of the search a direct attack hands over to
+  (``span_dim``: the directions of the change's span its candidates live in)."""
+  cfg = then.config
+  return estimate.estimate(
+    vic.params,
+    n=len(ds.x_train),
+    heldout=len(ds.x_test),
+    pixels=int(np.prod(ds.x_train.shape[1:])),
+    restarts=cfg.num_restarts,
+    steps=sum(steps for steps, _ in then.stages),
+    m=len(_labels(then, ds)),
+    searched=True,
+    attack=cfg.attack,
+    span_dim=span_dim,
+    identify=cfg.identify,
+  )
+
+
+def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
+  """``(found, target)``: the search a direct attack hands over to (``then``:
+  :func:`recon_jax.job.planning.handover`) on the target of its own candidates' labels,
+  every restart started from the direct attack's candidates
+  (:func:`recon_jax.engine.inits.seeded`)."""
+  labels = _labels(then, ds)
+  target = setup.target._replace(labels=labels)
+  setup = setup._replace(target=target, common=then.setup.common)
+  progress.phase("the KKT search in the change's span after the cone (its first chunk compiles)")
+  images = direct.candidates[0]
+  # a search's candidates carry the target's labels, but for squared error (all 0: the
+  # multipliers take the sign), so the cone's images go to slots of their own label
+  signed = then.problem != "general" and direct.labels is not None
+  starts = (images, direct.labels if signed else np.zeros(len(images), np.float32))
+  found = search.find_candidates(
+    then.spec, then.config, setup, then.stages, then.hparams, ds, state_file, starts=starts
+  )
+  return found._replace(notes=direct.notes), target
+
+
+def _handed_over(direct: search.Found, then: Plan, ds, why: str) -> dict:
+  """What the report says of a hand-over: why, to which search, and the direct attack's
+  own candidates scored alone (every restart of the search started from them)."""
+  alone = evaluation.evaluate_candidates_unchecked(
+    direct.candidates, direct.weights, direct.final_loss, ds, then.config.ssim_threshold
+  )["attack"]
+  return {
+    "why": why,
+    "to": then.config.attack,
+    "direct_candidates": int(direct.candidates.shape[1]),
+    "direct_recovered_strict": int(alone["recovered_strict"]),
+    "direct_n_ssim_gt_0.4": int(alone["n_ssim_gt_0.4"]),
+  }
 
 
 @contextlib.contextmanager
@@ -202,7 +261,6 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   t_start = time.time()
   opts = spec.options_of(cfg)
   searched = spec.direct is None
-  stability = cfg.identify_stability_candidates if spec.rerunnable(opts) else 0
   head = {
     "attack": cfg.attack,
     "problem": problem,
@@ -250,10 +308,33 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     + ("the search (its first chunk compiles)" if searched else "reading the candidates")
   )
   found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
-  cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
-  timing = {"victim_s": victim_s, "estimate_s": guess["total_s"], **(found.timing or {})}
   if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
     seen.update(found.notes)
+  read = [v.get("short") for v in (found.notes or {}).values() if isinstance(v, dict)]
+  why = next((f"attack={cfg.attack} {w}" for w in read if w), None)
+  direct, ran, direct_s = None, plan, time.time() - t_guess
+  if why and plan.then is not None:
+    then_s = _estimate(plan.then, vic, ds, (seen.get("span") or {}).get("dim"))
+    budget = 60.0 * spec.hands_over(opts)
+    if then_s["total_s"] <= budget:
+      logging.info(
+        "hand-over: %s; the KKT search in the change's span runs from its %d images. %s",
+        why,
+        found.candidates.shape[1],
+        estimate.say(then_s),
+      )
+      direct, ran, searched = found, plan.then, True
+      found, target = _hand_over(plan.then, found, setup, ds, state_file)
+    else:
+      seen["handover_skipped"] = (
+        f"it would take about {then_s['total_s'] / 60:.0f} minutes here, over the "
+        f"{budget / 60:g} of cone_search_minutes"
+      )
+      logging.info("no hand-over to the KKT search: %s", seen["handover_skipped"])
+  rerun = ran.spec.rerunnable(ran.spec.options_of(ran.config))
+  stability = cfg.identify_stability_candidates if rerun else 0
+  cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
+  timing = {"victim_s": victim_s, "estimate_s": guess["total_s"], **(found.timing or {})}
   head.update(
     regime=seen,
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
@@ -294,7 +375,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       found.final_loss,
       run,
       attack=found.attack,
-      hparams=plan.stages[-1][1] if plan.stages else None,
+      hparams=ran.stages[-1][1] if ran.stages else None,
       ssim_threshold=cfg.ssim_threshold,
       seed=cfg.seed,
       identify=cfg.identify,
@@ -310,10 +391,12 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       **head,
       "n_train": n,
       "m": int(cands.shape[1]),
-      "num_restarts": cfg.num_restarts if run is not None else 1,
+      "num_restarts": ran.config.num_restarts if run is not None else 1,
       **scores.entries(),
       "timing": timing,
     }
+    if direct is not None:
+      metrics["handover"] = dict(_handed_over(direct, ran, ds, why), direct_s=direct_s)
     result = scores.result
     for i, row in enumerate(metrics["per_restart"]):
       row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})

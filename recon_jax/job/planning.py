@@ -14,6 +14,7 @@ import dataclasses
 import os
 from typing import NamedTuple, Optional, Tuple
 
+from absl import logging
 import jax
 import numpy as np
 
@@ -143,6 +144,7 @@ class Plan(NamedTuple):
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
   source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
   setup: Optional[attacks.Setup] = None  # what the attack was checked with; the run completes it
+  then: Optional["Plan"] = None  # the search a direct attack hands over to (:func:`handover`)
 
 
 # ----------------------------------------------------------------------------- checks
@@ -318,7 +320,38 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   if cfg.train_data and cfg.heldout_data:
     check_heldout_copies(cfg, source.dataset)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
-  return Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
+  plan = Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
+  return plan._replace(then=handover(plan, explicit))
+
+
+def handover(plan: Plan, explicit=()) -> Optional[Plan]:
+  """The search a direct attack hands over to where its reading falls short
+  (:attr:`AttackSpec.hands_over`): the KKT search in the span of the first layer's change
+  with the ``finetune_kkt`` preset's settings (:data:`recon_jax.job.settings.KNOWN_INIT_ATTACK`)
+  where the job left a setting at its default (and ``explicit``, the settings the user set,
+  does not name it), the job's own otherwise; None where the attack does not hand over, or where that
+  search cannot run on this victim or its restarts would not fit in memory (the run then
+  reports the direct attack alone)."""
+  spec, cfg = plan.spec, plan.config
+  if spec.direct is None or spec.hands_over(spec.options_of(cfg)) <= 0:
+    return None
+  default = JobConfig()
+  changes = {  # the preset's settings where the job left the default, the job's own elsewhere
+    k: v
+    for k, v in settings.KNOWN_INIT_ATTACK.items()
+    if getattr(cfg, k) == getattr(default, k) and k not in explicit
+  }
+  then_cfg = cfg.replace(attack="kkt", **changes)
+  then_spec = attacks.get("kkt")
+  setup = plan.setup._replace(common=attacks.Common.of(then_cfg))
+  try:
+    then_spec.check(then_spec.options_of(then_cfg), setup)
+    check_memory(then_cfg, plan.victim, then_spec)
+  except ConfigError as e:
+    logging.info("no hand-over to the KKT search: %s", e)
+    return None
+  hp, stages = sweep.plan(**sweep_settings(then_cfg, then_spec))
+  return plan._replace(config=then_cfg, spec=then_spec, hparams=hp, stages=stages, setup=setup)
 
 
 def check_types(cfg: JobConfig) -> None:
@@ -335,10 +368,12 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
   fitting = sorted(n for n, s in attacks.specs().items() if s.fits_equations or s.reads_init)
   searched = spec.direct is None
   first_order = searched and spec.first_order(spec.options_of(cfg))
+  # a direct attack that hands over runs the KKT search's restarts and steps after it
+  restarts = searched or spec.hands_over(spec.options_of(cfg)) > 0
   attack = f"attack={cfg.attack}"
   why = "has no search" if not searched else "solves with its own solver here"
   out = {
-    "search": (f"a search ({attack} reads its candidates off theta*)", searched),
+    "search": (f"a search ({attack} reads its candidates off theta*)", restarts),
     "first_order": (f"a first-order search ({attack} {why})", first_order),
     "lr_lam": (
       f"learnt multipliers ({attack} has none here)",

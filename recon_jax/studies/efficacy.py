@@ -96,6 +96,12 @@ NUMBERS = (
     images=True,
   ),
   Number(
+    "direct_strict",
+    lambda m: (m.get("handover") or {}).get("direct_recovered_strict"),
+    "the cone alone, where it handed over",
+    images=True,
+  ),
+  Number(
     "ssim_gt_0.4",
     lambda m: m["n_ssim_gt_0.4"],
     "SSIM > 0.4",

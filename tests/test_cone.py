@@ -227,6 +227,8 @@ def test_two_hidden_layers_are_read_through_the_last_layers_cone_and_the_first_l
   )
   assert reading.cannot is None and len(images) <= 2 * 8
   assert _recovered(ds, images, 0.999) == 8
+  # what it read exactly is the first layer's facets, not its seeds beside them
+  assert reading.read == 8 and reading.summary()["read"] == 8
   assert set(np.unique(labels)) <= {-1.0, 1.0}
 
 
@@ -300,7 +302,7 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
 
   def three(*args, **kwargs):
     images, labels, reading = real(*args, **kwargs)
-    return images[:3], labels[:3], reading
+    return images[:3], labels[:3], reading._replace(read=3)
 
   monkeypatch.setattr(cone, "cone_images", three)
   cfg = rj.JobConfig(

@@ -224,6 +224,10 @@ class Reading(NamedTuple):
   info: span.SpanInfo
   n: Optional[int]  # the training-set size, where known
   cannot: Optional[str]  # why the cone cannot read this model, in one sentence (None: it can)
+  # the images read exactly, once read: one hidden layer's facets; deeper, the first layer's
+  # facets that agreed with their seeds or were found without one (the other candidates are
+  # the seeds, inverted representations)
+  read: Optional[int] = None
 
   def summary(self) -> dict:
     k, n = int(self.info.dim), self.n
@@ -233,6 +237,7 @@ class Reading(NamedTuple):
       "input_dim": int(self.info.input_dim),
       "under_noise_floor": None if n is None else max(int(n) - k, 0),
       "cannot": self.cannot,
+      "read": self.read,
     }
 
 
@@ -577,8 +582,10 @@ def cone_images(
   if len(net_star) == 2:
     starts_held = None if held is None else with_mirrors(held, input_shape)
     out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, starts_held, mixed)
+    exact = len(out)
   else:
-    out = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
+    out, exact = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
+  reading = reading._replace(read=exact)
   if not out:
     return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
@@ -708,7 +715,8 @@ def _ncc(a, b) -> float:
 
 
 def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held=None, mixed=False):
-  """``[(c [k], label), ...]``: the images of a network of two or more hidden layers.
+  """``([(c [k], label), ...], read)``: the images of a network of two or more hidden layers,
+  and how many of them are read exactly (first-layer facets).
 
   Its last hidden layer's change, signed by the output weights, is a cone of the training
   images' representations (the activations feeding that layer), as one hidden layer's is of
@@ -779,12 +787,13 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
   # read where the agreed images are not whose facets agreed, beside their images; and the
   # images of the facets found without a seed.
   every = list(seeds) + tried
-  return (
+  out = (
     list(seeds)
     + [every[i] for i in sorted(agreed) if i >= len(seeds)]
     + [(c, every[i][1]) for i, c in sorted(agreed.items())]
     + [(c, 0.0) for c in found]
   )
+  return out, len(agreed) + len(found)
 
 
 def one_image_seeds(rows, layers: Layers, agreed: list, tries: int = DEFLATE_TRIES) -> list:
@@ -964,7 +973,7 @@ def _direct(setup: Setup, options: ConeOptions):
     mixed=setup.problem == "general",  # squared error on labels +-1
   )
   summary = reading.summary()
-  summary["short"] = short(summary, len(images), setup.n or None)
+  summary["short"] = short(summary, reading.read or 0, setup.n or None)
   return images[None], labels.astype(np.float32), {"cone": summary}
 
 

@@ -152,21 +152,22 @@ def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Targ
   return target
 
 
-def _estimate(then: Plan, vic, ds, span_dim) -> dict:
-  """:func:`recon_jax.job.estimate.estimate` of the search a direct attack hands over to
-  (``span_dim``: the directions of the change's span its candidates live in)."""
-  cfg = then.config
+def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
+  """:func:`recon_jax.job.estimate.estimate` of a plan's attack and scoring on the victim
+  ``vic`` and data ``ds`` (``seen``: the regime, whose span the candidates live in where the
+  plan searches in it)."""
+  cfg = plan.config
   return estimate.estimate(
     vic.params,
     n=len(ds.x_train),
     heldout=len(ds.x_test),
     pixels=int(np.prod(ds.x_train.shape[1:])),
     restarts=cfg.num_restarts,
-    steps=sum(steps for steps, _ in then.stages),
-    m=len(_labels(then, ds)),
-    searched=True,
+    steps=sum(steps for steps, _ in plan.stages),
+    m=len(_labels(plan, ds)),
+    searched=plan.spec.direct is None,
     attack=cfg.attack,
-    span_dim=span_dim,
+    span_dim=(seen.get("span") or {}).get("dim") if cfg.subspace else None,
     identify=cfg.identify,
   )
 
@@ -288,19 +289,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       seen["span"]["input_dim"],
       seen["n_train"],
     )
-  guess = estimate.estimate(
-    vic.params,
-    n=len(ds.x_train),
-    heldout=len(ds.x_test),
-    pixels=int(np.prod(ds.x_train.shape[1:])),
-    restarts=cfg.num_restarts,
-    steps=sum(steps for steps, _ in plan.stages),
-    m=len(labels),
-    searched=searched,
-    attack=cfg.attack,
-    span_dim=(seen.get("span") or {}).get("dim") if cfg.subspace else None,
-    identify=cfg.identify,
-  )
+  guess = _estimate(plan, vic, ds, seen)
   logging.info("%s", estimate.say(guess))
   t_guess = time.time()
   progress.phase(
@@ -314,7 +303,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   why = next((f"attack={cfg.attack} {w}" for w in read if w), None)
   direct, ran, direct_s = None, plan, time.time() - t_guess
   if why and plan.then is not None:
-    then_s = _estimate(plan.then, vic, ds, (seen.get("span") or {}).get("dim"))
+    then_s = _estimate(plan.then, vic, ds, seen)
     budget = 60.0 * spec.hands_over(opts)
     if then_s["total_s"] <= budget:
       logging.info(

@@ -91,7 +91,7 @@ def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, 
 # The settings that are an attack's own options: their flags, config.json keys and owners, as
 # config files and workdirs written before know them (renaming one breaks their resume).
 ATTACK_SETTINGS = {
-  "cone": {"cone_starts", "cone_public"},
+  "cone": {"cone_starts", "cone_public", "cone_search_minutes"},
   "kkt": {
     "w_lam",
     "derivative",

@@ -231,7 +231,7 @@ class Reading(NamedTuple):
 
   def summary(self) -> dict:
     k, n = int(self.info.dim), self.n
-    return {
+    out = {
       "decay": float(self.decay),
       "span_dim": k,
       "input_dim": int(self.info.input_dim),
@@ -239,6 +239,8 @@ class Reading(NamedTuple):
       "cannot": self.cannot,
       "read": self.read,
     }
+    out["short"] = None if self.read is None else short(out, self.read, n)
+    return out
 
 
 def short(summary: dict, read: int, n: Optional[int]) -> Optional[str]:
@@ -972,9 +974,7 @@ def _direct(setup: Setup, options: ConeOptions):
     decay=float(setup.target.decay),  # the job's target found it (victims.loading)
     mixed=setup.problem == "general",  # squared error on labels +-1
   )
-  summary = reading.summary()
-  summary["short"] = short(summary, reading.read or 0, setup.n or None)
-  return images[None], labels.astype(np.float32), {"cone": summary}
+  return images[None], labels.astype(np.float32), {"cone": reading.summary()}
 
 
 def _check(options: ConeOptions, setup: Setup) -> None:

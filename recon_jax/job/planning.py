@@ -327,11 +327,12 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
 def handover(plan: Plan, explicit=()) -> Optional[Plan]:
   """The search a direct attack hands over to where its reading falls short
   (:attr:`AttackSpec.hands_over`): the KKT search in the span of the first layer's change
-  with the ``finetune_kkt`` preset's settings (:data:`recon_jax.job.settings.KNOWN_INIT_ATTACK`)
-  where the job left a setting at its default (and ``explicit``, the settings the user set,
-  does not name it), the job's own otherwise; None where the attack does not hand over, or where that
-  search cannot run on this victim or its restarts would not fit in memory (the run then
-  reports the direct attack alone)."""
+  with the ``finetune_kkt`` preset's settings
+  (:data:`recon_jax.job.settings.KNOWN_INIT_ATTACK`) where the job left a setting at its
+  default (and ``explicit``, the settings the user set, does not name it), the job's own
+  otherwise; None where the attack does not hand over, or where that search cannot run on
+  this victim or its restarts would not fit in memory (the run then reports the direct
+  attack alone)."""
   spec, cfg = plan.spec, plan.config
   if spec.direct is None or spec.hands_over(spec.options_of(cfg)) <= 0:
     return None

@@ -327,8 +327,9 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
 def handover(plan: Plan, explicit=()) -> Optional[Plan]:
   """The search a direct attack hands over to where its reading falls short
   (:attr:`AttackSpec.hands_over`): the KKT search in the span of the first layer's change
-  with the ``finetune_kkt`` preset's settings and a smaller budget
-  (:data:`recon_jax.job.settings.HANDOVER_SEARCH`) where the job left a setting at its
+  with the ``finetune_kkt`` preset's settings (:data:`recon_jax.job.settings.KNOWN_INIT_ATTACK`;
+  for two or more hidden layers a smaller budget,
+  :data:`~recon_jax.job.settings.DEEP_HANDOVER_SEARCH`) where the job left a setting at its
   default (and ``explicit``, the settings the user set, does not name it), the job's own
   otherwise; None where the attack does not hand over, or where that search cannot run on
   this victim or its restarts would not fit in memory (the run then reports the direct
@@ -337,10 +338,10 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
   if spec.direct is None or spec.hands_over(spec.options_of(cfg)) <= 0:
     return None
   default = JobConfig()
+  deep = len(plan.victim.widths) >= 2
+  preset = settings.DEEP_HANDOVER_SEARCH if deep else settings.KNOWN_INIT_ATTACK
   changes = {  # the preset's settings where the job left the default, the job's own elsewhere
-    k: v
-    for k, v in settings.HANDOVER_SEARCH.items()
-    if getattr(cfg, k) == getattr(default, k) and k not in explicit
+    k: v for k, v in preset.items() if getattr(cfg, k) == getattr(default, k) and k not in explicit
   }
   then_cfg = cfg.replace(attack="kkt", **changes)
   then_spec = attacks.get("kkt")

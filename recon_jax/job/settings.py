@@ -42,11 +42,12 @@ KNOWN_INIT_ATTACK = dict(
   lam_min="0:0.3:lin",
   anneal_alpha=200.0,
 )
-# The search a direct attack hands over to (the cone, where it read too little): those
-# settings with 4 restarts of 2000 steps, a sixth of the job's default budget, because every
-# restart starts from the images the cone read and only the rest is left to find
-# (docs/leakage.md: "A cheaper search after the cone").
-HANDOVER_SEARCH = dict(KNOWN_INIT_ATTACK, num_restarts=4, steps=2000)
+# The search the cone hands over to on a network of two or more hidden layers: those
+# settings with 4 restarts of 2000 steps, a sixth of the job's default budget, because a step
+# costs several times one hidden layer's there, every restart starts from the images the cone
+# read and only the rest is left to find (docs/leakage.md: "A cheaper search after the cone";
+# on one hidden layer the default budget reads about one image more).
+DEEP_HANDOVER_SEARCH = dict(KNOWN_INIT_ATTACK, num_restarts=4, steps=2000)
 
 
 def _setting(default, meaning: str, unset: Optional[type] = None):

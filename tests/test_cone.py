@@ -392,6 +392,30 @@ def test_an_audit_with_theta0_runs_the_attack_the_job_names(lazy, tmp_path):
   assert audit.audit_job(files).subspace  # the default attack: the known-init search
 
 
+def test_an_imported_one_hidden_layer_model_hands_over_with_the_full_search_budget(lazy, tmp_path):
+  """The hand-over's budget follows the imported model's own layers, not the settings'
+  default widths (two hidden layers)."""
+  import recon_jax as rj
+  from recon_jax.job import planning
+
+  ds, fitted = lazy
+  np.save(tmp_path / "mean.npy", ds.mean)
+  save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
+  save_file(_torch_layout(fitted.init), str(tmp_path / "init.safetensors"))
+  cfg = dict(
+    victim=dict(dataset="digits", n_per_class=4),
+    checkpoint=str(tmp_path / "model.safetensors"),
+    init_checkpoint=str(tmp_path / "init.safetensors"),
+    foreign=dict(data_mean=str(tmp_path / "mean.npy")),
+    known_init=True,
+    attack="cone",
+  )
+  assert len(rj.JobConfig().victim.widths) == 2
+  then = planning.prepare(cfg).then
+  assert then.config.num_restarts == rj.JobConfig().num_restarts
+  assert then.config.steps == rj.JobConfig().steps
+
+
 def test_the_facet_search_gives_up_after_its_starts_or_its_seconds(monkeypatch):
   """Large n: a start's programs can take a minute, so the search also counts seconds."""
   p = cone._Patience()

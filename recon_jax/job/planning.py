@@ -338,7 +338,7 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
   if spec.direct is None or spec.hands_over(spec.options_of(cfg)) <= 0:
     return None
   default = JobConfig()
-  deep = len(plan.victim.widths) >= 2
+  deep = len(_hidden_widths(plan)) >= 2
   preset = settings.DEEP_HANDOVER_SEARCH if deep else settings.KNOWN_INIT_ATTACK
   changes = {  # the preset's settings where the job left the default, the job's own elsewhere
     k: v for k, v in preset.items() if getattr(cfg, k) == getattr(default, k) and k not in explicit
@@ -354,6 +354,15 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
     return None
   hp, stages = sweep.plan(**sweep_settings(then_cfg, then_spec))
   return plan._replace(config=then_cfg, spec=then_spec, hparams=hp, stages=stages, setup=setup)
+
+
+def _hidden_widths(plan: Plan) -> tuple:
+  """The hidden widths of the plan's victim: an imported model's own layers (its recipe's
+  ``widths`` are the settings' default, not its layout), else the recipe's."""
+  imported = plan.source.imported if plan.source is not None else None
+  if imported is not None:
+    return tuple(getattr(imported.module, "widths", None) or ())
+  return tuple(plan.victim.widths)
 
 
 def check_types(cfg: JobConfig) -> None:

@@ -45,7 +45,7 @@ KNOWN_INIT_ATTACK = dict(
 # The search the cone hands over to on a network of two or more hidden layers: those
 # settings with 4 restarts of 2000 steps, a sixth of the job's default budget, because a step
 # costs several times one hidden layer's there, every restart starts from the images the cone
-# read and only the rest is left to find (docs/leakage.md: "A cheaper search after the cone";
+# read and only the rest is left to find (docs/leakage.md: "A cheaper search after the cone at depth";
 # on one hidden layer the default budget reads about one image more).
 DEEP_HANDOVER_SEARCH = dict(KNOWN_INIT_ATTACK, num_restarts=4, steps=2000)
 

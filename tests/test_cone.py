@@ -348,6 +348,23 @@ def _torch_layout(params):
   return out
 
 
+def _imported_cone_job(lazy, tmp_path) -> dict:
+  """The settings of attack=cone on the lazy victim and its theta_0 written as a user's
+  safetensors files (with the training mean it was trained under)."""
+  ds, fitted = lazy
+  np.save(tmp_path / "mean.npy", ds.mean)  # the model was trained on mean-subtracted images
+  save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
+  save_file(_torch_layout(fitted.init), str(tmp_path / "init.safetensors"))
+  return dict(
+    victim=dict(dataset="digits", n_per_class=4),
+    checkpoint=str(tmp_path / "model.safetensors"),
+    init_checkpoint=str(tmp_path / "init.safetensors"),
+    foreign=dict(data_mean=str(tmp_path / "mean.npy")),
+    known_init=True,
+    attack="cone",
+  )
+
+
 @pytest.mark.slow  # the main job end to end (9 s); the facets' own test above reconstructs
 def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp_path):
   """attack=cone end to end on a user's model and its initial weights (safetensors): every
@@ -356,19 +373,7 @@ def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp
   import recon_jax as rj
   from recon_jax.job import pipeline
 
-  ds, fitted = lazy
-  np.save(tmp_path / "mean.npy", ds.mean)  # the model was trained on mean-subtracted images
-  save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
-  save_file(_torch_layout(fitted.init), str(tmp_path / "init.safetensors"))
-  cfg = rj.JobConfig(
-    victim=dict(dataset="digits", n_per_class=4),
-    checkpoint=str(tmp_path / "model.safetensors"),
-    init_checkpoint=str(tmp_path / "init.safetensors"),
-    foreign=dict(data_mean=str(tmp_path / "mean.npy")),
-    known_init=True,
-    attack="cone",
-    cone_starts=60,
-  )
+  cfg = rj.JobConfig(**_imported_cone_job(lazy, tmp_path), cone_starts=60)
   m = pipeline.reconstruct(cfg, verbose=False).metrics
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
   assert m["baseline_heldout_recovered_strict"] == 0
@@ -398,18 +403,7 @@ def test_an_imported_one_hidden_layer_model_hands_over_with_the_full_search_budg
   import recon_jax as rj
   from recon_jax.job import planning
 
-  ds, fitted = lazy
-  np.save(tmp_path / "mean.npy", ds.mean)
-  save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
-  save_file(_torch_layout(fitted.init), str(tmp_path / "init.safetensors"))
-  cfg = dict(
-    victim=dict(dataset="digits", n_per_class=4),
-    checkpoint=str(tmp_path / "model.safetensors"),
-    init_checkpoint=str(tmp_path / "init.safetensors"),
-    foreign=dict(data_mean=str(tmp_path / "mean.npy")),
-    known_init=True,
-    attack="cone",
-  )
+  cfg = _imported_cone_job(lazy, tmp_path)
   assert len(rj.JobConfig().victim.widths) == 2
   then = planning.prepare(cfg).then
   assert then.config.num_restarts == rj.JobConfig().num_restarts

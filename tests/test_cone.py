@@ -166,6 +166,20 @@ def test_weight_decay_and_squared_error_victims_are_read_off_their_cone(recipe):
   assert dims[1] <= 8 and (dims[0] > 8 or cfg.weight_decay == 0), dims
 
 
+def test_squared_error_hands_every_reading_over_to_the_search():
+  """Under squared error an image's coefficient may change sign in training, so a facet's
+  zeros are soft and its image may be a blend: a full reading still hands over (and says
+  why), where the logistic loss's full reading does not."""
+  summary = {"cannot": None, "span_dim": 19, "under_noise_floor": 1}
+  assert cone.short(summary, 19, 20) is None
+  why = cone.short(summary, 19, 20, mixed=True)
+  assert why.startswith("read 19 images for 20 training images") and "squared error" in why
+  assert cone.short(dict(summary, cannot="no cone"), 19, 20, mixed=True) is None
+  info = span.SpanInfo(19, 625, np.ones(19), 0.0, "noise")
+  reading = cone.Reading(1.0, np.zeros((625, 19)), info, 20, None, read=19, mixed=True)
+  assert reading.summary()["short"] == why
+
+
 def test_an_adam_victim_is_not_searched_and_the_reason_is_one_sentence():
   """Adam scales each weight apart, so theta* - theta_0 is not confined to the images' span:
   the cone says so at once instead of searching a cone that is not there."""

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from recon_jax.errors import ConfigError
 from recon_jax.eval import images, points, report, similarity
 from recon_jax.io import plots
 from recon_jax.job import figures as report_figures
@@ -340,3 +341,27 @@ def test_the_pooled_count_is_at_least_every_restarts_count(rng):
   # A held-out baseline scored the same way: in groups as well as pooled.
   grouped = images.heldout_baseline(0, train, held, 4, group=2, **kw)
   assert grouped.source is not None and grouped.n_candidates == 4
+
+
+def test_seeds_a_search_started_from_count_beside_its_restarts(rng):
+  """The images a direct attack read before its search started from them (the cone's,
+  before a hand-over) are scored as one more group: an exact copy among them counts even
+  where every restart lost it, and the held-out baseline draws as many more images."""
+  from recon_jax.data import load_dataset
+
+  ds = load_dataset("digits", n_per_class=2, seed=0)
+  ds = ds._replace(x_test=ds.x_test[:40], y_test=ds.y_test[:40])
+  noise = rng.normal(size=(1, 3, *ds.x_train.shape[1:])).astype(np.float32)
+  args = (noise, np.ones((1, 3)), np.zeros(1), ds)
+  alone = report.evaluate_candidates(*args)
+  assert alone["attack"]["recovered_strict"] == 0
+  both = report.evaluate_candidates(*args, seeds=ds.x_train[:2])
+  assert both["attack"]["recovered_strict"] == 2
+  assert list(np.flatnonzero(both["_result"].recovered_strict_mask)) == [0, 1]
+  assert both["baselines"]["heldout"]["n_candidates"] == 3 + 2
+  assert alone["baselines"]["heldout"]["n_candidates"] == 3
+  # the restarts' own view is the search's alone: the attacker's pick does not see the seeds
+  assert both["per_restart"][0]["recovered_strict"] == 0
+  with pytest.raises(ConfigError) as e:
+    report.evaluate_candidates(*args, seeds=ds.x_train[:2, :3])
+  assert e.value.argument == "seeds"

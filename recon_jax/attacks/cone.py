@@ -229,6 +229,9 @@ class Reading(NamedTuple):
   # facets that agreed with their seeds or were found without one (the other candidates are
   # the seeds, inverted representations)
   read: Optional[int] = None
+  # the loss's derivative may change sign in training (squared error): a facet's zeros are
+  # soft, so what the cone read is checked by the search (:func:`short`)
+  mixed: bool = False
 
   def summary(self) -> dict:
     k, n = int(self.info.dim), self.n
@@ -240,16 +243,26 @@ class Reading(NamedTuple):
       "cannot": self.cannot,
       "read": self.read,
     }
-    out["short"] = None if self.read is None else short(out, self.read, n)
+    out["short"] = None if self.read is None else short(out, self.read, n, self.mixed)
     return out
 
 
-def short(summary: dict, read: int, n: Optional[int]) -> Optional[str]:
+def short(summary: dict, read: int, n: Optional[int], mixed: bool = False) -> Optional[str]:
   """Why ``read`` images fall short of what the change's span holds (``summary``:
   :meth:`Reading.summary`; ``n``: the training images), or None: fewer than
-  :data:`SPAN_READ` of min(n, the span's directions)."""
+  :data:`SPAN_READ` of min(n, the span's directions).  With ``mixed`` (squared error: a
+  coefficient may change sign in training, so a facet's zeros are soft and an image read
+  off one may be a blend) every reading falls short, and the search checks it."""
   k = summary.get("span_dim")
-  if summary.get("cannot") or not n or not k or read >= SPAN_READ * min(n, k):
+  if summary.get("cannot") or not n or not k:
+    return None
+  if mixed:
+    return (
+      f"read {read} images for {n} training images off facets that squared error leaves "
+      "soft (an image's coefficient may change sign in training), so the KKT search checks "
+      "them"
+    )
+  if read >= SPAN_READ * min(n, k):
     return None
   under = summary.get("under_noise_floor")
   floor = f" ({under} of the images under it)" if under else ""
@@ -588,7 +601,7 @@ def cone_images(
     exact = len(out)
   else:
     out, exact = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
-  reading = reading._replace(read=exact)
+  reading = reading._replace(read=exact, mixed=bool(mixed))
   if not out:
     return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)

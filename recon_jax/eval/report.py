@@ -37,6 +37,7 @@ def evaluate_candidates(
   ssim_threshold: Optional[float] = None,
   filter_size: Optional[int] = None,
   seed: int = 0,
+  seeds=None,
 ) -> dict:
   """Scores an attack's candidates against the training set and the baselines.
 
@@ -48,6 +49,10 @@ def evaluate_candidates(
     ssim_threshold: strict-recovery SSIM threshold; default by image height.
     filter_size: SSIM filter size; default by image height.
     seed: seed of the held-out baseline draw.
+    seeds: [k, H, W, C] the images a direct attack read before its search started from them
+      (the cone's, before a hand-over), or None: scored as one more group beside the
+      restarts, so a training image either holds counts; the held-out baseline draws k more
+      images and scores them as one more group too.
 
   Returns:
     JSON-serialisable dict: ``attack`` (the pooled evaluation), ``baselines``,
@@ -72,15 +77,17 @@ def evaluate_candidates(
   if filter_size is not None:
     arguments.count("filter_size", filter_size)
   arguments.count("seed", seed, low=0)
+  if seeds is not None:
+    seeds = arguments.array("seeds", seeds, shape=(None, *img), ndim=1 + len(img), nonempty=False)
   if len(ds.x_train) == 0:
     raise ConfigError("ds has no training images to score the candidates against.", "ds")
   return evaluate_candidates_unchecked(
-    cands, weights, final_loss, ds, ssim_threshold, filter_size, seed
+    cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, seeds
   )
 
 
 def evaluate_candidates_unchecked(
-  cands, weights, final_loss, ds, ssim_threshold=None, filter_size=None, seed=0
+  cands, weights, final_loss, ds, ssim_threshold=None, filter_size=None, seed=0, seeds=None
 ) -> dict:
   """:func:`evaluate_candidates` without its argument checks, for a run's own arrays and
   settings a job checked before (:func:`recon_jax.eval.scoring.score_run`)."""
@@ -143,10 +150,14 @@ def evaluate_candidates_unchecked(
         "n_ssim_gt_0.4": int(ri.n_ssim_gt_04),
       }
     )
-  if own:
-    # A training image counts as recovered when the pooled reconstruction or any restart's
-    # own passes the strict rule (images.combine): the pool is never below a restart.
-    res = images.combine([images.evaluate(pooled, x_train, x_held, **kw), *own])
+  # A training image counts as recovered when the pooled reconstruction, any restart's own
+  # or the seeds pass the strict rule (images.combine): the pool is never below a restart.
+  parts = [images.evaluate(pooled, x_train, x_held, **kw), *own] if own else []
+  k = 0 if seeds is None else len(seeds)
+  if k:
+    parts.append(images.evaluate(pixel_space(np.asarray(seeds), ds), x_train, x_held, **kw))
+  if parts:
+    res = images.combine(parts)
     out = {"attack": res.summary(), "per_sample": res.to_dict()}
   base_mean = images.mean_image_baseline(
     x_train, x_held, pixel_space(np.zeros(img_shape), ds), **kw
@@ -154,8 +165,9 @@ def evaluate_candidates_unchecked(
   out["baselines"] = {"mean_image": base_mean.summary()}
   if x_held is not None:
     # Half the held-out split at most, so the rest stays as the strict reference; scored as
-    # the attack's candidates are (pooled, and in groups of m like its restarts).
-    num = int(min(len(pooled), len(x_held) // 2))
+    # the attack's candidates are (pooled, and in groups of m like its restarts; the seeds'
+    # k images are drawn too, and make about one group more).
+    num = int(min(len(pooled) + k, len(x_held) // 2))
     base_held = images.heldout_baseline(seed, x_train, x_held, num, group=m, **kw)
     out["baselines"]["heldout"] = base_held.summary()
   out["per_restart"] = per

@@ -371,6 +371,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       normalize=cfg.normalize,
       stability_candidates=stability,
       labels=found.labels,
+      # after a hand-over the direct attack's images are the attacker's too
+      seeds=None if direct is None else direct.candidates[0],
     )
     timing.update(scores.timing)
     # the job's total, as before the attacker's own scores: those are timed apart

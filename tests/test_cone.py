@@ -166,18 +166,23 @@ def test_weight_decay_and_squared_error_victims_are_read_off_their_cone(recipe):
   assert dims[1] <= 8 and (dims[0] > 8 or cfg.weight_decay == 0), dims
 
 
-def test_squared_error_hands_every_reading_over_to_the_search():
-  """Under squared error an image's coefficient may change sign in training, so a facet's
-  zeros are soft and its image may be a blend: a full reading still hands over (and says
-  why), where the logistic loss's full reading does not."""
+def test_squared_error_and_depth_hand_every_reading_over_to_the_search():
+  """Under squared error an image's coefficient may change sign in training (a facet's
+  zeros are soft), and past one hidden layer the first layer's facets lose the signs (one
+  that agreed with its seed may still give a blend): a full reading still hands over, and
+  says why, where one hidden layer under the logistic loss does not."""
   summary = {"cannot": None, "span_dim": 19, "under_noise_floor": 1}
   assert cone.short(summary, 19, 20) is None
-  why = cone.short(summary, 19, 20, mixed=True)
-  assert why.startswith("read 19 images for 20 training images") and "squared error" in why
-  assert cone.short(dict(summary, cannot="no cone"), 19, 20, mixed=True) is None
+  for unsure, said in ((cone.SOFT_FACETS, "squared error"), (cone.SIGNS_LOST, "hidden layers")):
+    why = cone.short(summary, 19, 20, unsure)
+    assert why.startswith("read 19 images for 20 training images") and said in why
+    assert cone.short(dict(summary, cannot="no cone"), 19, 20, unsure) is None
   info = span.SpanInfo(19, 625, np.ones(19), 0.0, "noise")
-  reading = cone.Reading(1.0, np.zeros((625, 19)), info, 20, None, read=19, mixed=True)
-  assert reading.summary()["short"] == why
+  reading = cone.Reading(1.0, np.zeros((625, 19)), info, 20, None, read=19)
+  assert reading.summary()["short"] is None
+  assert reading._replace(unsure=cone.SOFT_FACETS).summary()["short"] == cone.short(
+    summary, 19, 20, cone.SOFT_FACETS
+  )
 
 
 def test_an_adam_victim_is_not_searched_and_the_reason_is_one_sentence():
@@ -243,6 +248,7 @@ def test_two_hidden_layers_are_read_through_the_last_layers_cone_and_the_first_l
   assert _recovered(ds, images, 0.999) == 8
   # what it read exactly is the first layer's facets, not its seeds beside them
   assert reading.read == 8 and reading.summary()["read"] == 8
+  assert reading.unsure == cone.SIGNS_LOST  # so the search checks it
   assert set(np.unique(labels)) <= {-1.0, 1.0}
 
 

@@ -229,9 +229,10 @@ class Reading(NamedTuple):
   # facets that agreed with their seeds or were found without one (the other candidates are
   # the seeds, inverted representations)
   read: Optional[int] = None
-  # the loss's derivative may change sign in training (squared error): a facet's zeros are
-  # soft, so what the cone read is checked by the search (:func:`short`)
-  mixed: bool = False
+  # why what the cone read is checked by the search however much it read (:func:`short`):
+  # squared error (a facet's zeros are soft), or hidden layers after the first (the signs of
+  # its coefficients are lost, and "agreed" does not mean exact); None: not so
+  unsure: Optional[str] = None
 
   def summary(self) -> dict:
     k, n = int(self.info.dim), self.n
@@ -243,25 +244,33 @@ class Reading(NamedTuple):
       "cannot": self.cannot,
       "read": self.read,
     }
-    out["short"] = None if self.read is None else short(out, self.read, n, self.mixed)
+    out["short"] = None if self.read is None else short(out, self.read, n, self.unsure)
     return out
 
 
-def short(summary: dict, read: int, n: Optional[int], mixed: bool = False) -> Optional[str]:
+SOFT_FACETS = (
+  "off facets that squared error leaves soft (an image's coefficient may change sign in training)"
+)
+SIGNS_LOST = (
+  "through the first of several hidden layers, whose facets lose the signs of the images' "
+  "coefficients (a facet that agreed with its seed may still give a blend)"
+)
+
+
+def short(
+  summary: dict, read: int, n: Optional[int], unsure: Optional[str] = None
+) -> Optional[str]:
   """Why ``read`` images fall short of what the change's span holds (``summary``:
   :meth:`Reading.summary`; ``n``: the training images), or None: fewer than
-  :data:`SPAN_READ` of min(n, the span's directions).  With ``mixed`` (squared error: a
-  coefficient may change sign in training, so a facet's zeros are soft and an image read
-  off one may be a blend) every reading falls short, and the search checks it."""
+  :data:`SPAN_READ` of min(n, the span's directions).  With ``unsure`` (why an image read
+  may not be exact: :data:`SOFT_FACETS`, :data:`SIGNS_LOST`) every reading falls short, and
+  the search checks it: the report scores the cone's images beside the search's, so that
+  costs the search's minutes, never an image the cone read."""
   k = summary.get("span_dim")
   if summary.get("cannot") or not n or not k:
     return None
-  if mixed:
-    return (
-      f"read {read} images for {n} training images off facets that squared error leaves "
-      "soft (an image's coefficient may change sign in training), so the KKT search checks "
-      "them"
-    )
+  if unsure:
+    return f"read {read} images for {n} training images {unsure}, so the KKT search checks them"
   if read >= SPAN_READ * min(n, k):
     return None
   under = summary.get("under_noise_floor")
@@ -601,7 +610,8 @@ def cone_images(
     exact = len(out)
   else:
     out, exact = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
-  reading = reading._replace(read=exact, mixed=bool(mixed))
+  unsure = SOFT_FACETS if mixed else SIGNS_LOST if len(net_star) > 2 else None
+  reading = reading._replace(read=exact, unsure=unsure)
   if not out:
     return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)

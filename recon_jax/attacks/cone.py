@@ -117,11 +117,13 @@ class ConeOptions:
   cone_search_minutes: float = option(
     30.0,
     "attack=cone: where the cone reads fewer images than the change's span holds (below "
-    "0.9 of them, or of n), the KKT search in that span runs after it, started from the "
-    "images it read, if it is estimated to take at most this many minutes (the report says "
-    "so where it is not); its candidates are then the ones scored (the finetune_kkt "
-    "preset's search, 4 restarts of 2000 steps at two or more hidden layers unless "
-    "num_restarts or steps are set: at 50 + 50 faces 73 of 100 against the cone's 22)",
+    "0.9 of them, or of n), and always under squared error or past one hidden layer (where "
+    "an image read may be a blend), the KKT search in that span runs after it, started "
+    "from the images it read, if it is estimated to take at most this many minutes (the "
+    "report says so where it is not); its candidates are then scored beside the cone's "
+    "images (the finetune_kkt preset's search, 4 restarts of 2000 steps at two or more "
+    "hidden layers unless num_restarts or steps are set: at 50 + 50 faces 73 of 100 "
+    "against the cone's 22)",
     Rule("float", low=0, high=1e6, note="0: never"),
   )
 

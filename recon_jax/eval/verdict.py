@@ -146,8 +146,9 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
   if handed:
     out.append(
       f"{handed['why']}, so the KKT search in the change's span took over, every restart "
-      f"started from the cone's {handed['direct_candidates']} images: the candidates scored "
-      f"are the search's (the cone's alone: {handed['direct_recovered_strict']} strictly)"
+      f"started from the cone's {handed['direct_candidates']} images: the images scored are "
+      "the search's restarts and the cone's, each training image by the best of them (the "
+      f"cone's alone: {handed['direct_recovered_strict']} strictly)"
     )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > FAR_FROM_ASSUMPTION:

@@ -365,3 +365,22 @@ def test_seeds_a_search_started_from_count_beside_its_restarts(rng):
   with pytest.raises(ConfigError) as e:
     report.evaluate_candidates(*args, seeds=ds.x_train[:2, :3])
   assert e.value.argument == "seeds"
+
+
+def test_the_span_holds_the_images_it_was_made_of_and_not_the_others():
+  """Planted: a span of training images 0 and 1 gives those two back exactly and leaves
+  the others (their projections are blends of 0 and 1)."""
+  from recon_jax.data import load_dataset
+
+  ds = load_dataset("digits", n_per_class=3, seed=0)
+  ds = ds._replace(x_test=ds.x_test[:40], y_test=ds.y_test[:40])
+  flat = ds.x_train.reshape(len(ds.x_train), -1).astype(np.float64)
+  basis = np.linalg.qr(flat[:2].T)[0]
+  out = report.span_ceiling(basis, ds)
+  assert out["span_dim"] == 2 and out["recovered_strict"] == 2
+  assert out["missing"] == [2, 3, 4, 5]
+  full = report.span_ceiling(np.linalg.qr(flat.T)[0], ds)
+  assert full["recovered_strict"] == 6 and full["missing"] == []
+  with pytest.raises(ConfigError) as e:
+    report.span_ceiling(basis[:10], ds)
+  assert e.value.argument == "basis"

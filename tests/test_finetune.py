@@ -183,6 +183,11 @@ def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():
   assert regime["known_init"] and regime["n_train"] == 6
   assert regime["span"]["dim"] in (5, 6) and regime["span"]["input_dim"] == 64
   assert np.isfinite(m["identifiability"]["truth_residual"])
+  # what the span holds bounds what a reader of the change recovers
+  ceiling = m["span_ceiling"]
+  assert ceiling["span_dim"] == regime["span"]["dim"]
+  assert m["recovered_strict"] <= ceiling["recovered_strict"] + 1
+  assert ceiling["recovered_strict"] + len(ceiling["missing"]) == 6
   missed = m["identifiability"]["missed"]  # one entry per image not recovered
   assert len(missed["images"]) == len(missed["weakness_rank"]) == 6 - m["recovered_strict"]
   assert len(m["identifiability"]["truth_leave_one_out"]) == 6

@@ -207,6 +207,35 @@ def evaluate_candidates_unchecked(
   return out
 
 
+def span_ceiling(basis, ds: data.Dataset, ssim_threshold: Optional[float] = None) -> dict:
+  """What a reader of the first layer's change can give back at most: each training image
+  projected on the change's span (``basis`` [d, k], orthonormal: the directions above its
+  rounding noise, :func:`recon_jax.attacks.span.span_basis`), scored by the strict rule as
+  candidates are.  An image whose projection fails it lies (partly) under that noise, and
+  no decoder of the change recovers it exactly.
+
+  Returns:
+    ``{"span_dim": k, "recovered_strict": how many projections pass, "missing": the
+    training indices whose projection does not}``.
+  """
+  x = np.asarray(ds.x_train, np.float64)
+  if len(x) == 0:
+    raise ConfigError("ds has no training images to project on the span.", "ds")
+  basis = arguments.array("basis", basis, shape=(int(np.prod(x.shape[1:])), None), ndim=2)
+  flat = x.reshape(len(x), -1)
+  projected = ((flat @ basis) @ basis.T).reshape(x.shape)
+  thr = ssim_threshold if ssim_threshold is not None else images.strict_threshold_for(x.shape[1])
+  held = pixel_space(ds.x_test, ds) if len(ds.x_test) else None
+  res = images.evaluate(
+    pixel_space(projected, ds), pixel_space(ds.x_train, ds), held, ssim_threshold=thr
+  )
+  return {
+    "span_dim": int(basis.shape[1]),
+    "recovered_strict": int(res.recovered_strict),
+    "missing": [int(i) for i in np.flatnonzero(~np.asarray(res.recovered_strict_mask))],
+  }
+
+
 def unscored(final_loss) -> dict:
   """The ``selection`` and ``per_restart`` entries of a run with nothing to score its
   candidates against (a blind attack): each restart's final loss, and the lowest-loss one."""

@@ -207,6 +207,19 @@ def _handed_over(direct: search.Found, then: Plan, ds, why: str) -> dict:
   }
 
 
+def _span_ceiling(seen: dict, target: Target, ds, ssim_threshold) -> Optional[dict]:
+  """With a known theta_0 and a change confined to a span narrower than the input: how
+  many training images that span holds (:func:`recon_jax.eval.report.span_ceiling`), the
+  most a reader of the first layer's change recovers; None elsewhere."""
+  info = seen.get("span") or {}
+  if not seen.get("known_init") or info.get("rule") == "all":
+    return None
+  if not info.get("dim") or info["dim"] >= info.get("input_dim", 0):
+    return None
+  basis, _ = span.span_basis(target.fit, 0.0, len(ds.x_train))
+  return evaluation.span_ceiling(basis, ds, ssim_threshold)
+
+
 @contextlib.contextmanager
 def progress_shown(verbose: bool = True):
   """The library's progress lines (absl logging at INFO) shown while a job runs, also when
@@ -388,6 +401,9 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     }
     if direct is not None:
       metrics["handover"] = dict(_handed_over(direct, ran, ds, why), direct_s=direct_s)
+    ceiling = _span_ceiling(seen, target, ds, cfg.ssim_threshold)
+    if ceiling is not None:
+      metrics["span_ceiling"] = ceiling
     result = scores.result
     for i, row in enumerate(metrics["per_restart"]):
       row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})

@@ -125,6 +125,14 @@ def report(m: Mapping, folder: str = "") -> str:
       f"{regime.get('n_train')} images | the directions of the first layer's {what}: about n "
       "means it holds the training images' coordinates |"
     )
+  ceiling = m.get("span_ceiling")
+  if ceiling:
+    lines.append(
+      f"| images the span holds | {ceiling['recovered_strict']} of {n} | each training "
+      "image projected on that span, scored by the strict rule: the most any reader of the "
+      "first layer's change recovers exactly (the others lie partly under its rounding "
+      "noise) |"
+    )
   guess = (
     f"; {_num(t.get('since_estimate_s'), '.0f')} s for the attack and the scoring, estimated "
     f"{_num(t.get('estimate_s'), '.0f')} s before the attack started"

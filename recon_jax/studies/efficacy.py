@@ -102,6 +102,12 @@ NUMBERS = (
     images=True,
   ),
   Number(
+    "span_ceiling",
+    lambda m: (m.get("span_ceiling") or {}).get("recovered_strict"),
+    "what the change's span holds (each image projected on it)",
+    images=True,
+  ),
+  Number(
     "ssim_gt_0.4",
     lambda m: m["n_ssim_gt_0.4"],
     "SSIM > 0.4",

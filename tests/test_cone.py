@@ -252,6 +252,21 @@ def test_two_hidden_layers_are_read_through_the_last_layers_cone_and_the_first_l
   assert set(np.unique(labels)) <= {-1.0, 1.0}
 
 
+def test_rough_copies_of_the_images_lead_to_the_first_layers_facets_and_exact_images(deep, lazy):
+  """Past one hidden layer: a search's candidate close to a training image (here the image
+  plus noise) holds nearly its units inactive, and the first layer's facet it leads to
+  decodes to the image exactly.  One hidden layer: nothing to read again."""
+  ds, fitted = deep
+  rng = np.random.default_rng(0)
+  rough = ds.x_train + 0.15 * rng.normal(size=ds.x_train.shape) * ds.x_train.std()
+  assert _recovered(ds, rough, 0.999) == 0
+  images = cone.first_layer_images(fitted.params, fitted.init, rough, n=8, bound=8.0)
+  assert images.shape[1:] == ds.x_train.shape[1:] and len(images) <= 8
+  assert _recovered(ds, images, 0.999) >= 7
+  one_ds, one = lazy
+  assert len(cone.first_layer_images(one.params, one.init, one_ds.x_train, n=8)) == 0
+
+
 def test_invert_finds_the_span_image_behind_a_representation():
   """Planted: the activations of an image of a 5-dimensional span after one and after two
   random ReLU layers give the image back (Gauss-Newton from 0 for two)."""
@@ -349,6 +364,7 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   assert handed["direct_candidates"] == 3 and handed["direct_recovered_strict"] <= 3
   assert handed["why"].startswith("attack=cone read 3 images for 8 training images")
   assert m["m"] == 24 and m["num_restarts"] == 2  # the search's: 3n candidates a restart
+  assert handed["reread_candidates"] == 0  # one hidden layer: nothing read again
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
   assert m["selection"]["best_by_loss_recovered_strict"] >= 7
   assert any("took over" in w for w in m["warnings"]), m["warnings"]
@@ -356,6 +372,30 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   assert "handover" not in m and m["m"] == 3  # estimated over its minutes: the cone alone
   assert "would take about" in m["regime"]["handover_skipped"]
   assert any("did not run after the cone" in w for w in m["warnings"]), m["warnings"]
+
+
+@pytest.mark.slow  # the main job end to end on two hidden layers, with a search (about 40 s)
+def test_past_one_hidden_layer_the_cone_hands_over_and_reads_the_searchs_facets(deep):
+  """Two hidden layers: the cone hands over however much it read, the search's best restart
+  leads to the first layer's facets, and the report scores their images beside the rest."""
+  import recon_jax as rj
+  from recon_jax.job import pipeline
+
+  cfg = rj.JobConfig(
+    victim=dataclasses.asdict(DEEP),
+    attack="cone",
+    known_init=True,
+    num_restarts=2,
+    steps=200,
+    chunk_steps=100,
+    use_cache=False,
+  )
+  m = pipeline.reconstruct(cfg, verbose=False).metrics
+  handed = m["handover"]
+  assert "first of several hidden layers" in handed["why"], handed["why"]
+  assert handed["reread_candidates"] >= 6 and handed["reread_recovered_strict"] >= 4
+  assert m["recovered_strict"] >= max(handed["reread_recovered_strict"], 7)
+  assert m["span_ceiling"]["recovered_strict"] >= m["recovered_strict"] - 1
 
 
 def _torch_layout(params):

@@ -343,10 +343,10 @@ def test_the_pooled_count_is_at_least_every_restarts_count(rng):
   assert grouped.source is not None and grouped.n_candidates == 4
 
 
-def test_seeds_a_search_started_from_count_beside_its_restarts(rng):
-  """The images a direct attack read before its search started from them (the cone's,
-  before a hand-over) are scored as one more group: an exact copy among them counts even
-  where every restart lost it, and the held-out baseline draws as many more images."""
+def test_images_read_beside_a_search_count_as_groups_of_their_own(rng):
+  """Images the attacker read beside a search (the cone's before a hand-over, the facets the
+  search's candidates led to) are scored as groups of their own: an exact copy among them
+  counts even where every restart lost it, and the held-out baseline draws as many more."""
   from recon_jax.data import load_dataset
 
   ds = load_dataset("digits", n_per_class=2, seed=0)
@@ -355,16 +355,17 @@ def test_seeds_a_search_started_from_count_beside_its_restarts(rng):
   args = (noise, np.ones((1, 3)), np.zeros(1), ds)
   alone = report.evaluate_candidates(*args)
   assert alone["attack"]["recovered_strict"] == 0
-  both = report.evaluate_candidates(*args, seeds=ds.x_train[:2])
-  assert both["attack"]["recovered_strict"] == 2
-  assert list(np.flatnonzero(both["_result"].recovered_strict_mask)) == [0, 1]
-  assert both["baselines"]["heldout"]["n_candidates"] == 3 + 2
+  both = report.evaluate_candidates(*args, also=[ds.x_train[:2], ds.x_train[3:], noise[0, :0]])
+  assert both["attack"]["recovered_strict"] == 3
+  assert list(np.flatnonzero(both["_result"].recovered_strict_mask)) == [0, 1, 3]
+  assert both["baselines"]["heldout"]["n_candidates"] == 3 + 2 + 1
   assert alone["baselines"]["heldout"]["n_candidates"] == 3
-  # the restarts' own view is the search's alone: the attacker's pick does not see the seeds
+  # the restarts' own view is the search's alone: the attacker's pick does not see them
   assert both["per_restart"][0]["recovered_strict"] == 0
-  with pytest.raises(ConfigError) as e:
-    report.evaluate_candidates(*args, seeds=ds.x_train[:2, :3])
-  assert e.value.argument == "seeds"
+  for bad in ([ds.x_train[:2, :3]], ds.x_train[:2]):
+    with pytest.raises(ConfigError) as e:
+      report.evaluate_candidates(*args, also=bad)
+    assert e.value.argument == "also"
 
 
 def test_the_span_holds_the_images_it_was_made_of_and_not_the_others():

@@ -620,6 +620,40 @@ def cone_images(
   return images, np.array([y for _, y in out]), reading
 
 
+def first_layer_images(theta_star, theta_0, seeds, *, n=None, decay=None, bound=None):
+  """``images [F, *seeds.shape[1:]]``: the first layer's facets of a network of two or more
+  hidden layers that images near the training images (``seeds`` [S, ...] in the model's
+  input space: a search's candidates) lead to, each decoded to the image on it.
+
+  Below the last hidden layer the signs of the images' coefficients are lost, so the cone
+  cannot find these facets from random starts; an image close to a training image holds
+  nearly that image's units inactive, and the unsigned program from there lands on its
+  facet (:func:`seeded_facet`), whose image is exact where the facet is.  ``bound``: the
+  largest norm an image's span coefficients may take (default: 4 times the seeds' largest).
+  """
+  net_star, net_init = dense_layers(theta_star), dense_layers(theta_0)
+  seeds = np.asarray(seeds, np.float64)
+  if len(net_star) < 3 or not len(seeds):
+    return np.zeros((0, *seeds.shape[1:]))
+  first = lambda net: (*net[0], net[1][0][:, 0])  # noqa: E731
+  reading = read(first(net_star), first(net_init), n, decay)
+  if reading.cannot:
+    return np.zeros((0, *seeds.shape[1:]))
+  basis = reading.basis
+  star, init = (*net_star[0], None), (*net_init[0], None)
+  rows, units = signed_rows(star, init, basis, reading.decay, signed=False)
+  layers = Layers.of(star, init, basis, units)
+  coefficients = seeds.reshape(len(seeds), -1) @ basis
+  if bound is None:
+    bound = 4.0 * float(np.linalg.norm(coefficients, axis=1).max())
+  normals, coefs, _ = _seeded_facets(rows, layers, list(coefficients), np.random.default_rng(0))
+  out = []
+  for q in range(len(normals)):
+    progress.beat(f"cone, decoding the search's facet {q + 1} of {len(normals)}")
+    out.append(basis @ decode(normals, coefs, q, layers, bound)[0])
+  return np.array(out).reshape(len(out), *seeds.shape[1:])
+
+
 def with_mirrors(images, input_shape):
   """``[N or 2N, d]``: flat ``images`` followed by their mirror images (the width axis of an
   ``input_shape`` of height, width and channels reversed; other shapes: the images alone).
@@ -1003,6 +1037,24 @@ def _direct(setup: Setup, options: ConeOptions):
   return images[None], labels.astype(np.float32), {"cone": reading.summary()}
 
 
+def _reread(setup: Setup, options: ConeOptions, candidates):
+  """The first layer's facets the search's ``candidates`` lead to, past one hidden layer
+  (:func:`first_layer_images`); none on one hidden layer, whose cone the random starts read."""
+  del options
+  star, init = _theta_pair(setup)
+  diagonal = np.broadcast_to(
+    np.asarray(setup.target.box_hi) - np.asarray(setup.target.box_lo), tuple(setup.input_shape)
+  )
+  return first_layer_images(
+    star,
+    init,
+    candidates,
+    n=setup.n or None,
+    decay=float(setup.target.decay),
+    bound=float(np.linalg.norm(diagonal)),
+  )
+
+
 def _check(options: ConeOptions, setup: Setup) -> None:
   del options
   v = setup.victim
@@ -1060,6 +1112,7 @@ SPEC = register(
     first_order=lambda options: False,
     reads_init=True,
     hands_over=lambda options: float(options.cone_search_minutes),
+    reread=_reread,
     doc="the images off the cone of the first layer's change from a known theta_0: "
     "linear programs, no search",
     examples=(),  # nothing to run: the contract is for searches

@@ -136,6 +136,9 @@ class AttackSpec(NamedTuple):
       ``short`` entry in what it read of theta*, saying why), the minutes the KKT search in
       the change's span may be estimated to take for the job to run it after it, from its
       candidates (:mod:`recon_jax.job.pipeline`; 0: never).
+    reread: for a direct attack that hands over, ``(setup, options, candidates [S,
+      *input_shape]) -> images [F, *input_shape]``: what it reads of theta* again from the
+      search's candidates (the lowest-loss restart's), scored beside them; None: nothing.
     doc: one line saying what it is (its module's docstring says the rest).
     examples: the runs the contract test makes of it (() for an attack without a search).
   """
@@ -155,6 +158,7 @@ class AttackSpec(NamedTuple):
   fits_equations: bool = False
   reads_init: bool = False
   hands_over: Callable = lambda options: 0.0
+  reread: Optional[Callable] = None
   doc: str = ""
   examples: Tuple[Example, ...] = (Example(),)
 

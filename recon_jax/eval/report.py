@@ -37,7 +37,7 @@ def evaluate_candidates(
   ssim_threshold: Optional[float] = None,
   filter_size: Optional[int] = None,
   seed: int = 0,
-  seeds=None,
+  also=(),
 ) -> dict:
   """Scores an attack's candidates against the training set and the baselines.
 
@@ -49,10 +49,10 @@ def evaluate_candidates(
     ssim_threshold: strict-recovery SSIM threshold; default by image height.
     filter_size: SSIM filter size; default by image height.
     seed: seed of the held-out baseline draw.
-    seeds: [k, H, W, C] the images a direct attack read before its search started from them
-      (the cone's, before a hand-over), or None: scored as one more group beside the
-      restarts, so a training image either holds counts; the held-out baseline draws k more
-      images and scores them as one more group too.
+    also: more images the attacker read, a sequence of [k, H, W, C] arrays (the cone's
+      before its hand-over to a search, the facets the search's candidates led to): each
+      scored as one more group beside the restarts, so a training image any of them holds
+      counts; the held-out baseline draws as many images more, and scores them so too.
 
   Returns:
     JSON-serialisable dict: ``attack`` (the pooled evaluation), ``baselines``,
@@ -77,17 +77,20 @@ def evaluate_candidates(
   if filter_size is not None:
     arguments.count("filter_size", filter_size)
   arguments.count("seed", seed, low=0)
-  if seeds is not None:
-    seeds = arguments.array("seeds", seeds, shape=(None, *img), ndim=1 + len(img), nonempty=False)
+  if not isinstance(also, (list, tuple)):
+    raise ConfigError("also must be a sequence of image arrays (one per group).", "also")
+  also = [
+    arguments.array("also", a, shape=(None, *img), ndim=1 + len(img), nonempty=False) for a in also
+  ]
   if len(ds.x_train) == 0:
     raise ConfigError("ds has no training images to score the candidates against.", "ds")
   return evaluate_candidates_unchecked(
-    cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, seeds
+    cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, also
   )
 
 
 def evaluate_candidates_unchecked(
-  cands, weights, final_loss, ds, ssim_threshold=None, filter_size=None, seed=0, seeds=None
+  cands, weights, final_loss, ds, ssim_threshold=None, filter_size=None, seed=0, also=()
 ) -> dict:
   """:func:`evaluate_candidates` without its argument checks, for a run's own arrays and
   settings a job checked before (:func:`recon_jax.eval.scoring.score_run`)."""
@@ -151,11 +154,12 @@ def evaluate_candidates_unchecked(
       }
     )
   # A training image counts as recovered when the pooled reconstruction, any restart's own
-  # or the seeds pass the strict rule (images.combine): the pool is never below a restart.
+  # or a group of ``also`` passes the strict rule (images.combine): the pool is never below
+  # a restart.
   parts = [images.evaluate(pooled, x_train, x_held, **kw), *own] if own else []
-  k = 0 if seeds is None else len(seeds)
-  if k:
-    parts.append(images.evaluate(pixel_space(np.asarray(seeds), ds), x_train, x_held, **kw))
+  groups = [np.asarray(a) for a in also if len(a)]
+  parts += [images.evaluate(pixel_space(a, ds), x_train, x_held, **kw) for a in groups]
+  k = sum(len(a) for a in groups)
   if parts:
     res = images.combine(parts)
     out = {"attack": res.summary(), "per_sample": res.to_dict()}
@@ -165,8 +169,8 @@ def evaluate_candidates_unchecked(
   out["baselines"] = {"mean_image": base_mean.summary()}
   if x_held is not None:
     # Half the held-out split at most, so the rest stays as the strict reference; scored as
-    # the attack's candidates are (pooled, and in groups of m like its restarts; the seeds'
-    # k images are drawn too, and make about one group more).
+    # the attack's candidates are (pooled, and in groups of m like its restarts; the k images
+    # of ``also`` are drawn too, and make about as many groups more).
     num = int(min(len(pooled) + k, len(x_held) // 2))
     base_held = images.heldout_baseline(seed, x_train, x_held, num, group=m, **kw)
     out["baselines"]["heldout"] = base_held.summary()

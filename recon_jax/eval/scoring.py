@@ -177,7 +177,7 @@ def score_run(
   normalize: Optional[str] = None,
   stability_candidates: int = 0,
   labels=None,
-  seeds=None,
+  also=(),
 ) -> Scores:
   """The candidates ``cands`` [R, m, ...] (``weights`` [R, m], ``final_loss`` [R]) of a run on
   the victim ``apply_fn`` scored against the truth ``ds``: identifiability
@@ -188,8 +188,9 @@ def score_run(
   with ``identify`` and a search, how well the attacker's own scores pick out the real
   candidates (:func:`recon_jax.eval.identification.identification_report` of the ``attack``
   that ran, its last stage's ``hparams``, ``normalize``, and ``stability_candidates``
-  re-run; 0: no stability score).  ``seeds``: the images a direct attack read before the
-  search started from them, scored beside the restarts (the evaluation's ``seeds``).  The
+  re-run; 0: no stability score).  ``also``: more images the attacker read (the cone's, and
+  what it read again from the search's candidates), scored beside the restarts (the
+  evaluation's ``also``).  The
   arrays are a job's own, made to fit together, so
   the pieces run without their argument checks (call them on their own to check yours)."""
   timing = {}
@@ -212,7 +213,7 @@ def score_run(
   t0 = time.time()
   progress.phase("evaluating the candidates")
   ev = evaluation.evaluate_candidates_unchecked(
-    cands, weights, final_loss, ds, ssim_threshold=ssim_threshold, seed=seed, seeds=seeds
+    cands, weights, final_loss, ds, ssim_threshold=ssim_threshold, seed=seed, also=also
   )
   timing["evaluation_s"] = time.time() - t0
   result = ev.pop("_result")

@@ -192,19 +192,43 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
   return found._replace(notes=direct.notes), target
 
 
-def _handed_over(direct: search.Found, then: Plan, ds, why: str) -> dict:
+def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
+  """What the direct attack reads of theta* again from the search's lowest-loss restart
+  (:attr:`AttackSpec.reread`: the cone, past one hidden layer, the first layer's facets its
+  candidates lead to); no images where it reads nothing again."""
+  cands = found.candidates
+  none = np.zeros((0, *cands.shape[2:]), cands.dtype)
+  loss = np.asarray(found.final_loss, np.float64)
+  if plan.spec.reread is None or not np.isfinite(loss).any():
+    return none
+  progress.phase("the cone again, from the search's candidates")
+  best = int(np.nanargmin(np.where(np.isfinite(loss), loss, np.inf)))
+  images = plan.spec.reread(setup, plan.spec.options_of(plan.config), cands[best])
+  return np.asarray(images, cands.dtype).reshape(-1, *cands.shape[2:])
+
+
+def _handed_over(direct: search.Found, then: Plan, ds, why: str, reread) -> dict:
   """What the report says of a hand-over: why, to which search, and the direct attack's
-  own candidates scored alone (every restart of the search started from them)."""
+  own candidates scored alone (every restart of the search started from them), and what
+  it read again from the search's (``reread``: :func:`_reread`)."""
+  thr = then.config.ssim_threshold
   alone = evaluation.evaluate_candidates_unchecked(
-    direct.candidates, direct.weights, direct.final_loss, ds, then.config.ssim_threshold
+    direct.candidates, direct.weights, direct.final_loss, ds, thr
   )["attack"]
-  return {
+  out = {
     "why": why,
     "to": then.config.attack,
     "direct_candidates": int(direct.candidates.shape[1]),
     "direct_recovered_strict": int(alone["recovered_strict"]),
     "direct_n_ssim_gt_0.4": int(alone["n_ssim_gt_0.4"]),
+    "reread_candidates": int(len(reread)),
   }
+  if len(reread):
+    again = evaluation.evaluate_candidates_unchecked(
+      reread[None], np.ones((1, len(reread))), np.zeros(1), ds, thr
+    )["attack"]
+    out["reread_recovered_strict"] = int(again["recovered_strict"])
+  return out
 
 
 def _span_ceiling(seen: dict, target: Target, ds, ssim_threshold) -> Optional[dict]:
@@ -315,6 +339,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   read = [v.get("short") for v in (found.notes or {}).values() if isinstance(v, dict)]
   why = next((f"attack={cfg.attack} {w}" for w in read if w), None)
   direct, ran, direct_s = None, plan, time.time() - t_guess
+  reread, reread_s = None, 0.0
   if why and plan.then is not None:
     then_s = _estimate(plan.then, vic, ds, seen)
     budget = 60.0 * spec.hands_over(opts)
@@ -327,6 +352,9 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       )
       direct, ran, searched = found, plan.then, True
       found, target = _hand_over(plan.then, found, setup, ds, state_file)
+      t_reread = time.time()
+      reread = _reread(plan, setup, found)
+      reread_s = time.time() - t_reread
     else:
       seen["handover_skipped"] = (
         f"it would take about {then_s['total_s'] / 60:.0f} minutes here, over the "
@@ -385,7 +413,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       stability_candidates=stability,
       labels=found.labels,
       # after a hand-over the direct attack's images are the attacker's too
-      seeds=None if direct is None else direct.candidates[0],
+      also=() if direct is None else (direct.candidates[0], reread),
     )
     timing.update(scores.timing)
     # the job's total, as before the attacker's own scores: those are timed apart
@@ -400,7 +428,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       "timing": timing,
     }
     if direct is not None:
-      metrics["handover"] = dict(_handed_over(direct, ran, ds, why), direct_s=direct_s)
+      handed = _handed_over(direct, ran, ds, why, reread)
+      metrics["handover"] = dict(handed, direct_s=direct_s, reread_s=reread_s)
     ceiling = _span_ceiling(seen, target, ds, cfg.ssim_threshold)
     if ceiling is not None:
       metrics["span_ceiling"] = ceiling

@@ -184,8 +184,11 @@ def test_a_cone_that_handed_over_says_why_and_what_it_read_alone():
   )
   (w,) = [w for w in verdict.run_warnings(m, 2, searched=True) if "took over" in w]
   assert w.startswith("attack=cone read 60 images for 100 training images")
-  assert "started from the cone's 60 images" in w and "the cone's alone: 21 strictly" in w
+  assert "started from the cone's 60 images" in w and "the cone's alone: 21 strictly)" in w
   assert not [w for w in verdict.run_warnings(m, 2, searched=True) if "may read more" in w]
+  m["handover"].update(reread_candidates=22, reread_recovered_strict=18)
+  (w,) = [w for w in verdict.run_warnings(m, 2, searched=True) if "took over" in w]
+  assert "best restart led to: 22 images, 18 strictly)" in w
 
 
 def test_a_direct_attack_that_read_nothing_is_not_told_a_longer_search_may_help():

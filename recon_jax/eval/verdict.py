@@ -148,7 +148,15 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
       f"{handed['why']}, so the KKT search in the change's span took over, every restart "
       f"started from the cone's {handed['direct_candidates']} images: the images scored are "
       "the search's restarts and the cone's, each training image by the best of them (the "
-      f"cone's alone: {handed['direct_recovered_strict']} strictly)"
+      f"cone's alone: {handed['direct_recovered_strict']} strictly"
+      + (
+        f"; the first layer's facets the search's best restart led to: "
+        f"{handed['reread_candidates']} images, {handed.get('reread_recovered_strict')} "
+        "strictly"
+        if handed.get("reread_candidates")
+        else ""
+      )
+      + ")"
     )
   truth = (metrics.get("identifiability") or {}).get("truth_residual")
   if truth is not None and truth > FAR_FROM_ASSUMPTION:

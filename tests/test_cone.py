@@ -336,11 +336,25 @@ def test_the_cone_hands_over_to_the_finetune_kkt_search_keeping_what_the_job_set
   assert planning.prepare(dict(base, attack="kkt")).then is None  # a search hands over to none
 
 
+def _small_cone_job(recipe):
+  """The cone on ``recipe``'s victim, and a search of 2 x 200 steps after it, uncached."""
+  import recon_jax as rj
+
+  return rj.JobConfig(
+    victim=dataclasses.asdict(recipe),
+    attack="cone",
+    known_init=True,
+    num_restarts=2,
+    steps=200,
+    chunk_steps=100,
+    use_cache=False,
+  )
+
+
 @pytest.mark.slow  # the main job end to end, with a search (about 30 s)
 def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(monkeypatch):
   """The cone made to read three of eight images: the KKT search in the span, started from
   them, reads all eight; the report says why and what the cone read alone."""
-  import recon_jax as rj
   from recon_jax.job import pipeline
 
   real = cone.cone_images
@@ -350,15 +364,7 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
     return images[:3], labels[:3], reading._replace(read=3)
 
   monkeypatch.setattr(cone, "cone_images", three)
-  cfg = rj.JobConfig(
-    victim=dataclasses.asdict(LAZY),
-    attack="cone",
-    known_init=True,
-    num_restarts=2,
-    steps=200,
-    chunk_steps=100,
-    use_cache=False,
-  )
+  cfg = _small_cone_job(LAZY)
   m = pipeline.reconstruct(cfg, verbose=False).metrics
   handed = m["handover"]
   assert handed["direct_candidates"] == 3 and handed["direct_recovered_strict"] <= 3
@@ -378,19 +384,9 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
 def test_past_one_hidden_layer_the_cone_hands_over_and_reads_the_searchs_facets(deep):
   """Two hidden layers: the cone hands over however much it read, the search's best restart
   leads to the first layer's facets, and the report scores their images beside the rest."""
-  import recon_jax as rj
   from recon_jax.job import pipeline
 
-  cfg = rj.JobConfig(
-    victim=dataclasses.asdict(DEEP),
-    attack="cone",
-    known_init=True,
-    num_restarts=2,
-    steps=200,
-    chunk_steps=100,
-    use_cache=False,
-  )
-  m = pipeline.reconstruct(cfg, verbose=False).metrics
+  m = pipeline.reconstruct(_small_cone_job(DEEP), verbose=False).metrics
   handed = m["handover"]
   assert "first of several hidden layers" in handed["why"], handed["why"]
   assert handed["reread_candidates"] >= 6 and handed["reread_recovered_strict"] >= 4

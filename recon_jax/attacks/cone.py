@@ -272,7 +272,7 @@ def short(
   if summary.get("cannot") or not n or not k:
     return None
   if unsure:
-    return f"read {read} images for {n} training images {unsure}, so the KKT search checks them"
+    return f"read {read} images for {n} training images {unsure}"
   if read >= SPAN_READ * min(n, k):
     return None
   under = summary.get("under_noise_floor")

@@ -586,8 +586,7 @@ def cone_images(
       coefficient below 0 is a soft cost of its own (:func:`facet`).
   """
   net_star, net_init = dense_layers(theta_star), dense_layers(theta_0)
-  first = lambda net: (*net[0], net[1][0][:, 0])  # noqa: E731  (a one-hidden-layer triple)
-  star, init = first(net_star), first(net_init)
+  star, init = _first_triple(net_star), _first_triple(net_init)
   reading = read(star, init, n, decay)
   none = np.zeros((0, *tuple(input_shape))), np.zeros(0)
   if reading.cannot:
@@ -635,14 +634,11 @@ def first_layer_images(theta_star, theta_0, seeds, *, n=None, decay=None, bound=
   seeds = np.asarray(seeds, np.float64)
   if len(net_star) < 3 or not len(seeds):
     return np.zeros((0, *seeds.shape[1:]))
-  first = lambda net: (*net[0], net[1][0][:, 0])  # noqa: E731
-  reading = read(first(net_star), first(net_init), n, decay)
+  reading = read(_first_triple(net_star), _first_triple(net_init), n, decay)
   if reading.cannot:
     return np.zeros((0, *seeds.shape[1:]))
   basis = reading.basis
-  star, init = (*net_star[0], None), (*net_init[0], None)
-  rows, units = signed_rows(star, init, basis, reading.decay, signed=False)
-  layers = Layers.of(star, init, basis, units)
+  rows, layers = _unsigned_first_layer(net_star, net_init, basis, reading.decay)
   coefficients = seeds.reshape(len(seeds), -1) @ basis
   if bound is None:
     bound = 4.0 * float(np.linalg.norm(coefficients, axis=1).max())
@@ -662,6 +658,21 @@ def first_layer_images(theta_star, theta_0, seeds, *, n=None, decay=None, bound=
     progress.beat(f"cone, decoding the search's facet {q + 1} of {len(normals)}")
     out.append(basis @ decode(normals, coefs, q, layers, bound)[0])
   return np.array(out).reshape(len(out), *seeds.shape[1:])
+
+
+def _first_triple(net):
+  """The first layer of :func:`dense_layers`' ``net`` as a :func:`hidden_layer` triple, the
+  next layer's first column standing for the output weights."""
+  return (*net[0], net[1][0][:, 0])
+
+
+def _unsigned_first_layer(net_star, net_init, basis, decay):
+  """``(rows, layers)`` of the first of several hidden layers: its units' changes in the
+  span ``basis`` without the output weights' signs (:func:`signed_rows` unsigned), and
+  their pre-activations (:class:`Layers`)."""
+  star, init = (*net_star[0], None), (*net_init[0], None)
+  rows, units = signed_rows(star, init, basis, decay, signed=False)
+  return rows, Layers.of(star, init, basis, units)
 
 
 def with_mirrors(images, input_shape):
@@ -825,9 +836,7 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
     progress.beat(f"cone, inverting representation {i + 1} of {len(read_reps)}")
     seeds.append((invert(rep_basis @ c, mid[:-2], basis), y))
   # The first layer's facets, one program per seed.
-  first_star, first_init = (*net_star[0], None), (*net_init[0], None)
-  rows, units = signed_rows(first_star, first_init, basis, decay, signed=False)
-  layers = Layers.of(first_star, first_init, basis, units)
+  rows, layers = _unsigned_first_layer(net_star, net_init, basis, decay)
   bound = 4.0 * scale
   normals, coefs, origin = _seeded_facets(rows, layers, [c for c, _ in seeds], rng)
   agreed = _agreeing(normals, coefs, origin, seeds, layers, basis, bound, SEED_AGREES)

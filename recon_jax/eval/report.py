@@ -55,7 +55,8 @@ def evaluate_candidates(
       counts; the held-out baseline draws as many images more, and scores them so too.
 
   Returns:
-    JSON-serialisable dict: ``attack`` (the pooled evaluation), ``baselines``,
+    JSON-serialisable dict: ``attack`` (the pooled evaluation), ``also`` (each group's own
+    ``n_candidates``, ``recovered_strict`` and ``n_ssim_gt_0.4``), ``baselines``,
     ``per_restart`` and ``selection`` entries, plus the EvalResult under
     ``_result`` (not serialisable; pop it before writing JSON).
   """
@@ -87,6 +88,9 @@ def evaluate_candidates(
   return evaluate_candidates_unchecked(
     cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, also
   )
+
+
+_GROUP_COUNTS = ("recovered_strict", "n_ssim_gt_0.4")
 
 
 def evaluate_candidates_unchecked(
@@ -157,9 +161,11 @@ def evaluate_candidates_unchecked(
   # or a group of ``also`` passes the strict rule (images.combine): the pool is never below
   # a restart.
   parts = [images.evaluate(pooled, x_train, x_held, **kw), *own] if own else []
-  groups = [np.asarray(a) for a in also if len(a)]
-  parts += [images.evaluate(pixel_space(a, ds), x_train, x_held, **kw) for a in groups]
-  k = sum(len(a) for a in groups)
+  groups = [
+    images.evaluate(pixel_space(a, ds), x_train, x_held, **kw) if len(a) else None for a in also
+  ]
+  parts += [g for g in groups if g is not None]
+  k = sum(len(a) for a in also)
   if parts:
     res = images.combine(parts)
     out = {"attack": res.summary(), "per_sample": res.to_dict()}
@@ -175,6 +181,13 @@ def evaluate_candidates_unchecked(
     base_held = images.heldout_baseline(seed, x_train, x_held, num, group=m, **kw)
     out["baselines"]["heldout"] = base_held.summary()
   out["per_restart"] = per
+  # each group of ``also`` on its own (what the cone read alone, before its hand-over)
+  out["also"] = [
+    {"n_candidates": len(a), "recovered_strict": 0, "n_ssim_gt_0.4": 0}
+    if g is None
+    else {"n_candidates": len(a), **{key: g.summary()[key] for key in _GROUP_COUNTS}}
+    for a, g in zip(also, groups)
+  ]
   good = [p for p in per if not p["diverged"]]
   sel = {
     "n_restarts": r,

@@ -190,9 +190,8 @@ def score_run(
   that ran, its last stage's ``hparams``, ``normalize``, and ``stability_candidates``
   re-run; 0: no stability score).  ``also``: more images the attacker read (the cone's, and
   what it read again from the search's candidates), scored beside the restarts (the
-  evaluation's ``also``).  The
-  arrays are a job's own, made to fit together, so
-  the pieces run without their argument checks (call them on their own to check yours)."""
+  evaluation's ``also``).  The arrays are a job's own, made to fit together, so the pieces
+  run without their argument checks (call them on their own to check yours)."""
   timing = {}
   t0 = time.time()
   restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged

@@ -197,37 +197,30 @@ def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
   (:attr:`AttackSpec.reread`: the cone, past one hidden layer, the first layer's facets its
   candidates lead to); no images where it reads nothing again."""
   cands = found.candidates
-  none = np.zeros((0, *cands.shape[2:]), cands.dtype)
-  loss = np.asarray(found.final_loss, np.float64)
-  if plan.spec.reread is None or not np.isfinite(loss).any():
-    return none
+  best = evaluation.unscored(found.final_loss)["selection"]["best_by_loss_restart"]
+  if plan.spec.reread is None or best is None:
+    return np.zeros((0, *cands.shape[2:]), cands.dtype)
   progress.phase("the cone again, from the search's candidates")
-  best = int(np.nanargmin(np.where(np.isfinite(loss), loss, np.inf)))
   images = plan.spec.reread(setup, plan.spec.options_of(plan.config), cands[best])
   return np.asarray(images, cands.dtype).reshape(-1, *cands.shape[2:])
 
 
-def _handed_over(direct: search.Found, then: Plan, ds, why: str, reread) -> dict:
-  """What the report says of a hand-over: why, to which search, and the direct attack's
-  own candidates scored alone (every restart of the search started from them), and what
-  it read again from the search's (``reread``: :func:`_reread`)."""
-  thr = then.config.ssim_threshold
-  alone = evaluation.evaluate_candidates_unchecked(
-    direct.candidates, direct.weights, direct.final_loss, ds, thr
-  )["attack"]
+def _handed_over(why: str, then: Plan, groups: list) -> dict:
+  """What the report says of a hand-over: why, to which search, and what the evaluation
+  made of the direct attack's own candidates alone (every restart of the search started
+  from them) and of what it read again from the search's (``groups``: the evaluation's
+  ``also`` of those two, :func:`_reread`)."""
+  direct, again = groups
   out = {
     "why": why,
     "to": then.config.attack,
-    "direct_candidates": int(direct.candidates.shape[1]),
-    "direct_recovered_strict": int(alone["recovered_strict"]),
-    "direct_n_ssim_gt_0.4": int(alone["n_ssim_gt_0.4"]),
-    "reread_candidates": int(len(reread)),
+    "direct_candidates": direct["n_candidates"],
+    "direct_recovered_strict": direct["recovered_strict"],
+    "direct_n_ssim_gt_0.4": direct["n_ssim_gt_0.4"],
+    "reread_candidates": again["n_candidates"],
   }
-  if len(reread):
-    again = evaluation.evaluate_candidates_unchecked(
-      reread[None], np.ones((1, len(reread))), np.zeros(1), ds, thr
-    )["attack"]
-    out["reread_recovered_strict"] = int(again["recovered_strict"])
+  if again["n_candidates"]:
+    out["reread_recovered_strict"] = again["recovered_strict"]
   return out
 
 
@@ -428,7 +421,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       "timing": timing,
     }
     if direct is not None:
-      handed = _handed_over(direct, ran, ds, why, reread)
+      handed = _handed_over(why, ran, scores.evaluation["also"])
       metrics["handover"] = dict(handed, direct_s=direct_s, reread_s=reread_s)
     ceiling = _span_ceiling(seen, target, ds, cfg.ssim_threshold)
     if ceiling is not None:

@@ -194,8 +194,8 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
 
 def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
   """What the direct attack reads of theta* again from the search's lowest-loss restart
-  (:attr:`AttackSpec.reread`: the cone, past one hidden layer, the first layer's facets its
-  candidates lead to); no images where it reads nothing again."""
+  (:attr:`AttackSpec.reread`: the cone, the first layer's facets its candidates lead to); no
+  images where it reads nothing again."""
   cands = found.candidates
   best = evaluation.unscored(found.final_loss)["selection"]["best_by_loss_restart"]
   if plan.spec.reread is None or best is None:
@@ -423,6 +423,9 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     if direct is not None:
       handed = _handed_over(why, ran, scores.evaluation["also"])
       metrics["handover"] = dict(handed, direct_s=direct_s, reread_s=reread_s)
+      # the images the direct attack read, and read again from the search's, scored beside
+      # the restarts: the reconstructions a user looks at after a hand-over
+      arrays.update(direct_images=direct.candidates[0], reread_images=reread)
     ceiling = _span_ceiling(seen, target, ds, cfg.ssim_threshold)
     if ceiling is not None:
       metrics["span_ceiling"] = ceiling

@@ -253,17 +253,18 @@ def test_two_hidden_layers_are_read_through_the_last_layers_cone_and_the_first_l
 
 
 def test_rough_copies_of_the_images_lead_to_the_first_layers_facets_and_exact_images(deep, lazy):
-  """A search's candidate close to a training image (here the image plus noise) holds nearly
-  its units inactive, and the first layer's facet it leads to decodes to the image exactly:
-  past one hidden layer through the unsigned programs, on one through the signed cone's
-  (no random starts: only the seeds' patterns)."""
+  """Past one hidden layer: a search's candidate close to a training image (here the image
+  plus noise) holds nearly its units inactive, and the first layer's facet it leads to
+  decodes to the image exactly.  One hidden layer: nothing to read again."""
+  ds, fitted = deep
   rng = np.random.default_rng(0)
-  for (ds, fitted), kwargs in ((deep, dict(bound=8.0)), (lazy, {})):
-    rough = ds.x_train + 0.15 * rng.normal(size=ds.x_train.shape) * ds.x_train.std()
-    assert _recovered(ds, rough, 0.999) == 0
-    images = cone.first_layer_images(fitted.params, fitted.init, rough, n=8, **kwargs)
-    assert images.shape[1:] == ds.x_train.shape[1:] and len(images) <= 9
-    assert _recovered(ds, images, 0.999) >= 7
+  rough = ds.x_train + 0.15 * rng.normal(size=ds.x_train.shape) * ds.x_train.std()
+  assert _recovered(ds, rough, 0.999) == 0
+  images = cone.first_layer_images(fitted.params, fitted.init, rough, n=8, bound=8.0)
+  assert images.shape[1:] == ds.x_train.shape[1:] and len(images) <= 8
+  assert _recovered(ds, images, 0.999) >= 7
+  one_ds, one = lazy
+  assert len(cone.first_layer_images(one.params, one.init, one_ds.x_train, n=8)) == 0
 
 
 def test_invert_finds_the_span_image_behind_a_representation():
@@ -353,8 +354,7 @@ def _small_cone_job(recipe):
 @pytest.mark.slow  # the main job end to end, with a search (about 30 s)
 def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(monkeypatch):
   """The cone made to read three of eight images: the KKT search in the span, started from
-  them, reads all eight, and its best restart leads to the facets of the rest; the report
-  says why and what the cone read alone."""
+  them, reads all eight; the report says why and what the cone read alone."""
   from recon_jax.job import pipeline
 
   real = cone.cone_images
@@ -367,14 +367,12 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   cfg = _small_cone_job(LAZY)
   out = pipeline.reconstruct(cfg, verbose=False)
   m, handed = out.metrics, out.metrics["handover"]
-  # the images scored beside the search are in reconstructions.npz for the user to see
+  # the cone's images, scored beside the search, are in reconstructions.npz for the user
   assert out.arrays["direct_images"].shape == (3, *out.dataset.x_train.shape[1:])
-  assert len(out.arrays["reread_images"]) == handed["reread_candidates"]
+  assert len(out.arrays["reread_images"]) == handed["reread_candidates"] == 0  # one layer
   assert handed["direct_candidates"] == 3 and handed["direct_recovered_strict"] <= 3
   assert handed["why"].startswith("attack=cone read 3 images for 8 training images")
   assert m["m"] == 24 and m["num_restarts"] == 2  # the search's: 3n candidates a restart
-  # The search's best restart leads to the facets the cone was made to miss: exact images.
-  assert handed["reread_recovered_strict"] >= 7, handed
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
   assert m["selection"]["best_by_loss_recovered_strict"] >= 7
   assert any("took over" in w for w in m["warnings"]), m["warnings"]

@@ -619,64 +619,45 @@ def cone_images(
   return images, np.array([y for _, y in out]), reading
 
 
-def first_layer_images(theta_star, theta_0, seeds, *, n=None, decay=None, bound=None, mixed=False):
-  """``images [F, *seeds.shape[1:]]``: the first layer's facets that images near the training
-  images (``seeds`` [S, ...] in the model's input space: a search's candidates) lead to,
-  each decoded to the image on it.  An image close to a training image holds nearly that
-  image's units inactive, so its pattern starts a program near that image's facet, whose
-  image is exact where the facet is.
+def first_layer_images(theta_star, theta_0, seeds, *, n=None, decay=None, bound=None):
+  """``images [F, *seeds.shape[1:]]``: the first layer's facets of a network of two or more
+  hidden layers that images near the training images (``seeds`` [S, ...] in the model's
+  input space: a search's candidates) lead to, each decoded to the image on it.
 
-  One hidden layer: the seeds start the signed cone's programs (:func:`_read_cone` without
-  random starts; ``mixed`` as in :func:`facet`), which reach the facets the random starts
-  missed (at 50 + 50 faces, the KKT search's best restart's 300 candidates led to 83 facets
-  and 71 exact images).  Two or more: below the last hidden layer the signs of the images'
-  coefficients are lost and the random starts cannot find these facets at all; the
-  unsigned program (:func:`seeded_facet`) lands on them from the seeds.  ``bound``: the
+  Below the last hidden layer the signs of the images' coefficients are lost, so the cone
+  cannot find these facets from random starts; an image close to a training image holds
+  nearly that image's units inactive, and the unsigned program from there lands on its
+  facet (:func:`seeded_facet`), whose image is exact where the facet is.  ``bound``: the
   largest norm an image's span coefficients may take (default: 4 times the seeds' largest).
   """
   net_star, net_init = dense_layers(theta_star), dense_layers(theta_0)
   seeds = np.asarray(seeds, np.float64)
-  none = np.zeros((0, *seeds.shape[1:]))
-  if not len(seeds):
-    return none
-  star, init = _first_triple(net_star), _first_triple(net_init)
-  reading = read(star, init, n, decay)
+  if len(net_star) < 3 or not len(seeds):
+    return np.zeros((0, *seeds.shape[1:]))
+  reading = read(_first_triple(net_star), _first_triple(net_init), n, decay)
   if reading.cannot:
-    return none
+    return np.zeros((0, *seeds.shape[1:]))
   basis = reading.basis
-  flat = seeds.reshape(len(seeds), -1)
-  coefficients = flat @ basis
+  rows, layers = _unsigned_first_layer(net_star, net_init, basis, reading.decay)
+  coefficients = seeds.reshape(len(seeds), -1) @ basis
   if bound is None:
     bound = 4.0 * float(np.linalg.norm(coefficients, axis=1).max())
-  if len(net_star) == 2:
-    rows, units = signed_rows(star, init, basis, reading.decay)
-    kept = _one_per_pattern(Layers.of(star, init, basis, units), coefficients)
-    rng = np.random.default_rng(0)
-    out = _read_cone(star, init, basis, reading.decay, n, bound / 4.0, rng, 0, flat[kept], mixed)
-    return np.array([basis @ c for c, _ in out]).reshape(len(out), *seeds.shape[1:])
-  rows, layers = _unsigned_first_layer(net_star, net_init, basis, reading.decay)
-  kept = [coefficients[i] for i in _one_per_pattern(layers, coefficients)]
+  # One seed per activation pattern: seeds whose patterns agree on PATTERN_AGREES of the
+  # units lead to one facet, and each extra facet a program lands on blurs the others'
+  # decoding (two hidden layers, tuning draws 11-15: 60 seeds gave 20-23 facets and 9-14
+  # exact images, one per pattern 22-40 seeds, 17-21 facets, 13-18 images, in half the time).
+  patterns, kept = [], []
+  for c in coefficients:
+    zero = layers.inactive(c)
+    if all(np.mean(zero == p) < PATTERN_AGREES for p in patterns):
+      patterns.append(zero)
+      kept.append(c)
   normals, coefs, _ = _seeded_facets(rows, layers, kept, np.random.default_rng(0))
   out = []
   for q in range(len(normals)):
     progress.beat(f"cone, decoding the search's facet {q + 1} of {len(normals)}")
     out.append(basis @ decode(normals, coefs, q, layers, bound)[0])
   return np.array(out).reshape(len(out), *seeds.shape[1:])
-
-
-def _one_per_pattern(layers: Layers, coefficients) -> list:
-  """The numbers of the images (span coefficients [S, k]) kept as seeds: one per activation
-  pattern.  Seeds whose patterns agree on :data:`PATTERN_AGREES` of the units lead to one
-  facet, and each extra facet a program lands on blurs the others' decoding (two hidden
-  layers, tuning draws 11-15: 60 seeds gave 20-23 facets and 9-14 exact images, one per
-  pattern 22-40 seeds, 17-21 facets, 13-18 images, in half the time)."""
-  patterns, kept = [], []
-  for i, c in enumerate(coefficients):
-    zero = layers.inactive(c)
-    if all(np.mean(zero == p) < PATTERN_AGREES for p in patterns):
-      patterns.append(zero)
-      kept.append(i)
-  return kept
 
 
 def _first_triple(net):
@@ -1076,8 +1057,8 @@ def _direct(setup: Setup, options: ConeOptions):
 
 
 def _reread(setup: Setup, options: ConeOptions, candidates):
-  """The first layer's facets the search's ``candidates`` lead to (:func:`first_layer_images`):
-  on one hidden layer the facets the random starts missed, past it those they cannot find."""
+  """The first layer's facets the search's ``candidates`` lead to, past one hidden layer
+  (:func:`first_layer_images`); none on one hidden layer, whose cone the random starts read."""
   del options
   star, init = _theta_pair(setup)
   diagonal = np.broadcast_to(
@@ -1090,7 +1071,6 @@ def _reread(setup: Setup, options: ConeOptions, candidates):
     n=setup.n or None,
     decay=float(setup.target.decay),
     bound=float(np.linalg.norm(diagonal)),
-    mixed=setup.problem == "general",  # squared error on labels +-1
   )
 
 

@@ -194,8 +194,8 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
 
 def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
   """What the direct attack reads of theta* again from the search's lowest-loss restart
-  (:attr:`AttackSpec.reread`: the cone, the first layer's facets its candidates lead to); no
-  images where it reads nothing again."""
+  (:attr:`AttackSpec.reread`: the cone, past one hidden layer, the first layer's facets its
+  candidates lead to); no images where it reads nothing again."""
   cands = found.candidates
   best = evaluation.unscored(found.final_loss)["selection"]["best_by_loss_restart"]
   if plan.spec.reread is None or best is None:

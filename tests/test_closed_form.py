@@ -22,7 +22,13 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 
 ALPHA = 5.0
 SOLVE = jax.jit(cf.solve_multipliers, static_argnums=(2, 3), static_argnames="polish")
-JAC = jax.jit(cf.margin_jacobian, static_argnums=(0, 1, 5))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 5))
+def JAC(apply_fn, problem, params, x, labels, act):  # noqa: N802
+  """The Gram system's rows: [m * C', P]."""
+  j = losses.margin_jacobian(apply_fn, problem, params, x, labels, act)
+  return j.reshape(-1, j.shape[-1])
 
 
 def _mlp(out_dim=1, widths=(6,), d=4, seed=0, std=0.5):
@@ -103,7 +109,7 @@ def test_unconstrained_solve_matches_lstsq():
   act = jax.nn.softplus
 
   def jac_and_lam(xx):
-    j = cf.margin_jacobian(apply_fn, "general", params, xx, jnp.zeros(m), act)
+    j = JAC(apply_fn, "general", params, xx, jnp.zeros(m), act)
     _, lam = cf.projection_residual(
       apply_fn, "general", params, xx, jnp.zeros(m), act, ridge=0.0, num_outputs=2
     )

@@ -4,6 +4,7 @@ import functools
 
 from helpers import mlp
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -111,3 +112,26 @@ def test_weight_decay_term_and_gradient():
   g1 = jax.grad(e1)(params, x, y)
   for a, b, p in zip(_leaves(g1), _leaves(g0), _leaves(params)):
     np.testing.assert_allclose(a - b, wd * p, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("problem, out_dim", [("binary", 1), ("multiclass", 3), ("general", 2)])
+def test_margin_jacobian_matches_float64_finite_differences(problem, out_dim):
+  apply_fn, params = _mlp(out_dim=out_dim, widths=(5,))
+  x, _ = _blobs(n_per_class=2)
+  labels = jnp.array([1.0, -1.0, 1.0, -1.0]) if problem == "binary" else jnp.array([0, 2, 1, 0])
+  flat, unravel = jax.flatten_util.ravel_pytree(params)
+  jac = np.asarray(losses.margin_jacobian(apply_fn, problem, params, x, labels))
+  c = out_dim if problem == "general" else 1
+  assert jac.shape == (4, c, flat.size)
+
+  def g(v):
+    return np.asarray(losses.margins(problem, apply_fn(unravel(v), x, None), labels)).reshape(4, c)
+
+  h = 1e-6
+  for k in np.random.default_rng(0).choice(flat.size, size=12, replace=False):
+    e = jnp.zeros_like(flat).at[k].set(h)
+    np.testing.assert_allclose(jac[:, :, k], (g(flat + e) - g(flat - e)) / (2 * h), atol=1e-7)
+  batched = losses.margin_jacobian(apply_fn, problem, params, x, labels, batch_size=3)
+  np.testing.assert_allclose(np.asarray(batched), jac, rtol=1e-12, atol=1e-14)
+  with pytest.raises(ValueError, match="batch_size must be > 0"):
+    losses.margin_jacobian(apply_fn, problem, params, x, labels, batch_size=0)

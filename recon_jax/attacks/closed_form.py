@@ -153,7 +153,7 @@ from recon_jax import optim, priors
 from recon_jax.attacks import equations, kkt
 from recon_jax.attacks.spec import AttackSpec, Setup, no_check, register
 from recon_jax.core.activations import surrogate_relu
-from recon_jax.core.losses import PROBLEMS, margins, tree_sq_norm
+from recon_jax.core.losses import PROBLEMS, margin_jacobian, tree_sq_norm
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
 
@@ -170,30 +170,12 @@ class ClosedFormState(NamedTuple):
 # --------------------------------------------------------------------------
 # The Gram system.
 # --------------------------------------------------------------------------
-def margin_jacobian(apply_fn, problem: str, params, x, labels, act) -> jax.Array:
-  """``J`` with rows ``grad_theta g_i(theta; x_i)``, flattened as ``ravel_pytree(params)``.
-
-  Returns ``[m, P]`` for 'binary'/'multiclass' and ``[m * C, P]`` for
-  'general' (row ``i * C + c`` is ``grad_theta Phi_c(x_i)``).
-  """
-
-  def g(p, xi, yi):
-    out = margins(problem, apply_fn(p, xi[None], act), yi[None])
-    return out.reshape(-1)  # [1] or [C]
-
-  def rows(xi, yi):
-    jac = jax.jacrev(g)(params, xi, yi)  # leaves [C', *leaf_shape]
-    leaves = jax.tree_util.tree_leaves(jac)
-    return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
-
-  j = jax.vmap(rows)(x, labels)  # [m, C', P]
-  return j.reshape(-1, j.shape[-1])
-
-
 def gram_system(apply_fn, problem: str, params, x, labels, act):
-  """``(K, b) = (J J^T, J theta)`` from :func:`margin_jacobian`, at highest precision."""
+  """``(K, b) = (J J^T, J theta)``, ``J`` [m * C', P] the rows of
+  :func:`recon_jax.core.losses.margin_jacobian`, at highest precision."""
   theta, _ = ravel_pytree(params)
   j = margin_jacobian(apply_fn, problem, params, x, labels, act)
+  j = j.reshape(-1, j.shape[-1])
   k = jnp.matmul(j, j.T, precision=_HIGHEST)
   b = jnp.matmul(j, theta.astype(j.dtype), precision=_HIGHEST)
   return k, b

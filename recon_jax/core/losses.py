@@ -119,6 +119,38 @@ def margins(problem: str, out: jax.Array, labels: jax.Array) -> jax.Array:
   raise ConfigError(f"problem must be one of {', '.join(PROBLEMS)}, got {problem!r}.")
 
 
+def batched_map(fn: Callable, xs, batch_size: Optional[int] = None):
+  """``fn(*x)`` over the leading axis of the arrays ``xs``: one vmap (``batch_size=None``) or
+  ``lax.map`` over batches of ``batch_size`` (less memory, same numbers)."""
+  if batch_size is None:
+    return jax.vmap(lambda *a: fn(*a))(*xs)
+  if int(batch_size) <= 0:
+    raise ConfigError(f"batch_size must be > 0 or None, got {batch_size}.")
+  return jax.lax.map(lambda a: fn(*a), xs, batch_size=int(batch_size))
+
+
+def margin_jacobian(
+  apply_fn, problem: str, params, x, labels, act=None, *, batch_size: Optional[int] = None
+) -> jax.Array:
+  """``[m, C', P]``: candidate i's margins (:func:`margins`) differentiated in the parameters.
+
+  ``P`` is flattened as ``jax.flatten_util.ravel_pytree(params)`` (leaf order); ``C'`` is 1
+  for 'binary'/'multiclass' and ``C`` for 'general' (row ``[i, c]`` is ``grad_theta
+  Phi_c(x_i)``).  ``act`` is the activation the network is differentiated with (None: its
+  own).  Every Gram matrix, refit and identifiability column of the library comes from here;
+  ``batch_size`` as in :func:`batched_map`.
+  """
+
+  def one(xi, yi):
+    def g(p):
+      return margins(problem, apply_fn(p, xi[None], act), yi[None]).reshape(-1)  # [C']
+
+    leaves = jax.tree_util.tree_leaves(jax.jacrev(g)(params))  # each [C', *leaf_shape]
+    return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
+
+  return batched_map(one, (x, labels), batch_size)
+
+
 def predictions(loss: str, out: jax.Array) -> jax.Array:
   """Predicted labels (+-1, class ids) or regression outputs."""
   if loss == "logistic":

@@ -26,7 +26,7 @@ import scipy.linalg
 from threadpoolctl import threadpool_limits
 
 from recon_jax.core import numerics
-from recon_jax.core.losses import margins
+from recon_jax.core.losses import margin_jacobian
 
 
 def one_blas_thread(fn):
@@ -52,15 +52,12 @@ def gradient_matrix(apply_fn, problem: str, params):
   ``ravel_pytree(params)``.  Built once, it serves every set of candidates of
   the same shape without recompiling.
   """
-  flat, unravel = jax.flatten_util.ravel_pytree(params)
+  p = jax.flatten_util.ravel_pytree(params)[0].shape[0]
 
-  def one(xi, yi):
-    def g(p):
-      return margins(problem, apply_fn(unravel(p), xi[None], None), yi[None])[0]
+  def cols(x, labels):
+    return margin_jacobian(apply_fn, problem, params, x, labels, None).reshape(-1, p)
 
-    return jax.jacrev(g)(flat).reshape(-1, flat.shape[0])
-
-  return jax.jit(lambda x, y: jax.vmap(one)(x, y).reshape(-1, flat.shape[0]))
+  return jax.jit(cols)
 
 
 def _triangle(v, theta):

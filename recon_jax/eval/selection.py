@@ -35,12 +35,19 @@ the attack are ``lax.scan``.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
-from recon_jax.core.losses import PROBLEMS, margins, tree_dot, tree_sq_norm
+from recon_jax.core.losses import (
+  PROBLEMS,
+  batched_map,
+  margin_jacobian,
+  margins,
+  tree_dot,
+  tree_sq_norm,
+)
 from recon_jax.errors import ConfigError
 from recon_jax.eval import similarity
 from recon_jax.types import Target
@@ -48,15 +55,6 @@ from recon_jax.types import Target
 # Default NCC above which two candidates count as the same image (see agreement_score).
 DEFAULT_NCC_THRESHOLD = 0.9
 AGREEMENT_METRICS = ("ncc", "l2")
-
-
-def batched_map(fn: Callable, xs, batch_size: Optional[int]):
-  """``fn(*x)`` over the leading axis of ``xs``: vmap (None) or lax.map in batches."""
-  if batch_size is None:
-    return jax.vmap(lambda *a: fn(*a))(*xs)
-  if int(batch_size) <= 0:
-    raise ConfigError(f"batch_size must be > 0 or None, got {batch_size}.")
-  return jax.lax.map(lambda a: fn(*a), xs, batch_size=int(batch_size))
 
 
 def _check_problem(problem: str) -> None:
@@ -254,20 +252,6 @@ def per_candidate_terms(
   return batched_map(one, (x, lam, labels), batch_size)
 
 
-def _margin_jacobian(apply_fn, problem, params, x, labels, act, batch_size):
-  """[m, C', P] Jacobians of each candidate's margins in the flattened parameters."""
-
-  def one(xi, yi):
-    def f(p):
-      return margins(problem, apply_fn(p, xi[None], act), yi[None]).reshape(-1)
-
-    jac = jax.jacrev(f)(params)
-    leaves = jax.tree_util.tree_leaves(jac)
-    return jnp.concatenate([a.reshape(a.shape[0], -1) for a in leaves], axis=1)
-
-  return batched_map(one, (x, labels), batch_size)
-
-
 def leave_one_out_score(
   apply_fn,
   problem: str,
@@ -369,7 +353,9 @@ def _leave_one_out(
     r = jax.tree_util.tree_map(jnp.subtract, fit, total)
     rise = jax.vmap(lambda vi: 2.0 * tree_dot(r, vi) + tree_sq_norm(vi))(v)
     return rise / norm
-  jac = _margin_jacobian(apply_fn, problem, theta, x, labels, act, batch_size)  # [m, c, P]
+  jac = margin_jacobian(
+    apply_fn, problem, theta, x, labels, act, batch_size=batch_size
+  )  # [m, c, P]
   m, c = jac.shape[:2]
   a = jac.reshape(m * c, -1)
   flat_fit = jnp.concatenate([t.reshape(-1) for t in jax.tree_util.tree_leaves(fit)])

@@ -13,8 +13,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from recon_jax.core.losses import batched_map
 from recon_jax.errors import ConfigError
-from recon_jax.eval import selection
 from recon_jax.types import Attack, HParams, Target, prepared
 
 # Which parts of the attack's state the re-run may move (see stability_score).
@@ -153,7 +153,7 @@ def _stability_batch(
       attack, state, hparams, target, i, k, steps, noise_scale, free, reset_optimizer
     )
 
-  return selection.batched_map(one, (idx, keys), batch_size)
+  return batched_map(one, (idx, keys), batch_size)
 
 
 def stability_scores(

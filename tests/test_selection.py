@@ -354,6 +354,21 @@ def test_stability_batched_equals_single_and_jits():
   assert np.all(np.isfinite(batched))
 
 
+def test_stability_of_a_diverging_rerun_is_nan_and_the_others_are_not():
+  """The re-run goes through the engine's loop: a step rate that blows the kicked copy up
+  freezes it and flags it, and the score says NaN rather than reading the frozen state."""
+  target, x, lam = _planted_linear(m=4, d=6, used=4)
+  attack, state, hp = _linear_attack_state(target, x, lam)
+  key = jax.random.PRNGKey(1)
+  kw = dict(steps=40, noise_scale=0.05, free="all", indices=[0, 1])
+  blown = stability.stability_scores(
+    attack, state, {**hp, "lr_x": jnp.asarray(1e6)}, target, key, **kw
+  )
+  assert np.all(np.isnan(np.asarray(blown)))
+  calm = stability.stability_scores(attack, state, hp, target, key, **kw)
+  assert np.all(np.isfinite(np.asarray(calm)))
+
+
 @pytest.mark.parametrize(
   "kwargs, argument",
   [

@@ -14,9 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from recon_jax.core.losses import batched_map
-from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
+from recon_jax.types import Attack, HParams, Target, prepared
 
 # Which parts of the attack's state the re-run may move (see stability_score).
 STABILITY_FREE = ("x", "x_lam", "all")
@@ -61,33 +60,20 @@ def _stability(
     start = start._replace(opt_state=jax.tree_util.tree_map(jnp.zeros_like, state.opt_state))
   lam0 = getattr(state, "lam", None)
 
-  def held(s):
-    """The parts ``free`` does not let move, put back where the attack left them."""
-    if free == "all":
-      return s
-    s = s._replace(x=jnp.where(selx, s.x, x_pert))
-    if lam0 is not None:
-      sell = sel.reshape((m,) + (1,) * (lam0.ndim - 1))
-      keep = sell if free == "x_lam" else jnp.zeros_like(sell)
-      s = s._replace(lam=jnp.where(keep, s.lam, lam0))
-    return s
+  def body(s, _):
+    new, _ = attack.step(s, hparams, target)
+    if free != "all":
+      new = new._replace(x=jnp.where(selx, new.x, x_pert))
+      if lam0 is not None:
+        sell = sel.reshape((m,) + (1,) * (lam0.ndim - 1))
+        keep = sell if free == "x_lam" else jnp.zeros_like(sell)
+        new = new._replace(lam=jnp.where(keep, new.lam, lam0))
+    return new, None
 
-  def step(s, h, t):
-    new, metrics = attack.step(s, h, t)
-    return held(new), metrics
-
-  # The engine's loop, so a diverging re-run is frozen and flagged as in any run.
-  run = loop.RestartState(
-    start,
-    jnp.asarray(jnp.inf, float_dtype()),
-    jnp.asarray(False),
-    jnp.asarray(-1, jnp.int32),
-    jnp.asarray(0, jnp.int32),
-  )
-  final, _ = loop.scan_one(attack._replace(step=step), run, hparams, target, int(steps))
+  final, _ = jax.lax.scan(body, start, None, length=int(steps))
   d0 = jnp.linalg.norm(jnp.sum(noise, axis=0).reshape(-1))
-  d1 = jnp.linalg.norm(jnp.sum(jnp.where(selx, final.inner.x - x0, 0.0), axis=0).reshape(-1))
-  return jnp.where(final.diverged, jnp.nan, 1.0 - d1 / d0)
+  d1 = jnp.linalg.norm(jnp.sum(jnp.where(selx, final.x - x0, 0.0), axis=0).reshape(-1))
+  return 1.0 - d1 / d0
 
 
 _stability_jit = jax.jit(_stability, static_argnames=_STABILITY_STATIC)
@@ -111,7 +97,7 @@ def stability_score(
   ``x_i(0) = x_i + eps``, ``eps ~ N(0, noise_scale^2 I)`` per entry of the attack's
   state ``x`` (an absolute scale: per input, or per coefficient for an attack in the
   first layer's span, i.e. a per-input kick projected onto the span), then T = ``steps`` steps of
-  ``attack.step`` in the engine's loop (:func:`recon_jax.engine.loop.scan_one`).  What moves (``free``):
+  ``attack.step`` in ``lax.scan``.  What moves (``free``):
 
   * 'x' (default): only ``x_i``; every other candidate and every multiplier is
     held where the attack left it.  At an isolated KKT point the kick is

@@ -19,7 +19,7 @@ starting("audit")  # at a terminal, before the imports below load JAX
 
 from absl import flags  # noqa: E402
 
-from experiments import configs, reconstruct  # noqa: E402
+from experiments import configs  # noqa: E402
 from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -34,7 +34,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
   fields = {k: cfg[k] for k in Audit.__dataclass_fields__}
   try:
     settings = audit_job(Audit(**fields), JobConfig(**cfg.job))
-    return reconstruct.job(settings, workdir, resume=resume, overwrite=overwrite)
+    return cli.main_job(settings, workdir, resume=resume, overwrite=overwrite)
   except Error as e:  # name the audit's own setting where the library names its field
     e.argument = ALIASES.get(e.argument, e.argument)
     e.aliases = ALIASES  # and every setting its message names (victim.loss='ce' as loss)

@@ -18,8 +18,6 @@ cannot use, in one line naming it, before anything is written; 2: every restart
 diverged (the results are written); 130: interrupted (Ctrl-C).
 """
 
-import sys
-
 from absl import flags
 
 from experiments import configs
@@ -29,14 +27,8 @@ FLAGS = flags.FLAGS
 
 
 def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
-  """:func:`recon_jax.job.run.main_job` (its arguments), warnings printed; returns metrics."""
-  from recon_jax.job import run
-
-  warn = lambda w: print(f"warning: {w}", file=sys.stderr)
-  kw = dict(resume=resume, overwrite=overwrite, explicit=explicit, warn=warn)
-  path, m = run.main_job(cfg, workdir, **kw)
-  print(f"wrote {path}: {m['verdict_line']}")
-  return m
+  """:func:`recon_jax.cli.main_job`: the main job, warnings printed; returns metrics."""
+  return cli.main_job(cfg, workdir, resume=resume, overwrite=overwrite, explicit=explicit)
 
 
 def main(cfg):

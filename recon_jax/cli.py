@@ -406,6 +406,20 @@ def run(job: Callable[[Any], Any], config: str, preset: Optional[str] = None, **
   run_main(job)
 
 
+def main_job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
+  """The main job (:func:`recon_jax.job.run.main_job`, the same arguments) as a binary runs
+  it: its warnings on stderr as they come, the report's path and verdict line on stdout.
+  Returns metrics.json's dict.  The binaries that run the main job (reconstruct, audit)
+  call this, not each other."""
+  from recon_jax.job import run as job_run
+
+  warn = lambda w: print(f"warning: {w}", file=sys.stderr)
+  kw = dict(resume=resume, overwrite=overwrite, explicit=explicit, warn=warn)
+  path, m = job_run.main_job(cfg, workdir, **kw)
+  print(f"wrote {path}: {m['verdict_line']}")
+  return m
+
+
 def overrides(flag_values=FLAGS, prefix: str = "") -> dict:
   """The ``--config.X=V`` settings given on the command line under ``prefix``, as {X: V}."""
   over = config_flags.get_override_values(flag_values["config"])

@@ -16,8 +16,8 @@ from recon_jax.engine.inits import make_x_init
 from recon_jax.engine.loop import AttackRun, run_attack
 from recon_jax.engine.sweep import random_search
 from recon_jax.errors import ConfigError, Error
+from recon_jax.eval.evaluation import evaluate_candidates
 from recon_jax.eval.identifiability import identifiability
-from recon_jax.eval.report import evaluate_candidates
 from recon_jax.job.pipeline import reconstruct
 from recon_jax.job.planning import candidate_labels
 from recon_jax.job.settings import JobConfig, reconstruct_config

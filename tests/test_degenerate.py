@@ -22,8 +22,7 @@ from recon_jax import attacks
 from recon_jax.attacks import search
 from recon_jax.core import numerics
 from recon_jax.data import load_dataset
-from recon_jax.eval import diagnostics, identifiability
-from recon_jax.eval import report as evaluation
+from recon_jax.eval import diagnostics, evaluation, identifiability
 from recon_jax.job import run as job_run
 from recon_jax.job.settings import JobConfig
 from recon_jax.victims import loading, models

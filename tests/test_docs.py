@@ -12,7 +12,7 @@ not run.  What is checked:
   config, and every ``experiments/configs/X.py:PRESET`` a preset of X.  Every other
   ``--flag`` is one the binaries define (their absl flags, the benchmarks' options); every
   ``rj.NAME`` is in ``recon_jax.__all__``;
-* in every document, source paths (``recon_jax/eval/report.py:evaluate_candidates``) and
+* in every document, source paths (``recon_jax/eval/evaluation.py:evaluate_candidates``) and
   dotted names (``recon_jax.job.run.run_reconstruction``) resolve to a file and a name in
   it, and relative links point at files that exist;
 * BUILD.md's layout names every subpackage of recon_jax and no folder that is gone;
@@ -35,11 +35,15 @@ README = "README.md"
 TEST_COMMAND = 'python -m pip install -e ".[test]" && python -m pytest -q -n 2'
 MAX_README_LINES = 350
 # Documents whose commands, source names and links are checked; README.md's flags too.
-DOCUMENTS = ["README.md", "BUILD.md", "RESULTS.md", "CHANGELOG.md"] + sorted(
-  str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")
+# The dated logs (docs/log/) too: their commands must still run and their links resolve.
+LOGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs" / "log").glob("*.md"))
+DOCUMENTS = (
+  ["README.md", "BUILD.md", "RESULTS.md", "CHANGELOG.md"]
+  + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+  + LOGS
 )
-# Modules that a CHANGELOG names as removed are allowed there (it says what went away).
-HISTORY = ("CHANGELOG.md",)
+# Modules that a CHANGELOG or a log names as removed are allowed there (they say what was).
+HISTORY = ("CHANGELOG.md", *LOGS)
 PACKAGES = ("experiments", "benchmarks", "reproduction")
 # Placeholders a document may write in a name (``python -m experiments.NAME``).
 PLACEHOLDERS = {"NAME", "X", "PRESET", "FIELD", "FILE", "VALUE", "SCRIPT"}
@@ -416,7 +420,7 @@ def test_the_checks_catch_planted_mistakes():
   assert flag_problems("pick `--config=experiments/configs/audit.py:no_such_preset`")
   assert flag_problems("use `rj.no_such_function`")
   assert not flag_problems("run `ruff check --fix .` first")
-  assert source_problems("see `recon_jax/eval/report.py:no_such_function`")
+  assert source_problems("see `recon_jax/eval/evaluation.py:no_such_function`")
   assert source_problems("see `recon_jax/studies/no_such_module.py`")
   assert source_problems("see `recon_jax.job.no_such_module`")
   assert link_problems("[x](docs/no_such_file.md)", ROOT / README)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images, points, report, similarity
+from recon_jax.eval import evaluation, images, points, similarity
 from recon_jax.io import plots
 from recon_jax.job import figures as report_figures
 
@@ -239,13 +239,13 @@ def test_points_recovered():
 
 def test_spearman():
   x = np.arange(10.0)
-  assert report.spearman(x, x**3) == pytest.approx(1.0)
-  assert report.spearman(x, -x) == pytest.approx(-1.0)
+  assert evaluation.spearman(x, x**3) == pytest.approx(1.0)
+  assert evaluation.spearman(x, -x) == pytest.approx(-1.0)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
-    assert np.isnan(report.spearman(x, np.ones(10)))
-    assert np.isnan(report.spearman([1.0], [2.0]))
-  assert report.spearman([1.0, 2.0, np.nan, 3.0], [1.0, 2.0, 0.0, 3.0]) == pytest.approx(1.0)
+    assert np.isnan(evaluation.spearman(x, np.ones(10)))
+    assert np.isnan(evaluation.spearman([1.0], [2.0]))
+  assert evaluation.spearman([1.0, 2.0, np.nan, 3.0], [1.0, 2.0, 0.0, 3.0]) == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------- plotting
@@ -353,9 +353,9 @@ def test_images_read_beside_a_search_count_as_groups_of_their_own(rng):
   ds = ds._replace(x_test=ds.x_test[:40], y_test=ds.y_test[:40])
   noise = rng.normal(size=(1, 3, *ds.x_train.shape[1:])).astype(np.float32)
   args = (noise, np.ones((1, 3)), np.zeros(1), ds)
-  alone = report.evaluate_candidates(*args)
+  alone = evaluation.evaluate_candidates(*args)
   assert alone["attack"]["recovered_strict"] == 0
-  both = report.evaluate_candidates(*args, also=[ds.x_train[:2], ds.x_train[3:], noise[0, :0]])
+  both = evaluation.evaluate_candidates(*args, also=[ds.x_train[:2], ds.x_train[3:], noise[0, :0]])
   assert both["attack"]["recovered_strict"] == 3
   assert list(np.flatnonzero(both["_result"].recovered_strict_mask)) == [0, 1, 3]
   assert both["baselines"]["heldout"]["n_candidates"] == 3 + 2 + 1
@@ -364,7 +364,7 @@ def test_images_read_beside_a_search_count_as_groups_of_their_own(rng):
   assert both["per_restart"][0]["recovered_strict"] == 0
   for bad in ([ds.x_train[:2, :3]], ds.x_train[:2]):
     with pytest.raises(ConfigError) as e:
-      report.evaluate_candidates(*args, also=bad)
+      evaluation.evaluate_candidates(*args, also=bad)
     assert e.value.argument == "also"
 
 
@@ -377,11 +377,11 @@ def test_the_span_holds_the_images_it_was_made_of_and_not_the_others():
   ds = ds._replace(x_test=ds.x_test[:40], y_test=ds.y_test[:40])
   flat = ds.x_train.reshape(len(ds.x_train), -1).astype(np.float64)
   basis = np.linalg.qr(flat[:2].T)[0]
-  out = report.span_ceiling(basis, ds)
+  out = evaluation.span_ceiling(basis, ds)
   assert out["span_dim"] == 2 and out["recovered_strict"] == 2
   assert out["missing"] == [2, 3, 4, 5]
-  full = report.span_ceiling(np.linalg.qr(flat.T)[0], ds)
+  full = evaluation.span_ceiling(np.linalg.qr(flat.T)[0], ds)
   assert full["recovered_strict"] == 6 and full["missing"] == []
   with pytest.raises(ConfigError) as e:
-    report.span_ceiling(basis[:10], ds)
+    evaluation.span_ceiling(basis[:10], ds)
   assert e.value.argument == "basis"

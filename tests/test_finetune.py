@@ -14,7 +14,7 @@ from recon_jax.attacks import span
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.job import pipeline, planning
-from recon_jax.victims import loading, readers, recipe, victim
+from recon_jax.victims import loading, recipe, state_dicts, victim
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -138,7 +138,7 @@ def test_a_job_reads_each_file_of_its_victim_once(saved, tmp_path, monkeypatch):
   own = str(tmp_path / "victim.msgpack")
   victim.save(own, cfg, ds, fitted.params, fitted.summary, init=fitted.init)
   reads = []
-  for module in (readers, checkpoint):
+  for module in (state_dicts, checkpoint):
     real = module.read
     monkeypatch.setattr(module, "read", lambda p, real=real: reads.append(str(p)) or real(p))
 

@@ -26,7 +26,7 @@ from recon_jax.types import Target
 from recon_jax.victims import models
 from recon_jax.victims.importers import from_state_dict, load_foreign
 from recon_jax.victims.models import ImportedCNN
-from recon_jax.victims.readers import detect_format, read_state_dict
+from recon_jax.victims.state_dicts import detect_format, read_state_dict
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 

@@ -56,7 +56,7 @@ FINETUNE_VARIANTS = {
   "sgd": SGD,
   # Gradients at theta* (Haim et al.'s point) instead of halfway.
   "theta_star": {"linearize": 1.0},
-  # Paired with the preset on draws 10-14 (docs/leakage.md); none moves strict pooled.
+  # Paired with the preset on draws 10-14 (docs/log/leakage.md); none moves strict pooled.
   "lin03": {"linearize": 0.3},  # gradients nearer theta_0 than halfway
   "lin07": {"linearize": 0.7},
   "tv4": {"w_tv": 1e-4},  # a total-variation prior, ~5% of the final loss at n = 20
@@ -72,7 +72,7 @@ FINETUNE_VARIANTS = {
   "wide": {"num_restarts": 64, "steps": 1000},
   # The victims themselves trained with squared error to labels +-1 instead of the logistic
   # loss (the attack the same; its problem follows the loss): no margin beyond the label is
-  # rewarded, so an image's gradient fades only once it is fitted (docs/leakage.md).
+  # rewarded, so an image's gradient fades only once it is fitted (docs/log/leakage.md).
   "mse": {"victim": {"loss": "mse"}},
   # The default before the tuning of 2026-11-26 (span unweighted, 2n, lr_x, lambda_min).
   "plain": dict(span_whiten=0.0, m_per_sample=2, lr_x="3e-3:1e-1:log", lam_min="0.2:0.7:lin"),

@@ -19,7 +19,7 @@ Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
           ranges (set victim.dataset and data_dir to your MNIST/CIFAR-10 folder)
   paper_mnist5k  the same on the embedded mnist5k digits, their n = 500 (250 odd + 250
           even), without the attacker's own scores; made for an accelerator (about 14 min
-          projected on one H200, docs/leakage.md)
+          projected on one H200, docs/log/leakage.md)
 
 Ranges are ``VALUE`` or ``LO:HI[:log|lin]``, one draw per restart.  The settings, defaults
 and meanings are the library's (``recon_jax.job.settings``); a preset overrides some.

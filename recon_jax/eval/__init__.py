@@ -8,7 +8,11 @@
   agreement, leave-one-out, margin); :mod:`recon_jax.eval.stability`: the
   stability score (re-runs the attack); :mod:`recon_jax.eval.ranking`: ROC AUC
   and precision@k of a score against the truth.
-* :mod:`recon_jax.eval.report`: the one evaluation every attack's candidates
+* :mod:`recon_jax.eval.trusted`: whether those scores tell the real reconstructions, measured
+  against the truth (ROC AUC, precision@k; the candidates a fixed score trusts most).
+* :mod:`recon_jax.eval.identifiability`: whether the training set fits the attack's
+  equations best, against the candidates and a family of other exact fits.
+* :mod:`recon_jax.eval.evaluation`: the one evaluation every attack's candidates
   go through, as a JSON-able report dict (figures are drawn by
   :mod:`recon_jax.io.plots`).
 * :mod:`recon_jax.eval.membership`: every given image, training or held-out, scored by

@@ -4,8 +4,8 @@ set and of the restarts, the evaluation and its baselines, and the attacker's ow
 :func:`score_run` is what a reconstruction job calls once its search (or the attack that
 reads its candidates off theta*) is done; each piece stays callable on its own
 (:func:`recon_jax.eval.identifiability.identifiability`,
-:func:`recon_jax.eval.report.evaluate_candidates`,
-:func:`recon_jax.eval.identification.identification_report`).
+:func:`recon_jax.eval.evaluation.evaluate_candidates`,
+:func:`recon_jax.eval.trusted.identification_report`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.core import progress
-from recon_jax.eval import diagnostics, identifiability, identification, membership
-from recon_jax.eval import report as evaluation
+from recon_jax.eval import diagnostics, evaluation, identifiability, membership, trusted
 from recon_jax.types import Target
 
 
@@ -184,9 +183,9 @@ def score_run(
   (:func:`identifiability_report`; a run without a search, ``run`` None, is scored as one
   restart with its candidates' own ``labels``, and without them only the truth and its
   family are), the evaluation
-  (:func:`recon_jax.eval.report.evaluate_candidates`, ``ssim_threshold`` and ``seed``) and,
+  (:func:`recon_jax.eval.evaluation.evaluate_candidates`, ``ssim_threshold`` and ``seed``) and,
   with ``identify`` and a search, how well the attacker's own scores pick out the real
-  candidates (:func:`recon_jax.eval.identification.identification_report` of the ``attack``
+  candidates (:func:`recon_jax.eval.trusted.identification_report` of the ``attack``
   that ran, its last stage's ``hparams``, ``normalize``, and ``stability_candidates``
   re-run; 0: no stability score).  ``also``: more images the attacker read (the cone's, and
   what it read again from the search's candidates), scored beside the restarts (the
@@ -236,7 +235,7 @@ def score_run(
     )
     t0 = time.time()
     progress.phase("the attacker's own scores")
-    ident_report = identification.identification_report(
+    ident_report = trusted.identification_report(
       attack,
       run,
       hparams,

@@ -228,7 +228,7 @@ def trusted_figure(
 ) -> None:
   """The candidates an attacker would trust most (by its pre-registered score), over the truth.
 
-  ``identification`` is the report of :func:`recon_jax.eval.identification.identification_report`;
+  ``identification`` is the report of :func:`recon_jax.eval.trusted.identification_report`;
   ``candidates`` [R, m, H, W, C] and ``x_train`` in pixel space.  Each column: a trusted
   candidate (its score, and whether it is a strict recovery), under it the training image it
   resembles most.

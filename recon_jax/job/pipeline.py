@@ -24,8 +24,7 @@ from recon_jax import attacks, data
 from recon_jax.attacks import search, span
 from recon_jax.core import progress
 from recon_jax.engine import loop, precision
-from recon_jax.eval import report as evaluation
-from recon_jax.eval import scoring, verdict
+from recon_jax.eval import evaluation, scoring, verdict
 from recon_jax.job import estimate, planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates
 from recon_jax.job.settings import JobConfig
@@ -226,7 +225,7 @@ def _handed_over(why: str, then: Plan, groups: list) -> dict:
 
 def _span_ceiling(seen: dict, target: Target, ds, ssim_threshold) -> Optional[dict]:
   """With a known theta_0 and a change confined to a span narrower than the input: how
-  many training images that span holds (:func:`recon_jax.eval.report.span_ceiling`), the
+  many training images that span holds (:func:`recon_jax.eval.evaluation.span_ceiling`), the
   most a reader of the first layer's change recovers; None elsewhere."""
   info = seen.get("span") or {}
   if not seen.get("known_init") or info.get("rule") == "all":

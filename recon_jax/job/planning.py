@@ -25,7 +25,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job import settings
 from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
-from recon_jax.victims import loading, readers, recipe, victim
+from recon_jax.victims import loading, recipe, state_dicts, victim
 
 RANGE_NAMES = sweep.RANGE_NAMES
 
@@ -70,7 +70,7 @@ def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.Vi
   and data provenance), and that is the one used; ``requested`` (victim
   settings the user set explicitly, ``{field: value}``) must agree with it.
   """
-  if not cfg.checkpoint or readers.is_foreign(cfg.checkpoint):
+  if not cfg.checkpoint or state_dicts.is_foreign(cfg.checkpoint):
     return recipe.of_settings(cfg.victim)
   return loading.open_checkpoint(cfg.checkpoint, requested).recipe
 
@@ -528,7 +528,7 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
       "init_checkpoint",
     )
   if cfg.init_checkpoint:
-    readers.require_file(cfg.init_checkpoint, "initial parameters")
+    state_dicts.require_file(cfg.init_checkpoint, "initial parameters")
 
 
 def check_widths(cfg) -> None:

@@ -29,7 +29,7 @@ from recon_jax.victims.recipe import VictimConfig
 # fitted with the gradients taken halfway between them, the candidates as coefficients in
 # the span of the first layer's change with its directions weighted by (s_j/s_1)^-0.5,
 # 3n candidates, Adam with the surrogate's sharpness annealed to 200, lambda_min from 0
-# (docs/leakage.md: the levers compared on paired draws 10-14).
+# (docs/log/leakage.md: the levers compared on paired draws 10-14).
 KNOWN_INIT_ATTACK = dict(
   known_init=True,
   linearize=0.5,
@@ -45,7 +45,7 @@ KNOWN_INIT_ATTACK = dict(
 # The search the cone hands over to on a network of two or more hidden layers: those
 # settings with 4 restarts of 2000 steps, a sixth of the job's default budget, because a step
 # costs several times one hidden layer's there, every restart starts from the images the cone
-# read and only the rest is left to find (docs/leakage.md: "A cheaper search after the cone at depth";
+# read and only the rest is left to find (docs/log/leakage.md: "A cheaper search after the cone at depth";
 # on one hidden layer the default budget reads about one image more).
 DEEP_HANDOVER_SEARCH = dict(KNOWN_INIT_ATTACK, num_restarts=4, steps=2000)
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError
-from recon_jax.victims import models, readers
+from recon_jax.victims import models, state_dicts
 
 INPUT_LAYOUTS = ("nchw", "nhwc")
 
@@ -447,7 +447,7 @@ def load_foreign(
     CheckpointError with a one-line message naming the file; ConfigError for
     an argument outside its domain (see :func:`from_state_dict`).
   """
-  fmt, sd = readers.read(path)
+  fmt, sd = state_dicts.read(path)
   return from_state_dict(
     sd,
     input_shape=input_shape,
@@ -464,7 +464,7 @@ def load_foreign(
 def first_layer_input(path: str) -> tuple[str, int]:
   """What the first layer of a safetensors or PyTorch model takes: ``('conv', channels)``
   or ``('dense', inputs)``, read from the tensors' shapes (no network is built)."""
-  return first_layer_of(readers.read(path)[1], path)
+  return first_layer_of(state_dicts.read(path)[1], path)
 
 
 def first_layer_of(sd: Mapping[str, np.ndarray], source: str) -> tuple[str, int]:
@@ -483,7 +483,7 @@ def load_data_mean(path: str, input_shape) -> np.ndarray:
       mean = np.load(f, allow_pickle=False)
   except (OSError, ValueError) as e:
     raise ConfigError(
-      f"{path} is not a readable .npy file ({readers.one_line(e)}).", argument="data_mean"
+      f"{path} is not a readable .npy file ({state_dicts.one_line(e)}).", argument="data_mean"
     ) from None
   h, w, c = input_shape
   if mean.shape == (c, h, w) and (c, h, w) != (h, w, c):

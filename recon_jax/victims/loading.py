@@ -25,7 +25,7 @@ from recon_jax.data import user
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint as ckpt
 from recon_jax.types import Target, float_dtype
-from recon_jax.victims import cache, importers, models, readers, recipe, victim
+from recon_jax.victims import cache, importers, models, recipe, state_dicts, victim
 from recon_jax.victims.victim import Victim
 
 
@@ -182,7 +182,7 @@ def read_init(path: str, template, *, input_shape=None, input_layout="nchw", str
     CheckpointError naming ``path``.
   """
   where = f"{path} (the initial parameters)"
-  if readers.detect_format(path) == "msgpack":
+  if state_dicts.detect_format(path) == "msgpack":
     params, _ = ckpt.load(path)
   else:
     params = importers.load_foreign(
@@ -249,7 +249,7 @@ def resolve(
   ``checkpoint`` (``foreign``), used as it is, ``given`` (the victim fields the user set)
   may not say how to build or train it (:func:`recon_jax.victims.recipe.check_imported`).
   """
-  foreign = bool(checkpoint) and readers.is_foreign(checkpoint)
+  foreign = bool(checkpoint) and state_dicts.is_foreign(checkpoint)
   if checkpoint and not foreign:
     stored = open_checkpoint(checkpoint, requested)
     return stored.recipe, False, stored
@@ -336,7 +336,7 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
   """:func:`read` of a PyTorch or safetensors model: the file read once, its first layer
   fitting the user's images, the images shifted by its training mean, its hidden layers
   ``widths`` wide (None: any)."""
-  fmt, sd = readers.read(path)
+  fmt, sd = state_dicts.read(path)
   if dataset is not None:
     ds = dataset
   elif images is not None:

@@ -13,8 +13,8 @@ from experiments.configs import reconstruct as configs
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import identification as ident
 from recon_jax.eval import selection, stability
+from recon_jax.eval import trusted as ident
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import JobConfig
 from recon_jax.victims import loading, models, victim

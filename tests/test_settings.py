@@ -29,6 +29,49 @@ def test_every_setting_says_what_it_is():
   assert base <= set(efficacy_configs.HELP)
 
 
+def test_every_config_class_declares_each_setting_once_with_a_rule_and_a_meaning():
+  """The job, its foreign section, a victim's recipe and every attack's options: each field is
+  a ``rules.setting`` (default, meaning, rule), and the tables are read off those fields."""
+  from recon_jax import attacks
+  from recon_jax.core import rules
+  from recon_jax.victims import recipe
+
+  classes = [settings.JobConfig, settings.Foreign, recipe.VictimConfig]
+  classes += [spec.options for spec in attacks.specs().values()]
+  for cls in classes:
+    assert rules.undeclared(cls, sections=("victim", "foreign")) == [], cls.__name__
+  assert settings.RULES == rules.rules_of(settings.JobConfig)
+  assert settings.FOREIGN_RULES == rules.rules_of(settings.Foreign)
+  assert recipe.RULES == rules.rules_of(recipe.VictimConfig)
+  assert recipe.HELP == rules.meanings_of(recipe.VictimConfig)
+  assert recipe.ADDED_FIELDS["pretrain_epochs"] == 0 and "lr" not in recipe.ADDED_FIELDS
+  assert recipe.OPTIONAL["batch_size"] is int and recipe.OPTIONAL["init_std"] is float
+
+
+def test_a_setting_declared_once_gives_every_table_and_a_plain_field_is_named():
+  from recon_jax.core import rules
+  from recon_jax.core.rules import Rule, setting
+
+  @dataclasses.dataclass(frozen=True)
+  class Planted:
+    size: int = setting(3, "how many", Rule("int", low=1))
+    scale: float = setting(None, "how far (unset: auto)", Rule("float", optional=True))
+    late: str = setting("a", "added after the cache keys", Rule("str"), added=True)
+    plain: int = 0  # no rule, no meaning
+
+  assert rules.rules_of(Planted) == {
+    "size": Rule("int", low=1),
+    "scale": Rule("float", optional=True),
+    "late": Rule("str"),
+  }
+  assert rules.meanings_of(Planted)["scale"] == "how far (unset: auto)"
+  assert rules.unset_types(Planted) == {"scale": float}
+  assert rules.added_defaults(Planted) == {"late": "a"}
+  assert rules.undeclared(Planted) == ["plain"]
+  with pytest.raises(ValueError, match="immutable"):
+    setting([1, 2], "a list", Rule("ints"))
+
+
 def test_overrides_and_unknown_names():
   c = rj.reconstruct_config(steps=7, victim={"n_per_class": 3}, foreign={"stride": 2})
   assert (c.steps, c.victim.n_per_class, c.foreign.stride, c.foreign.padding) == (7, 3, 2, 0)

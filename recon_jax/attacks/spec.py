@@ -3,7 +3,8 @@
 An attack is an objective plus its state (:class:`recon_jax.types.Attack`); to run in the
 main job it also says how to build itself, which settings it refuses, which per-restart
 hyperparameters it reads and how much memory a restart's state takes.  Its options are a
-frozen dataclass of its own (:func:`option` fields: default, meaning and rule), which the
+frozen dataclass of its own (:func:`recon_jax.core.rules.setting` fields: default, meaning and
+rule), which the
 main job's settings (:class:`recon_jax.job.settings.JobConfig`) take in as flat settings
 (``--config.NAME``).  Each attack module registers one :class:`AttackSpec` with
 :func:`register`; the package (:mod:`recon_jax.attacks`) imports every module in it, so
@@ -17,18 +18,12 @@ import types
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 from recon_jax.core import rules
-from recon_jax.core.rules import Rule
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 
-
-def option(default, meaning: str, rule: Rule, unset: Optional[type] = None):
-  """A field of an attack's options: its default, its meaning (``--help``) and what it may
-  hold (``rule``, checked with the job's other settings); ``unset``: the type of an option
-  that defaults to None."""
-  return dataclasses.field(
-    default=default, metadata={"help": meaning, "rule": rule, "unset": unset}
-  )
+# A field of an attack's options: its default, its meaning (``--help``) and what it may hold
+# (its rule, checked with the job's other settings), declared once as every setting is.
+option = rules.setting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +31,7 @@ class NoOptions:
   """The options of an attack that has none of its own."""
 
 
-def rules_of(options: type) -> dict:
-  """``{name: Rule}`` of an options class's fields."""
-  return {f.name: f.metadata["rule"] for f in dataclasses.fields(options)}
+rules_of = rules.rules_of  # {name: Rule} of an options class's fields
 
 
 def check_rules(values, options: type) -> None:

@@ -8,10 +8,19 @@ range), a string (of given choices), a path, a range (``VALUE`` or ``LO:HI[:log|
 set away from its default while that feature is off, it would change nothing, and is
 refused.  :func:`check_value` and :func:`check_all` raise a
 :class:`~recon_jax.errors.ConfigError` whose ``argument`` is the setting's name.
+
+Every setting of the library is declared once, with :func:`setting`: a dataclass field that
+holds its default, its meaning and its rule.  A config class (the main job's, its sections,
+a victim's recipe, an attack's options) is such fields and nothing else; its tables (rules,
+meanings, the types of settings that may be unset, the fields added since a cache key was
+first written) are read off it by :func:`rules_of`, :func:`meanings_of`,
+:func:`unset_types` and :func:`added_defaults`, and :func:`undeclared` names a field that
+lacks one of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple, Union
 
@@ -208,3 +217,61 @@ def check_features(
         f"(leave it at {defaults[name]!r}).",
         full,
       )
+
+
+# --------------------------------------------------------------------------
+# Settings declared once: a field with its default, meaning and rule.
+# --------------------------------------------------------------------------
+_UNSET_TYPE = {"int": int, "float": float, "str": str, "path": str, "range": str}
+
+
+def setting(default, meaning: str, rule: Rule, *, added: bool = False):
+  """One setting of a config dataclass: its ``default``, its ``meaning`` (what ``--help``
+  says), its ``rule`` (what it may hold; ``rule.optional`` for one that may be unset, None)
+  and ``added``: declared after a cache key was first written from this class, so that at its
+  default it stays out of the key (older victims keep theirs)."""
+  if isinstance(default, (list, dict, set)):
+    raise ValueError(f"a setting's default must be immutable, got {default!r}.")
+  return dataclasses.field(
+    default=default, metadata={"help": meaning, "rule": rule, "added": added}
+  )
+
+
+def _declared(cls) -> tuple:
+  return tuple(f for f in dataclasses.fields(cls) if "rule" in f.metadata)
+
+
+def rules_of(cls) -> dict:
+  """``{name: Rule}`` of the settings ``cls`` declares (its sections' are their own)."""
+  return {f.name: f.metadata["rule"] for f in _declared(cls)}
+
+
+def meanings_of(cls) -> dict:
+  """``{name: meaning}`` of the settings ``cls`` declares."""
+  return {f.name: f.metadata["help"] for f in _declared(cls)}
+
+
+def unset_types(cls) -> dict:
+  """``{name: type}`` of the settings of ``cls`` that may be unset (None): a ConfigDict holds
+  them as typed placeholders."""
+  return {
+    f.name: _UNSET_TYPE[f.metadata["rule"].kind]
+    for f in _declared(cls)
+    if f.metadata["rule"].optional
+  }
+
+
+def added_defaults(cls) -> dict:
+  """``{name: default}`` of the settings of ``cls`` declared ``added``."""
+  return {f.name: f.default for f in _declared(cls) if f.metadata["added"]}
+
+
+def undeclared(cls, sections=()) -> list:
+  """The fields of ``cls`` (but its ``sections``, configs of their own) that lack a rule or a
+  meaning: each setting is declared with :func:`setting`."""
+  return [
+    f.name
+    for f in dataclasses.fields(cls)
+    if f.name not in sections
+    and not (isinstance(f.metadata.get("rule"), Rule) and str(f.metadata.get("help", "")).strip())
+  ]

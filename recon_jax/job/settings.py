@@ -16,9 +16,8 @@ from typing import Optional
 import ml_collections
 from ml_collections import config_dict
 
-from recon_jax.attacks.spec import rules_of
 from recon_jax.core import rules
-from recon_jax.core.rules import INT32_MAX, Rule
+from recon_jax.core.rules import INT32_MAX, Rule, setting
 from recon_jax.errors import ConfigError
 from recon_jax.victims import recipe
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
@@ -50,10 +49,24 @@ KNOWN_INIT_ATTACK = dict(
 DEEP_HANDOVER_SEARCH = dict(KNOWN_INIT_ATTACK, num_restarts=4, steps=2000)
 
 
-def _setting(default, meaning: str, unset: Optional[type] = None):
-  """A setting's field: its default and meaning (``unset``: the type of a setting that
-  defaults to None)."""
-  return dataclasses.field(default=default, metadata={"help": meaning, "unset": unset})
+def _choices(module: str, name: str):
+  """The valid values of a setting, read from the module that defines them when checked."""
+
+  def get():
+    import importlib
+
+    return tuple(getattr(importlib.import_module(module), name))
+
+  return get
+
+
+def _attack_names():
+  from recon_jax import attacks
+
+  return tuple(sorted(attacks.specs()))
+
+
+_B, _P = Rule("bool"), Rule("path")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +77,22 @@ class Foreign:
     _refuse_unknown(cls, given, "foreign.")
     return super().__new__(cls)
 
-  data_mean: str = _setting(
-    "", ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)"
+  data_mean: str = setting(
+    "",
+    ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)",
+    Rule("path", feature="foreign"),
   )
-  input_layout: str = _setting("nchw", "how the model flattened conv features (PyTorch: nchw)")
-  stride: int = _setting(1, "conv stride (PyTorch's default)")
-  padding: int = _setting(0, "conv padding (PyTorch's default)")
+  input_layout: str = setting(
+    "nchw",
+    "how the model flattened conv features (PyTorch: nchw)",
+    Rule("str", choices=("nchw", "nhwc"), feature="foreign"),
+  )
+  stride: int = setting(
+    1, "conv stride (PyTorch's default)", Rule("int", low=1, high=1024, feature="foreign")
+  )
+  padding: int = setting(
+    0, "conv padding (PyTorch's default)", Rule("int", low=0, high=1024, feature="foreign")
+  )
 
   def __post_init__(self):  # a wrong type or range is refused where the section is built
     rules.check_all(
@@ -125,81 +148,195 @@ class JobConfig(*ATTACK_OPTIONS):
   """
 
   victim: VictimConfig = dataclasses.field(default_factory=VictimConfig)
-  checkpoint: str = _setting(
+  checkpoint: str = setting(
     "",
     "attack this victim file instead of training one: recon_jax's victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors",
+    _P,
   )
   foreign: Foreign = dataclasses.field(default_factory=Foreign)
-  data_dir: str = _setting("", "folder with MNIST/CIFAR files (never downloaded)")
-  train_data: str = _setting(
+  data_dir: str = setting("", "folder with MNIST/CIFAR files (never downloaded)", _P)
+  train_data: str = setting(
     "",
     "the checkpoint's own training images: an ImageFolder folder, an .npz (x, y) or "
     "MNIST/CIFAR files ('' the victim's dataset draw)",
+    _P,
   )
-  heldout_data: str = _setting(
-    "", "held-out images of the same distribution, same formats (needed with train_data)"
+  heldout_data: str = setting(
+    "", "held-out images of the same distribution, same formats (needed with train_data)", _P
   )
-  image_size: str = _setting(
-    "", "HxW: resize train_data/heldout_data images to this ('' as they are)"
+  image_size: str = setting(
+    "",
+    "HxW: resize train_data/heldout_data images to this ('' as they are)",
+    Rule("str", feature="user_data"),
   )
-  allow_data_mismatch: bool = _setting(False, "attack a checkpoint trained on other images (warns)")
-  attack: str = _setting("kkt", _attack_meaning())
-  problem: str = _setting("auto", "auto (from victim.loss) | binary | multiclass | general")
-  num_restarts: int = _setting(16, "restarts R, batched in one compiled program")
-  steps: int = _setting(4000, "optimisation steps per restart")
-  chunk_steps: int = _setting(1000, "steps per compiled chunk, between progress lines and saves")
-  m: int = _setting(0, "candidates per restart (0: m_per_sample x n)")
-  m_per_sample: int = _setting(2, "candidates per training sample when m = 0 (Haim et al.: 2)")
-  init: str = _setting("gaussian", "x-init: gaussian | uniform | ground_truth | partition | mix")
-  sweep: str = _setting("random", "random (the ranges below) | paper (Haim et al. App. B ranges)")
-  lr_x: str = _setting("0.03:0.6:log", "candidates' learning rate (range: one draw per restart)")
-  lr_lam: str = _setting("1e-4:1e-2:log", "multipliers' (lambda) learning rate")
-  sigma_x: str = _setting("1e-4:1e-2:log", "std of the candidates' Gaussian starting points")
-  alpha: str = _setting("10:40:lin", "surrogate ReLU sharpness")
-  lam_min: str = _setting(
-    "0.2:0.7:lin", "lambda below this is penalised (the KKT lambda >= 0 term)"
+  allow_data_mismatch: bool = setting(
+    False,
+    "attack a checkpoint trained on other images (warns)",
+    Rule("bool", feature="own_checkpoint"),
   )
-  refine_steps: int = _setting(0, "a sharp-alpha refinement stage after `steps` (0: off)")
-  refine_alpha: float = _setting(200.0, "the refinement stage's alpha (sharper: closer to ReLU)")
-  refine_lr_scale: float = _setting(0.1, "the refinement stage's learning rates, times this")
-  anneal_alpha: float = _setting(
-    0.0, "> 0: alpha rises geometrically to this over `steps` (0: fixed)"
+  attack: str = setting("kkt", _attack_meaning(), Rule("str", choices=_attack_names))
+  problem: str = setting(
+    "auto",
+    "auto (from victim.loss) | binary | multiclass | general",
+    Rule("str", choices=lambda: ("auto", "binary", "multiclass", "general")),
   )
-  anneal_stages: int = _setting(
-    8, "how many steps of that rise (each a stage of steps/anneal_stages)"
+  num_restarts: int = setting(
+    16,
+    "restarts R, batched in one compiled program",
+    Rule("int", low=1, feature="search", explicit_only=True),
   )
-  known_init: bool = _setting(
+  steps: int = setting(
+    4000,
+    "optimisation steps per restart",
+    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+  )
+  chunk_steps: int = setting(
+    1000,
+    "steps per compiled chunk, between progress lines and saves",
+    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+  )
+  m: int = setting(
+    0,
+    "candidates per restart (0: m_per_sample x n)",
+    Rule("int", low=0, high=INT32_MAX, note="0: m_per_sample x n"),
+  )
+  m_per_sample: int = setting(
+    2,
+    "candidates per training sample when m = 0 (Haim et al.: 2)",
+    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+  )
+  init: str = setting(
+    "gaussian",
+    "x-init: gaussian | uniform | ground_truth | partition | mix",
+    Rule(
+      "str",
+      choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),
+      feature="search",
+      explicit_only=True,
+    ),
+  )
+  sweep: str = setting(
+    "random",
+    "random (the ranges below) | paper (Haim et al. App. B ranges)",
+    Rule("str", choices=("random", "paper"), feature="search", explicit_only=True),
+  )
+  lr_x: str = setting(
+    "0.03:0.6:log",
+    "candidates' learning rate (range: one draw per restart)",
+    Rule("range", feature="first_order"),
+  )
+  lr_lam: str = setting(
+    "1e-4:1e-2:log", "multipliers' (lambda) learning rate", Rule("range", feature="lr_lam")
+  )
+  sigma_x: str = setting(
+    "1e-4:1e-2:log",
+    "std of the candidates' Gaussian starting points",
+    Rule("range", feature="search"),
+  )
+  alpha: str = setting("10:40:lin", "surrogate ReLU sharpness", Rule("range", feature="alpha"))
+  lam_min: str = setting(
+    "0.2:0.7:lin",
+    "lambda below this is penalised (the KKT lambda >= 0 term)",
+    Rule("range", feature="lam_min"),
+  )
+  refine_steps: int = setting(
+    0,
+    "a sharp-alpha refinement stage after `steps` (0: off)",
+    Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  )
+  refine_alpha: float = setting(
+    200.0,
+    "the refinement stage's alpha (sharper: closer to ReLU)",
+    Rule("float", low=0, high=1e6, low_open=True, feature="refine"),
+  )
+  refine_lr_scale: float = setting(
+    0.1,
+    "the refinement stage's learning rates, times this",
+    Rule("float", low=0, high=1e3, low_open=True, feature="refine"),
+  )
+  anneal_alpha: float = setting(
+    0.0,
+    "> 0: alpha rises geometrically to this over `steps` (0: fixed)",
+    Rule("float", low=0, high=1e6, note="0: fixed", feature="alpha"),
+  )
+  anneal_stages: int = setting(
+    8,
+    "how many steps of that rise (each a stage of steps/anneal_stages)",
+    Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
+  )
+  known_init: bool = setting(
     False,
     "the attacker knows theta_0, the weights training started from (a public checkpoint or "
     "seed), and fits theta* - theta_0",
+    Rule("bool", feature="known_init_attack"),
   )
-  init_checkpoint: str = _setting(
+  init_checkpoint: str = setting(
     "",
     "known_init: theta_0 from this file (the checkpoint's formats; '' the victim's own: "
     "stored with it, or re-created from its recipe)",
+    Rule("path", feature="known_init"),
   )
-  linearize: float = _setting(
+  linearize: float = setting(
     1.0,
     "known_init: gradients taken at theta_0 + linearize (theta* - theta_0) (1: theta*)",
+    Rule("float", low=0, high=1, feature="known_init"),
   )
-  identify: bool = _setting(True, "attacker-side scores: which candidates would an attacker trust?")
-  identify_stability_candidates: int = _setting(
-    64, "candidates re-run for the stability score (0: none)"
+  identify: bool = setting(
+    True, "attacker-side scores: which candidates would an attacker trust?", _B
   )
-  optimizer: str = _setting("sgd", "sgd (momentum 0.9) | adam")
-  w_prior: float = _setting(1.0, "weight of the pixel-box prior (>= 0)")
-  normalize: str = _setting("mean", "mean (1/m, the reference code) | sum (the paper's eq. 6)")
-  batching: str = _setting("auto", "auto (map on CPU, vmap on GPU/TPU) | vmap | map")
-  ssim_threshold: Optional[float] = _setting(None, "strict recovery; default by image size", float)
-  seed: int = _setting(0, "seed of the hyperparameter draws and starting points")
-  use_cache: bool = _setting(True, "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)")
-  x64: bool = _setting(False, "float64 everywhere (slower; for the stationarity floor)")
-  max_memory_gb: float = _setting(
-    0.0, "refuse a sweep whose restart state needs more (0: free memory)"
+  identify_stability_candidates: int = setting(
+    64,
+    "candidates re-run for the stability score (0: none)",
+    Rule("int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"),
   )
-  matmul_precision: str = _setting("default", "default | high | highest")
-  save_every: int = _setting(1, "save state.msgpack every N chunks (0: never)")
-  distributed: bool = _setting(False, "jax.distributed.initialize() first (multi-host sweeps)")
+  optimizer: str = setting(
+    "sgd",
+    "sgd (momentum 0.9) | adam",
+    Rule("str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"),
+  )
+  w_prior: float = setting(
+    1.0, "weight of the pixel-box prior (>= 0)", Rule("float", low=0, high=1e6)
+  )
+  normalize: str = setting(
+    "mean",
+    "mean (1/m, the reference code) | sum (the paper's eq. 6)",
+    Rule("str", choices=("mean", "sum")),
+  )
+  batching: str = setting(
+    "auto",
+    "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
+    Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
+  )
+  ssim_threshold: Optional[float] = setting(
+    None,
+    "strict recovery; default by image size",
+    Rule("float", low=0, high=1, low_open=True, optional=True),
+  )
+  seed: int = setting(
+    0, "seed of the hyperparameter draws and starting points", Rule("int", low=0, high=2**32 - 1)
+  )
+  use_cache: bool = setting(
+    True,
+    "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)",
+    Rule("bool", feature="trains"),
+  )
+  x64: bool = setting(False, "float64 everywhere (slower; for the stationarity floor)", _B)
+  max_memory_gb: float = setting(
+    0.0,
+    "refuse a sweep whose restart state needs more (0: free memory)",
+    Rule("float", low=0, high=1e9, note="0: this machine's memory"),
+  )
+  matmul_precision: str = setting(
+    "default",
+    "default | high | highest",
+    Rule("str", choices=_choices("recon_jax.engine.precision", "MATMUL_PRECISIONS")),
+  )
+  save_every: int = setting(
+    1,
+    "save state.msgpack every N chunks (0: never)",
+    Rule("int", low=0, high=INT32_MAX, note="0: never"),
+  )
+  distributed: bool = setting(False, "jax.distributed.initialize() first (multi-host sweeps)", _B)
 
   def __new__(cls, *args, **given):  # an unknown name is one line naming it, not a TypeError
     _refuse_unknown(cls, given)
@@ -258,95 +395,16 @@ def _refuse_unknown(cls, given, prefix: str = "") -> None:
     )
 
 
-def _choices(module: str, name: str):
-  """The valid values of a setting, read from the module that defines them when checked."""
-
-  def get():
-    import importlib
-
-    return tuple(getattr(importlib.import_module(module), name))
-
-  return get
-
-
-def _attack_names():
-  from recon_jax import attacks
-
-  return tuple(sorted(attacks.specs()))
-
-
-_B, _P = Rule("bool"), Rule("path")
-# What every setting of the main job may hold (:class:`recon_jax.core.rules.Rule`): its type and
-# range, and the feature it belongs to (refused away from its default while that is off;
-# the features are decided in recon_jax.job.planning.features).  The attacks' options
-# carry their own (their fields' ``rule``) and join the table below.  A test walks it.
-RULES = {
-  "checkpoint": _P,
-  "data_dir": _P,
-  "train_data": _P,
-  "heldout_data": _P,
-  "image_size": Rule("str", feature="user_data"),
-  "allow_data_mismatch": Rule("bool", feature="own_checkpoint"),
-  "attack": Rule("str", choices=_attack_names),
-  "problem": Rule("str", choices=lambda: ("auto", "binary", "multiclass", "general")),
-  "num_restarts": Rule("int", low=1, feature="search", explicit_only=True),
-  "steps": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-  "chunk_steps": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-  "m": Rule("int", low=0, high=INT32_MAX, note="0: m_per_sample x n"),
-  "m_per_sample": Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-  "init": Rule(
-    "str",
-    choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),
-    feature="search",
-    explicit_only=True,
-  ),
-  "sweep": Rule("str", choices=("random", "paper"), feature="search", explicit_only=True),
-  "lr_x": Rule("range", feature="first_order"),
-  "lr_lam": Rule("range", feature="lr_lam"),
-  "sigma_x": Rule("range", feature="search"),
-  "alpha": Rule("range", feature="alpha"),
-  "lam_min": Rule("range", feature="lam_min"),
-  "refine_steps": Rule("int", low=0, high=INT32_MAX, note="0: off"),
-  "refine_alpha": Rule("float", low=0, high=1e6, low_open=True, feature="refine"),
-  "refine_lr_scale": Rule("float", low=0, high=1e3, low_open=True, feature="refine"),
-  "anneal_alpha": Rule("float", low=0, high=1e6, note="0: fixed", feature="alpha"),
-  # presets set it for the runs that anneal; refused when you set it on a run that does not
-  "anneal_stages": Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
-  "known_init": Rule("bool", feature="known_init_attack"),
-  "init_checkpoint": Rule("path", feature="known_init"),
-  "linearize": Rule("float", low=0, high=1, feature="known_init"),
-  "identify": _B,
-  "identify_stability_candidates": Rule(
-    "int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"
-  ),
-  "optimizer": Rule(
-    "str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"
-  ),
-  "w_prior": Rule("float", low=0, high=1e6),
-  "normalize": Rule("str", choices=("mean", "sum")),
-  "batching": Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
-  "ssim_threshold": Rule("float", low=0, high=1, low_open=True, optional=True),
-  "seed": Rule("int", low=0, high=2**32 - 1),
-  "use_cache": Rule("bool", feature="trains"),
-  "x64": _B,
-  "max_memory_gb": Rule("float", low=0, high=1e9, note="0: this machine's memory"),
-  "matmul_precision": Rule(
-    "str", choices=_choices("recon_jax.engine.precision", "MATMUL_PRECISIONS")
-  ),
-  "save_every": Rule("int", low=0, high=INT32_MAX, note="0: never"),
-  "distributed": _B,
-}
-_OWN = {name: rule for cls in ATTACK_OPTIONS for name, rule in rules_of(cls).items()}
-if set(_OWN) & set(RULES):  # JobConfig's own field would hide the attack's silently
-  raise ValueError(f"attack options {sorted(set(_OWN) & set(RULES))} are settings of the job.")
-RULES.update(_OWN)
+# What every setting of the main job may hold, read off its declarations (each field's
+# ``setting(default, meaning, rule)``; the attacks' options are inherited fields with their
+# own); the features a rule names are decided in recon_jax.job.planning.features.
+RULES = rules.rules_of(JobConfig)
+_OWN_NAMES = set(JobConfig.__dict__.get("__annotations__", {})) - {"victim", "foreign"}
+_HIDDEN = sorted(_OWN_NAMES & {n for cls in ATTACK_OPTIONS for n in rules.rules_of(cls)})
+if _HIDDEN:  # JobConfig's own field would hide the attack's silently
+  raise ValueError(f"attack options {_HIDDEN} are settings of the job.")
 # The foreign section's settings: read for a PyTorch or safetensors checkpoint only.
-FOREIGN_RULES = {
-  "data_mean": Rule("path", feature="foreign"),
-  "input_layout": Rule("str", choices=("nchw", "nhwc"), feature="foreign"),
-  "stride": Rule("int", low=1, high=1024, feature="foreign"),
-  "padding": Rule("int", low=0, high=1024, feature="foreign"),
-}
+FOREIGN_RULES = rules.rules_of(Foreign)
 
 
 def check_types(cfg: JobConfig) -> None:
@@ -378,12 +436,8 @@ def _rows(cls, prefix: str = ""):
 SETTINGS = tuple(_rows(JobConfig))
 # The type of each setting that defaults to None (a ConfigDict placeholder of that type).
 _UNSET = {
-  name: f.metadata["unset"]
-  for name, f in (
-    *((f.name, f) for f in dataclasses.fields(JobConfig)),
-    *((f"foreign.{f.name}", f) for f in dataclasses.fields(Foreign)),
-  )
-  if f.metadata.get("unset")
+  **rules.unset_types(JobConfig),
+  **{f"foreign.{k}": t for k, t in rules.unset_types(Foreign).items()},
 }
 
 HELP = {
@@ -423,9 +477,10 @@ def reconstruct_config(victim=None, **overrides) -> ml_collections.ConfigDict:
     section, _, leaf = name.rpartition(".")
     if section and section not in c:
       c[section] = ml_collections.ConfigDict()
-    unset = _UNSET.get(name)
-    value = config_dict.placeholder(unset) if unset else default
-    (c[section] if section else c)[leaf] = value  # a placeholder of its own per config
+    node = c[section] if section else c
+    if name in _UNSET:  # a typed placeholder of its own per config, then the default
+      node[leaf] = config_dict.placeholder(_UNSET[name])
+    node[leaf] = default
   unknown = sorted(set(overrides) - {n.partition(".")[0] for n, _, _ in SETTINGS})
   if unknown:
     raise KeyError(f"unknown settings {unknown}")

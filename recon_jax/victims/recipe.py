@@ -17,58 +17,152 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 from recon_jax import data
-from recon_jax.core import losses
-from recon_jax.core.rules import INT32_MAX, MAX_ITERATIONS, Rule
+from recon_jax.core import losses, rules
+from recon_jax.core.rules import INT32_MAX, MAX_ITERATIONS, Rule, setting
 from recon_jax.core.rules import problem as rule_problem
 from recon_jax.core.rules import same as _same
 from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.victims import models, train
 
+ARCHS = ("mlp", "affine", "one_hidden", "cnn")
+
+
+ACTIVATIONS = ("relu", "gelu", "softplus", "tanh", "identity", "surrogate_relu")
+
+
+ADAPTIVE = ("none", "loss", "grad")
+
+
+_STD = Rule("float", low=0, high=1e6, low_open=True, optional=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class VictimConfig:
   """Data, architecture and training recipe of a victim model."""
 
-  dataset: str = "lfw"
-  task: str = "binary"
-  n_per_class: int = 10
+  dataset: str = setting(
+    "lfw",
+    "digits | lfw | mnist5k (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
+    Rule("str"),
+  )
+  task: str = setting(
+    "binary",
+    "binary | multiclass (the labels follow loss: ce is multiclass)",
+    Rule("str", choices=data.TASKS),
+  )
+  n_per_class: int = setting(
+    10, "training images per class (the n the attack must find)", Rule("int", low=1, high=10**6)
+  )
   # Size of the disjoint public pool (the partition) per class: None, the dataset's default
   # (n_per_class, capped to what remains); set it to keep held-out images at large n.
-  n_part_per_class: Optional[int] = None
-  subtract_mean: bool = True
-  data_seed: int = 0
-  arch: str = "mlp"
-  widths: Sequence[int] = (256, 256)
-  bias: str = "first"
-  init: str = "normal"
-  init_std: Optional[float] = 0.003
-  first_layer_std: Optional[float] = 1e-4
-  init_gain: float = 1.0
-  activation: str = "relu"
-  loss: str = "logistic"
-  lr: float = 0.05
-  epochs: int = 10_000
-  weight_decay: float = 0.0
+  n_part_per_class: Optional[int] = setting(
+    None,
+    "public pool (partition) images per class (unset: the dataset's default)",
+    Rule("int", low=0, high=10**6, optional=True),
+    added=True,
+  )
+  subtract_mean: bool = setting(
+    True, "train on images minus their mean (as Haim et al.)", Rule("bool")
+  )
+  data_seed: int = setting(0, "seed of the training-image draw", Rule("int", low=0, high=2**32 - 1))
+  arch: str = setting("mlp", "mlp | affine | one_hidden | cnn", Rule("str", choices=ARCHS))
+  widths: Sequence[int] = setting(
+    (256, 256), "hidden widths (cnn: channels), e.g. 256,256", Rule("ints", low=1, high=10**6)
+  )
+  bias: str = setting(
+    "first", "biases in first | all | none of the layers", Rule("str", choices=models.BIAS_MODES)
+  )
+  init: str = setting(
+    "normal",
+    "weight init: normal | kaiming | uniform | torch",
+    Rule("str", choices=models.INIT_SCHEMES),
+  )
+  init_std: Optional[float] = setting(
+    0.003, "std of init=normal (or He's std override); unset: the scheme's", _STD
+  )
+  first_layer_std: Optional[float] = setting(
+    1e-4, "std of the first layer's weights (unset: as init)", _STD
+  )
+  init_gain: float = setting(
+    1.0, "multiplies the init scale", Rule("float", low=0, high=1e6, low_open=True)
+  )
+  activation: str = setting(
+    "relu", "relu | gelu | softplus | tanh | identity", Rule("str", choices=ACTIVATIONS)
+  )
+  loss: str = setting(
+    "logistic",
+    "logistic (binary) | ce (multiclass) | mse (regression)",
+    Rule("str", choices=losses.LOSSES),
+  )
+  lr: float = setting(
+    0.05, "gradient-descent learning rate (> 0)", Rule("float", low=0, low_open=True)
+  )
+  epochs: int = setting(10_000, "full-batch GD steps", Rule("int", low=1, high=INT32_MAX))
+  weight_decay: float = setting(
+    0.0, "L2 weight decay of the training energy (>= 0)", Rule("float", low=0, high=1e6)
+  )
   # Optional second phase (e.g. a short weight-decay phase that pulls theta*
   # towards the KKT direction); 0 epochs disables it.
-  wd_epochs: int = 0
-  wd: float = 0.0
-  momentum: float = 0.0
-  optimizer: str = "sgd"  # sgd (gradient descent; momentum if set) | adam
-  adaptive: str = "none"  # normalised GD: none | loss | grad (see train.TrainConfig)
-  batch_size: Optional[int] = None
-  loss_threshold: float = 0.0
-  seed: int = 0
+  wd_epochs: int = setting(
+    0,
+    "steps of an optional second phase with weight decay wd (0: off)",
+    Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  )
+  wd: float = setting(
+    0.0,
+    "weight decay of that second phase (>= 0)",
+    Rule("float", low=0, high=1e6, feature="wd_phase"),
+  )
+  momentum: float = setting(
+    0.0, "SGD momentum in [0, 1)", Rule("float", low=0, high=1, high_open=True, feature="sgd")
+  )
+  optimizer: str = setting(
+    "sgd",
+    "sgd (gradient descent, momentum if set) | adam",
+    Rule("str", choices=train.OPTIMIZERS),
+    added=True,
+  )  # sgd (gradient descent; momentum if set) | adam
+  adaptive: str = setting(
+    "none",
+    "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
+    Rule("str", choices=ADAPTIVE),
+  )  # normalised GD: none | loss | grad (see train.TrainConfig)
+  batch_size: Optional[int] = setting(
+    None, "minibatch size (unset: full batch)", Rule("int", low=1, high=INT32_MAX, optional=True)
+  )
+  loss_threshold: float = setting(
+    0.0,
+    "stop once the training loss is this low (0: run every epoch)",
+    Rule("float", low=0, high=1e6),
+  )
+  seed: int = setting(
+    0, "seed of the victim's initialisation and minibatches", Rule("int", low=0, high=2**32 - 1)
+  )
   # Optional last phase: L-BFGS on the weight-decay-regularised energy until
   # ||grad E|| <= converge_tol * ||theta|| (a stationary point, where the training
   # set solves the stationarity equations exactly); 0 disables it.
-  converge_tol: float = 0.0
-  converge_maxiter: int = 5000
+  converge_tol: float = setting(
+    0.0,
+    "last phase: L-BFGS to ||grad E|| <= this x ||theta|| (0: off; needs wd)",
+    Rule("float", low=0, high=1, high_open=True, note="0: off"),
+    added=True,
+  )
+  converge_maxiter: int = setting(
+    5000,
+    "L-BFGS iteration cap of that phase",
+    Rule("int", low=1, high=MAX_ITERATIONS, feature="converge"),
+    added=True,
+  )
   # theta_0, where training starts: the initialisation (0), or that initialisation first
   # trained this many epochs on the dataset's disjoint public pool (a pretrained model
   # fine-tuned on the private training set).
-  pretrain_epochs: int = 0
+  pretrain_epochs: int = setting(
+    0,
+    "theta_0: the init (0) or it pretrained this many epochs on a public pool",
+    Rule("int", low=0, high=INT32_MAX, note="0: none"),
+    added=True,
+  )
 
   def to_dict(self):
     d = dataclasses.asdict(self)
@@ -84,55 +178,16 @@ class VictimConfig:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-# Fields added after victims were first cached, with their defaults (see VictimConfig.key).
-ADDED_FIELDS = {
-  "converge_tol": 0.0,
-  "converge_maxiter": 5000,
-  "optimizer": "sgd",
-  "pretrain_epochs": 0,
-  "n_part_per_class": None,
-}
-
-
-# The victim's fields that may be unset (None), with their type.
-OPTIONAL = {
-  "init_std": float,
-  "first_layer_std": float,
-  "batch_size": int,
-  "n_part_per_class": int,
-}
-
-HELP = {
-  "dataset": "digits | lfw | mnist5k (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
-  "task": "binary | multiclass (the labels follow loss: ce is multiclass)",
-  "n_per_class": "training images per class (the n the attack must find)",
-  "n_part_per_class": "public pool (partition) images per class (unset: the dataset's default)",
-  "subtract_mean": "train on images minus their mean (as Haim et al.)",
-  "data_seed": "seed of the training-image draw",
-  "arch": "mlp | affine | one_hidden | cnn",
-  "widths": "hidden widths (cnn: channels), e.g. 256,256",
-  "bias": "biases in first | all | none of the layers",
-  "init": "weight init: normal | kaiming | uniform | torch",
-  "init_std": "std of init=normal (or He's std override); unset: the scheme's",
-  "first_layer_std": "std of the first layer's weights (unset: as init)",
-  "init_gain": "multiplies the init scale",
-  "activation": "relu | gelu | softplus | tanh | identity",
-  "loss": "logistic (binary) | ce (multiclass) | mse (regression)",
-  "lr": "gradient-descent learning rate (> 0)",
-  "epochs": "full-batch GD steps",
-  "weight_decay": "L2 weight decay of the training energy (>= 0)",
-  "wd_epochs": "steps of an optional second phase with weight decay wd (0: off)",
-  "wd": "weight decay of that second phase (>= 0)",
-  "momentum": "SGD momentum in [0, 1)",
-  "optimizer": "sgd (gradient descent, momentum if set) | adam",
-  "pretrain_epochs": "theta_0: the init (0) or it pretrained this many epochs on a public pool",
-  "adaptive": "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
-  "batch_size": "minibatch size (unset: full batch)",
-  "loss_threshold": "stop once the training loss is this low (0: run every epoch)",
-  "seed": "seed of the victim's initialisation and minibatches",
-  "converge_tol": "last phase: L-BFGS to ||grad E|| <= this x ||theta|| (0: off; needs wd)",
-  "converge_maxiter": "L-BFGS iteration cap of that phase",
-}
+# Read off VictimConfig's declarations (each field's ``setting(default, meaning, rule)``):
+# what every field may hold and the feature it belongs to (``wd`` is the weight decay of the
+# phase that ``wd_epochs > 0`` turns on, ``momentum`` a setting of optimizer=sgd,
+# ``converge_maxiter`` of ``converge_tol > 0``), what it means, which may be unset (None) and
+# with what type, and the fields added after victims were first cached (at their defaults
+# they stay out of the cache key, see VictimConfig.key).
+RULES = rules.rules_of(VictimConfig)
+HELP = rules.meanings_of(VictimConfig)
+OPTIONAL = rules.unset_types(VictimConfig)
+ADDED_FIELDS = rules.added_defaults(VictimConfig)
 
 
 def final_weight_decay(cfg: VictimConfig) -> float:
@@ -152,51 +207,6 @@ def is_finite_number(v) -> bool:
 
 _finite = is_finite_number
 
-
-ARCHS = ("mlp", "affine", "one_hidden", "cnn")
-
-
-ACTIVATIONS = ("relu", "gelu", "softplus", "tanh", "identity", "surrogate_relu")
-
-
-ADAPTIVE = ("none", "loss", "grad")
-
-
-_STD = Rule("float", low=0, high=1e6, low_open=True, optional=True)
-# What every field of a recipe may hold (:class:`recon_jax.core.rules.Rule`), and the feature
-# it belongs to: ``wd`` is the weight decay of the phase that ``wd_epochs > 0`` turns on,
-# ``momentum`` a setting of optimizer=sgd, ``converge_maxiter`` of ``converge_tol > 0``.
-RULES = {
-  "dataset": Rule("str"),
-  "task": Rule("str", choices=data.TASKS),
-  "n_per_class": Rule("int", low=1, high=10**6),
-  "n_part_per_class": Rule("int", low=0, high=10**6, optional=True),
-  "subtract_mean": Rule("bool"),
-  "data_seed": Rule("int", low=0, high=2**32 - 1),
-  "arch": Rule("str", choices=ARCHS),
-  "widths": Rule("ints", low=1, high=10**6),
-  "bias": Rule("str", choices=models.BIAS_MODES),
-  "init": Rule("str", choices=models.INIT_SCHEMES),
-  "init_std": _STD,
-  "first_layer_std": _STD,
-  "init_gain": Rule("float", low=0, high=1e6, low_open=True),
-  "activation": Rule("str", choices=ACTIVATIONS),
-  "loss": Rule("str", choices=losses.LOSSES),
-  "lr": Rule("float", low=0, low_open=True),
-  "epochs": Rule("int", low=1, high=INT32_MAX),
-  "weight_decay": Rule("float", low=0, high=1e6),
-  "wd_epochs": Rule("int", low=0, high=INT32_MAX, note="0: off"),
-  "wd": Rule("float", low=0, high=1e6, feature="wd_phase"),
-  "momentum": Rule("float", low=0, high=1, high_open=True, feature="sgd"),
-  "optimizer": Rule("str", choices=train.OPTIMIZERS),
-  "adaptive": Rule("str", choices=ADAPTIVE),
-  "batch_size": Rule("int", low=1, high=INT32_MAX, optional=True),
-  "loss_threshold": Rule("float", low=0, high=1e6),
-  "seed": Rule("int", low=0, high=2**32 - 1),
-  "converge_tol": Rule("float", low=0, high=1, high_open=True, note="0: off"),
-  "converge_maxiter": Rule("int", low=1, high=MAX_ITERATIONS, feature="converge"),
-  "pretrain_epochs": Rule("int", low=0, high=INT32_MAX, note="0: none"),
-}
 
 # The fields that say how to build and train a victim: an imported model (a PyTorch or
 # safetensors file) is used as it is, so they change nothing there.

@@ -36,7 +36,9 @@ def test_every_config_class_declares_each_setting_once_with_a_rule_and_a_meaning
   from recon_jax.core import rules
   from recon_jax.victims import recipe
 
-  classes = [settings.JobConfig, settings.Foreign, recipe.VictimConfig]
+  from recon_jax.studies import toy
+
+  classes = [settings.JobConfig, settings.Foreign, recipe.VictimConfig, toy.ToySettings]
   classes += [spec.options for spec in attacks.specs().values()]
   for cls in classes:
     assert rules.undeclared(cls, sections=("victim", "foreign")) == [], cls.__name__

@@ -14,8 +14,8 @@ holds its default, its meaning and its rule.  A config class (the main job's, it
 a victim's recipe, an attack's options) is such fields and nothing else; its tables (rules,
 meanings, the types of settings that may be unset, the fields added since a cache key was
 first written) are read off it by :func:`rules_of`, :func:`meanings_of`,
-:func:`unset_types` and :func:`added_defaults`, and :func:`undeclared` names a field that
-lacks one of them.
+:func:`unset_types`, :func:`added_defaults` and :func:`defaults_of`; :func:`check_declared` checks
+a config against them, and :func:`undeclared` names a field that lacks one of them.
 """
 
 from __future__ import annotations
@@ -264,6 +264,19 @@ def unset_types(cls) -> dict:
 def added_defaults(cls) -> dict:
   """``{name: default}`` of the settings of ``cls`` declared ``added``."""
   return {f.name: f.default for f in _declared(cls) if f.metadata["added"]}
+
+
+def defaults_of(cls) -> dict:
+  """``{name: default}`` of the settings ``cls`` declares, in declaration order."""
+  return {f.name: f.default for f in _declared(cls)}
+
+
+def check_declared(values, cls, prefix: str = "") -> None:
+  """Every setting ``cls`` declares, as ``values`` (a mapping or an object with those
+  attributes) sets it, against its rule: ConfigError naming the first that breaks it."""
+  get = values.__getitem__ if hasattr(values, "keys") else lambda n: getattr(values, n)
+  table = rules_of(cls)
+  check_all({name: get(name) for name in table}, table, prefix)
 
 
 def undeclared(cls, sections=()) -> list:

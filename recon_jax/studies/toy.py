@@ -9,7 +9,7 @@ candidates (:func:`score`, with :mod:`recon_jax.eval.points`).
 
 from __future__ import annotations
 
-import math
+import dataclasses
 import os
 import time
 from typing import Any, Mapping, NamedTuple, Optional, Union
@@ -19,7 +19,8 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.attacks import kkt
-from recon_jax.core import losses
+from recon_jax.core import losses, rules
+from recon_jax.core.rules import INT32_MAX, Rule, setting
 from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics, points, verdict
@@ -42,6 +43,99 @@ VICTIM_SETTINGS = {
 }
 
 
+_R = recipe.RULES  # the toy's victim_* settings hold what the recipe's fields may hold
+_INT = Rule("int", low=1, high=INT32_MAX)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToySettings:
+  """The toy's settings, each declared once (default: Haim et al.'s Fig. 2 at paper size).
+
+  ``experiments/configs/toy_2d.py`` builds its ConfigDict and ``--help`` from these, and
+  :func:`validate` checks a config against them before any work.  The ``victim_*`` settings
+  are fields of the victim's recipe (:data:`VICTIM_SETTINGS`), held to the recipe's rules.
+  """
+
+  n_train: int = setting(
+    20, "training points on the unit circle (even)", Rule("int", low=2, high=10**6)
+  )
+  width: int = setting(
+    1000, "hidden width of the 2-W-W-1 ReLU victim", Rule("int", low=1, high=10**6)
+  )
+  # The victim's recipe: PyTorch's default nn.Linear init (weights and biases
+  # U(+-1/sqrt(fan_in))), biases in every layer, plain full-batch GD.  With biases only in
+  # the first layer (or none) the trained net is almost homogeneous in x, its decision
+  # regions are wedges through the origin, and a candidate's radius is not identifiable:
+  # those victims gave 0-4 of 20.
+  victim_init: str = setting(
+    "torch",
+    "the victim's weight init: torch | kaiming | uniform",
+    Rule("str", choices=VICTIM_INITS),
+  )
+  victim_init_gain: float = setting(1.0, "multiplies the victim's init scale", _R["init_gain"])
+  victim_bias: str = setting("all", "biases in the victim's layers: all | first | none", _R["bias"])
+  victim_lr: float = setting(0.01, "full-batch GD learning rate of the victim", _R["lr"])
+  victim_epochs: int = setting(20_000, "full-batch GD epochs of the victim", _R["epochs"])
+  victim_adaptive: str = setting("none", "normalised GD: none | loss | grad", _R["adaptive"])
+  theta_norm: float = setting(
+    0.0,
+    "> 0: the attack sees theta* rescaled to this norm (homogeneous victims only: "
+    "victim_bias=none or first)",
+    Rule("float", low=0, high=1e6, note="0: as trained"),
+  )
+  m: int = setting(100, "candidates per restart (even: m/2 per label)", _INT)
+  num_restarts: int = setting(4, "restarts, batched in one compiled program", _INT)
+  steps: int = setting(5000, "steps of the coarse stage", _INT)
+  chunk_steps: int = setting(
+    1000, "steps per compiled chunk, between progress lines and saves", _INT
+  )
+  lr_x: str = setting(
+    "3e-4:1e-3:log", "candidates' learning rate (a draw per restart)", Rule("range")
+  )
+  lr_lam: str = setting("5e-3:3e-2:log", "multipliers' (lambda) learning rate", Rule("range"))
+  sigma_x: str = setting(
+    "0.3:0.5:log", "std of the candidates' Gaussian starting points", Rule("range")
+  )
+  alpha: str = setting("4:10:lin", "surrogate ReLU sharpness of the coarse stage", Rule("range"))
+  lam_min: str = setting("0.3:0.5:log", "lambda below this is penalised", Rule("range"))
+  # Refinement stage: a sharp surrogate at a lower rate pulls the candidates onto the ReLU
+  # kinks where the training points sit.
+  refine_steps: int = setting(
+    3000, "steps of the sharp refinement stage (0: off)", Rule("int", low=0, high=INT32_MAX)
+  )
+  refine_alpha: float = setting(
+    200.0, "the refinement stage's sharpness", Rule("float", low=0, high=1e6, low_open=True)
+  )
+  refine_lr_scale: float = setting(
+    0.1,
+    "the refinement stage's learning rates, times this",
+    Rule("float", low=0, high=1e3, low_open=True),
+  )
+  lam_filter_frac: float = setting(
+    0.1,
+    "keep candidates with lambda >= this x the largest lambda of their restart",
+    Rule("float", low=0, high=1),
+  )
+  dedup_radius: float = setting(
+    0.03, "greedy de-duplication radius (Haim §4)", Rule("float", low=0, high=1e6)
+  )
+  tol: float = setting(
+    0.05,
+    "a training point is recovered if a kept candidate is this close",
+    Rule("float", low=0, high=1e6, low_open=True),
+  )
+  seed: int = setting(
+    0, "seed of the points, the victim and the attack", Rule("int", low=0, high=2**32 - 1)
+  )
+  x64: bool = setting(True, "float64: the victim needs it to reach the KKT direction", Rule("bool"))
+  use_cache: bool = setting(
+    True, "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)", Rule("bool")
+  )
+  save_every: int = setting(
+    1, "save state.msgpack every N chunks (0: never)", Rule("int", low=0, high=INT32_MAX)
+  )
+
+
 def validate(cfg) -> tuple:
   """Checks every setting of a toy config before any work; returns ``(hparams, stages, labels)``.
 
@@ -54,25 +148,11 @@ def validate(cfg) -> tuple:
   def refuse(name: str, message: str):
     raise ConfigError(f"{name} {message}", argument=name)
 
+  rules.check_declared(cfg, ToySettings)
   n = cfg.n_train
-  if isinstance(n, bool) or not isinstance(n, int) or n < 2 or n % 2:
+  if n % 2:
     refuse("n_train", f"must be even and >= 2, got {n}.")
-  if cfg.width < 1:
-    refuse("width", f"must be >= 1, got {cfg.width}.")
-  if cfg.victim_init not in VICTIM_INITS:
-    refuse("victim_init", f"must be one of {', '.join(VICTIM_INITS)}, got {cfg.victim_init!r}.")
   recipe.check_named(victim_config(cfg), {f: name for name, f in VICTIM_SETTINGS.items()})
-  for name in ("num_restarts", "steps", "chunk_steps", "tol"):
-    if not cfg[name] > 0:
-      refuse(name, f"must be > 0, got {cfg[name]}.")
-  for name in ("theta_norm", "lam_filter_frac", "dedup_radius", "save_every"):
-    if not (cfg[name] >= 0 and math.isfinite(cfg[name])):
-      refuse(name, f"must be a finite number >= 0, got {cfg[name]}.")
-  if cfg.lam_filter_frac > 1:
-    refuse(
-      "lam_filter_frac",
-      f"must be in [0, 1] (a fraction of the largest lambda), got {cfg.lam_filter_frac}.",
-    )
   if cfg.theta_norm > 0 and cfg.victim_bias == "all":
     refuse("theta_norm", "> 0 needs a homogeneous victim (victim_bias=none or first).")
   # Activations of the victim's training (n_train points) and of the attack (R x m

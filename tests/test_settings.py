@@ -30,15 +30,15 @@ def test_every_setting_says_what_it_is():
 
 
 def test_every_config_class_declares_each_setting_once_with_a_rule_and_a_meaning():
-  """The job, its foreign section, a victim's recipe and every attack's options: each field is
+  """The job, its foreign section, a victim's recipe, every attack's options and the studies: each field is
   a ``rules.setting`` (default, meaning, rule), and the tables are read off those fields."""
   from recon_jax import attacks
   from recon_jax.core import rules
+  from recon_jax.studies import init_study_settings, toy
   from recon_jax.victims import recipe
 
-  from recon_jax.studies import toy
-
-  classes = [settings.JobConfig, settings.Foreign, recipe.VictimConfig, toy.ToySettings]
+  classes = [settings.JobConfig, settings.Foreign, recipe.VictimConfig]
+  classes += [toy.ToySettings, init_study_settings.InitStudySettings]
   classes += [spec.options for spec in attacks.specs().values()]
   for cls in classes:
     assert rules.undeclared(cls, sections=("victim", "foreign")) == [], cls.__name__

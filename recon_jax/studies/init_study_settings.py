@@ -2,76 +2,130 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
 
 from recon_jax import implicit, optim
 from recon_jax.attacks import bilevel
 from recon_jax.core import activations, rules
+from recon_jax.core.rules import INT32_MAX, MAX_ITERATIONS, Rule, setting
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.studies import init_study
 from recon_jax.victims import recipe
 
-_POSITIVE = ("bilevel_wd", "bilevel_lr_x", "bilevel_inner_tol", "bilevel_victim_tol")
-
-
-_AT_LEAST_ONE = (
-  "n_per_class",
-  "bilevel_width",
-  "bilevel_steps",
-  "chunk_steps",
-  "bilevel_inner_maxiter",
-  "bilevel_victim_maxiter",
-  "kkt_width",
-  "kkt_depth",
-  "kkt_victim_epochs",
-  "kkt_steps",
-)
-
-
 # The study's names of the KKT victim's recipe fields it sets (the others are as named).
 KKT_VICTIM_SETTINGS = {"widths": "kkt_width", "epochs": "kkt_victim_epochs", "data_seed": "seed"}
 
-_CHOICES = {
-  "bilevel_theta0": bilevel.THETA0,
-  "bilevel_hessian_solve": implicit.HESSIAN_SOLVES,
-  "bilevel_optimizer": optim.OPTIMIZERS,
-  "batching": loop.BATCHINGS,
-  "dataset": init_study.IMAGE_DATASETS,
-}
+_POS = Rule("float", low=0, high=1e6, low_open=True)
+_TOL = Rule("float", low=0, high=1, low_open=True)
+_INT = Rule("int", low=1, high=INT32_MAX)
+
+
+def _choices(module, name):
+  return lambda: tuple(getattr(module, name))
+
+
+@dataclasses.dataclass(frozen=True)
+class InitStudySettings:
+  """The study's settings, each declared once (default: the ``default`` preset).
+
+  ``experiments/configs/init_study.py`` builds its ConfigDict and ``--help`` from these, and
+  :func:`validate` checks a config against them before any work.  ``bilevel_*`` settings
+  belong to the bilevel attack of §4.3/4.5 and its L-BFGS-trained victims, ``kkt_*`` to the
+  KKT attack of §4.4 and its gradient-descent-trained MLP victim.
+  """
+
+  # Data: n = 2 * n_per_class training images, as many partition images.
+  dataset: str = setting(
+    "digits",
+    "digits | lfw (embedded) | mnist | cifar10 (data_dir)",
+    Rule("str", choices=_choices(init_study, "IMAGE_DATASETS")),
+  )
+  data_dir: str = setting("", "folder with MNIST/CIFAR files (never downloaded)", Rule("path"))
+  n_per_class: int = setting(
+    10, "training images per class (as many partition images)", Rule("int", low=1, high=10**6)
+  )
+  seed: int = setting(
+    0, "data sampling, victims, attack keys, KKT draws", Rule("int", low=0, high=2**32 - 1)
+  )
+  grid: bool = setting(True, "the 21-point eq. (10) grid (else the three settings)", Rule("bool"))
+  parts: str = setting(
+    "affine,one_hidden,one_hidden_relu,kkt",
+    "the sub-runs, comma-separated: affine (bilevel, eq. 8 net), one_hidden (bilevel, eq. 9 "
+    "net with bilevel_act), one_hidden_relu (bilevel, the paper's ReLU net, three settings "
+    "only), kkt (KKT attack on the homogeneous ReLU MLP)",
+    Rule("str"),
+  )
+  bilevel_wd: float = setting(1e-3, "weight decay of the victims and of the inner problem", _POS)
+  bilevel_width: int = setting(256, "one-hidden width (paper: 6144 on CIFAR-10)", _INT)
+  bilevel_act: str = setting(
+    "softplus", "smooth activation of the one-hidden net (C^2 for the IFT)", Rule("str")
+  )
+  bilevel_victim_tol: float = setting(1e-7, "victims: L-BFGS until ||grad E|| <= this", _TOL)
+  bilevel_victim_maxiter: int = setting(
+    20_000, "victims: L-BFGS iteration cap", Rule("int", low=1, high=MAX_ITERATIONS)
+  )
+  bilevel_steps: int = setting(200, "outer steps", _INT)
+  bilevel_optimizer: str = setting(
+    "adam", "sgd (momentum 0.9) | adam", Rule("str", choices=_choices(optim, "OPTIMIZERS"))
+  )
+  bilevel_lr_x: float = setting(0.01, "outer learning rate (of the optimizer at rate 1)", _POS)
+  bilevel_theta0: str = setting(
+    "target",
+    "first inner start: target | uniform | gaussian",
+    Rule("str", choices=_choices(bilevel, "THETA0")),
+  )
+  bilevel_restart_from_target: bool = setting(
+    False, "start every inner solve from theta*", Rule("bool")
+  )
+  bilevel_hessian_solve: str = setting(
+    "cg",
+    "cg | lbfgs (the paper's quasi-Newton H^{-1})",
+    Rule("str", choices=_choices(implicit, "HESSIAN_SOLVES")),
+  )
+  bilevel_inner_maxiter: int = setting(
+    100,
+    "inner L-BFGS (theta(x)) iteration cap per outer step",
+    Rule("int", low=1, high=rules.MAX_INNER_ITERATIONS),
+  )
+  bilevel_inner_tol: float = setting(1e-7, "inner L-BFGS: until ||grad E|| <= this", _TOL)
+  # KKT attack (§4.4) on a homogeneous ReLU MLP d-w-...-w-1 trained like the main job
+  # (recon_jax.victims.recipe.VictimConfig defaults: GD, no weight decay, mean subtracted).
+  kkt_width: int = setting(256, "hidden width of the KKT victim", _INT)
+  kkt_depth: int = setting(2, "hidden layers of the KKT victim", _INT)
+  kkt_victim_epochs: int = setting(10_000, "gradient-descent epochs of the KKT victim", _INT)
+  kkt_steps: int = setting(2000, "KKT attack steps", _INT)
+  kkt_lr_x: str = setting(
+    "0.03:0.6:log", "x learning rate (main job's ranges, a draw per point)", Rule("range")
+  )
+  kkt_lr_lam: str = setting("1e-4:1e-2:log", "lambda learning rate", Rule("range"))
+  kkt_alpha: str = setting("10:40:lin", "surrogate ReLU sharpness", Rule("range"))
+  kkt_lam_min: str = setting("0.2:0.7:lin", "lower bound of the multipliers lambda", Rule("range"))
+  # Running.
+  chunk_steps: int = setting(50, "steps per compiled chunk, between progress lines and saves", _INT)
+  batching: str = setting(
+    "auto",
+    "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
+    Rule("str", choices=_choices(loop, "BATCHINGS")),
+  )
+  x64: bool = setting(True, "float64: the 1e-7 inner and victim tolerances need it", Rule("bool"))
+  use_cache: bool = setting(
+    True, "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)", Rule("bool")
+  )
+  save_every: int = setting(
+    1,
+    "save state_<sub-run>.msgpack every N chunks (0: never)",
+    Rule("int", low=0, high=INT32_MAX),
+  )
 
 
 def validate(cfg) -> None:
   """Raises :class:`ConfigError` naming the first setting of a study config that cannot run.
 
-  ``cfg`` has the fields of ``experiments/configs/init_study.py``.  Nothing is
-  trained or loaded: this runs before any work.
+  ``cfg`` has the settings of :class:`InitStudySettings`.  Nothing is trained or loaded:
+  this runs before any work.
   """
-  for name in _POSITIVE:
-    v = cfg[name]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-      raise ConfigError(f"{name} must be > 0, got {v}.", argument=name)
-  for name in _AT_LEAST_ONE:
-    v = cfg[name]
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-      raise ConfigError(f"{name} must be an integer >= 1, got {v}.", argument=name)
-  for name, cap in (
-    ("bilevel_inner_maxiter", rules.MAX_INNER_ITERATIONS),
-    ("bilevel_victim_maxiter", rules.MAX_ITERATIONS),
-  ):
-    if cfg[name] > cap:  # an unbounded solve: no Ctrl-C or SIGTERM until it ends
-      raise ConfigError(f"{name} must be an integer in [1, {cap}], got {cfg[name]}.", name)
-  if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
-    raise ConfigError(f"seed must be an integer >= 0, got {cfg.seed}.", argument="seed")
-  if cfg.save_every < 0:
-    raise ConfigError(
-      f"save_every must be >= 0 (0: never), got {cfg.save_every}.", argument="save_every"
-    )
-  for name, choices in _CHOICES.items():
-    if cfg[name] not in choices:
-      raise ConfigError(
-        f"{name} must be one of {', '.join(choices)}, got {cfg[name]!r}.", argument=name
-      )
+  rules.check_declared(cfg, InitStudySettings)
   try:
     activations.get_activation(cfg.bilevel_act)
   except ConfigError:

@@ -3,10 +3,9 @@
 An attack is an objective plus its state (:class:`recon_jax.types.Attack`); to run in the
 main job it also says how to build itself, which settings it refuses, which per-restart
 hyperparameters it reads and how much memory a restart's state takes.  Its options are a
-frozen dataclass of its own (:func:`recon_jax.core.rules.setting` fields: default, meaning and
-rule), which the
-main job's settings (:class:`recon_jax.job.settings.JobConfig`) take in as flat settings
-(``--config.NAME``).  Each attack module registers one :class:`AttackSpec` with
+frozen dataclass of its own (:func:`recon_jax.core.rules.setting` fields: default, meaning
+and rule), which the main job's settings (:class:`recon_jax.job.settings.JobConfig`) take
+in as flat settings (``--config.NAME``).  Each attack module registers one :class:`AttackSpec` with
 :func:`register`; the package (:mod:`recon_jax.attacks`) imports every module in it, so
 a new attack, options and contract-test case included, is one new module.
 """
@@ -37,8 +36,7 @@ rules_of = rules.rules_of  # {name: Rule} of an options class's fields
 def check_rules(values, options: type) -> None:
   """Every option of ``options`` as ``values`` (its instance, or any object with those
   attributes) sets it, against its rule: ConfigError naming the first that breaks it."""
-  table = rules_of(options)
-  rules.check_all({name: getattr(values, name) for name in table}, table)
+  rules.check_declared(values, options)
 
 
 class Common(NamedTuple):

@@ -19,7 +19,6 @@ from ml_collections import config_dict
 from recon_jax.core import rules
 from recon_jax.core.rules import INT32_MAX, Rule, setting
 from recon_jax.errors import ConfigError
-from recon_jax.victims import recipe
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
@@ -95,9 +94,7 @@ class Foreign:
   )
 
   def __post_init__(self):  # a wrong type or range is refused where the section is built
-    rules.check_all(
-      {name: getattr(self, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."
-    )
+    rules.check_declared(self, Foreign, "foreign.")
 
 
 def _attack_options() -> tuple:
@@ -413,12 +410,9 @@ def check_types(cfg: JobConfig) -> None:
   setting's meaning), the ``foreign`` section's against :data:`FOREIGN_RULES` and the
   victim section's against :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the
   first that breaks it (``victim.lr``).  :class:`JobConfig` runs it when it is built."""
-  rules.check_all({name: getattr(cfg, name) for name in RULES}, RULES)
-  rules.check_all(
-    {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}, FOREIGN_RULES, "foreign."
-  )
-  v = cfg.victim
-  rules.check_all({name: getattr(v, name) for name in recipe.RULES}, recipe.RULES, "victim.")
+  rules.check_declared(cfg, JobConfig)
+  rules.check_declared(cfg.foreign, Foreign, "foreign.")
+  rules.check_declared(cfg.victim, VictimConfig, "victim.")
 
 
 def _rows(cls, prefix: str = ""):

@@ -21,10 +21,6 @@ _TOL = Rule("float", low=0, high=1, low_open=True)
 _INT = Rule("int", low=1, high=INT32_MAX)
 
 
-def _choices(module, name):
-  return lambda: tuple(getattr(module, name))
-
-
 @dataclasses.dataclass(frozen=True)
 class InitStudySettings:
   """The study's settings, each declared once (default: the ``default`` preset).
@@ -39,7 +35,7 @@ class InitStudySettings:
   dataset: str = setting(
     "digits",
     "digits | lfw (embedded) | mnist | cifar10 (data_dir)",
-    Rule("str", choices=_choices(init_study, "IMAGE_DATASETS")),
+    Rule("str", choices=init_study.IMAGE_DATASETS),
   )
   data_dir: str = setting("", "folder with MNIST/CIFAR files (never downloaded)", Rule("path"))
   n_per_class: int = setting(
@@ -67,13 +63,13 @@ class InitStudySettings:
   )
   bilevel_steps: int = setting(200, "outer steps", _INT)
   bilevel_optimizer: str = setting(
-    "adam", "sgd (momentum 0.9) | adam", Rule("str", choices=_choices(optim, "OPTIMIZERS"))
+    "adam", "sgd (momentum 0.9) | adam", Rule("str", choices=optim.OPTIMIZERS)
   )
   bilevel_lr_x: float = setting(0.01, "outer learning rate (of the optimizer at rate 1)", _POS)
   bilevel_theta0: str = setting(
     "target",
     "first inner start: target | uniform | gaussian",
-    Rule("str", choices=_choices(bilevel, "THETA0")),
+    Rule("str", choices=bilevel.THETA0),
   )
   bilevel_restart_from_target: bool = setting(
     False, "start every inner solve from theta*", Rule("bool")
@@ -81,7 +77,7 @@ class InitStudySettings:
   bilevel_hessian_solve: str = setting(
     "cg",
     "cg | lbfgs (the paper's quasi-Newton H^{-1})",
-    Rule("str", choices=_choices(implicit, "HESSIAN_SOLVES")),
+    Rule("str", choices=implicit.HESSIAN_SOLVES),
   )
   bilevel_inner_maxiter: int = setting(
     100,
@@ -106,7 +102,7 @@ class InitStudySettings:
   batching: str = setting(
     "auto",
     "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
-    Rule("str", choices=_choices(loop, "BATCHINGS")),
+    Rule("str", choices=loop.BATCHINGS),
   )
   x64: bool = setting(True, "float64: the 1e-7 inner and victim tolerances need it", Rule("bool"))
   use_cache: bool = setting(

@@ -9,8 +9,10 @@ The model: a PyTorch state dict or safetensors file of Linear/Conv2d layers, wei
 in]; the images: an ImageFolder folder (one subfolder per class, the second in sorted order
 the positive one), an .npz with x and y, or MNIST/CIFAR files.  With --config.theta0 (the
 weights training started from; formerly --config.init) the known-weights attack runs, else
-Haim et al.'s on theta* alone.  Writes what the main job writes (report.md first); the last
-line is the verdict with its reason.  Exit codes as experiments.reconstruct.
+Haim et al.'s on theta* alone.  These settings are the main job's threat section
+(recon_jax.job.settings.Threat) and the model's loss; --config.job.* are the job's others.
+Writes what the main job writes (report.md first); the last line is the verdict with its
+reason.  Exit codes as experiments.reconstruct.
 """
 
 from experiments import starting
@@ -27,18 +29,11 @@ FLAGS = flags.FLAGS
 
 def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
   """What the binary does once its flags are parsed; returns metrics.json's dict."""
-  from recon_jax.errors import Error
-  from recon_jax.job.audit import ALIASES, Audit, audit_job
+  from recon_jax.job.audit import audit_job, threat_of
   from recon_jax.job.settings import JobConfig
 
-  fields = {k: cfg[k] for k in Audit.__dataclass_fields__}
-  try:
-    settings = audit_job(Audit(**fields), JobConfig(**cfg.job))
-    return cli.main_job(settings, workdir, resume=resume, overwrite=overwrite)
-  except Error as e:  # name the audit's own setting where the library names its field
-    e.argument = ALIASES.get(e.argument, e.argument)
-    e.aliases = ALIASES  # and every setting its message names (victim.loss='ce' as loss)
-    raise
+  settings = audit_job(threat_of(cfg), cfg.loss, JobConfig(**cfg.job))
+  return cli.main_job(settings, workdir, resume=resume, overwrite=overwrite)
 
 
 def main(cfg):

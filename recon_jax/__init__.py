@@ -20,7 +20,7 @@ from recon_jax.eval.evaluation import evaluate_candidates
 from recon_jax.eval.identifiability import identifiability
 from recon_jax.job.pipeline import reconstruct
 from recon_jax.job.planning import candidate_labels
-from recon_jax.job.settings import JobConfig, reconstruct_config
+from recon_jax.job.settings import JobConfig, Threat, reconstruct_config
 from recon_jax.types import Attack, Target
 from recon_jax.victims.loading import import_victim, load_or_train_victim, make_target
 from recon_jax.victims.victim import Victim, VictimConfig
@@ -33,6 +33,7 @@ __all__ = [
   "Error",
   "JobConfig",
   "Target",
+  "Threat",
   "Victim",
   "VictimConfig",
   "bilevel_attack",

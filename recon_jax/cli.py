@@ -33,7 +33,7 @@ import signal
 import sys
 import textwrap
 import traceback
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import app, flags
 import ml_collections
@@ -257,6 +257,24 @@ def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> No
       raise UserError(f"--config.{name}: no such setting{hint} (--help lists them all)")
 
 
+def rename_flags(argv: list, renamed: Mapping[str, str]) -> list:
+  """Rewrites, in ``argv``, each ``--config.OLD`` whose setting moved (``renamed``: a config
+  file's ``RENAMED``, ``{former dotted name: its name now}``) as ``--config.NEW``; returns
+  the notices, one per flag (``--config.checkpoint is now --config.threat.model``)."""
+  notices = []
+  for i, a in enumerate(argv):
+    if not _is_config_flag(a, dotted=True):
+      continue
+    dashes = a[: len(a) - len(a.lstrip("-"))]
+    name, eq, value = a[len(dashes) :].partition("=")
+    no = "no" if name.startswith("noconfig.") else ""
+    old = name.removeprefix(no).removeprefix("config.")
+    if old in renamed:
+      argv[i] = f"{dashes}{no}config.{renamed[old]}{eq}{value}"
+      notices.append(f"--config.{old} is now --config.{renamed[old]}")
+  return notices
+
+
 def _reorder(argv: list, i: int) -> None:
   """``--config`` moved before its overrides (ml_collections needs the file first)."""
   taken = argv[i : i + 1] if "=" in argv[i] else argv[i : i + 2]
@@ -299,6 +317,9 @@ def define_flags(
   cpath, cpreset = _split_config(value) if value else (config, preset)
   define = lambda fv, args=None: _define(default, config, preset, resume, workdir, fv, args)
   try:
+    module, _ = load_config(cpath, cpreset)
+    for notice in rename_flags(argv, getattr(module, "RENAMED", {})):
+      print(f"warning: {notice} (the former name is read for a release)", file=sys.stderr)
     check_overrides(argv, cpath, cpreset)
     define(FLAGS)
     if any(a in HELP_ARGS for a in argv[1:]):
@@ -433,7 +454,9 @@ def flag_of(cfg, argument: Optional[str]) -> Optional[str]:
   ``argument`` is the library's name (``lr``) or a dotted path (``victim.lr``); the
   shortest setting of ``cfg`` that is or ends with it wins (``seed``, not ``victim.seed``):
   ``--config.<its path>``; a dotted path in one of the config's sections is that setting
-  even when missing.  ``recon_jax.io.workdir``'s arguments and a program's own flags are
+  even when missing; a dotted path whose section the config holds at its top (the audit
+  holds the job's ``threat`` settings and the victim's ``loss`` there) is the setting of its
+  last name.  ``recon_jax.io.workdir``'s arguments and a program's own flags are
   ``--<name>``.
   """
   if argument in RUN_FLAGS or (argument and argument not in STANDARD and argument in FLAGS):
@@ -444,6 +467,8 @@ def flag_of(cfg, argument: Optional[str]) -> Optional[str]:
   hits = [k for k in flat if k == argument or k.endswith("." + argument)]
   if not hits and "." in argument and any(k.startswith(argument.split(".")[0] + ".") for k in flat):
     return f"--config.{argument}"  # an entry missing from a section the config has
+  if not hits and "." in argument and argument.rsplit(".", 1)[1] in flat:
+    return f"--config.{argument.rsplit('.', 1)[1]}"  # a section's setting held at the top
   return f"--config.{min(hits, key=len)}" if hits else None
 
 

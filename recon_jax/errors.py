@@ -8,7 +8,7 @@ user set them (:meth:`Error.named`, e.g. as command-line flags).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional
+from typing import Callable, Optional
 
 _OPEN, _CLOSE = "(`'\"", ".,;:)`'\""
 
@@ -47,9 +47,6 @@ class Error(Exception):
 
   argument: Optional[str] = None
   _mentions: Optional[tuple] = None
-  # A program's own names of the library's settings ({"victim.loss": "loss"}): the message's
-  # settings, its argument among them, are spelled under these names (a binary sets them).
-  aliases: Mapping[str, str] = {}
 
   @property
   def mentions(self) -> tuple[str, ...]:
@@ -69,14 +66,12 @@ class Error(Exception):
     """
     text = str(self).strip()
     words = (text.splitlines()[0] if text else type(self).__name__).split(" ")
-    alias = lambda name: self.aliases.get(name, name)
-    argument = alias(self.argument) if self.argument else None
+    argument = self.argument
     own = spell(argument, None) if argument else None
     mentions = self.mentions
     for i, word in enumerate(words):
       lead, core, trail = _split(word)
       name, eq, value = core.partition("=")
-      name = alias(name)
       if i == 0 and own and not lead and (eq or trail[:1] in ("", ":", ",", ";", "'")):
         if name in (argument, argument.rsplit(".", 1)[-1], _path(own)):
           words[0], own = own + eq + value + trail, None

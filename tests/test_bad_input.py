@@ -327,72 +327,72 @@ CASES = [
     "checkpoint_truncated",
     R,
     "tiny",
-    {"checkpoint": "{d}/truncated.msgpack"},
+    {"threat.model": "{d}/truncated.msgpack"},
     ["truncated.msgpack", "truncated"],
   ),
   (
     "checkpoint_random_bytes",
     R,
     "tiny",
-    {"checkpoint": "{d}/random.msgpack"},
+    {"threat.model": "{d}/random.msgpack"},
     ["random.msgpack", "not a recognised checkpoint"],
   ),
   (
     "checkpoint_missing",
     R,
     "tiny",
-    {"checkpoint": "{d}/absent.msgpack"},
+    {"threat.model": "{d}/absent.msgpack"},
     ["absent.msgpack", "not found"],
   ),
-  ("checkpoint_nan", R, "tiny", {"checkpoint": "{d}/nan.msgpack"}, ["nan.msgpack", "NaN"]),
-  ("checkpoint_inf", R, "tiny", {"checkpoint": "{d}/inf.msgpack"}, ["inf.msgpack", "NaN/Inf"]),
+  ("checkpoint_nan", R, "tiny", {"threat.model": "{d}/nan.msgpack"}, ["nan.msgpack", "NaN"]),
+  ("checkpoint_inf", R, "tiny", {"threat.model": "{d}/inf.msgpack"}, ["inf.msgpack", "NaN/Inf"]),
   (
     "checkpoint_text_leaf",
     R,
     "tiny",
-    {"checkpoint": "{d}/text.msgpack"},
+    {"threat.model": "{d}/text.msgpack"},
     ["text.msgpack", "not numeric"],
   ),
   (
     "checkpoint_complex",
     R,
     "tiny",
-    {"checkpoint": "{d}/complex.msgpack"},
+    {"threat.model": "{d}/complex.msgpack"},
     ["complex.msgpack", "complex"],
   ),
   (
     "checkpoint_all_zero",
     R,
     "tiny",
-    {"checkpoint": "{d}/zeros.msgpack"},
+    {"threat.model": "{d}/zeros.msgpack"},
     ["zeros.msgpack", "every parameter is zero"],
   ),
   (
     "checkpoint_meta_not_integer",
     R,
     "tiny",
-    {"checkpoint": "{d}/meta_float.msgpack"},
+    {"threat.model": "{d}/meta_float.msgpack"},
     ["meta_float.msgpack", "n_per_class", "3.5"],
   ),
   (
     "checkpoint_meta_text",
     R,
     "tiny",
-    {"checkpoint": "{d}/meta_text.msgpack"},
+    {"threat.model": "{d}/meta_text.msgpack"},
     ["meta_text.msgpack", "epochs", "many"],
   ),
   (
     "checkpoint_other_arch",
     R,
     "tiny",
-    {"checkpoint": "{d}/other_arch.msgpack"},
+    {"threat.model": "{d}/other_arch.msgpack"},
     ["other_arch.msgpack", "architecture mismatch"],
   ),
   (
     "checkpoint_no_victim_meta",
     R,
     "tiny",
-    {"checkpoint": "{d}/no_meta.msgpack"},
+    {"threat.model": "{d}/no_meta.msgpack"},
     ["no_meta.msgpack", "victim"],
   ),
   # ranges
@@ -485,8 +485,8 @@ CASES = [
     "data_mean_without_checkpoint",
     R,
     "tiny",
-    {"foreign.data_mean": "/nonexistent/mean.npy"},
-    ["--config.foreign.data_mean", "ignored"],
+    {"threat.data_mean": "/nonexistent/mean.npy"},
+    ["--config.threat.data_mean", "ignored"],
   ),
   (
     "num_restarts_ten_billion",
@@ -599,7 +599,9 @@ def test_bad_setting_is_one_line_before_any_work(
 
 
 def test_checkpoint_contradicting_a_victim_setting_names_both(files, tmp_path, capsys):
-  cfg = _config(R, "tiny", {"checkpoint": str(files / "victim.msgpack"), "victim.widths": (64, 64)})
+  cfg = _config(
+    R, "tiny", {"threat.model": str(files / "victim.msgpack"), "victim.widths": (64, 64)}
+  )
   line = _refused(
     capsys, lambda: R.job(cfg, str(tmp_path / "out"), explicit={"victim.widths": (64, 64)}), cfg
   )
@@ -699,7 +701,7 @@ def test_workdir_not_writable(tmp_path, capsys):
 
 
 def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
-  """``~`` in workdir, data_dir, checkpoint and foreign.data_mean is the user's home."""
+  """``~`` in workdir, data_dir, threat.model and threat.data_mean is the user's home."""
   monkeypatch.setenv("HOME", str(files))
   cfg = _config(
     T, "tiny", {"victim.dataset": "mnist", "data_dir": "~/mnist", "victim.n_per_class": 1}
@@ -710,13 +712,13 @@ def test_paths_expand_the_home_folder(files, tmp_path, capsys, monkeypatch):
   from recon_jax.io import workdir as wd
 
   assert wd.expand("~/home_run") == f"{files}/home_run"
-  cfg = _config(R, "tiny", {"checkpoint": "~/absent.msgpack"})
+  cfg = _config(R, "tiny", {"threat.model": "~/absent.msgpack"})
   line = _refused(capsys, lambda: R.job(cfg, str(tmp_path / "out")), cfg)
   assert f"{files}/absent.msgpack" in line, line
   plan = planning.prepare(_config(R, "tiny", {"data_dir": "~/mnist"}))
   assert plan.config.data_dir == f"{files}/mnist"  # the run and config.json see it expanded
-  cfg = _config(R, "tiny", {"foreign.data_mean": "~/mean.npy"})
-  with pytest.raises(ConfigError, match="foreign.data_mean"):  # no foreign checkpoint
+  cfg = _config(R, "tiny", {"threat.data_mean": "~/mean.npy"})
+  with pytest.raises(ConfigError, match="threat.data_mean"):  # no foreign checkpoint
     planning.prepare(cfg)
 
 

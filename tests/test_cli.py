@@ -211,6 +211,44 @@ def test_a_nested_setting_is_named_by_the_errors_argument_not_by_its_message():
   assert cli.flag_of(eff, "variants.tv.w_tv") == "--config.variants.tv.w_tv"
 
 
+def test_a_former_flag_is_read_as_the_setting_it_became():
+  """``--config.checkpoint`` (before the threat section) is rewritten as
+  ``--config.threat.model``, with a notice; a flag that did not move is left as it is."""
+  argv = [
+    "prog",
+    "--config.checkpoint=m.pt",
+    "--noconfig.known_init",
+    "--config.foreign.stride",
+    "2",
+    "--config.steps=3",
+  ]
+  notices = cli.rename_flags(argv, recon_configs.RENAMED)
+  assert argv == [
+    "prog",
+    "--config.threat.model=m.pt",
+    "--noconfig.threat.known_init",
+    "--config.threat.stride",
+    "2",
+    "--config.steps=3",
+  ]
+  assert notices[0] == "--config.checkpoint is now --config.threat.model" and len(notices) == 3
+
+
+def test_the_audit_names_the_threat_settings_by_its_own_flags():
+  """The audit holds the job's threat section and the victim's loss at its top: an error
+  naming ``threat.heldout`` or ``victim.loss`` is spelled as the flag the user typed."""
+  from experiments.configs import audit as audit_configs
+
+  cfg = audit_configs.get_config()
+  e = ConfigError("threat.heldout: give held-out images.", "threat.heldout")
+  assert _line(e, cfg) == "error: --config.heldout: give held-out images."
+  e = ConfigError("victim.loss='ce' needs 2 output(s).", "victim.loss")
+  assert _line(e, cfg) == "error: --config.loss='ce' needs 2 output(s)."
+  recon = recon_configs.get_config("tiny")
+  assert _line(e, recon) == "error: --config.victim.loss='ce' needs 2 output(s)."
+  assert cli.flag_of(recon, "threat.heldout") == "--config.threat.heldout"
+
+
 def test_settings_a_message_mentions_are_data_and_nothing_else_is_renamed():
   cfg = recon_configs.get_config("tiny")
   e = ConfigError(
@@ -307,3 +345,20 @@ def test_a_users_own_script_gets_the_flags_help_and_one_line_errors(tmp_path):
   p = run("--config.opt.betta=0.5")
   assert p.returncode == 1 and p.stderr.startswith("error: --config.opt.betta: no such setting")
   assert p.stderr.count("\n") == 1
+
+
+@pytest.mark.slow  # a subprocess: the slow tier
+def test_a_former_flag_still_runs_the_binary_with_a_notice(tmp_path):
+  """``--config.checkpoint`` (now ``--config.threat.model``) reaches the same setting: the
+  absent file is refused naming it, after one line saying the flag's name now."""
+  work = tmp_path / "w"
+  cmd = [sys.executable, "-m", "experiments.reconstruct"]
+  cmd += ["--config=experiments/configs/reconstruct.py:tiny", f"--workdir={work}"]
+  cmd += [f"--config.checkpoint={tmp_path}/absent.msgpack"]
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
+  lines = p.stderr.splitlines()
+  assert p.returncode == 1 and len(lines) == 2, p.stderr[-2000:]
+  assert lines[0].startswith("warning: --config.checkpoint is now --config.threat.model")
+  assert lines[1].startswith("error: ") and "absent.msgpack" in lines[1], lines
+  assert not work.exists()

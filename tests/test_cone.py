@@ -301,7 +301,7 @@ def test_the_job_refuses_the_cone_without_theta_0_or_on_a_deeper_victim():
   base = dict(attack="cone", victim=dataclasses.asdict(LAZY) | {"widths": [256]})
   with pytest.raises(ConfigError) as e:
     planning.prepare(base)
-  assert e.value.argument == "known_init"
+  assert e.value.argument == "threat.known_init"
   deeper = dict(base["victim"], widths=[64, 64], bias="first")
   with pytest.raises(ConfigError) as e:
     planning.prepare(dict(base, known_init=True, victim=deeper))
@@ -441,16 +441,16 @@ def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp
 
 
 def test_an_audit_with_theta0_runs_the_attack_the_job_names(lazy, tmp_path):
-  """``--config.job.attack=cone`` with ``--config.init``: theta_0 known, no kkt setting
-  carried over (the known-init search's settings are kkt's)."""
+  """``--config.job.attack=cone`` with ``--config.init`` (theta0's former name): theta_0
+  known, no kkt setting carried over (the known-init search's settings are kkt's)."""
   import recon_jax as rj
   from recon_jax.job import audit
 
   _, fitted = lazy
   save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
-  files = audit.Audit(model=str(tmp_path / "model.safetensors"), heldout="h", init="i")
-  job = audit.audit_job(files, rj.JobConfig(attack="cone"))
-  assert job.known_init and job.init_checkpoint == "i" and job.attack == "cone"
+  files = audit.threat_of(dict(model=str(tmp_path / "model.safetensors"), heldout="h", init="i"))
+  job = audit.audit_job(files, base=rj.JobConfig(attack="cone"))
+  assert job.threat.known_init and job.threat.theta0 == "i" and job.attack == "cone"
   assert job.subspace == rj.JobConfig().subspace and job.linearize == rj.JobConfig().linearize
   assert audit.audit_job(files).subspace  # the default attack: the known-init search
 

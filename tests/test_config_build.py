@@ -12,19 +12,19 @@ import recon_jax as rj
 from recon_jax import cli
 from recon_jax.errors import ConfigError
 from recon_jax.job import planning
-from recon_jax.job.settings import Foreign, JobConfig
+from recon_jax.job.settings import JobConfig, Threat
 
 
 @pytest.mark.parametrize(
   "settings, name, says",
   [
     (dict(x64="False"), "x64", "must be True or False, got 'False' (a string)"),
-    (dict(allow_data_mismatch="no"), "allow_data_mismatch", "got 'no' (a string)"),
+    (dict(threat={"allow_data_mismatch": "no"}), "threat.allow_data_mismatch", "got 'no'"),
     (dict(num_restarts=-3), "num_restarts", "must be an integer >= 1, got -3"),
     (dict(steps=2.5), "steps", "must be an integer"),
     (dict(cone_starts=2.5), "cone_starts", "got 2.5"),  # an attack's own option
     (dict(victim={"lr": -1.0}), "victim.lr", "got -1.0"),
-    (dict(foreign={"stride": "2"}), "foreign.stride", "got '2'"),
+    (dict(threat={"stride": "2"}), "threat.stride", "got '2'"),
   ],
 )
 def test_a_wrong_setting_is_refused_where_the_config_is_built(settings, name, says):
@@ -39,8 +39,8 @@ def test_replace_checks_the_changed_field_again():
     job.replace(num_restarts=0)
   with pytest.raises(ConfigError, match="x64 must be True or False"):
     dataclasses.replace(job, x64=1)
-  with pytest.raises(ConfigError, match="foreign.padding"):
-    Foreign(padding=-1)
+  with pytest.raises(ConfigError, match="threat.padding"):
+    Threat(padding=-1)
   assert job.replace(num_restarts=3).num_restarts == 3 and job.steps == 7
 
 

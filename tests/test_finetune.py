@@ -107,28 +107,28 @@ def test_an_imported_model_with_its_theta0_file(saved, tmp_path):
   for a, b in zip(jax.tree_util.tree_leaves(imp.init), jax.tree_util.tree_leaves(fitted.init)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
-  job = rj.JobConfig(
-    victim=dict(dataset="digits", n_per_class=3), checkpoint=str(model), known_init=True
-  )
-  with pytest.raises(ConfigError, match="init_checkpoint"):
+  threat = rj.Threat(model=str(model), known_init=True)
+  job = rj.JobConfig(victim=dict(dataset="digits", n_per_class=3), threat=threat)
+  with pytest.raises(ConfigError, match="threat.theta0"):
     planning.prepare(job)
-  planning.prepare(job.replace(init_checkpoint=str(init)))
+  with_theta0 = lambda path: job.replace(threat=dataclasses.replace(threat, theta0=path))
+  planning.prepare(with_theta0(str(init)))
   bad = _torch_layout(fitted.init)
   bad["fc1.weight"] = bad["fc1.weight"][:, :10].copy()
   save_file(bad, str(tmp_path / "narrow.safetensors"))
   with pytest.raises(checkpoint.CheckpointError, match="narrow.safetensors"):
-    planning.prepare(job.replace(init_checkpoint=str(tmp_path / "narrow.safetensors")))
+    planning.prepare(with_theta0(str(tmp_path / "narrow.safetensors")))
   nan = _torch_layout(fitted.init)
   nan["fc2.bias"] = np.full_like(nan["fc2.bias"], np.nan)
   save_file(nan, str(tmp_path / "nan.safetensors"))
   with pytest.raises(checkpoint.CheckpointError, match="nan.safetensors.*NaN"):
-    planning.prepare(job.replace(init_checkpoint=str(tmp_path / "nan.safetensors")))
+    planning.prepare(with_theta0(str(tmp_path / "nan.safetensors")))
   with pytest.raises(checkpoint.CheckpointError, match="missing.safetensors"):
-    planning.prepare(job.replace(init_checkpoint=str(tmp_path / "missing.safetensors")))
+    planning.prepare(with_theta0(str(tmp_path / "missing.safetensors")))
   with pytest.raises(ConfigError, match="linearize"):
     planning.prepare(rj.JobConfig(linearize=0.5))  # a setting of known_init only
   with pytest.raises(ConfigError, match="linearize"):
-    planning.prepare(rj.JobConfig(known_init=True, linearize=2.0))
+    planning.prepare(rj.JobConfig(threat=rj.Threat(known_init=True), linearize=2.0))
 
 
 def test_a_job_reads_each_file_of_its_victim_once(saved, tmp_path, monkeypatch):

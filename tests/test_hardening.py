@@ -24,7 +24,7 @@ from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import verdict
 from recon_jax.job import pipeline, planning
-from recon_jax.job.settings import FOREIGN_RULES, RULES, Foreign, JobConfig
+from recon_jax.job.settings import RULES, THREAT_RULES, JobConfig, Threat
 from recon_jax.studies import runner
 from recon_jax.victims import models, recipe
 from recon_jax.victims.victim import VictimConfig
@@ -34,9 +34,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _tiny(**changes):
   c = configs.get_config("tiny").to_dict()
-  victim = changes.pop("victim", {})
+  sections = {name: changes.pop(name, {}) for name in ("victim", "threat")}
   c.update(changes)
-  c["victim"] = {**c["victim"], **victim}
+  for name, given in sections.items():
+    c[name] = {**c[name], **given}
   return c
 
 
@@ -56,9 +57,9 @@ def _fields(cls):
 
 def _registry():
   """(dotted name, rule, default) of every setting of the main job, its victim's included."""
-  job = {k: v for k, v in _fields(JobConfig).items() if k not in ("victim", "foreign")}
+  job = {k: v for k, v in _fields(JobConfig).items() if k not in ("victim", "threat")}
   out = [(k, RULES[k], job[k]) for k in job]
-  out += [(f"foreign.{k}", FOREIGN_RULES[k], v) for k, v in _fields(Foreign).items()]
+  out += [(f"threat.{k}", THREAT_RULES[k], v) for k, v in _fields(Threat).items()]
   defaults = dict(_fields(VictimConfig), widths=(256, 256))
   out += [(f"victim.{k}", recipe.RULES[k], defaults[k]) for k in defaults]
   return out
@@ -72,8 +73,8 @@ def _with(name, value, base=None):
 
 
 def test_every_setting_has_a_rule():
-  assert set(RULES) == set(_fields(JobConfig)) - {"victim", "foreign"}
-  assert set(FOREIGN_RULES) == set(_fields(Foreign))
+  assert set(RULES) == set(_fields(JobConfig)) - {"victim", "threat"}
+  assert set(THREAT_RULES) == set(_fields(Threat))
   assert set(recipe.RULES) == set(_fields(VictimConfig))
   for _, rule, _ in _registry():
     assert rule.kind in rules.KINDS
@@ -127,7 +128,7 @@ def _features_off(tmp_path):
     "foreign": {},
     "user_data": {},
     "own_checkpoint": {},
-    "trains": {"checkpoint": model},
+    "trains": {"threat": {"model": model}},
     # the victim's own
     "wd_phase": {},
     "sgd": {"victim": {"optimizer": "adam"}},
@@ -175,10 +176,10 @@ def test_a_setting_of_a_feature_that_is_off_is_refused_naming_it(tmp_path):
 
 def test_the_issues_typed_cases_name_their_setting():
   for config, name in (
-    (_tiny(known_init="False"), "known_init"),
+    (_tiny(threat={"known_init": "False"}), "threat.known_init"),
     (_tiny(x64="True"), "x64"),
     (_tiny(anneal_alpha="100"), "anneal_alpha"),
-    (_tiny(checkpoint=123), "checkpoint"),
+    (_tiny(threat={"model": 123}), "threat.model"),
     (_tiny(matmul_precision="bogus"), "matmul_precision"),
     (_tiny(w_tv=1e300), "w_tv"),
     (_tiny(split_every=5, split_eps=float("inf")), "split_eps"),
@@ -188,7 +189,7 @@ def test_the_issues_typed_cases_name_their_setting():
     (_tiny(victim={"wd": 1e-3}), "victim.wd"),
     (_tiny(attack="inversion", anneal_alpha=100.0), "anneal_alpha"),
     (_tiny(attack="inversion", lr_lam="0.1"), "lr_lam"),
-    (_tiny(attack="inversion", known_init=True), "known_init"),
+    (_tiny(attack="inversion", threat={"known_init": True}), "threat.known_init"),
     (_tiny(max_memory_gb=1e300), "max_memory_gb"),
     (
       _tiny(
@@ -207,8 +208,8 @@ def test_the_issues_typed_cases_name_their_setting():
       JobConfig.of(_tiny() | {"victim": victim})
     assert e.value.argument == "victim"
   with pytest.raises(ConfigError) as e:
-    JobConfig.of(_tiny() | {"foreign": None})
-  assert e.value.argument == "foreign"
+    JobConfig.of(_tiny() | {"threat": None})
+  assert e.value.argument == "threat"
   _refused(_with("victim.widths", 32), "victim.widths")
   # steps under attack=weights: refused when the user set it (a preset may carry it)
   _refused(_tiny(attack="weights", steps=7), "steps", explicit={"steps"})
@@ -242,11 +243,12 @@ def test_presets_still_pass_their_checks():
 def test_an_imported_model_refuses_the_recipe_it_would_ignore(tmp_path):
   model = str(tmp_path / "model.safetensors")
   reference_layout_safetensors(model, d=64)
-  planning.prepare(JobConfig.of(_tiny(checkpoint=model)))  # the preset's recipe: accepted
-  _refused(_tiny(checkpoint=model, victim={"activation": "softplus"}), "victim.activation")
-  _refused(_tiny(checkpoint=model, victim={"widths": (64, 64)}), "victim.widths")
-  _refused(_tiny(checkpoint=model, victim={"lr": 0.5}), "victim.lr", explicit={"victim.lr"})
-  _refused(_tiny(checkpoint=model, known_init=True), "init_checkpoint")
+  threat = {"model": model}
+  planning.prepare(JobConfig.of(_tiny(threat=threat)))  # the preset's recipe: accepted
+  _refused(_tiny(threat=threat, victim={"activation": "softplus"}), "victim.activation")
+  _refused(_tiny(threat=threat, victim={"widths": (64, 64)}), "victim.widths")
+  _refused(_tiny(threat=threat, victim={"lr": 0.5}), "victim.lr", explicit={"victim.lr"})
+  _refused(_tiny(threat=dict(threat, known_init=True)), "threat.theta0")
 
 
 # ----------------------------------------------------------------------------- the harness

@@ -30,20 +30,20 @@ def test_every_setting_says_what_it_is():
 
 
 def test_every_config_class_declares_each_setting_once_with_a_rule_and_a_meaning():
-  """The job, its foreign section, a victim's recipe, every attack's options and the studies: each field is
+  """The job, its threat section, a victim's recipe, every attack's options and the studies: each field is
   a ``rules.setting`` (default, meaning, rule), and the tables are read off those fields."""
   from recon_jax import attacks
   from recon_jax.core import rules
   from recon_jax.studies import init_study_settings, toy
   from recon_jax.victims import recipe
 
-  classes = [settings.JobConfig, settings.Foreign, recipe.VictimConfig]
+  classes = [settings.JobConfig, settings.Threat, recipe.VictimConfig]
   classes += [toy.ToySettings, init_study_settings.InitStudySettings]
   classes += [spec.options for spec in attacks.specs().values()]
   for cls in classes:
-    assert rules.undeclared(cls, sections=("victim", "foreign")) == [], cls.__name__
+    assert rules.undeclared(cls, sections=("victim", "threat")) == [], cls.__name__
   assert settings.RULES == rules.rules_of(settings.JobConfig)
-  assert settings.FOREIGN_RULES == rules.rules_of(settings.Foreign)
+  assert settings.THREAT_RULES == rules.rules_of(settings.Threat)
   assert recipe.RULES == rules.rules_of(recipe.VictimConfig)
   assert recipe.HELP == rules.meanings_of(recipe.VictimConfig)
   assert recipe.ADDED_FIELDS["pretrain_epochs"] == 0 and "lr" not in recipe.ADDED_FIELDS
@@ -75,8 +75,8 @@ def test_a_setting_declared_once_gives_every_table_and_a_plain_field_is_named():
 
 
 def test_overrides_and_unknown_names():
-  c = rj.reconstruct_config(steps=7, victim={"n_per_class": 3}, foreign={"stride": 2})
-  assert (c.steps, c.victim.n_per_class, c.foreign.stride, c.foreign.padding) == (7, 3, 2, 0)
+  c = rj.reconstruct_config(steps=7, victim={"n_per_class": 3}, threat={"stride": 2})
+  assert (c.steps, c.victim.n_per_class, c.threat.stride, c.threat.padding) == (7, 3, 2, 0)
   with pytest.raises(KeyError, match="stepz"):
     rj.reconstruct_config(stepz=7)
   with pytest.raises(KeyError, match="widthz"):
@@ -92,11 +92,11 @@ def test_configs_do_not_share_their_unset_fields():
 
 def test_typed_settings_read_a_config_and_write_the_same_config_json(tmp_path):
   c = rj.reconstruct_config(
-    steps=7, victim={"n_per_class": 3, "widths": [8, 4]}, foreign={"stride": 2}
+    steps=7, victim={"n_per_class": 3, "widths": [8, 4]}, threat={"stride": 2}
   )
   job = rj.JobConfig(**c)
   assert (job.steps, job.victim.n_per_class, job.victim.widths) == (7, 3, (8, 4))
-  assert (job.foreign.stride, job.foreign.padding, job.ssim_threshold) == (2, 0, None)
+  assert (job.threat.stride, job.threat.padding, job.ssim_threshold) == (2, 0, None)
   assert rj.JobConfig().to_dict() == rj.reconstruct_config().to_dict()  # one home for defaults
   # config.json is unchanged, so a workdir written from the ConfigDict resumes under the type
   assert workdir.jsonable(job) == workdir.jsonable(c)
@@ -115,9 +115,35 @@ def test_typed_settings_refuse_unknown_names():
   with pytest.raises(ConfigError, match="widthz") as e:
     rj.JobConfig(victim={"widthz": (8,)})
   assert e.value.argument == "victim.widthz"
-  with pytest.raises(ConfigError, match="foreign.strid") as e:
-    rj.JobConfig(foreign={"strid": 2})
-  assert e.value.argument == "foreign.strid"
+  with pytest.raises(ConfigError, match="threat.strid") as e:
+    rj.JobConfig(threat={"strid": 2})
+  assert e.value.argument == "threat.strid"
+
+
+def test_a_former_name_is_read_as_the_setting_it_became():
+  """The threat model's settings moved into ``threat`` (2026-11-28): the former names still
+  build the same config, from Python, a ConfigDict, ``replace`` and an attribute, with a
+  DeprecationWarning naming the new one; the key map is read off the declarations."""
+  from recon_jax.job import settings
+
+  assert settings.RENAMED["checkpoint"] == "threat.model"
+  assert settings.RENAMED["foreign.stride"] == "threat.stride"
+  assert settings.RENAMED["init_checkpoint"] == "threat.theta0"
+  new = rj.JobConfig(threat={"model": "m.pt", "theta0": "t.pt", "known_init": True, "stride": 2})
+  with pytest.warns(DeprecationWarning, match="checkpoint is now threat.model"):
+    old = rj.JobConfig(
+      checkpoint="m.pt", init_checkpoint="t.pt", known_init=True, foreign={"stride": 2}
+    )
+  assert old == new
+  with pytest.warns(DeprecationWarning):
+    assert rj.JobConfig.of(rj.reconstruct_config(checkpoint="m.pt")).threat.model == "m.pt"
+    assert new.replace(train_data="x").threat == dataclasses.replace(new.threat, train="x")
+    assert (new.checkpoint, new.foreign.stride) == ("m.pt", 2)
+  with pytest.raises(ConfigError) as e, pytest.warns(DeprecationWarning):
+    rj.JobConfig(foreign={"stride": "2"})
+  assert e.value.argument == "threat.stride"  # the error names the setting as it is now
+  with pytest.raises(AttributeError):
+    rj.JobConfig().chekpoint
 
 
 def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, tmp_path):

@@ -63,6 +63,33 @@ def test_check_resumable_names_the_settings_that_differ(tmp_path):
   assert e.value.argument == "resume"
 
 
+def test_a_config_json_of_former_setting_names_resumes_under_the_names_now(tmp_path):
+  """A workdir written before a setting moved (``checkpoint`` -> ``threat.model``) resumes
+  under the same settings and is refused under others, the setting named as it is now."""
+  renamed = {"checkpoint": "threat.model", "foreign.stride": "threat.stride"}
+  wd.write_config(str(tmp_path), {"seed": 0, "checkpoint": "m.pt", "foreign": {"stride": 2}})
+  (tmp_path / "state.msgpack").write_bytes(b"x")
+  now = {"seed": 0, "threat": {"model": "m.pt", "stride": 2}}
+  wd.check_resumable(now, str(tmp_path), "state.msgpack", renamed=renamed)
+  with pytest.raises(ConfigError, match="differs .* in threat.model"):
+    wd.check_resumable(
+      {"seed": 0, "threat": {"model": "other.pt", "stride": 2}},
+      str(tmp_path),
+      "state.msgpack",
+      renamed=renamed,
+    )
+  nested = {"base": now}  # a harness's config holds the job under a section
+  wd.write_config(str(tmp_path), {"base": {"seed": 0, "checkpoint": "m.pt"}})
+  with pytest.raises(ConfigError, match="in base.threat.model"):
+    wd.check_resumable(
+      {"base": {"seed": 0, "threat": {"model": "x.pt"}}},
+      str(tmp_path),
+      "state.msgpack",
+      renamed={f"base.{k}": f"base.{v}" for k, v in renamed.items()},
+    )
+  wd.check_resumable(nested, str(tmp_path), "state.msgpack", renamed=renamed)
+
+
 def test_a_resume_is_refused_on_another_studys_workdir(tmp_path):
   cfg = {"seed": 0, "steps": 10}
   wd.write_config(str(tmp_path), cfg, study="toy_2d")

@@ -8,13 +8,19 @@ Presets (``--config=experiments/configs/audit.py:PRESET``):
 
 import ml_collections
 
+from recon_jax.core import rules
 from recon_jax.job.audit import HELP as AUDIT_HELP
-from recon_jax.job.audit import NOT_LISTED, Audit
+from recon_jax.job.audit import NOT_LISTED
 from recon_jax.job.settings import HELP as JOB_HELP
-from recon_jax.job.settings import reconstruct_config
+from recon_jax.job.settings import Threat, reconstruct_config
 
-HELP = {**AUDIT_HELP, **{f"job.{k}": v for k, v in JOB_HELP.items()}}
-HIDDEN = NOT_LISTED  # the main job's settings an audit sets from its own, or does not read
+# The job's settings an audit holds at its top (the threat, the victim's loss) are not its job's.
+_OWN = ("threat.", "victim.")
+HELP = {
+  **AUDIT_HELP,
+  **{f"job.{k}": v for k, v in JOB_HELP.items() if not k.startswith(_OWN)},
+}
+HIDDEN = NOT_LISTED  # the former name of theta0, and the job's settings an audit does not read
 
 PRESETS = {"default": {}, "quick": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250}}
 
@@ -22,6 +28,10 @@ PRESETS = {"default": {}, "quick": {"num_restarts": 4, "steps": 1000, "chunk_ste
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   if preset not in PRESETS:
     raise KeyError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
-  c = ml_collections.ConfigDict(Audit().__dict__)
-  c.job = reconstruct_config(**PRESETS[preset])
+  c = ml_collections.ConfigDict(rules.defaults_of(Threat))
+  c.init = ""
+  c.loss = "logistic"
+  job = reconstruct_config(**PRESETS[preset])
+  del job["threat"], job["victim"]  # the audit's own, at its top
+  c.job = job
   return c

@@ -13,6 +13,7 @@ from experiments.configs import reconstruct
 from recon_jax.studies.leakage_map import BASE, RECIPES, map_config
 
 HELP = {f"base.{k}": v for k, v in reconstruct.HELP.items()}  # --help's text of each setting
+RENAMED = {f"base.{k}": f"base.{v}" for k, v in reconstruct.RENAMED.items()}  # former flags
 
 VARIANTS = {
   "default": {},
@@ -21,7 +22,7 @@ VARIANTS = {
   # alpha rising geometrically from each restart's draw to 200 over the run (Loo et al.).
   "anneal": {"anneal_alpha": 200.0},
   # The attacker also knows theta_0 and fits theta* - theta_0 (Loo et al.).
-  "known_init": {"known_init": True},
+  "known_init": {"threat": {"known_init": True}},
   # Runkel et al.'s setting: candidates start at unseen images of the disjoint partition.
   "partition": {"init": "partition"},
   # Twice as many candidates (4n instead of 2n).
@@ -84,7 +85,7 @@ FINETUNE_VARIANTS = {
   "cone": dict(SGD, attack="cone", subspace=False, span_whiten=0.0, lam_min="0.2:0.7:lin"),
   # theta_0 unknown: theta* alone, Haim et al.'s attack in pixels (their 2n, lambda_min).
   "unknown_init": dict(
-    known_init=False,
+    threat=dict(known_init=False),
     linearize=1.0,
     subspace=False,
     span_whiten=0.0,

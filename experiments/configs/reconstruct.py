@@ -28,20 +28,22 @@ and meanings are the library's (``recon_jax.job.settings``); a preset overrides 
 import ml_collections
 
 from experiments.configs.victim import PRESETS as victim_presets
-from recon_jax.job.settings import (  # noqa: F401 (HELP: --help)
+from recon_jax.job.settings import (  # noqa: F401 (HELP: --help; RENAMED: former flags)
   HELP,
   KNOWN_INIT_ATTACK,
+  RENAMED,
   reconstruct_config,
 )
 
 FINETUNE = victim_presets["finetune"]  # the victim of both finetune presets
+KNOWN_INIT = dict(known_init=True)  # their threat: the attacker knows theta_0
 # Haim et al. App. B's victim: the first layer from std 1e-4, 10^5 epochs of GD at lr 0.01.
 PAPER_VICTIM = dict(n_per_class=250, widths=(1000, 1000), init="kaiming", init_std=None)
 PAPER_VICTIM.update(first_layer_std=1e-4, lr=0.01, epochs=100_000)
 PAPER = dict(num_restarts=100, steps=50_000, chunk_steps=5000, sweep="paper")
 PRESETS = {
-  "finetune": dict(victim=FINETUNE, attack="cone", known_init=True, linearize=0.5),
-  "finetune_kkt": dict(victim=FINETUNE, **KNOWN_INIT_ATTACK),
+  "finetune": dict(victim=FINETUNE, threat=KNOWN_INIT, attack="cone", linearize=0.5),
+  "finetune_kkt": dict(victim=FINETUNE, threat=KNOWN_INIT, **KNOWN_INIT_ATTACK),
   "lfw": dict(),
   "digits": dict(victim=victim_presets["digits"], steps=6000),
   # A victim at a stationary point of a weight-decay-regularised loss, where the training set

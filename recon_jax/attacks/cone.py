@@ -1088,9 +1088,9 @@ def _check(options: ConeOptions, setup: Setup) -> None:
   )
   require(
     setup.common is None or bool(setup.common.known_init),
-    "attack=cone reads theta* - theta_0: set known_init=True (and init_checkpoint for an "
-    "imported model).",
-    "known_init",
+    "attack=cone reads theta* - theta_0: set threat.known_init=True (and threat.theta0 for "
+    "an imported model).",
+    "threat.known_init",
   )
   if setup.foreign:
     return  # an imported model's layers are checked when its parameters are read

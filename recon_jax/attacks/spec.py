@@ -55,8 +55,9 @@ class Common(NamedTuple):
 
   @classmethod
   def of(cls, job) -> "Common":
-    """These settings of a job (a JobConfig, or a mapping of its settings)."""
-    return cls(*(getattr(job, name) for name in cls._fields))
+    """These settings of a job (a JobConfig: ``known_init`` is its threat's)."""
+    shared = {name: getattr(job, name) for name in cls._fields if name != "known_init"}
+    return cls(**shared, known_init=job.threat.known_init)
 
 
 class Setup(NamedTuple):

@@ -19,7 +19,7 @@ import os
 import platform
 import socket
 import sys
-from typing import Any, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -37,6 +37,19 @@ FORMER_DEFAULTS = {"subspace_tol": (0.001, 0.0)}
 def _renamed_default(key: str, want, have) -> bool:
   former = FORMER_DEFAULTS.get(key.split(".")[-1])
   return former is not None and have == former[0] and want == former[1]
+
+
+def _name_now(key: str, want, renamed: Mapping[str, str]) -> str:
+  """``key`` of a config.json, or the name it has now in ``want`` where ``renamed`` says it
+  moved (``checkpoint`` -> ``threat.model``; ``base.checkpoint`` -> ``base.threat.model``)."""
+  if key in want:
+    return key
+  for old, new in renamed.items():
+    if key == old or key.endswith("." + old):
+      now = key[: len(key) - len(old)] + new
+      if now in want:
+        return now
+  return key
 
 
 def expand(path: str) -> str:
@@ -69,19 +82,27 @@ def prepare(workdir: str, overwrite: bool = False) -> str:
 
 
 def open_run(
-  cfg, workdir: str, state_file: str, *, resume: bool, overwrite: bool, study: Optional[str] = None
+  cfg,
+  workdir: str,
+  state_file: str,
+  *,
+  resume: bool,
+  overwrite: bool,
+  study: Optional[str] = None,
+  renamed: Mapping[str, str] = {},
 ) -> str:
   """The workdir of a run about to start: checked resumable (``resume``: the same ``study``
-  and settings) or writable, then created and locked for this process (:func:`lock`)."""
+  and settings; ``renamed``: see :func:`check_resumable`) or writable, then created and
+  locked for this process (:func:`lock`)."""
   if resume:  # before prepare, which would create a missing folder
-    check_resumable(cfg, workdir, state_file, study)
+    check_resumable(cfg, workdir, state_file, study, renamed)
   path = prepare(workdir, overwrite or resume)
   lock(path)
-  OPENED[path] = (cfg, state_file, study)
+  OPENED[path] = (cfg, state_file, study, renamed)
   return path
 
 
-# The workdirs this process locked: {absolute path: (cfg, state file, study) of open_run,
+# The workdirs this process locked: {absolute path: (cfg, state file, study, renamed) of open_run,
 # or None when it only locked the folder}.  What an interrupted run can resume (:func:`saved`).
 OPENED: dict = {}
 
@@ -96,9 +117,9 @@ def saved(workdir: str) -> Optional[bool]:
     return None
   if OPENED[path] is None:
     return os.path.isfile(os.path.join(path, "config.json"))
-  cfg, state_file, study = OPENED[path]
+  cfg, state_file, study, renamed = OPENED[path]
   try:
-    check_resumable(cfg, path, state_file, study)
+    check_resumable(cfg, path, state_file, study, renamed)
   except Error:
     return False
   return True
@@ -320,6 +341,7 @@ def begin(
   study: str,
   every: int,
   checked: bool = False,
+  renamed: Mapping[str, str] = {},
   **config_extra,
 ) -> StateFile:
   """A run starting in its opened ``workdir``: config.json written (``config_extra`` added),
@@ -328,7 +350,7 @@ def begin(
   the config stored beside it."""
   if resume:
     if not checked:
-      check_resumable(cfg, workdir, state_file, study)
+      check_resumable(cfg, workdir, state_file, study, renamed)
   else:
     write_config(workdir, cfg, study=study, **config_extra)
   return StateFile(inside(workdir, state_file), every, resume, {"config": jsonable(cfg)})
@@ -349,12 +371,20 @@ def _same(v):
   return "" if v is None else v  # an unset path was null in older config.json files
 
 
-def check_resumable(cfg, workdir: str, state_file: str, study: Optional[str] = None) -> None:
+def check_resumable(
+  cfg,
+  workdir: str,
+  state_file: str,
+  study: Optional[str] = None,
+  renamed: Mapping[str, str] = {},
+) -> None:
   """Refuses a resume unless ``workdir`` holds ``state_file`` and a config.json of ``cfg``
   written by the same ``study`` (when given; a config.json that names none passes).
 
   Settings a config.json written by an older version lacks count as their
-  defaults (so an older run still resumes); :data:`NOT_COMPARED` may differ.
+  defaults (so an older run still resumes), a setting it holds under a former name
+  (``renamed``: ``{former dotted name: name now}``, also under a section, ``base.``) is
+  compared as its name now; :data:`NOT_COMPARED` may differ.
   """
   workdir = os.path.abspath(expand(workdir))
   if not os.path.isdir(workdir):
@@ -382,6 +412,7 @@ def check_resumable(cfg, workdir: str, state_file: str, study: Optional[str] = N
     )
   want = flatten(json.loads(json.dumps(jsonable(cfg))))
   have = flatten(stored) if isinstance(stored, dict) else {}
+  have = {_name_now(k, want, renamed): v for k, v in have.items()}
   diff = [
     k
     for k in sorted(want)

@@ -1,135 +1,89 @@
-"""Audit the model you have, on the data you have: the main job's settings for a model file, the
-images it was trained on, held-out images of the same distribution and, where known, the
-weights its training started from.
+"""Audit the model you have, on the data you have: the main job's settings for a threat model
+(:class:`~recon_jax.job.settings.Threat`: a model file, the images it was trained on,
+held-out images of the same distribution and, where known, the weights its training started
+from).
 
-:func:`audit_job` turns those files into a :class:`~recon_jax.job.settings.JobConfig`:
-with theta_0 (``theta0``; ``init`` is its former name) the attack of a model fine-tuned from
-known weights
+The audit's settings are the threat section's, at its top, and the model's training
+``loss``; :func:`audit_job` turns them into a :class:`~recon_jax.job.settings.JobConfig`:
+with theta_0 (``theta0``) the attack of a model fine-tuned from known weights
 (:data:`~recon_jax.job.settings.KNOWN_INIT_ATTACK`; candidates in the first layer's span
 where that layer is dense; or the job's own ``attack``, e.g. ``cone``), without it Haim et
-al.'s attack on theta* alone.  The run is the main job's, so its workdir, verdict and
-report are the same.
+al.'s attack on theta* alone.  The run is the main job's, so its workdir, verdict and report
+are the same; an error names the threat's setting (``threat.model``), which the audit's
+flags spell as its own (``--config.model``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Mapping, Optional
 
+from recon_jax.core import rules
 from recon_jax.errors import ConfigError
-from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig
+from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig, Threat
 from recon_jax.victims import importers
 
 # Candidates per restart of a blind attack (no training images, so no n to scale with).
 BLIND_CANDIDATES = 40
-
-
-@dataclasses.dataclass(frozen=True)
-class Audit:
-  """What a model owner gives: files, and how the model was trained."""
-
-  model: str = ""  # the model: a PyTorch state dict (.pt/.pth) or safetensors
-  train: str = ""  # its training images: ImageFolder folder, .npz (x, y) or MNIST/CIFAR files
-  heldout: str = ""  # held-out images of the same distribution (same formats)
-  theta0: str = ""  # theta_0: the weights its training started from, same format ('' unknown)
-  init: str = ""  # the former name of theta0, still read
-  data_mean: str = ""  # .npy per-pixel mean the model was trained with ('' none)
-  image_size: str = ""  # HxW: resize the images to this ('' as they are)
-  loss: str = "logistic"  # how it was trained: logistic (one output) | ce (one per class)
-  input_layout: str = "nchw"  # how it flattened conv features (PyTorch: nchw)
-
-
-# The audit's own names of the main job's settings (its errors name these).
-ALIASES = {
-  "checkpoint": "model",
-  "train_data": "train",
-  "heldout_data": "heldout",
-  "init_checkpoint": "theta0",
-  "foreign.data_mean": "data_mean",
-  "data_mean": "data_mean",
-  "victim.loss": "loss",
-  "foreign.input_layout": "input_layout",
-}
-# What --help says of each of the audit's own settings.
+# The audit's settings beside the threat's: how the model was trained (the job's victim.loss)
+# and theta0's former name, still read.
+LOSSES = ("logistic", "ce")
 HELP = {
-  "model": "the model: a PyTorch state dict (.pt/.pth) or safetensors file, weights [out, in]",
-  "train": "its training images: an ImageFolder folder, an .npz (x, y) or MNIST/CIFAR files",
-  "heldout": "held-out images of the same distribution (same formats)",
-  "theta0": "theta_0, the weights its training started from (a published checkpoint, or its "
-  "seed's initialisation), same format ('' unknown); not job.init, where the search's "
-  "candidates start",
-  "init": "the former name of theta0 (still read)",
-  "data_mean": ".npy per-pixel mean the model was trained with ('' none)",
-  "image_size": "HxW: resize the images to this ('' as they are)",
+  **rules.meanings_of(Threat),
   "loss": "how it was trained: logistic (one output) | ce (one output per class)",
-  "input_layout": "how it flattened conv features (PyTorch: nchw)",
+  "init": "the former name of theta0 (still read)",
 }
-# Not listed by the audit's --help: theta0's former name, and the main job's settings the
-# audit sets from its own (the files, how a model is read, theta_0) or that do not apply to
-# an imported model (victim.*: how the main job trains its victim).
-NOT_LISTED = (
-  "init",
-  "job.victim.",
-  "job.foreign.",
-  "job.checkpoint",
-  "job.train_data",
-  "job.heldout_data",
-  "job.init_checkpoint",
-  "job.known_init",
-  "job.image_size",
-  "job.data_dir",
-  "job.allow_data_mismatch",
-  "job.use_cache",
-)
+# Not listed by the audit's --help: theta0's former name, and the main job's settings that do
+# not apply to an imported model.
+NOT_LISTED = ("init", "job.data_dir", "job.use_cache")
 
 
-def audit_job(audit: Audit, base: Optional[JobConfig] = None) -> JobConfig:
-  """The main job's settings for ``audit`` (``base``: other settings, e.g. the restarts).
-  Without ``train`` a blind attack: ``BLIND_CANDIDATES`` candidates unless ``base.m`` says.
-
-  Raises ConfigError naming the audit's field that is missing or cannot be used; the
-  files themselves are read and checked when the job is planned
-  (:func:`recon_jax.job.planning.prepare`).
-  """
-  if not audit.model:
-    raise ConfigError("model: give the model file to audit (.pt, .pth or .safetensors).", "model")
-  if not audit.heldout:
+def threat_of(settings: Mapping) -> Threat:
+  """The threat section of the audit's ``settings`` (its top level): theta0 given as
+  ``theta0`` or as ``init``, its former name (ConfigError when the two name different
+  files)."""
+  theta0, init = settings.get("theta0", ""), settings.get("init", "")
+  if theta0 and init and theta0 != init:
     raise ConfigError(
-      "heldout: give held-out images of the same distribution: they are the baseline that "
-      "tells a reconstruction from a look-alike (and, without train, the inputs' size).",
-      "heldout",
-    )
-  base = base or JobConfig()
-  if not audit.train and not base.m:
-    base = base.replace(m=BLIND_CANDIDATES)
-  settings = dict(
-    checkpoint=audit.model,
-    train_data=audit.train,
-    heldout_data=audit.heldout,
-    image_size=audit.image_size,
-    victim=dataclasses.replace(base.victim, loss=audit.loss),
-    foreign=dataclasses.replace(
-      base.foreign, data_mean=audit.data_mean, input_layout=audit.input_layout
-    ),
-  )
-  theta0 = theta_0(audit)
-  if theta0:
-    settings.update(known_init=True, init_checkpoint=theta0)
-    if base.attack == "kkt":  # the known-init search (its settings are kkt's; cone has none)
-      settings.update(KNOWN_INIT_ATTACK, subspace=_dense_first_layer(audit.model))
-  return base.replace(**settings)
-
-
-def theta_0(audit: Audit) -> str:
-  """The file of theta_0: ``theta0``, or ``init``, its former name (ConfigError when the two
-  name different files)."""
-  if audit.theta0 and audit.init and audit.theta0 != audit.init:
-    raise ConfigError(
-      f"theta0={audit.theta0!r} and init={audit.init!r} (the former name of theta0) name "
+      f"threat.theta0={theta0!r} and init={init!r} (the former name of theta0) name "
       "different files: give theta_0 once, as theta0.",
-      "theta0",
+      "threat.theta0",
     )
-  return audit.theta0 or audit.init
+  given = {f.name: settings[f.name] for f in dataclasses.fields(Threat) if f.name in settings}
+  return Threat(**dict(given, theta0=theta0 or init))
+
+
+def audit_job(
+  threat: Threat, loss: str = "logistic", base: Optional[JobConfig] = None
+) -> JobConfig:
+  """The main job's settings for ``threat`` and a model trained with ``loss`` (``base``: the
+  job's other settings, e.g. the restarts).  Without ``threat.train`` a blind attack:
+  ``BLIND_CANDIDATES`` candidates unless ``base.m`` says; with ``threat.theta0`` the attacker
+  knows theta_0.
+
+  Raises ConfigError naming the threat's setting that is missing; the files themselves are
+  read and checked when the job is planned (:func:`recon_jax.job.planning.prepare`).
+  """
+  if not threat.model:
+    raise ConfigError(
+      "threat.model: give the model file to audit (.pt, .pth or .safetensors).", "threat.model"
+    )
+  if not threat.heldout:
+    raise ConfigError(
+      "threat.heldout: give held-out images of the same distribution: they are the baseline "
+      "that tells a reconstruction from a look-alike (and, without train, the inputs' size).",
+      "threat.heldout",
+    )
+  rules.check_value("victim.loss", loss, rules.Rule("str", choices=LOSSES))
+  base = base or JobConfig()
+  if not threat.train and not base.m:
+    base = base.replace(m=BLIND_CANDIDATES)
+  if threat.theta0:
+    threat = dataclasses.replace(threat, known_init=True)
+  settings = dict(threat=threat, victim=dataclasses.replace(base.victim, loss=loss))
+  if threat.known_init and base.attack == "kkt":  # the known-init search (kkt's settings)
+    settings.update(KNOWN_INIT_ATTACK, subspace=_dense_first_layer(threat.model))
+  return base.replace(**settings)
 
 
 def _dense_first_layer(path: str) -> bool:

@@ -35,7 +35,7 @@ from recon_jax.victims import loading, victim
 def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
   """What the report took as given about the victim and its data (stated in metrics.json):
   a user's own images are named as the dataset (``user:FOLDER``), with no draw of their own."""
-  user = bool(cfg.train_data or cfg.heldout_data)
+  user = bool(cfg.threat.train or cfg.threat.heldout)
   out = {
     "dataset": ds.name if user else vcfg.dataset,
     "n_per_class": None if user else vcfg.n_per_class,
@@ -46,7 +46,7 @@ def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, for
     "training_mean_subtracted": bool(np.any(ds.mean != 0)),
   }
   if foreign:
-    imp = cfg.foreign
+    imp = cfg.threat
     out.update(
       input_layout=imp.input_layout,
       conv_stride=imp.stride,
@@ -138,7 +138,7 @@ def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Targ
   weight decay kept: :func:`recon_jax.victims.loading.decay_factor`), the gradients taken at
   the ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
   target = loading.make_target_unchecked(vic.params, labels, ds.mean, dtype=float_dtype())
-  if plan.config.known_init:
+  if plan.config.threat.known_init:
     n = len(ds.x_train)
     decay = loading.decay_factor(vic.params, vic.init, n) if n else 1.0
     if decay < 1.0:
@@ -309,7 +309,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     target=target,
     public=ds.x_part if len(ds.x_part) else ds.x_test,
   )
-  seen = span.regime(target, len(ds.x_train), cfg.known_init, cfg.linearize)
+  seen = span.regime(target, len(ds.x_train), cfg.threat.known_init, cfg.linearize)
   if seen.get("span"):
     logging.info(
       "regime: the first layer's %s spans %d of %d input directions for %d training images",

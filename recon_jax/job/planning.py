@@ -24,7 +24,7 @@ from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job import settings
-from recon_jax.job.settings import FOREIGN_RULES, RULES, JobConfig
+from recon_jax.job.settings import RULES, THREAT_RULES, JobConfig
 from recon_jax.victims import loading, recipe, state_dicts, victim
 
 RANGE_NAMES = sweep.RANGE_NAMES
@@ -70,9 +70,10 @@ def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.Vi
   and data provenance), and that is the one used; ``requested`` (victim
   settings the user set explicitly, ``{field: value}``) must agree with it.
   """
-  if not cfg.checkpoint or state_dicts.is_foreign(cfg.checkpoint):
+  model = cfg.threat.model
+  if not model or state_dicts.is_foreign(model):
     return recipe.of_settings(cfg.victim)
-  return loading.open_checkpoint(cfg.checkpoint, requested).recipe
+  return loading.open_checkpoint(model, requested).recipe
 
 
 def _num_classes(v: victim.VictimConfig) -> int:
@@ -215,13 +216,13 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   """
   cfg = JobConfig.of(cfg)
   check_types(cfg)  # paths are strings before they are expanded
+  t = cfg.threat
+  files = dict(
+    model=t.model, theta0=t.theta0, train=t.train, heldout=t.heldout, data_mean=t.data_mean
+  )
   cfg = cfg.replace(
     data_dir=expand(cfg.data_dir),
-    checkpoint=expand(cfg.checkpoint),
-    init_checkpoint=expand(cfg.init_checkpoint),
-    train_data=expand(cfg.train_data),
-    heldout_data=expand(cfg.heldout_data),
-    foreign=dataclasses.replace(cfg.foreign, data_mean=expand(cfg.foreign.data_mean)),
+    threat=dataclasses.replace(t, **{name: expand(path) for name, path in files.items()}),
   )
   return _plan(cfg, explicit, requested_victim)
 
@@ -281,13 +282,14 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   given = set(requested_victim or ()) | {
     k[len("victim.") :] for k in explicit if k.startswith("victim.")
   }
-  vcfg, foreign, stored = loading.resolve(cfg.checkpoint or "", cfg.victim, requested_victim, given)
+  threat = cfg.threat
+  vcfg, foreign, stored = loading.resolve(threat.model, cfg.victim, requested_victim, given)
   own = stored is not None
-  if cfg.foreign.data_mean and not foreign:
+  if threat.data_mean and not foreign:
     raise ConfigError(
-      "foreign.data_mean is the training mean of a PyTorch or safetensors checkpoint; "
-      "without such a checkpoint it would be ignored (a recon_jax victim records its own).",
-      "foreign.data_mean",
+      "threat.data_mean is the training mean of a PyTorch or safetensors model; without such "
+      "a model it would be ignored (a recon_jax victim records its own).",
+      "threat.data_mean",
     )
   problem = resolve_problem(cfg.problem, vcfg.loss)
   if spec.direct is None:
@@ -310,14 +312,14 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   check_unread_settings(cfg, spec)
   check_features(cfg, spec, foreign, own, explicit)
   check_known_init(cfg, foreign)
-  if cfg.train_data or cfg.heldout_data:
+  if threat.train or threat.heldout:
     check_user_data(cfg, foreign)
   check_data_dir(vcfg, cfg.data_dir)
   drawn = sweep_settings(cfg, spec) if spec.direct is None else None
   if drawn:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
-  if cfg.train_data and cfg.heldout_data:
+  if threat.train and threat.heldout:
     check_heldout_copies(cfg, source.dataset)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
   plan = Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
@@ -394,19 +396,22 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
     "lam_min": (f"the multipliers' floor ({attack} has none)", "lam_min" in spec.hparams),
     "refine": ("the refinement stage (refine_steps > 0)", cfg.refine_steps > 0),
     "anneal": ("annealing (anneal_alpha > 0)", cfg.anneal_alpha > 0),
-    "known_init": ("known_init=True (the attacker knows theta_0)", bool(cfg.known_init)),
+    "known_init": (
+      "threat.known_init=True (the attacker knows theta_0)",
+      bool(cfg.threat.known_init),
+    ),
     "known_init_attack": (
       f"the attacks that read theta* - theta_0 ({', '.join(fitting)}; not {attack})",
       spec.fits_equations or spec.reads_init,
     ),
     "identify": ("identify=True", bool(cfg.identify)),
-    "foreign": ("a PyTorch or safetensors checkpoint", foreign),
+    "foreign": ("a PyTorch or safetensors model", foreign),
     "user_data": (
-      "train_data or heldout_data (your own images)",
-      bool(cfg.train_data or cfg.heldout_data),
+      "threat.train or threat.heldout (your own images)",
+      bool(cfg.threat.train or cfg.threat.heldout),
     ),
-    "own_checkpoint": ("a recon_jax checkpoint given as checkpoint", own),
-    "trains": ("a victim trained here (no checkpoint)", not cfg.checkpoint),
+    "own_checkpoint": ("a recon_jax checkpoint given as threat.model", own),
+    "trains": ("a victim trained here (no threat.model)", not cfg.threat.model),
   }
   for other in attacks.specs().values():  # the features of the attacks' options
     out.update(other.features(other.options_of(cfg)))
@@ -421,9 +426,9 @@ def check_features(cfg: JobConfig, spec, foreign: bool, own: bool, explicit=()) 
   defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
   values = {name: getattr(cfg, name) for name in RULES}
   rules.check_features(values, RULES, defaults, on, explicit)
-  fdefaults = {f.name: f.default for f in dataclasses.fields(type(cfg.foreign))}
-  fvalues = {name: getattr(cfg.foreign, name) for name in FOREIGN_RULES}
-  rules.check_features(fvalues, FOREIGN_RULES, fdefaults, on, explicit, "foreign.")
+  tdefaults = rules.defaults_of(type(cfg.threat))
+  tvalues = {name: getattr(cfg.threat, name) for name in THREAT_RULES}
+  rules.check_features(tvalues, THREAT_RULES, tdefaults, on, explicit, "threat.")
 
 
 def check_unread_settings(cfg: JobConfig, spec) -> None:
@@ -443,22 +448,22 @@ def check_unread_settings(cfg: JobConfig, spec) -> None:
 
 
 def check_user_data(cfg: JobConfig, foreign: bool) -> None:
-  """Refuses ``train_data`` / ``heldout_data`` (the user's own images) where they cannot
+  """Refuses ``threat.train`` / ``threat.heldout`` (the user's own images) where they cannot
   run: without an imported model, one without the other, a blind attack without ``m``."""
   if not foreign:
     raise ConfigError(
-      "train_data is the training set of a model you give as checkpoint (a PyTorch or "
+      "threat.train is the training set of a model you give as threat.model (a PyTorch or "
       "safetensors file); a recon_jax victim records its own data.",
-      "train_data",
+      "threat.train",
     )
-  if not cfg.heldout_data:
+  if not cfg.threat.heldout:
     raise ConfigError(
-      "heldout_data is needed with train_data: held-out images of the same distribution, "
+      "threat.heldout is needed with threat.train: held-out images of the same distribution, "
       "the baseline that tells a reconstruction from a look-alike (and, for a blind attack "
-      "without train_data, the size and channels of the model's inputs).",
-      "heldout_data",
+      "without threat.train, the size and channels of the model's inputs).",
+      "threat.heldout",
     )
-  if not cfg.train_data:  # a blind attack: nothing to compare with, so m says how many
+  if not cfg.threat.train:  # a blind attack: nothing to compare with, so m says how many
     if not cfg.m:
       raise ConfigError(
         "m: without training images (a blind attack) give the number of candidates to search.",
@@ -473,29 +478,28 @@ def read_source(
 ) -> loading.Source:
   """The victim's files read once, as the run uses them (:func:`recon_jax.victims.loading.read`):
   its data, its weights (``stored``: the recon_jax checkpoint read already) and theta_0.
-  Errors name the file, or the setting (``foreign.*`` for how an imported model is read)."""
+  Errors name the file, or the setting (``threat.*`` for how an imported model is read)."""
+  t = cfg.threat
   images = None
-  if cfg.train_data or cfg.heldout_data:
-    binary = problem != "multiclass"
-    images = loading.UserImages(cfg.train_data, cfg.heldout_data, binary, cfg.image_size)
+  if t.train or t.heldout:
+    images = loading.UserImages(t.train, t.heldout, problem != "multiclass", t.image_size)
   asked = tuple(cfg.victim.widths)  # an imported model is used as it is: no others
-  opts = cfg.foreign
-  imports = loading.Imports(opts.input_layout, opts.stride, opts.padding, opts.data_mean)
+  imports = loading.Imports(t.input_layout, t.stride, t.padding, t.data_mean)
   try:
     return loading.read(
       v,
-      path=cfg.checkpoint if foreign else "",
+      path=t.model if foreign else "",
       stored=stored,
-      init_path=cfg.init_checkpoint,
+      init_path=t.theta0,
       data_dir=cfg.data_dir or None,
       imports=imports,
       images=images,
-      allow_data_mismatch=cfg.allow_data_mismatch,
+      allow_data_mismatch=t.allow_data_mismatch,
       widths=None if asked == tuple(victim.VictimConfig().widths) else asked,
     )
   except ConfigError as e:
     if e.argument in ("input_layout", "stride", "padding", "data_mean"):
-      e.argument = f"foreign.{e.argument}"
+      e.argument = f"threat.{e.argument}"
     raise
 
 
@@ -511,24 +515,25 @@ def check_heldout_copies(cfg: JobConfig, ds: data.Dataset) -> None:
     more = f" and {len(pairs) - 3} more" if len(pairs) > 3 else ""
     copies = len({j for _, j in pairs})
     raise ConfigError(
-      f"heldout_data: {copies} of its {len(ds.x_test)} images are copies of training images "
+      f"threat.heldout: {copies} of its {len(ds.x_test)} images are copies of training images "
       f"({shown}{more}, in the order the files are read): held-out images must be images "
-      f"the model never saw; remove them from {cfg.heldout_data}.",
-      "heldout_data",
+      f"the model never saw; remove them from {cfg.threat.heldout}.",
+      "threat.heldout",
     )
 
 
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:
   """Refuses the known-theta_0 settings where they cannot run (without ``known_init`` they
   are refused by :func:`check_features`: their rules name the feature)."""
-  if cfg.known_init and foreign and not cfg.init_checkpoint:
+  t = cfg.threat
+  if t.known_init and foreign and not t.theta0:
     raise ConfigError(
-      f"known_init needs theta_0 of the imported model {cfg.checkpoint}: pass the weights its "
-      "training started from as init_checkpoint (same format).",
-      "init_checkpoint",
+      f"threat.known_init needs theta_0 of the imported model {t.model}: pass the weights its "
+      "training started from as threat.theta0 (same format).",
+      "threat.theta0",
     )
-  if cfg.init_checkpoint:
-    state_dicts.require_file(cfg.init_checkpoint, "initial parameters")
+  if t.theta0:
+    state_dicts.require_file(t.theta0, "initial parameters")
 
 
 def check_widths(cfg) -> None:

@@ -13,7 +13,7 @@ from recon_jax.errors import RunFailed
 from recon_jax.eval import verdict
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
-from recon_jax.job.settings import JobConfig
+from recon_jax.job.settings import RENAMED, JobConfig
 
 
 def restart_table(rows: list) -> str:
@@ -58,7 +58,13 @@ def run_reconstruction(
   with precision.scoped(cfg.x64, cfg.matmul_precision):  # config.json records what runs
     if not checked:
       path = workdir.open_run(
-        cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+        cfg,
+        path,
+        STATE_FILE,
+        resume=resume,
+        overwrite=overwrite,
+        study="reconstruct",
+        renamed=RENAMED,
       )
     with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
       state_file = workdir.begin(
@@ -96,7 +102,13 @@ def main_job(
     progress.phase("checking the settings and reading the files")
     plan = planning.prepare(settings, requested, explicit)
   path = workdir.open_run(
-    plan.config, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
+    plan.config,
+    path,
+    STATE_FILE,
+    resume=resume,
+    overwrite=overwrite,
+    study="reconstruct",
+    renamed=RENAMED,
   )
   m = run_reconstruction(plan, path, resume=resume, checked=True)
   for w in m["warnings"]:

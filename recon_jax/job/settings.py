@@ -11,7 +11,9 @@ presets on top.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
+import warnings
 
 import ml_collections
 from ml_collections import config_dict
@@ -23,13 +25,13 @@ from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
 
-# The attack for a model fine-tuned from weights the attacker knows (theta_0): theta* - theta_0
+# The attack for a model fine-tuned from weights the attacker knows (theta_0, the threat's
+# known_init): theta* - theta_0
 # fitted with the gradients taken halfway between them, the candidates as coefficients in
 # the span of the first layer's change with its directions weighted by (s_j/s_1)^-0.5,
 # 3n candidates, Adam with the surrogate's sharpness annealed to 200, lambda_min from 0
 # (docs/log/leakage.md: the levers compared on paired draws 10-14).
 KNOWN_INIT_ATTACK = dict(
-  known_init=True,
   linearize=0.5,
   subspace=True,
   span_whiten=0.5,
@@ -69,32 +71,90 @@ _B, _P = Rule("bool"), Rule("path")
 
 
 @dataclasses.dataclass(frozen=True)
-class Foreign:
-  """How a PyTorch or safetensors victim is read (the main job's ``foreign`` section)."""
+class Threat:
+  """What the attacker knows (the main job's ``threat`` section): the model (theta*, a file,
+  or '' for the victim trained here), theta_0 and where it comes from, the images the model
+  was trained on and held-out ones, and how a PyTorch or safetensors model reads its input.
+  The audit's settings are these, at its top.  ``formerly``: each one's name before it moved
+  here (still read for a release: :data:`RENAMED`)."""
 
   def __new__(cls, *args, **given):
-    _refuse_unknown(cls, given, "foreign.")
+    _refuse_unknown(cls, given, "threat.")
     return super().__new__(cls)
 
+  model: str = setting(
+    "",
+    "attack this model instead of training one: recon_jax's victim.msgpack, a PyTorch state "
+    "dict (.pt/.pth) or safetensors, weights [out, in]",
+    _P,
+    formerly="checkpoint",
+  )
+  known_init: bool = setting(
+    False,
+    "the attacker knows theta_0, the weights training started from (a public checkpoint or "
+    "seed), and fits theta* - theta_0",
+    Rule("bool", feature="known_init_attack"),
+    formerly="known_init",
+  )
+  theta0: str = setting(
+    "",
+    "known_init: theta_0 from this file (the model's formats; '' the victim's own: stored "
+    "with it, or re-created from its recipe); not init, where the search's candidates start",
+    Rule("path", feature="known_init"),
+    formerly="init_checkpoint",
+  )
+  train: str = setting(
+    "",
+    "the model's own training images: an ImageFolder folder (one subfolder per class), an "
+    ".npz (x, y) or MNIST/CIFAR files ('' the victim's dataset draw)",
+    _P,
+    formerly="train_data",
+  )
+  heldout: str = setting(
+    "",
+    "held-out images of the same distribution, same formats (needed with train)",
+    _P,
+    formerly="heldout_data",
+  )
+  image_size: str = setting(
+    "",
+    "HxW: resize the train/heldout images to this ('' as they are)",
+    Rule("str", feature="user_data"),
+    formerly="image_size",
+  )
+  allow_data_mismatch: bool = setting(
+    False,
+    "attack a recon_jax model trained on other images (warns)",
+    Rule("bool", feature="own_checkpoint"),
+    formerly="allow_data_mismatch",
+  )
   data_mean: str = setting(
     "",
     ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)",
     Rule("path", feature="foreign"),
+    formerly="foreign.data_mean",
   )
   input_layout: str = setting(
     "nchw",
-    "how the model flattened conv features (PyTorch: nchw)",
+    "how a PyTorch/safetensors model flattened conv features (PyTorch: nchw)",
     Rule("str", choices=("nchw", "nhwc"), feature="foreign"),
+    formerly="foreign.input_layout",
   )
   stride: int = setting(
-    1, "conv stride (PyTorch's default)", Rule("int", low=1, high=1024, feature="foreign")
+    1,
+    "a PyTorch/safetensors model's conv stride (PyTorch's default)",
+    Rule("int", low=1, high=1024, feature="foreign"),
+    formerly="foreign.stride",
   )
   padding: int = setting(
-    0, "conv padding (PyTorch's default)", Rule("int", low=0, high=1024, feature="foreign")
+    0,
+    "a PyTorch/safetensors model's conv padding (PyTorch's default)",
+    Rule("int", low=0, high=1024, feature="foreign"),
+    formerly="foreign.padding",
   )
 
   def __post_init__(self):  # a wrong type or range is refused where the section is built
-    rules.check_declared(self, Foreign, "foreign.")
+    rules.check_declared(self, Threat, "threat.")
 
 
 def _attack_options() -> tuple:
@@ -135,8 +195,9 @@ class JobConfig(*ATTACK_OPTIONS):
   and are settings of this class too, of the same names (:data:`ATTACK_OPTIONS`).
   A binary parses its flags into an ``ml_collections.ConfigDict``
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
-  library reads this and nothing else.  ``victim`` and ``foreign`` may be given as
-  mappings; unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
+  library reads this and nothing else.  ``victim`` and ``threat`` may be given as
+  mappings (a setting's name before it moved to a section, :data:`RENAMED`, is read as its
+  new one for a release); unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
   Each setting is checked against its rule when the config is built (and again by
   ``dataclasses.replace``): a :class:`~recon_jax.errors.ConfigError` naming the first
   that breaks its type or range (:func:`check_types`), raised on the line that built it.
@@ -145,32 +206,8 @@ class JobConfig(*ATTACK_OPTIONS):
   """
 
   victim: VictimConfig = dataclasses.field(default_factory=VictimConfig)
-  checkpoint: str = setting(
-    "",
-    "attack this victim file instead of training one: recon_jax's victim.msgpack, a PyTorch state dict (.pt/.pth) or safetensors",
-    _P,
-  )
-  foreign: Foreign = dataclasses.field(default_factory=Foreign)
+  threat: Threat = dataclasses.field(default_factory=Threat)
   data_dir: str = setting("", "folder with MNIST/CIFAR files (never downloaded)", _P)
-  train_data: str = setting(
-    "",
-    "the checkpoint's own training images: an ImageFolder folder, an .npz (x, y) or "
-    "MNIST/CIFAR files ('' the victim's dataset draw)",
-    _P,
-  )
-  heldout_data: str = setting(
-    "", "held-out images of the same distribution, same formats (needed with train_data)", _P
-  )
-  image_size: str = setting(
-    "",
-    "HxW: resize train_data/heldout_data images to this ('' as they are)",
-    Rule("str", feature="user_data"),
-  )
-  allow_data_mismatch: bool = setting(
-    False,
-    "attack a checkpoint trained on other images (warns)",
-    Rule("bool", feature="own_checkpoint"),
-  )
   attack: str = setting("kkt", _attack_meaning(), Rule("str", choices=_attack_names))
   problem: str = setting(
     "auto",
@@ -261,18 +298,6 @@ class JobConfig(*ATTACK_OPTIONS):
     "how many steps of that rise (each a stage of steps/anneal_stages)",
     Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
   )
-  known_init: bool = setting(
-    False,
-    "the attacker knows theta_0, the weights training started from (a public checkpoint or "
-    "seed), and fits theta* - theta_0",
-    Rule("bool", feature="known_init_attack"),
-  )
-  init_checkpoint: str = setting(
-    "",
-    "known_init: theta_0 from this file (the checkpoint's formats; '' the victim's own: "
-    "stored with it, or re-created from its recipe)",
-    Rule("path", feature="known_init"),
-  )
   linearize: float = setting(
     1.0,
     "known_init: gradients taken at theta_0 + linearize (theta* - theta_0) (1: theta*)",
@@ -336,8 +361,15 @@ class JobConfig(*ATTACK_OPTIONS):
   distributed: bool = setting(False, "jax.distributed.initialize() first (multi-host sweeps)", _B)
 
   def __new__(cls, *args, **given):  # an unknown name is one line naming it, not a TypeError
-    _refuse_unknown(cls, given)
+    _refuse_unknown(cls, renamed(given))
     return super().__new__(cls)
+
+  def __getattr__(self, name):  # a setting's former name, read for a release (RENAMED)
+    if name not in _FORMER_ATTRIBUTES:
+      raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+    new = _FORMER_ATTRIBUTES[name]
+    warnings.warn(f"JobConfig.{name} is now JobConfig.{new}", DeprecationWarning, stacklevel=2)
+    return self.threat if new == "threat" else getattr(self.threat, new.partition(".")[2])
 
   def __post_init__(self):
     v = self.victim
@@ -350,9 +382,8 @@ class JobConfig(*ATTACK_OPTIONS):
         v["widths"] = tuple(widths)
       _refuse_unknown(VictimConfig, v, "victim.")
       object.__setattr__(self, "victim", VictimConfig(**v))
-    if not isinstance(self.foreign, Foreign):
-      foreign = dict(_section(self.foreign, "foreign", "Foreign"))
-      object.__setattr__(self, "foreign", Foreign(**foreign))
+    if not isinstance(self.threat, Threat):
+      object.__setattr__(self, "threat", Threat(**dict(_section(self.threat, "threat", "Threat"))))
     check_types(self)
 
   @classmethod
@@ -364,11 +395,25 @@ class JobConfig(*ATTACK_OPTIONS):
     return config if isinstance(config, cls) else cls(**dict(config))
 
   def replace(self, **changes) -> "JobConfig":
+    """A copy with ``changes`` (a setting's former name is read as its new one)."""
     return dataclasses.replace(self, **changes)
 
   def to_dict(self) -> dict:
     """The settings as nested plain values (config.json's ``config``)."""
     return dataclasses.asdict(self)
+
+
+def _reading_former_names(init):
+  """``init`` taking a setting's former name as its new one (:func:`renamed`)."""
+
+  @functools.wraps(init)
+  def __init__(self, *args, **given):
+    init(self, *args, **renamed(given))
+
+  return __init__
+
+
+JobConfig.__init__ = _reading_former_names(JobConfig.__init__)
 
 
 def _section(value, name: str, typename: str):
@@ -378,6 +423,13 @@ def _section(value, name: str, typename: str):
   raise ConfigError(
     f"{name} must be a {typename} or a mapping of its settings, got {value!r}.", name
   )
+
+
+def _entries(section, name: str) -> dict:
+  """A section (a Threat, or a mapping of its settings) as a dict of its settings."""
+  if dataclasses.is_dataclass(section) and not isinstance(section, type):
+    return dataclasses.asdict(section)
+  return dict(_section(section, name, "Threat"))
 
 
 def _refuse_unknown(cls, given, prefix: str = "") -> None:
@@ -392,26 +444,62 @@ def _refuse_unknown(cls, given, prefix: str = "") -> None:
     )
 
 
+# Every setting's former name and where it lives now ({"checkpoint": "threat.model",
+# "foreign.stride": "threat.stride", ...}), read off the declarations' ``formerly``: a
+# config, a flag or a config.json that uses a former name still works for a release.
+RENAMED = rules.renamed_of(Threat, "threat.")
+# The former attributes of a JobConfig: each moved setting, and the foreign section (now
+# part of threat).
+_FORMER_ATTRIBUTES = {
+  **{old: new for old, new in RENAMED.items() if "." not in old},
+  "foreign": "threat",
+}
+
+
+def renamed(given) -> dict:
+  """``given`` (settings of the main job by name) with each former name (:data:`RENAMED`;
+  a ``foreign`` section's entries too) moved to where it lives now, over what the section
+  holds; a DeprecationWarning names each."""
+  given = dict(given)
+  moved = {}
+  for old in [k for k in given if k in RENAMED or k == "foreign"]:
+    value = given.pop(old)
+    if old == "foreign":  # the section itself: each of its entries
+      moved.update({f"foreign.{k}": v for k, v in _entries(value, "foreign").items()})
+    else:
+      moved[old] = value
+  if not moved:
+    return given
+  threat = _entries(given.get("threat", {}), "threat")
+  for old, value in moved.items():
+    new = RENAMED.get(old, old)
+    leaf = new.partition(".")[2]
+    warnings.warn(f"the setting {old} is now {new}", DeprecationWarning, stacklevel=3)
+    threat[leaf] = value
+  given["threat"] = threat
+  return given
+
+
 # What every setting of the main job may hold, read off its declarations (each field's
 # ``setting(default, meaning, rule)``; the attacks' options are inherited fields with their
 # own); the features a rule names are decided in recon_jax.job.planning.features.
 RULES = rules.rules_of(JobConfig)
-_OWN_NAMES = set(JobConfig.__dict__.get("__annotations__", {})) - {"victim", "foreign"}
+_OWN_NAMES = set(JobConfig.__dict__.get("__annotations__", {})) - {"victim", "threat"}
 _HIDDEN = sorted(_OWN_NAMES & {n for cls in ATTACK_OPTIONS for n in rules.rules_of(cls)})
 if _HIDDEN:  # JobConfig's own field would hide the attack's silently
   raise ValueError(f"attack options {_HIDDEN} are settings of the job.")
-# The foreign section's settings: read for a PyTorch or safetensors checkpoint only.
-FOREIGN_RULES = rules.rules_of(Foreign)
+# The threat section's settings (``threat.model``...).
+THREAT_RULES = rules.rules_of(Threat)
 
 
 def check_types(cfg: JobConfig) -> None:
   """Every setting of ``cfg`` checked against its rule (:data:`RULES`): its type (a bool is
   True or False, a number is not a string), its range (finite, within float32 and the
-  setting's meaning), the ``foreign`` section's against :data:`FOREIGN_RULES` and the
+  setting's meaning), the ``threat`` section's against :data:`THREAT_RULES` and the
   victim section's against :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the
   first that breaks it (``victim.lr``).  :class:`JobConfig` runs it when it is built."""
   rules.check_declared(cfg, JobConfig)
-  rules.check_declared(cfg.foreign, Foreign, "foreign.")
+  rules.check_declared(cfg.threat, Threat, "threat.")
   rules.check_declared(cfg.victim, VictimConfig, "victim.")
 
 
@@ -431,7 +519,7 @@ SETTINGS = tuple(_rows(JobConfig))
 # The type of each setting that defaults to None (a ConfigDict placeholder of that type).
 _UNSET = {
   **rules.unset_types(JobConfig),
-  **{f"foreign.{k}": t for k, t in rules.unset_types(Foreign).items()},
+  **{f"threat.{k}": t for k, t in rules.unset_types(Threat).items()},
 }
 
 HELP = {
@@ -462,8 +550,9 @@ def victim_section(**overrides) -> ml_collections.ConfigDict:
 def reconstruct_config(victim=None, **overrides) -> ml_collections.ConfigDict:
   """The main job's config: every setting at its default, then ``victim`` and ``overrides``.
 
-  ``victim`` is a dict of victim settings; ``overrides`` are top-level settings
-  (``foreign`` a dict).  Raises KeyError naming an unknown setting.
+  ``victim`` is a dict of victim settings; ``overrides`` are top-level settings and
+  sections (``threat`` a dict; a setting's former name is read as its new one,
+  :data:`RENAMED`).  Raises KeyError naming an unknown setting.
   """
   c = ml_collections.ConfigDict()
   c.victim = victim_section(**dict(victim or {}))
@@ -475,8 +564,9 @@ def reconstruct_config(victim=None, **overrides) -> ml_collections.ConfigDict:
     if name in _UNSET:  # a typed placeholder of its own per config, then the default
       node[leaf] = config_dict.placeholder(_UNSET[name])
     node[leaf] = default
+  overrides = renamed(overrides)
   unknown = sorted(set(overrides) - {n.partition(".")[0] for n, _, _ in SETTINGS})
   if unknown:
     raise KeyError(f"unknown settings {unknown}")
-  c.update(overrides)
+  c.update(overrides)  # a section's entries over its defaults (the others stay)
   return c

@@ -28,6 +28,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
 from recon_jax.eval.verdict import attack_cannot
 from recon_jax.io import plots
+from recon_jax.job import settings
 
 
 class Number(NamedTuple):
@@ -295,6 +296,7 @@ def variant_config(cfg, name: str):
     )
   out = copy.deepcopy(cfg.base)
   for key, value in _flat(cfg.variants[name]).items():
+    key = settings.RENAMED.get(key, key)  # a setting's former name (for a release)
     target, leaf = out, key
     while "." in leaf:
       head, leaf = leaf.split(".", 1)

@@ -152,7 +152,7 @@ def test_unknown_setting_and_preset_are_refused_with_a_hint():
     r"--config.steps",
   ):
     cli.check_overrides(["prog", "--config.stepz=3"], path, "tiny")
-  cli.check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.x64"], path, "tiny")
+  cli.check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.runtime.x64"], path, "tiny")
   with pytest.raises(
     cli.UserError, match="unknown preset 'huge'; choose from finetune, finetune_kkt, lfw"
   ):

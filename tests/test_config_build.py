@@ -18,7 +18,7 @@ from recon_jax.job.settings import JobConfig, Threat
 @pytest.mark.parametrize(
   "settings, name, says",
   [
-    (dict(x64="False"), "x64", "must be True or False, got 'False' (a string)"),
+    (dict(runtime={"x64": "False"}), "runtime.x64", "must be True or False, got 'False'"),
     (dict(threat={"allow_data_mismatch": "no"}), "threat.allow_data_mismatch", "got 'no'"),
     (dict(num_restarts=-3), "num_restarts", "must be an integer >= 1, got -3"),
     (dict(steps=2.5), "steps", "must be an integer"),

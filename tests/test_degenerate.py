@@ -224,7 +224,7 @@ def test_a_model_whose_outputs_overflow_float32_is_refused_before_any_work(tmp_p
   err = capsys.readouterr().err.strip()
   assert e.value.code == 1 and "\n" not in err, err
   assert err.startswith(f"error: {path}: the model's outputs overflow float32 on ")
-  assert err.endswith("rescale them, or run in float64 (--config.x64=True)."), err
+  assert err.endswith("rescale them, or run in float64 (--config.runtime.x64=True)."), err
   assert not work.exists()  # refused before the workdir was made
   # In float64 the same outputs are finite: let through (the job set float32; the suite's
   # fixture sets the precision back after the test).

@@ -24,7 +24,7 @@ from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import verdict
 from recon_jax.job import pipeline, planning
-from recon_jax.job.settings import RULES, THREAT_RULES, JobConfig, Threat
+from recon_jax.job.settings import RULES, SECTIONS, JobConfig
 from recon_jax.studies import runner
 from recon_jax.victims import models, recipe
 from recon_jax.victims.victim import VictimConfig
@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _tiny(**changes):
   c = configs.get_config("tiny").to_dict()
-  sections = {name: changes.pop(name, {}) for name in ("victim", "threat")}
+  sections = {name: changes.pop(name, {}) for name in ("victim", *SECTIONS)}
   c.update(changes)
   for name, given in sections.items():
     c[name] = {**c[name], **given}
@@ -57,9 +57,10 @@ def _fields(cls):
 
 def _registry():
   """(dotted name, rule, default) of every setting of the main job, its victim's included."""
-  job = {k: v for k, v in _fields(JobConfig).items() if k not in ("victim", "threat")}
+  job = {k: v for k, v in _fields(JobConfig).items() if k not in ("victim", *SECTIONS)}
   out = [(k, RULES[k], job[k]) for k in job]
-  out += [(f"threat.{k}", THREAT_RULES[k], v) for k, v in _fields(Threat).items()]
+  for name, cls in SECTIONS.items():
+    out += [(f"{name}.{k}", rules.rules_of(cls)[k], v) for k, v in _fields(cls).items()]
   defaults = dict(_fields(VictimConfig), widths=(256, 256))
   out += [(f"victim.{k}", recipe.RULES[k], defaults[k]) for k in defaults]
   return out
@@ -73,8 +74,9 @@ def _with(name, value, base=None):
 
 
 def test_every_setting_has_a_rule():
-  assert set(RULES) == set(_fields(JobConfig)) - {"victim", "threat"}
-  assert set(THREAT_RULES) == set(_fields(Threat))
+  assert set(RULES) == set(_fields(JobConfig)) - {"victim", *SECTIONS}
+  for cls in SECTIONS.values():
+    assert set(rules.rules_of(cls)) == set(_fields(cls))
   assert set(recipe.RULES) == set(_fields(VictimConfig))
   for _, rule, _ in _registry():
     assert rule.kind in rules.KINDS
@@ -124,7 +126,7 @@ def _features_off(tmp_path):
     "known_init_attack": {"attack": "inversion"},
     "subspace": {},
     "lm": {},
-    "identify": {"identify": False},
+    "identify": {"evaluation": {"identify": False}},
     "foreign": {},
     "user_data": {},
     "own_checkpoint": {},
@@ -177,10 +179,10 @@ def test_a_setting_of_a_feature_that_is_off_is_refused_naming_it(tmp_path):
 def test_the_issues_typed_cases_name_their_setting():
   for config, name in (
     (_tiny(threat={"known_init": "False"}), "threat.known_init"),
-    (_tiny(x64="True"), "x64"),
+    (_tiny(runtime={"x64": "True"}), "runtime.x64"),
     (_tiny(anneal_alpha="100"), "anneal_alpha"),
     (_tiny(threat={"model": 123}), "threat.model"),
-    (_tiny(matmul_precision="bogus"), "matmul_precision"),
+    (_tiny(runtime={"matmul_precision": "bogus"}), "runtime.matmul_precision"),
     (_tiny(w_tv=1e300), "w_tv"),
     (_tiny(split_every=5, split_eps=float("inf")), "split_eps"),
     (_tiny(split_eps=-1.0), "split_eps"),
@@ -190,7 +192,7 @@ def test_the_issues_typed_cases_name_their_setting():
     (_tiny(attack="inversion", anneal_alpha=100.0), "anneal_alpha"),
     (_tiny(attack="inversion", lr_lam="0.1"), "lr_lam"),
     (_tiny(attack="inversion", threat={"known_init": True}), "threat.known_init"),
-    (_tiny(max_memory_gb=1e300), "max_memory_gb"),
+    (_tiny(runtime={"max_memory_gb": 1e300}), "runtime.max_memory_gb"),
     (
       _tiny(
         attack="bilevel", victim={"weight_decay": 1e-3}, m_per_sample=1, bilevel_inner_maxiter=10**9
@@ -410,7 +412,7 @@ def test_x64_is_honoured_by_the_library_run(tmp_path, monkeypatch):
 
   monkeypatch.setattr(pipeline, "_reconstruct", record)
   for x64, dtype in ((True, np.float64), (False, np.float32)):
-    job = JobConfig.of(_tiny(x64=x64, matmul_precision="highest"))
+    job = JobConfig.of(_tiny(runtime={"x64": x64, "matmul_precision": "highest"}))
     with jax.enable_x64(not x64):
       with pytest.raises(_Seen):
         rj.reconstruct(job, verbose=False)

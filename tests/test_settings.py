@@ -37,11 +37,11 @@ def test_every_config_class_declares_each_setting_once_with_a_rule_and_a_meaning
   from recon_jax.studies import init_study_settings, toy
   from recon_jax.victims import recipe
 
-  classes = [settings.JobConfig, settings.Threat, recipe.VictimConfig]
+  classes = [settings.JobConfig, *settings.SECTIONS.values(), recipe.VictimConfig]
   classes += [toy.ToySettings, init_study_settings.InitStudySettings]
   classes += [spec.options for spec in attacks.specs().values()]
   for cls in classes:
-    assert rules.undeclared(cls, sections=("victim", "threat")) == [], cls.__name__
+    assert rules.undeclared(cls, sections=("victim", *settings.SECTIONS)) == [], cls.__name__
   assert settings.RULES == rules.rules_of(settings.JobConfig)
   assert settings.THREAT_RULES == rules.rules_of(settings.Threat)
   assert recipe.RULES == rules.rules_of(recipe.VictimConfig)
@@ -85,9 +85,9 @@ def test_overrides_and_unknown_names():
 
 def test_configs_do_not_share_their_unset_fields():
   a, b = rj.reconstruct_config(), rj.reconstruct_config()
-  a.ssim_threshold = 0.5
+  a.evaluation.ssim_threshold = 0.5
   a.victim.batch_size = 4
-  assert b.ssim_threshold is None and b.victim.batch_size is None
+  assert b.evaluation.ssim_threshold is None and b.victim.batch_size is None
 
 
 def test_typed_settings_read_a_config_and_write_the_same_config_json(tmp_path):

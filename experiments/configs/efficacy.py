@@ -125,7 +125,7 @@ QUICK_MAP = MAP[-1:]
 QUICK_BASE = dict(
   victim=dict(dataset="digits", n_per_class=3, arch="mlp", widths=(256,), bias="all",
               init="kaiming", init_std=None, first_layer_std=None, lr=0.05, epochs=300),
-  num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, identify=False,
+  num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, evaluation=dict(identify=False),
 )  # fmt: skip
 
 

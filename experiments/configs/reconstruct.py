@@ -37,6 +37,7 @@ from recon_jax.job.settings import (  # noqa: F401 (HELP: --help; RENAMED: forme
 
 FINETUNE = victim_presets["finetune"]  # the victim of both finetune presets
 KNOWN_INIT = dict(known_init=True)  # their threat: the attacker knows theta_0
+NO_SCORES = dict(identify=False)  # without the attacker's own scores
 # Haim et al. App. B's victim: the first layer from std 1e-4, 10^5 epochs of GD at lr 0.01.
 PAPER_VICTIM = dict(n_per_class=250, widths=(1000, 1000), init="kaiming", init_std=None)
 PAPER_VICTIM.update(first_layer_std=1e-4, lr=0.01, epochs=100_000)
@@ -51,14 +52,18 @@ PRESETS = {
   # with weight decay 1e-2, then L-BFGS to ||grad E|| <= 1e-10 ||theta||, all in float64.
   "lfw_wd": dict(
     victim=dict(activation="softplus", wd=1e-2, wd_epochs=2000, converge_tol=1e-10),
-    x64=True,
+    runtime=dict(x64=True),
   ),
   "tiny": dict(
-    victim=victim_presets["tiny"], num_restarts=2, steps=20, chunk_steps=10, identify=False
+    victim=victim_presets["tiny"],
+    num_restarts=2,
+    steps=20,
+    chunk_steps=10,
+    evaluation=NO_SCORES,
   ),
   "paper": dict(PAPER, victim=dict(PAPER_VICTIM, dataset="cifar10")),
   # The attacker's own scores of 100,000 candidates: left out, never measured at this scale.
-  "paper_mnist5k": dict(PAPER, victim=dict(PAPER_VICTIM, dataset="mnist5k"), identify=False),
+  "paper_mnist5k": dict(PAPER, victim=dict(PAPER_VICTIM, dataset="mnist5k"), evaluation=NO_SCORES),
 }
 
 

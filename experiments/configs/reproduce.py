@@ -54,7 +54,7 @@ def _runs(scale: str) -> dict:
     npc_deco, toy, init = 1, "quick", ("tiny", {})
     # A smooth victim at a stationary point of a weight-decay-regularised loss.
     wd = dict(activation="softplus", wd=1e-2, wd_epochs=200, converge_tol=1e-8)
-    faces_wd = ("tiny", dict(faces[1], **wd), {"x64": True})
+    faces_wd = ("tiny", dict(faces[1], **wd), {"runtime": {"x64": True}})
   elif scale == "default":
     attack = {"num_restarts": 8, "steps": 3000, "chunk_steps": 1000}
     faces, digits = ("lfw", {}), ("digits", {})
@@ -82,7 +82,7 @@ def _runs(scale: str) -> dict:
     )
     npc_deco, toy = 50, "paper"
     wd = dict(activation="softplus", wd=1e-2, wd_epochs=2000, converge_tol=1e-10)
-    faces_wd = ("paper", dict(faces[1], **wd), {"x64": True})
+    faces_wd = ("paper", dict(faces[1], **wd), {"runtime": {"x64": True}})
     init = (
       "default",
       {

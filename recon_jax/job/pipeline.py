@@ -167,7 +167,7 @@ def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
     searched=plan.spec.direct is None,
     attack=cfg.attack,
     span_dim=(seen.get("span") or {}).get("dim") if cfg.subspace else None,
-    identify=cfg.identify,
+    identify=cfg.evaluation.identify,
   )
 
 
@@ -272,7 +272,7 @@ def reconstruct(
   ``verbose``: log a line per phase and chunk, with the time left (absl logging, INFO).
   """
   plan = planning.resolve(job, requested_victim)
-  with precision.scoped(plan.config.x64, plan.config.matmul_precision):
+  with precision.scoped(plan.config.runtime.x64, plan.config.runtime.matmul_precision):
     return run(plan, state_file, verbose)
 
 
@@ -354,7 +354,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       )
       logging.info("no hand-over to the KKT search: %s", seen["handover_skipped"])
   rerun = ran.spec.rerunnable(ran.spec.options_of(ran.config))
-  stability = cfg.identify_stability_candidates if rerun else 0
+  stability = cfg.evaluation.identify_stability_candidates if rerun else 0
   cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
   timing = {"victim_s": victim_s, "estimate_s": guess["total_s"], **(found.timing or {})}
   head.update(
@@ -398,9 +398,9 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       run,
       attack=found.attack,
       hparams=ran.stages[-1][1] if ran.stages else None,
-      ssim_threshold=cfg.ssim_threshold,
+      ssim_threshold=cfg.evaluation.ssim_threshold,
       seed=cfg.seed,
-      identify=cfg.identify,
+      identify=cfg.evaluation.identify,
       normalize=cfg.normalize,
       stability_candidates=stability,
       labels=found.labels,
@@ -425,7 +425,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       # the images the direct attack read, and read again from the search's, scored beside
       # the restarts: the reconstructions a user looks at after a hand-over
       arrays.update(direct_images=direct.candidates[0], reread_images=reread)
-    ceiling = _span_ceiling(seen, target, ds, cfg.ssim_threshold)
+    ceiling = _span_ceiling(seen, target, ds, cfg.evaluation.ssim_threshold)
     if ceiling is not None:
       metrics["span_ceiling"] = ceiling
     result = scores.result

@@ -24,7 +24,7 @@ from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job import settings
-from recon_jax.job.settings import RULES, THREAT_RULES, JobConfig
+from recon_jax.job.settings import RULES, JobConfig
 from recon_jax.victims import loading, recipe, state_dicts, victim
 
 RANGE_NAMES = sweep.RANGE_NAMES
@@ -177,7 +177,7 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> Tuple[int, str
   m = num_candidates(cfg, n)
   d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
   arrays = spec.state_arrays(spec.options_of(cfg), attacks.Common.of(cfg))
-  nbytes = 8 if (cfg.x64 or jax.config.jax_enable_x64) else 4
+  nbytes = 8 if (cfg.runtime.x64 or jax.config.jax_enable_x64) else 4
   r = int(cfg.num_restarts)
   how = (
     f"{r} restarts x {m} candidates x {d} inputs x {arrays} arrays "
@@ -191,7 +191,7 @@ def check_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> None:
   if v.dataset.strip().lower() not in data.INPUT_SHAPES:
     return
   need, how = state_memory(cfg, v, spec)
-  limit_gb = float(cfg.max_memory_gb or 0.0)
+  limit_gb = float(cfg.runtime.max_memory_gb or 0.0)
   if limit_gb > 0:
     limit, what = int(limit_gb * 2**30), "max_memory_gb limit"
   else:
@@ -404,7 +404,7 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
       f"the attacks that read theta* - theta_0 ({', '.join(fitting)}; not {attack})",
       spec.fits_equations or spec.reads_init,
     ),
-    "identify": ("identify=True", bool(cfg.identify)),
+    "identify": ("evaluation.identify=True", bool(cfg.evaluation.identify)),
     "foreign": ("a PyTorch or safetensors model", foreign),
     "user_data": (
       "threat.train or threat.heldout (your own images)",
@@ -426,9 +426,11 @@ def check_features(cfg: JobConfig, spec, foreign: bool, own: bool, explicit=()) 
   defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
   values = {name: getattr(cfg, name) for name in RULES}
   rules.check_features(values, RULES, defaults, on, explicit)
-  tdefaults = rules.defaults_of(type(cfg.threat))
-  tvalues = {name: getattr(cfg.threat, name) for name in THREAT_RULES}
-  rules.check_features(tvalues, THREAT_RULES, tdefaults, on, explicit, "threat.")
+  for name, cls in settings.SECTIONS.items():
+    section = getattr(cfg, name)
+    table = rules.rules_of(cls)
+    values = {leaf: getattr(section, leaf) for leaf in table}
+    rules.check_features(values, table, rules.defaults_of(cls), on, explicit, f"{name}.")
 
 
 def check_unread_settings(cfg: JobConfig, spec) -> None:

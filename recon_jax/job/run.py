@@ -55,7 +55,8 @@ def run_reconstruction(
   """
   resolved = planning.resolve(job, requested_victim, explicit)
   cfg = resolved.config
-  with precision.scoped(cfg.x64, cfg.matmul_precision):  # config.json records what runs
+  runtime = cfg.runtime
+  with precision.scoped(runtime.x64, runtime.matmul_precision):  # config.json records what runs
     if not checked:
       path = workdir.open_run(
         cfg,
@@ -73,7 +74,7 @@ def run_reconstruction(
         STATE_FILE,
         resume=resume,
         study="reconstruct",
-        every=cfg.save_every,
+        every=runtime.save_every,
         checked=True,
       )
       out = pipeline.run(resolved, state_file)
@@ -95,8 +96,9 @@ def main_job(
   explicit = dict(explicit or {})
   settings = JobConfig.of(config)  # the library reads its typed settings
   planning.check_types(settings)  # a bool is a bool before it starts anything
-  distributed.maybe_initialize(settings.distributed)  # before any other JAX call
-  precision.set_precision(settings.x64, settings.matmul_precision)
+  runtime = settings.runtime
+  distributed.maybe_initialize(runtime.distributed)  # before any other JAX call
+  precision.set_precision(runtime.x64, runtime.matmul_precision)
   requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   with pipeline.progress_shown(), progress.watch():
     progress.phase("checking the settings and reading the files")

@@ -157,6 +157,82 @@ class Threat:
     rules.check_declared(self, Threat, "threat.")
 
 
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  """How the candidates are scored (the main job's ``evaluation`` section)."""
+
+  def __new__(cls, *args, **given):
+    _refuse_unknown(cls, given, "evaluation.")
+    return super().__new__(cls)
+
+  identify: bool = setting(
+    True,
+    "attacker-side scores: which candidates would an attacker trust?",
+    _B,
+    formerly="identify",
+  )
+  identify_stability_candidates: int = setting(
+    64,
+    "candidates re-run for the stability score (0: none)",
+    Rule("int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"),
+    formerly="identify_stability_candidates",
+  )
+  ssim_threshold: Optional[float] = setting(
+    None,
+    "strict recovery; default by image size",
+    Rule("float", low=0, high=1, low_open=True, optional=True),
+    formerly="ssim_threshold",
+  )
+
+  def __post_init__(self):
+    rules.check_declared(self, Evaluation, "evaluation.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+  """How the run uses this machine: precision, memory, saves, hosts (the main job's
+  ``runtime`` section)."""
+
+  def __new__(cls, *args, **given):
+    _refuse_unknown(cls, given, "runtime.")
+    return super().__new__(cls)
+
+  x64: bool = setting(
+    False, "float64 everywhere (slower; for the stationarity floor)", _B, formerly="x64"
+  )
+  matmul_precision: str = setting(
+    "default",
+    "default | high | highest",
+    Rule("str", choices=_choices("recon_jax.engine.precision", "MATMUL_PRECISIONS")),
+    formerly="matmul_precision",
+  )
+  max_memory_gb: float = setting(
+    0.0,
+    "refuse a sweep whose restart state needs more (0: free memory)",
+    Rule("float", low=0, high=1e9, note="0: this machine's memory"),
+    formerly="max_memory_gb",
+  )
+  save_every: int = setting(
+    1,
+    "save state.msgpack every N chunks (0: never)",
+    Rule("int", low=0, high=INT32_MAX, note="0: never"),
+    formerly="save_every",
+  )
+  distributed: bool = setting(
+    False,
+    "jax.distributed.initialize() first (multi-host sweeps)",
+    _B,
+    formerly="distributed",
+  )
+
+  def __post_init__(self):
+    rules.check_declared(self, Runtime, "runtime.")
+
+
+# The main job's sections beside its victim: {name: class} (each a config of its own).
+SECTIONS = {"threat": Threat, "evaluation": Evaluation, "runtime": Runtime}
+
+
 def _attack_options() -> tuple:
   """The option classes of the registered attacks (each once); two attacks may not declare
   the same setting."""
@@ -207,6 +283,8 @@ class JobConfig(*ATTACK_OPTIONS):
 
   victim: VictimConfig = dataclasses.field(default_factory=VictimConfig)
   threat: Threat = dataclasses.field(default_factory=Threat)
+  evaluation: Evaluation = dataclasses.field(default_factory=Evaluation)
+  runtime: Runtime = dataclasses.field(default_factory=Runtime)
   data_dir: str = setting("", "folder with MNIST/CIFAR files (never downloaded)", _P)
   attack: str = setting("kkt", _attack_meaning(), Rule("str", choices=_attack_names))
   problem: str = setting(
@@ -303,14 +381,6 @@ class JobConfig(*ATTACK_OPTIONS):
     "known_init: gradients taken at theta_0 + linearize (theta* - theta_0) (1: theta*)",
     Rule("float", low=0, high=1, feature="known_init"),
   )
-  identify: bool = setting(
-    True, "attacker-side scores: which candidates would an attacker trust?", _B
-  )
-  identify_stability_candidates: int = setting(
-    64,
-    "candidates re-run for the stability score (0: none)",
-    Rule("int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"),
-  )
   optimizer: str = setting(
     "sgd",
     "sgd (momentum 0.9) | adam",
@@ -329,11 +399,6 @@ class JobConfig(*ATTACK_OPTIONS):
     "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
     Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
   )
-  ssim_threshold: Optional[float] = setting(
-    None,
-    "strict recovery; default by image size",
-    Rule("float", low=0, high=1, low_open=True, optional=True),
-  )
   seed: int = setting(
     0, "seed of the hyperparameter draws and starting points", Rule("int", low=0, high=2**32 - 1)
   )
@@ -342,23 +407,6 @@ class JobConfig(*ATTACK_OPTIONS):
     "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)",
     Rule("bool", feature="trains"),
   )
-  x64: bool = setting(False, "float64 everywhere (slower; for the stationarity floor)", _B)
-  max_memory_gb: float = setting(
-    0.0,
-    "refuse a sweep whose restart state needs more (0: free memory)",
-    Rule("float", low=0, high=1e9, note="0: this machine's memory"),
-  )
-  matmul_precision: str = setting(
-    "default",
-    "default | high | highest",
-    Rule("str", choices=_choices("recon_jax.engine.precision", "MATMUL_PRECISIONS")),
-  )
-  save_every: int = setting(
-    1,
-    "save state.msgpack every N chunks (0: never)",
-    Rule("int", low=0, high=INT32_MAX, note="0: never"),
-  )
-  distributed: bool = setting(False, "jax.distributed.initialize() first (multi-host sweeps)", _B)
 
   def __new__(cls, *args, **given):  # an unknown name is one line naming it, not a TypeError
     _refuse_unknown(cls, renamed(given))
@@ -369,7 +417,7 @@ class JobConfig(*ATTACK_OPTIONS):
       raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
     new = _FORMER_ATTRIBUTES[name]
     warnings.warn(f"JobConfig.{name} is now JobConfig.{new}", DeprecationWarning, stacklevel=2)
-    return self.threat if new == "threat" else getattr(self.threat, new.partition(".")[2])
+    return functools.reduce(getattr, new.split("."), self)
 
   def __post_init__(self):
     v = self.victim
@@ -382,8 +430,9 @@ class JobConfig(*ATTACK_OPTIONS):
         v["widths"] = tuple(widths)
       _refuse_unknown(VictimConfig, v, "victim.")
       object.__setattr__(self, "victim", VictimConfig(**v))
-    if not isinstance(self.threat, Threat):
-      object.__setattr__(self, "threat", Threat(**dict(_section(self.threat, "threat", "Threat"))))
+    for name, cls in SECTIONS.items():
+      if not isinstance(getattr(self, name), cls):
+        object.__setattr__(self, name, cls(**_entries(getattr(self, name), name)))
     check_types(self)
 
   @classmethod
@@ -426,10 +475,10 @@ def _section(value, name: str, typename: str):
 
 
 def _entries(section, name: str) -> dict:
-  """A section (a Threat, or a mapping of its settings) as a dict of its settings."""
+  """A section (its class, or a mapping of its settings) as a dict of its settings."""
   if dataclasses.is_dataclass(section) and not isinstance(section, type):
     return dataclasses.asdict(section)
-  return dict(_section(section, name, "Threat"))
+  return dict(_section(section, name, SECTIONS[name].__name__ if name in SECTIONS else "Threat"))
 
 
 def _refuse_unknown(cls, given, prefix: str = "") -> None:
@@ -447,7 +496,11 @@ def _refuse_unknown(cls, given, prefix: str = "") -> None:
 # Every setting's former name and where it lives now ({"checkpoint": "threat.model",
 # "foreign.stride": "threat.stride", ...}), read off the declarations' ``formerly``: a
 # config, a flag or a config.json that uses a former name still works for a release.
-RENAMED = rules.renamed_of(Threat, "threat.")
+RENAMED = {
+  old: new
+  for name, cls in SECTIONS.items()
+  for old, new in rules.renamed_of(cls, f"{name}.").items()
+}
 # The former attributes of a JobConfig: each moved setting, and the foreign section (now
 # part of threat).
 _FORMER_ATTRIBUTES = {
@@ -458,25 +511,24 @@ _FORMER_ATTRIBUTES = {
 
 def renamed(given) -> dict:
   """``given`` (settings of the main job by name) with each former name (:data:`RENAMED`;
-  a ``foreign`` section's entries too) moved to where it lives now, over what the section
-  holds; a DeprecationWarning names each."""
+  a ``foreign`` section's entries too; a DeprecationWarning names each) and each dotted
+  name of a section's setting (``"runtime.x64"``) moved into its section, over what the
+  section holds."""
   given = dict(given)
   moved = {}
-  for old in [k for k in given if k in RENAMED or k == "foreign"]:
-    value = given.pop(old)
-    if old == "foreign":  # the section itself: each of its entries
-      moved.update({f"foreign.{k}": v for k, v in _entries(value, "foreign").items()})
-    else:
-      moved[old] = value
-  if not moved:
-    return given
-  threat = _entries(given.get("threat", {}), "threat")
-  for old, value in moved.items():
-    new = RENAMED.get(old, old)
-    leaf = new.partition(".")[2]
-    warnings.warn(f"the setting {old} is now {new}", DeprecationWarning, stacklevel=3)
-    threat[leaf] = value
-  given["threat"] = threat
+  for key in list(given):
+    if key == "foreign":  # the former section itself: each of its entries
+      moved.update({f"foreign.{k}": v for k, v in _entries(given.pop(key), key).items()})
+    elif key in RENAMED or ("." in key and key.partition(".")[0] in SECTIONS):
+      moved[key] = given.pop(key)
+  for key, value in moved.items():
+    new = RENAMED.get(key, key)
+    if new.startswith("foreign."):  # an entry the former section did not have either
+      new = "threat." + new.partition(".")[2]
+    if new != key:
+      warnings.warn(f"the setting {key} is now {new}", DeprecationWarning, stacklevel=3)
+    section, _, leaf = new.partition(".")
+    given[section] = {**_entries(given.get(section, {}), section), leaf: value}
   return given
 
 
@@ -484,22 +536,29 @@ def renamed(given) -> dict:
 # ``setting(default, meaning, rule)``; the attacks' options are inherited fields with their
 # own); the features a rule names are decided in recon_jax.job.planning.features.
 RULES = rules.rules_of(JobConfig)
-_OWN_NAMES = set(JobConfig.__dict__.get("__annotations__", {})) - {"victim", "threat"}
+_OWN_NAMES = set(JobConfig.__dict__.get("__annotations__", {})) - {"victim", *SECTIONS}
 _HIDDEN = sorted(_OWN_NAMES & {n for cls in ATTACK_OPTIONS for n in rules.rules_of(cls)})
 if _HIDDEN:  # JobConfig's own field would hide the attack's silently
   raise ValueError(f"attack options {_HIDDEN} are settings of the job.")
 # The threat section's settings (``threat.model``...).
 THREAT_RULES = rules.rules_of(Threat)
+# Every setting of the main job's sections by its dotted name (``runtime.x64``...).
+SECTION_RULES = {
+  f"{name}.{leaf}": rule
+  for name, cls in SECTIONS.items()
+  for leaf, rule in rules.rules_of(cls).items()
+}
 
 
 def check_types(cfg: JobConfig) -> None:
   """Every setting of ``cfg`` checked against its rule (:data:`RULES`): its type (a bool is
   True or False, a number is not a string), its range (finite, within float32 and the
-  setting's meaning), the ``threat`` section's against :data:`THREAT_RULES` and the
+  setting's meaning), each section's against its own (:data:`SECTION_RULES`) and the
   victim section's against :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the
   first that breaks it (``victim.lr``).  :class:`JobConfig` runs it when it is built."""
   rules.check_declared(cfg, JobConfig)
-  rules.check_declared(cfg.threat, Threat, "threat.")
+  for name, cls in SECTIONS.items():
+    rules.check_declared(getattr(cfg, name), cls, f"{name}.")
   rules.check_declared(cfg.victim, VictimConfig, "victim.")
 
 
@@ -519,7 +578,7 @@ SETTINGS = tuple(_rows(JobConfig))
 # The type of each setting that defaults to None (a ConfigDict placeholder of that type).
 _UNSET = {
   **rules.unset_types(JobConfig),
-  **{f"threat.{k}": t for k, t in rules.unset_types(Threat).items()},
+  **{f"{name}.{k}": t for name, cls in SECTIONS.items() for k, t in rules.unset_types(cls).items()},
 }
 
 HELP = {

@@ -153,7 +153,7 @@ def check_efficacy(cfg, variants, draws: int, first_draw: int = 0) -> dict:
     except ConfigError as e:  # name the setting where the user wrote it: the variant or the base
       e.argument = efficacy.setting_of(cfg, v, e.argument)
       raise
-    if vcfg.x64 != cfg.base.x64:
+    if vcfg.runtime.x64 != cfg.base.runtime.x64:
       raise ConfigError(f"variant {v!r} changes x64: run float32 and float64 apart.", "variants")
   return configs
 

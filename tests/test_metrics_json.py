@@ -1,6 +1,7 @@
-"""What the verdict and the efficacy harness make of metrics.json, pinned on the planted
-metrics of the verdict's tests: reading the report by typed attribute instead of by
-string key changes none of it (tests/verdict_pinned.json holds what they said before)."""
+"""metrics.json read typed: every attribute is the key the file holds, an absent key or
+section reads as its default, and what the verdict and the efficacy harness make of the
+verdict tests' planted metrics is what they made of them when they read string keys
+(tests/verdict_pinned.json holds what they said before)."""
 
 import copy
 import hashlib
@@ -8,9 +9,11 @@ import json
 import pathlib
 import sys
 
+import pytest
 from test_verdict import _cone_read, _metrics, _with_membership
 
 from recon_jax.eval import verdict
+from recon_jax.eval.metrics_json import Cone, Metrics, Victim
 from recon_jax.studies import efficacy
 
 PINNED = pathlib.Path(__file__).with_name("verdict_pinned.json")
@@ -30,6 +33,110 @@ SCORED = {
   "identification": {"scores": {"lambda": {"auc": 0.7, "precision@10": 0.5}}},
   "timing": {"total_s": 12.5},
 }
+
+
+def assert_read_typed(metrics: dict) -> None:
+  """Every attribute the readers use is the value ``metrics`` (a real run's) holds at its
+  key, spelled out here by hand rather than through the fields' declarations; the verdict
+  read typed is the one the run wrote; and the same dict without the sections and keys an
+  earlier version did not write reads them as absent."""
+  r, m = Metrics.from_metrics(metrics), metrics
+  for name in ("attack", "n_train", "m", "num_restarts", "recovered_strict", "oracle_residual_rel"):
+    assert getattr(r, name) == m[name], name
+  assert r.n_ssim_gt_04 == m["n_ssim_gt_0.4"]
+  assert r.baseline_mean_image_recovered_strict == m["baseline_mean_image_recovered_strict"]
+  assert r.baseline_mean_image_n_ssim_gt_04 == m["baseline_mean_image_n_ssim_gt_0.4"]
+  assert r.baseline_heldout_recovered_strict == m["baseline_heldout_recovered_strict"]
+  assert r.baseline_heldout_n_ssim_gt_04 == m["baseline_heldout_n_ssim_gt_0.4"]
+  assert r.total_s == m["timing"]["total_s"] and r.task_from_loss == m["assumed"]["task_from_loss"]
+  assert r.assumes_stationary is m["assumes_stationary"]
+  assert r.victim == Victim.of(m["victim"]) and r.victim.loss == m["victim"]["loss"]
+  assert r.victim.train_error == m["victim"]["train_error"]
+  regime = m["regime"]
+  assert r.regime.known_init is regime["known_init"]
+  assert r.regime.span_dim == (regime["span"]["dim"] if regime.get("span") else None)
+  assert r.regime.handover_skipped == regime.get("handover_skipped")
+  cone = regime.get("cone") or {}
+  assert r.regime.cone == Cone(
+    **{k: cone.get(k) for k in ("cannot", "span_dim", "under_noise_floor", "short")}
+  )
+  assert r.cannot == cone.get("cannot")
+  sel = m["selection"]
+  assert r.selection.n_diverged == sel["n_diverged"]
+  assert r.selection.best_by_loss_restart == sel["best_by_loss_restart"]
+  assert r.selection.best_by_loss_recovered_strict == sel["best_by_loss_recovered_strict"]
+  assert r.selection.best_true_restart == sel["best_true_restart"]
+  ident = m["identifiability"]
+  assert r.identifiability.ratio == ident["ratio"]
+  assert r.identifiability.truth_residual == ident["truth_residual"]
+  assert r.identifiability.per_restart_residual == ident["per_restart_residual"]
+  assert r.identifiability.best_restart == ident["best_restart"]
+  assert r.identifiability.family.confirmed is ident["family"]["confirmed"]
+  assert r.identifiability.family.first_layer_rank == ident["family"]["first_layer_rank"]
+  mem = m.get("membership") or {}
+  assert r.membership.auc == mem.get("auc") and r.membership.p_value == mem.get("p_value")
+  assert r.membership.tpr_at_1pct == (mem.get("tpr_at_fpr") or {}).get("0.01")
+  assert r.membership.significant is mem.get("significant")
+  handed = m.get("handover")
+  assert (r.handover is None) is (not handed)
+  if handed:
+    assert r.handover.why == handed["why"]
+    assert r.handover.direct_candidates == handed["direct_candidates"]
+    assert r.handover.direct_recovered_strict == handed["direct_recovered_strict"]
+    assert r.handover.reread_candidates == handed["reread_candidates"]
+  assert [(x.restart, x.recovered_strict) for x in r.per_restart] == [
+    (x["restart"], x["recovered_strict"]) for x in m["per_restart"]
+  ]
+  scores = (m.get("identification") or {}).get("scores") or {}
+  assert {k: (v.auc, v.precision_at_10) for k, v in r.scores.items()} == {
+    k: (v["auc"], v["precision@10"]) for k, v in scores.items()
+  }
+  assert r.span_ceiling_strict == (m.get("span_ceiling") or {}).get("recovered_strict")
+  said = verdict.decide(m)
+  assert said["verdict"] == m["verdict"] and said["reasons"] == m["reasons"]
+  newer = ("membership", "handover", "regime", "span_ceiling", "identification", "assumed")
+  older = {k: v for k, v in m.items() if k not in newer}
+  older["selection"] = {"n_diverged": sel["n_diverged"]}
+  r = Metrics.from_metrics(older)
+  assert r.membership.auc is None and r.handover is None and r.scores == {}
+  assert r.regime.cone.cannot is None and r.regime.span_dim is None and r.cannot is None
+  assert r.selection.best_true_restart is None and r.span_ceiling_strict is None
+  assert r.task_from_loss == "logistic" and r.recovered_strict == m["recovered_strict"]
+  assert verdict.decide(older)["verdict"] in verdict.VERDICTS
+
+
+def test_an_older_metrics_json_reads_what_it_lacks_as_absent():
+  """Sections absent, None or not dicts, and keys absent: defaults, never a KeyError."""
+  for old in ({}, None, {"regime": None, "handover": {}, "per_restart": None, "selection": 3}):
+    r = Metrics.from_metrics(old)
+    assert r.n_train is None and r.recovered_strict is None and r.handover is None
+    assert r.regime.cone == Cone() and r.cannot is None and not r.regime.not_dense
+    assert r.selection.n_diverged is None and r.per_restart == () and r.scores == {}
+    assert r.membership.level == 0.01 and r.membership.smallest_p == 1
+    assert r.identifiability.family.confirmed is None and r.task_from_loss == "logistic"
+  r = Metrics.from_metrics({"n_train": 6, "recovered_strict": 2, "assumed": {}})
+  assert (r.n_train, r.recovered_strict, r.task_from_loss) == (6, 2, "logistic")
+  # a key that holds None reads as None, not as the default
+  assert Metrics.from_metrics({"assumed": {"task_from_loss": None}}).task_from_loss is None
+  assert Metrics.from_metrics({"regime": {"span": None, "span_why": "conv"}}).regime.not_dense
+  assert not Metrics.from_metrics({"regime": {"span": {"dim": 5}}}).regime.not_dense
+  with pytest.raises(AttributeError):  # frozen: a reader cannot change what it read
+    Metrics.from_metrics({}).n_train = 3
+
+
+def test_each_section_reads_its_keys():
+  """The verdict tests' planted metrics: a membership test, a cone reading and a hand-over."""
+  m = _with_membership(_cone_read(60, 100), 0.97, 1e-4)
+  m["handover"] = dict(why="read", direct_candidates=60, direct_recovered_strict=21)
+  r = Metrics.from_metrics(m)
+  assert (r.attack, r.n_train, r.m, r.num_restarts) == ("cone", 100, 60, 4)
+  assert r.regime.cone.span_dim == 88 and r.regime.cone.under_noise_floor == 12
+  assert r.regime.cone.short == m["regime"]["cone"]["short"] and r.regime.span_dim == 5
+  assert r.membership.tpr_at_1pct == 0.5 and r.membership.p_value == 1e-4
+  assert r.membership.testable is True and r.membership.significant is True
+  assert r.handover.direct_recovered_strict == 21 and r.handover.reread_candidates is None
+  assert r.identifiability.family.input_dim == 64 and r.identifiability.best_restart == 0
+  assert [x.recovered_strict for x in r.per_restart] == [0] * 4
 
 
 def _planted() -> dict:

@@ -128,6 +128,13 @@ class Selection:
   best_by_loss_recovered_strict: Optional[int] = key()  # what that pick recovers strictly
   best_true_restart: Optional[int] = key()  # the one that truly recovers most (None: unscored)
 
+  @property
+  def picked_best(self) -> Optional[bool]:
+    """Whether the attacker's pick was the truly best restart (None: nothing scored)."""
+    if self.best_true_restart is None:
+      return None
+    return self.best_by_loss_restart == self.best_true_restart
+
 
 @dataclasses.dataclass(frozen=True)
 class Family:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Mapping, Sequence
 
+from recon_jax.eval.metrics_json import Selection
 from recon_jax.studies import efficacy
 from recon_jax.studies.efficacy import fmt
 
@@ -443,23 +444,18 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
   return out
 
 
-def condense(binary: str, m: dict, dataset: str = "", selections: Sequence = ()) -> dict:
+def condense(binary: str, m: dict, dataset: str = "", selections: Sequence[Selection] = ()) -> dict:
   """What the claims and the report read of one process's metrics.json.
 
   The toy drops its per-restart rows and victim, the init study keeps its
   findings (not every eq. (10) point); an efficacy run gains its ``dataset``
-  and, per draw, whether the attacker's pick was the truly best restart
-  (``selections``: each draw's ``selection`` dict, or None).
+  and, per draw whose restarts were scored, whether the attacker's pick was the truly best
+  restart (``selections``: each draw's report's :attr:`Metrics.selection
+  <recon_jax.eval.metrics_json.Metrics.selection>`).
   """
   if binary == "toy_2d":
     return {k: v for k, v in m.items() if k not in ("per_restart", "victim")}
   if binary == "init_study":
     return dict(m, sub_runs={k: {"findings": x["findings"]} for k, x in m["sub_runs"].items()})
-  sel = [s or {} for s in selections]
-  return dict(
-    m,
-    dataset=dataset,
-    pick_same=[
-      s["best_by_loss_restart"] == s["best_true_restart"] for s in sel if "best_true_restart" in s
-    ],
-  )
+  picks = (s.picked_best for s in selections)
+  return dict(m, dataset=dataset, pick_same=[p for p in picks if p is not None])

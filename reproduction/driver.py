@@ -23,6 +23,7 @@ from typing import NamedTuple
 from absl import logging
 
 from recon_jax.errors import ConfigError
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.io import workdir
 from recon_jax.job import run as job_run
 from reproduction import claims, results_md
@@ -103,7 +104,9 @@ def _condensed(binary: str, folder: str) -> dict | None:
   # + the data set, and per draw whether the attacker's pick was the truly best restart
   dataset = workdir.read_json(folder, "config.json")["config"]["base"]["victim"]["dataset"]
   picks = [
-    (workdir.read_json(folder, "default", f"draw_{d}", "metrics.json") or {}).get("selection")
+    Metrics.from_metrics(
+      workdir.read_json(folder, "default", f"draw_{d}", "metrics.json")
+    ).selection
     for d in m["draws"]
   ]
   return claims.condense(binary, m, dataset, picks)

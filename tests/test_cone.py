@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
+from test_metrics_json import assert_read_typed
 
 from experiments.configs.victim import PRESETS
 from recon_jax.attacks import cone, span
@@ -376,10 +377,12 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
   assert m["selection"]["best_by_loss_recovered_strict"] >= 7
   assert any("took over" in w for w in m["warnings"]), m["warnings"]
+  assert_read_typed(m)
   m = pipeline.reconstruct(cfg.replace(cone_search_minutes=1e-4), verbose=False).metrics
   assert "handover" not in m and m["m"] == 3  # estimated over its minutes: the cone alone
   assert "would take about" in m["regime"]["handover_skipped"]
   assert any("did not run after the cone" in w for w in m["warnings"]), m["warnings"]
+  assert_read_typed(m)
 
 
 @pytest.mark.slow  # the main job end to end on two hidden layers, with a search (about 40 s)

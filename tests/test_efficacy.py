@@ -153,12 +153,13 @@ def test_known_init_target_fits_the_change_at_the_linearisation_point():
 
 
 def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
-  """One row of efficacy.NUMBERS: the per-draw numbers, the intervals, the paired
-  differences, results.md and RESULTS.md's table all carry it, with no other edit."""
+  """One row of efficacy.NUMBERS (here of a number the typed report reads and the harness
+  did not): the per-draw numbers, the intervals, the paired differences, results.md and
+  RESULTS.md's table all carry it, with no other edit."""
   from reproduction import results_md
 
   extra = efficacy.Number(
-    "spread", lambda m: m["extra"]["spread"], "spread of it", digits=2, paired=True, summary=True
+    "spread", lambda m: m.victim.grad_norm_rel, "spread of it", digits=2, paired=True, summary=True
   )
   monkeypatch.setattr(efficacy, "NUMBERS", efficacy.NUMBERS + (extra,))
   report = {
@@ -170,8 +171,8 @@ def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
     "identifiability": {"ratio": 2.0, "family": {"confirmed": False}},
     "timing": {"total_s": 1.0},
   }
-  a = [efficacy.draw_numbers(dict(report, extra={"spread": s})) for s in (1.0, 2.0, 4.0)]
-  b = [efficacy.draw_numbers(dict(report, extra={"spread": 0.5})) for _ in range(3)]
+  a = [efficacy.draw_numbers(dict(report, victim={"grad_norm_rel": s})) for s in (1.0, 2.0, 4.0)]
+  b = [efficacy.draw_numbers(dict(report, victim={"grad_norm_rel": 0.5})) for _ in range(3)]
   assert [d["spread"] for d in a] == [1.0, 2.0, 4.0]
   assert [d["truth_fits_best"] for d in a] == [1.0] * 3
   agg = {"x": efficacy.aggregate(a), "y": efficacy.aggregate(b)}

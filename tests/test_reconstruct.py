@@ -7,6 +7,7 @@ from conftest import fast_compile, reference_layout_safetensors
 from flax import serialization
 import numpy as np
 import pytest
+from test_metrics_json import assert_read_typed
 
 from experiments.configs import reconstruct as configs
 from recon_jax.job.run import run_reconstruction
@@ -45,6 +46,7 @@ def test_main_job_writes_its_report(tmp_path):
     assert os.path.getsize(tmp_path / name) > 0, name
   saved = json.loads((tmp_path / "metrics.json").read_text())
   assert saved["n_train"] == 6 and 0 <= saved["recovered_strict"] <= 6
+  assert_read_typed(saved)
   assert set(saved["baselines"]) == {"mean_image", "heldout"}
   assert 0.0 <= saved["oracle_residual_rel"] <= 1.0
   ident = saved["identifiability"]

@@ -11,6 +11,7 @@ from experiments import reproduce
 from experiments.configs import reproduce as configs
 from recon_jax import cli
 from recon_jax.errors import ConfigError
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.studies import efficacy
 from reproduction import claims, results_md
 from reproduction import driver as reproduction
@@ -166,6 +167,21 @@ def test_toy_and_init_study_verdicts_over_seeds():
   assert rows[0]["statistic"] == "seed 0: e0"
   [r, _] = claims.evaluate("findings", [study(True, False, True)], 0.95)
   assert r["verdict"] == "no" and r["attack"] == "holds in 2/3 seeds"
+
+
+def test_an_efficacy_run_is_condensed_with_each_scored_draws_pick():
+  """pick_same: per draw whose restarts were scored, whether the attacker's pick (the
+  lowest-loss restart) was the truly best; a blind or older draw's report adds nothing."""
+  draws = [
+    {"selection": {"best_by_loss_restart": 1, "best_true_restart": 1}},
+    {"selection": {"best_by_loss_restart": 0, "best_true_restart": 2}},
+    {"selection": {"n_diverged": 0, "best_by_loss_restart": 0}},  # blind: nothing scored
+    None,  # no metrics.json
+  ]
+  picks = [Metrics.from_metrics(d).selection for d in draws]
+  m = claims.condense("efficacy", eff([1, 2, 3, 4]), "lfw", picks)
+  assert m["pick_same"] == [True, False] and m["dataset"] == "lfw"
+  assert claims.evaluate("pick_rate", [m], 0.95)[0]["attack"] == "the same restart in 1/2 draws"
 
 
 def _results():

@@ -19,7 +19,8 @@
 
 The verdict never contradicts the count: ``leaks`` needs k >= 1 above the baseline,
 ``no_evidence`` k at or below it.  Beside it stand the warnings a reader must know before
-trusting the numbers (:func:`run_warnings`); :func:`conclude` puts both in a report.
+trusting the numbers (:func:`run_warnings`); :func:`conclude` puts both in a report.  Both
+read the report typed (:class:`recon_jax.eval.metrics_json.Metrics`), never by key.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from recon_jax.eval import identifiability
+from recon_jax.eval.metrics_json import Identifiability, Membership, Metrics, Victim
 
 LEAKS, NO_EVIDENCE, CANNOT_TELL = "leaks", "no_evidence", "cannot_tell"
 VERDICTS = (LEAKS, NO_EVIDENCE, CANNOT_TELL)
@@ -51,18 +53,19 @@ def _as_float(v) -> Optional[float]:
   return v if np.isfinite(v) else None
 
 
-def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
+def victim_warning(victim: Victim, loss: str, num_classes: int) -> Optional[str]:
   """Why a victim's parameters are unlikely to hold its training data (None: no reason).
 
   A classifier whose final training loss is within 1% of chance (ln 2 for
   logistic, ln C for ce) did not train; one that misclassifies part of its
   training set is not at a KKT point of margin maximisation, the assumption
-  of the KKT attack.  Regression (mse) victims are not judged.
+  of the KKT attack.  Regression (mse) victims are not judged.  ``victim``: its
+  summary read typed (:meth:`recon_jax.eval.metrics_json.Victim.of`).
   """
   if loss not in ("logistic", "ce"):
     return None
   chance = float(np.log(2 if loss == "logistic" else max(int(num_classes), 2)))
-  value, err = _as_float(summary.get("loss")), _as_float(summary.get("train_error"))
+  value, err = _as_float(victim.loss), _as_float(victim.train_error)
   name = "ln 2" if loss == "logistic" else f"ln {int(num_classes)}"
   if value is not None and abs(value - chance) <= 0.01 * chance:
     return (
@@ -78,17 +81,6 @@ def victim_warning(summary: dict, loss: str, num_classes: int) -> Optional[str]:
   return None
 
 
-def _cone_reading(metrics: Mapping) -> Mapping:
-  """What the cone read of the first layer's change (``regime.cone``; {} for other attacks)."""
-  return (metrics.get("regime") or {}).get("cone") or {}
-
-
-def attack_cannot(metrics: Mapping) -> Optional[str]:
-  """Why the attack said, from what it read of theta* before searching, that it cannot test
-  the model (the cone's gate: ``regime.cone.cannot``), or None."""
-  return _cone_reading(metrics).get("cannot")
-
-
 def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list:
   """What a reader of a reconstruction's metrics must know before trusting them
   (``searched``: the candidates came from a search, whose restarts may diverge, rather than
@@ -96,109 +88,109 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
 
   Also sets ``metrics["victim_warning"]`` (:func:`victim_warning`).
   """
+  r = Metrics.from_metrics(metrics)
+  metrics["victim_warning"] = said = victim_warning(r.victim, r.task_from_loss, num_classes)
+  return ([said] if said else []) + _warnings(r, searched)
+
+
+def _warnings(r: Metrics, searched: bool) -> list:
+  """:func:`run_warnings` after the victim's."""
   out = []
-  loss = (metrics.get("assumed") or {}).get("task_from_loss", "logistic")
-  metrics["victim_warning"] = victim_warning(metrics.get("victim") or {}, loss, num_classes)
-  if metrics["victim_warning"]:
-    out.append(metrics["victim_warning"])
-  n_div = (metrics.get("selection") or {}).get("n_diverged")
-  r = metrics.get("num_restarts") or 0
-  if searched and n_div and n_div == r:
+  n_div = r.selection.n_diverged
+  restarts = r.num_restarts or 0
+  if searched and n_div and n_div == restarts:
     out.append(
       f"{ALL_DIVERGED} ({n_div} of {n_div}): nothing was reconstructed; "
       "lower the learning rates (lr_x, lr_lam) or the alpha range"
     )
-  elif searched and n_div and 2 * n_div >= r:
+  elif searched and n_div and 2 * n_div >= restarts:
     out.append(
-      f"{n_div} of {r} restarts diverged: the search was unstable on this model; lower the "
-      "learning rates (lr_x, lr_lam) or the alpha range"
+      f"{n_div} of {restarts} restarts diverged: the search was unstable on this model; lower "
+      "the learning rates (lr_x, lr_lam) or the alpha range"
     )
-  m, n = metrics.get("m") or 0, metrics.get("n_train") or 0
-  cone = _cone_reading(metrics)
-  k = cone.get("span_dim")
-  gate = attack_cannot(metrics)
-  if gate:
-    out.append(f"attack={metrics.get('attack')} did not run: {gate}")
+  m, n = r.m or 0, r.n_train or 0
+  cone = r.regime.cone
+  if r.cannot:
+    out.append(f"attack={r.attack} did not run: {r.cannot}")
   elif not searched and 2 * m < n:
-    under = cone.get("under_noise_floor")
+    under = cone.under_noise_floor
     floor = (
-      f"; the change keeps {k} directions above its rounding noise, so "
+      f"; the change keeps {cone.span_dim} directions above its rounding noise, so "
       f"{under} images have no facet to find"
       if under
       else ""
     )
     out.append(
-      f"attack={metrics.get('attack')} read {m} candidates for {n} training images: most of "
+      f"attack={r.attack} read {m} candidates for {n} training images: most of "
       f"the training set cannot be among them (attack=cone finds few facets at large n{floor}; "
       "attack=kkt with known_init and subspace, the finetune_kkt preset, reaches more; "
       "docs/leakage.md)"
     )
-  elif not searched and cone.get("short"):
+  elif not searched and cone.short:
     out.append(
-      f"attack={metrics.get('attack')} {cone['short']}; the KKT search in that span (the "
+      f"attack={r.attack} {cone.short}; the KKT search in that span (the "
       "finetune_kkt preset) may read more, at 50 + 50 faces 74 of 100 against the cone's 20 "
       "(docs/leakage.md)"
     )
-  skipped = (metrics.get("regime") or {}).get("handover_skipped")
-  if skipped:
-    out.append(f"the KKT search in the change's span did not run after the cone: {skipped}")
-  handed = metrics.get("handover")
+  if r.regime.handover_skipped:
+    out.append(
+      f"the KKT search in the change's span did not run after the cone: {r.regime.handover_skipped}"
+    )
+  handed = r.handover
   if handed:
     out.append(
-      f"{handed['why']}, so the KKT search in the change's span took over, every restart "
-      f"started from the cone's {handed['direct_candidates']} images: the images scored are "
+      f"{handed.why}, so the KKT search in the change's span took over, every restart "
+      f"started from the cone's {handed.direct_candidates} images: the images scored are "
       "the search's restarts and the cone's, each training image by the best of them (the "
-      f"cone's alone: {handed['direct_recovered_strict']} strictly"
+      f"cone's alone: {handed.direct_recovered_strict} strictly"
       + (
         f"; the first layer's facets the search's best restart led to: "
-        f"{handed['reread_candidates']} images, {handed.get('reread_recovered_strict')} "
+        f"{handed.reread_candidates} images, {handed.reread_recovered_strict} "
         "strictly"
-        if handed.get("reread_candidates")
+        if handed.reread_candidates
         else ""
       )
       + ")"
     )
-  truth = (metrics.get("identifiability") or {}).get("truth_residual")
+  truth = r.identifiability.truth_residual
   if truth is not None and truth > FAR_FROM_ASSUMPTION:
     out.append(
       f"the training set leaves {truth:.0%} of the fitted parameters unexplained by the "
       "attack's equations: this model is not of the form the attack assumes (a count of 0 "
       "here says nothing about its privacy)"
     )
-  regime = metrics.get("regime") or {}
-  if regime.get("span") is None and regime.get("span_why"):
+  if r.regime.not_dense:
     out.append(
       "the model's first layer is not dense (a convolution?): the attack's equations hold, "
       "but the span and flat-family checks do not apply, and the KKT attack was derived and "
       "measured on dense networks"
     )
-  vsum = metrics.get("victim") or {}
-  if vsum.get("stationary") is False:
+  stat = r.victim.grad_norm_rel
+  if r.victim.stationary is False:
     out.append(
       f"the victim's convergence phase ended before its tolerance: its relative gradient "
-      f"norm is {vsum.get('grad_norm_rel', float('nan')):.2g}, above victim.converge_tol; it "
+      f"norm is {float('nan') if stat is None else stat:.2g}, above victim.converge_tol; it "
       "is not at a stationary point (raise victim.converge_maxiter, or the tolerance)"
     )
-  stat = (metrics.get("victim") or {}).get("grad_norm_rel")
-  if metrics.get("assumes_stationary") and stat is not None and stat > 1e-3:
+  if r.assumes_stationary and stat is not None and stat > 1e-3:
     out.append(
       f"the setting assumes a stationary victim (tied multipliers), but its relative gradient "
       f"norm is {stat:.2g}: it is not at a stationary point of its weight-decayed loss"
     )
-  if metrics.get("precision_warning"):
-    out.append(metrics["precision_warning"])
+  if r.precision_warning:
+    out.append(r.precision_warning)
   return out
 
 
-def tolerance(ident: Mapping) -> float:
+def tolerance(ident: Identifiability) -> float:
   """The identifiability ratio's band of equal fits (:func:`recon_jax.eval.identifiability.tolerance`)."""
-  return identifiability.tolerance(ident.get("per_restart_residual"))
+  return identifiability.tolerance(ident.per_restart_residual)
 
 
-def _fits(ident: Mapping) -> Optional[str]:
+def _fits(ident: Identifiability) -> Optional[str]:
   """'truth' (the training set fits better), 'other' (what the attack found fits better),
   'equal' (within the tolerance) or None (not scored)."""
-  ratio = ident.get("ratio")
+  ratio = ident.ratio
   if ratio is None or not np.isfinite(ratio):
     return None
   tol = tolerance(ident)
@@ -220,23 +212,26 @@ def conclude(metrics: dict, num_classes: int, searched: bool = True) -> dict:
   return said
 
 
-def membership_text(mem: Mapping) -> str:
+def membership_text(mem: Membership) -> str:
   """The membership test in words: ``AUC 0.97, TPR 85% at 1% FPR, p = 0.0001 at level 0.01``."""
-  if not mem or mem.get("auc") is None:
-    return f"membership not tested ({(mem or {}).get('skipped', 'no held-out images')})"
-  tpr = (mem.get("tpr_at_fpr") or {}).get("0.01")
-  tpr = "" if tpr is None else f", TPR {tpr:.0%} at 1% FPR"
-  p = mem.get("p_value")
-  return f"AUC {mem['auc']:.2f}{tpr}, p = {p:.2g} at level {mem.get('level', 0.01):g}"
+  if mem.auc is None:
+    return f"membership not tested ({'no held-out images' if mem.skipped is None else mem.skipped})"
+  tpr = "" if mem.tpr_at_1pct is None else f", TPR {mem.tpr_at_1pct:.0%} at 1% FPR"
+  return f"AUC {mem.auc:.2f}{tpr}, p = {mem.p_value:.2g} at level {mem.level:g}"
 
 
-def decide(m: Mapping, searched: bool = True) -> dict:
+def decide(metrics: Mapping, searched: bool = True) -> dict:
   """The verdict of a reconstruction's metrics (metrics.json's dict): ``{"verdict",
   "reasons", "line", "tolerance", "recovered", "baseline"}`` (``searched``: the candidates
   came from a search, which a longer one might improve, not read off theta*)."""
-  n = int(m.get("n_train") or 0)
-  ident = m.get("identifiability") or {}
-  family = ident.get("family") or {}
+  return _decide(Metrics.from_metrics(metrics), searched)
+
+
+def _decide(m: Metrics, searched: bool) -> dict:
+  """:func:`decide` of the report read typed."""
+  n = int(m.n_train or 0)
+  ident = m.identifiability
+  family = ident.family
   fits, tol = _fits(ident), tolerance(ident)
   reasons = []
   if n == 0:
@@ -249,23 +244,24 @@ def decide(m: Mapping, searched: bool = True) -> dict:
       m,
       tol,
     )
-  k = int(m.get("recovered_strict") or 0)
-  held = m.get("baseline_heldout_recovered_strict")
-  base = max(int(held or 0), int(m.get("baseline_mean_image_recovered_strict") or 0))
-  ratio = ident.get("ratio")
+  k = int(m.recovered_strict or 0)
+  base = max(
+    int(m.baseline_heldout_recovered_strict or 0), int(m.baseline_mean_image_recovered_strict or 0)
+  )
+  ratio = ident.ratio
   rtext = f"{ratio:.4g}" if ratio is not None else "not scored"
-  flat = bool(family.get("confirmed"))
+  flat = bool(family.confirmed)
   why_flat = (
     f"images far from the training set fit the equations exactly as well (the first layer "
-    f"sees {family.get('first_layer_rank')} of {family.get('input_dim')} input directions)"
+    f"sees {family.first_layer_rank} of {family.input_dim} input directions)"
   )
-  mem = m.get("membership") or {}
-  tested = mem.get("p_value") is not None
-  told_apart = tested and bool(mem.get("significant"))
+  mem = m.membership
+  tested = mem.p_value is not None
+  told_apart = tested and bool(mem.significant)
   mtext = membership_text(mem)
   what = f"{k} of {n} training images recovered strictly (held-out baseline {base})"
   if ratio is not None and np.isfinite(ratio) and ratio < WRONG_DATA_RATIO and not flat:
-    known = bool((m.get("regime") or {}).get("known_init"))
+    known = bool(m.regime.known_init)
     fitted = "theta* - theta_0" if known else "theta*"
     also = "" if known else ", or the equations of theta* alone do not single out the training set"
     return _out(
@@ -289,9 +285,9 @@ def decide(m: Mapping, searched: bool = True) -> dict:
     if tested and not told_apart:
       why = (
         "the membership score does not tell the training images from the held-out ones"
-        if mem.get("testable")
+        if mem.testable
         else f"too few images for the membership test to reach its level (at best p = "
-        f"{mem.get('smallest_p', 1):.2g}; give more held-out images)"
+        f"{mem.smallest_p:.2g}; give more held-out images)"
       )
       return _out(
         CANNOT_TELL, [what, f"but {why} ({mtext}): the recoveries are no evidence"], m, tol
@@ -312,7 +308,8 @@ def decide(m: Mapping, searched: bool = True) -> dict:
           "best-fitting restart recovers training images strictly"
         )
       else:
-        reasons.append(f"identifiability not scored ({ident.get('skipped', 'no ratio')})")
+        skipped = "no ratio" if ident.skipped is None else ident.skipped
+        reasons.append(f"identifiability not scored ({skipped})")
       return _out(LEAKS, [what, *reasons], m, tol)
     return _out(
       CANNOT_TELL,
@@ -328,7 +325,7 @@ def decide(m: Mapping, searched: bool = True) -> dict:
   # Nothing beyond the baseline: can this attack test this model at all?
   what = f"no training image recovered strictly beyond the held-out baseline ({k} vs {base})"
   cannot = []
-  truth = ident.get("truth_residual")
+  truth = ident.truth_residual
   if truth is not None and truth > FAR_FROM_ASSUMPTION:
     cannot.append(
       f"the training set leaves {truth:.0%} of the fitted parameters unexplained "
@@ -336,14 +333,13 @@ def decide(m: Mapping, searched: bool = True) -> dict:
     )
   if flat:
     cannot.append(why_flat)
-  sel = m.get("selection") or {}
-  r, div = int(m.get("num_restarts") or 0), int(sel.get("n_diverged") or 0)
+  r, div = int(m.num_restarts or 0), int(m.selection.n_diverged or 0)
   if r and div * 2 >= r:
     cannot.append(f"{div} of {r} restarts diverged")
-  if (m.get("regime") or {}).get("span") is None and (m.get("regime") or {}).get("span_why"):
+  if m.regime.not_dense:
     cannot.append("the first layer is not dense (the span and flat-family checks do not apply)")
-  if attack_cannot(m):
-    cannot.append(attack_cannot(m))
+  if m.cannot:
+    cannot.append(m.cannot)
   if fits == "other":
     cannot.append(f"other images fit the equations better (ratio {rtext})")
   if cannot:
@@ -381,7 +377,7 @@ def decide(m: Mapping, searched: bool = True) -> dict:
       + (
         ": a longer search may still reach it"
         if searched
-        else f": attack={m.get('attack')} read {m.get('m') or 0} candidates off theta* and "
+        else f": attack={m.attack} read {m.m or 0} candidates off theta* and "
         "none is a training image (the warnings say why)"
       ),
     ],
@@ -390,27 +386,23 @@ def decide(m: Mapping, searched: bool = True) -> dict:
   )
 
 
-def _best_restart_recovers(m: Mapping, base: int) -> bool:
+def _best_restart_recovers(m: Metrics, base: int) -> bool:
   """Whether the restart that fits the equations best recovers training images strictly
   (more than the baseline): then a better-than-truth fit is the training set, refined."""
-  ident = m.get("identifiability") or {}
-  best = ident.get("best_restart")
-  rows = {r.get("restart"): r for r in (m.get("per_restart") or [])}
-  row = rows.get(best)
-  return bool(row) and int(row.get("recovered_strict") or 0) > base
+  best = m.identifiability.best_restart
+  row = next((row for row in m.per_restart if row.restart == best), None)
+  return row is not None and int(row.recovered_strict or 0) > base
 
 
-def _out(verdict: str, reasons: list, m: Mapping, tol: float, wrong_data=False) -> dict:
-  k = m.get("recovered_strict")
-  mem = m.get("membership") or {}
-  if mem.get("auc") is not None and not any("AUC" in r for r in reasons):
-    reasons = [*reasons, f"membership: {membership_text(mem)}"]  # every verdict states it
+def _out(verdict: str, reasons: list, m: Metrics, tol: float, wrong_data=False) -> dict:
+  if m.membership.auc is not None and not any("AUC" in r for r in reasons):
+    reasons = [*reasons, f"membership: {membership_text(m.membership)}"]  # every verdict states it
   return {
     "verdict": verdict,
     "reasons": reasons,
     "line": f"{verdict.replace('_', ' ')}: " + "; ".join(reasons),
     "tolerance": tol,
-    "recovered": k,
-    "n_train": m.get("n_train"),
+    "recovered": m.recovered_strict,
+    "n_train": m.n_train,
     "wrong_data": wrong_data,  # the supplied training set fits far worse than the candidates
   }

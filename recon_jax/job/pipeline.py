@@ -25,6 +25,7 @@ from recon_jax.attacks import search, span
 from recon_jax.core import progress
 from recon_jax.engine import loop, precision
 from recon_jax.eval import evaluation, scoring, verdict
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.job import estimate, planning
 from recon_jax.job.planning import Plan, candidate_labels, num_candidates
 from recon_jax.job.settings import JobConfig
@@ -454,7 +455,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       metrics["baseline_heldout_recovered_strict"],
       metrics["baseline_mean_image_recovered_strict"],
       metrics["n_ssim_gt_0.4"],
-      verdict.membership_text(metrics.get("membership") or {}),
+      verdict.membership_text(Metrics.from_metrics(metrics).membership),
       timing["total_s"],
     )
   return Reconstruction(metrics, arrays, result, ds, vic)

@@ -26,7 +26,7 @@ import scipy.stats
 
 from recon_jax.errors import ConfigError
 from recon_jax.eval import identifiability
-from recon_jax.eval.verdict import attack_cannot
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.io import plots
 from recon_jax.job import settings
 
@@ -34,10 +34,12 @@ from recon_jax.job import settings
 class Number(NamedTuple):
   """One number of a draw: its key in results.json, where a reconstruction report has it,
   and how the harness's tables show it.  Adding a number to the harness is one row of
-  :data:`NUMBERS`: the draws, the intervals, results.md and RESULTS.md follow from it."""
+  :data:`NUMBERS` (and, for a number the report does not yet read, one field of
+  :class:`recon_jax.eval.metrics_json.Metrics`): the draws, the intervals, results.md and
+  RESULTS.md follow from it."""
 
   key: str
-  read: Callable[[Mapping], Any]  # metrics.json's dict -> float, or None where it is absent
+  read: Callable[[Metrics], Any]  # metrics.json read typed -> float, or None where it is absent
   column: str = ""  # its column in results.md ('': aggregated, not shown)
   digits: int = 1
   count: bool = False  # a 0/1 number, shown as 'k of K' draws instead of a mean
@@ -47,33 +49,36 @@ class Number(NamedTuple):
   nonnegative: bool = False  # never below 0 (seconds): its interval is clipped there
 
 
-def _ident(metrics: Mapping) -> Mapping:
-  return metrics.get("identifiability") or {}
-
-
-def _ratio(metrics: Mapping):
+def _ratio(m: Metrics):
   """The attack's best residual over the truth's (>= 1: the truth fits at least as well);
   None where the attack declined (no candidate to compare)."""
-  if attack_cannot(metrics):
+  if m.cannot:
     return None
-  ratio = _ident(metrics).get("ratio")
+  ratio = m.identifiability.ratio
   return ratio if ratio is not None and np.isfinite(ratio) and ratio > 0 else None
 
 
-def _not_unique(metrics: Mapping):
+def _not_unique(m: Metrics):
   """1: images far from the training set (in the pixel box) fit exactly as well as it does."""
-  family = _ident(metrics).get("family") or {}
-  return None if "confirmed" not in family else float(family["confirmed"])
+  confirmed = m.identifiability.family.confirmed
+  return None if confirmed is None else float(confirmed)
 
 
-def _truth_fits_best(metrics: Mapping):
+def _truth_fits_best(m: Metrics):
   """1: the truth fits at least as well as the attack's best (within the residuals' band of
   equal fits) and no flat family runs through it."""
-  ratio = _ratio(metrics)
+  ratio = _ratio(m)
   if ratio is None:
     return None
-  tol = identifiability.tolerance(_ident(metrics).get("per_restart_residual"))
-  return float(ratio >= 1 - tol and not _not_unique(metrics))
+  tol = identifiability.tolerance(m.identifiability.per_restart_residual)
+  return float(ratio >= 1 - tol and not _not_unique(m))
+
+
+def _selected(m: Metrics):
+  """What the attacker's own pick (the lowest-loss restart) recovers strictly; 0 where no
+  restart was scored."""
+  strict = m.selection.best_by_loss_recovered_strict
+  return 0 if strict is None else strict
 
 
 # ``strict_selected`` is the restart the attacker picks without ground truth (its lowest
@@ -82,7 +87,7 @@ def _truth_fits_best(metrics: Mapping):
 NUMBERS = (
   Number(
     "strict_pooled",
-    lambda m: m["recovered_strict"],
+    lambda m: m.recovered_strict,
     "strict pooled",
     paired=True,
     summary=True,
@@ -90,7 +95,7 @@ NUMBERS = (
   ),
   Number(
     "strict_selected",
-    lambda m: m.get("selection", {}).get("best_by_loss_recovered_strict", 0),
+    _selected,
     "strict attacker-selected",
     paired=True,
     summary=True,
@@ -98,19 +103,19 @@ NUMBERS = (
   ),
   Number(
     "direct_strict",
-    lambda m: (m.get("handover") or {}).get("direct_recovered_strict"),
+    lambda m: None if m.handover is None else m.handover.direct_recovered_strict,
     "the cone alone, where it handed over",
     images=True,
   ),
   Number(
     "span_ceiling",
-    lambda m: (m.get("span_ceiling") or {}).get("recovered_strict"),
+    lambda m: m.span_ceiling_strict,
     "what the change's span holds (each image projected on it)",
     images=True,
   ),
   Number(
     "ssim_gt_0.4",
-    lambda m: m["n_ssim_gt_0.4"],
+    lambda m: m.n_ssim_gt_04,
     "SSIM > 0.4",
     paired=True,
     summary=True,
@@ -118,27 +123,23 @@ NUMBERS = (
   ),
   Number(
     "baseline_mean_strict",
-    lambda m: m["baseline_mean_image_recovered_strict"],
+    lambda m: m.baseline_mean_image_recovered_strict,
     "mean-image baseline strict",
     summary=True,
     images=True,
   ),
-  Number(
-    "baseline_mean_ssim_gt_0.4", lambda m: m["baseline_mean_image_n_ssim_gt_0.4"], images=True
-  ),
+  Number("baseline_mean_ssim_gt_0.4", lambda m: m.baseline_mean_image_n_ssim_gt_04, images=True),
   Number(
     "baseline_heldout_strict",
-    lambda m: m.get("baseline_heldout_recovered_strict"),
+    lambda m: m.baseline_heldout_recovered_strict,
     "held-out baseline strict",
     summary=True,
     images=True,
   ),
-  Number(
-    "baseline_heldout_ssim_gt_0.4", lambda m: m.get("baseline_heldout_n_ssim_gt_0.4"), images=True
-  ),
+  Number("baseline_heldout_ssim_gt_0.4", lambda m: m.baseline_heldout_n_ssim_gt_04, images=True),
   Number(
     "oracle_residual_rel",
-    lambda m: m["oracle_residual_rel"],
+    lambda m: m.oracle_residual_rel,
     "oracle residual",
     digits=3,
     summary=True,
@@ -160,13 +161,13 @@ NUMBERS = (
   ),
   Number(
     "time_s",
-    lambda m: m["timing"]["total_s"],
+    lambda m: m.total_s,
     "time per draw (s)",
     digits=0,
     summary=True,
     nonnegative=True,
   ),
-  Number("declined", lambda m: float(bool(attack_cannot(m))), count=True),
+  Number("declined", lambda m: float(bool(m.cannot)), count=True),
 )
 DRAW_KEYS = tuple(n.key for n in NUMBERS)
 
@@ -182,14 +183,16 @@ def draw_config(cfg, draw: int):
 
 
 def draw_numbers(metrics: Mapping) -> dict:
-  """The per-draw numbers of one reconstruction report (:data:`NUMBERS`), and the attacker's
-  identification scores where the run computed them (AUC and precision@10 of each)."""
+  """The per-draw numbers of one reconstruction report (metrics.json's dict; :data:`NUMBERS`),
+  and the attacker's identification scores where the run computed them (AUC and precision@10
+  of each)."""
+  m = Metrics.from_metrics(metrics)
   return {
-    **{n.key: n.read(metrics) for n in NUMBERS},
+    **{n.key: n.read(m) for n in NUMBERS},
     **{
-      f"{stat}_{name}": v.get(key)
-      for name, v in metrics.get("identification", {}).get("scores", {}).items()
-      for stat, key in (("auc", "auc"), ("p10", "precision@10"))
+      f"{stat}_{name}": value
+      for name, score in m.scores.items()
+      for stat, value in (("auc", score.auc), ("p10", score.precision_at_10))
     },
   }
 

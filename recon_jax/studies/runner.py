@@ -19,6 +19,7 @@ import numpy as np
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError
 from recon_jax.eval import verdict
+from recon_jax.eval.metrics_json import Victim
 from recon_jax.io import workdir
 from recon_jax.job import planning, settings
 from recon_jax.job.run import STATE_FILE, run_reconstruction
@@ -76,7 +77,7 @@ def write_training(path: str, vcfg, ds, params, history, summary, init=None) -> 
   trained victim; returns the metrics."""
   victim.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
   metrics = {k: v for k, v in summary.items() if k != "outputs"}
-  metrics["warning"] = verdict.victim_warning(summary, vcfg.loss, ds.num_classes)
+  metrics["warning"] = verdict.victim_warning(Victim.of(summary), vcfg.loss, ds.num_classes)
   workdir.write_json(path, "metrics.json", metrics)
   workdir.write_json(path, "history.json", history)
   workdir.write_npz(path, "train_idx.npz", train_idx=ds.train_idx, mean=ds.mean)

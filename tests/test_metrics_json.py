@@ -1,0 +1,269 @@
+"""metrics.json read typed: every attribute is the key the file holds, an absent key or
+section reads as its default, and what the verdict and the efficacy harness make of the
+verdict tests' planted metrics is what they made of them when they read string keys
+(tests/verdict_pinned.json holds what they said before)."""
+
+import copy
+import hashlib
+import json
+import pathlib
+import sys
+
+import pytest
+from test_verdict import _cone_read, _metrics, _with_membership
+
+from recon_jax.eval import verdict
+from recon_jax.eval.metrics_json import Cone, Metrics, Victim
+from recon_jax.studies import efficacy
+
+PINNED = pathlib.Path(__file__).with_name("verdict_pinned.json")
+# The numbers the efficacy harness reads that the verdict's planted metrics leave out.
+SCORED = {
+  "n_ssim_gt_0.4": 3,
+  "baseline_mean_image_n_ssim_gt_0.4": 1,
+  "baseline_heldout_n_ssim_gt_0.4": 2,
+  "oracle_residual_rel": 0.01,
+  "selection": {
+    "n_diverged": 0,
+    "best_by_loss_restart": 1,
+    "best_by_loss_recovered_strict": 4,
+    "best_true_restart": 1,
+  },
+  "span_ceiling": {"span_dim": 5, "recovered_strict": 6, "missing": []},
+  "identification": {"scores": {"lambda": {"auc": 0.7, "precision@10": 0.5}}},
+  "timing": {"total_s": 12.5},
+}
+
+
+def assert_read_typed(metrics: dict) -> None:
+  """Every attribute the readers use is the value ``metrics`` (a real run's) holds at its
+  key, spelled out here by hand rather than through the fields' declarations; the verdict
+  read typed is the one the run wrote; and the same dict without the sections and keys an
+  earlier version did not write reads them as absent."""
+  r, m = Metrics.from_metrics(metrics), metrics
+  for name in ("attack", "n_train", "m", "num_restarts", "recovered_strict", "oracle_residual_rel"):
+    assert getattr(r, name) == m[name], name
+  assert r.n_ssim_gt_04 == m["n_ssim_gt_0.4"]
+  assert r.baseline_mean_image_recovered_strict == m["baseline_mean_image_recovered_strict"]
+  assert r.baseline_mean_image_n_ssim_gt_04 == m["baseline_mean_image_n_ssim_gt_0.4"]
+  assert r.baseline_heldout_recovered_strict == m["baseline_heldout_recovered_strict"]
+  assert r.baseline_heldout_n_ssim_gt_04 == m["baseline_heldout_n_ssim_gt_0.4"]
+  assert r.total_s == m["timing"]["total_s"] and r.task_from_loss == m["assumed"]["task_from_loss"]
+  assert r.assumes_stationary is m["assumes_stationary"]
+  assert r.victim == Victim.of(m["victim"]) and r.victim.loss == m["victim"]["loss"]
+  assert r.victim.train_error == m["victim"]["train_error"]
+  regime = m["regime"]
+  assert r.regime.known_init is regime["known_init"]
+  assert r.regime.span_dim == (regime["span"]["dim"] if regime.get("span") else None)
+  assert r.regime.handover_skipped == regime.get("handover_skipped")
+  cone = regime.get("cone") or {}
+  assert r.regime.cone == Cone(
+    **{k: cone.get(k) for k in ("cannot", "span_dim", "under_noise_floor", "short")}
+  )
+  assert r.cannot == cone.get("cannot")
+  sel = m["selection"]
+  assert r.selection.n_diverged == sel["n_diverged"]
+  assert r.selection.best_by_loss_restart == sel["best_by_loss_restart"]
+  assert r.selection.best_by_loss_recovered_strict == sel["best_by_loss_recovered_strict"]
+  assert r.selection.best_true_restart == sel["best_true_restart"]
+  ident = m["identifiability"]
+  assert r.identifiability.ratio == ident["ratio"]
+  assert r.identifiability.truth_residual == ident["truth_residual"]
+  assert r.identifiability.per_restart_residual == ident["per_restart_residual"]
+  assert r.identifiability.best_restart == ident["best_restart"]
+  assert r.identifiability.family.confirmed is ident["family"]["confirmed"]
+  assert r.identifiability.family.first_layer_rank == ident["family"]["first_layer_rank"]
+  mem = m.get("membership") or {}
+  assert r.membership.auc == mem.get("auc") and r.membership.p_value == mem.get("p_value")
+  assert r.membership.tpr_at_1pct == (mem.get("tpr_at_fpr") or {}).get("0.01")
+  assert r.membership.significant is mem.get("significant")
+  handed = m.get("handover")
+  assert (r.handover is None) is (not handed)
+  if handed:
+    assert r.handover.why == handed["why"]
+    assert r.handover.direct_candidates == handed["direct_candidates"]
+    assert r.handover.direct_recovered_strict == handed["direct_recovered_strict"]
+    assert r.handover.reread_candidates == handed["reread_candidates"]
+  assert [(x.restart, x.recovered_strict) for x in r.per_restart] == [
+    (x["restart"], x["recovered_strict"]) for x in m["per_restart"]
+  ]
+  scores = (m.get("identification") or {}).get("scores") or {}
+  assert {k: (v.auc, v.precision_at_10) for k, v in r.scores.items()} == {
+    k: (v["auc"], v["precision@10"]) for k, v in scores.items()
+  }
+  assert r.span_ceiling_strict == (m.get("span_ceiling") or {}).get("recovered_strict")
+  said = verdict.decide(m)
+  assert said["verdict"] == m["verdict"] and said["reasons"] == m["reasons"]
+  newer = ("membership", "handover", "regime", "span_ceiling", "identification", "assumed")
+  older = {k: v for k, v in m.items() if k not in newer}
+  older["selection"] = {"n_diverged": sel["n_diverged"]}
+  r = Metrics.from_metrics(older)
+  assert r.membership.auc is None and r.handover is None and r.scores == {}
+  assert r.regime.cone.cannot is None and r.regime.span_dim is None and r.cannot is None
+  assert r.selection.best_true_restart is None and r.span_ceiling_strict is None
+  assert r.task_from_loss == "logistic" and r.recovered_strict == m["recovered_strict"]
+  assert verdict.decide(older)["verdict"] in verdict.VERDICTS
+
+
+def test_an_older_metrics_json_reads_what_it_lacks_as_absent():
+  """Sections absent, None or not dicts, and keys absent: defaults, never a KeyError."""
+  for old in ({}, None, {"regime": None, "handover": {}, "per_restart": None, "selection": 3}):
+    r = Metrics.from_metrics(old)
+    assert r.n_train is None and r.recovered_strict is None and r.handover is None
+    assert r.regime.cone == Cone() and r.cannot is None and not r.regime.not_dense
+    assert r.selection.n_diverged is None and r.per_restart == () and r.scores == {}
+    assert r.membership.level == 0.01 and r.membership.smallest_p == 1
+    assert r.identifiability.family.confirmed is None and r.task_from_loss == "logistic"
+  r = Metrics.from_metrics({"n_train": 6, "recovered_strict": 2, "assumed": {}})
+  assert (r.n_train, r.recovered_strict, r.task_from_loss) == (6, 2, "logistic")
+  # a key that holds None reads as None, not as the default
+  assert Metrics.from_metrics({"assumed": {"task_from_loss": None}}).task_from_loss is None
+  assert Metrics.from_metrics({"regime": {"span": None, "span_why": "conv"}}).regime.not_dense
+  assert not Metrics.from_metrics({"regime": {"span": {"dim": 5}}}).regime.not_dense
+  with pytest.raises(AttributeError):  # frozen: a reader cannot change what it read
+    Metrics.from_metrics({}).n_train = 3
+
+
+def test_each_section_reads_its_keys():
+  """The verdict tests' planted metrics: a membership test, a cone reading and a hand-over."""
+  m = _with_membership(_cone_read(60, 100), 0.97, 1e-4)
+  m["handover"] = dict(why="read", direct_candidates=60, direct_recovered_strict=21)
+  r = Metrics.from_metrics(m)
+  assert (r.attack, r.n_train, r.m, r.num_restarts) == ("cone", 100, 60, 4)
+  assert r.regime.cone.span_dim == 88 and r.regime.cone.under_noise_floor == 12
+  assert r.regime.cone.short == m["regime"]["cone"]["short"] and r.regime.span_dim == 5
+  assert r.membership.tpr_at_1pct == 0.5 and r.membership.p_value == 1e-4
+  assert r.membership.testable is True and r.membership.significant is True
+  assert r.handover.direct_recovered_strict == 21 and r.handover.reread_candidates is None
+  assert r.identifiability.family.input_dim == 64 and r.identifiability.best_restart == 0
+  assert [x.recovered_strict for x in r.per_restart] == [0] * 4
+
+
+def _planted() -> dict:
+  """Named metrics dicts: the verdict tests' planted runs over their grid, with a
+  membership test, a known theta_0, the cone's readings and hand-overs, a blind run and
+  what an older metrics.json or a bare victim summary holds."""
+  out = {}
+  for k, held in ((0, 0), (1, 1), (5, 1), (2, 3)):
+    for ratio in (0.12, 0.8, 0.9999987, 1.0004, 3.0):
+      for flat in (False, True):
+        for best_k in (None, 0):
+          out[f"k{k} held{held} ratio{ratio} flat{flat} best{best_k}"] = _metrics(
+            k, held=held, ratio=ratio, flat=flat, best_k=best_k
+          )
+  out["far from the assumption"] = _metrics(0, ratio=1.0, truth=0.97)
+  for div in (1, 2, 4):
+    out[f"diverged {div}"] = _metrics(0, ratio=3.0, diverged=div)
+  for auc, p, testable in ((0.97, 1e-4, True), (0.55, 0.3, True), (1.0, 0.05, False)):
+    for k in (0, 5):
+      out[f"membership {k} {auc} {p}"] = _with_membership(
+        _metrics(k, held=1 if k else 0, ratio=1.8), auc, p, testable
+      )
+  for ratio in (0.12, 0.1552, 0.2309):
+    m = _with_membership(_metrics(4, held=1, ratio=ratio, best_k=4), 0.6, 0.04)
+    m["regime"]["known_init"] = True
+    out[f"known init {ratio}"] = m
+  m = _metrics(0, ratio=1.0)
+  m.update(attack="cone", m=0, identifiability={}, per_restart=[])
+  m["regime"]["cone"] = {"cannot": "the change spans 164 of 625", "span_dim": 164}
+  out["cone cannot"] = m
+  for read, n, k in ((6, 100, 88), (60, 100, 88), (80, 100, 88), (16, 20, 19)):
+    out[f"cone read {read} of {n}"] = _cone_read(read, n, k)
+  m = _cone_read(60, 100)
+  m["regime"]["handover_skipped"] = "it would take about 90 minutes here"
+  out["handover skipped"] = m
+  m = _cone_read(60, 100)
+  del m["regime"]["cone"]
+  out["no cone reading"] = m
+  m = _cone_read(60, 100)
+  m["handover"] = dict(why="attack=cone read", direct_candidates=60, direct_recovered_strict=21)
+  out["handed over"] = m
+  m = copy.deepcopy(m)
+  m["handover"].update(reread_candidates=22, reread_recovered_strict=18)
+  out["handed over, read again"] = m
+  m = _metrics(0, ratio=1.0)
+  m["regime"] = {"span": None, "span_why": "a convolution"}
+  out["not dense"] = m
+  m = _metrics(3, ratio=1.5)
+  m.update(
+    victim={"loss": 0.6931, "train_error": 0.0, "stationary": False, "grad_norm_rel": 2.3e-3},
+    assumed={"task_from_loss": "logistic"},
+    assumes_stationary=True,
+    precision_warning="float32 on a ratio near 1",
+  )
+  out["victim untrained, not stationary"] = m
+  m = _metrics(3, ratio=1.5)
+  m.update(victim={"loss": 0.2, "train_error": 0.25}, assumed={"task_from_loss": "ce"})
+  out["victim misclassifies"] = m
+  out["blind"] = {
+    "attack": "kkt",
+    "n_train": 0,
+    "m": 12,
+    "num_restarts": 2,
+    "recovered_strict": None,
+    "identifiability": {"skipped": "no training images (a blind attack)", "ratio": None},
+    "selection": {"n_restarts": 2, "n_diverged": 0, "best_by_loss_restart": 0},
+  }
+  out["older, bare"] = {"n_train": 6, "recovered_strict": 2}
+  out["convergence only"] = {"victim": {"stationary": False, "grad_norm_rel": 2.3e-3}}
+  out["few candidates"] = {"attack": "cone", "m": 3, "n_train": 100}
+  return out
+
+
+def _said(m: dict) -> dict:
+  """Everything the verdict and the harness say of ``m``: the verdict and warnings searched or
+  read off theta*, and (where ``m`` has the counts) the harness's per-draw numbers."""
+  out = {}
+  for searched in (True, False):
+    warned = copy.deepcopy(m)
+    out[f"warnings searched={searched}"] = verdict.run_warnings(warned, 2, searched)
+    out[f"victim_warning searched={searched}"] = warned["victim_warning"]
+    out[f"decide searched={searched}"] = verdict.decide(copy.deepcopy(m), searched)
+  concluded = copy.deepcopy(m)
+  verdict.conclude(concluded, 2)
+  out["concluded"] = {k: v for k, v in concluded.items() if k not in m}  # what it added
+  if "baseline_mean_image_recovered_strict" in m:  # what the harness needed before
+    out["draw"] = efficacy.draw_numbers({**copy.deepcopy(m), **SCORED})
+  return out
+
+
+def _rounded(x):
+  """``x`` with its floats to 12 digits: a last bit of a platform's log10 is not a change."""
+  if isinstance(x, float):
+    return float(f"{x:.12g}")
+  if isinstance(x, dict):
+    return {k: _rounded(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_rounded(v) for v in x]
+  return x
+
+
+def _dump(said) -> str:
+  return json.dumps(_rounded(said), sort_keys=True)
+
+
+def _pin(said: dict) -> dict:
+  """The verdicts, searched and not, and a digest of everything else said."""
+  return {
+    "verdicts": [said[f"decide searched={s}"]["verdict"] for s in (True, False)],
+    "sha256": hashlib.sha256(_dump(said).encode()).hexdigest(),
+  }
+
+
+def test_the_verdict_and_the_harness_say_what_they_said_before_the_report_was_typed():
+  """A difference here is a change in words or numbers: ``python tests/test_metrics_json.py
+  FILE`` writes everything said, to compare with the same command at an earlier commit."""
+  pinned = json.loads(PINNED.read_text())
+  said = {name: _pin(_said(m)) for name, m in _planted().items()}
+  assert sorted(said) == sorted(pinned)
+  for name in said:
+    assert said[name] == pinned[name], name
+
+
+if __name__ == "__main__":  # the pin, rewritten only when the words change on purpose
+  said = {name: _said(m) for name, m in _planted().items()}
+  if len(sys.argv) > 1:
+    pathlib.Path(sys.argv[1]).write_text(json.dumps(said, sort_keys=True, indent=1) + "\n")
+  else:
+    lines = (f"{json.dumps(k)}: {json.dumps(_pin(v))}" for k, v in said.items())
+    PINNED.write_text("{\n" + ",\n".join(lines) + "\n}\n")

@@ -275,7 +275,7 @@ def attack_hparams(num_restarts: int, seed: int = 0, preset: str = "lfw") -> dic
   from recon_jax.job import planning
 
   cfg = configs.get_config(preset)
-  cfg.num_restarts, cfg.seed = num_restarts, seed
+  cfg.search.num_restarts, cfg.search.seed = num_restarts, seed
   return {k: jnp.asarray(v) for k, v in planning.hparams_for(cfg, attacks.get(cfg.attack)).items()}
 
 

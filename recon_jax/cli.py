@@ -253,6 +253,11 @@ def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> No
     name = name.split()[0] if name.split() else name
     if name not in keys and name not in sections:
       near = difflib.get_close_matches(name, keys, n=2)
+      if not near:  # a setting named without its section (or misspelt so): by its last name
+        by_leaf = {k.rsplit(".", 1)[-1]: k for k in sorted(keys, key=len, reverse=True)}
+        near = [
+          by_leaf[n] for n in difflib.get_close_matches(name.rsplit(".", 1)[-1], by_leaf, n=2)
+        ]
       hint = f"; did you mean {' or '.join('--config.' + k for k in near)}?" if near else ""
       raise UserError(f"--config.{name}: no such setting{hint} (--help lists them all)")
 
@@ -366,7 +371,8 @@ def _define(default, path, preset, resume, workdir, fv, argv=None) -> None:
     module, cfg = load_config(path, preset)
     presets = " Presets: " + ", ".join(module.PRESETS) + "."
     keys = flatten(cfg.to_dict())
-    name = next((k for k in ("num_restarts", "victim.n_per_class", "seed") if k in keys), None)
+    known = ("search.num_restarts", "num_restarts", "victim.n_per_class", "seed")
+    name = next((k for k in known if k in keys), None)
     example = f"--config.{name}={keys[name] + 1}" if name else example
   except (UserError, AttributeError, TypeError):
     pass
@@ -465,11 +471,15 @@ def flag_of(cfg, argument: Optional[str]) -> Optional[str]:
     return None
   flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   hits = [k for k in flat if k == argument or k.endswith("." + argument)]
-  if not hits and "." in argument and any(k.startswith(argument.split(".")[0] + ".") for k in flat):
+  head, leaf = argument.split(".")[0], argument.rsplit(".", 1)[-1]
+  deeper = [k for k in flat if k.startswith(head + ".") and k.endswith("." + leaf)]
+  if not hits and "." in argument and deeper:  # a section's setting now deeper in it
+    return f"--config.{min(deeper, key=len)}"  # (base.steps: base.search.steps)
+  if not hits and "." in argument and any(k.startswith(head + ".") for k in flat):
     return f"--config.{argument}"  # an entry missing from a section the config has
   if not hits and "." in argument and argument.rsplit(".", 1)[1] in flat:
     return f"--config.{argument.rsplit('.', 1)[1]}"  # a section's setting held at the top
-  return f"--config.{min(hits, key=len)}" if hits else None
+  return f"--config.{min(hits, key=lambda k: (len(k), k))}" if hits else None
 
 
 def error_line(e: BaseException, cfg=None) -> str:

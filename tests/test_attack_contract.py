@@ -22,7 +22,7 @@ from experiments.configs import reconstruct as configs
 from recon_jax import attacks, implicit
 from recon_jax.engine import loop, sweep
 from recon_jax.job import pipeline
-from recon_jax.job.settings import JobConfig
+from recon_jax.job.settings import JobConfig, nested
 from recon_jax.types import Target, prepared
 from recon_jax.victims import models, victim
 
@@ -70,8 +70,8 @@ def _setup(name, overrides, problem):
   vcfg, apply_fn, params, x, y = problem
   cfg = configs.get_config("tiny")
   cfg.attack = name
-  cfg.update(dict(overrides))
-  m = cfg.m or cfg.m_per_sample * N
+  cfg.update(nested(overrides))
+  m = cfg.search.m or cfg.search.m_per_sample * N
   labels = jnp.asarray(np.resize(y, m))
   target = Target(params, labels, jnp.asarray(0.0), jnp.asarray(1.0))
   job = JobConfig(**cfg)

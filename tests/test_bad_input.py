@@ -53,7 +53,7 @@ SUBPROCESSES = {
   "help_reconstruct": ["experiments.reconstruct", "--help"],
   "help_train_victim": ["experiments.train_victim", "--helpshort"],
   "help_toy_2d": ["experiments.toy_2d", "-?"],
-  "flag_not_an_int": ["experiments.reconstruct", "--config.num_restarts=abc"],
+  "flag_not_an_int": ["experiments.reconstruct", "--config.search.num_restarts=abc"],
   "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
 }
 
@@ -262,8 +262,8 @@ CASES = [
     "anneal_exact_derivative",
     R,
     "tiny",
-    {"victim.activation": "softplus", "anneal_alpha": 200.0},
-    ["--config.anneal_alpha", "--config.derivative=surrogate"],
+    {"victim.activation": "softplus", "search.anneal_alpha": 200.0},
+    ["--config.search.anneal_alpha", "--config.derivative=surrogate"],
   ),
   # unknown names
   (
@@ -283,9 +283,15 @@ CASES = [
   ("unknown_attack", R, "tiny", {"attack": "gradient"}, ["--config.attack", "gradient"]),
   ("unknown_arch", T, "tiny", {"victim.arch": "resnet"}, ["--config.victim.arch", "resnet"]),
   ("unknown_loss", T, "tiny", {"victim.loss": "hinge"}, ["--config.victim.loss", "hinge"]),
-  ("unknown_init", R, "tiny", {"init": "zeros"}, ["--config.init ", "zeros"]),
+  ("unknown_init", R, "tiny", {"search.init": "zeros"}, ["--config.search.init ", "zeros"]),
   ("unknown_victim_init", R, "tiny", {"victim.init": "zeros"}, ["--config.victim.init", "zeros"]),
-  ("unknown_optimizer", R, "tiny", {"optimizer": "rmsprop"}, ["--config.optimizer", "rmsprop"]),
+  (
+    "unknown_optimizer",
+    R,
+    "tiny",
+    {"search.optimizer": "rmsprop"},
+    ["--config.search.optimizer", "rmsprop"],
+  ),
   # data
   (
     "mnist_without_data_dir",
@@ -396,56 +402,80 @@ CASES = [
     ["no_meta.msgpack", "victim"],
   ),
   # ranges
-  ("lr_x_negative", R, "tiny", {"lr_x": "-0.1"}, ["--config.lr_x must be > 0"]),
-  ("lr_x_zero", R, "tiny", {"lr_x": "0"}, ["--config.lr_x must be > 0"]),
-  ("lr_x_garbage", R, "tiny", {"lr_x": "fast"}, ["--config.lr_x", "fast"]),
-  ("lr_x_nan", R, "tiny", {"lr_x": "nan"}, ["--config.lr_x", "finite", "nan"]),
-  ("lr_x_inf", R, "tiny", {"lr_x": "inf"}, ["--config.lr_x", "finite", "inf"]),
-  ("alpha_range_to_inf", R, "tiny", {"alpha": "0.1:inf"}, ["--config.alpha", "finite"]),
-  ("lam_min_range_nan", R, "tiny", {"lam_min": "nan:0.5"}, ["--config.lam_min", "finite"]),
-  ("sigma_x_beyond_float32", R, "tiny", {"sigma_x": "1e300"}, ["--config.sigma_x", "float32"]),
+  ("lr_x_negative", R, "tiny", {"search.lr_x": "-0.1"}, ["--config.search.lr_x must be > 0"]),
+  ("lr_x_zero", R, "tiny", {"search.lr_x": "0"}, ["--config.search.lr_x must be > 0"]),
+  ("lr_x_garbage", R, "tiny", {"search.lr_x": "fast"}, ["--config.search.lr_x", "fast"]),
+  ("lr_x_nan", R, "tiny", {"search.lr_x": "nan"}, ["--config.search.lr_x", "finite", "nan"]),
+  ("lr_x_inf", R, "tiny", {"search.lr_x": "inf"}, ["--config.search.lr_x", "finite", "inf"]),
+  (
+    "alpha_range_to_inf",
+    R,
+    "tiny",
+    {"search.alpha": "0.1:inf"},
+    ["--config.search.alpha", "finite"],
+  ),
+  (
+    "lam_min_range_nan",
+    R,
+    "tiny",
+    {"search.lam_min": "nan:0.5"},
+    ["--config.search.lam_min", "finite"],
+  ),
+  (
+    "sigma_x_beyond_float32",
+    R,
+    "tiny",
+    {"search.sigma_x": "1e300"},
+    ["--config.search.sigma_x", "float32"],
+  ),
   (
     "refine_alpha_zero",
     R,
     "tiny",
-    {"refine_steps": 5, "refine_alpha": 0.0},
-    ["--config.refine_alpha"],
+    {"search.refine_steps": 5, "search.refine_alpha": 0.0},
+    ["--config.search.refine_alpha"],
   ),
   (
     "refine_alpha_nan",
     R,
     "tiny",
-    {"refine_steps": 5, "refine_alpha": float("nan")},
-    ["--config.refine_alpha", "nan"],
+    {"search.refine_steps": 5, "search.refine_alpha": float("nan")},
+    ["--config.search.refine_alpha", "nan"],
   ),
   (
     "paper_sweep_with_lr_x",
     R,
     "paper",
-    {"lr_x": "0.1"},
-    ["--config.sweep=paper", "--config.lr_x='0.1'", "replace"],
+    {"search.lr_x": "0.1"},
+    ["--config.search.sweep=paper", "--config.search.lr_x='0.1'", "replace"],
   ),
   # counts and sizes
-  ("steps_zero", R, "tiny", {"steps": 0}, ["--config.steps"]),
-  ("steps_negative", R, "tiny", {"steps": -5}, ["--config.steps", "-5"]),
-  ("refine_steps_negative", R, "tiny", {"refine_steps": -1}, ["--config.refine_steps"]),
-  ("num_restarts_zero", R, "tiny", {"num_restarts": 0}, ["--config.num_restarts"]),
+  ("steps_zero", R, "tiny", {"search.steps": 0}, ["--config.search.steps"]),
+  ("steps_negative", R, "tiny", {"search.steps": -5}, ["--config.search.steps", "-5"]),
+  (
+    "refine_steps_negative",
+    R,
+    "tiny",
+    {"search.refine_steps": -1},
+    ["--config.search.refine_steps"],
+  ),
+  ("num_restarts_zero", R, "tiny", {"search.num_restarts": 0}, ["--config.search.num_restarts"]),
   (
     "num_restarts_huge",
     R,
     "lfw",
-    {"num_restarts": 1_000_000},
-    ["--config.num_restarts=1000000", "GiB", "memory available on this machine"],
+    {"search.num_restarts": 1_000_000},
+    ["--config.search.num_restarts=1000000", "GiB", "memory available on this machine"],
   ),
   (
     "num_restarts_over_limit",
     R,
     "tiny",
-    {"num_restarts": 1_000_000, "runtime.max_memory_gb": 1.0},
-    ["--config.num_restarts=1000000", "8.6 GiB", "1.0 GiB max_memory_gb limit"],
+    {"search.num_restarts": 1_000_000, "runtime.max_memory_gb": 1.0},
+    ["--config.search.num_restarts=1000000", "8.6 GiB", "1.0 GiB max_memory_gb limit"],
   ),
-  ("m_negative", R, "tiny", {"m": -4}, ["--config.m", "-4"]),
-  ("m_odd_binary", R, "tiny", {"m": 7}, ["--config.m", "even"]),
+  ("m_negative", R, "tiny", {"search.m": -4}, ["--config.search.m", "-4"]),
+  ("m_odd_binary", R, "tiny", {"search.m": 7}, ["--config.search.m", "even"]),
   ("save_every_negative", R, "tiny", {"runtime.save_every": -1}, ["--config.runtime.save_every"]),
   ("chunk_epochs_zero", T, "tiny", {"chunk_epochs": 0}, ["--config.chunk_epochs"]),
   # the victim's recipe
@@ -471,9 +501,15 @@ CASES = [
   ("wd_negative", T, "tiny", {"victim.wd": -1.0, "victim.wd_epochs": 5}, ["--config.victim.wd "]),
   ("momentum_one", T, "tiny", {"victim.momentum": 1.0}, ["--config.victim.momentum"]),
   ("data_seed_negative", R, "tiny", {"victim.data_seed": -1}, ["--config.victim.data_seed"]),
-  ("seed_negative", R, "tiny", {"seed": -1}, ["--config.seed "]),
-  ("seed_huge", R, "tiny", {"seed": 99999999999999999999}, ["--config.seed ", "4294967295"]),
-  ("m_per_sample_zero", R, "tiny", {"m_per_sample": 0}, ["--config.m_per_sample "]),
+  ("seed_negative", R, "tiny", {"search.seed": -1}, ["--config.search.seed "]),
+  (
+    "seed_huge",
+    R,
+    "tiny",
+    {"search.seed": 99999999999999999999},
+    ["--config.search.seed ", "4294967295"],
+  ),
+  ("m_per_sample_zero", R, "tiny", {"search.m_per_sample": 0}, ["--config.search.m_per_sample "]),
   (
     "stability_candidates_negative",
     R,
@@ -492,8 +528,8 @@ CASES = [
     "num_restarts_ten_billion",
     R,
     "tiny",
-    {"num_restarts": 10_000_000_000},
-    ["--config.num_restarts=10000000000", "GiB"],
+    {"search.num_restarts": 10_000_000_000},
+    ["--config.search.num_restarts=10000000000", "GiB"],
   ),
   # the attacks' own settings (their specs)
   ("bilevel_without_weight_decay", R, "tiny", {"attack": "bilevel"}, ["weight decay"]),
@@ -504,7 +540,7 @@ CASES = [
     {"multipliers": "tied", "victim.loss": "ce", "victim.task": "multiclass"},
     ["--config.multipliers"],
   ),
-  ("lm_without_subspace", R, "tiny", {"search": "lm"}, ["--config.search"]),
+  ("lm_without_subspace", R, "tiny", {"solver": "lm"}, ["--config.solver"]),
   ("unknown_derivative", R, "tiny", {"derivative": "fd"}, ["--config.derivative", "fd"]),
   (
     "converge_tol_without_weight_decay",
@@ -564,15 +600,15 @@ CASES = [
     "binary_on_ce_victim",
     R,
     "tiny",
-    {"problem": "binary", "victim.loss": "ce", "m": 20},
+    {"problem": "binary", "victim.loss": "ce", "search.m": 20},
     ["--config.problem=binary", "ce"],
   ),
   (
     "m_not_multiple_of_classes",
     R,
     "tiny",
-    {"victim.loss": "ce", "m": 15},
-    ["--config.m=15", "10 classes"],
+    {"victim.loss": "ce", "search.m": 15},
+    ["--config.search.m=15", "10 classes"],
   ),
   (
     "inversion_with_ce",
@@ -623,9 +659,11 @@ def test_checkpoint_contradicting_a_victim_setting_names_both(files, tmp_path, c
 def test_paper_sweep_with_a_range_set_to_its_default_on_the_command_line(tmp_path, capsys):
   cfg = _config(R, "paper", {})
   line = _refused(
-    capsys, lambda: R.job(cfg, str(tmp_path / "out"), explicit={"alpha": cfg.alpha}), cfg
+    capsys,
+    lambda: R.job(cfg, str(tmp_path / "out"), explicit={"search.alpha": cfg.search.alpha}),
+    cfg,
   )
-  assert "--config.alpha" in line and "--config.sweep=random" in line, line
+  assert "--config.search.alpha" in line and "--config.search.sweep=random" in line, line
 
 
 def _tree_hash(folder):
@@ -651,7 +689,7 @@ def float32_run(tmp_path):
   [
     ("resume", {"x64": True}, ["--resume", "differs", "x64"]),
     ("resume", {"victim.epochs": 401}, ["--resume", "victim.epochs"]),
-    ("overwrite", {"optimizer": "rmsprop"}, ["--config.optimizer"]),
+    ("overwrite", {"search.optimizer": "rmsprop"}, ["--config.search.optimizer"]),
     ("overwrite", {"victim.lr": -1.0}, ["--config.victim.lr"]),
     ("plain", {}, ["not empty", "--overwrite"]),
   ],
@@ -765,7 +803,7 @@ UNTRAINED = {
 @pytest.mark.slow
 def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_path, capsys):
   """Also a victim that did not train (loss ln 2): a warning line, and in metrics.json."""
-  cfg = _config(R, "tiny", {**UNTRAINED, "lr_x": "1e30", "use_cache": False})
+  cfg = _config(R, "tiny", {**UNTRAINED, "search.lr_x": "1e30", "use_cache": False})
   workdir = tmp_path / "out"
   capsys.readouterr()
   with pytest.raises(SystemExit) as e:
@@ -860,7 +898,10 @@ def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
   [
     (
       "flag_not_an_int",
-      ["--config.num_restarts=abc", "--config.num_restarts=abc: expected an integer, got 'abc'"],
+      [
+        "--config.search.num_restarts=abc",
+        "--config.search.num_restarts=abc: expected an integer, got 'abc'",
+      ],
     ),
     (
       "flag_unknown_setting",

@@ -166,7 +166,7 @@ def test_end_to_end_command_uses_the_main_jobs_config_flags(tmp_path, monkeypatc
   fv = flags.FlagValues()
   config_flags.DEFINE_config_file("config", flag_values=fv, lock_config=True, sys_argv=argv)
   fv(argv)
-  assert fv.config.victim.dataset == "digits" and fv.config.num_restarts == 2  # preset tiny
+  assert fv.config.victim.dataset == "digits" and fv.config.search.num_restarts == 2  # preset tiny
   assert fv.config.use_cache is False
   assert {a.split("=")[0] for a in cmd[3:] if not a.startswith("--config")} == {
     "--workdir",

@@ -29,18 +29,21 @@ def _line(e, cfg):
   "error, want",
   [
     # the library's name first: replaced by the setting's
-    (ConfigError("lr_x must be > 0, got -0.1."), "error: --config.lr_x must be > 0, got -0.1."),
+    (
+      ConfigError("lr_x must be > 0, got -0.1."),
+      "error: --config.search.lr_x must be > 0, got -0.1.",
+    ),
     (
       ConfigError("lr must be a finite number > 0, got 0.0."),
       "error: --config.victim.lr must be a finite number > 0, got 0.0.",
     ),
     (
       ConfigError("m=15 must be a positive multiple of the 10 classes."),
-      "error: --config.m=15 must be a positive multiple of the 10 classes.",
+      "error: --config.search.m=15 must be a positive multiple of the 10 classes.",
     ),
     (
       ConfigError("lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'."),
-      "error: --config.lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'.",
+      "error: --config.search.lr_x: expected VALUE or LO:HI[:log|lin], got 'fast'.",
     ),
     (
       ConfigError("victim.init must be one of ...", "victim.init"),
@@ -53,12 +56,12 @@ def _line(e, cfg):
     # a name that is not the message's first word: put in front
     (
       ConfigError("the range is empty", argument="alpha"),
-      "error: --config.alpha: the range is empty",
+      "error: --config.search.alpha: the range is empty",
     ),
-    # the shortest setting wins: seed is the job's, not the victim's
+    # the shortest setting wins, then the first in order: the search's seed, not the victim's
     (
       ConfigError("seed must be an integer >= 0, got -1."),
-      "error: --config.seed must be an integer >= 0, got -1.",
+      "error: --config.search.seed must be an integer >= 0, got -1.",
     ),
     (
       ConfigError("data_seed must be an integer >= 0", "victim.data_seed"),
@@ -100,7 +103,7 @@ def test_train_victim_config_maps_the_victim_names():
 @pytest.mark.parametrize(
   "raised, code, start",
   [
-    (ConfigError("steps must be > 0"), 1, "error: --config.steps must be > 0"),
+    (ConfigError("steps must be > 0"), 1, "error: --config.search.steps must be > 0"),
     (cli.UserError("--workdir x is not empty"), 1, "error: --workdir x is not empty"),
     (cli.RunFailed("every restart diverged (2 of 2)"), 2, "error: every restart diverged"),
     (KeyboardInterrupt(), 130, "interrupted"),
@@ -149,7 +152,7 @@ def test_unknown_setting_and_preset_are_refused_with_a_hint():
   with pytest.raises(
     cli.UserError,
     match=r"--config.stepz: no such setting; did you mean "
-    r"--config.steps",
+    r"--config.search.steps",
   ):
     cli.check_overrides(["prog", "--config.stepz=3"], path, "tiny")
   cli.check_overrides(["prog", "--config.victim.lr=0.1", "--noconfig.runtime.x64"], path, "tiny")
@@ -221,6 +224,8 @@ def test_a_former_flag_is_read_as_the_setting_it_became():
     "--config.foreign.stride",
     "2",
     "--config.steps=3",
+    "--config.search=lm",
+    "--config.victim.lr=0.1",
   ]
   notices = cli.rename_flags(argv, recon_configs.RENAMED)
   assert argv == [
@@ -229,9 +234,11 @@ def test_a_former_flag_is_read_as_the_setting_it_became():
     "--noconfig.threat.known_init",
     "--config.threat.stride",
     "2",
-    "--config.steps=3",
+    "--config.search.steps=3",
+    "--config.solver=lm",  # kkt's former search option; --config.search.* is the section
+    "--config.victim.lr=0.1",
   ]
-  assert notices[0] == "--config.checkpoint is now --config.threat.model" and len(notices) == 3
+  assert notices[0] == "--config.checkpoint is now --config.threat.model" and len(notices) == 5
 
 
 def test_the_audit_names_the_threat_settings_by_its_own_flags():
@@ -259,9 +266,9 @@ def test_settings_a_message_mentions_are_data_and_nothing_else_is_renamed():
   assert _line(e, cfg) == "error: --resume: --workdir /x does not exist; nothing to resume."
   # given mentions are all there is: a NAME=VALUE word the error does not list stays as it is
   e = ConfigError("steps must be > 0 when seed=1.", "steps", mentions=())
-  assert _line(e, cfg) == "error: --config.steps must be > 0 when seed=1."
+  assert _line(e, cfg) == "error: --config.search.steps must be > 0 when seed=1."
   e = ConfigError("steps must be > 0 when seed=1.", "steps", mentions=("seed=1",))
-  assert _line(e, cfg) == "error: --config.steps must be > 0 when --config.seed=1."
+  assert _line(e, cfg) == "error: --config.search.steps must be > 0 when --config.search.seed=1."
   # a message that does not list its mentions: its NAME=VALUE words are taken as mentions
   assert ConfigError("set derivative=surrogate or leave it.").mentions == ("derivative=surrogate",)
 

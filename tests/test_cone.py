@@ -311,28 +311,31 @@ def test_the_job_refuses_the_cone_without_theta_0_or_on_a_deeper_victim():
 
 def test_the_cone_hands_over_to_the_finetune_kkt_search_keeping_what_the_job_set():
   from recon_jax.job import planning
-  from recon_jax.job.settings import DEEP_HANDOVER_SEARCH, KNOWN_INIT_ATTACK, JobConfig
+  from recon_jax.job.settings import DEEP_HANDOVER_SEARCH, KNOWN_INIT_ATTACK, JobConfig, value_of
 
-  base = dict(attack="cone", known_init=True, victim=dataclasses.asdict(LAZY))
+  base = dict(attack="cone", threat={"known_init": True}, victim=dataclasses.asdict(LAZY))
   then = planning.prepare(base).then
   assert then.config.attack == "kkt" and then.spec.name == "kkt"
   for k, v in KNOWN_INIT_ATTACK.items():
-    assert getattr(then.config, k) == v, k
-  default = JobConfig()
-  assert (then.config.num_restarts, then.config.steps) == (default.num_restarts, default.steps)
+    assert value_of(then.config, k) == v, k
+  default, search = JobConfig().search, then.config.search
+  assert (search.num_restarts, search.steps) == (default.num_restarts, default.steps)
   # two hidden layers: the same settings with a smaller budget
   deep = dict(base, victim=dict(base["victim"], widths=[64, 64], bias="all"))
   deep_then = planning.prepare(deep).then
   for k, v in DEEP_HANDOVER_SEARCH.items():
-    assert getattr(deep_then.config, k) == v, k
-  assert (
-    deep_then.config.num_restarts * deep_then.config.steps < default.num_restarts * default.steps
+    assert value_of(deep_then.config, k) == v, k
+  deep_search = deep_then.config.search
+  assert deep_search.num_restarts * deep_search.steps < default.num_restarts * default.steps
+  assert len(then.hparams["lr_x"]) == search.num_restarts and then.stages
+  mine = planning.prepare(
+    dict(base, search={"m_per_sample": 4, "num_restarts": 3}), explicit=("search.num_restarts",)
   )
-  assert len(then.hparams["lr_x"]) == then.config.num_restarts and then.stages
-  mine = planning.prepare(dict(base, m_per_sample=4, num_restarts=3), explicit=("num_restarts",))
-  assert mine.then.config.m_per_sample == 4 and mine.then.config.num_restarts == 3
-  named = planning.prepare(dict(base, m_per_sample=2), explicit=("m_per_sample",))
-  assert named.then.config.m_per_sample == 2  # the default, but the user named it
+  assert mine.then.config.search.m_per_sample == 4 and mine.then.config.search.num_restarts == 3
+  named = planning.prepare(
+    dict(base, search={"m_per_sample": 2}), explicit=("search.m_per_sample",)
+  )
+  assert named.then.config.search.m_per_sample == 2  # the default, but the user named it
   assert planning.prepare(dict(base, cone_search_minutes=0.0)).then is None
   assert planning.prepare(dict(base, attack="kkt")).then is None  # a search hands over to none
 

@@ -20,8 +20,8 @@ from recon_jax.job.settings import JobConfig, Threat
   [
     (dict(runtime={"x64": "False"}), "runtime.x64", "must be True or False, got 'False'"),
     (dict(threat={"allow_data_mismatch": "no"}), "threat.allow_data_mismatch", "got 'no'"),
-    (dict(num_restarts=-3), "num_restarts", "must be an integer >= 1, got -3"),
-    (dict(steps=2.5), "steps", "must be an integer"),
+    (dict(search={"num_restarts": -3}), "search.num_restarts", "must be an integer >= 1, got -3"),
+    (dict(search={"steps": 2.5}), "search.steps", "must be an integer"),
     (dict(cone_starts=2.5), "cone_starts", "got 2.5"),  # an attack's own option
     (dict(victim={"lr": -1.0}), "victim.lr", "got -1.0"),
     (dict(threat={"stride": "2"}), "threat.stride", "got '2'"),
@@ -62,12 +62,12 @@ def test_a_binary_names_the_flag_of_a_setting_refused_when_built(tmp_path, capsy
   from experiments import reconstruct
 
   cfg = configs.get_config("tiny")
-  cfg.num_restarts = -3
+  cfg.search.num_restarts = -3
   with pytest.raises(SystemExit) as e:
     cli.main_guard(lambda: reconstruct.job(cfg, str(tmp_path / "w")), cfg)
   assert e.value.code == 1
   assert capsys.readouterr().err == (
-    "error: --config.num_restarts must be an integer >= 1, got -3.\n"
+    "error: --config.search.num_restarts must be an integer >= 1, got -3.\n"
   )
   assert not (tmp_path / "w").exists()
 
@@ -81,8 +81,14 @@ def test_the_library_entry_point_refuses_before_running():
   "flag, line",
   [
     ("--config.cone_starts=2.5", "--config.cone_starts=2.5: expected an integer, got '2.5'"),
-    ("--config.num_restarts=abc", "--config.num_restarts=abc: expected an integer, got 'abc'"),
-    ("--config.refine_alpha=abc", "--config.refine_alpha=abc: expected a number, got 'abc'"),
+    (
+      "--config.search.num_restarts=abc",
+      "--config.search.num_restarts=abc: expected an integer, got 'abc'",
+    ),
+    (
+      "--config.search.refine_alpha=abc",
+      "--config.search.refine_alpha=abc: expected a number, got 'abc'",
+    ),
   ],
 )
 def test_a_flag_value_of_the_wrong_type_says_what_the_setting_expects(flag, line):

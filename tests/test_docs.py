@@ -395,7 +395,7 @@ def test_readme_is_short_and_holds_the_ci_command():
 
 
 def test_the_checks_catch_planted_mistakes():
-  good = "```bash\npython -m experiments.reconstruct --config.steps=10 --workdir=w\n```\n"
+  good = "```bash\npython -m experiments.reconstruct --config.search.steps=10 --workdir=w\n```\n"
   assert flag_problems(good) == [] and module_problems(good) == []
   planted = {
     "python -m experiments.reconstruct --config.no_such_setting=1": "no such setting",

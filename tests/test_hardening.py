@@ -180,7 +180,7 @@ def test_the_issues_typed_cases_name_their_setting():
   for config, name in (
     (_tiny(threat={"known_init": "False"}), "threat.known_init"),
     (_tiny(runtime={"x64": "True"}), "runtime.x64"),
-    (_tiny(anneal_alpha="100"), "anneal_alpha"),
+    (_tiny(search={"anneal_alpha": "100"}), "search.anneal_alpha"),
     (_tiny(threat={"model": 123}), "threat.model"),
     (_tiny(runtime={"matmul_precision": "bogus"}), "runtime.matmul_precision"),
     (_tiny(w_tv=1e300), "w_tv"),
@@ -189,13 +189,16 @@ def test_the_issues_typed_cases_name_their_setting():
     (_tiny(split_every=50), "split_every"),  # more than steps: it would never split
     (_tiny(victim={"converge_tol": 1e300, "weight_decay": 1e-3}), "victim.converge_tol"),
     (_tiny(victim={"wd": 1e-3}), "victim.wd"),
-    (_tiny(attack="inversion", anneal_alpha=100.0), "anneal_alpha"),
-    (_tiny(attack="inversion", lr_lam="0.1"), "lr_lam"),
+    (_tiny(attack="inversion", search={"anneal_alpha": 100.0}), "search.anneal_alpha"),
+    (_tiny(attack="inversion", search={"lr_lam": "0.1"}), "search.lr_lam"),
     (_tiny(attack="inversion", threat={"known_init": True}), "threat.known_init"),
     (_tiny(runtime={"max_memory_gb": 1e300}), "runtime.max_memory_gb"),
     (
       _tiny(
-        attack="bilevel", victim={"weight_decay": 1e-3}, m_per_sample=1, bilevel_inner_maxiter=10**9
+        attack="bilevel",
+        victim={"weight_decay": 1e-3},
+        search={"m_per_sample": 1},
+        bilevel_inner_maxiter=10**9,
       ),
       "bilevel_inner_maxiter",
     ),
@@ -214,7 +217,7 @@ def test_the_issues_typed_cases_name_their_setting():
   assert e.value.argument == "threat"
   _refused(_with("victim.widths", 32), "victim.widths")
   # steps under attack=weights: refused when the user set it (a preset may carry it)
-  _refused(_tiny(attack="weights", steps=7), "steps", explicit={"steps"})
+  _refused(_tiny(attack="weights", search={"steps": 7}), "search.steps", explicit={"search.steps"})
 
 
 def test_the_binary_names_the_flag_of_a_refused_setting(tmp_path, capsys):

@@ -61,7 +61,7 @@ def test_main_job_writes_its_report(tmp_path):
   assert _npz(tmp_path / "reconstructions.npz")["candidates"].shape == (2, 12, 8, 8, 1)
   assert m["timing"]["compile_s"] > 0
   stored = json.loads((tmp_path / "config.json").read_text())["config"]
-  assert stored["steps"] == 20 and stored["victim"]["widths"] == [32, 32]
+  assert stored["search"]["steps"] == 20 and stored["victim"]["widths"] == [32, 32]
   assert (tmp_path / "restarts.tsv").read_text().count("\n") == 3  # header + 2 restarts
 
 

@@ -61,10 +61,10 @@ CASES = [
   (
     "efficacy_resume_other_seed",
     "efficacy",
-    {"base.seed": 5},
+    {"base.search.seed": 5},
     dict(resume=True),
     None,
-    ["--resume", "base.seed"],
+    ["--resume", "base.search.seed"],
   ),
   ("efficacy_resume_other_binary", "efficacy", {}, dict(resume=True), "init_study", ["--resume"]),
   ("efficacy_not_empty", "efficacy", {}, {}, None, ["not empty", "--overwrite"]),

@@ -75,8 +75,8 @@ def test_a_setting_declared_once_gives_every_table_and_a_plain_field_is_named():
 
 
 def test_overrides_and_unknown_names():
-  c = rj.reconstruct_config(steps=7, victim={"n_per_class": 3}, threat={"stride": 2})
-  assert (c.steps, c.victim.n_per_class, c.threat.stride, c.threat.padding) == (7, 3, 2, 0)
+  c = rj.reconstruct_config(search={"steps": 7}, victim={"n_per_class": 3}, threat={"stride": 2})
+  assert (c.search.steps, c.victim.n_per_class, c.threat.stride, c.threat.padding) == (7, 3, 2, 0)
   with pytest.raises(KeyError, match="stepz"):
     rj.reconstruct_config(stepz=7)
   with pytest.raises(KeyError, match="widthz"):
@@ -170,7 +170,7 @@ ATTACK_SETTINGS = {
     "subspace",
     "subspace_tol",
     "span_whiten",
-    "search",
+    "solver",
     "lm_cg_maxiter",
     "split_every",
     "split_eps",
@@ -243,7 +243,7 @@ def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
   fake = attacks.AttackSpec("own", build=None, check=None, options=Own, hparams=("lr_x", "lr_z"))
   monkeypatch.setitem(spec_module._REGISTRY, "own", fake)
   job = types.SimpleNamespace(**{**rj.JobConfig().to_dict(), "attack": "own", "lr_z": "0.1:0.2"})
-  job.num_restarts = 5
+  job.search = rj.JobConfig().search.__class__(num_restarts=5)
   hp = planning.hparams_for(job, attacks.get(job.attack))
   assert hp["lr_z"].shape == (5,) and np.all((0.1 <= hp["lr_z"]) & (hp["lr_z"] <= 0.2))
   assert len(set(hp["lr_z"].tolist())) == 5  # one draw per restart

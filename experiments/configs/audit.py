@@ -12,6 +12,7 @@ from recon_jax.core import rules
 from recon_jax.job.audit import HELP as AUDIT_HELP
 from recon_jax.job.audit import NOT_LISTED
 from recon_jax.job.settings import HELP as JOB_HELP
+from recon_jax.job.settings import RENAMED as RENAMED_IN_JOB
 from recon_jax.job.settings import Threat, reconstruct_config
 
 # The job's settings an audit holds at its top (the threat, the victim's loss) are not its job's.
@@ -21,6 +22,10 @@ HELP = {
   **{f"job.{k}": v for k, v in JOB_HELP.items() if not k.startswith(_OWN)},
 }
 HIDDEN = NOT_LISTED  # the former name of theta0, and the job's settings an audit does not read
+# The job's settings that moved into a section, under their former names (--config.job.steps).
+RENAMED = {
+  f"job.{old}": f"job.{new}" for old, new in RENAMED_IN_JOB.items() if not new.startswith(_OWN)
+}
 
 PRESETS = {"default": {}, "quick": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250}}
 

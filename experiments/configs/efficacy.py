@@ -10,6 +10,7 @@ the others the levers of Haim et al.'s.  Add your own by copying this file.
 import ml_collections
 
 from experiments.configs import reconstruct
+from recon_jax.job.settings import nested
 from recon_jax.studies.leakage_map import BASE, RECIPES, map_config
 
 HELP = {f"base.{k}": v for k, v in reconstruct.HELP.items()}  # --help's text of each setting
@@ -18,37 +19,53 @@ RENAMED = {f"base.{k}": f"base.{v}" for k, v in reconstruct.RENAMED.items()}  # 
 VARIANTS = {
   "default": {},
   # Haim et al.'s sweep with a sharp-alpha refinement stage after it.
-  "refine": {"refine_steps": 2000},
+  "refine": {"search.refine_steps": 2000},
   # alpha rising geometrically from each restart's draw to 200 over the run (Loo et al.).
-  "anneal": {"anneal_alpha": 200.0},
+  "anneal": {"search.anneal_alpha": 200.0},
   # The attacker also knows theta_0 and fits theta* - theta_0 (Loo et al.).
   "known_init": {"threat": {"known_init": True}},
   # Runkel et al.'s setting: candidates start at unseen images of the disjoint partition.
-  "partition": {"init": "partition"},
+  "partition": {"search.init": "partition"},
   # Twice as many candidates (4n instead of 2n).
-  "m4n": {"m_per_sample": 4},
+  "m4n": {"search.m_per_sample": 4},
   # lambda in closed form (Iurada et al.): ~30x a KKT step, so 4 x 1000 steps, same wall time.
-  "closed_form": {"attack": "closed_form", "num_restarts": 4, "steps": 1000, "chunk_steps": 250},
+  "closed_form": {
+    "attack": "closed_form",
+    "search": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250},
+  },
   # m = n candidates instead of 2n.
-  "m1": {"m_per_sample": 1},
+  "m1": {"search.m_per_sample": 1},
   # Tied multipliers lambda_i = c sigma(-y_i Phi(x_i)) (weight decay, lfw_wd), with Adam.
-  "tied": dict(multipliers="tied", m_per_sample=1, optimizer="adam", lr_x="1e-4:1e-1:log"),
+  "tied": {
+    "multipliers": "tied",
+    "search": {"m_per_sample": 1, "optimizer": "adam", "lr_x": "1e-4:1e-1:log"},
+  },
   # Candidates in the span of the first layer's weights (Tansley et al. 2026).
   "subspace": {"subspace": True},
   # Sample splitting (Shen et al. 2026): every 250 steps the best split makes two, 0.5 apart.
   "split": {"split_every": 250, "split_eps": 0.5},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
-  "wide": {"num_restarts": 64, "steps": 1000},
+  "wide": {"search.num_restarts": 64, "search.steps": 1000},
   # A total-variation prior on the candidates (a natural-image prior; Refael et al. 2025).
   "tv": {"w_tv": 0.1},
   # Levenberg-Marquardt on the tied equations in the first layer's span (200 steps).
-  "lm": dict(
-    multipliers="tied", m_per_sample=1, subspace=True, search="lm", steps=200, chunk_steps=50
-  ),
+  "lm": {
+    "multipliers": "tied",
+    "subspace": True,
+    "solver": "lm",
+    "search.m_per_sample": 1,
+    "search.steps": 200,
+    "search.chunk_steps": 50,
+  },
 }
 
 # Haim et al.'s first-order search: SGD-momentum at their rates, no anneal.
-SGD = dict(optimizer="sgd", lr_x="0.03:0.6:log", lr_lam="1e-4:1e-2:log", anneal_alpha=0.0)
+SGD = {
+  "search.optimizer": "sgd",
+  "search.lr_x": "0.03:0.6:log",
+  "search.lr_lam": "1e-4:1e-2:log",
+  "search.anneal_alpha": 0.0,
+}
 # The levers of the KKT search on a model fine-tuned from known weights (finetune_kkt: Adam on
 # the span's coefficients, gradients halfway between theta_0 and theta*, alpha annealed).
 FINETUNE_VARIANTS = {
@@ -62,41 +79,52 @@ FINETUNE_VARIANTS = {
   "lin07": {"linearize": 0.7},
   "tv4": {"w_tv": 1e-4},  # a total-variation prior, ~5% of the final loss at n = 20
   "tv3": {"w_tv": 1e-3},
-  "steps6k": {"steps": 6000},  # the loss still falls at 4000
+  "steps6k": {"search.steps": 6000},  # the loss still falls at 4000
   # Candidates searched in pixels (625 inputs) instead of the span's coefficients.
   "pixels": {"subspace": False, "span_whiten": 0.0},
   # Levenberg-Marquardt on the free-multiplier equations in the span (200 steps).
-  "lm": dict(SGD, search="lm", steps=200, chunk_steps=50, span_whiten=0.0),
+  "lm": {**SGD, "solver": "lm", "search.steps": 200, "search.chunk_steps": 50, "span_whiten": 0.0},
   # Sample splitting (Shen et al. 2026) with lambda_min = 0.
-  "split": {"split_every": 250, "split_eps": 0.5, "lam_min": "0"},
+  "split": {"split_every": 250, "split_eps": 0.5, "search.lam_min": "0"},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
-  "wide": {"num_restarts": 64, "steps": 1000},
+  "wide": {"search.num_restarts": 64, "search.steps": 1000},
   # The victims themselves trained with squared error to labels +-1 instead of the logistic
   # loss (the attack the same; its problem follows the loss): no margin beyond the label is
   # rewarded, so an image's gradient fades only once it is fitted (docs/log/leakage.md).
   "mse": {"victim": {"loss": "mse"}},
   # The default before the tuning of 2026-11-26 (span unweighted, 2n, lr_x, lambda_min).
-  "plain": dict(span_whiten=0.0, m_per_sample=2, lr_x="3e-3:1e-1:log", lam_min="0.2:0.7:lin"),
+  "plain": {
+    "span_whiten": 0.0,
+    "search.m_per_sample": 2,
+    "search.lr_x": "3e-3:1e-1:log",
+    "search.lam_min": "0.2:0.7:lin",
+  },
   # Each direction of the span counted alike ((s_j / s_1)^-1 instead of ^-0.5).
   "whiten1": {"span_whiten": 1.0},
   # 2n candidates instead of 3n.
-  "m2": {"m_per_sample": 2},
+  "m2": {"search.m_per_sample": 2},
   # The images read off the cone of the first layer's change by linear programs (no search).
-  "cone": dict(SGD, attack="cone", subspace=False, span_whiten=0.0, lam_min="0.2:0.7:lin"),
-  # theta_0 unknown: theta* alone, Haim et al.'s attack in pixels (their 2n, lambda_min).
-  "unknown_init": dict(
-    threat=dict(known_init=False),
-    linearize=1.0,
-    subspace=False,
-    span_whiten=0.0,
-    m_per_sample=2,
-    lam_min="0.2:0.7:lin",
+  "cone": {
     **SGD,
-  ),
+    "attack": "cone",
+    "subspace": False,
+    "span_whiten": 0.0,
+    "search.lam_min": "0.2:0.7:lin",
+  },
+  # theta_0 unknown: theta* alone, Haim et al.'s attack in pixels (their 2n, lambda_min).
+  "unknown_init": {
+    "threat": {"known_init": False},
+    "linearize": 1.0,
+    "subspace": False,
+    "span_whiten": 0.0,
+    "search.m_per_sample": 2,
+    "search.lam_min": "0.2:0.7:lin",
+    **SGD,
+  },
 }
 
 # The finetune preset's default (the cone) and the KKT search in the span on the same draws.
-CONE_VARIANTS = {"default": {}, "kkt": dict(attack="kkt", **reconstruct.KNOWN_INIT_ATTACK)}
+CONE_VARIANTS = {"default": {}, "kkt": {"attack": "kkt", **reconstruct.KNOWN_INIT_ATTACK}}
 
 # The leakage map, rows (axis, ((label, overrides), ...)): one thing a model owner controls or
 # knows changed at a time from the finetune_kkt preset (2048 units, 10 + 10 faces, He init,
@@ -125,7 +153,8 @@ QUICK_MAP = MAP[-1:]
 QUICK_BASE = dict(
   victim=dict(dataset="digits", n_per_class=3, arch="mlp", widths=(256,), bias="all",
               init="kaiming", init_std=None, first_layer_std=None, lr=0.05, epochs=300),
-  num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, evaluation=dict(identify=False),
+  search=dict(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4),
+  evaluation=dict(identify=False),
 )  # fmt: skip
 
 
@@ -148,6 +177,6 @@ def get_config(preset: str = "finetune") -> ml_collections.ConfigDict:
   else:
     c.base = reconstruct.get_config(preset)
     variants = {"finetune": CONE_VARIANTS, "finetune_kkt": FINETUNE_VARIANTS}.get(preset, VARIANTS)
-    c.variants = ml_collections.ConfigDict(variants)
+    c.variants = ml_collections.ConfigDict({k: nested(v) for k, v in variants.items()})
   c.confidence = 0.95
   return c

@@ -41,12 +41,12 @@ NO_SCORES = dict(identify=False)  # without the attacker's own scores
 # Haim et al. App. B's victim: the first layer from std 1e-4, 10^5 epochs of GD at lr 0.01.
 PAPER_VICTIM = dict(n_per_class=250, widths=(1000, 1000), init="kaiming", init_std=None)
 PAPER_VICTIM.update(first_layer_std=1e-4, lr=0.01, epochs=100_000)
-PAPER = dict(num_restarts=100, steps=50_000, chunk_steps=5000, sweep="paper")
+PAPER = dict(search=dict(num_restarts=100, steps=50_000, chunk_steps=5000, sweep="paper"))
 PRESETS = {
   "finetune": dict(victim=FINETUNE, threat=KNOWN_INIT, attack="cone", linearize=0.5),
   "finetune_kkt": dict(victim=FINETUNE, threat=KNOWN_INIT, **KNOWN_INIT_ATTACK),
   "lfw": dict(),
-  "digits": dict(victim=victim_presets["digits"], steps=6000),
+  "digits": dict(victim=victim_presets["digits"], search=dict(steps=6000)),
   # A victim at a stationary point of a weight-decay-regularised loss, where the training set
   # is an exact zero of the stationarity equations: softplus units, 10^4 epochs of GD, 2000
   # with weight decay 1e-2, then L-BFGS to ||grad E|| <= 1e-10 ||theta||, all in float64.
@@ -56,9 +56,7 @@ PRESETS = {
   ),
   "tiny": dict(
     victim=victim_presets["tiny"],
-    num_restarts=2,
-    steps=20,
-    chunk_steps=10,
+    search=dict(num_restarts=2, steps=20, chunk_steps=10),
     evaluation=NO_SCORES,
   ),
   "paper": dict(PAPER, victim=dict(PAPER_VICTIM, dataset="cifar10")),

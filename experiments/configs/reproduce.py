@@ -24,6 +24,8 @@ The claims, their sections and criteria are fixed in ``reproduction.claims``.
 import ml_collections
 
 from experiments.configs.efficacy import FINETUNE_VARIANTS, QUICK_BASE
+from recon_jax.io.workdir import flatten
+from recon_jax.job.settings import nested
 from reproduction.claims import SECTIONS
 
 SCALES = ("quick", "default", "paper")
@@ -36,7 +38,7 @@ def _run(binary: str, preset: str, draws: int = 0, **overrides) -> dict:
 
 def _recon(preset: str, size: dict, victim=None, **kw) -> dict:
   """An efficacy run of a reconstruct preset: the attack's ``size``, then ``kw``/``victim``."""
-  over = dict(size, **kw)
+  over = nested({**flatten(size), **flatten(kw)})  # each setting once, in its section
   if victim:
     over["victim"] = dict(victim)
   return _run("efficacy", preset, **over)
@@ -56,7 +58,7 @@ def _runs(scale: str) -> dict:
     wd = dict(activation="softplus", wd=1e-2, wd_epochs=200, converge_tol=1e-8)
     faces_wd = ("tiny", dict(faces[1], **wd), {"runtime": {"x64": True}})
   elif scale == "default":
-    attack = {"num_restarts": 8, "steps": 3000, "chunk_steps": 1000}
+    attack = {"search": {"num_restarts": 8, "steps": 3000, "chunk_steps": 1000}}
     faces, digits = ("lfw", {}), ("digits", {})
     abl = ("digits", {"n_per_class": 10})
     n_rows, widths, depth, short = (5, 25), (64, 64), (256, 256, 256), 3000
@@ -78,7 +80,7 @@ def _runs(scale: str) -> dict:
         "lr": 0.01,
         "epochs": 100_000,
       },
-      {"num_restarts": 100, "steps": 50_000, "chunk_steps": 5000, "sweep": "paper"},
+      {"search": {"num_restarts": 100, "steps": 50_000, "chunk_steps": 5000, "sweep": "paper"}},
     )
     npc_deco, toy = 50, "paper"
     wd = dict(activation="softplus", wd=1e-2, wd_epochs=2000, converge_tol=1e-10)
@@ -123,7 +125,7 @@ def _runs(scale: str) -> dict:
     "regression_mse_wd": _recon(
       digits[0], attack, dict(digits[1], n_per_class=npc_deco, loss="mse", weight_decay=1e-3)
     ),
-    "partition_init": _recon(faces[0], attack, faces[1], init="partition"),
+    "partition_init": _recon(faces[0], attack, faces[1], search={"init": "partition"}),
     "init_study": _run("init_study", init[0], **init[1]),
     "finetune": _recon("finetune", {}, tune_victim),
     "finetune_blind": _recon("finetune_kkt", tune or attack, tune_victim, **blind),

@@ -277,6 +277,8 @@ SPEC = register(
     state_arrays=lambda o, common: 3,
     doc="min_x ||theta* - theta(x)||^2, theta(x) = argmin E (Runkel et al.), implicit gradients",
     # m = n, and a few inner iterations: each step is an inner solve (slow to compile)
-    examples=(Example({"m_per_sample": 1, "bilevel_inner_maxiter": 20}, steps=2, slow=True),),
+    examples=(
+      Example({"search.m_per_sample": 1, "bilevel_inner_maxiter": 20}, steps=2, slow=True),
+    ),
   )
 )

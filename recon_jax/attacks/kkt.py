@@ -284,7 +284,7 @@ def kkt_attack(
 
 # ----------------------------------------------------------------------------- the main job
 
-SEARCHES = ("first_order", "lm")
+SOLVERS = ("first_order", "lm")
 # Arrays of candidate size a restart keeps: x, its gradient, the optimiser's slots.
 STATE_ARRAYS = {"sgd": 3, "adam": 4}
 
@@ -329,10 +329,11 @@ class KKTOptions:
       "float", low=0, high=1, high_open=True, note="0: above the noise floor", feature="subspace"
     ),
   )
-  search: str = option(
+  solver: str = option(
     "first_order",
     "first_order (optimizer) | lm (Levenberg-Marquardt in the span; needs subspace)",
-    Rule("str", choices=SEARCHES),
+    Rule("str", choices=SOLVERS),
+    formerly="search",
   )
   lm_cg_maxiter: int = option(
     20,
@@ -360,7 +361,7 @@ def _features(o: KKTOptions) -> dict:
   return {
     "split": ("sample splitting (split_every > 0)", o.split_every > 0),
     "subspace": ("subspace=True", bool(o.subspace)),
-    "lm": ("search=lm", o.search == "lm"),
+    "lm": ("solver=lm", o.solver == "lm"),
   }
 
 
@@ -388,22 +389,22 @@ def _check(o: KKTOptions, setup: Setup) -> None:
       f"subspace needs a dense first layer; arch={getattr(setup.victim, 'arch', '?')} has none.",
       "subspace",
     )
-  search = o.search
+  solver = o.solver
   require(
-    search == "first_order" or (o.subspace and setup.problem == "binary"),
-    "search=lm solves the binary KKT equations in the first layer's span: it needs "
+    solver == "first_order" or (o.subspace and setup.problem == "binary"),
+    "solver=lm solves the binary KKT equations in the first layer's span: it needs "
     "subspace=True and a binary victim.",
-    "search",
+    "solver",
   )
   require(
-    not o.span_whiten or search == "first_order",
-    "span_whiten weights the first-order objective; search=lm does not take it.",
+    not o.span_whiten or solver == "first_order",
+    "span_whiten weights the first-order objective; solver=lm does not take it.",
     "span_whiten",
   )
   if o.w_tv:
     require(
-      search == "first_order",
-      "w_tv is a term of the first-order objective; search=lm does not take it.",
+      solver == "first_order",
+      "w_tv is a term of the first-order objective; solver=lm does not take it.",
       "w_tv",
     )
     dataset = getattr(setup.victim, "dataset", None)
@@ -421,8 +422,8 @@ def _check(o: KKTOptions, setup: Setup) -> None:
         "split_every",
       )
     require(
-      multipliers == "free" and setup.problem != "general" and search == "first_order",
-      "split_every needs free multipliers, a binary or multiclass victim and search=first_order.",
+      multipliers == "free" and setup.problem != "general" and solver == "first_order",
+      "split_every needs free multipliers, a binary or multiclass victim and solver=first_order.",
       "split_every",
     )
 
@@ -440,7 +441,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
       info.input_dim,
       setup.n,
     )
-  if o.search == "lm":
+  if o.solver == "lm":
     return gauss_newton.lm_attack(
       setup.apply_fn,
       basis,
@@ -472,16 +473,20 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
   )
 
 
-# The contract test's runs: once per search option (an LM or splitting program is slow to
+# The contract test's runs: once per solver (an LM or splitting program is slow to
 # compile; LM's damping starts small, so the first steps of a restart may be rejected).
-_LM = {"subspace": True, "subspace_tol": 1e-8, "search": "lm", "lm_cg_maxiter": 5}
+_LM = {"subspace": True, "subspace_tol": 1e-8, "solver": "lm", "lm_cg_maxiter": 5}
 EXAMPLES = (
   Example(),
-  Example({"multipliers": "tied", "m_per_sample": 1}),
-  Example({"multipliers": "tied", "m_per_sample": 1, "subspace": True, "subspace_tol": 1e-8}),
-  Example({"multipliers": "tied", "m_per_sample": 1, **_LM}, steps=2, slow=True),
+  Example({"multipliers": "tied", "search.m_per_sample": 1}),
+  Example(
+    {"multipliers": "tied", "search.m_per_sample": 1, "subspace": True, "subspace_tol": 1e-8}
+  ),
+  Example({"multipliers": "tied", "search.m_per_sample": 1, **_LM}, steps=2, slow=True),
   Example(_LM, steps=10, slow=True),
-  Example({"subspace": True, "span_whiten": 0.5, "optimizer": "adam", "lr_x": "0.01"}),
+  Example(
+    {"subspace": True, "span_whiten": 0.5, "search.optimizer": "adam", "search.lr_x": "0.01"}
+  ),
   Example({"split_every": 2, "split_eps": 0.1}, slow=True),
 )
 
@@ -495,8 +500,8 @@ SPEC = register(
     state_arrays=lambda o, common: STATE_ARRAYS.get(common.optimizer, 3),
     # LM's step moves subspace coordinates and a solver state that perturbed candidates
     # would leave stale: no re-run from them.
-    rerunnable=lambda o: o.search != "lm",
-    first_order=lambda o: o.search == "first_order",
+    rerunnable=lambda o: o.solver != "lm",
+    first_order=lambda o: o.solver == "first_order",
     # tied multipliers are the loss derivatives at an exact stationary point
     assumes_stationary=lambda o: o.multipliers == "tied",
     features=_features,

@@ -42,8 +42,8 @@ def find_candidates(
   starts: Optional[tuple] = None,
 ) -> Found:
   """The candidates of attack ``spec`` on the victim and target of ``setup``: built from its
-  options in ``settings`` (the job's: its ``init``, ``seed``, ``num_restarts``,
-  ``chunk_steps`` and ``batching`` say how the restarts run), the sweep's ``stages`` (whose
+  options in ``settings`` (the job's: its search section's ``init``, ``seed``,
+  ``num_restarts``, ``chunk_steps`` and ``batching`` say how the restarts run), the sweep's ``stages`` (whose
   per-restart ``hparams`` are drawn) run in one compiled call, saved to and resumed from
   ``state_file``; or, without a search, read off theta*.  ``ds``: the images the
   initialisation may start from; ``starts``: ``(images [F, ...], labels [F])`` another attack
@@ -62,7 +62,7 @@ def find_candidates(
     )
   attack = spec.build(spec.options_of(settings), setup)
   x_init = inits.make_x_init_unchecked(
-    settings.init,
+    settings.search.init,
     m=len(target.labels),
     input_shape=setup.input_shape,
     x_train=ds.x_train,
@@ -72,21 +72,22 @@ def find_candidates(
   )
   if starts is not None:
     x_init = inits.seeded(x_init, *starts, target.labels)
-  keys = jax.random.split(jax.random.PRNGKey(settings.seed), settings.num_restarts)
+  search = settings.search
+  keys = jax.random.split(jax.random.PRNGKey(search.seed), search.num_restarts)
   run = loop.run_attack_unchecked(
     attack,
     x_init,
     keys,
     stages,
     target,
-    chunk_steps=settings.chunk_steps,
-    batching=settings.batching,
+    chunk_steps=search.chunk_steps,
+    batching=search.batching,
     state_file=state_file,
   )
   steps = sum(n for n, _ in stages)
   timing = dict(
     compile_s=run.compile_s,
     attack_run_s=run.run_s,
-    restart_steps_per_s=settings.num_restarts * steps / max(run.run_s, 1e-9),
+    restart_steps_per_s=search.num_restarts * steps / max(run.run_s, 1e-9),
   )
   return Found(run.candidates, run.weights, run.final_loss, hparams, run, attack, timing)

@@ -55,9 +55,17 @@ class Common(NamedTuple):
 
   @classmethod
   def of(cls, job) -> "Common":
-    """These settings of a job (a JobConfig: ``known_init`` is its threat's)."""
-    shared = {name: getattr(job, name) for name in cls._fields if name != "known_init"}
-    return cls(**shared, known_init=job.threat.known_init)
+    """These settings of a job (a JobConfig: each read where it lives, its sections')."""
+    search, known_init = job.search, job.threat.known_init
+    on_search = ("optimizer", "m", "m_per_sample", "steps", "anneal_alpha", "seed")
+    shared = {name: getattr(search, name) for name in on_search}
+    return cls(
+      **shared,
+      w_prior=job.w_prior,
+      normalize=job.normalize,
+      known_init=known_init,
+      linearize=job.linearize,
+    )
 
 
 class Setup(NamedTuple):
@@ -85,7 +93,8 @@ class Example(NamedTuple):
   """A tiny run the contract test (``tests/test_attack_contract.py``) makes of an attack:
   a softplus MLP on 4 points of 6 inputs, 2 restarts."""
 
-  settings: Mapping = types.MappingProxyType({})  # the job's settings changed from the tiny preset
+  # the job's settings changed from the tiny preset (a section's by its dotted name)
+  settings: Mapping = types.MappingProxyType({})
   steps: int = 20  # steps of the run (halved for the resume check)
   slow: bool = False  # its programs take long to compile: run in the slow tier only
 

@@ -58,7 +58,7 @@ def audit_job(
 ) -> JobConfig:
   """The main job's settings for ``threat`` and a model trained with ``loss`` (``base``: the
   job's other settings, e.g. the restarts).  Without ``threat.train`` a blind attack:
-  ``BLIND_CANDIDATES`` candidates unless ``base.m`` says; with ``threat.theta0`` the attacker
+  ``BLIND_CANDIDATES`` candidates unless ``base.search.m`` says; with ``threat.theta0`` the attacker
   knows theta_0.
 
   Raises ConfigError naming the threat's setting that is missing; the files themselves are
@@ -76,8 +76,8 @@ def audit_job(
     )
   rules.check_value("victim.loss", loss, rules.Rule("str", choices=LOSSES))
   base = base or JobConfig()
-  if not threat.train and not base.m:
-    base = base.replace(m=BLIND_CANDIDATES)
+  if not threat.train and not base.search.m:
+    base = base.replace(**{"search.m": BLIND_CANDIDATES})
   if threat.theta0:
     threat = dataclasses.replace(threat, known_init=True)
   settings = dict(threat=threat, victim=dataclasses.replace(base.victim, loss=loss))

@@ -35,13 +35,14 @@ def candidate_labels(problem: str, m: int, num_classes: int = 2) -> np.ndarray:
   if problem == "binary":
     if m < 2 or m % 2:
       raise ConfigError(
-        argument="m", message=f"m must be even and >= 2 for a binary victim, got {m}."
+        argument="search.m", message=f"m must be even and >= 2 for a binary victim, got {m}."
       )
     return np.concatenate([np.ones(m // 2), -np.ones(m // 2)]).astype(np.float32)
   if problem == "multiclass":
     if m < num_classes or m % num_classes:
       raise ConfigError(
-        argument="m", message=f"m={m} must be a positive multiple of the {num_classes} classes."
+        argument="search.m",
+        message=f"m={m} must be a positive multiple of the {num_classes} classes.",
       )
     return np.repeat(np.arange(num_classes), m // num_classes).astype(np.int32)
   if problem == "general":
@@ -87,10 +88,10 @@ def num_candidates(cfg: JobConfig, n: int, multiple: int = 1) -> int:
   """m, the candidates per restart: the ``m`` setting, or ``m_per_sample`` x n (0: unset)
   rounded up to a ``multiple`` (2 for a binary victim's balanced labels, C for C classes),
   so that a training set of any size can be attacked."""
-  if int(cfg.m):
-    return int(cfg.m)
+  if int(cfg.search.m):
+    return int(cfg.search.m)
   k = max(int(multiple), 1)
-  return -(-int(cfg.m_per_sample) * int(n) // k) * k
+  return -(-int(cfg.search.m_per_sample) * int(n) // k) * k
 
 
 def sweep_settings(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
@@ -98,26 +99,26 @@ def sweep_settings(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
   attack ``spec``'s paper ranges, or the settings' :data:`~recon_jax.engine.sweep.RANGE_NAMES`)
   and the attack's own range options (:attr:`AttackSpec.ranges`), as the settings give them;
   the seed, the restarts, and the steps with their refinement and annealing."""
-  if cfg.sweep == "paper":
+  if cfg.search.sweep == "paper":
     ranges = dict(spec.paper_ranges)
-  elif cfg.sweep == "random":
-    ranges = {name: getattr(cfg, name) for name in RANGE_NAMES}
+  elif cfg.search.sweep == "random":
+    ranges = {name: getattr(cfg.search, name) for name in RANGE_NAMES}
   else:
     raise ConfigError(
-      argument="sweep", message=f"sweep must be random or paper, got {cfg.sweep!r}."
+      argument="search.sweep", message=f"sweep must be random or paper, got {cfg.search.sweep!r}."
     )
   opts = spec.options_of(cfg)
   ranges.update({name: getattr(opts, name) for name in spec.ranges})
   return dict(
     ranges=ranges,
-    seed=cfg.seed,
-    num_restarts=cfg.num_restarts,
-    steps=cfg.steps,
-    refine_steps=cfg.refine_steps,
-    refine_alpha=cfg.refine_alpha,
-    refine_lr_scale=cfg.refine_lr_scale,
-    anneal_alpha=cfg.anneal_alpha,
-    anneal_stages=cfg.anneal_stages,
+    seed=cfg.search.seed,
+    num_restarts=cfg.search.num_restarts,
+    steps=cfg.search.steps,
+    refine_steps=cfg.search.refine_steps,
+    refine_alpha=cfg.search.refine_alpha,
+    refine_lr_scale=cfg.search.refine_lr_scale,
+    anneal_alpha=cfg.search.anneal_alpha,
+    anneal_stages=cfg.search.anneal_stages,
   )
 
 
@@ -178,10 +179,10 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> Tuple[int, str
   d = int(np.prod(data.INPUT_SHAPES[v.dataset.strip().lower()]))
   arrays = spec.state_arrays(spec.options_of(cfg), attacks.Common.of(cfg))
   nbytes = 8 if (cfg.runtime.x64 or jax.config.jax_enable_x64) else 4
-  r = int(cfg.num_restarts)
+  r = int(cfg.search.num_restarts)
   how = (
     f"{r} restarts x {m} candidates x {d} inputs x {arrays} arrays "
-    f"({cfg.optimizer}) x {nbytes} bytes"
+    f"({cfg.search.optimizer}) x {nbytes} bytes"
   )
   return r * m * d * arrays * nbytes, how
 
@@ -198,10 +199,10 @@ def check_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> None:
     limit, what = available_memory(), "memory available on this machine"
   if limit is not None and need > limit:
     raise ConfigError(
-      f"num_restarts={cfg.num_restarts} needs at least {need / 2**30:.1f} GiB for the "
+      f"num_restarts={cfg.search.num_restarts} needs at least {need / 2**30:.1f} GiB for the "
       f"restarts' state ({how}), more than the {limit / 2**30:.1f} GiB {what}; use fewer "
       "restarts (or candidates m), or split the sweep over several runs (seed).",
-      argument="num_restarts",
+      argument="search.num_restarts",
     )
 
 
@@ -265,19 +266,19 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   the names of the settings the user set; with ``sweep=paper`` none of the
   ranges may be among them (the paper's ranges would silently replace it).
   """
-  named = [n for n in RANGE_NAMES if n in explicit]
-  if cfg.sweep == "paper" and named:
+  named = [n for n in RANGE_NAMES if f"search.{n}" in explicit]
+  if cfg.search.sweep == "paper" and named:
     raise ConfigError(
       f"sweep=paper draws {', '.join(RANGE_NAMES)} from Haim et al.'s ranges (App. B), "
-      f"which replace {named[0]}={getattr(cfg, named[0])!r}; drop that setting or use "
+      f"which replace {named[0]}={getattr(cfg.search, named[0])!r}; drop that setting or use "
       "sweep=random.",
-      "sweep",
+      "search.sweep",
     )
   spec = attacks.get(cfg.attack)
-  if cfg.refine_steps and "alpha" not in spec.hparams:
+  if cfg.search.refine_steps and "alpha" not in spec.hparams:
     raise ConfigError(
       f"refine_steps sharpens the surrogate alpha, which attack={cfg.attack} does not use.",
-      "refine_steps",
+      "search.refine_steps",
     )
   given = set(requested_victim or ()) | {
     k[len("victim.") :] for k in explicit if k.startswith("victim.")
@@ -305,8 +306,8 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
         "loss=ce (use problem=multiclass or general).",
         "problem",
       )
-    if cfg.m:
-      candidate_labels(problem, int(cfg.m), _num_classes(vcfg))  # m even, or a multiple of C
+    if cfg.search.m:
+      candidate_labels(problem, int(cfg.search.m), _num_classes(vcfg))  # m even, or a multiple of C
   setup = attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
   spec.check(spec.options_of(cfg), setup)
   check_unread_settings(cfg, spec)
@@ -343,7 +344,9 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
   deep = len(_hidden_widths(plan)) >= 2
   preset = settings.DEEP_HANDOVER_SEARCH if deep else settings.KNOWN_INIT_ATTACK
   changes = {  # the preset's settings where the job left the default, the job's own elsewhere
-    k: v for k, v in preset.items() if getattr(cfg, k) == getattr(default, k) and k not in explicit
+    k: v
+    for k, v in preset.items()
+    if settings.value_of(cfg, k) == settings.value_of(default, k) and k not in explicit
   }
   then_cfg = cfg.replace(attack="kkt", **changes)
   then_spec = attacks.get("kkt")
@@ -394,8 +397,8 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
     ),
     "alpha": (f"the surrogate ReLU's sharpness ({attack} has none)", "alpha" in spec.hparams),
     "lam_min": (f"the multipliers' floor ({attack} has none)", "lam_min" in spec.hparams),
-    "refine": ("the refinement stage (refine_steps > 0)", cfg.refine_steps > 0),
-    "anneal": ("annealing (anneal_alpha > 0)", cfg.anneal_alpha > 0),
+    "refine": ("the refinement stage (refine_steps > 0)", cfg.search.refine_steps > 0),
+    "anneal": ("annealing (anneal_alpha > 0)", cfg.search.anneal_alpha > 0),
     "known_init": (
       "threat.known_init=True (the attacker knows theta_0)",
       bool(cfg.threat.known_init),
@@ -466,13 +469,15 @@ def check_user_data(cfg: JobConfig, foreign: bool) -> None:
       "threat.heldout",
     )
   if not cfg.threat.train:  # a blind attack: nothing to compare with, so m says how many
-    if not cfg.m:
+    if not cfg.search.m:
       raise ConfigError(
         "m: without training images (a blind attack) give the number of candidates to search.",
-        "m",
+        "search.m",
       )
-    if cfg.init in ("ground_truth", "partition", "mix"):
-      raise ConfigError(f"init={cfg.init} needs images a blind attack does not have.", "init")
+    if cfg.search.init in ("ground_truth", "partition", "mix"):
+      raise ConfigError(
+        f"init={cfg.search.init} needs images a blind attack does not have.", "search.init"
+      )
 
 
 def read_source(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Mapping, Optional
 import warnings
 
 import ml_collections
@@ -31,23 +31,23 @@ from recon_jax.victims.recipe import VictimConfig
 # the span of the first layer's change with its directions weighted by (s_j/s_1)^-0.5,
 # 3n candidates, Adam with the surrogate's sharpness annealed to 200, lambda_min from 0
 # (docs/log/leakage.md: the levers compared on paired draws 10-14).
-KNOWN_INIT_ATTACK = dict(
-  linearize=0.5,
-  subspace=True,
-  span_whiten=0.5,
-  m_per_sample=3,
-  optimizer="adam",
-  lr_x="1e-2:3e-1:log",
-  lr_lam="3e-3:1e-1:log",
-  lam_min="0:0.3:lin",
-  anneal_alpha=200.0,
-)
+KNOWN_INIT_ATTACK = {
+  "linearize": 0.5,
+  "subspace": True,
+  "span_whiten": 0.5,
+  "search.m_per_sample": 3,
+  "search.optimizer": "adam",
+  "search.lr_x": "1e-2:3e-1:log",
+  "search.lr_lam": "3e-3:1e-1:log",
+  "search.lam_min": "0:0.3:lin",
+  "search.anneal_alpha": 200.0,
+}
 # The search the cone hands over to on a network of two or more hidden layers: those
 # settings with 4 restarts of 2000 steps, a sixth of the job's default budget, because a step
 # costs several times one hidden layer's there, every restart starts from the images the cone
 # read and only the rest is left to find (docs/log/leakage.md: "A cheaper search after the cone at depth";
 # on one hidden layer the default budget reads about one image more).
-DEEP_HANDOVER_SEARCH = dict(KNOWN_INIT_ATTACK, num_restarts=4, steps=2000)
+DEEP_HANDOVER_SEARCH = {**KNOWN_INIT_ATTACK, "search.num_restarts": 4, "search.steps": 2000}
 
 
 def _choices(module: str, name: str):
@@ -158,6 +158,143 @@ class Threat:
 
 
 @dataclasses.dataclass(frozen=True)
+class Search:
+  """How the candidates are searched for (the main job's ``search`` section): the restarts
+  and their steps, the candidates and where they start, the hyperparameters' ranges (one
+  draw per restart), the refinement and annealing stages, the seed, the batching."""
+
+  def __new__(cls, *args, **given):
+    _refuse_unknown(cls, given, "search.")
+    return super().__new__(cls)
+
+  seed: int = setting(
+    0,
+    "seed of the hyperparameter draws and starting points",
+    Rule("int", low=0, high=2**32 - 1),
+    formerly="seed",
+  )
+  num_restarts: int = setting(
+    16,
+    "restarts R, batched in one compiled program",
+    Rule("int", low=1, feature="search", explicit_only=True),
+    formerly="num_restarts",
+  )
+  steps: int = setting(
+    4000,
+    "optimisation steps per restart",
+    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+    formerly="steps",
+  )
+  chunk_steps: int = setting(
+    1000,
+    "steps per compiled chunk, between progress lines and saves",
+    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+    formerly="chunk_steps",
+  )
+  m: int = setting(
+    0,
+    "candidates per restart (0: m_per_sample x n)",
+    Rule("int", low=0, high=INT32_MAX, note="0: m_per_sample x n"),
+    formerly="m",
+  )
+  m_per_sample: int = setting(
+    2,
+    "candidates per training sample when m = 0 (Haim et al.: 2)",
+    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
+    formerly="m_per_sample",
+  )
+  init: str = setting(
+    "gaussian",
+    "x-init: gaussian | uniform | ground_truth | partition | mix",
+    Rule(
+      "str",
+      choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),
+      feature="search",
+      explicit_only=True,
+    ),
+    formerly="init",
+  )
+  sweep: str = setting(
+    "random",
+    "random (the ranges below) | paper (Haim et al. App. B ranges)",
+    Rule("str", choices=("random", "paper"), feature="search", explicit_only=True),
+    formerly="sweep",
+  )
+  lr_x: str = setting(
+    "0.03:0.6:log",
+    "candidates' learning rate (range: one draw per restart)",
+    Rule("range", feature="first_order"),
+    formerly="lr_x",
+  )
+  lr_lam: str = setting(
+    "1e-4:1e-2:log",
+    "multipliers' (lambda) learning rate",
+    Rule("range", feature="lr_lam"),
+    formerly="lr_lam",
+  )
+  sigma_x: str = setting(
+    "1e-4:1e-2:log",
+    "std of the candidates' Gaussian starting points",
+    Rule("range", feature="search"),
+    formerly="sigma_x",
+  )
+  alpha: str = setting(
+    "10:40:lin", "surrogate ReLU sharpness", Rule("range", feature="alpha"), formerly="alpha"
+  )
+  lam_min: str = setting(
+    "0.2:0.7:lin",
+    "lambda below this is penalised (the KKT lambda >= 0 term)",
+    Rule("range", feature="lam_min"),
+    formerly="lam_min",
+  )
+  optimizer: str = setting(
+    "sgd",
+    "sgd (momentum 0.9) | adam",
+    Rule("str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"),
+    formerly="optimizer",
+  )
+  refine_steps: int = setting(
+    0,
+    "a sharp-alpha refinement stage after `steps` (0: off)",
+    Rule("int", low=0, high=INT32_MAX, note="0: off"),
+    formerly="refine_steps",
+  )
+  refine_alpha: float = setting(
+    200.0,
+    "the refinement stage's alpha (sharper: closer to ReLU)",
+    Rule("float", low=0, high=1e6, low_open=True, feature="refine"),
+    formerly="refine_alpha",
+  )
+  refine_lr_scale: float = setting(
+    0.1,
+    "the refinement stage's learning rates, times this",
+    Rule("float", low=0, high=1e3, low_open=True, feature="refine"),
+    formerly="refine_lr_scale",
+  )
+  anneal_alpha: float = setting(
+    0.0,
+    "> 0: alpha rises geometrically to this over `steps` (0: fixed)",
+    Rule("float", low=0, high=1e6, note="0: fixed", feature="alpha"),
+    formerly="anneal_alpha",
+  )
+  anneal_stages: int = setting(
+    8,
+    "how many steps of that rise (each a stage of steps/anneal_stages)",
+    Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
+    formerly="anneal_stages",
+  )
+  batching: str = setting(
+    "auto",
+    "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
+    Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
+    formerly="batching",
+  )
+
+  def __post_init__(self):
+    rules.check_declared(self, Search, "search.")
+
+
+@dataclasses.dataclass(frozen=True)
 class Evaluation:
   """How the candidates are scored (the main job's ``evaluation`` section)."""
 
@@ -230,7 +367,7 @@ class Runtime:
 
 
 # The main job's sections beside its victim: {name: class} (each a config of its own).
-SECTIONS = {"threat": Threat, "evaluation": Evaluation, "runtime": Runtime}
+SECTIONS = {"threat": Threat, "search": Search, "evaluation": Evaluation, "runtime": Runtime}
 
 
 def _attack_options() -> tuple:
@@ -283,6 +420,7 @@ class JobConfig(*ATTACK_OPTIONS):
 
   victim: VictimConfig = dataclasses.field(default_factory=VictimConfig)
   threat: Threat = dataclasses.field(default_factory=Threat)
+  search: Search = dataclasses.field(default_factory=Search)
   evaluation: Evaluation = dataclasses.field(default_factory=Evaluation)
   runtime: Runtime = dataclasses.field(default_factory=Runtime)
   data_dir: str = setting("", "folder with MNIST/CIFAR files (never downloaded)", _P)
@@ -292,99 +430,10 @@ class JobConfig(*ATTACK_OPTIONS):
     "auto (from victim.loss) | binary | multiclass | general",
     Rule("str", choices=lambda: ("auto", "binary", "multiclass", "general")),
   )
-  num_restarts: int = setting(
-    16,
-    "restarts R, batched in one compiled program",
-    Rule("int", low=1, feature="search", explicit_only=True),
-  )
-  steps: int = setting(
-    4000,
-    "optimisation steps per restart",
-    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-  )
-  chunk_steps: int = setting(
-    1000,
-    "steps per compiled chunk, between progress lines and saves",
-    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-  )
-  m: int = setting(
-    0,
-    "candidates per restart (0: m_per_sample x n)",
-    Rule("int", low=0, high=INT32_MAX, note="0: m_per_sample x n"),
-  )
-  m_per_sample: int = setting(
-    2,
-    "candidates per training sample when m = 0 (Haim et al.: 2)",
-    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-  )
-  init: str = setting(
-    "gaussian",
-    "x-init: gaussian | uniform | ground_truth | partition | mix",
-    Rule(
-      "str",
-      choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),
-      feature="search",
-      explicit_only=True,
-    ),
-  )
-  sweep: str = setting(
-    "random",
-    "random (the ranges below) | paper (Haim et al. App. B ranges)",
-    Rule("str", choices=("random", "paper"), feature="search", explicit_only=True),
-  )
-  lr_x: str = setting(
-    "0.03:0.6:log",
-    "candidates' learning rate (range: one draw per restart)",
-    Rule("range", feature="first_order"),
-  )
-  lr_lam: str = setting(
-    "1e-4:1e-2:log", "multipliers' (lambda) learning rate", Rule("range", feature="lr_lam")
-  )
-  sigma_x: str = setting(
-    "1e-4:1e-2:log",
-    "std of the candidates' Gaussian starting points",
-    Rule("range", feature="search"),
-  )
-  alpha: str = setting("10:40:lin", "surrogate ReLU sharpness", Rule("range", feature="alpha"))
-  lam_min: str = setting(
-    "0.2:0.7:lin",
-    "lambda below this is penalised (the KKT lambda >= 0 term)",
-    Rule("range", feature="lam_min"),
-  )
-  refine_steps: int = setting(
-    0,
-    "a sharp-alpha refinement stage after `steps` (0: off)",
-    Rule("int", low=0, high=INT32_MAX, note="0: off"),
-  )
-  refine_alpha: float = setting(
-    200.0,
-    "the refinement stage's alpha (sharper: closer to ReLU)",
-    Rule("float", low=0, high=1e6, low_open=True, feature="refine"),
-  )
-  refine_lr_scale: float = setting(
-    0.1,
-    "the refinement stage's learning rates, times this",
-    Rule("float", low=0, high=1e3, low_open=True, feature="refine"),
-  )
-  anneal_alpha: float = setting(
-    0.0,
-    "> 0: alpha rises geometrically to this over `steps` (0: fixed)",
-    Rule("float", low=0, high=1e6, note="0: fixed", feature="alpha"),
-  )
-  anneal_stages: int = setting(
-    8,
-    "how many steps of that rise (each a stage of steps/anneal_stages)",
-    Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
-  )
   linearize: float = setting(
     1.0,
     "known_init: gradients taken at theta_0 + linearize (theta* - theta_0) (1: theta*)",
     Rule("float", low=0, high=1, feature="known_init"),
-  )
-  optimizer: str = setting(
-    "sgd",
-    "sgd (momentum 0.9) | adam",
-    Rule("str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"),
   )
   w_prior: float = setting(
     1.0, "weight of the pixel-box prior (>= 0)", Rule("float", low=0, high=1e6)
@@ -393,14 +442,6 @@ class JobConfig(*ATTACK_OPTIONS):
     "mean",
     "mean (1/m, the reference code) | sum (the paper's eq. 6)",
     Rule("str", choices=("mean", "sum")),
-  )
-  batching: str = setting(
-    "auto",
-    "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
-    Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
-  )
-  seed: int = setting(
-    0, "seed of the hyperparameter draws and starting points", Rule("int", low=0, high=2**32 - 1)
   )
   use_cache: bool = setting(
     True,
@@ -452,6 +493,28 @@ class JobConfig(*ATTACK_OPTIONS):
     return dataclasses.asdict(self)
 
 
+def nested(changes: Mapping) -> dict:
+  """``changes`` with each dotted name (``"search.steps": 200``) as a section of its own
+  (``{"search": {"steps": 200}}``), merged with the section where both are given: the form
+  a ConfigDict takes (an efficacy variant, a preset)."""
+  out: dict = {}
+  for key, value in changes.items():
+    *path, leaf = key.split(".")
+    node = out
+    for part in path:
+      node = node.setdefault(part, {})
+    if isinstance(value, Mapping):
+      node[leaf] = {**node.get(leaf, {}), **nested(value)}
+    else:
+      node[leaf] = value
+  return out
+
+
+def value_of(cfg: JobConfig, name: str):
+  """The setting ``name`` of ``cfg``, a dotted name for a section's (``search.steps``)."""
+  return functools.reduce(getattr, name.split("."), cfg)
+
+
 def _reading_former_names(init):
   """``init`` taking a setting's former name as its new one (:func:`renamed`)."""
 
@@ -497,16 +560,25 @@ def _refuse_unknown(cls, given, prefix: str = "") -> None:
 # "foreign.stride": "threat.stride", ...}), read off the declarations' ``formerly``: a
 # config, a flag or a config.json that uses a former name still works for a release.
 RENAMED = {
-  old: new
-  for name, cls in SECTIONS.items()
-  for old, new in rules.renamed_of(cls, f"{name}.").items()
+  **rules.renamed_of(JobConfig),  # an attack's option renamed (kkt's search: solver)
+  **{
+    old: new
+    for name, cls in SECTIONS.items()
+    for old, new in rules.renamed_of(cls, f"{name}.").items()
+  },
 }
 # The former attributes of a JobConfig: each moved setting, and the foreign section (now
 # part of threat).
 _FORMER_ATTRIBUTES = {
-  **{old: new for old, new in RENAMED.items() if "." not in old},
+  **{old: new for old, new in RENAMED.items() if "." not in old and old not in SECTIONS},
   "foreign": "threat",
 }
+
+
+def is_former(name: str, value=None) -> bool:
+  """Whether ``name`` (given ``value``) is a setting's former name: kkt's former ``search``
+  (a string) is, the ``search`` section is not."""
+  return name in RENAMED and not (name in SECTIONS and not isinstance(value, str))
 
 
 def renamed(given) -> dict:
@@ -519,7 +591,7 @@ def renamed(given) -> dict:
   for key in list(given):
     if key == "foreign":  # the former section itself: each of its entries
       moved.update({f"foreign.{k}": v for k, v in _entries(given.pop(key), key).items()})
-    elif key in RENAMED or ("." in key and key.partition(".")[0] in SECTIONS):
+    elif is_former(key, given[key]) or ("." in key and key.partition(".")[0] in SECTIONS):
       moved[key] = given.pop(key)
   for key, value in moved.items():
     new = RENAMED.get(key, key)
@@ -528,6 +600,9 @@ def renamed(given) -> dict:
     if new != key:
       warnings.warn(f"the setting {key} is now {new}", DeprecationWarning, stacklevel=3)
     section, _, leaf = new.partition(".")
+    if not leaf:  # a setting at the top renamed
+      given[section] = value
+      continue
     given[section] = {**_entries(given.get(section, {}), section), leaf: value}
   return given
 

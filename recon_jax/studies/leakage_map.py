@@ -18,6 +18,7 @@ import numpy as np
 
 from recon_jax.errors import ConfigError
 from recon_jax.io import workdir
+from recon_jax.job import settings
 
 BASE = "base"  # a map cell that is the base config itself (the variant ``default``)
 
@@ -62,7 +63,7 @@ def map_config(rows) -> tuple[dict, tuple]:
     for label, overrides in cells:
       name = "default" if overrides == BASE else _cell_name(axis, label)
       if name != "default":
-        variants[name] = dict(overrides)
+        variants[name] = settings.nested(overrides)
       row.append((label, name))
     spec.append((axis, tuple(row)))
   return variants, tuple(spec)

@@ -11,7 +11,7 @@ from experiments.configs import reconstruct as configs
 import recon_jax as rj
 from recon_jax import cli
 from recon_jax.errors import ConfigError
-from recon_jax.job import planning
+from recon_jax.job import settings
 from recon_jax.job.settings import JobConfig, Threat
 
 
@@ -47,8 +47,8 @@ def test_replace_checks_the_changed_field_again():
 @pytest.mark.parametrize("preset", list(configs.PRESETS))
 def test_every_preset_builds_and_takes_field_by_field_overrides(preset):
   job = JobConfig(**configs.get_config(preset))
-  assert job.replace(seed=5, num_restarts=2).seed == 5
-  assert planning.check_types(job) is None  # the one check, as the planner calls it
+  assert job.replace(**{"search.seed": 5, "search.num_restarts": 2}).search.seed == 5
+  assert settings.check_types(job) is None  # the one check, run when a JobConfig is built
 
 
 @pytest.mark.parametrize("preset", list(audit_configs.PRESETS))

@@ -24,7 +24,7 @@ from recon_jax.core import numerics
 from recon_jax.data import load_dataset
 from recon_jax.eval import diagnostics, evaluation, identifiability
 from recon_jax.job import run as job_run
-from recon_jax.job.settings import JobConfig
+from recon_jax.job.settings import JobConfig, nested
 from recon_jax.victims import loading, models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -184,10 +184,10 @@ def test_every_attack_that_finds_no_candidate_is_scored_and_concluded(name, tmp_
   cfg.attack = name
   spec = attacks.get(name)
   if spec.examples:  # the run its contract test makes, in as few steps
-    cfg.update(dict(spec.examples[0].settings))
-    cfg.steps = cfg.chunk_steps = spec.examples[0].steps
+    cfg.update(nested(spec.examples[0].settings))
+    cfg.search.steps = cfg.search.chunk_steps = spec.examples[0].steps
   if spec.reads_init:  # the cone: one hidden layer, theta_0 known
-    cfg.victim.widths, cfg.known_init = (32,), True
+    cfg.victim.widths, cfg.threat.known_init = (32,), True
   if name == "bilevel":  # its inner problem needs weight decay
     cfg.victim.weight_decay = 0.01
   metrics = job_run.run_reconstruction(JobConfig.of(cfg), str(tmp_path / "w"))

@@ -69,7 +69,7 @@ def test_anneal_rises_geometrically_to_the_end_value():
 def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.base.identify = False  # covered by test_identification; slow at this size
-  cfg.variants["other_sweep"] = {"seed": 1}  # another restart sweep: the same programs
+  cfg.variants["other_sweep"] = {"search": {"seed": 1}}  # another restart sweep: same programs
   out = runner.run_efficacy(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
   assert out["draws"] == [3, 4]
   for v in ("default", "other_sweep"):
@@ -90,7 +90,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
     for key in ("strict_pooled", "ssim_gt_0.4"):  # a count's interval stays in [0, n]
       assert 0 <= agg[key]["ci_low"] <= agg[key]["ci_high"] <= n
   other = json.loads((tmp_path / "other_sweep" / "draw_3" / "config.json").read_text())
-  assert other["config"]["seed"] == 1
+  assert other["config"]["search"]["seed"] == 1
   assert "other_sweep" in out["paired_vs_default"]
   assert "| default |" in (tmp_path / "results.md").read_text()
   assert (tmp_path / "efficacy.png").stat().st_size > 0
@@ -102,8 +102,8 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   assert same(again["variants"]) == same(out["variants"])
   # ... but not with other settings: the finished draws were computed with the old ones.
   before = (tmp_path / "config.json").read_bytes()
-  cfg.base.seed = 7
-  with pytest.raises(ConfigError, match="base.seed"):
+  cfg.base.search.seed = 7
+  with pytest.raises(ConfigError, match="base.search.seed"):
     runner.run_efficacy(
       cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
     )

@@ -146,7 +146,7 @@ def test_config_json_records_the_environment(uninterrupted):
   for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax"):
     assert env["versions"][pkg], pkg
   assert env["device_kind"] and env["x64"] is False
-  assert cfg["config"]["seed"] == 0 and cfg["config"]["steps"] == 2000
+  assert cfg["config"]["search"]["seed"] == 0 and cfg["config"]["search"]["steps"] == 2000
 
 
 # ---------------------------------------------------------------------------

@@ -215,8 +215,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   see :func:`victim_config`.  Returns the job's :class:`~recon_jax.job.planning.Plan`,
   which the run takes as it is (its ``config``: the settings with their paths expanded).
   """
-  cfg = JobConfig.of(cfg)
-  check_types(cfg)  # paths are strings before they are expanded
+  cfg = JobConfig.of(cfg)  # each setting's type and range checked where it is built
   t = cfg.threat
   files = dict(
     model=t.model, theta0=t.theta0, train=t.train, heldout=t.heldout, data_mean=t.data_mean
@@ -320,8 +319,6 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   if drawn:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
-  if threat.train and threat.heldout:
-    check_heldout_copies(cfg, source.dataset)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
   plan = Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
   return plan._replace(then=handover(plan, explicit))
@@ -368,13 +365,6 @@ def _hidden_widths(plan: Plan) -> tuple:
   if imported is not None:
     return tuple(getattr(imported.module, "widths", None) or ())
   return tuple(plan.victim.widths)
-
-
-def check_types(cfg: JobConfig) -> None:
-  """:func:`recon_jax.job.settings.check_types`: every setting against its rule (a
-  :class:`JobConfig` has run it when it was built; settings in combination are checked by
-  :func:`prepare` after)."""
-  settings.check_types(cfg)
 
 
 def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
@@ -485,7 +475,8 @@ def read_source(
 ) -> loading.Source:
   """The victim's files read once, as the run uses them (:func:`recon_jax.victims.loading.read`):
   its data, its weights (``stored``: the recon_jax checkpoint read already) and theta_0.
-  Errors name the file, or the setting (``threat.*`` for how an imported model is read)."""
+  Errors name the file, or the setting (``threat.*`` for how an imported model is read, and
+  held-out images that are copies of training images)."""
   t = cfg.threat
   images = None
   if t.train or t.heldout:
@@ -505,33 +496,15 @@ def read_source(
       widths=None if asked == tuple(victim.VictimConfig().widths) else asked,
     )
   except ConfigError as e:
-    if e.argument in ("input_layout", "stride", "padding", "data_mean"):
+    if e.argument in ("input_layout", "stride", "padding", "data_mean", "heldout"):
       e.argument = f"threat.{e.argument}"
     raise
 
 
-def check_heldout_copies(cfg: JobConfig, ds: data.Dataset) -> None:
-  """Refuses held-out images that are copies of training images (root-mean-square pixel
-  difference of at most 2 grey levels): the baseline and the membership test need images
-  the model never saw, and a copy would make a leak look like chance."""
-  from recon_jax.eval import membership
-
-  pairs = membership.near_duplicates(ds.x_train, ds.x_test, rms=2.0 / 255)
-  if pairs:
-    shown = ", ".join(f"held-out #{j} = training #{i}" for i, j in pairs[:3])
-    more = f" and {len(pairs) - 3} more" if len(pairs) > 3 else ""
-    copies = len({j for _, j in pairs})
-    raise ConfigError(
-      f"threat.heldout: {copies} of its {len(ds.x_test)} images are copies of training images "
-      f"({shown}{more}, in the order the files are read): held-out images must be images "
-      f"the model never saw; remove them from {cfg.threat.heldout}.",
-      "threat.heldout",
-    )
-
-
 def check_known_init(cfg: JobConfig, foreign: bool) -> None:
   """Refuses the known-theta_0 settings where they cannot run (without ``known_init`` they
-  are refused by :func:`check_features`: their rules name the feature)."""
+  are refused by :func:`check_features`: their rules name the feature; theta_0's file is
+  read, and checked, with the victim's, :func:`read_source`)."""
   t = cfg.threat
   if t.known_init and foreign and not t.theta0:
     raise ConfigError(
@@ -539,8 +512,6 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
       "training started from as threat.theta0 (same format).",
       "threat.theta0",
     )
-  if t.theta0:
-    state_dicts.require_file(t.theta0, "initial parameters")
 
 
 def check_widths(cfg) -> None:

@@ -94,8 +94,9 @@ def main_job(
   :class:`RunFailed` (:func:`check_outcome`).
   """
   explicit = dict(explicit or {})
-  settings = JobConfig.of(config)  # the library reads its typed settings
-  planning.check_types(settings)  # a bool is a bool before it starts anything
+  settings = JobConfig.of(
+    config
+  )  # typed, each setting checked: a bool is a bool before anything starts
   runtime = settings.runtime
   distributed.maybe_initialize(runtime.distributed)  # before any other JAX call
   precision.set_precision(runtime.x64, runtime.matmul_precision)

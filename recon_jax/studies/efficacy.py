@@ -3,7 +3,7 @@
 One data draw is not a result: which training images are drawn moves the
 strict count of the same attack from 1 to 7 of 20.  A draw here re-draws the
 training images (``victim.data_seed``) and the victim's initialisation
-(``victim.seed``) from one integer; the attack's restart sweep (``seed``) stays
+(``victim.seed``) from one integer; the attack's restart sweep (``search.seed``) stays
 the same, so two configurations run on the same draws can be compared pair by
 pair.
 

@@ -23,6 +23,7 @@ from recon_jax import data
 from recon_jax.core import arguments, losses
 from recon_jax.data import user
 from recon_jax.errors import ConfigError
+from recon_jax.eval import membership
 from recon_jax.io import checkpoint as ckpt
 from recon_jax.types import Target, float_dtype
 from recon_jax.victims import cache, importers, models, recipe, state_dicts, victim
@@ -182,6 +183,7 @@ def read_init(path: str, template, *, input_shape=None, input_layout="nchw", str
     CheckpointError naming ``path``.
   """
   where = f"{path} (the initial parameters)"
+  state_dicts.require_file(path, "initial parameters")
   if state_dicts.detect_format(path) == "msgpack":
     params, _ = ckpt.load(path)
   else:
@@ -376,7 +378,27 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
   check_outputs(apply_fn, imp.params, ds, path)
   if init is not None:
     check_outputs(apply_fn, init, ds, f"{init_path} (the initial parameters)")
+  if images is not None and images.train and images.heldout:
+    refuse_copies(ds, images.heldout)
   return Source(cfg, ds, path, imported=imp, init=init)
+
+
+def refuse_copies(ds: data.Dataset, heldout: str) -> None:
+  """Refuses held-out images that are copies of training images (root-mean-square pixel
+  difference of at most 2 grey levels): the baseline and the membership test need images
+  the model never saw, and a copy would make a leak look like chance.  ConfigError naming
+  ``heldout``."""
+  pairs = membership.near_duplicates(ds.x_train, ds.x_test, rms=2.0 / 255)
+  if pairs:
+    shown = ", ".join(f"held-out #{j} = training #{i}" for i, j in pairs[:3])
+    more = f" and {len(pairs) - 3} more" if len(pairs) > 3 else ""
+    copies = len({j for _, j in pairs})
+    raise ConfigError(
+      f"heldout: {copies} of its {len(ds.x_test)} images are copies of training images "
+      f"({shown}{more}, in the order the files are read): held-out images must be images "
+      f"the model never saw; remove them from {heldout}.",
+      "heldout",
+    )
 
 
 # The images a model's outputs are checked on (:func:`check_outputs`): the first of each split.

@@ -58,15 +58,7 @@ def run_reconstruction(
   runtime = cfg.runtime
   with precision.scoped(runtime.x64, runtime.matmul_precision):  # config.json records what runs
     if not checked:
-      path = workdir.open_run(
-        cfg,
-        path,
-        STATE_FILE,
-        resume=resume,
-        overwrite=overwrite,
-        study="reconstruct",
-        renamed=RENAMED,
-      )
+      path = open_workdir(cfg, path, resume=resume, overwrite=overwrite)
     with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
       state_file = workdir.begin(
         cfg,
@@ -79,6 +71,14 @@ def run_reconstruction(
       )
       out = pipeline.run(resolved, state_file)
     return write_reconstruction(path, out)
+
+
+def open_workdir(cfg: JobConfig, path: str, *, resume: bool, overwrite: bool) -> str:
+  """The main job's workdir opened (:func:`recon_jax.io.workdir.open_run`): a config.json
+  of the settings' former names (:data:`~recon_jax.job.settings.RENAMED`) resumes."""
+  return workdir.open_run(
+    cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct", renamed=RENAMED
+  )
 
 
 def main_job(
@@ -94,9 +94,7 @@ def main_job(
   :class:`RunFailed` (:func:`check_outcome`).
   """
   explicit = dict(explicit or {})
-  settings = JobConfig.of(
-    config
-  )  # typed, each setting checked: a bool is a bool before anything starts
+  settings = JobConfig.of(config)  # typed and checked: a bool is a bool before anything starts
   runtime = settings.runtime
   distributed.maybe_initialize(runtime.distributed)  # before any other JAX call
   precision.set_precision(runtime.x64, runtime.matmul_precision)
@@ -104,15 +102,7 @@ def main_job(
   with pipeline.progress_shown(), progress.watch():
     progress.phase("checking the settings and reading the files")
     plan = planning.prepare(settings, requested, explicit)
-  path = workdir.open_run(
-    plan.config,
-    path,
-    STATE_FILE,
-    resume=resume,
-    overwrite=overwrite,
-    study="reconstruct",
-    renamed=RENAMED,
-  )
+  path = open_workdir(plan.config, path, resume=resume, overwrite=overwrite)
   m = run_reconstruction(plan, path, resume=resume, checked=True)
   for w in m["warnings"]:
     if warn and not w.startswith(verdict.ALL_DIVERGED):  # that one ends the run

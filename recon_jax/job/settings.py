@@ -70,17 +70,30 @@ def _attack_names():
 _B, _P = Rule("bool"), Rule("path")
 
 
+class _Section:
+  """A section of the main job's settings: a name it has no field for, or a value that
+  breaks a field's rule, is refused where the section is built, named as the job names it
+  (``prefix``)."""
+
+  prefix = ""
+
+  def __new__(cls, *args, **given):
+    _refuse_unknown(cls, given, cls.prefix)
+    return super().__new__(cls)
+
+  def __post_init__(self):
+    rules.check_declared(self, type(self), self.prefix)
+
+
 @dataclasses.dataclass(frozen=True)
-class Threat:
+class Threat(_Section):
   """What the attacker knows (the main job's ``threat`` section): the model (theta*, a file,
   or '' for the victim trained here), theta_0 and where it comes from, the images the model
   was trained on and held-out ones, and how a PyTorch or safetensors model reads its input.
   The audit's settings are these, at its top.  ``formerly``: each one's name before it moved
   here (still read for a release: :data:`RENAMED`)."""
 
-  def __new__(cls, *args, **given):
-    _refuse_unknown(cls, given, "threat.")
-    return super().__new__(cls)
+  prefix = "threat."  # where the job holds it (its errors' names)
 
   model: str = setting(
     "",
@@ -153,19 +166,14 @@ class Threat:
     formerly="foreign.padding",
   )
 
-  def __post_init__(self):  # a wrong type or range is refused where the section is built
-    rules.check_declared(self, Threat, "threat.")
-
 
 @dataclasses.dataclass(frozen=True)
-class Search:
+class Search(_Section):
   """How the candidates are searched for (the main job's ``search`` section): the restarts
   and their steps, the candidates and where they start, the hyperparameters' ranges (one
   draw per restart), the refinement and annealing stages, the seed, the batching."""
 
-  def __new__(cls, *args, **given):
-    _refuse_unknown(cls, given, "search.")
-    return super().__new__(cls)
+  prefix = "search."  # where the job holds it (its errors' names)
 
   seed: int = setting(
     0,
@@ -290,17 +298,12 @@ class Search:
     formerly="batching",
   )
 
-  def __post_init__(self):
-    rules.check_declared(self, Search, "search.")
-
 
 @dataclasses.dataclass(frozen=True)
-class Evaluation:
+class Evaluation(_Section):
   """How the candidates are scored (the main job's ``evaluation`` section)."""
 
-  def __new__(cls, *args, **given):
-    _refuse_unknown(cls, given, "evaluation.")
-    return super().__new__(cls)
+  prefix = "evaluation."  # where the job holds it (its errors' names)
 
   identify: bool = setting(
     True,
@@ -321,18 +324,13 @@ class Evaluation:
     formerly="ssim_threshold",
   )
 
-  def __post_init__(self):
-    rules.check_declared(self, Evaluation, "evaluation.")
-
 
 @dataclasses.dataclass(frozen=True)
-class Runtime:
+class Runtime(_Section):
   """How the run uses this machine: precision, memory, saves, hosts (the main job's
   ``runtime`` section)."""
 
-  def __new__(cls, *args, **given):
-    _refuse_unknown(cls, given, "runtime.")
-    return super().__new__(cls)
+  prefix = "runtime."  # where the job holds it (its errors' names)
 
   x64: bool = setting(
     False, "float64 everywhere (slower; for the stationarity floor)", _B, formerly="x64"
@@ -361,9 +359,6 @@ class Runtime:
     _B,
     formerly="distributed",
   )
-
-  def __post_init__(self):
-    rules.check_declared(self, Runtime, "runtime.")
 
 
 # The main job's sections beside its victim: {name: class} (each a config of its own).

@@ -23,8 +23,9 @@ from recon_jax.attacks import search
 from recon_jax.core import numerics
 from recon_jax.data import load_dataset
 from recon_jax.eval import diagnostics, evaluation, identifiability
+from recon_jax.job import planning
 from recon_jax.job import run as job_run
-from recon_jax.job.settings import JobConfig, nested
+from recon_jax.job.settings import nested
 from recon_jax.victims import loading, models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -190,7 +191,7 @@ def test_every_attack_that_finds_no_candidate_is_scored_and_concluded(name, tmp_
     cfg.victim.widths, cfg.threat.known_init = (32,), True
   if name == "bilevel":  # its inner problem needs weight decay
     cfg.victim.weight_decay = 0.01
-  metrics = job_run.run_reconstruction(JobConfig.of(cfg), str(tmp_path / "w"))
+  metrics = job_run.run_reconstruction(planning.prepare(cfg), str(tmp_path / "w"))
   assert metrics["m"] == 0 and metrics["recovered_strict"] == 0
   assert metrics["verdict"] == "no_evidence"
   assert all(r in (None, 1.0) for r in metrics["identifiability"]["per_restart_residual"])

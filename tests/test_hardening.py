@@ -421,7 +421,7 @@ def test_x64_is_honoured_by_the_library_run(tmp_path, monkeypatch):
         rj.reconstruct(job, verbose=False)
       work = tmp_path / f"x64_{x64}"
       with pytest.raises(_Seen):
-        run.run_reconstruction(job, str(work))
+        run.run_reconstruction(planning.prepare(job), str(work))
       assert jax.config.jax_enable_x64 is (not x64)  # restored
     assert seen[-2:] == [(np.dtype(dtype), "highest")] * 2
     env = json.loads((work / "config.json").read_text())["environment"]

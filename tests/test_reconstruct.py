@@ -10,9 +10,16 @@ import pytest
 from test_metrics_json import assert_read_typed
 
 from experiments.configs import reconstruct as configs
+from recon_jax.job import planning
 from recon_jax.job.run import run_reconstruction
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
+
+def _run(settings, path, **kw):
+  """The library's run of ``settings`` into ``path``: planned, then run (run_reconstruction
+  takes a Plan)."""
+  return run_reconstruction(planning.prepare(settings), path, **kw)
 
 
 def _tiny(**kw):
@@ -30,7 +37,7 @@ def _npz(path):
 
 
 def test_main_job_writes_its_report(tmp_path):
-  m = run_reconstruction(_tiny(identify=True), str(tmp_path))
+  m = _run(_tiny(identify=True), str(tmp_path))
   assert m["identification"]["trusted_score"] == "agreement"
   assert len(m["identification"]["top"]) == 10
   assert os.path.getsize(tmp_path / "trusted.png") > 0
@@ -71,21 +78,19 @@ def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
   for d in (a, b, c):
     d.mkdir()
   # A refinement stage that changes nothing (same alpha, rates x 1) is 10 more plain steps.
-  run_reconstruction(
-    _tiny(alpha="25", refine_steps=10, refine_alpha=25.0, refine_lr_scale=1.0), str(a)
-  )
-  run_reconstruction(_tiny(alpha="25", steps=30), str(b))
+  _run(_tiny(alpha="25", refine_steps=10, refine_alpha=25.0, refine_lr_scale=1.0), str(a))
+  _run(_tiny(alpha="25", steps=30), str(b))
   plain = _npz(b / "reconstructions.npz")["candidates"]
   np.testing.assert_allclose(
     _npz(a / "reconstructions.npz")["candidates"], plain, rtol=1e-6, atol=1e-7
   )
   # A sharper alpha at a lower rate does change the result.
   cfg = _tiny(alpha="25", refine_steps=10, refine_alpha=150.0)
-  m = run_reconstruction(cfg, str(c))
+  m = _run(cfg, str(c))
   sharp = _npz(c / "reconstructions.npz")["candidates"]
   assert not np.allclose(sharp, plain)
   # The saved state is at the end of the refinement stage: resuming runs nothing more.
-  again = run_reconstruction(cfg, str(c), resume=True)
+  again = _run(cfg, str(c), resume=True)
   np.testing.assert_array_equal(_npz(c / "reconstructions.npz")["candidates"], sharp)
   assert again["recovered_strict"] == m["recovered_strict"]
 
@@ -93,13 +98,13 @@ def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("attack", ["inversion", "weights"])
 def test_baseline_attacks_go_through_the_same_evaluation(tmp_path, attack):
-  m = run_reconstruction(_tiny(attack=attack), str(tmp_path))
+  m = _run(_tiny(attack=attack), str(tmp_path))
   assert m["attack"] == attack and "recovered_strict" in m["evaluation"]
 
 
 @pytest.mark.slow
 def test_multiclass_victim_runs_with_decoreco_margins(tmp_path):
-  m = run_reconstruction(_tiny(victim=dict(loss="ce"), m=20, steps=10), str(tmp_path))
+  m = _run(_tiny(victim=dict(loss="ce"), m=20, steps=10), str(tmp_path))
   assert m["problem"] == "multiclass" and m["m"] == 20
 
 
@@ -110,9 +115,7 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
   An earlier version derived the width from the problem (1 unless multiclass),
   so lambda was [m, 1] and broadcast silently against the 10 outputs.
   """
-  m = run_reconstruction(
-    _tiny(victim=dict(loss="ce"), problem="general", m=20, steps=10), str(tmp_path)
-  )
+  m = _run(_tiny(victim=dict(loss="ce"), problem="general", m=20, steps=10), str(tmp_path))
   assert m["problem"] == "general"
   with open(tmp_path / "state.msgpack", "rb") as f:
     blob = serialization.msgpack_restore(f.read())
@@ -121,7 +124,7 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
 
 @pytest.mark.slow
 def test_regression_victim_with_weight_decay_runs(tmp_path):
-  m = run_reconstruction(_tiny(victim=dict(loss="mse", weight_decay=1e-3), steps=10), str(tmp_path))
+  m = _run(_tiny(victim=dict(loss="mse", weight_decay=1e-3), steps=10), str(tmp_path))
   assert m["problem"] == "general"
 
 
@@ -129,17 +132,17 @@ def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
   """config.json of the dataclass era: no x64/matmul_precision/save_every/distributed keys,
   unset paths as null. Resuming it must be accepted and change nothing."""
   cfg = _tiny()
-  run_reconstruction(cfg, str(tmp_path))
+  _run(cfg, str(tmp_path))
   before = _npz(tmp_path / "reconstructions.npz")["candidates"]
   stored = json.loads((tmp_path / "config.json").read_text())
   stored["config"].pop("runtime")  # then x64, matmul_precision, save_every, distributed
   stored["config"]["data_dir"] = None
   stored.update(problem="binary", m=12)
   (tmp_path / "config.json").write_text(json.dumps(stored))
-  run_reconstruction(_tiny(), str(tmp_path), resume=True)
+  _run(_tiny(), str(tmp_path), resume=True)
   np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["candidates"], before)
   with pytest.raises(ValueError, match="seed"):
-    run_reconstruction(_tiny(seed=3), str(tmp_path), resume=True)
+    _run(_tiny(seed=3), str(tmp_path), resume=True)
 
 
 def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path):
@@ -151,7 +154,7 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
   cfg.threat.data_mean = str(tmp_path / "mean.npy")
   work = tmp_path / "work"
   work.mkdir()
-  m = run_reconstruction(cfg, str(work))
+  m = _run(cfg, str(work))
   assert m["victim_source"] == str(tmp_path / "model.safetensors")
   assert m["victim"]["imported"]["format"] == "safetensors"
   assert m["assumed"]["data_mean_file"] == str(tmp_path / "mean.npy")
@@ -176,7 +179,7 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
 def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
   reference_layout_safetensors(tmp_path / "model.safetensors", d=48)
   with pytest.raises(ValueError, match="model.safetensors"):
-    run_reconstruction(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))
+    _run(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))
 
 
 @pytest.mark.slow
@@ -207,10 +210,10 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
     victim=dict(dataset="mnist"),
   )
   with pytest.raises(ValueError, match="trained on other data"):
-    run_reconstruction(cfg, str(tmp_path / "w1"))
+    _run(cfg, str(tmp_path / "w1"))
   assert not (tmp_path / "w1" / "metrics.json").exists()
   cfg.allow_data_mismatch = True
-  assert run_reconstruction(cfg, str(tmp_path / "w1"))["n_train"] == 6
+  assert _run(cfg, str(tmp_path / "w1"))["n_train"] == 6
 
 
 @pytest.mark.slow
@@ -226,7 +229,7 @@ def test_the_bilevel_attack_runs_as_the_main_job_on_a_weight_decay_victim(tmp_pa
     victim=dict(activation="softplus", weight_decay=1e-2),
   )
   with fast_compile():  # compile-bound: 4 steps of a nested L-BFGS
-    m = run_reconstruction(cfg, str(tmp_path))
+    m = _run(cfg, str(tmp_path))
   assert (m["attack"], m["problem"], m["m"], m["n_train"]) == ("bilevel", "binary", 6, 6)
   assert m["selection"]["n_diverged"] == 0 and np.all(np.isfinite(m["final_stat_rel"]))
   assert _npz(tmp_path / "reconstructions.npz")["candidates"].shape == (2, 6, 8, 8, 1)
@@ -245,7 +248,7 @@ def test_the_library_and_its_presets_use_no_former_setting_name(tmp_path):
 
   with warnings.catch_warnings():
     warnings.filterwarnings("error", message=".* is now ", category=DeprecationWarning)
-    run_reconstruction(_tiny(), str(tmp_path))
+    _run(_tiny(), str(tmp_path))
     for preset in configs.PRESETS:
       try:
         planning.prepare(configs.get_config(preset))

@@ -135,10 +135,10 @@ def test_the_library_run_opens_its_folder_as_the_binary_does(tmp_path):
   """run_reconstruction creates a missing folder, and refuses (one line, nothing written) a
   folder that is not empty, a path that is a file, or no path at all."""
   from experiments.configs import reconstruct as configs
-  from recon_jax.job import run
+  from recon_jax.job import planning, run
   from recon_jax.job.settings import JobConfig
 
-  job = JobConfig(**configs.get_config("tiny")).replace(attack="weights")
+  job = planning.prepare(JobConfig(**configs.get_config("tiny")).replace(attack="weights"))
   m = run.run_reconstruction(job, str(tmp_path / "new" / "folder"))
   assert (tmp_path / "new" / "folder" / "metrics.json").is_file() and m["verdict"]
   before = (tmp_path / "new" / "folder" / "metrics.json").read_bytes()
@@ -151,3 +151,14 @@ def test_the_library_run_opens_its_folder_as_the_binary_does(tmp_path):
   for bad in ("", None):
     with pytest.raises(ConfigError, match="workdir is required"):
       run.run_reconstruction(job, bad)
+
+
+def test_the_library_run_takes_a_plan_and_says_so_otherwise(tmp_path):
+  """run_reconstruction runs a job planned once (planning.prepare); settings given instead
+  are refused in one line that says how to make a Plan, and nothing is written."""
+  from recon_jax.job import run
+  from recon_jax.job.settings import JobConfig
+
+  with pytest.raises(ConfigError, match=r"plan must be a Plan \(recon_jax.job.planning.prepare"):
+    run.run_reconstruction(JobConfig(), str(tmp_path / "w"))
+  assert not (tmp_path / "w").exists()

@@ -7,9 +7,11 @@ produces the same folder.
 
 from __future__ import annotations
 
+import os
+
 from recon_jax.core import distributed, progress
 from recon_jax.engine import precision
-from recon_jax.errors import RunFailed
+from recon_jax.errors import ConfigError, RunFailed
 from recon_jax.eval import verdict
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
@@ -32,33 +34,26 @@ STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable stat
 
 
 def run_reconstruction(
-  job,
-  path: str,
-  *,
-  resume: bool = False,
-  overwrite: bool = False,
-  requested_victim=None,
-  explicit=(),
-  checked=False,
+  plan: planning.Plan, path: str, *, resume: bool = False, overwrite: bool = False
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
-  ``job``: the job's :class:`~recon_jax.job.planning.Plan` when the caller resolved it
-  already (a binary does, before it opens the workdir: the settings are checked and
-  resolved once), else its settings, checked here by
-  :func:`recon_jax.job.planning.prepare` (``requested_victim``, ``explicit``: see
-  there).  The folder is opened as a binary opens it (:func:`recon_jax.io.workdir.open_run`):
-  created if missing, refused when not empty (unless ``overwrite``), when in use by a live
-  process, or, with ``resume``, when its config.json is of other settings; ``checked``:
-  the caller opened it already.  With ``resume`` it continues from ``path``'s state file.
+  ``plan``: the job resolved and checked once (:func:`recon_jax.job.planning.prepare` of its
+  settings: everything that can fail before any work).  The folder is opened as a binary
+  opens it (:func:`open_workdir`): created if missing, refused when not empty (unless
+  ``overwrite``), when in use by a live process, or, with ``resume``, when its config.json
+  is of other settings; with ``resume`` the run continues from ``path``'s state file.
   Returns metrics.json's dict; its ``warnings`` and ``verdict`` say what a reader must know.
   """
-  resolved = planning.resolve(job, requested_victim, explicit)
-  cfg = resolved.config
-  runtime = cfg.runtime
+  if not isinstance(plan, planning.Plan):
+    raise ConfigError(
+      f"plan must be a Plan (recon_jax.job.planning.prepare(settings) makes one), got "
+      f"{type(plan).__name__}.",
+      "plan",
+    )
+  cfg, runtime = plan.config, plan.config.runtime
   with precision.scoped(runtime.x64, runtime.matmul_precision):  # config.json records what runs
-    if not checked:
-      path = open_workdir(cfg, path, resume=resume, overwrite=overwrite)
+    path = open_workdir(cfg, path, resume=resume, overwrite=overwrite)
     with workdir.restored_on_refusal(path, "config.json", STATE_FILE):
       state_file = workdir.begin(
         cfg,
@@ -69,7 +64,7 @@ def run_reconstruction(
         every=runtime.save_every,
         checked=True,
       )
-      out = pipeline.run(resolved, state_file)
+      out = pipeline.run(plan, state_file)
     return write_reconstruction(path, out)
 
 
@@ -102,8 +97,8 @@ def main_job(
   with pipeline.progress_shown(), progress.watch():
     progress.phase("checking the settings and reading the files")
     plan = planning.prepare(settings, requested, explicit)
-  path = open_workdir(plan.config, path, resume=resume, overwrite=overwrite)
-  m = run_reconstruction(plan, path, resume=resume, checked=True)
+  m = run_reconstruction(plan, path, resume=resume, overwrite=overwrite)
+  path = os.path.abspath(workdir.expand(path))  # the folder run_reconstruction opened
   for w in m["warnings"]:
     if warn and not w.startswith(verdict.ALL_DIVERGED):  # that one ends the run
       warn(w)

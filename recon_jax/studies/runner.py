@@ -219,9 +219,8 @@ def run_efficacy(
       if m is None:
         again = resume and os.path.isfile(os.path.join(sub, STATE_FILE))
         os.makedirs(sub, exist_ok=True)
-        m = run_reconstruction(
-          efficacy.draw_config(configs[v], draw), sub, resume=again, overwrite=True
-        )
+        plan = planning.prepare(efficacy.draw_config(configs[v], draw))
+        m = run_reconstruction(plan, sub, resume=again, overwrite=True)
       per_draw[v].append(efficacy.draw_numbers(m))
       n_of[v] = int(m["n_train"])
       logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])

@@ -73,7 +73,9 @@ class Error(Exception):
       lead, core, trail = _split(word)
       name, eq, value = core.partition("=")
       if i == 0 and own and not lead and (eq or trail[:1] in ("", ":", ",", ";", "'")):
-        if name in (argument, argument.rsplit(".", 1)[-1], _path(own)):
+        if name in (argument, argument.rsplit(".", 1)[-1], _path(own)) or argument.endswith(
+          "." + name
+        ):
           words[0], own = own + eq + value + trail, None
           continue
       if core in mentions:

@@ -204,14 +204,15 @@ def test_a_nested_setting_is_named_by_the_errors_argument_not_by_its_message():
 
   eff = efficacy_configs.get_config("tiny")
   # the message need not name the setting: the argument (data) says which it is
-  e = ConfigError("must be a finite number >= 0, got -1.", "variants.tv.w_tv")
-  assert _line(e, eff) == "error: --config.variants.tv.w_tv: must be a finite number >= 0, got -1."
-  e = ConfigError("w_tv must be >= 0, got -1.", "variants.tv.w_tv")
-  assert _line(e, eff) == "error: --config.variants.tv.w_tv must be >= 0, got -1."
+  e = ConfigError("must be a finite number >= 0, got -1.", "variants.tv.kkt.w_tv")
+  want = "error: --config.variants.tv.kkt.w_tv: must be a finite number >= 0, got -1."
+  assert _line(e, eff) == want
+  e = ConfigError("w_tv must be >= 0, got -1.", "variants.tv.kkt.w_tv")
+  assert _line(e, eff) == "error: --config.variants.tv.kkt.w_tv must be >= 0, got -1."
   e = ConfigError("must be > 0", "victim.lr")
   assert _line(e, recon_configs.get_config("tiny")) == "error: --config.victim.lr: must be > 0"
   assert cli.flag_of(eff, "base.victim.lr") == "--config.base.victim.lr"
-  assert cli.flag_of(eff, "variants.tv.w_tv") == "--config.variants.tv.w_tv"
+  assert cli.flag_of(eff, "variants.tv.kkt.w_tv") == "--config.variants.tv.kkt.w_tv"
 
 
 def test_a_former_flag_is_read_as_the_setting_it_became():
@@ -235,7 +236,7 @@ def test_a_former_flag_is_read_as_the_setting_it_became():
     "--config.threat.stride",
     "2",
     "--config.search.steps=3",
-    "--config.solver=lm",  # kkt's former search option; --config.search.* is the section
+    "--config.kkt.solver=lm",  # kkt's former search option; --config.search.* is the section
     "--config.victim.lr=0.1",
   ]
   assert notices[0] == "--config.checkpoint is now --config.threat.model" and len(notices) == 5
@@ -278,8 +279,8 @@ def test_settings_a_message_mentions_are_data_and_nothing_else_is_renamed():
   [
     (
       "efficacy",
-      ["--config=experiments/configs/efficacy.py:tiny", "--config.variants.tv.w_tv=-1"],
-      "error: --config.variants.tv.w_tv must be",
+      ["--config=experiments/configs/efficacy.py:tiny", "--config.variants.tv.kkt.w_tv=-1"],
+      "error: --config.variants.tv.kkt.w_tv must be",
     ),
     (
       "reconstruct",

@@ -22,7 +22,7 @@ from recon_jax.job.settings import JobConfig, Threat
     (dict(threat={"allow_data_mismatch": "no"}), "threat.allow_data_mismatch", "got 'no'"),
     (dict(search={"num_restarts": -3}), "search.num_restarts", "must be an integer >= 1, got -3"),
     (dict(search={"steps": 2.5}), "search.steps", "must be an integer"),
-    (dict(cone_starts=2.5), "cone_starts", "got 2.5"),  # an attack's own option
+    (dict(cone={"cone_starts": 2.5}), "cone.cone_starts", "got 2.5"),  # an attack's option
     (dict(victim={"lr": -1.0}), "victim.lr", "got -1.0"),
     (dict(threat={"stride": "2"}), "threat.stride", "got '2'"),
   ],
@@ -80,7 +80,10 @@ def test_the_library_entry_point_refuses_before_running():
 @pytest.mark.parametrize(
   "flag, line",
   [
-    ("--config.cone_starts=2.5", "--config.cone_starts=2.5: expected an integer, got '2.5'"),
+    (
+      "--config.cone.cone_starts=2.5",
+      "--config.cone.cone_starts=2.5: expected an integer, got '2.5'",
+    ),
     (
       "--config.search.num_restarts=abc",
       "--config.search.num_restarts=abc: expected an integer, got 'abc'",

@@ -183,10 +183,10 @@ def test_the_issues_typed_cases_name_their_setting():
     (_tiny(search={"anneal_alpha": "100"}), "search.anneal_alpha"),
     (_tiny(threat={"model": 123}), "threat.model"),
     (_tiny(runtime={"matmul_precision": "bogus"}), "runtime.matmul_precision"),
-    (_tiny(w_tv=1e300), "w_tv"),
-    (_tiny(split_every=5, split_eps=float("inf")), "split_eps"),
-    (_tiny(split_eps=-1.0), "split_eps"),
-    (_tiny(split_every=50), "split_every"),  # more than steps: it would never split
+    (_tiny(kkt={"w_tv": 1e300}), "kkt.w_tv"),
+    (_tiny(kkt={"split_every": 5, "split_eps": float("inf")}), "kkt.split_eps"),
+    (_tiny(kkt={"split_eps": -1.0}), "kkt.split_eps"),
+    (_tiny(kkt={"split_every": 50}), "kkt.split_every"),  # more than steps: it would never split
     (_tiny(victim={"converge_tol": 1e300, "weight_decay": 1e-3}), "victim.converge_tol"),
     (_tiny(victim={"wd": 1e-3}), "victim.wd"),
     (_tiny(attack="inversion", search={"anneal_alpha": 100.0}), "search.anneal_alpha"),
@@ -198,9 +198,9 @@ def test_the_issues_typed_cases_name_their_setting():
         attack="bilevel",
         victim={"weight_decay": 1e-3},
         search={"m_per_sample": 1},
-        bilevel_inner_maxiter=10**9,
+        bilevel={"bilevel_inner_maxiter": 10**9},
       ),
-      "bilevel_inner_maxiter",
+      "bilevel.bilevel_inner_maxiter",
     ),
     (
       _tiny(victim={"converge_tol": 1e-6, "weight_decay": 1e-3, "converge_maxiter": 10**12}),
@@ -229,7 +229,7 @@ def test_the_binary_names_the_flag_of_a_refused_setting(tmp_path, capsys):
   with pytest.raises(SystemExit):
     cli.main_guard(lambda: reconstruct.job(cfg, str(tmp_path / "w")), cfg)
   line = capsys.readouterr().err.strip()
-  assert line.startswith("error: --config.split_eps must be a finite number"), line
+  assert line.startswith("error: --config.kkt.split_eps must be a finite number"), line
   assert not (tmp_path / "w").exists()
 
 
@@ -282,11 +282,11 @@ def _tree(folder):
   [
     ({"variants": "default,default"}, {}, "variants names 'default' twice"),
     ({"variants": "default,tv"}, {"confidence": 1.5}, "--config.confidence"),
-    ({"variants": "default,tv"}, {"variants.tv.w_tv": -1.0}, "--config.variants.tv.w_tv"),
+    ({"variants": "default,tv"}, {"variants.tv.kkt.w_tv": -1.0}, "--config.variants.tv.kkt.w_tv"),
     (
       {"variants": "default,subspace"},
       {"base.victim.arch": "cnn"},
-      "--config.variants.subspace.subspace",
+      "--config.variants.subspace.kkt.subspace",
     ),
     ({"variants": "tv", "resume": True}, {}, "which ran variants=default,tv"),
     ({"variants": "tv,default", "resume": True}, {}, "which ran variants=default,tv"),

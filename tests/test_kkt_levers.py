@@ -283,12 +283,12 @@ def test_w_tv_is_refused_where_it_cannot_apply():
   cfg = configs.get_config("tiny")
   vcfg = victim.VictimConfig(dataset="digits")
   for bad in (-1.0, float("nan"), float("inf")):
-    cfg.w_tv = bad
+    cfg.kkt.w_tv = bad
     with pytest.raises(ConfigError, match="w_tv") as err:
-      kkt.SPEC.check(cfg, Setup("binary", vcfg))
-    assert err.value.argument == "w_tv"
-  cfg.w_tv = 0.1
+      kkt.SPEC.check(cfg.kkt, Setup("binary", vcfg))
+    assert err.value.argument == "w_tv"  # the option's own name (the job names kkt.w_tv)
+  cfg.kkt.w_tv = 0.1
   toy = victim.VictimConfig(dataset="toy2d")
   with pytest.raises(ConfigError, match="image candidates"):
-    kkt.SPEC.check(cfg, Setup("binary", toy))
-  kkt.SPEC.check(cfg, Setup("binary", victim.VictimConfig(dataset="lfw")))
+    kkt.SPEC.check(cfg.kkt, Setup("binary", toy))
+  kkt.SPEC.check(cfg.kkt, Setup("binary", victim.VictimConfig(dataset="lfw")))

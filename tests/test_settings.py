@@ -159,8 +159,9 @@ def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, 
 
 # ----------------------------------------------------------------------------- attack options
 
-# The settings that are an attack's own options: their flags, config.json keys and owners, as
-# config files and workdirs written before know them (renaming one breaks their resume).
+# The settings that are an attack's own options, by attack: the job holds each attack's as a
+# section under its name (``kkt.subspace``); before 2026-11-28 they were settings at the top
+# of the same names, which config files, flags and workdirs written then still use.
 ATTACK_SETTINGS = {
   "cone": {"cone_starts", "cone_public", "cone_search_minutes"},
   "kkt": {
@@ -180,7 +181,7 @@ ATTACK_SETTINGS = {
 }
 
 
-def test_each_attacks_options_are_settings_of_the_job_of_the_same_name():
+def test_each_attacks_options_are_a_section_of_the_job_under_its_name():
   from recon_jax import attacks
 
   fields = {f.name: f for f in dataclasses.fields(rj.JobConfig)}
@@ -188,20 +189,23 @@ def test_each_attacks_options_are_settings_of_the_job_of_the_same_name():
   owned = {}
   for name, spec in attacks.specs().items():
     for f in dataclasses.fields(spec.options):
-      assert f.name in fields and f.name in flags, f.name
-      assert fields[f.name].default == f.default == flags[f.name], f.name
-      assert settings.HELP[f.name] == f.metadata["help"] and f.metadata["help"].strip()
-      assert settings.RULES[f.name] == f.metadata["rule"], f.name
+      dotted = f"{name}.{f.name}"
+      assert fields[name].type is spec.options and dotted in flags, dotted
+      assert getattr(rj.JobConfig(), name) == spec.options()  # its defaults
+      assert f.default == flags[dotted], dotted
+      assert settings.HELP[dotted] == f.metadata["help"] and f.metadata["help"].strip()
+      assert settings.RENAMED[f.name] == dotted  # its former name, still read
       owned.setdefault(name, set()).add(f.name)
   assert owned == ATTACK_SETTINGS
-  assert set(settings.ATTACK_OPTIONS) == {attacks.get(n).options for n in ATTACK_SETTINGS}
+  assert settings.ATTACK_SECTIONS == {n: attacks.get(n).options for n in ATTACK_SETTINGS}
+  assert settings.RENAMED["search"] == "kkt.solver"  # kkt's former search option
 
 
 def test_an_attack_gets_its_typed_options_and_the_shared_settings():
   from recon_jax import attacks
   from recon_jax.attacks import kkt
 
-  job = rj.JobConfig(split_every=3, w_tv=0.5, steps=9, optimizer="adam")
+  job = rj.JobConfig(kkt={"split_every": 3, "w_tv": 0.5}, search={"steps": 9, "optimizer": "adam"})
   assert attacks.get("kkt").options_of(job) == kkt.KKTOptions(split_every=3, w_tv=0.5)
   assert attacks.get("inversion").options_of(job) == attacks.get("inversion").options()
   common = attacks.Common.of(job)
@@ -216,19 +220,21 @@ def test_the_attack_setting_lists_the_registry():
   assert tuple(settings.RULES["attack"].choices()) == tuple(names)
 
 
-def test_two_attacks_may_not_declare_the_same_option(monkeypatch):
+def test_an_attack_may_not_be_named_as_a_setting_of_the_job(monkeypatch):
+  """Its options' section would hide the job's setting of that name (``search``)."""
   from recon_jax import attacks
   from recon_jax.attacks import spec as spec_module
   from recon_jax.core.rules import Rule
 
   @dataclasses.dataclass(frozen=True)
   class Clash:
-    split_every: int = spec_module.option(0, "again", Rule("int", low=0))
+    depth: int = spec_module.option(0, "again", Rule("int", low=0))
 
-  fake = attacks.AttackSpec("clash", build=None, check=None, options=Clash)
-  monkeypatch.setitem(spec_module._REGISTRY, "clash", fake)
-  with pytest.raises(ValueError, match="split_every"):
-    settings._attack_options()
+  fake = attacks.AttackSpec("search", build=None, check=None, options=Clash)
+  monkeypatch.setitem(spec_module._REGISTRY, "search", fake)
+  assert settings._attack_sections()["search"] is Clash
+  with pytest.raises(ValueError, match="search"):
+    settings.refuse_clashes(settings._attack_sections())
 
 
 def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
@@ -242,7 +248,9 @@ def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
 
   fake = attacks.AttackSpec("own", build=None, check=None, options=Own, hparams=("lr_x", "lr_z"))
   monkeypatch.setitem(spec_module._REGISTRY, "own", fake)
-  job = types.SimpleNamespace(**{**rj.JobConfig().to_dict(), "attack": "own", "lr_z": "0.1:0.2"})
+  job = types.SimpleNamespace(
+    **{**rj.JobConfig().to_dict(), "attack": "own", "own": Own("0.1:0.2")}
+  )
   job.search = rj.JobConfig().search.__class__(num_restarts=5)
   hp = planning.hparams_for(job, attacks.get(job.attack))
   assert hp["lr_z"].shape == (5,) and np.all((0.1 <= hp["lr_z"]) & (hp["lr_z"] <= 0.2))

@@ -37,22 +37,22 @@ VARIANTS = {
   "m1": {"search.m_per_sample": 1},
   # Tied multipliers lambda_i = c sigma(-y_i Phi(x_i)) (weight decay, lfw_wd), with Adam.
   "tied": {
-    "multipliers": "tied",
+    "kkt.multipliers": "tied",
     "search": {"m_per_sample": 1, "optimizer": "adam", "lr_x": "1e-4:1e-1:log"},
   },
   # Candidates in the span of the first layer's weights (Tansley et al. 2026).
-  "subspace": {"subspace": True},
+  "subspace": {"kkt.subspace": True},
   # Sample splitting (Shen et al. 2026): every 250 steps the best split makes two, 0.5 apart.
-  "split": {"split_every": 250, "split_eps": 0.5},
+  "split": {"kkt.split_every": 250, "kkt.split_eps": 0.5},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"search.num_restarts": 64, "search.steps": 1000},
   # A total-variation prior on the candidates (a natural-image prior; Refael et al. 2025).
-  "tv": {"w_tv": 0.1},
+  "tv": {"kkt.w_tv": 0.1},
   # Levenberg-Marquardt on the tied equations in the first layer's span (200 steps).
   "lm": {
-    "multipliers": "tied",
-    "subspace": True,
-    "solver": "lm",
+    "kkt.multipliers": "tied",
+    "kkt.subspace": True,
+    "kkt.solver": "lm",
     "search.m_per_sample": 1,
     "search.steps": 200,
     "search.chunk_steps": 50,
@@ -77,15 +77,21 @@ FINETUNE_VARIANTS = {
   # Paired with the preset on draws 10-14 (docs/log/leakage.md); none moves strict pooled.
   "lin03": {"linearize": 0.3},  # gradients nearer theta_0 than halfway
   "lin07": {"linearize": 0.7},
-  "tv4": {"w_tv": 1e-4},  # a total-variation prior, ~5% of the final loss at n = 20
-  "tv3": {"w_tv": 1e-3},
+  "tv4": {"kkt.w_tv": 1e-4},  # a total-variation prior, ~5% of the final loss at n = 20
+  "tv3": {"kkt.w_tv": 1e-3},
   "steps6k": {"search.steps": 6000},  # the loss still falls at 4000
   # Candidates searched in pixels (625 inputs) instead of the span's coefficients.
-  "pixels": {"subspace": False, "span_whiten": 0.0},
+  "pixels": {"kkt.subspace": False, "kkt.span_whiten": 0.0},
   # Levenberg-Marquardt on the free-multiplier equations in the span (200 steps).
-  "lm": {**SGD, "solver": "lm", "search.steps": 200, "search.chunk_steps": 50, "span_whiten": 0.0},
+  "lm": {
+    **SGD,
+    "kkt.solver": "lm",
+    "search.steps": 200,
+    "search.chunk_steps": 50,
+    "kkt.span_whiten": 0.0,
+  },
   # Sample splitting (Shen et al. 2026) with lambda_min = 0.
-  "split": {"split_every": 250, "split_eps": 0.5, "search.lam_min": "0"},
+  "split": {"kkt.split_every": 250, "kkt.split_eps": 0.5, "search.lam_min": "0"},
   # More restarts x fewer steps at the default's step count (16 x 4000 = 64 x 1000).
   "wide": {"search.num_restarts": 64, "search.steps": 1000},
   # The victims themselves trained with squared error to labels +-1 instead of the logistic
@@ -94,29 +100,29 @@ FINETUNE_VARIANTS = {
   "mse": {"victim": {"loss": "mse"}},
   # The default before the tuning of 2026-11-26 (span unweighted, 2n, lr_x, lambda_min).
   "plain": {
-    "span_whiten": 0.0,
+    "kkt.span_whiten": 0.0,
     "search.m_per_sample": 2,
     "search.lr_x": "3e-3:1e-1:log",
     "search.lam_min": "0.2:0.7:lin",
   },
   # Each direction of the span counted alike ((s_j / s_1)^-1 instead of ^-0.5).
-  "whiten1": {"span_whiten": 1.0},
+  "whiten1": {"kkt.span_whiten": 1.0},
   # 2n candidates instead of 3n.
   "m2": {"search.m_per_sample": 2},
   # The images read off the cone of the first layer's change by linear programs (no search).
   "cone": {
     **SGD,
     "attack": "cone",
-    "subspace": False,
-    "span_whiten": 0.0,
+    "kkt.subspace": False,
+    "kkt.span_whiten": 0.0,
     "search.lam_min": "0.2:0.7:lin",
   },
   # theta_0 unknown: theta* alone, Haim et al.'s attack in pixels (their 2n, lambda_min).
   "unknown_init": {
     "threat": {"known_init": False},
     "linearize": 1.0,
-    "subspace": False,
-    "span_whiten": 0.0,
+    "kkt.subspace": False,
+    "kkt.span_whiten": 0.0,
     "search.m_per_sample": 2,
     "search.lam_min": "0.2:0.7:lin",
     **SGD,

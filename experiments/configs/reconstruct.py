@@ -6,7 +6,7 @@ Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
           a published He initialisation, 2000 epochs of GD; the images are read off the
           cone of the first layer's change (attack=cone: linear programs, no search), and
           where it reads fewer than that change's span holds the KKT search in the span
-          takes over from them (cone_search_minutes)
+          takes over from them (cone.cone_search_minutes)
   finetune_kkt  the same, the KKT search on theta* - theta_0 in that change's span (any depth)
   lfw     the same images, Haim et al.'s setting: 625-256-256-1 victim from a small init,
           the attacker knows theta* only

@@ -278,7 +278,7 @@ SPEC = register(
     doc="min_x ||theta* - theta(x)||^2, theta(x) = argmin E (Runkel et al.), implicit gradients",
     # m = n, and a few inner iterations: each step is an inner solve (slow to compile)
     examples=(
-      Example({"search.m_per_sample": 1, "bilevel_inner_maxiter": 20}, steps=2, slow=True),
+      Example({"search.m_per_sample": 1, "bilevel.bilevel_inner_maxiter": 20}, steps=2, slow=True),
     ),
   )
 )

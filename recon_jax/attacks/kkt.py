@@ -475,19 +475,29 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
 
 # The contract test's runs: once per solver (an LM or splitting program is slow to
 # compile; LM's damping starts small, so the first steps of a restart may be rejected).
-_LM = {"subspace": True, "subspace_tol": 1e-8, "solver": "lm", "lm_cg_maxiter": 5}
+_LM = {"kkt.subspace": True, "kkt.subspace_tol": 1e-8, "kkt.solver": "lm", "kkt.lm_cg_maxiter": 5}
 EXAMPLES = (
   Example(),
-  Example({"multipliers": "tied", "search.m_per_sample": 1}),
+  Example({"kkt.multipliers": "tied", "search.m_per_sample": 1}),
   Example(
-    {"multipliers": "tied", "search.m_per_sample": 1, "subspace": True, "subspace_tol": 1e-8}
+    {
+      "kkt.multipliers": "tied",
+      "search.m_per_sample": 1,
+      "kkt.subspace": True,
+      "kkt.subspace_tol": 1e-8,
+    }
   ),
-  Example({"multipliers": "tied", "search.m_per_sample": 1, **_LM}, steps=2, slow=True),
+  Example({"kkt.multipliers": "tied", "search.m_per_sample": 1, **_LM}, steps=2, slow=True),
   Example(_LM, steps=10, slow=True),
   Example(
-    {"subspace": True, "span_whiten": 0.5, "search.optimizer": "adam", "search.lr_x": "0.01"}
+    {
+      "kkt.subspace": True,
+      "kkt.span_whiten": 0.5,
+      "search.optimizer": "adam",
+      "search.lr_x": "0.01",
+    }
   ),
-  Example({"split_every": 2, "split_eps": 0.1}, slow=True),
+  Example({"kkt.split_every": 2, "kkt.split_eps": 0.1}, slow=True),
 )
 
 SPEC = register(

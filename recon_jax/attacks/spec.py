@@ -165,7 +165,8 @@ class AttackSpec(NamedTuple):
 
   @property
   def settings(self) -> Tuple[str, ...]:
-    """The job settings only this attack reads (its options' names)."""
+    """The names of its options (the job holds them under the attack's name:
+    ``kkt.subspace``)."""
     return tuple(f.name for f in dataclasses.fields(self.options))
 
   @property
@@ -174,9 +175,12 @@ class AttackSpec(NamedTuple):
     return tuple(n for n, r in rules_of(self.options).items() if r.kind == "range")
 
   def options_of(self, job):
-    """Its options as ``job`` (a JobConfig, or a mapping of settings with attribute
-    access) sets them."""
-    return self.options(**{name: getattr(job, name) for name in self.settings})
+    """Its options as ``job`` (a JobConfig, or a ConfigDict of its settings) sets them:
+    the section of the job named after the attack (none: an attack without options)."""
+    if not self.settings:
+      return self.options()
+    section = getattr(job, self.name)
+    return section if isinstance(section, self.options) else self.options(**dict(section))
 
 
 _REGISTRY: dict = {}

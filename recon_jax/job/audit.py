@@ -82,7 +82,7 @@ def audit_job(
     threat = dataclasses.replace(threat, known_init=True)
   settings = dict(threat=threat, victim=dataclasses.replace(base.victim, loss=loss))
   if threat.known_init and base.attack == "kkt":  # the known-init search (kkt's settings)
-    settings.update(KNOWN_INIT_ATTACK, subspace=_dense_first_layer(threat.model))
+    settings.update(KNOWN_INIT_ATTACK, **{"kkt.subspace": _dense_first_layer(threat.model)})
   return base.replace(**settings)
 
 

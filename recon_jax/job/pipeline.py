@@ -167,7 +167,7 @@ def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
     m=len(_labels(plan, ds)),
     searched=plan.spec.direct is None,
     attack=cfg.attack,
-    span_dim=(seen.get("span") or {}).get("dim") if cfg.subspace else None,
+    span_dim=(seen.get("span") or {}).get("dim") if cfg.kkt.subspace else None,
     identify=cfg.evaluation.identify,
   )
 

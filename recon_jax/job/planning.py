@@ -308,7 +308,7 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
     if cfg.search.m:
       candidate_labels(problem, int(cfg.search.m), _num_classes(vcfg))  # m even, or a multiple of C
   setup = attacks.Setup(problem, vcfg, foreign, common=attacks.Common.of(cfg))
-  spec.check(spec.options_of(cfg), setup)
+  check_attack(spec, cfg, setup)
   check_unread_settings(cfg, spec)
   check_features(cfg, spec, foreign, own, explicit)
   check_known_init(cfg, foreign)
@@ -349,7 +349,7 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
   then_spec = attacks.get("kkt")
   setup = plan.setup._replace(common=attacks.Common.of(then_cfg))
   try:
-    then_spec.check(then_spec.options_of(then_cfg), setup)
+    check_attack(then_spec, then_cfg, setup)
     check_memory(then_cfg, plan.victim, then_spec)
   except ConfigError as e:
     logging.info("no hand-over to the KKT search: %s", e)
@@ -426,19 +426,30 @@ def check_features(cfg: JobConfig, spec, foreign: bool, own: bool, explicit=()) 
     rules.check_features(values, table, rules.defaults_of(cls), on, explicit, f"{name}.")
 
 
+def check_attack(spec, cfg: JobConfig, setup) -> None:
+  """The attack's own checks of its options on ``setup`` (:attr:`AttackSpec.check`); an
+  option it names is named as the job holds it, under the attack (``kkt.w_tv``)."""
+  try:
+    spec.check(spec.options_of(cfg), setup)
+  except ConfigError as e:
+    if e.argument in spec.settings:
+      e.argument = f"{spec.name}.{e.argument}"
+    raise
+
+
 def check_unread_settings(cfg: JobConfig, spec) -> None:
   """Refuses a setting that only another attack reads, away from its default: it would
   change nothing, and a run that silently ignores it misleads."""
-  defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
-  for other in attacks.specs().values():
-    for name in other.settings:  # the names of its options
-      if name in spec.settings:
-        continue
-      if getattr(cfg, name) != defaults[name]:
+  for other, cls in settings.ATTACK_SECTIONS.items():
+    if other == spec.name:
+      continue
+    given, defaults = getattr(cfg, other), cls()
+    for name in rules.rules_of(cls):
+      if getattr(given, name) != getattr(defaults, name):
         raise ConfigError(
-          f"{name} is a setting of attack={other.name}; attack={spec.name} does not read it "
-          f"(leave it at {defaults[name]!r}).",
-          name,
+          f"{other}.{name} is a setting of attack={other}; attack={spec.name} does not read "
+          f"it (leave it at {getattr(defaults, name)!r}).",
+          f"{other}.{name}",
         )
 
 

@@ -33,8 +33,8 @@ from recon_jax.victims.recipe import VictimConfig
 # (docs/log/leakage.md: the levers compared on paired draws 10-14).
 KNOWN_INIT_ATTACK = {
   "linearize": 0.5,
-  "subspace": True,
-  "span_whiten": 0.5,
+  "kkt.subspace": True,
+  "kkt.span_whiten": 0.5,
   "search.m_per_sample": 3,
   "search.optimizer": "adam",
   "search.lr_x": "1e-2:3e-1:log",
@@ -361,25 +361,16 @@ class Runtime(_Section):
   )
 
 
-# The main job's sections beside its victim: {name: class} (each a config of its own).
-SECTIONS = {"threat": Threat, "search": Search, "evaluation": Evaluation, "runtime": Runtime}
-
-
-def _attack_options() -> tuple:
-  """The option classes of the registered attacks (each once); two attacks may not declare
-  the same setting."""
+def _attack_sections() -> dict:
+  """``{attack name: its options class}`` of the registered attacks that have options: each
+  a section of the job named after its attack (``kkt.subspace``)."""
   from recon_jax import attacks
 
-  classes, owner = [], {}
-  for name, spec in sorted(attacks.specs().items()):
-    if spec.options in classes or not dataclasses.fields(spec.options):
-      continue
-    for f in dataclasses.fields(spec.options):
-      if f.name in owner:
-        raise ValueError(f"attacks {owner[f.name]} and {name} both declare the option {f.name}.")
-      owner[f.name] = name
-    classes.append(spec.options)
-  return tuple(classes)
+  return {
+    name: spec.options
+    for name, spec in sorted(attacks.specs().items())
+    if dataclasses.fields(spec.options)
+  }
 
 
 def _attack_meaning() -> str:
@@ -389,18 +380,27 @@ def _attack_meaning() -> str:
   return " | ".join(sorted(attacks.specs())) + " (each a module of recon_jax.attacks)"
 
 
-# The attacks' own options (recon_jax.attacks.*.SPEC.options): settings of the job beside
-# the ones below, of the same names (``--config.split_every``), declared with their attack.
-ATTACK_OPTIONS = _attack_options()
+# The attacks' own options (recon_jax.attacks.*.SPEC.options), declared with their attack:
+# each attack's a section of the job under its name (``--config.kkt.split_every``).
+ATTACK_SECTIONS = _attack_sections()
+# The main job's sections beside its victim: {name: class} (each a config of its own), the
+# attacks' options among them.
+SECTIONS = {
+  "threat": Threat,
+  "search": Search,
+  "evaluation": Evaluation,
+  "runtime": Runtime,
+  **ATTACK_SECTIONS,
+}
 
 
 @dataclasses.dataclass(frozen=True)
-class JobConfig(*ATTACK_OPTIONS):
+class _JobSettings:
   """The main job's settings, typed: every setting, its default and its meaning.
 
-  The settings every attack shares are declared here; each attack's own options are
-  declared with it (its spec's ``options``, e.g. :class:`recon_jax.attacks.kkt.KKTOptions`)
-  and are settings of this class too, of the same names (:data:`ATTACK_OPTIONS`).
+  The settings every attack shares are declared here, by section; each attack's own options
+  are declared with it (its spec's ``options``, e.g. :class:`recon_jax.attacks.kkt.KKTOptions`)
+  and held as a section under the attack's name (``kkt.subspace``; :data:`ATTACK_SECTIONS`).
   A binary parses its flags into an ``ml_collections.ConfigDict``
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
   library reads this and nothing else.  ``victim`` and ``threat`` may be given as
@@ -468,18 +468,20 @@ class JobConfig(*ATTACK_OPTIONS):
       object.__setattr__(self, "victim", VictimConfig(**v))
     for name, cls in SECTIONS.items():
       if not isinstance(getattr(self, name), cls):
-        object.__setattr__(self, name, cls(**_entries(getattr(self, name), name)))
+        entries = _entries(getattr(self, name), name)
+        _refuse_unknown(cls, entries, f"{name}.")
+        object.__setattr__(self, name, cls(**entries))
     check_types(self)
 
   @classmethod
-  def of(cls, config) -> "JobConfig":
+  def of(cls, config) -> "_JobSettings":
     """``config`` (a JobConfig, a ConfigDict or a dict of settings) as a JobConfig.
 
     Raises ConfigError naming a setting it does not know.
     """
     return config if isinstance(config, cls) else cls(**dict(config))
 
-  def replace(self, **changes) -> "JobConfig":
+  def replace(self, **changes) -> "_JobSettings":
     """A copy with ``changes`` (a setting's former name is read as its new one)."""
     return dataclasses.replace(self, **changes)
 
@@ -520,6 +522,24 @@ def _reading_former_names(init):
   return __init__
 
 
+def refuse_clashes(attack_sections: Mapping) -> None:
+  """Raises ValueError where an attack with options is named as a setting of the job (its
+  section would hide that setting)."""
+  clashes = sorted(set(_JobSettings.__dataclass_fields__) & set(attack_sections))
+  if clashes:
+    raise ValueError(f"attacks {clashes} are named as settings of the job.")
+
+
+refuse_clashes(ATTACK_SECTIONS)
+# The job's settings with each attack's options as a section of its own (a field per
+# registered attack that has options), made from the registry so an attack stays one module.
+JobConfig = dataclasses.make_dataclass(
+  "JobConfig",
+  [(name, cls, dataclasses.field(default_factory=cls)) for name, cls in ATTACK_SECTIONS.items()],
+  bases=(_JobSettings,),
+  frozen=True,
+)
+JobConfig.__module__, JobConfig.__doc__ = __name__, _JobSettings.__doc__
 JobConfig.__init__ = _reading_former_names(JobConfig.__init__)
 
 
@@ -555,7 +575,11 @@ def _refuse_unknown(cls, given, prefix: str = "") -> None:
 # "foreign.stride": "threat.stride", ...}), read off the declarations' ``formerly``: a
 # config, a flag or a config.json that uses a former name still works for a release.
 RENAMED = {
-  **rules.renamed_of(JobConfig),  # an attack's option renamed (kkt's search: solver)
+  # each attack's options were settings at the top, of the same names, before they moved
+  # into the attack's section
+  **{
+    leaf: f"{name}.{leaf}" for name, cls in ATTACK_SECTIONS.items() for leaf in rules.rules_of(cls)
+  },
   **{
     old: new
     for name, cls in SECTIONS.items()
@@ -606,10 +630,8 @@ def renamed(given) -> dict:
 # ``setting(default, meaning, rule)``; the attacks' options are inherited fields with their
 # own); the features a rule names are decided in recon_jax.job.planning.features.
 RULES = rules.rules_of(JobConfig)
-_OWN_NAMES = set(JobConfig.__dict__.get("__annotations__", {})) - {"victim", *SECTIONS}
-_HIDDEN = sorted(_OWN_NAMES & {n for cls in ATTACK_OPTIONS for n in rules.rules_of(cls)})
-if _HIDDEN:  # JobConfig's own field would hide the attack's silently
-  raise ValueError(f"attack options {_HIDDEN} are settings of the job.")
+
+
 # The threat section's settings (``threat.model``...).
 THREAT_RULES = rules.rules_of(Threat)
 # Every setting of the main job's sections by its dotted name (``runtime.x64``...).

@@ -57,7 +57,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
   assert f"done_{INTERRUPTED}.json" not in files and "metrics.json" not in files
 
   calls = []
-  run_attack = loop.run_attack_unchecked  # the study's own checks ran: it calls the loop as is
+  run_attack = loop.run_attack  # the study calls the loop as a user does
 
   def spy(attack, *args, state_file=None, **kw):
     calls.append((os.path.basename(state_file.path), state_file.resume))
@@ -65,7 +65,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, monkeypatch):
     calls.append([c["step"] for c in out.chunks])
     return out
 
-  monkeypatch.setattr(loop, "run_attack_unchecked", spy)
+  monkeypatch.setattr(loop, "run_attack", spy)
   run_tiny(wd, resume=True)
   # The affine sub-run was loaded, not rerun; the KKT one continued from step 2 and
   # reports both chunks.

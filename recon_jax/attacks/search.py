@@ -61,7 +61,7 @@ def find_candidates(
       notes=notes[0] if notes else None,
     )
   attack = spec.build(spec.options_of(settings), setup)
-  x_init = inits.make_x_init_unchecked(
+  x_init = inits.make_x_init(
     settings.search.init,
     m=len(target.labels),
     input_shape=setup.input_shape,
@@ -74,7 +74,7 @@ def find_candidates(
     x_init = inits.seeded(x_init, *starts, target.labels)
   search = settings.search
   keys = jax.random.split(jax.random.PRNGKey(search.seed), search.num_restarts)
-  run = loop.run_attack_unchecked(
+  run = loop.run_attack(
     attack,
     x_init,
     keys,

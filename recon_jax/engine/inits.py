@@ -128,16 +128,6 @@ def make_x_init(
         name, x, shape=(None, *input_shape), ndim=1 + len(input_shape), nonempty=needed
       )
   arguments.array("offset", offset, nonempty=False)
-  return make_x_init_unchecked(
-    scheme, m=m, input_shape=input_shape, x_train=x_train, x_part=x_part, offset=offset, dtype=dtype
-  )
-
-
-def make_x_init_unchecked(
-  scheme: str, *, m: int, input_shape, x_train=None, x_part=None, offset=0.0, dtype=jnp.float32
-):
-  """:func:`make_x_init` without its argument checks (``m`` and ``input_shape`` as ints),
-  for a caller that resolved them before (a job's :class:`~recon_jax.job.planning.Plan`)."""
   if scheme == "gaussian":
     return gaussian(m, input_shape, dtype)
   if scheme == "uniform":

@@ -459,16 +459,6 @@ def run_attack(
     log: one log line per chunk.
   """
   _check_run_arguments(attack, x_init, keys, stages, target, chunk_steps, batching)
-  return run_attack_unchecked(
-    attack, x_init, keys, stages, target, chunk_steps, batching, state_file, log
-  )
-
-
-def run_attack_unchecked(
-  attack, x_init, keys, stages, target, chunk_steps=500, batching="auto", state_file=None, log=True
-) -> AttackRun:
-  """:func:`run_attack` without its argument checks: for a caller whose arguments were
-  resolved and checked before (a job's :class:`~recon_jax.job.planning.Plan`)."""
   state0, chunks, sf = None, [], state_file
   if sf is not None and sf.resume:
     state0, chunks, _ = resume_state(sf.path, attack, x_init, keys, stages[0][1], target, batching)

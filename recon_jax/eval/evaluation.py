@@ -28,6 +28,9 @@ def pixel_space(x, ds: data.Dataset) -> np.ndarray:
   return np.asarray(x, np.float32) + np.asarray(ds.mean, np.float32)
 
 
+_GROUP_COUNTS = ("recovered_strict", "n_ssim_gt_0.4")
+
+
 def evaluate_candidates(
   cands,
   weights,
@@ -85,19 +88,6 @@ def evaluate_candidates(
   ]
   if len(ds.x_train) == 0:
     raise ConfigError("ds has no training images to score the candidates against.", "ds")
-  return evaluate_candidates_unchecked(
-    cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, also
-  )
-
-
-_GROUP_COUNTS = ("recovered_strict", "n_ssim_gt_0.4")
-
-
-def evaluate_candidates_unchecked(
-  cands, weights, final_loss, ds, ssim_threshold=None, filter_size=None, seed=0, also=()
-) -> dict:
-  """:func:`evaluate_candidates` without its argument checks, for a run's own arrays and
-  settings a job checked before (:func:`recon_jax.eval.scoring.score_run`)."""
   cands = np.asarray(cands)
   r, m = cands.shape[:2]
   img_shape = cands.shape[2:]

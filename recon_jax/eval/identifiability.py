@@ -338,14 +338,6 @@ def identifiability(
   """
   args = (apply_fn, problem, params, x_train, y_train, candidates, weights, labels)
   _check_arguments(*args, diverged)
-  return identifiability_unchecked(*args, reference, diverged, box)
-
-
-def identifiability_unchecked(
-  apply_fn, problem, params, x_train, y_train, candidates, weights, labels, reference, diverged, box
-) -> dict:
-  """:func:`identifiability` without its argument checks, for a run's own arrays (a job's
-  :func:`recon_jax.eval.scoring.score_run`: its victim, data and candidates fit together)."""
   t0 = time.time()
   reference = params if reference is None else reference
   cands = np.asarray(candidates)

@@ -59,7 +59,7 @@ def identifiability_report(
     len(cands),
     identifiability.LP_TIME_LIMIT_S,
   )
-  return identifiability.identifiability_unchecked(
+  return identifiability.identifiability(
     apply_fn,
     problem,
     target.params,
@@ -210,7 +210,7 @@ def score_run(
   )
   t0 = time.time()
   progress.phase("evaluating the candidates")
-  ev = evaluation.evaluate_candidates_unchecked(
+  ev = evaluation.evaluate_candidates(
     cands, weights, final_loss, ds, ssim_threshold=ssim_threshold, seed=seed, also=also
   )
   timing["evaluation_s"] = time.time() - t0

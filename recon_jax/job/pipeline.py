@@ -138,7 +138,7 @@ def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Targ
   with ``known_init`` theta* - theta_0 as the reference (less the multiple of theta_0 that
   weight decay kept: :func:`recon_jax.victims.loading.decay_factor`), the gradients taken at
   the ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
-  target = loading.make_target_unchecked(vic.params, labels, ds.mean, dtype=float_dtype())
+  target = loading.make_target(vic.params, labels, ds.mean, dtype=float_dtype())
   if plan.config.threat.known_init:
     n = len(ds.x_train)
     decay = loading.decay_factor(vic.params, vic.init, n) if n else 1.0

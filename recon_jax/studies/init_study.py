@@ -373,7 +373,7 @@ class Study:
         restart_from_target_each_step=cfg.bilevel_restart_from_target,
         optimizer=cfg.bilevel_optimizer,
       )
-      target = loading.make_target_unchecked(params, ds.y_train, dtype=dtype)
+      target = loading.make_target(params, ds.y_train, dtype=dtype)
       x_init = inits.mix(ds.x_train, ds.x_part, n, dtype=dtype)
       hp["lr_x"] = jnp.asarray(np.full(len(sel), cfg.bilevel_lr_x), dtype)
       steps, offset, draws = cfg.bilevel_steps, 0.0, {}
@@ -384,7 +384,7 @@ class Study:
       params = vic.params
       vsum = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
       attack = kkt.kkt_attack(vic.apply_fn, "binary")
-      target = loading.make_target_unchecked(params, dsc.y_train, dsc.mean, dtype=dtype)
+      target = loading.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
       x_init = inits.mix(dsc.x_train, dsc.x_part, n, offset=dsc.mean, dtype=dtype)
       draws = kkt_hparams(cfg, len(sel))
       hp.update({k: jnp.asarray(v, dtype) for k, v in draws.items()})
@@ -394,7 +394,7 @@ class Study:
     entry["theta_star_sq_norm"] = float(losses.tree_sq_norm(target.params))
     entry["victim_s"] = time.time() - t0
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(sub.seed), 1), len(sel))
-    out = loop.run_attack_unchecked(
+    out = loop.run_attack(
       attack,
       x_init,
       keys,

@@ -295,7 +295,7 @@ def run(
   if cfg.theta_norm > 0:
     scale = cfg.theta_norm / jnp.sqrt(losses.tree_sq_norm(params))
     params = jax.tree_util.tree_map(lambda a: a * scale, params)
-  target = loading.make_target_unchecked(params, labels, ds.mean, box=None, dtype=dtype)
+  target = loading.make_target(params, labels, ds.mean, box=None, dtype=dtype)
   attack = kkt.kkt_attack(vic.apply_fn, "binary", w_prior=0.0)  # no prior (Haim §4)
   x_init = inits.gaussian(cfg.m, (2,), dtype)
   keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
@@ -305,7 +305,7 @@ def run(
       keys, hp_arrays
     )
   )
-  res = loop.run_attack_unchecked(
+  res = loop.run_attack(
     attack,
     x_init,
     keys,

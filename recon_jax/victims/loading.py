@@ -59,12 +59,6 @@ def make_target(
     lo, hi = (arguments.number("box", v) for v in box)
     if not lo < hi:
       raise ConfigError(f"box must be (lo, hi) with lo < hi, got {box!r}.", "box")
-  return make_target_unchecked(params, labels, mean, box=box, dtype=dtype)
-
-
-def make_target_unchecked(params, labels, mean=None, *, box=(0.0, 1.0), dtype=None) -> Target:
-  """:func:`make_target` without its argument checks, for a victim and labels the job made
-  itself (its :class:`~recon_jax.job.planning.Plan` resolved them)."""
   dtype = dtype or float_dtype()
   params = cast_params(params, dtype)
   labels = jnp.asarray(labels)

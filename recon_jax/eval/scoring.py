@@ -59,6 +59,9 @@ def identifiability_report(
     len(cands),
     identifiability.LP_TIME_LIMIT_S,
   )
+  labels = np.asarray(target.labels if labels is None else labels)
+  if np.shape(cands)[1] == 0:  # an attack that found no candidate: none of their labels
+    labels = labels[:0]
   return identifiability.identifiability(
     apply_fn,
     problem,
@@ -67,7 +70,7 @@ def identifiability_report(
     jnp.asarray(ds.y_train),
     cands,
     weights,
-    np.asarray(target.labels if labels is None else labels),
+    labels,
     reference=target.fit,
     diverged=diverged,
     box=(np.asarray(target.box_lo), np.asarray(target.box_hi)),

@@ -4,7 +4,7 @@ data -> victim (trained, cached or imported) -> theta* -> Target ->
 x-initialisation -> attack -> the one batched loop -> candidates ->
 evaluation -> report dict.
 
-The pieces (:func:`make_target`, :func:`candidate_labels`,
+The pieces (:func:`make_target`, :func:`recon_jax.job.planning.candidate_labels`,
 :func:`load_or_train_victim`, :func:`recon_jax.engine.loop.run_attack`) are plain functions of
 library objects; :func:`reconstruct` chains them for one job (its typed settings,
 :class:`recon_jax.job.settings.JobConfig`) and returns the report without
@@ -27,7 +27,7 @@ from recon_jax.engine import loop, precision
 from recon_jax.eval import evaluation, scoring, verdict
 from recon_jax.eval.metrics_json import Metrics
 from recon_jax.job import estimate, planning
-from recon_jax.job.planning import Plan, candidate_labels, num_candidates
+from recon_jax.job.planning import Plan
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import loading, victim
@@ -119,18 +119,10 @@ def load_victim(plan: Plan) -> Tuple[data.Dataset, victim.Victim, np.ndarray, fl
   plan read), the candidates' labels, and the seconds the victim took.  A bad ``m`` fails
   before any training."""
   cfg, src = plan.config, plan.source
-  ds = src.dataset
-  labels = _labels(plan, ds)
+  ds, labels = src.dataset, plan.labels
   t0 = time.time()
   vic = loading.victim_of(src, use_cache=cfg.use_cache)
   return ds, vic, labels, time.time() - t0
-
-
-def _labels(plan: Plan, ds: data.Dataset) -> np.ndarray:
-  """The labels of a plan's candidates on ``ds`` (m of them: :func:`num_candidates`)."""
-  groups = {"binary": 2, "multiclass": ds.num_classes}.get(plan.problem, 1)
-  m = num_candidates(plan.config, len(ds.x_train), groups)
-  return candidate_labels(plan.problem, m, ds.num_classes)
 
 
 def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Target:
@@ -164,7 +156,7 @@ def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
     pixels=int(np.prod(ds.x_train.shape[1:])),
     restarts=cfg.search.num_restarts,
     steps=sum(steps for steps, _ in plan.stages),
-    m=len(_labels(plan, ds)),
+    m=len(plan.labels),
     searched=plan.spec.direct is None,
     attack=cfg.attack,
     span_dim=(seen.get("span") or {}).get("dim") if cfg.kkt.subspace else None,
@@ -177,8 +169,7 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
   :func:`recon_jax.job.planning.handover`) on the target of its own candidates' labels,
   every restart started from the direct attack's candidates
   (:func:`recon_jax.engine.inits.seeded`)."""
-  labels = _labels(then, ds)
-  target = setup.target._replace(labels=labels)
+  target = setup.target._replace(labels=then.labels)
   setup = setup._replace(target=target, common=then.setup.common)
   progress.phase("the KKT search in the change's span after the cone (its first chunk compiles)")
   images = direct.candidates[0]

@@ -94,6 +94,13 @@ def num_candidates(cfg: JobConfig, n: int, multiple: int = 1) -> int:
   return -(-int(cfg.search.m_per_sample) * int(n) // k) * k
 
 
+def labels_of(cfg: JobConfig, problem: str, ds: data.Dataset) -> np.ndarray:
+  """The labels of a job's candidates on ``ds``: m of them (:func:`num_candidates`, rounded
+  up to a multiple of the classes), balanced (:func:`candidate_labels`)."""
+  groups = {"binary": 2, "multiclass": ds.num_classes}.get(problem, 1)
+  return candidate_labels(problem, num_candidates(cfg, len(ds.x_train), groups), ds.num_classes)
+
+
 def sweep_settings(cfg: JobConfig, spec: attacks.AttackSpec) -> dict:
   """A job's sweep as :func:`recon_jax.engine.sweep.plan` draws it: the shared ranges (its
   attack ``spec``'s paper ranges, or the settings' :data:`~recon_jax.engine.sweep.RANGE_NAMES`)
@@ -145,6 +152,7 @@ class Plan(NamedTuple):
   hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
   source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
+  labels: Optional[np.ndarray] = None  # the candidates' labels on the source's data (m of them)
   setup: Optional[attacks.Setup] = None  # what the attack was checked with; the run completes it
   then: Optional["Plan"] = None  # the search a direct attack hands over to (:func:`handover`)
 
@@ -320,7 +328,8 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
-  plan = Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, setup)
+  labels = labels_of(cfg, problem, source.dataset)
+  plan = Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, labels, setup)
   return plan._replace(then=handover(plan, explicit))
 
 
@@ -355,7 +364,10 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
     logging.info("no hand-over to the KKT search: %s", e)
     return None
   hp, stages = sweep.plan(**sweep_settings(then_cfg, then_spec))
-  return plan._replace(config=then_cfg, spec=then_spec, hparams=hp, stages=stages, setup=setup)
+  labels = labels_of(then_cfg, plan.problem, plan.source.dataset)
+  return plan._replace(
+    config=then_cfg, spec=then_spec, hparams=hp, stages=stages, labels=labels, setup=setup
+  )
 
 
 def _hidden_widths(plan: Plan) -> tuple:

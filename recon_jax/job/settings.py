@@ -403,8 +403,8 @@ class _JobSettings:
   and held as a section under the attack's name (``kkt.subspace``; :data:`ATTACK_SECTIONS`).
   A binary parses its flags into an ``ml_collections.ConfigDict``
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
-  library reads this and nothing else.  ``victim`` and ``threat`` may be given as
-  mappings (a setting's name before it moved to a section, :data:`RENAMED`, is read as its
+  library reads this and nothing else.  ``victim`` and every section may be given as a
+  mapping (a setting's name before it moved to a section, :data:`RENAMED`, is read as its
   new one for a release); unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
   Each setting is checked against its rule when the config is built (and again by
   ``dataclasses.replace``): a :class:`~recon_jax.errors.ConfigError` naming the first
@@ -443,10 +443,6 @@ class _JobSettings:
     "cache trained victims (RECON_JAX_CACHE, ~/.cache/recon_jax)",
     Rule("bool", feature="trains"),
   )
-
-  def __new__(cls, *args, **given):  # an unknown name is one line naming it, not a TypeError
-    _refuse_unknown(cls, renamed(given))
-    return super().__new__(cls)
 
   def __getattr__(self, name):  # a setting's former name, read for a release (RENAMED)
     if name not in _FORMER_ATTRIBUTES:
@@ -513,11 +509,14 @@ def value_of(cfg: JobConfig, name: str):
 
 
 def _reading_former_names(init):
-  """``init`` taking a setting's former name as its new one (:func:`renamed`)."""
+  """``init`` taking a setting's former name as its new one (:func:`renamed`), and refusing
+  an unknown name in one line naming it, not a TypeError."""
 
   @functools.wraps(init)
   def __init__(self, *args, **given):
-    init(self, *args, **renamed(given))
+    given = renamed(given)
+    _refuse_unknown(type(self), given)
+    init(self, *args, **given)
 
   return __init__
 
@@ -634,18 +633,12 @@ RULES = rules.rules_of(JobConfig)
 
 # The threat section's settings (``threat.model``...).
 THREAT_RULES = rules.rules_of(Threat)
-# Every setting of the main job's sections by its dotted name (``runtime.x64``...).
-SECTION_RULES = {
-  f"{name}.{leaf}": rule
-  for name, cls in SECTIONS.items()
-  for leaf, rule in rules.rules_of(cls).items()
-}
 
 
 def check_types(cfg: JobConfig) -> None:
   """Every setting of ``cfg`` checked against its rule (:data:`RULES`): its type (a bool is
   True or False, a number is not a string), its range (finite, within float32 and the
-  setting's meaning), each section's against its own (:data:`SECTION_RULES`) and the
+  setting's meaning), each section's against its own rules (:data:`SECTIONS`) and the
   victim section's against :data:`recon_jax.victims.recipe.RULES`; ConfigError naming the
   first that breaks it (``victim.lr``).  :class:`JobConfig` runs it when it is built."""
   rules.check_declared(cfg, JobConfig)

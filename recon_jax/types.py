@@ -86,6 +86,13 @@ class Attack(NamedTuple):
   ``prepare`` (optional): ``target -> target`` computed once, before any step (outside
   the compiled loop), e.g. the target in the attack's own coordinates; ``init`` and
   ``step`` then see its result.  :func:`prepared` applies it.
+
+  The state is a NamedTuple.  An attack whose candidates can be kicked and re-run (the
+  stability score, :mod:`recon_jax.eval.stability`; its spec says so with ``rerunnable``)
+  keeps them in its field ``x`` ([m, *input_shape], what ``candidates`` reads), its
+  per-candidate multipliers, where it has them, in ``lam`` ([m] or [m, ...]), and its
+  optimiser's state, where it has one, in ``opt_state`` (an optax state: zeros are its
+  start).  Nothing else of the state is read outside the attack.
   """
 
   init: InitFn

@@ -11,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 
 from recon_jax.attacks import equations, kkt
 from recon_jax.core import activations
+from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import ranking, selection, similarity, stability
 from recon_jax.types import Target
@@ -367,6 +368,34 @@ def test_stability_of_a_diverging_rerun_is_nan_and_the_others_are_not():
   assert np.all(np.isnan(np.asarray(blown)))
   calm = stability.stability_scores(attack, state, hp, target, key, **kw)
   assert np.all(np.isfinite(np.asarray(calm)))
+
+
+def test_stability_reruns_through_the_loops_step_a_non_finite_loss_is_divergence():
+  """The re-run is the engine's step (core.stepping.scan_one): a step whose loss turns
+  non-finite while its candidates stay finite diverges there, as it would in the loop, so
+  the score is NaN, not the distance its frozen candidates happen to hold."""
+  target, x, lam = _planted_linear(m=4, d=6, used=4)
+  attack, state, hp = _linear_attack_state(target, x, lam)
+
+  def step(s, h, t):  # the attack's own step, its candidates finite, its loss lost
+    new, metrics = attack.step(s, h, t)
+    return new, {**metrics, "loss": jnp.inf * metrics["loss"]}
+
+  lossy = attack._replace(step=step)
+  key = jax.random.PRNGKey(1)
+  kw = dict(steps=10, noise_scale=0.05, indices=[0, 1])
+  assert np.all(
+    np.isnan(np.asarray(stability.stability_scores(lossy, state, hp, target, key, **kw)))
+  )
+  assert np.all(
+    np.isfinite(np.asarray(stability.stability_scores(attack, state, hp, target, key, **kw)))
+  )
+  run, _ = loop.scan_one(
+    lossy, loop.init_one(lossy, lambda k, h: x, key, hp, target), hp, target, 10
+  )
+  assert bool(run.diverged) and all(
+    np.all(np.isfinite(a)) for a in jax.tree_util.tree_leaves(run.inner)
+  )
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ backend prefers it, e.g. batched L-BFGS on a CPU) around a ``lax.scan`` over
 steps.  The host only sees the state between chunks (progress, checkpoints).
 
 A restart whose state or loss turns non-finite is frozen at its last finite
-state and flagged ``diverged``; the others carry on untouched.
+state and flagged ``diverged``; the others carry on untouched (the step:
+:func:`recon_jax.core.stepping.scan_one`, which the stability score re-runs too).
 """
 
 from __future__ import annotations
@@ -19,69 +20,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from recon_jax.core import arguments
+from recon_jax.core import arguments, stepping
+from recon_jax.core.stepping import RestartState, scan_one
 from recon_jax.engine import restarts, resume
 from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import StateFile  # noqa: F401 (where a sweep saves its state)
-from recon_jax.types import Attack, HParams, Target, float_dtype, prepared
+from recon_jax.types import Attack, HParams, Target, prepared
 
 XInitFn = Callable[[jax.Array, HParams], jax.Array]  # (key, hparams) -> x0 [m, ...]
-
-
-class RestartState(NamedTuple):
-  inner: Any  # the attack's own state
-  loss: jax.Array  # last finite loss, scalar
-  diverged: jax.Array  # bool scalar: frozen after a non-finite step
-  diverged_at: jax.Array  # int32 step of divergence, -1 if none
-  step: jax.Array  # int32 loop steps run (frozen restarts count too)
-
-
-def _all_finite(tree) -> jax.Array:
-  leaves = [
-    jnp.all(jnp.isfinite(a))
-    for a in jax.tree_util.tree_leaves(tree)
-    if jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
-  ]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
-def tree_where(cond, a, b):
-  return jax.tree_util.tree_map(lambda u, v: jnp.where(cond, u, v), a, b)
 
 
 def init_one(attack: Attack, x_init: XInitFn, key, hparams: HParams, target: Target):
   """Initial :class:`RestartState` of one restart."""
   kx, ka = jax.random.split(key)
-  inner = attack.init(ka, hparams, target, x_init(kx, hparams))
-  return RestartState(
-    inner,
-    jnp.asarray(jnp.inf, float_dtype()),
-    jnp.asarray(False),
-    jnp.asarray(-1, jnp.int32),
-    jnp.asarray(0, jnp.int32),
-  )
-
-
-def scan_one(attack: Attack, state: RestartState, hparams: HParams, target: Target, num_steps: int):
-  """``num_steps`` steps of one restart in ``lax.scan``; returns (state, last metrics)."""
-
-  def body(s: RestartState, _):
-    inner, metrics = attack.step(s.inner, hparams, target)
-    loss = metrics["loss"]
-    ok = jnp.isfinite(loss) & _all_finite(inner)
-    frozen = s.diverged | ~ok
-    new = RestartState(
-      inner=tree_where(frozen, s.inner, inner),
-      loss=jnp.where(frozen, s.loss, loss.astype(s.loss.dtype)),
-      diverged=frozen,
-      diverged_at=jnp.where(s.diverged, s.diverged_at, jnp.where(ok, -1, s.step)).astype(jnp.int32),
-      step=s.step + 1,
-    )
-    return new, metrics
-
-  state, metrics = jax.lax.scan(body, state, None, length=num_steps)
-  last = jax.tree_util.tree_map(lambda a: a[-1], metrics)
-  return state, last
+  return stepping.start(attack.init(ka, hparams, target, x_init(kx, hparams)))
 
 
 BATCHINGS = ("auto", "vmap", "map")

@@ -13,6 +13,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from recon_jax.core import stepping
 from recon_jax.core.losses import batched_map
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target, prepared
@@ -60,20 +61,23 @@ def _stability(
     start = start._replace(opt_state=jax.tree_util.tree_map(jnp.zeros_like, state.opt_state))
   lam0 = getattr(state, "lam", None)
 
-  def body(s, _):
-    new, _ = attack.step(s, hparams, target)
+  def held(s, hp, t):
+    new, metrics = attack.step(s, hp, t)
     if free != "all":
       new = new._replace(x=jnp.where(selx, new.x, x_pert))
       if lam0 is not None:
         sell = sel.reshape((m,) + (1,) * (lam0.ndim - 1))
         keep = sell if free == "x_lam" else jnp.zeros_like(sell)
         new = new._replace(lam=jnp.where(keep, new.lam, lam0))
-    return new, None
+    return new, metrics
 
-  final, _ = jax.lax.scan(body, start, None, length=int(steps))
+  # the engine's step: a re-run that turns non-finite stops there, flagged, and scores NaN
+  run, _ = stepping.scan_one(
+    attack._replace(step=held), stepping.start(start), hparams, target, steps
+  )
   d0 = jnp.linalg.norm(jnp.sum(noise, axis=0).reshape(-1))
-  d1 = jnp.linalg.norm(jnp.sum(jnp.where(selx, final.x - x0, 0.0), axis=0).reshape(-1))
-  return 1.0 - d1 / d0
+  d1 = jnp.linalg.norm(jnp.sum(jnp.where(selx, run.inner.x - x0, 0.0), axis=0).reshape(-1))
+  return jnp.where(run.diverged, jnp.nan, 1.0 - d1 / d0)
 
 
 _stability_jit = jax.jit(_stability, static_argnames=_STABILITY_STATIC)
@@ -97,7 +101,8 @@ def stability_score(
   ``x_i(0) = x_i + eps``, ``eps ~ N(0, noise_scale^2 I)`` per entry of the attack's
   state ``x`` (an absolute scale: per input, or per coefficient for an attack in the
   first layer's span, i.e. a per-input kick projected onto the span), then T = ``steps`` steps of
-  ``attack.step`` in ``lax.scan``.  What moves (``free``):
+  ``attack.step`` through the engine's step (:func:`recon_jax.core.stepping.scan_one`: a
+  re-run that turns non-finite stops there, and scores NaN).  What moves (``free``):
 
   * 'x' (default): only ``x_i``; every other candidate and every multiplier is
     held where the attack left it.  At an isolated KKT point the kick is

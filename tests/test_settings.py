@@ -12,7 +12,9 @@ from experiments.configs import reconstruct as reconstruct_configs
 import recon_jax as rj
 from recon_jax.errors import ConfigError
 from recon_jax.io import workdir
+from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.job import planning, settings
+from recon_jax.victims import recipe, victim
 
 
 def test_the_binary_default_is_the_library_config():
@@ -118,6 +120,25 @@ def test_typed_settings_refuse_unknown_names():
   with pytest.raises(ConfigError, match="threat.strid") as e:
     rj.JobConfig(threat={"strid": 2})
   assert e.value.argument == "threat.strid"
+
+
+def test_a_victim_recipe_refuses_a_field_that_breaks_its_rule_where_it_is_built(tmp_path):
+  """From Python as from the job: VictimConfig(lr=-1) is refused when built, naming
+  victim.lr; a checkpoint whose recipe breaks a rule is its file's fault, named so; a recipe
+  held under other names (the toy's victim_*) says those names."""
+  for field, value in (("lr", -1.0), ("widths", "x"), ("arch", "nope"), ("epochs", 0)):
+    with pytest.raises(ConfigError, match=rf"^victim\.{field} ") as e:
+      rj.VictimConfig(**{field: value})
+    assert e.value.argument == f"victim.{field}"
+  with pytest.raises(ConfigError, match=r"^victim\.lr "):
+    dataclasses.replace(rj.VictimConfig(), lr=0.0)
+  assert rj.VictimConfig(dataset="my_own_images").dataset == "my_own_images"  # a caller's own
+  stored = {"victim": {**rj.VictimConfig().to_dict(), "epochs": -3}}
+  with pytest.raises(CheckpointError, match=r"^v.msgpack: corrupt victim metadata: epochs "):
+    victim.recipe_of(stored, "v.msgpack")
+  with pytest.raises(ConfigError, match=r"^kkt_width ") as e:
+    recipe.check_named(lambda: rj.VictimConfig(widths=(10**7,)), {"widths": "kkt_width"})
+  assert e.value.argument == "kkt_width"
 
 
 def test_a_former_name_is_read_as_the_setting_it_became():

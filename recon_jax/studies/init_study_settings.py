@@ -129,7 +129,7 @@ def validate(cfg) -> None:
       f"bilevel_act {cfg.bilevel_act!r} is not a known activation (e.g. softplus, gelu, tanh).",
       argument="bilevel_act",
     ) from None
-  recipe.check_named(init_study.kkt_victim_config(cfg), KKT_VICTIM_SETTINGS)
+  recipe.check_named(lambda: init_study.kkt_victim_config(cfg), KKT_VICTIM_SETTINGS)
   init_study.parts(cfg)
   init_study.kkt_hparams(cfg, len(init_study.mix_points(cfg.grid)[0]))
 

@@ -153,7 +153,7 @@ def validate(cfg) -> tuple:
   n = cfg.n_train
   if n % 2:
     refuse("n_train", f"must be even and >= 2, got {n}.")
-  recipe.check_named(victim_config(cfg), {f: name for name, f in VICTIM_SETTINGS.items()})
+  recipe.check_named(lambda: victim_config(cfg), {f: name for name, f in VICTIM_SETTINGS.items()})
   if cfg.theta_norm > 0 and cfg.victim_bias == "all":
     refuse("theta_norm", "> 0 needs a homogeneous victim (victim_bias=none or first).")
   # Activations of the victim's training (n_train points) and of the attack (R x m

@@ -2,9 +2,11 @@
 setting means, and which recipes can be built or trained (one place for all three).
 
 One :class:`VictimConfig` says everything needed to rebuild a victim; its hash keys
-the victim cache (:mod:`recon_jax.victims.cache`).  :func:`validate` refuses a recipe
-before any work, in one line naming the field; the main job, the toy, the init study
-and ``train_victim`` share it.
+the victim cache (:mod:`recon_jax.victims.cache`).  Each field is checked against its rule
+where the recipe is built (:class:`FieldError`, naming ``victim.<field>``); :func:`validate`
+refuses, before any work and in one line naming the field, what no victim can be built or
+trained with across fields; the main job, the toy, the init study and ``train_victim``
+share it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -35,6 +37,16 @@ ADAPTIVE = ("none", "loss", "grad")
 
 
 _STD = Rule("float", low=0, high=1e6, low_open=True, optional=True)
+
+
+class FieldError(ConfigError):
+  """A recipe's field that breaks its own rule, refused where the recipe is built: named
+  ``victim.<field>`` (``field`` and ``problem`` say which and why, so a config that holds
+  the field under another name can say that name instead: :func:`check_named`)."""
+
+  def __init__(self, field: str, problem: str):
+    super().__init__(f"victim.{field} {problem}", argument=f"victim.{field}")
+    self.field, self.problem = field, problem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +176,13 @@ class VictimConfig:
     added=True,
   )
 
+  def __post_init__(self):
+    # each field against its own rule where the recipe is built (what no victim can be built
+    # with across fields, and settings of a feature that is off: validate)
+    found = field_problem(self)
+    if found is not None:
+      raise FieldError(*found)
+
   def to_dict(self):
     d = dataclasses.asdict(self)
     d["widths"] = [int(w) for w in self.widths]
@@ -251,6 +270,16 @@ def features(v: VictimConfig) -> dict:
   }
 
 
+def field_problem(v: VictimConfig) -> Optional[Tuple[str, str]]:
+  """``(field, message)`` for the first field of ``v`` that breaks its own rule, or None (a
+  dataset's name is only a string here: a caller may train on images of its own)."""
+  for name, rule in rules.rules_of(VictimConfig).items():
+    found = rule_problem(getattr(v, name), rule)
+    if found:
+      return name, found
+  return None
+
+
 def problem(v: VictimConfig, settings: bool = True) -> Optional[Tuple[str, str]]:
   """``(field, message)`` for the first field of ``v`` no victim can be built or trained with.
 
@@ -259,10 +288,9 @@ def problem(v: VictimConfig, settings: bool = True) -> Optional[Tuple[str, str]]
   """
   if not isinstance(v.dataset, str) or v.dataset.strip().lower() not in data.DATASETS:
     return "dataset", f"{v.dataset!r} is unknown; valid: {', '.join(data.DATASETS)}."
-  for name, rule in RULES.items():
-    found = rule_problem(getattr(v, name), rule)
-    if found:
-      return name, found
+  found = field_problem(v)
+  if found is not None:
+    return found
   if v.task == "multiclass" and v.loss != "ce":
     return "task", f"multiclass needs loss=ce (the labels follow the loss), got {v.loss!r}."
   if v.arch in ("mlp", "cnn") and not len(v.widths):
@@ -314,15 +342,21 @@ def check_imported(v: VictimConfig, path: str, given=()) -> None:
       )
 
 
-def check_named(v: VictimConfig, names) -> None:
-  """Refuses a recipe ``v`` that another config's settings describe, in one line naming that
-  config's setting: ``names[field]`` (the field itself where absent).  Only what no victim can
-  be built or trained with is refused (those settings hold no fields of features that are off)."""
-  found = problem(v, settings=False)
+def check_named(make: Callable[[], VictimConfig], names) -> VictimConfig:
+  """The recipe ``make()`` builds from another config's settings, refused in one line naming
+  that config's setting: ``names[field]`` (the field itself where absent).  Only what no
+  victim can be built or trained with is refused (those settings hold no fields of features
+  that are off)."""
+  try:
+    v = make()
+    found = problem(v, settings=False)
+  except FieldError as e:
+    found = e.field, e.problem
   if found:
     field, message = found
     name = names.get(field, field)
     raise ConfigError(f"{name} {message}", argument=name)
+  return v
 
 
 def validate(v: VictimConfig, checkpoint: str = "") -> None:

@@ -24,7 +24,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics
 from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
-from recon_jax.victims import models, train
+from recon_jax.victims import models, recipe, train
 from recon_jax.victims.recipe import (  # noqa: F401 (victim.VictimConfig, victim.ADDED_FIELDS)
   ADDED_FIELDS,
   VictimConfig,
@@ -386,6 +386,10 @@ def recipe_of(meta: dict, path: str) -> VictimConfig:
     return VictimConfig(**stored)
   except (KeyError, TypeError) as e:
     raise checkpoint.CheckpointError(f"{path}: checkpoint has no victim config ({e}).") from None
+  except recipe.FieldError as e:  # a recipe no victim has: the file is at fault, not a setting
+    raise checkpoint.CheckpointError(
+      f"{path}: corrupt victim metadata: {e.field} {e.problem}"
+    ) from None
 
 
 def param_shapes(cfg: VictimConfig, ds: data.Dataset):

@@ -37,7 +37,7 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
 
   import recon_jax
   from recon_jax.types import float_dtype
-  from recon_jax.victims import loading, models
+  from recon_jax.victims import models, targets
 
   dt = float_dtype()
   if net == "affine":
@@ -45,7 +45,7 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   else:
     module, act = models.build_model("one_hidden", widths=(width,), init="kaiming"), "softplus"
   theta_star = common.init_params(module, d, seed)
-  target = loading.make_target(theta_star, recon_jax.candidate_labels("binary", n))
+  target = targets.make_target(theta_star, recon_jax.candidate_labels("binary", n))
   x = jnp.asarray(np.random.default_rng(seed).uniform(0, 1, (n, d)), dt)
   return models.make_apply_fn(module), act, target, x
 

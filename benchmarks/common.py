@@ -370,11 +370,11 @@ def kkt_problem(d: int, h: int, m: int, seed: int = 0):
   from recon_jax.attacks import kkt
   from recon_jax.engine import inits
   from recon_jax.types import float_dtype
-  from recon_jax.victims import loading, models
+  from recon_jax.victims import models, targets
 
   module = models.build_model("mlp", widths=(h, h), bias="first")
   params = init_params(module, d, seed)
-  target = loading.make_target(params, recon_jax.candidate_labels("binary", m), np.full((d,), 0.45))
+  target = targets.make_target(params, recon_jax.candidate_labels("binary", m), np.full((d,), 0.45))
   attack = kkt.kkt_attack(models.make_apply_fn(module), "binary")
   return attack, inits.gaussian(m, (d,), float_dtype()), target
 

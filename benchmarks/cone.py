@@ -46,15 +46,15 @@ def run(args, emit) -> None:
 
   from experiments.configs.victim import PRESETS
   from recon_jax.attacks import cone
-  from recon_jax.victims import cache, victim
+  from recon_jax.victims import cache, recipe, trained
 
   for dataset, per_class in QUICK if args.quick else SIZES:
-    recipe = dict(PRESETS["finetune"], dataset=dataset, n_per_class=per_class)
+    settings = dict(PRESETS["finetune"], dataset=dataset, n_per_class=per_class)
     if args.quick:
-      recipe.update(widths=(256,), lr=0.05, epochs=400)
-    cfg = dataclasses.replace(victim.VictimConfig(**recipe), data_seed=args.draw, seed=args.draw)
+      settings.update(widths=(256,), lr=0.05, epochs=400)
+    cfg = dataclasses.replace(recipe.VictimConfig(**settings), data_seed=args.draw, seed=args.draw)
     t = time.perf_counter()
-    ds = victim.load_data(cfg)
+    ds = trained.load_data(cfg)
     params, summary, _, init = cache.get_or_train(cfg, ds)
     train_s = time.perf_counter() - t
     t = time.perf_counter()

@@ -220,7 +220,7 @@ def report(recs) -> str:
       ]
       for r in tr.values()
     ]
-    out.append("\n**Victim training** (full-batch GD, recon_jax.victims.train)\n")
+    out.append("\n**Victim training** (full-batch GD, recon_jax.victims.descent)\n")
     out.append(table(["size", "net", "n", "dtype", "epochs/s", "GFLOP/s"], rows))
   e2e = [r for r in by.get("e2e", []) if "wall_s" in r]
   if e2e:

@@ -70,7 +70,7 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
 
   import recon_jax
   from recon_jax.attacks import span
-  from recon_jax.victims import loading, models, victim
+  from recon_jax.victims import models, targets, trained
 
   cfg = recon_jax.VictimConfig(
     arch="mlp",
@@ -82,7 +82,7 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
     lr=0.01,
     epochs=2000,
   )
-  module = victim.module_for(cfg, 1)  # one output: the binary problem
+  module = trained.module_for(cfg, 1)  # one output: the binary problem
   theta_0 = common.init_params(module, IMAGE, seed)
   rng = np.random.default_rng(seed)
   pixels = rng.uniform(0.0, 1.0, (n, math.prod(IMAGE)))
@@ -96,7 +96,7 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
   theta_star["params"]["layer_0"]["kernel"] = k_0 + change
   labels = recon_jax.candidate_labels("binary", m)
   target = recon_jax.make_target(theta_star, labels, mean.reshape(IMAGE))
-  target = loading.known_init_target(target, theta_0, LINEARIZE)
+  target = targets.known_init_target(target, theta_0, LINEARIZE)
   t = time.perf_counter()
   basis, info = span.span_basis(target.fit, n=n)  # a NumPy SVD of the [d, h] change
   return models.make_apply_fn(module), target, basis, info, time.perf_counter() - t

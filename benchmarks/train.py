@@ -1,10 +1,10 @@
-r"""Victim training: epochs/s of full-batch gradient descent (``recon_jax.victims.train``).
+r"""Victim training: epochs/s of full-batch gradient descent (``recon_jax.victims.descent``).
 
   python -m benchmarks.train                     # float32 and float64
   python -m benchmarks.train --quick             # smoke run (seconds)
 
 The d-h-h-1 MLP (bias='first', logistic loss) trained by the library's compiled chunk
-(``train.make_train_chunk``) on n random inputs: digits size 64-256-256-1 (n=50) and
+(``descent.make_train_chunk``) on n random inputs: digits size 64-256-256-1 (n=50) and
 CIFAR size 3072-1000-1000-1 (n=500).  GFLOP/s counts the forward and backward matmuls.
 """
 
@@ -24,7 +24,7 @@ def run_train(args, emit):
   import numpy as np
 
   import recon_jax
-  from recon_jax.victims import models, train
+  from recon_jax.victims import descent, models
 
   # (name, d, widths, n, epochs per chunk)
   cases = (
@@ -39,9 +39,9 @@ def run_train(args, emit):
         params = common.init_params(module, d)
         x = jnp.asarray(np.random.default_rng(0).uniform(-0.5, 0.5, (n, d)), dt)
         y = jnp.asarray(recon_jax.candidate_labels("binary", n), dt)
-        cfg = train.TrainConfig(loss="logistic", lr=0.01, epochs=k, chunk=k)
-        _, chunk = train.make_train_chunk(models.make_apply_fn(module), cfg)
-        state, key = train.init_state(params, cfg), jax.random.PRNGKey(0)
+        cfg = descent.TrainConfig(loss="logistic", lr=0.01, epochs=k, chunk=k)
+        _, chunk = descent.make_train_chunk(models.make_apply_fn(module), cfg)
+        state, key = descent.init_state(params, cfg), jax.random.PRNGKey(0)
         run = lambda: chunk(state, x, y, key, length=k)
         first_s, _ = common.timed(run)  # compiles
         best, times = common.best_of(run, args.repeats, warmup=0)

@@ -22,8 +22,9 @@ from recon_jax.job.pipeline import reconstruct
 from recon_jax.job.planning import candidate_labels
 from recon_jax.job.settings import JobConfig, Threat, reconstruct_config
 from recon_jax.types import Attack, Target
-from recon_jax.victims.loading import import_victim, load_or_train_victim, make_target
-from recon_jax.victims.victim import Victim, VictimConfig
+from recon_jax.victims.recipe import VictimConfig
+from recon_jax.victims.sources import Victim, import_victim, load_or_train_victim
+from recon_jax.victims.targets import make_target
 
 __all__ = [
   "Attack",

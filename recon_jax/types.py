@@ -50,7 +50,7 @@ class Target(NamedTuple):
     reference: what the KKT sum must reproduce; None means ``params``.  With a
       known initialisation theta_0 (Loo et al. 2024) it is ``theta* - theta_0``,
       while the gradients are taken at ``params`` (theta*, or a point between
-      theta_0 and theta*: see :func:`recon_jax.victims.loading.known_init_target`).
+      theta_0 and theta*: see :func:`recon_jax.victims.targets.known_init_target`).
     span: None, or the :class:`Span` of an attack that searches coefficients
       (``params`` and ``reference`` are then in its coordinates; only such an
       attack's ``prepare`` makes one).

@@ -24,7 +24,7 @@ from recon_jax.engine import loop, sweep
 from recon_jax.job import pipeline
 from recon_jax.job.settings import JobConfig, nested
 from recon_jax.types import Target, prepared
-from recon_jax.victims import models, victim
+from recon_jax.victims import models, recipe
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -52,7 +52,7 @@ def problem():
   rng = np.random.default_rng(0)
   x = rng.uniform(0.1, 0.9, size=(N, D))
   y = np.where(np.arange(N) % 2 == 0, 1.0, -1.0)
-  vcfg = victim.VictimConfig(
+  vcfg = recipe.VictimConfig(
     arch="mlp", widths=(8,), activation="softplus", weight_decay=WD, loss="logistic"
   )
   module = models.build_model(

@@ -31,13 +31,13 @@ from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.io import workdir as wd
 from recon_jax.job import planning
-from recon_jax.victims import models, victim
+from recon_jax.victims import models, recipe, trained
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = victim_configs.get_config("tiny").victim
-TINY_VICTIM = victim.VictimConfig(**{**TINY.to_dict(), "widths": tuple(TINY.widths)})
+TINY_VICTIM = recipe.VictimConfig(**{**TINY.to_dict(), "widths": tuple(TINY.widths)})
 R, T = reconstruct, train_victim
 
 
@@ -177,13 +177,13 @@ def files(tmp_path_factory):
   path = cifar / "data_batch_3.bin"
   path.write_bytes(path.read_bytes()[:-7])  # not a whole number of records
 
-  ds = victim.load_data(TINY_VICTIM)
-  module, _ = victim.build(TINY_VICTIM, ds)
+  ds = trained.load_data(TINY_VICTIM)
+  module, _ = trained.build(TINY_VICTIM, ds)
   params = jax.tree_util.tree_map(
     np.array, models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32)
   )
   good = tmp / "victim.msgpack"
-  victim.save(str(good), TINY_VICTIM, ds, params, {"loss": 0.1})
+  trained.save(str(good), TINY_VICTIM, ds, params, {"loss": 0.1})
   (tmp / "truncated.msgpack").write_bytes(good.read_bytes()[:-100])
   (tmp / "random.msgpack").write_bytes(np.random.default_rng(1).bytes(4096))
 
@@ -218,8 +218,8 @@ def files(tmp_path_factory):
   variant("meta_float.msgpack", meta_change=lambda m: m["victim"].update(n_per_class=3.5))
   variant("meta_text.msgpack", meta_change=lambda m: m["victim"].update(epochs="many"))
   # Parameters of a 16-16 net under the meta of a 32-32 one.
-  other = victim.VictimConfig(dataset="digits", n_per_class=3, widths=(16, 16))
-  om, _ = victim.build(other, ds)
+  other = recipe.VictimConfig(dataset="digits", n_per_class=3, widths=(16, 16))
+  om, _ = trained.build(other, ds)
   oparams = models.init_params(om, jax.random.PRNGKey(0), ds.x_train.shape[1:], np.float32)
   checkpoint.save(
     str(tmp / "other_arch.msgpack"), oparams, {"victim": TINY_VICTIM.to_dict(), "summary": {}}

@@ -11,7 +11,7 @@ import pytest
 
 from recon_jax import data
 from recon_jax.io import checkpoint
-from recon_jax.victims import cache, models, victim
+from recon_jax.victims import cache, models, recipe, trained
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -209,15 +209,15 @@ def _victim_cfg(**kw):
     subtract_mean=False,
   )
   base.update(kw)
-  return victim.VictimConfig(**base)
+  return recipe.VictimConfig(**base)
 
 
 def test_victim_save_load_round_trip(tmp_path):
   ds, cfg = _toy_dataset(), _victim_cfg()
-  params, _, summary, init = victim.fit(cfg, ds)
+  params, _, summary, init = trained.fit(cfg, ds)
   path = str(tmp_path / "v.msgpack")
-  victim.save(path, cfg, ds, params, summary, init=init)
-  got, got_cfg, meta = victim.load(path, cfg, ds)
+  trained.save(path, cfg, ds, params, summary, init=init)
+  got, got_cfg, meta = trained.load(path, cfg, ds)
   got_init = checkpoint.load_init(path, got)
   for a, b in zip(jax.tree_util.tree_leaves(got_init), jax.tree_util.tree_leaves(init)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # theta_0 kept with it
@@ -234,25 +234,25 @@ def test_victim_save_load_round_trip(tmp_path):
 
 def test_victim_load_with_other_architecture_fails(tmp_path):
   ds, cfg = _toy_dataset(), _victim_cfg()
-  module, _ = victim.build(cfg, ds)
+  module, _ = trained.build(cfg, ds)
   params = models.init_params(module, jax.random.PRNGKey(0), (3,))
   path = str(tmp_path / "v.msgpack")
-  victim.save(path, cfg, ds, params, {"loss": 0.0})
+  trained.save(path, cfg, ds, params, {"loss": 0.0})
   with pytest.raises(
     checkpoint.CheckpointError, match=r"mismatch at \['params'\]\['layer_0'\].*\(4,\).*\(5,\)"
   ):
-    victim.load(path, _victim_cfg(widths=(5,)), ds)
+    trained.load(path, _victim_cfg(widths=(5,)), ds)
   with pytest.raises(checkpoint.CheckpointError, match="layer_2"):
-    victim.load(path, _victim_cfg(widths=(4, 4)), ds)
+    trained.load(path, _victim_cfg(widths=(4, 4)), ds)
   with pytest.raises(checkpoint.CheckpointError, match="bias"):
-    victim.load(path, _victim_cfg(bias="all"), ds)
+    trained.load(path, _victim_cfg(bias="all"), ds)
 
 
 def test_victim_load_without_victim_config(tmp_path):
   path = str(tmp_path / "v.msgpack")
   checkpoint.save(path, _params(), {"something": 1})
   with pytest.raises(checkpoint.CheckpointError, match="no victim config"):
-    victim.load(path)
+    trained.load(path)
 
 
 def test_get_or_train_uses_the_cache(tmp_path, monkeypatch):
@@ -265,7 +265,7 @@ def test_get_or_train_uses_the_cache(tmp_path, monkeypatch):
   def no_training(*a, **k):
     raise AssertionError("trained again instead of loading the cache")
 
-  monkeypatch.setattr(victim, "fit", no_training)
+  monkeypatch.setattr(trained, "fit", no_training)
   params2, summary2, path2, init2 = cache.get_or_train(cfg, ds)
   assert path2 == path and summary2["margins"] == summary["margins"]
   for a, b in zip(jax.tree_util.tree_leaves(init2), jax.tree_util.tree_leaves(init)):

@@ -16,7 +16,7 @@ from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.io.workdir import flatten
-from recon_jax.victims.train import TrainError
+from recon_jax.victims.descent import TrainError
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 

@@ -13,20 +13,20 @@ from test_metrics_json import assert_read_typed
 from experiments.configs.victim import PRESETS
 from recon_jax.attacks import cone, span
 from recon_jax.errors import ConfigError
-from recon_jax.victims import loading, victim
+from recon_jax.victims import recipe, targets, trained
 
 # The finetune preset's recipe (one hidden ReLU layer with biases from He's initialisation,
 # full-batch GD) at digits' size: 4 + 4 images, 256 units, 400 epochs, a model that stays
 # near its theta_0.
-LAZY = victim.VictimConfig(
+LAZY = recipe.VictimConfig(
   **dict(PRESETS["finetune"], dataset="digits", n_per_class=4, widths=(256,), lr=0.05, epochs=400)
 )
 
 
 @pytest.fixture(scope="module")
 def lazy():
-  ds = victim.load_data(LAZY)
-  return ds, victim.fit(LAZY, ds)
+  ds = trained.load_data(LAZY)
+  return ds, trained.fit(LAZY, ds)
 
 
 def _flat(ds):
@@ -118,7 +118,7 @@ def test_decay_factor_is_the_multiple_of_theta0_a_planted_change_leaves():
   change = images.T @ mix  # [d + 1, h], rank n
   for c in (0.6, 0.93, 1.0):
     star = (c * k0 + change[:d], c * b0 + change[d], None)
-    assert abs(loading.decay_factor(star, (k0, b0, None), n) - c) < 1e-6
+    assert abs(targets.decay_factor(star, (k0, b0, None), n) - c) < 1e-6
 
 
 def test_the_cone_reads_theta_star_and_theta0_back_from_a_decay_corrected_target():
@@ -127,8 +127,8 @@ def test_the_cone_reads_theta_star_and_theta0_back_from_a_decay_corrected_target
   rng = np.random.default_rng(1)
   star = {"params": {"layer_0": {"kernel": rng.normal(size=(5, 7)), "bias": rng.normal(size=7)}}}
   init = jax.tree_util.tree_map(lambda a: a + rng.normal(size=a.shape), star)
-  target = loading.make_target(star, np.ones(2), None, dtype=np.float64)
-  target = loading.known_init_target(target, init, linearize=0.5, decay=0.8)
+  target = targets.make_target(star, np.ones(2), None, dtype=np.float64)
+  target = targets.known_init_target(target, init, linearize=0.5, decay=0.8)
   np.testing.assert_allclose(
     target.reference["params"]["layer_0"]["kernel"],
     star["params"]["layer_0"]["kernel"] - 0.8 * init["params"]["layer_0"]["kernel"],
@@ -149,8 +149,8 @@ def test_weight_decay_and_squared_error_victims_are_read_off_their_cone(recipe):
   theta* - c theta_0 with that c; squared error on labels +-1 keeps the loss derivative's
   sign, so the same cone holds."""
   cfg = dataclasses.replace(LAZY, **recipe)
-  ds = victim.load_data(cfg)
-  fitted = victim.fit(cfg, ds)
+  ds = trained.load_data(cfg)
+  fitted = trained.fit(cfg, ds)
   images, _, reading = cone.cone_images(
     fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean, n=8, starts=60
   )
@@ -159,10 +159,10 @@ def test_weight_decay_and_squared_error_victims_are_read_off_their_cone(recipe):
   assert reading.cannot is None
   assert _recovered(ds, images) >= 7
   # The known-init target of any attack fits the corrected change, back in the images' span.
-  plain = loading.make_target(fitted.params, np.ones(8), ds.mean)
+  plain = targets.make_target(fitted.params, np.ones(8), ds.mean)
   dims = [
-    span.regime(loading.known_init_target(plain, fitted.init, 0.5, c), 8, True)["span"]["dim"]
-    for c in (1.0, loading.decay_factor(fitted.params, fitted.init, 8))
+    span.regime(targets.known_init_target(plain, fitted.init, 0.5, c), 8, True)["span"]["dim"]
+    for c in (1.0, targets.decay_factor(fitted.params, fitted.init, 8))
   ]
   assert dims[1] <= 8 and (dims[0] > 8 or cfg.weight_decay == 0), dims
 
@@ -190,8 +190,8 @@ def test_an_adam_victim_is_not_searched_and_the_reason_is_one_sentence():
   """Adam scales each weight apart, so theta* - theta_0 is not confined to the images' span:
   the cone says so at once instead of searching a cone that is not there."""
   cfg = dataclasses.replace(LAZY, optimizer="adam", lr=1e-3)
-  ds = victim.load_data(cfg)
-  fitted = victim.fit(cfg, ds)
+  ds = trained.load_data(cfg)
+  fitted = trained.fit(cfg, ds)
   images, labels, reading = cone.cone_images(
     fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean, n=8, starts=60
   )
@@ -232,8 +232,8 @@ DEEP = dataclasses.replace(LAZY, widths=(512, 512), lr=0.02, epochs=1000)
 
 @pytest.fixture(scope="module")
 def deep():
-  ds = victim.load_data(DEEP)
-  return ds, victim.fit(DEEP, ds)
+  ds = trained.load_data(DEEP)
+  return ds, trained.fit(DEEP, ds)
 
 
 def test_two_hidden_layers_are_read_through_the_last_layers_cone_and_the_first_layers_facets(

@@ -26,7 +26,7 @@ from recon_jax.eval import diagnostics, evaluation, identifiability
 from recon_jax.job import planning
 from recon_jax.job import run as job_run
 from recon_jax.job.settings import nested
-from recon_jax.victims import loading, models
+from recon_jax.victims import models, sources
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
@@ -235,4 +235,4 @@ def test_a_model_whose_outputs_overflow_float32_is_refused_before_any_work(tmp_p
   params["params"]["layer_1"] = {"kernel": model["fc2.weight"].T, "bias": model["fc2.bias"]}
   ds = load_dataset("digits", n_per_class=3, seed=0)
   flat = ds._replace(x_train=ds.x_train.reshape(6, -1), x_test=ds.x_test.reshape(-1, 64))
-  loading.check_outputs(models.make_apply_fn(module), params, flat, str(path))
+  sources.check_outputs(models.make_apply_fn(module), params, flat, str(path))

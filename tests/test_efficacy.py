@@ -135,21 +135,21 @@ def test_known_init_target_fits_the_change_at_the_linearisation_point():
   import jax
 
   from recon_jax.types import Target
-  from recon_jax.victims import loading
+  from recon_jax.victims import targets
 
   rng = np.random.default_rng(0)
   init = {"params": {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}}
   star = jax.tree_util.tree_map(lambda a: a + rng.normal(size=a.shape), init)
   target = Target(star, np.ones(2), np.zeros(()), np.ones(()))
   for s in (0.0, 0.5, 1.0):
-    seen = loading.known_init_target(target, init, s)
+    seen = targets.known_init_target(target, init, s)
     for a, b, c, p, r in zip(
       *(jax.tree_util.tree_leaves(t) for t in (init, star, seen.params, seen.params, seen.fit))
     ):
       np.testing.assert_allclose(np.asarray(r), b - a)  # the reference: theta* - theta_0
       np.testing.assert_allclose(np.asarray(c), a + s * (b - a))  # gradients taken there
   with pytest.raises(ConfigError, match="linearize"):
-    loading.known_init_target(target, init, 1.5)
+    targets.known_init_target(target, init, 1.5)
 
 
 def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):

@@ -14,7 +14,7 @@ from recon_jax.attacks import span
 from recon_jax.errors import ConfigError
 from recon_jax.io import checkpoint
 from recon_jax.job import pipeline, planning
-from recon_jax.victims import loading, recipe, state_dicts, victim
+from recon_jax.victims import recipe, sources, state_dicts, trained
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -34,8 +34,8 @@ LAZY = dict(
 
 def _outside_span(cfg):
   """The share of the first layer's change outside the span of the training inputs."""
-  ds = victim.load_data(cfg)
-  fitted = victim.fit(cfg, ds)
+  ds = trained.load_data(cfg)
+  fitted = trained.fit(cfg, ds)
   change = np.asarray(fitted.params["params"]["layer_0"]["kernel"]) - np.asarray(
     fitted.init["params"]["layer_0"]["kernel"]
   )
@@ -47,7 +47,7 @@ def _outside_span(cfg):
 def test_gradient_descent_keeps_the_change_in_the_span_and_adam_does_not():
   """Every gradient step adds outer products with the inputs to a dense first layer: full
   batch, mini-batch, momentum, logistic or squared loss.  Adam's per-entry scaling does not."""
-  base = victim.VictimConfig(**{**LAZY, "epochs": 40})
+  base = recipe.VictimConfig(**{**LAZY, "epochs": 40})
   with jax.enable_x64(True):
     for kw in ({}, {"momentum": 0.9}, {"batch_size": 2}, {"loss": "mse"}):
       assert _outside_span(dataclasses.replace(base, **kw)) < 1e-9, kw
@@ -55,15 +55,15 @@ def test_gradient_descent_keeps_the_change_in_the_span_and_adam_does_not():
 
 
 def test_a_pretrained_theta0_is_recorded_and_deterministic():
-  cfg = victim.VictimConfig(**{**LAZY, "epochs": 20, "pretrain_epochs": 30})
-  ds = victim.load_data(cfg)
-  fresh = victim.initial_params(dataclasses.replace(cfg, pretrain_epochs=0), ds)
-  init = victim.initial_params(cfg, ds)
-  again = victim.initial_params(cfg, ds)
+  cfg = recipe.VictimConfig(**{**LAZY, "epochs": 20, "pretrain_epochs": 30})
+  ds = trained.load_data(cfg)
+  fresh = trained.initial_params(dataclasses.replace(cfg, pretrain_epochs=0), ds)
+  init = trained.initial_params(cfg, ds)
+  again = trained.initial_params(cfg, ds)
   leaves = lambda t: [np.asarray(a) for a in jax.tree_util.tree_leaves(t)]
   assert all(np.array_equal(a, b) for a, b in zip(leaves(init), leaves(again)))
   assert not all(np.array_equal(a, b) for a, b in zip(leaves(init), leaves(fresh)))
-  fitted = victim.fit(cfg, ds)
+  fitted = trained.fit(cfg, ds)
   assert all(np.array_equal(a, b) for a, b in zip(leaves(fitted.init), leaves(init)))
   assert "pretrained" in fitted.summary["init"]
   with pytest.raises(ConfigError, match="optimizer"):
@@ -88,9 +88,9 @@ def _torch_layout(params):
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
   """A lazy victim trained for 50 epochs, and its weights and theta_0 saved as safetensors."""
-  cfg = victim.VictimConfig(**{**LAZY, "epochs": 50})
-  ds = victim.load_data(cfg)
-  fitted = victim.fit(cfg, ds)
+  cfg = recipe.VictimConfig(**{**LAZY, "epochs": 50})
+  ds = trained.load_data(cfg)
+  fitted = trained.fit(cfg, ds)
   root = tmp_path_factory.mktemp("saved")
   model, init = root / "model.safetensors", root / "init.safetensors"
   save_file(_torch_layout(fitted.params), str(model))
@@ -103,7 +103,7 @@ def test_an_imported_model_with_its_theta0_file(saved, tmp_path):
   model's own layout; a theta_0 of another shape, with NaN, or missing is refused before
   any work, in one line naming the file or the setting."""
   cfg, ds, fitted, model, init = saved
-  imp = loading.import_victim(str(model), cfg, ds, init_path=str(init))
+  imp = sources.import_victim(str(model), cfg, ds, init_path=str(init))
   for a, b in zip(jax.tree_util.tree_leaves(imp.init), jax.tree_util.tree_leaves(fitted.init)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
@@ -136,7 +136,7 @@ def test_a_job_reads_each_file_of_its_victim_once(saved, tmp_path, monkeypatch):
   builds the victim from what was read: no file is read again (one read each, counted)."""
   cfg, ds, fitted, model, init = saved
   own = str(tmp_path / "victim.msgpack")
-  victim.save(own, cfg, ds, fitted.params, fitted.summary, init=fitted.init)
+  trained.save(own, cfg, ds, fitted.params, fitted.summary, init=fitted.init)
   reads = []
   for module in (state_dicts, checkpoint):
     real = module.read
@@ -196,9 +196,9 @@ def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():
 def test_the_span_of_a_victim_fine_tuned_by_gradient_descent_has_n_minus_1_directions():
   """In float32, as victims train by default: the mean-subtracted images sum to zero up to
   float32 rounding, so their span has n - 1 directions above the noise floor."""
-  cfg = victim.VictimConfig(**LAZY)
-  ds = victim.load_data(cfg)
-  fitted = victim.fit(cfg, ds, jnp.float32)
+  cfg = recipe.VictimConfig(**LAZY)
+  ds = trained.load_data(cfg)
+  fitted = trained.fit(cfg, ds, jnp.float32)
   change = jax.tree_util.tree_map(jnp.subtract, fitted.params, fitted.init)
   _, info = span.span_basis(change, n=len(ds.x_train))
   assert info.dim == len(ds.x_train) - 1  # mean-subtracted: the images sum to zero

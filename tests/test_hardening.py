@@ -27,7 +27,7 @@ from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import RULES, SECTIONS, JobConfig
 from recon_jax.studies import runner
 from recon_jax.victims import models, recipe
-from recon_jax.victims.victim import VictimConfig
+from recon_jax.victims.recipe import VictimConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

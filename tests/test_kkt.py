@@ -12,7 +12,7 @@ from recon_jax.attacks import equations, kkt
 from recon_jax.core import activations, losses
 from recon_jax.engine import inits, loop
 from recon_jax.types import Target
-from recon_jax.victims import models, train
+from recon_jax.victims import descent, models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -304,12 +304,12 @@ def test_attack_reduces_stationarity_on_trained_victim():
   )
   apply_fn = models.make_apply_fn(module)
   params = models.init_params(module, jax.random.PRNGKey(0), (d,), jnp.float64)
-  params, hist = train.train(
+  params, hist = descent.train(
     apply_fn,
     params,
     jnp.asarray(x),
     jnp.asarray(y),
-    train.TrainConfig(loss="logistic", lr=0.5, epochs=300, chunk=300),
+    descent.TrainConfig(loss="logistic", lr=0.5, epochs=300, chunk=300),
     log_every_chunk=False,
   )
   assert hist[-1]["train_error"] == 0.0 and hist[-1]["loss"] < 0.01

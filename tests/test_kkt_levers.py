@@ -19,7 +19,7 @@ from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.types import Target
-from recon_jax.victims import models, recipe, victim
+from recon_jax.victims import models, recipe, trained
 
 WD = 0.1
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
@@ -185,9 +185,9 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
   gradient tolerance), on a tiny digits victim."""
   from experiments.configs import reconstruct
 
-  recipe = reconstruct.get_config("lfw_wd").victim
-  assert recipe.converge_tol > 0 and recipe.wd > 0 and recipe.activation == "softplus"
-  cfg = victim.VictimConfig(
+  preset = reconstruct.get_config("lfw_wd").victim
+  assert preset.converge_tol > 0 and preset.wd > 0 and preset.activation == "softplus"
+  cfg = recipe.VictimConfig(
     dataset="digits",
     n_per_class=3,
     widths=(8, 8),
@@ -195,13 +195,13 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
     init_std=None,
     first_layer_std=None,
     epochs=100,
-    activation=recipe.activation,
-    wd=recipe.wd,
+    activation=preset.activation,
+    wd=preset.wd,
     wd_epochs=50,
-    converge_tol=recipe.converge_tol,
+    converge_tol=preset.converge_tol,
   )
-  ds = victim.load_data(cfg)
-  _, history, summary, _ = victim.fit(cfg, ds)
+  ds = trained.load_data(cfg)
+  _, history, summary, _ = trained.fit(cfg, ds)
   assert history[-1]["phase"] == "converge" and history[-1]["lbfgs_iters"] >= 1
   assert summary["stationary"] is True
   assert summary["grad_norm_rel"] <= cfg.converge_tol
@@ -209,13 +209,13 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
   # Unset, the new fields keep older victims' cache keys.
   plain = dataclasses.replace(cfg, converge_tol=0.0)
   d = plain.to_dict()
-  for name in victim.ADDED_FIELDS:
+  for name in recipe.ADDED_FIELDS:
     d.pop(name)
-  assert plain.key() == victim.VictimConfig(**{**d, "widths": (8, 8)}).key()
+  assert plain.key() == recipe.VictimConfig(**{**d, "widths": (8, 8)}).key()
 
 
 def test_converge_tol_needs_weight_decay():
-  cfg = victim.VictimConfig(converge_tol=1e-8)
+  cfg = recipe.VictimConfig(converge_tol=1e-8)
   with pytest.raises(ConfigError, match="converge_tol"):
     recipe.validate(cfg)
   recipe.validate(dataclasses.replace(cfg, weight_decay=1e-3))
@@ -281,14 +281,14 @@ def test_w_tv_is_refused_where_it_cannot_apply():
   from recon_jax.attacks.spec import Setup
 
   cfg = configs.get_config("tiny")
-  vcfg = victim.VictimConfig(dataset="digits")
+  vcfg = recipe.VictimConfig(dataset="digits")
   for bad in (-1.0, float("nan"), float("inf")):
     cfg.kkt.w_tv = bad
     with pytest.raises(ConfigError, match="w_tv") as err:
       kkt.SPEC.check(cfg.kkt, Setup("binary", vcfg))
     assert err.value.argument == "w_tv"  # the option's own name (the job names kkt.w_tv)
   cfg.kkt.w_tv = 0.1
-  toy = victim.VictimConfig(dataset="toy2d")
+  toy = recipe.VictimConfig(dataset="toy2d")
   with pytest.raises(ConfigError, match="image candidates"):
     kkt.SPEC.check(cfg.kkt, Setup("binary", toy))
-  kkt.SPEC.check(cfg.kkt, Setup("binary", victim.VictimConfig(dataset="lfw")))
+  kkt.SPEC.check(cfg.kkt, Setup("binary", recipe.VictimConfig(dataset="lfw")))

@@ -161,12 +161,12 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
   assert m["assumed"]["training_mean_subtracted"] is True
   # The imported network is the reference forward pass: relu(W0 x + b0), then W1, W2 (no bias).
   from recon_jax import data
-  from recon_jax.victims import loading, victim
+  from recon_jax.victims import recipe, sources
 
   ds = data.load_dataset("digits", n_per_class=3, subtract_mean=False)
-  ds = loading.shift_dataset(ds, mean)
-  vic = loading.import_victim(
-    str(tmp_path / "model.safetensors"), victim.VictimConfig(dataset="digits", n_per_class=3), ds
+  ds = sources.shift_dataset(ds, mean)
+  vic = sources.import_victim(
+    str(tmp_path / "model.safetensors"), recipe.VictimConfig(dataset="digits", n_per_class=3), ds
   )
   x = ds.x_train.reshape(len(ds.x_train), -1)
   h = np.maximum(x @ tensors["layers.0.weight"].T + tensors["layers.0.bias"], 0)

@@ -14,7 +14,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.io import workdir
 from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.job import planning, settings
-from recon_jax.victims import recipe, victim
+from recon_jax.victims import recipe, trained
 
 
 def test_the_binary_default_is_the_library_config():
@@ -135,7 +135,7 @@ def test_a_victim_recipe_refuses_a_field_that_breaks_its_rule_where_it_is_built(
   assert rj.VictimConfig(dataset="my_own_images").dataset == "my_own_images"  # a caller's own
   stored = {"victim": {**rj.VictimConfig().to_dict(), "epochs": -3}}
   with pytest.raises(CheckpointError, match=r"^v.msgpack: corrupt victim metadata: epochs "):
-    victim.recipe_of(stored, "v.msgpack")
+    trained.recipe_of(stored, "v.msgpack")
   with pytest.raises(ConfigError, match=r"^kkt_width ") as e:
     recipe.check_named(lambda: rj.VictimConfig(widths=(10**7,)), {"widths": "kkt_width"})
   assert e.value.argument == "kkt_width"

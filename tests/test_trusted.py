@@ -17,7 +17,7 @@ from recon_jax.eval import selection, stability
 from recon_jax.eval import trusted as ident
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import JobConfig
-from recon_jax.victims import loading, models, victim
+from recon_jax.victims import models, targets, trained
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 
 def _digits():
   """The tiny preset's data: 3 + 3 digits (8x8) and their held-out split, in pixel space."""
-  ds = victim.load_data(planning.victim_config(JobConfig(**configs.get_config("tiny"))))
+  ds = trained.load_data(planning.victim_config(JobConfig(**configs.get_config("tiny"))))
   return ds, ds.x_train + ds.mean, ds.x_test + ds.mean
 
 
@@ -102,7 +102,7 @@ def planted():
   labels = np.concatenate([ds.y_train, ds.y_train])
   lam_gt = np.tile(rng.uniform(1.0, 1.5, n), 2)
   w = (x_gt.reshape(m, -1).T @ (lam_gt * labels))[:, None] / m
-  target = loading.make_target({"params": {"w": w}}, labels, ds.mean)
+  target = targets.make_target({"params": {"w": w}}, labels, ds.mean)
   kkt_attack = pipeline.make_attack(configs.get_config("tiny"), linear_apply, "binary")
   noise = jnp.asarray(rng.uniform(size=x_gt.shape) - ds.mean)
 
@@ -234,7 +234,7 @@ def test_leave_one_out_uses_each_restarts_surrogate():
   apply_fn = models.make_apply_fn(module)
   rng = np.random.default_rng(1)
   x, lam = jnp.asarray(rng.normal(size=(2, 4, 5))), jnp.asarray(rng.uniform(0.5, 2, (2, 4)))
-  target = loading.make_target(params, np.array([1.0, -1.0, 1.0, -1.0]), box=None)
+  target = targets.make_target(params, np.array([1.0, -1.0, 1.0, -1.0]), box=None)
   alpha = jnp.asarray([3.0, 30.0])
   got = ident._leave_one_out_restarts(apply_fn, "binary", target, x, lam, alpha, "sum", True)
   for r in range(2):

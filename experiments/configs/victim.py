@@ -1,4 +1,4 @@
-"""train_victim's config; its victim section (``recon_jax.victims.victim.VictimConfig``) is shared.
+"""train_victim's config; its victim section (``recon_jax.victims.recipe.VictimConfig``) is shared.
 
 Presets (``--config=experiments/configs/victim.py:PRESET``):
   finetune  10 faces + 10 non-faces of scikit-image's LFW subset, one hidden layer of

@@ -52,7 +52,7 @@ from recon_jax.core.activations import get_activation
 from recon_jax.core.rules import MAX_INNER_ITERATIONS, Rule
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
-from recon_jax.victims.victim import final_weight_decay
+from recon_jax.victims.recipe import final_weight_decay
 
 THETA0 = ("target", "uniform", "gaussian")
 

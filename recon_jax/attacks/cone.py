@@ -36,7 +36,7 @@ seeds the first layer's facet of that image, found by consensus (:func:`consensu
 and polished by an unsigned program (:func:`seeded_facet`): below the last hidden layer the
 units mix the images with either sign, but an image's facet still holds every unit inactive
 on it.  Coupled weight decay keeps a multiple ``c`` of theta_0 in every step, so the cone is
-that of ``theta* - c theta_0``: :func:`recon_jax.victims.loading.decay_factor` finds ``c``
+that of ``theta* - c theta_0``: :func:`recon_jax.victims.targets.decay_factor` finds ``c``
 from theta* and theta_0 alone
 (the one multiple that leaves a change of rank n).  Before any program :func:`read` checks
 what the change shows: a change that spans more input directions than there are training
@@ -60,7 +60,7 @@ from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
 from recon_jax.core import numerics, progress
 from recon_jax.core.rules import Rule
 from recon_jax.errors import ConfigError
-from recon_jax.victims import loading
+from recon_jax.victims import targets
 
 VIOLATION_COST = 20.0  # a unit's coefficient below 0 costs this many times the largest weight
 MIXED_VIOLATION_COST = 5.0  # ... this many times its own weight, for squared error
@@ -287,11 +287,11 @@ def short(
 def read(star, init, n: Optional[int], decay: Optional[float] = None) -> Reading:
   """:class:`Reading` of theta* and theta_0 (:func:`hidden_layer` triples) for ``n`` images:
   the weight decay training kept (``decay`` where the caller knows it, else
-  :func:`recon_jax.victims.loading.decay_factor`), the change's span, and whether a cone of
+  :func:`recon_jax.victims.targets.decay_factor`), the change's span, and whether a cone of
   the images can be there.  Gradient descent leaves at most n directions; a change that
   spans more (or every input direction) was not made by it from this theta_0."""
   if decay is None:
-    decay = loading.decay_factor(star[:2], init[:2], n) if n else 1.0
+    decay = targets.decay_factor(star[:2], init[:2], n) if n else 1.0
   change = {"params": {"layer_0": {"kernel": star[0] - decay * init[0]}}}
   basis, info = span.span_basis(change, n=n)
   k, d = int(info.dim), int(info.input_dim)
@@ -1029,7 +1029,7 @@ def _seed_image(normals, coefs, q, seed, layers: Layers, basis, bound, threshold
 
 def _theta_pair(setup: Setup):
   """``(theta*, theta_0)`` from the target: its params are at ``linearize`` between them and
-  its reference is ``theta* - decay theta_0`` (:func:`recon_jax.victims.loading.known_init_target`)."""
+  its reference is ``theta* - decay theta_0`` (:func:`recon_jax.victims.targets.known_init_target`)."""
   target, lin = setup.target, float(setup.common.linearize)
   c = float(target.decay)
   scale = 1.0 - lin + lin * c  # params = theta_0 (1 - lin + lin c) + lin reference
@@ -1050,7 +1050,7 @@ def _direct(setup: Setup, options: ConeOptions):
     starts=options.cone_starts,
     seed=setup.common.seed,
     public=setup.public if options.cone_public else None,
-    decay=float(setup.target.decay),  # the job's target found it (victims.loading)
+    decay=float(setup.target.decay),  # the job's target found it (victims.targets)
     mixed=setup.problem == "general",  # squared error on labels +-1
   )
   return images[None], labels.astype(np.float32), {"cone": reading.summary()}

@@ -9,7 +9,7 @@ One place for what the victim's training and every attack agree on:
   regression, or any loss with weight decay); :func:`problem_for_loss` maps
   one to the other;
 * the training energy ``E(theta; x, y) = mean_i loss(Phi(x_i), y_i) + wd/2 ||theta||^2``
-  is minimised by :mod:`recon_jax.victims.train` (gradient descent),
+  is minimised by :mod:`recon_jax.victims.descent` (gradient descent),
   :mod:`recon_jax.implicit` (L-BFGS to convergence) and the inner problem of
   the bilevel attack.
 """

@@ -21,7 +21,7 @@ from typing import Mapping, Optional
 from recon_jax.core import rules
 from recon_jax.errors import ConfigError
 from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig, Threat
-from recon_jax.victims import importers
+from recon_jax.victims import foreign
 
 # Candidates per restart of a blind attack (no training images, so no n to scale with).
 BLIND_CANDIDATES = 40
@@ -88,4 +88,4 @@ def audit_job(
 
 def _dense_first_layer(path: str) -> bool:
   """Whether the model's first layer is dense (its candidates can live in the span)."""
-  return importers.first_layer_input(path)[0] == "dense"
+  return foreign.first_layer_input(path)[0] == "dense"

@@ -30,10 +30,10 @@ from recon_jax.job import estimate, planning
 from recon_jax.job.planning import Plan
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
-from recon_jax.victims import loading, victim
+from recon_jax.victims import recipe, sources, targets
 
 
-def assumptions(cfg: JobConfig, vcfg: victim.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
+def assumptions(cfg: JobConfig, vcfg: recipe.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
   """What the report took as given about the victim and its data (stated in metrics.json):
   a user's own images are named as the dataset (``user:FOLDER``), with no draw of their own."""
   user = bool(cfg.threat.train or cfg.threat.heldout)
@@ -63,7 +63,7 @@ def attack_setup(
   problem: str,
   num_outputs: int = 1,
   *,
-  victim_config: Optional[victim.VictimConfig] = None,
+  victim_config: Optional[recipe.VictimConfig] = None,
   foreign: bool = False,
   input_shape=(),
   n: int = 0,
@@ -73,7 +73,7 @@ def attack_setup(
   settings (``cfg``: a JobConfig or a mapping of settings)."""
   return attacks.Setup(
     problem,
-    victim_config or victim.VictimConfig(),
+    victim_config or recipe.VictimConfig(),
     foreign,
     apply_fn,
     num_outputs,
@@ -111,36 +111,36 @@ class Reconstruction(NamedTuple):
   arrays: dict  # name -> array (reconstructions.npz)
   eval_result: Any  # metrics.EvalResult of the pooled candidates (or None)
   dataset: data.Dataset
-  victim: victim.Victim
+  victim: sources.Victim
 
 
-def load_victim(plan: Plan) -> Tuple[data.Dataset, victim.Victim, np.ndarray, float]:
+def load_victim(plan: Plan) -> Tuple[data.Dataset, sources.Victim, np.ndarray, float]:
   """The job's data, its victim (trained, cached, loaded or imported from the files the
   plan read), the candidates' labels, and the seconds the victim took.  A bad ``m`` fails
   before any training."""
   cfg, src = plan.config, plan.source
   ds, labels = src.dataset, plan.labels
   t0 = time.time()
-  vic = loading.victim_of(src, use_cache=cfg.use_cache)
+  vic = sources.victim_of(src, use_cache=cfg.use_cache)
   return ds, vic, labels, time.time() - t0
 
 
-def job_target(plan: Plan, vic: victim.Victim, ds: data.Dataset, labels) -> Target:
+def job_target(plan: Plan, vic: sources.Victim, ds: data.Dataset, labels) -> Target:
   """What the attacker sees: theta* in the run's precision, the labels, the pixel box, and
   with ``known_init`` theta* - theta_0 as the reference (less the multiple of theta_0 that
-  weight decay kept: :func:`recon_jax.victims.loading.decay_factor`), the gradients taken at
-  the ``linearize`` point between them (:func:`recon_jax.victims.loading.known_init_target`)."""
-  target = loading.make_target(vic.params, labels, ds.mean, dtype=float_dtype())
+  weight decay kept: :func:`recon_jax.victims.targets.decay_factor`), the gradients taken at
+  the ``linearize`` point between them (:func:`recon_jax.victims.targets.known_init_target`)."""
+  target = targets.make_target(vic.params, labels, ds.mean, dtype=float_dtype())
   if plan.config.threat.known_init:
     n = len(ds.x_train)
-    decay = loading.decay_factor(vic.params, vic.init, n) if n else 1.0
+    decay = targets.decay_factor(vic.params, vic.init, n) if n else 1.0
     if decay < 1.0:
       logging.info(
         "weight decay: training kept %.4g of theta_0, so the attack fits theta* - %.4g theta_0",
         decay,
         decay,
       )
-    target = loading.known_init_target(target, vic.init, plan.config.linearize, decay)
+    target = targets.known_init_target(target, vic.init, plan.config.linearize, decay)
   return target
 
 

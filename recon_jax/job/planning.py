@@ -25,7 +25,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job import settings
 from recon_jax.job.settings import RULES, JobConfig
-from recon_jax.victims import loading, recipe, state_dicts, victim
+from recon_jax.victims import recipe, sources, state_dicts, trained
 
 RANGE_NAMES = sweep.RANGE_NAMES
 
@@ -64,7 +64,7 @@ def resolve_problem(problem: str, loss: str) -> str:
   return problem
 
 
-def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.VictimConfig:
+def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> recipe.VictimConfig:
   """The victim of a job: its ``victim`` settings, or the checkpoint's own.
 
   A recon_jax checkpoint carries the config it was trained with (architecture
@@ -74,11 +74,12 @@ def victim_config(cfg: JobConfig, requested: Optional[dict] = None) -> victim.Vi
   model = cfg.threat.model
   if not model or state_dicts.is_foreign(model):
     return recipe.of_settings(cfg.victim)
-  return loading.open_checkpoint(model, requested).recipe
+  return sources.open_checkpoint(model, requested).recipe
 
 
-def _num_classes(v: victim.VictimConfig) -> int:
-  """The number of classes of ``v``'s data (as :func:`recon_jax.victims.victim.load_data` draws it)."""
+def _num_classes(v: recipe.VictimConfig) -> int:
+  """The number of classes of ``v``'s data (as :func:`recon_jax.victims.trained.load_data`
+  draws it)."""
   return data.dataset.num_classes(
     v.dataset.strip().lower(), "multiclass" if v.loss == "ce" else "binary"
   )
@@ -146,12 +147,12 @@ class Plan(NamedTuple):
 
   config: JobConfig  # the settings, paths expanded (config.json's "config")
   spec: attacks.AttackSpec  # the attack the settings name (its registered spec)
-  victim: victim.VictimConfig  # the config's victim section, or the checkpoint's own recipe
+  victim: recipe.VictimConfig  # the config's victim section, or the checkpoint's own recipe
   problem: str  # 'binary', 'multiclass' or 'general'
   foreign: bool  # a PyTorch or safetensors checkpoint
   hparams: dict  # per-restart hyperparameters ({} for an attack without a search)
   stages: list  # [(steps, hparams)] of the sweep ([] likewise)
-  source: Optional[loading.Source] = None  # the victim's files (data, weights, theta_0), read once
+  source: Optional[sources.Source] = None  # the victim's files (data, weights, theta_0), read once
   labels: Optional[np.ndarray] = None  # the candidates' labels on the source's data (m of them)
   setup: Optional[attacks.Setup] = None  # what the attack was checked with; the run completes it
   then: Optional["Plan"] = None  # the search a direct attack hands over to (:func:`handover`)
@@ -175,7 +176,7 @@ def available_memory() -> Optional[int]:
     return None
 
 
-def state_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> Tuple[int, str]:
+def state_memory(cfg: JobConfig, v: recipe.VictimConfig, spec) -> Tuple[int, str]:
   """Bytes of the attack's batched restart state, and how they were counted.
 
   R x m x prod(input_shape) x (arrays per candidate: x, gradient, optimiser
@@ -195,7 +196,7 @@ def state_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> Tuple[int, str
   return r * m * d * arrays * nbytes, how
 
 
-def check_memory(cfg: JobConfig, v: victim.VictimConfig, spec) -> None:
+def check_memory(cfg: JobConfig, v: recipe.VictimConfig, spec) -> None:
   """Refuses a sweep whose restart state cannot fit: the limit or this machine's memory."""
   if v.dataset.strip().lower() not in data.INPUT_SHAPES:
     return
@@ -241,7 +242,7 @@ def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   return job if isinstance(job, Plan) else prepare(job, requested_victim, explicit)
 
 
-def prepare_training(cfg) -> victim.VictimConfig:
+def prepare_training(cfg) -> recipe.VictimConfig:
   """The victim of a training run (``cfg.victim``, ``data_dir``, ``chunk_epochs``,
   ``save_every``), every setting checked and ``data_dir`` expanded; nothing is written."""
   cfg.data_dir = expand(cfg.data_dir)
@@ -250,7 +251,7 @@ def prepare_training(cfg) -> victim.VictimConfig:
       never = " (0: never)" if low == 0 else ""
       raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
   check_widths(cfg)
-  vcfg = victim.VictimConfig(**{**cfg.victim, "widths": tuple(int(w) for w in cfg.victim.widths)})
+  vcfg = recipe.VictimConfig(**{**cfg.victim, "widths": tuple(int(w) for w in cfg.victim.widths)})
   recipe.validate(vcfg)
   check_data_dir(vcfg, cfg.data_dir)
   check_data_files(vcfg, cfg.data_dir)
@@ -291,7 +292,7 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
     k[len("victim.") :] for k in explicit if k.startswith("victim.")
   }
   threat = cfg.threat
-  vcfg, foreign, stored = loading.resolve(threat.model, cfg.victim, requested_victim, given)
+  vcfg, foreign, stored = sources.resolve(threat.model, cfg.victim, requested_victim, given)
   own = stored is not None
   if threat.data_mean and not foreign:
     raise ConfigError(
@@ -494,20 +495,20 @@ def check_user_data(cfg: JobConfig, foreign: bool) -> None:
 
 
 def read_source(
-  cfg: JobConfig, v: victim.VictimConfig, stored, foreign: bool, problem: str
-) -> loading.Source:
-  """The victim's files read once, as the run uses them (:func:`recon_jax.victims.loading.read`):
+  cfg: JobConfig, v: recipe.VictimConfig, stored, foreign: bool, problem: str
+) -> sources.Source:
+  """The victim's files read once, as the run uses them (:func:`recon_jax.victims.sources.read`):
   its data, its weights (``stored``: the recon_jax checkpoint read already) and theta_0.
   Errors name the file, or the setting (``threat.*`` for how an imported model is read, and
   held-out images that are copies of training images)."""
   t = cfg.threat
   images = None
   if t.train or t.heldout:
-    images = loading.UserImages(t.train, t.heldout, problem != "multiclass", t.image_size)
+    images = sources.UserImages(t.train, t.heldout, problem != "multiclass", t.image_size)
   asked = tuple(cfg.victim.widths)  # an imported model is used as it is: no others
-  imports = loading.Imports(t.input_layout, t.stride, t.padding, t.data_mean)
+  imports = sources.Imports(t.input_layout, t.stride, t.padding, t.data_mean)
   try:
-    return loading.read(
+    return sources.read(
       v,
       path=t.model if foreign else "",
       stored=stored,
@@ -516,7 +517,7 @@ def read_source(
       imports=imports,
       images=images,
       allow_data_mismatch=t.allow_data_mismatch,
-      widths=None if asked == tuple(victim.VictimConfig().widths) else asked,
+      widths=None if asked == tuple(recipe.VictimConfig().widths) else asked,
     )
   except ConfigError as e:
     if e.argument in ("input_layout", "stride", "padding", "data_mean", "heldout"):
@@ -542,7 +543,7 @@ def check_widths(cfg) -> None:
   rules.check_value("victim.widths", cfg.victim.widths, recipe.RULES["widths"])
 
 
-def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
+def check_data_dir(v: recipe.VictimConfig, data_dir: Optional[str]) -> None:
   """Refuses a file dataset (mnist, cifar10, cifar100) without an existing ``data_dir``.
 
   Only the folder is checked (cheap); its files are read, and checked, with the data.
@@ -552,9 +553,9 @@ def check_data_dir(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
     data.files.require_dir(name, data_dir or None, data.dataset.SOURCES[name].files)
 
 
-def check_data_files(v: victim.VictimConfig, data_dir: Optional[str]) -> None:
+def check_data_files(v: recipe.VictimConfig, data_dir: Optional[str]) -> None:
   """Reads a file dataset (MNIST, CIFAR) as the run will, so that a truncated, corrupt or
   foreign file is refused before the workdir is touched (the error names the file)."""
   name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
   if name in data.FILE_DATASETS:
-    victim.load_data(v, data_dir or None)
+    trained.load_data(v, data_dir or None)

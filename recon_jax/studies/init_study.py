@@ -35,7 +35,7 @@ from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics, nearest
 from recon_jax.types import float_dtype
-from recon_jax.victims import cache, loading, models, victim
+from recon_jax.victims import cache, models, recipe, sources, targets, trained
 
 # The three §4.3 settings as (l1, l2) of eq. (10).
 SETTINGS = {"random": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
@@ -196,15 +196,15 @@ def bilevel_victim(
   return apply_fn, params, summary
 
 
-def kkt_victim_config(cfg) -> victim.VictimConfig:
+def kkt_victim_config(cfg) -> recipe.VictimConfig:
   """The §4.4 KKT victim: a homogeneous ReLU MLP d-w-...-w-1 trained like the main job.
 
-  :class:`recon_jax.victims.victim.VictimConfig` defaults (first-layer bias only,
+  :class:`recon_jax.victims.recipe.VictimConfig` defaults (first-layer bias only,
   N(0, 0.003) init with the first layer N(0, 1e-4), gradient descent at 0.05
   on the logistic loss without weight decay, training mean subtracted): the
   setting of Haim et al., on the study's training images.
   """
-  return victim.VictimConfig(
+  return recipe.VictimConfig(
     dataset=cfg.dataset,
     n_per_class=cfg.n_per_class,
     data_seed=cfg.seed,
@@ -326,7 +326,7 @@ class Study:
   def centred(self):
     """The data as the KKT victim sees them (training mean subtracted), loaded once."""
     if self._centred is None:
-      self._centred = victim.load_data(kkt_victim_config(self.cfg), self.cfg.data_dir or None)
+      self._centred = trained.load_data(kkt_victim_config(self.cfg), self.cfg.data_dir or None)
       if not np.array_equal(self._centred.train_idx, self.ds.train_idx):
         raise AssertionError("the KKT victim's training set differs from the study's")
     return self._centred
@@ -373,18 +373,18 @@ class Study:
         restart_from_target_each_step=cfg.bilevel_restart_from_target,
         optimizer=cfg.bilevel_optimizer,
       )
-      target = loading.make_target(params, ds.y_train, dtype=dtype)
+      target = targets.make_target(params, ds.y_train, dtype=dtype)
       x_init = inits.mix(ds.x_train, ds.x_part, n, dtype=dtype)
       hp["lr_x"] = jnp.asarray(np.full(len(sel), cfg.bilevel_lr_x), dtype)
       steps, offset, draws = cfg.bilevel_steps, 0.0, {}
       metric_keys = ("param_dist", "inner_grad_norm", "inner_iters")
     else:
       dsc = self.centred()
-      vic = loading.load_or_train_victim(kkt_victim_config(cfg), dsc, use_cache=cfg.use_cache)
+      vic = sources.load_or_train_victim(kkt_victim_config(cfg), dsc, use_cache=cfg.use_cache)
       params = vic.params
       vsum = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
       attack = kkt.kkt_attack(vic.apply_fn, "binary")
-      target = loading.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
+      target = targets.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
       x_init = inits.mix(dsc.x_train, dsc.x_part, n, offset=dsc.mean, dtype=dtype)
       draws = kkt_hparams(cfg, len(sel))
       hp.update({k: jnp.asarray(v, dtype) for k, v in draws.items()})

@@ -31,7 +31,7 @@ from recon_jax.studies import (
   leakage_map,
   toy,
 )
-from recon_jax.victims import victim
+from recon_jax.victims import trained
 
 TRAIN_STATE_FILE = "train_state.msgpack"  # a victim's resumable training in its workdir
 # What a victim's training writes (write_training, and the last finite parameters).
@@ -54,12 +54,12 @@ def run_training(cfg, path: str, *, resume: bool = False) -> dict:
   vcfg = planning.prepare_training(cfg)
   if resume:
     workdir.check_resumable(cfg, path, TRAIN_STATE_FILE, "train_victim")
-  ds = victim.load_data(vcfg, cfg.data_dir or None)
+  ds = trained.load_data(vcfg, cfg.data_dir or None)
   if not resume:
     # A new run's config.json must not sit beside an earlier run's victim: its results go.
     workdir.remove(path, TRAINING_RESULTS)
     workdir.write_config(path, cfg, study="train_victim")
-  params, history, summary, init = victim.fit_resumable(
+  params, history, summary, init = trained.fit_resumable(
     vcfg,
     ds,
     workdir.inside(path, TRAIN_STATE_FILE),
@@ -75,7 +75,7 @@ def write_training(path: str, vcfg, ds, params, history, summary, init=None) -> 
   """victim.msgpack (with theta_0, where its training started), metrics.json (with a
   ``warning`` if the victim did not learn its data), history.json and train_idx.npz of a
   trained victim; returns the metrics."""
-  victim.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
+  trained.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
   metrics = {k: v for k, v in summary.items() if k != "outputs"}
   metrics["warning"] = verdict.victim_warning(Victim.of(summary), vcfg.loss, ds.num_classes)
   workdir.write_json(path, "metrics.json", metrics)

@@ -28,7 +28,7 @@ from recon_jax.eval.metrics_json import Victim
 from recon_jax.io import plots
 from recon_jax.job import planning
 from recon_jax.types import float_dtype
-from recon_jax.victims import loading, recipe, victim
+from recon_jax.victims import recipe, sources, targets
 
 # The victim's init schemes that need no extra scale ('normal' needs init_std).
 VICTIM_INITS = ("torch", "kaiming", "uniform")
@@ -181,9 +181,9 @@ def validate(cfg) -> tuple:
   return hp, stages, labels
 
 
-def victim_config(cfg) -> victim.VictimConfig:
+def victim_config(cfg) -> recipe.VictimConfig:
   """The victim the toy trains: ``cfg``'s recipe on ``n_train`` points of the unit circle."""
-  return victim.VictimConfig(
+  return recipe.VictimConfig(
     dataset="toy2d",
     n_per_class=cfg.n_train // 2,
     subtract_mean=False,
@@ -278,10 +278,10 @@ def run(
   if bool(cfg.x64) != (dtype == jnp.float64):
     logging.warning("x64=%s but JAX runs in %s", cfg.x64, np.dtype(dtype).name)
   ds = data.load_dataset("toy2d", toy_n=cfg.n_train, seed=cfg.seed)
-  vic = loading.load_or_train_victim(victim_config(cfg), ds, use_cache=cfg.use_cache)
+  vic = sources.load_or_train_victim(victim_config(cfg), ds, use_cache=cfg.use_cache)
   timing = {"victim_s": time.time() - t_start}
   t0 = time.time()
-  params = loading.cast_params(vic.params, dtype)
+  params = targets.cast_params(vic.params, dtype)
   x_train = jnp.asarray(ds.x_train, dtype)
   oracle = diagnostics.oracle_residual(vic.apply_fn, "binary", params, x_train, ds.y_train)
   kinks = diagnostics.kink_fraction(params, ds.x_train)
@@ -295,7 +295,7 @@ def run(
   if cfg.theta_norm > 0:
     scale = cfg.theta_norm / jnp.sqrt(losses.tree_sq_norm(params))
     params = jax.tree_util.tree_map(lambda a: a * scale, params)
-  target = loading.make_target(params, labels, ds.mean, box=None, dtype=dtype)
+  target = targets.make_target(params, labels, ds.mean, box=None, dtype=dtype)
   attack = kkt.kkt_attack(vic.apply_fn, "binary", w_prior=0.0)  # no prior (Haim §4)
   x_init = inits.gaussian(cfg.m, (2,), dtype)
   keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
@@ -377,7 +377,7 @@ def toy_figure(
   g = np.linspace(-1.6, 1.6, 121)
   gx, gy = np.meshgrid(g, g)
   grid = jnp.asarray(np.stack([gx.ravel(), gy.ravel()], 1), float_dtype())
-  params = loading.cast_params(vic.params)
+  params = targets.cast_params(vic.params)
   out = np.asarray(vic.apply_fn(params, grid, None))[:, 0].reshape(gx.shape)
   train = {"train": ds.x_train, "train_labels": ds.y_train}
   panels = [

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from recon_jax import data
 from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
-from recon_jax.victims import victim
+from recon_jax.victims import recipe, trained
 
 
 def cache_dir() -> str:
@@ -57,7 +57,7 @@ def _through_cache(path: str, load_fn, train_fn, save_fn, use_cache: bool):
   return value, False
 
 
-def get_or_train(cfg: victim.VictimConfig, ds: data.Dataset, *, use_cache: bool = True):
+def get_or_train(cfg: recipe.VictimConfig, ds: data.Dataset, *, use_cache: bool = True):
   """Loads the cached victim for ``cfg`` or trains and caches it (theta_0 with it).
 
   Returns:
@@ -69,20 +69,20 @@ def get_or_train(cfg: victim.VictimConfig, ds: data.Dataset, *, use_cache: bool 
 
   def load_fn(p):  # the cached file read once: parameters, metadata and theta_0
     params, meta, init = checkpoint.read(p)
-    init = victim.check_stored(p, params, meta, init, cfg, ds)
+    init = trained.check_stored(p, params, meta, init, cfg, ds)
     if init is None:
-      init = victim.initial_params(cfg, ds, jax.tree_util.tree_leaves(params)[0].dtype)
+      init = trained.initial_params(cfg, ds, jax.tree_util.tree_leaves(params)[0].dtype)
     return params, meta["summary"], init
 
   def train_fn():
-    fitted = victim.fit(cfg, ds)
+    fitted = trained.fit(cfg, ds)
     return fitted.params, fitted.summary, fitted.init
 
   (params, summary, init), hit = _through_cache(
     path,
     load_fn,
     train_fn,
-    lambda p, v: victim.save(p, cfg, ds, v[0], v[1], init=v[2]),
+    lambda p, v: trained.save(p, cfg, ds, v[0], v[1], init=v[2]),
     use_cache,
   )
   params, init = (jax.tree_util.tree_map(jnp.asarray, t) for t in (params, init))

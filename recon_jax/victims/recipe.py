@@ -25,7 +25,7 @@ from recon_jax.core.rules import problem as rule_problem
 from recon_jax.core.rules import same as _same
 from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError
-from recon_jax.victims import models, train
+from recon_jax.victims import descent, models
 
 ARCHS = ("mlp", "affine", "one_hidden", "cnn")
 
@@ -132,14 +132,14 @@ class VictimConfig:
   optimizer: str = setting(
     "sgd",
     "sgd (gradient descent, momentum if set) | adam",
-    Rule("str", choices=train.OPTIMIZERS),
+    Rule("str", choices=descent.OPTIMIZERS),
     added=True,
   )  # sgd (gradient descent; momentum if set) | adam
   adaptive: str = setting(
     "none",
     "normalised GD: none | loss (lr / loss) | grad (lr / ||grad||)",
     Rule("str", choices=ADAPTIVE),
-  )  # normalised GD: none | loss | grad (see train.TrainConfig)
+  )  # normalised GD: none | loss | grad (see descent.TrainConfig)
   batch_size: Optional[int] = setting(
     None, "minibatch size (unset: full batch)", Rule("int", low=1, high=INT32_MAX, optional=True)
   )
@@ -325,7 +325,7 @@ def check_imported(v: VictimConfig, path: str, given=()) -> None:
   """Refuses victim settings ``v`` that the imported model ``path`` (a PyTorch or safetensors
   file) would ignore: how to build or train a victim (``given``: the fields the user set), and
   an activation other than ReLU (the importer maps ReLU networks only).  ``widths`` is matched
-  against the model's own layers when the model is read (:func:`recon_jax.victims.loading.read`)."""
+  against the model's own layers when the model is read (:func:`recon_jax.victims.sources.read`)."""
   if v.activation != "relu":
     raise ConfigError(
       f"victim.activation={v.activation} describes a victim to train; the imported "

@@ -3,7 +3,7 @@
 safetensors files are read without torch; PyTorch files (zip or legacy) with
 ``torch.load(..., weights_only=True)``, which refuses pickles that would run code.  The
 format is sniffed from the file's first bytes, not its name, and a malformed or
-truncated file is one line naming it.  :mod:`recon_jax.victims.importers` maps the
+truncated file is one line naming it.  :mod:`recon_jax.victims.foreign` maps the
 state dict onto a network.
 """
 

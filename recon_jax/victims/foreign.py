@@ -1,11 +1,11 @@
-"""Importing PyTorch / safetensors victims, so users can attack their own models.
+"""A foreign (PyTorch / safetensors) victim as a flax network, so users can attack their own models.
 
-A foreign checkpoint is read as a flat state dict of numpy arrays (no torch
-needed for safetensors; ``torch.load(..., weights_only=True)`` for PyTorch
-files, which refuses pickles that would run code), then mapped onto a flax
-network with the library's calling convention ``module.apply(params, x,
-act=None)`` on NHWC inputs, so :func:`recon_jax.victims.models.make_apply_fn` and every
-attack work on it unchanged.
+A foreign checkpoint is read as a flat state dict of numpy arrays by
+:mod:`recon_jax.victims.state_dicts` (no torch needed for safetensors; ``torch.load(...,
+weights_only=True)`` for PyTorch files, which refuses pickles that would run code), then
+mapped here onto a flax network with the library's calling convention
+``module.apply(params, x, act=None)`` on NHWC inputs, so
+:func:`recon_jax.victims.models.make_apply_fn` and every attack work on it unchanged.
 
 What is inferred from tensor names and shapes:
 

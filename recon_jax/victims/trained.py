@@ -1,8 +1,12 @@
-"""Victims: data -> trained parameters theta* -> checkpoint, with provenance.
+"""A recipe trained into a victim: data -> theta_0 -> theta* -> checkpoint, with provenance.
 
-One :class:`VictimConfig` says everything needed to rebuild a victim (data
-sampling, architecture, training recipe).  Its hash keys a cache, so the main
-job trains each victim once.
+One :class:`~recon_jax.victims.recipe.VictimConfig` says everything needed to rebuild a
+victim (data sampling, architecture, training recipe): :func:`build` makes its network,
+:func:`load_data` draws its data, :func:`fit` trains it from :func:`initial_params` (the
+phases of :mod:`recon_jax.victims.descent`, then :func:`converge` when asked) and
+:func:`save` / :func:`load` write and read its checkpoint with the recipe, training indices
+and data fingerprint.  The recipe's hash keys the victim cache
+(:mod:`recon_jax.victims.cache`), so the main job trains each victim once.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 from absl import logging
 import jax
@@ -24,12 +28,8 @@ from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics
 from recon_jax.io import checkpoint
 from recon_jax.types import float_dtype
-from recon_jax.victims import models, recipe, train
-from recon_jax.victims.recipe import (  # noqa: F401 (victim.VictimConfig, victim.ADDED_FIELDS)
-  ADDED_FIELDS,
-  VictimConfig,
-  final_weight_decay,
-)
+from recon_jax.victims import descent, models, recipe
+from recon_jax.victims.recipe import VictimConfig, final_weight_decay
 
 
 def stationarity(apply_fn, cfg: VictimConfig, params, x, y) -> dict:
@@ -166,7 +166,7 @@ def load_data(cfg: VictimConfig, data_dir: Optional[str] = None) -> data.Dataset
 
 def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
   """The training phases: plain training, then the optional weight-decay phase."""
-  tcfg = train.TrainConfig(
+  tcfg = descent.TrainConfig(
     loss=cfg.loss,
     lr=cfg.lr,
     epochs=cfg.epochs,
@@ -192,18 +192,6 @@ def phase_configs(cfg: VictimConfig, chunk: int = 2000) -> list:
       )
     )
   return phases
-
-
-class Victim(NamedTuple):
-  """A victim as an attack sees it: theta*, how to apply it, and where it came from
-  (trained here, the cache, or a checkpoint; :mod:`recon_jax.victims.loading` makes one)."""
-
-  params: Any  # theta* (flax variable dict)
-  apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
-  num_outputs: int  # C, the width of the output layer
-  summary: dict  # training summary (loss, errors, margins, ...)
-  source: str  # 'trained', 'cache' or the checkpoint path
-  init: Any = None  # theta_0, where its training started (None: unknown)
 
 
 class Trained(NamedTuple):
@@ -253,10 +241,10 @@ def initial_params(cfg: VictimConfig, ds: data.Dataset, dtype=None):
     len(ds.x_part),
   )
   try:
-    params, _ = train.train(
+    params, _ = descent.train(
       apply_fn, params, jnp.asarray(ds.x_part, dtype), y, tcfg, log_every_chunk=False
     )
-  except train.TrainError as e:
+  except descent.TrainError as e:
     e.argument = "lr"
     raise
   return params
@@ -308,7 +296,7 @@ def fit(
 
     prior = list(hists[ph])
     try:
-      params, hists[ph] = train.train(
+      params, hists[ph] = descent.train(
         apply_fn,
         params,
         x,
@@ -320,7 +308,7 @@ def fit(
         state=state if ph == start else None,
         history=prior,
       )
-    except train.TrainError as e:
+    except descent.TrainError as e:
       e.argument = "lr"  # this config's learning rate: the setting to lower
       raise
   history = list(hists[0])
@@ -434,7 +422,7 @@ def _train_template(cfg: VictimConfig, ds: data.Dataset, phase: int, chunk: int)
     lambda: models.init_params(module, jax.random.PRNGKey(0), ds.x_train.shape[1:], dtype)
   )
   tcfg = phase_configs(cfg, chunk)[phase]
-  return {"state": jax.eval_shape(lambda: train.init_state(params, tcfg))}
+  return {"state": jax.eval_shape(lambda: descent.init_state(params, tcfg))}
 
 
 def save_training(path: str, phase: int, state, histories, chunk: int) -> None:
@@ -472,7 +460,7 @@ def fit_resumable(
 
   With ``resume`` it continues from that file.  If training diverges, the last
   finite parameters are saved to ``last_finite_path`` (when given) for
-  inspection, and the :class:`~recon_jax.victims.train.TrainError` names ``lr`` (:func:`fit`).
+  inspection, and the :class:`~recon_jax.victims.descent.TrainError` names ``lr`` (:func:`fit`).
   """
   resume_from = load_training(state_path, cfg, ds, chunk) if resume else None
   if resume_from:
@@ -488,7 +476,7 @@ def fit_resumable(
 
   try:
     return fit(cfg, ds, chunk=chunk, on_chunk=on_chunk, resume_from=resume_from)
-  except train.TrainError as e:
+  except descent.TrainError as e:
     if e.params is not None and last_finite_path:
       save(last_finite_path, cfg, ds, e.params, {"error": str(e)})
     raise

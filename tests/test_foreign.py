@@ -1,4 +1,4 @@
-"""Tests for recon_jax.victims.importers: foreign (safetensors / PyTorch) victims as flax networks.
+"""Tests for recon_jax.victims.foreign: foreign (safetensors / PyTorch) victims as flax networks.
 
 The core tests write safetensors files with numpy and compare the imported
 network with a numpy forward pass in PyTorch's conventions (NCHW inputs,
@@ -24,7 +24,7 @@ from recon_jax.io import checkpoint
 from recon_jax.io.checkpoint import CheckpointError
 from recon_jax.types import Target
 from recon_jax.victims import models
-from recon_jax.victims.importers import from_state_dict, load_foreign
+from recon_jax.victims.foreign import from_state_dict, load_foreign
 from recon_jax.victims.models import ImportedCNN
 from recon_jax.victims.state_dicts import detect_format, read_state_dict
 

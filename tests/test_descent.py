@@ -1,4 +1,5 @@
-"""Tests for recon_jax.victims.train: gradient-descent training, its schedules, resume and failure mode."""
+"""Tests for recon_jax.victims.descent: gradient-descent training, its schedules, resume and
+failure mode."""
 
 import dataclasses
 import functools
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from recon_jax.core import losses
-from recon_jax.victims import models, train
+from recon_jax.victims import descent, models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -38,8 +39,8 @@ def _leaves(tree):
 def test_one_step_is_sgd_on_the_objective():
   apply_fn, params = _mlp(widths=(8,))
   x, y = _blobs(2)
-  cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, weight_decay=0.1)
-  new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  cfg = descent.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, weight_decay=0.1)
+  new, history = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   g = jax.grad(losses.energy(apply_fn, "logistic", 0.1))(params, x, y)
   for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
     np.testing.assert_allclose(n, p - 0.3 * gg, rtol=1e-13, atol=1e-15)
@@ -50,23 +51,23 @@ def test_one_step_is_sgd_on_the_objective():
 def test_normalised_step_by_hand(adaptive):
   apply_fn, params = _mlp(widths=(8,))
   x, y = _blobs(2)
-  cfg = train.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
-  new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  cfg = descent.TrainConfig(loss="logistic", lr=0.3, epochs=1, chunk=1, adaptive=adaptive)
+  new, _ = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   loss, g = jax.value_and_grad(losses.energy(apply_fn, "logistic"))(params, x, y)
   gnorm = np.sqrt(sum(np.sum(a**2) for a in _leaves(g)))
   rate = 0.3 / (float(loss) if adaptive == "loss" else gnorm)
   for n, p, gg in zip(_leaves(new), _leaves(params), _leaves(g)):
     np.testing.assert_allclose(n, p - rate * gg, rtol=1e-12, atol=1e-15)
   with pytest.raises(ValueError, match="adaptive"):
-    train.train(apply_fn, params, x, y, dataclasses.replace(cfg, adaptive="adam"))
+    descent.train(apply_fn, params, x, y, dataclasses.replace(cfg, adaptive="adam"))
 
 
 def test_momentum_two_steps_by_hand():
   apply_fn, params = _mlp(widths=(8,))
   x, y = _blobs(2)
   lr, mu = 0.2, 0.9
-  cfg = train.TrainConfig(loss="logistic", lr=lr, epochs=2, chunk=2, momentum=mu)
-  new, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  cfg = descent.TrainConfig(loss="logistic", lr=lr, epochs=2, chunk=2, momentum=mu)
+  new, _ = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   grad = jax.grad(losses.energy(apply_fn, "logistic"))
   g0 = grad(params, x, y)
   p1 = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, g0)
@@ -80,9 +81,9 @@ def test_logistic_reaches_zero_train_error():
   apply_fn, params = _mlp()
   x, y = _blobs(2)
   x_test, y_test = _blobs(2, seed=1)
-  cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=200, chunk=100)
+  cfg = descent.TrainConfig(loss="logistic", lr=0.1, epochs=200, chunk=100)
   init_loss = float(losses.energy(apply_fn, "logistic")(params, x, y))
-  new, history = train.train(
+  new, history = descent.train(
     apply_fn, params, x, y, cfg, x_test=x_test, y_test=y_test, log_every_chunk=False
   )
   assert [r["epoch"] for r in history] == [100, 200]
@@ -95,8 +96,8 @@ def test_logistic_reaches_zero_train_error():
 def test_cross_entropy_three_classes():
   apply_fn, params = _mlp(out_dim=3)
   x, y = _blobs(3)
-  cfg = train.TrainConfig(loss="ce", lr=0.1, epochs=200, chunk=200)
-  new, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  cfg = descent.TrainConfig(loss="ce", lr=0.1, epochs=200, chunk=200)
+  new, history = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   assert history[-1]["train_error"] == 0.0
   assert np.all(np.asarray(losses.margins("ce", apply_fn(new, x), y)) > 0)
   np.testing.assert_array_equal(np.asarray(jnp.argmax(apply_fn(new, x), -1)), np.asarray(y))
@@ -107,9 +108,9 @@ def test_mse_regression_loss_decreases():
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(8, 4)))
   y = jnp.asarray(np.sin(np.asarray(x)[:, 0]) + 0.5 * np.asarray(x)[:, 1])
-  cfg = train.TrainConfig(loss="mse", lr=0.05, epochs=300, chunk=100)
+  cfg = descent.TrainConfig(loss="mse", lr=0.05, epochs=300, chunk=100)
   init_loss = float(losses.energy(apply_fn, "mse")(params, x, y))
-  _, history = train.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y, log_every_chunk=False)
+  _, history = descent.train(apply_fn, params, x, y, cfg, x_test=x, y_test=y, log_every_chunk=False)
   trace = [r["loss"] for r in history]
   assert trace == sorted(trace, reverse=True)
   assert trace[-1] < 0.2 * init_loss
@@ -120,8 +121,8 @@ def test_mse_regression_loss_decreases():
 def test_loss_threshold_stops_early():
   apply_fn, params = _mlp()
   x, y = _blobs(2)
-  cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=2000, chunk=20, loss_threshold=0.2)
-  _, history = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  cfg = descent.TrainConfig(loss="logistic", lr=0.1, epochs=2000, chunk=20, loss_threshold=0.2)
+  _, history = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   assert len(history) < 100
   assert history[-1]["loss"] <= 0.2
   assert all(r["loss"] > 0.2 for r in history[:-1])
@@ -130,13 +131,13 @@ def test_loss_threshold_stops_early():
 def test_minibatches_are_seeded():
   apply_fn, params = _mlp(widths=(8,))
   x, y = _blobs(2)
-  cfg = train.TrainConfig(loss="logistic", lr=0.1, epochs=10, chunk=10, batch_size=3)
-  a, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-  b, _ = train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
-  c, _ = train.train(
+  cfg = descent.TrainConfig(loss="logistic", lr=0.1, epochs=10, chunk=10, batch_size=3)
+  a, _ = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  b, _ = descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  c, _ = descent.train(
     apply_fn, params, x, y, dataclasses.replace(cfg, seed=1), log_every_chunk=False
   )
-  full, _ = train.train(
+  full, _ = descent.train(
     apply_fn, params, x, y, dataclasses.replace(cfg, batch_size=None), log_every_chunk=False
   )
   for u, v in zip(_leaves(a), _leaves(b)):
@@ -160,10 +161,10 @@ def test_divergence_raises_and_keeps_last_finite_chunk():
   apply_fn, params, x, y, lam_max = _affine_regression()
   # GD on a quadratic with lr = 10 / lam_max multiplies the top error component by
   # -9 each step: the loss (81^t) overflows after ~160 steps, i.e. in chunk 7.
-  cfg = train.TrainConfig(loss="mse", lr=10.0 / lam_max, epochs=300, chunk=25)
+  cfg = descent.TrainConfig(loss="mse", lr=10.0 / lam_max, epochs=300, chunk=25)
   seen = []
-  with pytest.raises(train.TrainError, match="diverged") as err:
-    train.train(
+  with pytest.raises(descent.TrainError, match="diverged") as err:
+    descent.train(
       apply_fn,
       params,
       x,
@@ -183,9 +184,9 @@ def test_divergence_raises_and_keeps_last_finite_chunk():
 
 def test_divergence_in_first_chunk_returns_initial_params():
   apply_fn, params, x, y, _ = _affine_regression()
-  cfg = train.TrainConfig(loss="mse", lr=1e200, epochs=20, chunk=10)
-  with pytest.raises(train.TrainError) as err:
-    train.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
+  cfg = descent.TrainConfig(loss="mse", lr=1e200, epochs=20, chunk=10)
+  with pytest.raises(descent.TrainError) as err:
+    descent.train(apply_fn, params, x, y, cfg, log_every_chunk=False)
   assert err.value.history == []
   for a, b in zip(_leaves(err.value.params), _leaves(params)):
     np.testing.assert_array_equal(a, b)
@@ -195,6 +196,6 @@ def test_divergence_in_first_chunk_returns_initial_params():
 def test_bad_config_rejected(field, value):
   apply_fn, params = _mlp(widths=(4,))
   x, y = _blobs(2)
-  cfg = dataclasses.replace(train.TrainConfig(), **{field: value})
+  cfg = dataclasses.replace(descent.TrainConfig(), **{field: value})
   with pytest.raises(ValueError, match=field):
-    train.train(apply_fn, params, x, y, cfg)
+    descent.train(apply_fn, params, x, y, cfg)

@@ -1,171 +1,46 @@
-"""A victim the attack can run on: its files read once, the victim trained (or read from
-the cache) or imported, and what the attacker sees of it.
+"""A victim's files read once, and the :class:`Victim` an attack runs on made from them.
 
 A job reads its victim's files once, before any work: :func:`open_checkpoint` (a recon_jax
 checkpoint, whose recipe the rest of the job is checked against) and :func:`read` (the
 images, a PyTorch or safetensors model, theta_0) give a :class:`Source`, and
 :func:`victim_of` turns it into a :class:`Victim` (its parameters, ``apply_fn``, training
-summary and theta_0) without reading a file again.  :func:`load_or_train_victim` and
-:func:`import_victim` do both for a caller with its images in hand; :func:`make_target`
-turns the parameters into the attack's :class:`recon_jax.types.Target`.
+summary and theta_0) without reading a file again: an imported model
+(:mod:`recon_jax.victims.foreign`), a checkpoint's parameters, or the recipe's victim from
+the cache or trained now (:mod:`recon_jax.victims.trained`).  :func:`load_or_train_victim`
+and :func:`import_victim` do both for a caller with its images in hand;
+:mod:`recon_jax.victims.targets` turns the parameters into what the attacker sees.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
-from recon_jax.core import arguments, losses
+from recon_jax.core import losses
 from recon_jax.data import user
 from recon_jax.errors import ConfigError
 from recon_jax.eval import membership
 from recon_jax.io import checkpoint as ckpt
-from recon_jax.types import Target, float_dtype
-from recon_jax.victims import cache, importers, models, recipe, state_dicts, victim
-from recon_jax.victims.victim import Victim
+from recon_jax.types import float_dtype
+from recon_jax.victims import cache, foreign, models, recipe, state_dicts, targets, trained
+from recon_jax.victims.recipe import VictimConfig
 
 
-def cast_params(params, dtype=None):
-  """``params`` with every leaf a ``dtype`` array (default :func:`float_dtype`)."""
-  dtype = dtype or float_dtype()
-  return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
+class Victim(NamedTuple):
+  """A victim ready to attack: theta*, how to apply it, and where it came from (trained
+  here, the cache, a checkpoint or an imported model; :func:`victim_of` makes one)."""
 
-
-def make_target(
-  params, labels, mean=None, *, box: Optional[Tuple[float, float]] = (0.0, 1.0), dtype=None
-) -> Target:
-  """What the attacker sees: theta*, the candidates' labels and the pixel box.
-
-  Args:
-    params: theta*.
-    labels: [m] labels assumed for the candidates (see :func:`candidate_labels`).
-    mean: the per-pixel mean subtracted from the training data (or None): the
-      attack works in that shifted space, so the box moves with it.
-    box: (lo, hi) pixel range of the data; None: no box (the 2-D toy).
-    dtype: float dtype (default :func:`float_dtype`).
-  """
-  arguments.finite_tree("params", params)
-  arguments.array("labels", labels, ndim=1)
-  if mean is not None:
-    arguments.array("mean", mean)
-  if box is not None:
-    if not (isinstance(box, (tuple, list)) and len(box) == 2):
-      raise ConfigError(f"box must be (lo, hi) or None, got {box!r}.", "box")
-    lo, hi = (arguments.number("box", v) for v in box)
-    if not lo < hi:
-      raise ConfigError(f"box must be (lo, hi) with lo < hi, got {box!r}.", "box")
-  dtype = dtype or float_dtype()
-  params = cast_params(params, dtype)
-  labels = jnp.asarray(labels)
-  if box is None:
-    shape = np.shape(mean) if mean is not None else ()
-    inf = jnp.full(shape, jnp.inf, dtype)
-    return Target(params, labels, -inf, inf)
-  lo, hi = box
-  offset = np.zeros(()) if mean is None else np.asarray(mean)
-  return Target(params, labels, jnp.asarray(lo - offset, dtype), jnp.asarray(hi - offset, dtype))
-
-
-DECAY_GAIN = 10.0  # theta* - c theta_0 is taken where its tail energy is this many times lower
-
-
-def first_layer(params):
-  """``(kernel [d, h], bias [h])`` of a dense first layer in float64 (zeros for a missing
-  bias), or None (a convolution first, or no ``layer_0`` kernel)."""
-  layer = (params.get("params") or {}).get("layer_0") if hasattr(params, "get") else None
-  kernel = None if not hasattr(layer, "get") else layer.get("kernel")
-  if kernel is None or np.ndim(kernel) != 2:
-    return None
-  kernel = np.asarray(kernel, np.float64)
-  bias = layer.get("bias")
-  bias = np.zeros(kernel.shape[1]) if bias is None else np.asarray(bias, np.float64)
-  return kernel, bias
-
-
-def _complement(grams, c: float, rank: int):
-  """``(V, tail)``: the directions of ``[K*; b*] - c [K_0; b_0]`` beyond its ``rank``
-  largest singular values and the energy it leaves there, from the Gram matrices
-  ``(A A^T, A B^T + B A^T, B B^T)`` of theta* (A) and theta_0 (B)."""
-  aa, ab, bb = grams
-  eig, vec = np.linalg.eigh(aa - c * ab + c * c * bb)  # ascending
-  k = max(len(eig) - rank, 0)
-  return vec[:, :k], float(np.sum(np.maximum(eig[:k], 0.0)))
-
-
-def decay_factor(star, init, n: int, iterations: int = 30) -> float:
-  """``c`` in (0, 1]: the multiple of theta_0 that training by gradient descent (full or
-  mini-batch, with momentum) with coupled weight decay kept in the first layer (``(1 - lr
-  wd)^T`` for plain gradient descent), read off theta* and theta_0 alone: each a pair
-  ``(kernel [d, h], bias [h])`` of the dense first layer, or the parameters themselves
-  (:func:`first_layer`).  ``[K*, b*] - c [K_0, b_0]`` is a combination of the ``n`` labelled
-  images only at that ``c``: the one that leaves the least energy beyond rank n.  Found by
-  alternating the directions beyond rank n at the current ``c`` with the ``c`` that leaves
-  least in them (a least-squares ratio), from 1; a few eigendecompositions.  1 where the
-  least tail is at 1 or no smaller multiple removes :data:`DECAY_GAIN` times more (no weight
-  decay), and for a first layer that is not dense."""
-  if isinstance(star, dict) or isinstance(init, dict):
-    star, init = first_layer(star), first_layer(init)
-    if star is None or init is None:
-      return 1.0
-  a = np.concatenate([np.asarray(star[0], np.float64), np.asarray(star[1], np.float64)[None]], 0)
-  b = np.concatenate([np.asarray(init[0], np.float64), np.asarray(init[1], np.float64)[None]], 0)
-  if a.shape[0] > a.shape[1]:  # the smaller Gram matrix has the same nonzero spectrum
-    a, b = a.T, b.T
-  grams = (a @ a.T, a @ b.T + b @ a.T, b @ b.T)
-  rank = int(n)
-  if rank >= min(a.shape):
-    return 1.0
-  v, tail_at_1 = _complement(grams, 1.0, rank)
-  c = 1.0
-  for _ in range(int(iterations)):
-    # The c that leaves least of A - c B in the directions v: <V^T A, V^T B> / |V^T B|^2.
-    cross, own = np.sum(v * (grams[1] @ v)) / 2.0, np.sum(v * (grams[2] @ v))
-    new = float(np.clip(cross / own, 1e-6, 1.0)) if own > 0 else 1.0
-    v, tail = _complement(grams, new, rank)
-    done = abs(new - c) <= 1e-9 * max(c, 1e-6)
-    c = new
-    if done:
-      break
-  if c >= 1.0 or tail * DECAY_GAIN > tail_at_1:
-    return 1.0
-  return c
-
-
-def known_init_target(target: Target, init, linearize: float = 1.0, decay: float = 1.0) -> Target:
-  """The attacker's view of a model fine-tuned from weights it knows (theta_0 = ``init``).
-
-  Training added ``theta* - theta_0``, a sum of the training samples' gradients along
-  the way; that is the reference the KKT sum must reproduce (Loo et al. 2024).  The
-  gradients are taken at ``theta_0 + linearize (theta* - theta_0)``: 1 at theta*
-  (Haim et al.'s point), 0.5 halfway, where a model that moved little from theta_0
-  is best described by one gradient per sample (on LFW fine-tuning victims the truth's
-  residual is 5-10x lower there than at theta*).  With coupled weight decay training kept
-  only ``decay`` times theta_0 (:func:`decay_factor`), and the reference is
-  ``theta* - decay theta_0`` (:attr:`~recon_jax.types.Target.decay` records it).
-
-  Raises:
-    ConfigError: ``linearize`` outside [0, 1], ``decay`` outside (0, 1], or ``init`` of
-      another structure.
-  """
-  if isinstance(decay, bool) or not (np.isfinite(decay) and 0 < decay <= 1):
-    raise ConfigError(f"decay must be in (0, 1], got {decay!r}.", "decay")
-  if isinstance(linearize, bool) or not (np.isfinite(linearize) and 0 <= linearize <= 1):
-    raise ConfigError(f"linearize must be in [0, 1], got {linearize!r}.", "linearize")
-  params = target.params
-  init = cast_params(init, jax.tree_util.tree_leaves(params)[0].dtype)
-  if jax.tree_util.tree_structure(init) != jax.tree_util.tree_structure(params):
-    raise ConfigError("init must have the structure of the victim's parameters.", "init")
-  change = jax.tree_util.tree_map(jnp.subtract, params, init)
-  at = jax.tree_util.tree_map(lambda a, d: a + linearize * d, init, change)
-  if decay == 1.0:
-    return target._replace(params=at, reference=change)
-  kept = jax.tree_util.tree_map(lambda a, b: a - decay * b, params, init)
-  return target._replace(params=at, reference=kept, decay=float(decay))
+  params: Any  # theta* (flax variable dict)
+  apply_fn: Callable  # apply_fn(params, x, act=None) -> [n, C]
+  num_outputs: int  # C, the width of the output layer
+  summary: dict  # training summary (loss, errors, margins, ...)
+  source: str  # 'trained', 'cache' or the checkpoint path
+  init: Any = None  # theta_0, where its training started (None: unknown)
 
 
 def read_init(path: str, template, *, input_shape=None, input_layout="nchw", stride=1, padding=0):
@@ -181,7 +56,7 @@ def read_init(path: str, template, *, input_shape=None, input_layout="nchw", str
   if state_dicts.detect_format(path) == "msgpack":
     params, _ = ckpt.load(path)
   else:
-    params = importers.load_foreign(
+    params = foreign.load_foreign(
       path, input_shape=input_shape, input_layout=input_layout, stride=stride, padding=padding
     ).params
   ckpt.check_matches(params, template, where)
@@ -210,7 +85,7 @@ class Stored(NamedTuple):
   params: Any  # theta*, as stored
   meta: dict  # its metadata (recipe, data fingerprint, training summary)
   init: Any  # theta_0 stored with it, not yet checked (None: none stored)
-  recipe: victim.VictimConfig  # the recipe it was trained with
+  recipe: VictimConfig  # the recipe it was trained with
 
 
 def open_checkpoint(path: str, requested: Optional[dict] = None) -> Stored:
@@ -221,7 +96,7 @@ def open_checkpoint(path: str, requested: Optional[dict] = None) -> Stored:
   ``victim.<field>``), which is the one used.
   """
   params, meta, init = ckpt.read(path)
-  stored = victim.recipe_of(meta, path)
+  stored = trained.recipe_of(meta, path)
   for field, value in (requested or {}).items():
     want = tuple(value) if field == "widths" else value
     if getattr(stored, field) != want:
@@ -235,8 +110,8 @@ def open_checkpoint(path: str, requested: Optional[dict] = None) -> Stored:
 
 
 def resolve(
-  checkpoint: str, settings: victim.VictimConfig, requested: Optional[dict] = None, given=()
-) -> Tuple[victim.VictimConfig, bool, Optional[Stored]]:
+  checkpoint: str, settings: VictimConfig, requested: Optional[dict] = None, given=()
+) -> Tuple[VictimConfig, bool, Optional[Stored]]:
   """A job's victim before its files are read: ``(recipe, foreign, stored)``.
 
   A recon_jax ``checkpoint`` is read once (``stored``, :func:`open_checkpoint`: its own
@@ -245,19 +120,20 @@ def resolve(
   ``checkpoint`` (``foreign``), used as it is, ``given`` (the victim fields the user set)
   may not say how to build or train it (:func:`recon_jax.victims.recipe.check_imported`).
   """
-  foreign = bool(checkpoint) and state_dicts.is_foreign(checkpoint)
-  if checkpoint and not foreign:
+  is_foreign = bool(checkpoint) and state_dicts.is_foreign(checkpoint)
+  if checkpoint and not is_foreign:
     stored = open_checkpoint(checkpoint, requested)
     return stored.recipe, False, stored
   v = recipe.of_settings(settings)
   recipe.validate(v)
-  if foreign:
+  if is_foreign:
     recipe.check_imported(v, checkpoint, given)
-  return v, foreign, None
+  return v, is_foreign, None
 
 
 class Imports(NamedTuple):
-  """How a PyTorch or safetensors model's tensors are read (:func:`importers.from_state_dict`)."""
+  """How a PyTorch or safetensors model's tensors are read
+  (:func:`recon_jax.victims.foreign.from_state_dict`)."""
 
   input_layout: str = "nchw"
   stride: Any = 1
@@ -277,16 +153,16 @@ class UserImages(NamedTuple):
 class Source(NamedTuple):
   """A victim's files read and checked once (:func:`read`): what :func:`victim_of` needs."""
 
-  recipe: victim.VictimConfig  # the victim's recipe (a checkpoint's own)
+  recipe: VictimConfig  # the victim's recipe (a checkpoint's own)
   dataset: data.Dataset  # the images, in the model's input space
   path: str = ""  # the weights' file ("": trained here, or cached)
   stored: Optional[Stored] = None  # a recon_jax checkpoint
-  imported: Optional[importers.Imported] = None  # a PyTorch or safetensors model, mapped
+  imported: Optional[foreign.Imported] = None  # a PyTorch or safetensors model, mapped
   init: Any = None  # theta_0 from its own file, checked against the victim's layers
 
 
 def read(
-  cfg: victim.VictimConfig,
+  cfg: VictimConfig,
   *,
   path: str = "",
   stored: Optional[Stored] = None,
@@ -311,17 +187,17 @@ def read(
   if path and stored is None:
     imports = imports or Imports()
     return _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, widths)
-  ds = victim.load_data(cfg, data_dir) if dataset is None else dataset
+  ds = trained.load_data(cfg, data_dir) if dataset is None else dataset
   if stored is None:
-    init = read_init(init_path, victim.param_shapes(cfg, ds)) if init_path else None
+    init = read_init(init_path, trained.param_shapes(cfg, ds)) if init_path else None
     return Source(cfg, ds, init=init)
   kept = None if init_path else stored.init  # theta_0 stored with it, unless another is given
-  init = victim.check_stored(
+  init = trained.check_stored(
     stored.path, stored.params, stored.meta, kept, cfg, ds, allow_data_mismatch
   )
   if init_path:
     init = read_init(init_path, stored.params)
-  apply_fn = victim.build(cfg, ds)[1]
+  apply_fn = trained.build(cfg, ds)[1]
   check_outputs(apply_fn, stored.params, ds, stored.path)
   if init_path:
     check_outputs(apply_fn, init, ds, f"{init_path} (the initial parameters)")
@@ -336,7 +212,7 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
   if dataset is not None:
     ds = dataset
   elif images is not None:
-    first = importers.first_layer_of(sd, path)
+    first = foreign.first_layer_of(sd, path)
     size = user.parse_size(images.size)
     ds = user.user_dataset(
       images.train or None,
@@ -346,12 +222,12 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
       size=size,
     )
   else:  # pixels in: the model's own training mean (or none) is subtracted below
-    ds = victim.load_data(dataclasses.replace(cfg, subtract_mean=False), data_dir)
+    ds = trained.load_data(dataclasses.replace(cfg, subtract_mean=False), data_dir)
   if imports.data_mean:
-    ds = shift_dataset(ds, importers.load_data_mean(imports.data_mean, ds.x_train.shape[1:]))
+    ds = shift_dataset(ds, foreign.load_data_mean(imports.data_mean, ds.x_train.shape[1:]))
   layout = dict(input_layout=imports.input_layout, stride=imports.stride, padding=imports.padding)
   shape = ds.x_train.shape[1:]
-  imp = importers.from_state_dict(sd, input_shape=shape, source=path, format=fmt, **layout)
+  imp = foreign.from_state_dict(sd, input_shape=shape, source=path, format=fmt, **layout)
   found = getattr(imp.module, "widths", None)
   if widths is not None and found is not None and tuple(widths) != tuple(found):
     raise ConfigError(
@@ -446,14 +322,14 @@ def victim_of(src: Source, *, use_cache: bool = True) -> Victim:
     init = cached_init if src.init is None else src.init
   dtype = jax.tree_util.tree_leaves(params)[0].dtype
   if init is None:
-    init = victim.initial_params(cfg, ds, dtype)
-  _, apply_fn = victim.build(cfg, ds)
+    init = trained.initial_params(cfg, ds, dtype)
+  _, apply_fn = trained.build(cfg, ds)
   return Victim(
-    params, apply_fn, victim.out_dim(cfg, ds), summary, source, cast_params(init, dtype)
+    params, apply_fn, trained.out_dim(cfg, ds), summary, source, targets.cast_params(init, dtype)
   )
 
 
-def _imported(imp: importers.Imported, cfg, ds, path: str, init) -> Victim:
+def _imported(imp: foreign.Imported, cfg, ds, path: str, init) -> Victim:
   """An imported model as a :class:`Victim`: how it does on its training images ``ds``
   (the file carries no summary)."""
   apply_fn = models.make_apply_fn(imp.module)
@@ -473,7 +349,7 @@ def _imported(imp: importers.Imported, cfg, ds, path: str, init) -> Victim:
 
 def import_victim(
   path: str,
-  cfg: victim.VictimConfig,
+  cfg: VictimConfig,
   ds: data.Dataset,
   *,
   input_layout: str = "nchw",
@@ -483,7 +359,7 @@ def import_victim(
 ) -> Victim:
   """A PyTorch or safetensors victim: its weights mapped onto a flax network.
 
-  The architecture is inferred from the tensors (see :mod:`recon_jax.victims.importers`);
+  The architecture is inferred from the tensors (see :mod:`recon_jax.victims.foreign`);
   ``cfg.loss`` says how it was trained; its train error and margins on ``ds``
   are computed here, since the file carries no summary.  ``init_path``: the weights
   its training started from (theta_0, same format and layout; :func:`read_init`).
@@ -493,7 +369,7 @@ def import_victim(
 
 
 def load_or_train_victim(
-  cfg: victim.VictimConfig,
+  cfg: VictimConfig,
   ds: data.Dataset,
   *,
   checkpoint: str = "",
@@ -503,7 +379,7 @@ def load_or_train_victim(
 ) -> Victim:
   """theta* for ``cfg`` on ``ds``: from a recon_jax ``checkpoint``, the cache, or trained
   now, with theta_0: from ``init_checkpoint`` when given, else the one stored with the
-  victim, else re-created from its recipe (:func:`recon_jax.victims.victim.initial_params`).
+  victim, else re-created from its recipe (:func:`recon_jax.victims.trained.initial_params`).
 
   PyTorch and safetensors files go through :func:`import_victim`.
   """

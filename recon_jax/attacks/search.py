@@ -33,7 +33,8 @@ class Found(NamedTuple):
 
 def find_candidates(
   spec: AttackSpec,
-  settings,
+  options,
+  search,
   setup: Setup,
   stages: list,
   hparams: dict,
@@ -42,15 +43,16 @@ def find_candidates(
   starts: Optional[tuple] = None,
 ) -> Found:
   """The candidates of attack ``spec`` on the victim and target of ``setup``: built from its
-  options in ``settings`` (the job's: its search section's ``init``, ``seed``,
-  ``num_restarts``, ``chunk_steps`` and ``batching`` say how the restarts run), the sweep's ``stages`` (whose
-  per-restart ``hparams`` are drawn) run in one compiled call, saved to and resumed from
-  ``state_file``; or, without a search, read off theta*.  ``ds``: the images the
-  initialisation may start from; ``starts``: ``(images [F, ...], labels [F])`` another attack
-  read, every restart's first candidates of those labels (:func:`recon_jax.engine.inits.seeded`)."""
+  ``options`` (its section of the job's settings), its restarts run as ``search`` says (the
+  job's search section: its ``init``, ``seed``, ``num_restarts``, ``chunk_steps`` and
+  ``batching``), the sweep's ``stages`` (whose per-restart ``hparams`` are drawn) in one
+  compiled call, saved to and resumed from ``state_file``; or, without a search, read off
+  theta*.  ``ds``: the images the initialisation may start from; ``starts``: ``(images [F,
+  ...], labels [F])`` another attack read, every restart's first candidates of those labels
+  (:func:`recon_jax.engine.inits.seeded`)."""
   target = setup.target
   if spec.direct is not None:  # candidates read off the target, no search
-    cands, labels, *notes = spec.direct(setup, spec.options_of(settings))
+    cands, labels, *notes = spec.direct(setup, options)
     cands = np.asarray(cands)
     return Found(
       cands,
@@ -60,9 +62,9 @@ def find_candidates(
       labels=labels,
       notes=notes[0] if notes else None,
     )
-  attack = spec.build(spec.options_of(settings), setup)
+  attack = spec.build(options, setup)
   x_init = inits.make_x_init(
-    settings.search.init,
+    search.init,
     m=len(target.labels),
     input_shape=setup.input_shape,
     x_train=ds.x_train,
@@ -72,7 +74,6 @@ def find_candidates(
   )
   if starts is not None:
     x_init = inits.seeded(x_init, *starts, target.labels)
-  search = settings.search
   keys = jax.random.split(jax.random.PRNGKey(search.seed), search.num_restarts)
   run = loop.run_attack(
     attack,

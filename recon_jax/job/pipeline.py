@@ -4,11 +4,12 @@ data -> victim (trained, cached or imported) -> theta* -> Target ->
 x-initialisation -> attack -> the one batched loop -> candidates ->
 evaluation -> report dict.
 
-The pieces (:func:`make_target`, :func:`recon_jax.job.planning.candidate_labels`,
-:func:`load_or_train_victim`, :func:`recon_jax.engine.loop.run_attack`) are plain functions of
-library objects; :func:`reconstruct` chains them for one job (its typed settings,
-:class:`recon_jax.job.settings.JobConfig`) and returns the report without
-writing anything but the optional resume file.
+:func:`reconstruct` runs one job (a :class:`~recon_jax.job.planning.Plan`, or its typed
+settings, :class:`recon_jax.job.settings.JobConfig`) in stages, each handing on what the
+next takes: :func:`victim_stage` (the data, the victim and the attacker's target),
+:func:`attack_stage` (the regime, the estimate, the candidates, a hand-over: an
+:class:`Attacked`), the scoring (:func:`recon_jax.eval.scoring.score_run`) and the verdict.
+It returns the report without writing anything but the optional resume file.
 """
 
 from __future__ import annotations
@@ -178,7 +179,15 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
   signed = then.problem != "general" and direct.labels is not None
   starts = (images, direct.labels if signed else np.zeros(len(images), np.float32))
   found = search.find_candidates(
-    then.spec, then.config, setup, then.stages, then.hparams, ds, state_file, starts=starts
+    then.spec,
+    then.options,
+    then.config.search,
+    setup,
+    then.stages,
+    then.hparams,
+    ds,
+    state_file,
+    starts=starts,
   )
   return found._replace(notes=direct.notes), target
 
@@ -192,7 +201,7 @@ def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
   if plan.spec.reread is None or best is None:
     return np.zeros((0, *cands.shape[2:]), cands.dtype)
   progress.phase("the cone again, from the search's candidates")
-  images = plan.spec.reread(setup, plan.spec.options_of(plan.config), cands[best])
+  images = plan.spec.reread(setup, plan.options, cands[best])
   return np.asarray(images, cands.dtype).reshape(-1, *cands.shape[2:])
 
 
@@ -250,9 +259,9 @@ def reconstruct(
   requested_victim: Optional[dict] = None,
   verbose: bool = True,
 ) -> Reconstruction:
-  """Runs one reconstruction job: :func:`load_victim` -> :func:`job_target` -> the regime
-  (:func:`recon_jax.attacks.span.regime`) -> the attack's candidates
-  (:func:`recon_jax.attacks.search.find_candidates`) -> identifiability, evaluation and the
+  """Runs one reconstruction job: :func:`victim_stage` -> :func:`attack_stage` (the regime,
+  :func:`recon_jax.attacks.span.regime`, and the attack's candidates,
+  :func:`recon_jax.attacks.search.find_candidates`) -> identifiability, evaluation and the
   attacker's scores (:func:`recon_jax.eval.scoring.score_run`) -> the report.
 
   ``job``: the job resolved by :func:`recon_jax.job.planning.prepare` (a
@@ -275,32 +284,48 @@ def run(plan: Plan, state_file: Optional[loop.StateFile] = None, verbose: bool =
     return _reconstruct(plan, state_file)
 
 
-def _reconstruct(plan: Plan, state_file) -> Reconstruction:
-  """:func:`reconstruct` of a resolved job: what the report states of the job is settled
-  first, then the victim, the target, the regime and the search; then the scores (nothing is
-  scored without training images: a blind attack) and the verdict."""
-  cfg, problem, spec = plan.config, plan.problem, plan.spec
-  t_start = time.time()
-  opts = spec.options_of(cfg)
-  searched = spec.direct is None
-  head = {
-    "attack": cfg.attack,
-    "problem": problem,
-    "assumed": assumptions(cfg, plan.victim, plan.source.dataset, plan.foreign),
-    "assumes_stationary": spec.assumes_stationary(opts),
-  }
-  head["dataset"] = head["assumed"]["dataset"]
+class Attacked(NamedTuple):
+  """The attack stage's outcome (:func:`attack_stage`), handed on to the scoring: the
+  candidates, the plan and target that found them, and what the job read on the way."""
+
+  found: search.Found  # the candidates scored (the search's, after a hand-over)
+  ran: Plan  # the plan whose attack found them (the hand-over's, after one)
+  target: Target  # what they were found on (with the hand-over's labels, after one)
+  seen: dict  # the regime read of theta* first, with the direct attack's notes
+  guess: dict  # the estimate said before the attack (:func:`recon_jax.job.estimate.estimate`)
+  searched: bool  # a search ran (not a direct reading alone)
+  started: float  # when the attack started (time.time()), what the estimate is of
+  direct_s: float  # seconds of the attack (before any hand-over)
+  direct: Optional[search.Found] = None  # after a hand-over: the direct attack's candidates
+  reread: Optional[np.ndarray] = None  # after a hand-over: what it read again of the search's
+  reread_s: float = 0.0
+  why: Optional[str] = None  # why the direct attack handed over
+
+
+def victim_stage(plan: Plan):
+  """``(ds, vic, setup, seconds)``: the job's data, its victim, the attack's setup completed
+  with what the run knows now (the victim and the attacker's target, :func:`job_target`),
+  and the seconds the victim took."""
   progress.phase("loading the victim (or training it, the first time)")
   ds, vic, labels, victim_s = load_victim(plan)
-  target = job_target(plan, vic, ds, labels)
-  setup = plan.setup._replace(  # what the run knows now: the victim and the target
+  setup = plan.setup._replace(
     apply_fn=vic.apply_fn,
     num_outputs=vic.num_outputs,
     input_shape=tuple(ds.x_train.shape[1:]),
     n=len(ds.x_train),
-    target=target,
+    target=job_target(plan, vic, ds, labels),
     public=ds.x_part if len(ds.x_part) else ds.x_test,
   )
+  return ds, vic, setup, victim_s
+
+
+def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attacked:
+  """The regime (:func:`recon_jax.attacks.span.regime`), the estimate, then the attack's
+  candidates (:func:`recon_jax.attacks.search.find_candidates`); where a direct attack reads
+  fewer images than the change's span holds and its plan hands over (``plan.then``) within
+  its budget, the search from its candidates and what it reads again of the search's."""
+  cfg, spec = plan.config, plan.spec
+  target = setup.target
   seen = span.regime(target, len(ds.x_train), cfg.threat.known_init, cfg.linearize)
   if seen.get("span"):
     logging.info(
@@ -312,65 +337,152 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     )
   guess = _estimate(plan, vic, ds, seen)
   logging.info("%s", estimate.say(guess))
-  t_guess = time.time()
+  started = time.time()
+  searched = spec.direct is None
   progress.phase(
     f"attack={cfg.attack}: "
     + ("the search (its first chunk compiles)" if searched else "reading the candidates")
   )
-  found = search.find_candidates(spec, cfg, setup, plan.stages, plan.hparams, ds, state_file)
+  found = search.find_candidates(
+    spec, plan.options, cfg.search, setup, plan.stages, plan.hparams, ds, state_file
+  )
   if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
     seen.update(found.notes)
   read = [v.get("short") for v in (found.notes or {}).values() if isinstance(v, dict)]
   why = next((f"attack={cfg.attack} {w}" for w in read if w), None)
-  direct, ran, direct_s = None, plan, time.time() - t_guess
-  reread, reread_s = None, 0.0
-  if why and plan.then is not None:
-    then_s = _estimate(plan.then, vic, ds, seen)
-    budget = 60.0 * spec.hands_over(opts)
-    if then_s["total_s"] <= budget:
-      logging.info(
-        "hand-over: %s; the KKT search in the change's span runs from its %d images. %s",
-        why,
-        found.candidates.shape[1],
-        estimate.say(then_s),
-      )
-      direct, ran, searched = found, plan.then, True
-      found, target = _hand_over(plan.then, found, setup, ds, state_file)
-      t_reread = time.time()
-      reread = _reread(plan, setup, found)
-      reread_s = time.time() - t_reread
-    else:
-      seen["handover_skipped"] = (
-        f"it would take about {then_s['total_s'] / 60:.0f} minutes here, over the "
-        f"{budget / 60:g} of cone_search_minutes"
-      )
-      logging.info("no hand-over to the KKT search: %s", seen["handover_skipped"])
-  rerun = ran.spec.rerunnable(ran.spec.options_of(ran.config))
-  stability = cfg.evaluation.identify_stability_candidates if rerun else 0
-  cands, weights, run, hp = found.candidates, found.weights, found.run, found.hparams
-  timing = {"victim_s": victim_s, "estimate_s": guess["total_s"], **(found.timing or {})}
+  out = Attacked(found, plan, target, seen, guess, searched, started, time.time() - started)
+  if why is None or plan.then is None:
+    return out
+  then_s = _estimate(plan.then, vic, ds, seen)
+  budget = 60.0 * spec.hands_over(plan.options)
+  if then_s["total_s"] > budget:
+    seen["handover_skipped"] = (
+      f"it would take about {then_s['total_s'] / 60:.0f} minutes here, over the "
+      f"{budget / 60:g} of cone_search_minutes"
+    )
+    logging.info("no hand-over to the KKT search: %s", seen["handover_skipped"])
+    return out
+  logging.info(
+    "hand-over: %s; the KKT search in the change's span runs from its %d images. %s",
+    why,
+    found.candidates.shape[1],
+    estimate.say(then_s),
+  )
+  handed, target = _hand_over(plan.then, found, setup, ds, state_file)
+  t_reread = time.time()
+  reread = _reread(plan, setup, handed)
+  return out._replace(
+    found=handed,
+    ran=plan.then,
+    target=target,
+    searched=True,
+    direct=found,
+    reread=reread,
+    reread_s=time.time() - t_reread,
+    why=why,
+  )
+
+
+def _head(plan: Plan) -> dict:
+  """What the report states of the job before it runs: the attack, the problem, what it
+  took as given (:func:`assumptions`) and whether the attack assumes a stationary model."""
+  cfg = plan.config
+  head = {
+    "attack": cfg.attack,
+    "problem": plan.problem,
+    "assumed": assumptions(cfg, plan.victim, plan.source.dataset, plan.foreign),
+    "assumes_stationary": plan.spec.assumes_stationary(plan.options),
+  }
+  head["dataset"] = head["assumed"]["dataset"]
+  return head
+
+
+def _scored(plan: Plan, att: Attacked, vic, ds: data.Dataset):
+  """``(entries, result, arrays)``: the scoring stage (:func:`recon_jax.eval.scoring.score_run`)
+  of the attack's candidates, with the hand-over's and the span ceiling's entries; the pooled
+  evaluation; the arrays it adds."""
+  cfg, found, ran = plan.config, att.found, att.ran
+  rerun = ran.spec.rerunnable(ran.options)
+  scores = scoring.score_run(
+    vic.apply_fn,
+    vic.num_outputs,
+    plan.problem,
+    att.target,
+    ds,
+    found.candidates,
+    found.weights,
+    found.final_loss,
+    found.run,
+    attack=found.attack,
+    hparams=ran.stages[-1][1] if ran.stages else None,
+    ssim_threshold=cfg.evaluation.ssim_threshold,
+    seed=cfg.search.seed,
+    identify=cfg.evaluation.identify,
+    normalize=cfg.normalize,
+    stability_candidates=cfg.evaluation.identify_stability_candidates if rerun else 0,
+    labels=found.labels,
+    # after a hand-over the direct attack's images are the attacker's too
+    also=() if att.direct is None else (att.direct.candidates[0], att.reread),
+  )
+  entries = {
+    "n_train": len(ds.x_train),
+    "m": int(found.candidates.shape[1]),
+    "num_restarts": ran.config.search.num_restarts if found.run is not None else 1,
+    **scores.entries(),
+  }
+  arrays = {"train_idx": ds.train_idx}
+  if att.direct is not None:
+    handed = _handed_over(att.why, ran, scores.evaluation["also"])
+    entries["handover"] = dict(handed, direct_s=att.direct_s, reread_s=att.reread_s)
+    # the images the direct attack read, and read again from the search's, scored beside
+    # the restarts: the reconstructions a user looks at after a hand-over
+    arrays.update(direct_images=att.direct.candidates[0], reread_images=att.reread)
+  ceiling = _span_ceiling(att.seen, att.target, ds, cfg.evaluation.ssim_threshold)
+  if ceiling is not None:
+    entries["span_ceiling"] = ceiling
+  for i, row in enumerate(entries["per_restart"]):
+    row.update({k: float(np.asarray(v)[i]) for k, v in found.hparams.items()})
+  if scores.result is not None:
+    arrays.update(recon=scores.result.recon, ssim=scores.result.ssim)
+  witness = (entries["identifiability"].get("family") or {}).pop("_witness", None)
+  if witness is not None:
+    arrays["family_witness"] = np.asarray(witness, np.float32)
+  return entries, scores, arrays
+
+
+def _reconstruct(plan: Plan, state_file) -> Reconstruction:
+  """:func:`reconstruct` of a resolved job, stage by stage, each handing on what the next
+  takes: what the report states of the job (:func:`_head`), the victim
+  (:func:`victim_stage`), the attack (:func:`attack_stage`), the scores (nothing is scored
+  without training images: a blind attack), then the verdict."""
+  t_start = time.time()
+  head = _head(plan)
+  ds, vic, setup, victim_s = victim_stage(plan)
+  att = attack_stage(plan, vic, ds, setup, state_file)
+  found = att.found
+  timing = {"victim_s": victim_s, "estimate_s": att.guess["total_s"], **(found.timing or {})}
   head.update(
-    regime=seen,
+    regime=att.seen,
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     victim_source=vic.source,
   )
   arrays = dict(
-    candidates=cands,
-    weights=weights,
+    candidates=found.candidates,
+    weights=found.weights,
     final_loss=found.final_loss,
     mean=ds.mean,
-    **{f"hp_{k}": v for k, v in hp.items()},
+    **{f"hp_{k}": v for k, v in found.hparams.items()},
   )
   n, result = len(ds.x_train), None
   if n == 0:  # a blind attack: the candidates and the attacker's own view of them
     timing["total_s"] = time.time() - t_start
-    timing["since_estimate_s"] = time.time() - t_guess
+    timing["since_estimate_s"] = time.time() - att.started
     metrics = {
       **head,
       "dataset": ds.name,
       "n_train": 0,
       "blind": True,
-      "m": int(cands.shape[1]),
+      "m": int(found.candidates.shape[1]),
       "num_restarts": int(len(found.final_loss)),
       "recovered_strict": None,
       "identifiability": {"skipped": "no training images (a blind attack)", "ratio": None},
@@ -378,58 +490,15 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
       "timing": timing,
     }
   else:
-    scores = scoring.score_run(
-      vic.apply_fn,
-      vic.num_outputs,
-      problem,
-      target,
-      ds,
-      cands,
-      weights,
-      found.final_loss,
-      run,
-      attack=found.attack,
-      hparams=ran.stages[-1][1] if ran.stages else None,
-      ssim_threshold=cfg.evaluation.ssim_threshold,
-      seed=cfg.search.seed,
-      identify=cfg.evaluation.identify,
-      normalize=cfg.normalize,
-      stability_candidates=stability,
-      labels=found.labels,
-      # after a hand-over the direct attack's images are the attacker's too
-      also=() if direct is None else (direct.candidates[0], reread),
-    )
+    entries, scores, more = _scored(plan, att, vic, ds)
     timing.update(scores.timing)
     # the job's total, as before the attacker's own scores: those are timed apart
     timing["total_s"] = time.time() - t_start - timing.get("identification_s", 0.0)
-    timing["since_estimate_s"] = time.time() - t_guess  # what the estimate is of
-    metrics = {
-      **head,
-      "n_train": n,
-      "m": int(cands.shape[1]),
-      "num_restarts": ran.config.search.num_restarts if run is not None else 1,
-      **scores.entries(),
-      "timing": timing,
-    }
-    if direct is not None:
-      handed = _handed_over(why, ran, scores.evaluation["also"])
-      metrics["handover"] = dict(handed, direct_s=direct_s, reread_s=reread_s)
-      # the images the direct attack read, and read again from the search's, scored beside
-      # the restarts: the reconstructions a user looks at after a hand-over
-      arrays.update(direct_images=direct.candidates[0], reread_images=reread)
-    ceiling = _span_ceiling(seen, target, ds, cfg.evaluation.ssim_threshold)
-    if ceiling is not None:
-      metrics["span_ceiling"] = ceiling
+    timing["since_estimate_s"] = time.time() - att.started  # what the estimate is of
+    metrics = {**head, **entries, "timing": timing}
+    arrays.update(more)
     result = scores.result
-    for i, row in enumerate(metrics["per_restart"]):
-      row.update({k: float(np.asarray(v)[i]) for k, v in hp.items()})
-    arrays.update(train_idx=ds.train_idx)
-    if result is not None:
-      arrays.update(recon=result.recon, ssim=result.ssim)
-    witness = (metrics["identifiability"].get("family") or {}).pop("_witness", None)
-    if witness is not None:
-      arrays["family_witness"] = np.asarray(witness, np.float32)
-  said = verdict.conclude(metrics, ds.num_classes, searched)
+  said = verdict.conclude(metrics, ds.num_classes, att.searched)
   if n == 0:
     logging.info(
       "blind attack: %d candidates of %d restarts; %s",

@@ -157,6 +157,11 @@ class Plan(NamedTuple):
   setup: Optional[attacks.Setup] = None  # what the attack was checked with; the run completes it
   then: Optional["Plan"] = None  # the search a direct attack hands over to (:func:`handover`)
 
+  @property
+  def options(self):
+    """The attack's own options, as its section of the settings holds them."""
+    return self.spec.options_of(self.config)
+
 
 # ----------------------------------------------------------------------------- checks
 

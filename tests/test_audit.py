@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image
 import pytest
 from safetensors.numpy import save_file
+from test_metrics_json import assert_round_trip
 
 from experiments import audit as binary
 from experiments.configs import audit as configs
@@ -107,8 +108,10 @@ def _audit(files, tmp_path, name, job=(), **settings):
   cfg.update(train=str(files / "train"), heldout=str(files / "heldout"))
   cfg.update(data_mean=str(files / "mean.npy"))
   cfg.update(settings)
-  binary.job(cfg, str(tmp_path / name))
-  return json.loads((tmp_path / name / "metrics.json").read_text())
+  written = binary.job(cfg, str(tmp_path / name))
+  text = (tmp_path / name / "metrics.json").read_text()
+  assert_round_trip(written, text)  # the file the job wrote before its report was typed
+  return json.loads(text)
 
 
 def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):

@@ -22,6 +22,7 @@ from flax import serialization
 import jax
 import numpy as np
 import pytest
+from test_metrics_json import assert_round_trip
 
 from experiments import reconstruct, train_victim
 from experiments.configs import reconstruct as recon_configs
@@ -825,6 +826,7 @@ def test_run_where_every_restart_diverged_exits_2_with_results_and_warnings(tmp_
   assert metrics["victim_warning"].startswith("the victim did not train")
   assert metrics["recovered_strict"] == 0 and metrics["selection"]["n_diverged"] == 2
   assert metrics["evaluation"]["n_candidates"] == 0
+  assert_round_trip(metrics)  # declared, every key of a run that recovered nothing by failing
   for name in ("config.json", "reconstructions.npz", "restarts.tsv"):
     assert (workdir / name).is_file(), name
 

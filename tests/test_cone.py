@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-from test_metrics_json import assert_read_typed
+from test_metrics_json import assert_read_typed, assert_round_trip
 
 from experiments.configs.victim import PRESETS
 from recon_jax.attacks import cone, span
@@ -395,6 +395,7 @@ def test_past_one_hidden_layer_the_cone_hands_over_and_reads_the_searchs_facets(
   from recon_jax.job import pipeline
 
   m = pipeline.reconstruct(_small_cone_job(DEEP), verbose=False).metrics
+  assert_round_trip(m)
   handed = m["handover"]
   assert "first of several hidden layers" in handed["why"], handed["why"]
   assert handed["reread_candidates"] >= 6 and handed["reread_recovered_strict"] >= 4
@@ -439,6 +440,7 @@ def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp
 
   cfg = rj.JobConfig(**_imported_cone_job(lazy, tmp_path), cone_starts=60)
   m = pipeline.reconstruct(cfg, verbose=False).metrics
+  assert_round_trip(m)
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
   assert m["baseline_heldout_recovered_strict"] == 0
   assert m["baseline_mean_image_recovered_strict"] == 0

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+from test_metrics_json import assert_round_trip
 
 from experiments.configs import reconstruct as configs
 from recon_jax import attacks
@@ -192,6 +193,7 @@ def test_every_attack_that_finds_no_candidate_is_scored_and_concluded(name, tmp_
   if name == "bilevel":  # its inner problem needs weight decay
     cfg.victim.weight_decay = 0.01
   metrics = job_run.run_reconstruction(planning.prepare(cfg), str(tmp_path / "w"))
+  assert_round_trip(metrics, (tmp_path / "w" / "metrics.json").read_text())
   assert metrics["m"] == 0 and metrics["recovered_strict"] == 0
   assert metrics["verdict"] == "no_evidence"
   assert all(r in (None, 1.0) for r in metrics["identifiability"]["per_restart_residual"])

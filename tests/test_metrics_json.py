@@ -1,19 +1,25 @@
-"""metrics.json read typed: every attribute is the key the file holds, an absent key or
-section reads as its default, and what the verdict and the efficacy harness make of the
-verdict tests' planted metrics is what they made of them when they read string keys
+"""metrics.json declared, read typed and written from its declaration: every attribute is the
+key the file holds, an absent key or section reads as its default, the job's metrics typed
+and written back are the file it wrote before they were typed (byte for byte), a key not
+declared is refused naming its path, and what the verdict and the efficacy harness make of
+the verdict tests' planted metrics is what they made of them when they read string keys
 (tests/verdict_pinned.json holds what they said before)."""
 
 import copy
+import dataclasses
 import hashlib
 import json
 import pathlib
+import re
 import sys
+import types
 
 import pytest
 from test_verdict import _cone_read, _metrics, _with_membership
 
-from recon_jax.eval import verdict
-from recon_jax.eval.metrics_json import Cone, Metrics, Victim
+from recon_jax.eval import metrics_json, verdict
+from recon_jax.eval.metrics_json import Cone, Metrics, Restart, Undeclared, Victim
+from recon_jax.io import workdir
 from recon_jax.studies import efficacy
 
 PINNED = pathlib.Path(__file__).with_name("verdict_pinned.json")
@@ -35,11 +41,32 @@ SCORED = {
 }
 
 
+def _file(metrics) -> str:
+  """metrics.json's text of ``metrics`` as the job wrote it before it was typed."""
+  return json.dumps(workdir.jsonable(metrics), indent=2, sort_keys=True, allow_nan=False)
+
+
+def assert_round_trip(metrics: dict, written: str = None) -> None:
+  """The job's ``metrics`` (the pipeline's dict, or a metrics.json read back) typed strictly
+  and written back are what they were: the same keys in the same order, the same values (so
+  the same metrics.json text); ``written``: the metrics.json the job wrote from them, which
+  is the text the job wrote before the report was typed."""
+  plain = workdir.jsonable(metrics)
+  typed = Metrics.from_job(plain)
+  back = typed.to_dict()
+  assert json.dumps(back) == json.dumps(plain)  # keys, order, values and nesting
+  assert back == plain
+  if written is not None:
+    assert written == _file(metrics)
+
+
 def assert_read_typed(metrics: dict) -> None:
   """Every attribute the readers use is the value ``metrics`` (a real run's) holds at its
   key, spelled out here by hand rather than through the fields' declarations; the verdict
-  read typed is the one the run wrote; and the same dict without the sections and keys an
+  read typed is the one the run wrote; the report typed strictly writes ``metrics`` back as
+  it was (:func:`assert_round_trip`); and the same dict without the sections and keys an
   earlier version did not write reads them as absent."""
+  assert_round_trip(metrics)
   r, m = Metrics.from_metrics(metrics), metrics
   for name in ("attack", "n_train", "m", "num_restarts", "recovered_strict", "oracle_residual_rel"):
     assert getattr(r, name) == m[name], name
@@ -57,9 +84,8 @@ def assert_read_typed(metrics: dict) -> None:
   assert r.regime.span_dim == (regime["span"]["dim"] if regime.get("span") else None)
   assert r.regime.handover_skipped == regime.get("handover_skipped")
   cone = regime.get("cone") or {}
-  assert r.regime.cone == Cone(
-    **{k: cone.get(k) for k in ("cannot", "span_dim", "under_noise_floor", "short")}
-  )
+  names = ("decay", "span_dim", "input_dim", "under_noise_floor", "cannot", "read", "short")
+  assert r.regime.cone == Cone(**{k: cone.get(k) for k in names})
   assert r.cannot == cone.get("cannot")
   sel = m["selection"]
   assert r.selection.n_diverged == sel["n_diverged"]
@@ -137,6 +163,147 @@ def test_each_section_reads_its_keys():
   assert r.handover.direct_recovered_strict == 21 and r.handover.reread_candidates is None
   assert r.identifiability.family.input_dim == 64 and r.identifiability.best_restart == 0
   assert [x.recovered_strict for x in r.per_restart] == [0] * 4
+
+
+def test_every_planted_report_is_written_back_as_it_was():
+  """The verdict tests' planted metrics (a cone's readings and hand-overs, a known theta_0, a
+  blind run, what an older metrics.json or a bare victim summary holds): typed strictly and
+  written, each is the dict it was, key for key and in order, and so the same file."""
+  for name, m in _planted().items():
+    assert_round_trip(m)
+    assert json.dumps(Metrics.from_job(m).to_dict(), indent=2) == json.dumps(m, indent=2), name
+
+
+def test_an_absent_key_stays_absent_and_a_none_stays_none():
+  """A key the dict did not hold is not written, though it reads as its default; a key that
+  held None, or an empty section, is written as it was."""
+  for m in (
+    {},
+    {"attack": "kkt"},
+    {"assumed": {}, "regime": {"span": None, "span_why": "a convolution"}},
+    {"handover": None, "span_ceiling": {}, "identification": {"scores": {}, "top": []}},
+    {"per_restart": [{}, {"restart": 1, "final_loss": None}], "selection": {}},
+    {"membership": {"tpr_at_fpr": {"0.01": None}}, "victim": {"imported": None}},
+  ):
+    typed = Metrics.from_job(m)
+    assert typed.to_dict() == m and json.dumps(typed.to_dict()) == json.dumps(m)
+  typed = Metrics.from_job({"assumed": {}, "membership": {}})
+  assert typed.task_from_loss == "logistic" and typed.membership.level == 0.01  # defaults
+  assert typed.to_dict() == {"assumed": {}, "membership": {}}  # not written
+  typed = Metrics.from_job({"handover": {}, "regime": {"span": None}})
+  assert typed.handover == metrics_json.Handover() and typed.regime.span is None
+  # what a reader reads of the same dict leniently is what it read before: no hand-over
+  assert Metrics.from_metrics({"handover": {}}).handover is None
+  # equality is of the values, not of which keys were held
+  assert metrics_json.read(Cone, {}) == Cone() == metrics_json.read(Cone, {"read": None})
+  # a section built directly, not read, writes every key it declares
+  assert Cone(read=3).to_dict() == dict.fromkeys(
+    ("decay", "span_dim", "input_dim", "under_noise_floor", "cannot", "read", "short")
+  ) | {"read": 3}
+
+
+def _with(m: dict, path: tuple, value) -> dict:
+  """A copy of ``m`` with ``value`` at ``path`` (keys, and an int for a row)."""
+  m = copy.deepcopy(m)
+  node = m
+  for part in path[:-1]:
+    node = node[part] if isinstance(part, int) else node.setdefault(part, {})
+  node[path[-1]] = value
+  return m
+
+
+def _dotted(path: tuple) -> str:
+  """``("a", 0, "b")`` -> ``a[0].b``, as the error names a key."""
+  return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def test_a_key_that_is_not_declared_is_refused_naming_its_path():
+  """The job refuses a number no reader knows of: a key of a section, of a row or of a named
+  score that metrics_json does not declare, or a value not of its declared shape, raises
+  naming its full path; read leniently (an earlier version's file), it is left out."""
+  base = _planted()["handed over, read again"]
+  base["identification"] = {"scores": {"lambda": {"auc": 0.7}}, "top": [{"rank": 0}]}
+  base["victim"] = {"imported": {"arch": {"convs": [{"features": 4}]}}}
+  Metrics.from_job(base)  # declared, every key
+  for path in (
+    ("foo",),
+    ("regime", "cone", "foo"),
+    ("regime", "span", "foo"),
+    ("identifiability", "family", "foo"),
+    ("membership", "tpr_at_fpr", "0.05"),
+    ("handover", "foo"),
+    ("identification", "scores", "lambda", "foo"),
+    ("identification", "top", 0, "foo"),
+    ("victim", "imported", "arch", "convs", 0, "foo"),
+  ):
+    bad = _with(base, path, 1)
+    with pytest.raises(Undeclared) as e:
+      Metrics.from_job(bad)
+    assert str(e.value) == (
+      f"metrics.json key {_dotted(path)} is not declared in recon_jax.eval.metrics_json"
+    )
+    assert Metrics.from_metrics(bad) == Metrics.from_metrics(base)  # leniently: left out
+  for path, value in (
+    (("regime", "cone"), [1]),
+    (("regime",), None),
+    (("per_restart",), {"restart": 0}),
+    (("identification", "scores"), [1]),
+    (("identification", "top", 0), 3),
+  ):
+    where = re.escape(_dotted(path))
+    with pytest.raises(Undeclared, match=rf"^metrics.json key {where} holds "):
+      Metrics.from_job(_with(base, path, value))
+    Metrics.from_metrics(_with(base, path, value))  # leniently: read as absent
+
+
+def test_the_open_parts_keep_what_they_do_not_declare():
+  """A restart's hyperparameters (named after the sweep's settings) and a victim summary's
+  keys of another version are kept as they are, in their places."""
+  m = {
+    "per_restart": [{"restart": 0, "lr_x": 0.1, "diverged": False, "alpha": 25.0}],
+    "victim": {"loss": 0.1, "test_error": 0.2, "margins_old": [1.0]},
+  }
+  typed = Metrics.from_job(m)
+  assert typed.per_restart[0].hparams == {"lr_x": 0.1, "alpha": 25.0}
+  assert typed.per_restart[0] == Restart(
+    restart=0, diverged=False, hparams=typed.per_restart[0].hparams
+  )
+  assert typed.victim.other == {"test_error": 0.2, "margins_old": [1.0]}
+  assert json.dumps(typed.to_dict()) == json.dumps(m)
+
+
+def test_the_job_refuses_an_undeclared_key_before_writing_any_file(tmp_path):
+  """write_reconstruction types the report first: a key not declared fails before any file
+  (metrics.json, report.md, the figures) is written."""
+  from recon_jax.job import run
+
+  bad = _with(_planted()["handed over"], ("regime", "cone", "foo"), 1)
+  with pytest.raises(Undeclared, match="regime.cone.foo is not declared"):
+    run.write_reconstruction(str(tmp_path), types.SimpleNamespace(metrics=bad))
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_every_field_says_what_it_means():
+  """Each declared key has a comment: on its line, or on the lines just above it (which then
+  speak for the fields under them); every section dataclass says where it sits."""
+  lines = pathlib.Path(metrics_json.__file__).read_text().splitlines()
+  commented = False
+  for line in lines:
+    text = line.strip()
+    if text.startswith("#"):
+      commented = True
+    elif " = key(" in text:
+      assert "#" in text or commented, text
+    else:
+      commented = False
+  sections = [
+    v
+    for v in vars(metrics_json).values()
+    if isinstance(v, type) and issubclass(v, metrics_json.Section) and v is not metrics_json.Section
+  ]
+  assert len(sections) >= 20
+  for cls in sections:
+    assert cls.__doc__ and dataclasses.is_dataclass(cls), cls
 
 
 def _planted() -> dict:

@@ -7,7 +7,7 @@ from conftest import fast_compile, reference_layout_safetensors
 from flax import serialization
 import numpy as np
 import pytest
-from test_metrics_json import assert_read_typed
+from test_metrics_json import assert_read_typed, assert_round_trip
 
 from experiments.configs import reconstruct as configs
 from recon_jax.job import planning
@@ -53,6 +53,7 @@ def test_main_job_writes_its_report(tmp_path):
     assert os.path.getsize(tmp_path / name) > 0, name
   saved = json.loads((tmp_path / "metrics.json").read_text())
   assert saved["n_train"] == 6 and 0 <= saved["recovered_strict"] <= 6
+  assert_round_trip(m, (tmp_path / "metrics.json").read_text())  # the file of before
   assert_read_typed(saved)
   assert set(saved["baselines"]) == {"mean_image", "heldout"}
   assert 0.0 <= saved["oracle_residual_rel"] <= 1.0
@@ -100,12 +101,14 @@ def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
 def test_baseline_attacks_go_through_the_same_evaluation(tmp_path, attack):
   m = _run(_tiny(attack=attack), str(tmp_path))
   assert m["attack"] == attack and "recovered_strict" in m["evaluation"]
+  assert_round_trip(m, (tmp_path / "metrics.json").read_text())
 
 
 @pytest.mark.slow
 def test_multiclass_victim_runs_with_decoreco_margins(tmp_path):
   m = _run(_tiny(victim=dict(loss="ce"), m=20, steps=10), str(tmp_path))
   assert m["problem"] == "multiclass" and m["m"] == 20
+  assert_round_trip(m, (tmp_path / "metrics.json").read_text())
 
 
 @pytest.mark.slow
@@ -126,13 +129,14 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
 def test_regression_victim_with_weight_decay_runs(tmp_path):
   m = _run(_tiny(victim=dict(loss="mse", weight_decay=1e-3), steps=10), str(tmp_path))
   assert m["problem"] == "general"
+  assert_round_trip(m, (tmp_path / "metrics.json").read_text())
 
 
 def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
   """config.json of the dataclass era: no x64/matmul_precision/save_every/distributed keys,
   unset paths as null. Resuming it must be accepted and change nothing."""
   cfg = _tiny()
-  _run(cfg, str(tmp_path))
+  assert_round_trip(_run(cfg, str(tmp_path)), (tmp_path / "metrics.json").read_text())
   before = _npz(tmp_path / "reconstructions.npz")["candidates"]
   stored = json.loads((tmp_path / "config.json").read_text())
   stored["config"].pop("runtime")  # then x64, matmul_precision, save_every, distributed
@@ -155,6 +159,7 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
   work = tmp_path / "work"
   work.mkdir()
   m = _run(cfg, str(work))
+  assert_round_trip(m, (work / "metrics.json").read_text())
   assert m["victim_source"] == str(tmp_path / "model.safetensors")
   assert m["victim"]["imported"]["format"] == "safetensors"
   assert m["assumed"]["data_mean_file"] == str(tmp_path / "mean.npy")
@@ -232,6 +237,7 @@ def test_the_bilevel_attack_runs_as_the_main_job_on_a_weight_decay_victim(tmp_pa
     m = _run(cfg, str(tmp_path))
   assert (m["attack"], m["problem"], m["m"], m["n_train"]) == ("bilevel", "binary", 6, 6)
   assert m["selection"]["n_diverged"] == 0 and np.all(np.isfinite(m["final_stat_rel"]))
+  assert_round_trip(m, (tmp_path / "metrics.json").read_text())
   assert _npz(tmp_path / "reconstructions.npz")["candidates"].shape == (2, 6, 8, 8, 1)
 
 

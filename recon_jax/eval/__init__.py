@@ -21,8 +21,9 @@
 * :mod:`recon_jax.eval.scoring`: a run's candidates scored in one call (identifiability,
   the evaluation, the attacker's own scores), as a reconstruction job needs them.
 * :mod:`recon_jax.eval.verdict`: the verdict and the warnings a reader needs first, read
-  off :mod:`recon_jax.eval.metrics_json`: metrics.json read back typed, one frozen
-  dataclass per section, for the verdict, the efficacy harness and the reproduction.
+  off :mod:`recon_jax.eval.metrics_json`: the declaration of every key of metrics.json,
+  one frozen dataclass per section, from which the job writes it and its readers (the
+  verdict, the efficacy harness, the reproduction, report.md, the figures) read it typed.
 * :mod:`recon_jax.eval.points`: point clouds (the 2-D toy).
 * :mod:`recon_jax.eval.nearest`: nearest-neighbour distances to several
   reference sets (the initialisation study).

@@ -12,7 +12,13 @@ from typing import Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from recon_jax.eval.images import EvalResult
+from recon_jax.eval.metrics_json import Identifiability, Identification, Membership, Metrics
 from recon_jax.io import plots
+
+
+def _or_nan(v: Optional[float]) -> float:
+  """``v``, or NaN where the report holds none (a title says ``nan``, as before)."""
+  return float("nan") if v is None else v
 
 
 def reconstruction_figure(
@@ -222,27 +228,25 @@ def reconstruction_report(
 
 def trusted_figure(
   path: Union[str, os.PathLike],
-  identification: Mapping[str, Any],
+  identification: Union[Identification, Mapping[str, Any]],
   candidates: np.ndarray,
   x_train: np.ndarray,
 ) -> None:
   """The candidates an attacker would trust most (by its pre-registered score), over the truth.
 
-  ``identification`` is the report of :func:`recon_jax.eval.trusted.identification_report`;
-  ``candidates`` [R, m, H, W, C] and ``x_train`` in pixel space.  Each column: a trusted
-  candidate (its score, and whether it is a strict recovery), under it the training image it
-  resembles most.
+  ``identification`` is the report of :func:`recon_jax.eval.trusted.identification_report`
+  (metrics.json's ``identification``, read typed); ``candidates`` [R, m, H, W, C] and
+  ``x_train`` in pixel space.  Each column: a trusted candidate (its score, and whether it is
+  a strict recovery), under it the training image it resembles most.
   """
-
-  top = list(identification.get("top", []))
+  identification = Identification.of(identification)
+  top = identification.top
   if not top:
     return
-  cands = np.stack([candidates[t["restart"], t["index"]] for t in top])
-  nearest = np.stack([x_train[t["train_idx"]] for t in top])
-  labels = [
-    f"score {t['score']:.2f}\n{'REAL' if t['recovered_strict'] else 'not real'}" for t in top
-  ]
-  real = sum(bool(t["recovered_strict"]) for t in top)
+  cands = np.stack([candidates[t.restart, t.index] for t in top])
+  nearest = np.stack([x_train[t.train_idx] for t in top])
+  labels = [f"score {t.score:.2f}\n{'REAL' if t.recovered_strict else 'not real'}" for t in top]
+  real = sum(bool(t.recovered_strict) for t in top)
   plots.image_grid(
     path,
     [cands, nearest],
@@ -250,7 +254,7 @@ def trusted_figure(
     stretch=True,
     col_titles=[labels, None],
     title=(
-      f"The {len(top)} candidates the attacker trusts most by '{identification['trusted_score']}'"
+      f"The {len(top)} candidates the attacker trusts most by '{identification.trusted_score}'"
       f" (no ground truth used): {real} of {len(top)} are real (strict recoveries)"
     ),
   )
@@ -258,7 +262,7 @@ def trusted_figure(
 
 def witness_figure(
   path: Union[str, os.PathLike],
-  identifiability: Mapping[str, Any],
+  identifiability: Union[Identifiability, Mapping[str, Any]],
   witness: np.ndarray,
   x_train: np.ndarray,
   max_images: int = 10,
@@ -266,9 +270,11 @@ def witness_figure(
   """The training images over other images that fit the stationarity equations as well.
 
   ``witness`` and ``x_train`` [n, H, W, C] in pixel space; ``identifiability`` the report
-  of :func:`recon_jax.eval.identifiability.identifiability`, whose ``family`` made the witness.
+  of :func:`recon_jax.eval.identifiability.identifiability` (metrics.json's, read typed),
+  whose ``family`` made the witness.
   """
-  fam = identifiability.get("family") or {}
+  identifiability = Identifiability.of(identifiability)
+  fam = identifiability.family
   k = min(max_images, len(x_train))
   moved = np.sqrt(np.sum((witness - x_train).reshape(len(x_train), -1) ** 2, axis=1))
   order = np.argsort(-moved)[:k]  # the images the family moves most
@@ -278,10 +284,10 @@ def witness_figure(
     row_labels=["training\nimage", "other image,\nsame fit"],
     col_titles=[[f"#{i}" for i in order], None],
     title=(
-      f"Top: training images. Bottom: the same samples moved along {fam.get('dimension')} flat "
+      f"Top: training images. Bottom: the same samples moved along {fam.dimension} flat "
       "directions, inside the pixel box.\nStationarity residual of the whole set: "
-      f"{identifiability['truth_residual']:.3g} (training set), "
-      f"{fam.get('witness_residual', float('nan')):.3g} (moved): the equations cannot tell "
+      f"{identifiability.truth_residual:.3g} (training set), "
+      f"{_or_nan(fam.witness_residual):.3g} (moved): the equations cannot tell "
       "them apart"
     ),
   )
@@ -306,15 +312,19 @@ def candidates_figure(
   )
 
 
-def roc_figure(path: Union[str, os.PathLike], membership: Mapping[str, Any]) -> None:
+def roc_figure(
+  path: Union[str, os.PathLike], membership: Union[Membership, Mapping[str, Any]]
+) -> None:
   """The membership test's ROC curve on log axes (as privacy audits draw it: what matters is
   the true-positive rate where false positives are rare), from the per-image scores of
-  :func:`recon_jax.eval.scoring.membership_report`, with the chance line; the title gives
-  the AUC, the TPR at 1% and 0.1% FPR and the permutation p-value."""
+  :func:`recon_jax.eval.scoring.membership_report` (metrics.json's ``membership``, read
+  typed), with the chance line; the title gives the AUC, the TPR at 1% and 0.1% FPR and the
+  permutation p-value."""
   from recon_jax.eval import membership as mem
 
-  train = [v for v in membership.get("scores_train", []) if v is not None]
-  held = [v for v in membership.get("scores_heldout", []) if v is not None]
+  membership = Membership.of(membership)
+  train = [v for v in membership.scores_train or () if v is not None]
+  held = [v for v in membership.scores_heldout or () if v is not None]
   s = np.r_[np.asarray(train, float), np.asarray(held, float)]
   fpr, tpr = mem.roc_curve(s, np.arange(s.size) < len(train))
   floor = 0.5 / max(len(held), 1)  # below the smallest false-positive rate the data resolve
@@ -325,7 +335,7 @@ def roc_figure(path: Union[str, os.PathLike], membership: Mapping[str, Any]) -> 
     where="post",
     c="tab:red",
     lw=1.5,
-    label=f"attack (AUC {membership.get('auc', float('nan')):.2f})",
+    label=f"attack (AUC {_or_nan(membership.auc):.2f})",
   )
   grid = np.logspace(np.log10(floor), 0, 50)
   ax.plot(grid, grid, ls="--", c="k", lw=0.8, label="chance")
@@ -335,11 +345,13 @@ def roc_figure(path: Union[str, os.PathLike], membership: Mapping[str, Any]) -> 
   ax.set_ylim(floor, 1.02)
   ax.set_xlabel(f"false-positive rate ({len(held)} held-out images)")
   ax.set_ylabel(f"true-positive rate ({len(train)} training images)")
-  tprs = membership.get("tpr_at_fpr") or {}
+  tprs = membership.tpr_at_fpr
   at = ", ".join(
-    f"TPR {tprs[k]:.0%} at {float(k):.1%} FPR" for k in ("0.01", "0.001") if tprs.get(k) is not None
+    f"TPR {v:.0%} at {fpr:.1%} FPR"
+    for fpr, v in ((0.01, tprs.one_pct), (0.001, tprs.tenth_pct))
+    if v is not None
   )
-  p = membership.get("p_value")
+  p = membership.p_value
   ax.set_title(
     "Membership: each given image scored by its best reconstruction\n"
     f"{at}; permutation p = {p if p is None else format(p, '.2g')}",
@@ -352,27 +364,31 @@ def roc_figure(path: Union[str, os.PathLike], membership: Mapping[str, Any]) -> 
 
 def reconstruction_figures(
   figdir: Union[str, os.PathLike],
-  metrics: Mapping[str, Any],
+  metrics: Union[Metrics, Mapping[str, Any]],
   arrays: Mapping[str, np.ndarray],
   ds: Any,
   result: Any,
   train_margins: Optional[Any],
 ) -> None:
-  """Every figure a reconstruction's ``metrics`` call for, into ``figdir``: a blind attack's
-  candidates (candidates.png), the reconstructions of the EvalResult ``result``
-  (:func:`reconstruction_report`), the identifiability witness (identifiability.png) and
-  the trusted candidates (trusted.png).  ``arrays``: reconstructions.npz's; ``ds``: the
-  dataset, whose ``mean`` puts the images back in pixel space."""
-  best = (metrics.get("selection") or {}).get("best_by_loss_restart")
-  if metrics.get("wrong_data"):  # what the model was trained on, more likely than the data given
-    best = (metrics.get("identifiability") or {}).get("best_restart", best)
-  if (metrics.get("blind") or metrics.get("wrong_data")) and best is not None:
+  """Every figure a reconstruction's ``metrics`` (its report typed,
+  :class:`recon_jax.eval.metrics_json.Metrics`, or metrics.json's dict) call for, into
+  ``figdir``: a blind attack's candidates (candidates.png), the reconstructions of the
+  EvalResult ``result`` (:func:`reconstruction_report`), the identifiability witness
+  (identifiability.png) and the trusted candidates (trusted.png).  ``arrays``:
+  reconstructions.npz's; ``ds``: the dataset, whose ``mean`` puts the images back in pixel
+  space."""
+  metrics = Metrics.of(metrics)
+  best = metrics.selection.best_by_loss_restart
+  fits = metrics.identifiability.best_restart
+  if metrics.wrong_data and fits is not None:  # what the model was trained on, more likely
+    best = fits
+  if (metrics.blind or metrics.wrong_data) and best is not None:
     candidates_figure(
       os.path.join(figdir, "candidates.png"),
       arrays["candidates"][best] + ds.mean,
       arrays["weights"][best],
       None
-      if metrics.get("blind")
+      if metrics.blind
       else "The candidates of the restart that fits the equations best, by the attacker's "
       "trust:\nthey fit the model far better than the images given as its training set",
     )
@@ -383,22 +399,21 @@ def reconstruction_figures(
       ds.x_train + ds.mean,
       ds.x_test + ds.mean if len(ds.x_test) else None,
       train_margins,
-      metrics["evaluation"]["ssim_threshold"],
+      metrics.evaluation.ssim_threshold,
     )
-  fam = (metrics.get("identifiability") or {}).get("family") or {}
-  if fam.get("confirmed") and "family_witness" in arrays:
+  if metrics.identifiability.family.confirmed and "family_witness" in arrays:
     witness_figure(
       os.path.join(figdir, "identifiability.png"),
-      metrics["identifiability"],
+      metrics.identifiability,
       arrays["family_witness"] + ds.mean,
       ds.x_train + ds.mean,
     )
-  if (metrics.get("membership") or {}).get("auc") is not None:
-    roc_figure(os.path.join(figdir, "roc.png"), metrics["membership"])
-  if "identification" in metrics:
+  if metrics.membership.auc is not None:
+    roc_figure(os.path.join(figdir, "roc.png"), metrics.membership)
+  if metrics.identification is not None:
     trusted_figure(
       os.path.join(figdir, "trusted.png"),
-      metrics["identification"],
+      metrics.identification,
       arrays["candidates"] + ds.mean,
       ds.x_train + ds.mean,
     )

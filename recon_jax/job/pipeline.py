@@ -495,7 +495,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     # the job's total, as before the attacker's own scores: those are timed apart
     timing["total_s"] = time.time() - t_start - timing.get("identification_s", 0.0)
     timing["since_estimate_s"] = time.time() - att.started  # what the estimate is of
-    metrics = {**head, **entries, "timing": timing}
+    after = {k: entries.pop(k) for k in ("handover", "span_ceiling") if k in entries}
+    metrics = {**head, **entries, "timing": timing, **after}  # metrics.json's order as before
     arrays.update(more)
     result = scores.result
   said = verdict.conclude(metrics, ds.num_classes, att.searched)

@@ -4,7 +4,9 @@ why, the numbers beside their baselines, what each means, and the figures."""
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Mapping, Union
+
+from recon_jax.eval.metrics_json import Metrics
 
 # The figures a run may write, and what each shows.
 FIGURES = (
@@ -40,68 +42,67 @@ def _pct(v) -> str:
   return "–" if v is None else f"{v:.0%}"
 
 
-def report(m: Mapping, folder: str = "") -> str:
-  """The markdown of a reconstruction's metrics (metrics.json's dict); ``folder``: where the
-  figures are (only those that exist are shown)."""
-  n, k = m.get("n_train"), m.get("recovered_strict")
-  ident = m.get("identifiability") or {}
-  sel = m.get("selection") or {}
-  regime = m.get("regime") or {}
-  span = regime.get("span") or {}
-  t = m.get("timing") or {}
+def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
+  """The markdown of a reconstruction's report (:class:`recon_jax.eval.metrics_json.Metrics`,
+  or metrics.json's dict, read typed); ``folder``: where the figures are (only those that
+  exist are shown)."""
+  m = Metrics.of(m)
+  n, k = m.n_train, m.recovered_strict
+  ident, sel, regime, t = m.identifiability, m.selection, m.regime, m.timing
+  span = regime.span
   lines = [
-    f"# Does this model leak its training images? **{m.get('verdict', '?').replace('_', ' ')}**",
+    f"# Does this model leak its training images? **{(m.verdict or '?').replace('_', ' ')}**",
     "",
-    *[f"- {r}" for r in m.get("reasons", [])],
+    *[f"- {r}" for r in m.reasons or ()],
     "",
   ]
-  if m.get("warnings"):
-    lines += ["## Warnings", "", *[f"- {w}" for w in m["warnings"]], ""]
-  restarts = m.get("num_restarts")
+  if m.warnings:
+    lines += ["## Warnings", "", *[f"- {w}" for w in m.warnings], ""]
+  restarts = m.num_restarts
   pooled = f"pooled over {restarts} restart{'s' if restarts != 1 else ''}"
-  tol = ident.get("tolerance")
+  tol = ident.tolerance
   lines += ["## The numbers", "", "| number | value | what it means |", "|---|---|---|"]
-  if m.get("blind"):
+  if m.blind:
     lines.append(
-      f"| candidates | {m.get('m')} per restart, {restarts} restart"
+      f"| candidates | {m.m} per restart, {restarts} restart"
       f"{'s' if restarts != 1 else ''} | no training images were given: nothing is counted, "
       "and candidates.png shows what the attack found |"
     )
   else:
-    mem = m.get("membership") or {}
+    mem = m.membership
     lines += [
       f"| training images recovered strictly | {k} of {n} | a reconstruction more similar to "
       f"its training image than to every held-out image, SSIM >= "
-      f"{_num((m.get('evaluation') or {}).get('ssim_threshold'), '.2g')}; {pooled} |",
-      f"| held-out baseline | {m.get('baseline_heldout_recovered_strict')} | unseen images "
+      f"{_num(m.evaluation.ssim_threshold, '.2g')}; {pooled} |",
+      f"| held-out baseline | {m.baseline_heldout_recovered_strict} | unseen images "
       "scored as if they were reconstructions, by the same strict rule: what the data "
       "distribution gives for free |",
-      f"| mean-image baseline | {m.get('baseline_mean_image_recovered_strict')} | the training "
+      f"| mean-image baseline | {m.baseline_mean_image_recovered_strict} | the training "
       "mean scored as a reconstruction, by the same strict rule |",
-      f"| attacker's own pick | {sel.get('best_by_loss_recovered_strict')} of {n} | the "
+      f"| attacker's own pick | {sel.best_by_loss_recovered_strict} of {n} | the "
       "restart with the lowest loss, chosen without the training set |",
     ]
-    if mem.get("auc") is not None:
-      tpr = mem.get("tpr_at_fpr") or {}
+    if mem.auc is not None:
+      tpr = mem.tpr_at_fpr
       lines += [
-        f"| membership ROC AUC | {mem['auc']:.3f} | every given image ({mem.get('n_members')} "
-        f"training, {mem.get('n_others')} held-out) scored by one rule: its best "
+        f"| membership ROC AUC | {mem.auc:.3f} | every given image ({mem.n_members} "
+        f"training, {mem.n_others} held-out) scored by one rule: its best "
         "reconstruction's SSIM less its SSIM with the nearest other given image (or the "
         "training mean); 0.5 is chance, 1 every training image above every held-out one |",
-        f"| TPR at 1% / 0.1% FPR | {_pct(tpr.get('0.01'))} / {_pct(tpr.get('0.001'))} | the "
+        f"| TPR at 1% / 0.1% FPR | {_pct(tpr.one_pct)} / {_pct(tpr.tenth_pct)} | the "
         "training images called members where at most that fraction of the held-out images "
-        f"is (the held-out set resolves false-positive rates down to 1/{mem.get('n_others')}) |",
-        f"| membership p-value | {_num(mem.get('p_value'), '.2g')} (level "
-        f"{_num(mem.get('level'), 'g')}) | a permutation test of the AUC over which given "
+        f"is (the held-out set resolves false-positive rates down to 1/{mem.n_others}) |",
+        f"| membership p-value | {_num(mem.p_value, '.2g')} (level "
+        f"{_num(mem.level, 'g')}) | a permutation test of the AUC over which given "
         f"images are called training images; the smallest p it can give here is "
-        f"{_num(mem.get('smallest_p'), '.2g')}; `leaks` needs p at or below the level |",
+        f"{_num(mem.smallest_p, '.2g')}; `leaks` needs p at or below the level |",
       ]
-    elif mem.get("skipped"):
-      lines.append(f"| membership test | not run | {mem['skipped']} |")
+    elif mem.skipped:
+      lines.append(f"| membership test | not run | {mem.skipped} |")
     lines += [
-      f"| truth residual | {_num(ident.get('truth_residual'))} | how much of the fitted "
+      f"| truth residual | {_num(ident.truth_residual)} | how much of the fitted "
       "parameters the training set leaves unexplained by the attack's equations |",
-      f"| identifiability ratio | {_num(ident.get('ratio'), '.4g')} (equal within "
+      f"| identifiability ratio | {_num(ident.ratio, '.4g')} (equal within "
       f"±{_num(tol, '.2g')}) | the attack's best fit over the training set's: above "
       f"1 + {_num(tol, '.2g')} the training set fits best, below 1 - {_num(tol, '.2g')} what "
       "the attack found fits better (the training set refined, where that restart recovers "
@@ -110,36 +111,36 @@ def report(m: Mapping, folder: str = "") -> str:
       "the attack's four best restarts (how far another run of the search would move its "
       "best), at most 0.1 |",
     ]
-  miss = ident.get("missed")
-  if miss and miss["images"]:
-    ranks = ", ".join(str(r) for r in sorted(miss["weakness_rank"]))
+  miss = ident.missed
+  if miss and miss.images:
+    ranks = ", ".join(str(r) for r in sorted(miss.weakness_rank))
     lines.append(
       f"| where the missed images rank | {ranks} of {n} | per image missed, its rank by how "
       "little the truth's residual rises without it (1: the weakest): low ranks are images the "
       "equations barely see |"
     )
   if span:
-    what = "change (theta* - theta_0)" if regime.get("known_init") else "weights"
+    what = "change (theta* - theta_0)" if regime.known_init else "weights"
     lines.append(
-      f"| first layer's span | {span.get('dim')} of {span.get('input_dim')} directions for "
-      f"{regime.get('n_train')} images | the directions of the first layer's {what}: about n "
+      f"| first layer's span | {span.dim} of {span.input_dim} directions for "
+      f"{regime.n_train} images | the directions of the first layer's {what}: about n "
       "means it holds the training images' coordinates |"
     )
-  ceiling = m.get("span_ceiling")
+  ceiling = m.span_ceiling
   if ceiling:
     lines.append(
-      f"| images the span holds | {ceiling['recovered_strict']} of {n} | each training "
+      f"| images the span holds | {ceiling.recovered_strict} of {n} | each training "
       "image projected on that span, scored by the strict rule: the most any reader of the "
       "first layer's change recovers exactly (the others lie partly under its rounding "
       "noise) |"
     )
   guess = (
-    f"; {_num(t.get('since_estimate_s'), '.0f')} s for the attack and the scoring, estimated "
-    f"{_num(t.get('estimate_s'), '.0f')} s before the attack started"
-    if t.get("estimate_s") is not None
+    f"; {_num(t.since_estimate_s, '.0f')} s for the attack and the scoring, estimated "
+    f"{_num(t.estimate_s, '.0f')} s before the attack started"
+    if t.estimate_s is not None
     else ""
   )
-  lines.append(f"| time | {_num(t.get('total_s'), '.0f')} s | victim, attack, scoring{guess} |")
+  lines.append(f"| time | {_num(t.total_s, '.0f')} s | victim, attack, scoring{guess} |")
   lines += ["", "## Figures", ""]
   for name, what in FIGURES:
     if not folder or os.path.isfile(os.path.join(folder, name)):

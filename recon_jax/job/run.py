@@ -13,6 +13,7 @@ from recon_jax.core import distributed, progress
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, RunFailed
 from recon_jax.eval import verdict
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
 from recon_jax.job.settings import RENAMED, JobConfig
@@ -109,19 +110,24 @@ def write_reconstruction(path: str, out) -> dict:
   """metrics.json, reconstructions.npz, restarts.tsv, report.md and the figures of a
   reconstruction (:func:`recon_jax.job.figures.reconstruction_figures`).
 
-  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  metrics.json is written
-  last, so a workdir that holds it holds every file of a finished run (a harness resuming
-  its sub-runs takes one with metrics.json as done).  Returns its metrics.
+  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  metrics.json is written from
+  the typed report (:meth:`recon_jax.eval.metrics_json.Metrics.from_job`, which refuses a key
+  it does not declare, before any file is written; report.md and the figures read it too),
+  and last, so a workdir that holds it holds every file of a finished run (a harness
+  resuming its sub-runs takes one with metrics.json as done).  Returns the pipeline's
+  metrics, as they were.
   """
   metrics = out.metrics
+  # metrics.json from its declaration: a key not declared there fails here, before any file
+  typed = Metrics.from_job(workdir.jsonable(metrics))
   table = restart_table(metrics["per_restart"])
   margins = out.victim.summary.get("margins")
-  figures.reconstruction_figures(path, metrics, out.arrays, out.dataset, out.eval_result, margins)
-  text = report.report(metrics, path)  # after the figures: it shows those that exist
+  figures.reconstruction_figures(path, typed, out.arrays, out.dataset, out.eval_result, margins)
+  text = report.report(typed, path)  # after the figures: it shows those that exist
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", table)
   workdir.write_text(path, "report.md", text)
-  workdir.write_json(path, "metrics.json", metrics)
+  workdir.write_json(path, "metrics.json", typed.to_dict())
   return metrics
 
 

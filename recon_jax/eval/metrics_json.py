@@ -7,13 +7,14 @@ is a section (``section=``), a list of dicts a tuple of rows (``rows=``), a dict
 dynamic name (a score's) ``{name: section}`` (``named=``); a value that is free-form by
 nature (a dict of seconds per score, the sweep's hyperparameters of a restart) is one field
 that holds it as it is, or a section's open part (``open=True``: the keys it does not
-declare), each saying so.  Adding a number to the report is one line here; the job refuses a
-key that is not declared.
+declare), each saying so.  Adding a number to the report is one line here; the job names a
+key that is not declared (an error, raised once the run's files are written).
 
 The job writes metrics.json from this declaration: :func:`recon_jax.job.run.write_reconstruction`
 builds the typed report from the pipeline's dict with :meth:`Metrics.from_job` (strict: a key
 not declared here, or a value not of its declared shape, raises :class:`Undeclared` naming
-its full path, e.g. ``regime.cone.foo``) and writes :meth:`Section.to_dict`, the inverse of
+its full path, e.g. ``regime.cone.foo``: the job then writes the run's files, metrics.json
+as the pipeline made it, before it raises) and writes :meth:`Section.to_dict`, the inverse of
 :func:`read`: the same keys, values and nesting, in the same order.  A key absent from the
 dict stays absent: each section records which of its keys the dict held (``_keys``, a
 private field that equality ignores), and writes only those.

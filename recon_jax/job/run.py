@@ -12,8 +12,7 @@ import os
 from recon_jax.core import distributed, progress
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, RunFailed
-from recon_jax.eval import verdict
-from recon_jax.eval.metrics_json import Metrics
+from recon_jax.eval import metrics_json, verdict
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
 from recon_jax.job.settings import RENAMED, JobConfig
@@ -111,15 +110,19 @@ def write_reconstruction(path: str, out) -> dict:
   reconstruction (:func:`recon_jax.job.figures.reconstruction_figures`).
 
   ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  metrics.json is written from
-  the typed report (:meth:`recon_jax.eval.metrics_json.Metrics.from_job`, which refuses a key
-  it does not declare, before any file is written; report.md and the figures read it too),
-  and last, so a workdir that holds it holds every file of a finished run (a harness
-  resuming its sub-runs takes one with metrics.json as done).  Returns the pipeline's
-  metrics, as they were.
+  the typed report (:meth:`recon_jax.eval.metrics_json.Metrics.from_job`; report.md and the
+  figures read it too), and last, so a workdir that holds it holds every file of a finished
+  run (a harness resuming its sub-runs takes one with metrics.json as done).  A key the
+  declaration lacks is the library's fault, not the run's: every file is written (metrics.json
+  as the pipeline made it), then :class:`~recon_jax.eval.metrics_json.Undeclared` names the
+  key.  Returns the pipeline's metrics, as they were.
   """
   metrics = out.metrics
-  # metrics.json from its declaration: a key not declared there fails here, before any file
-  typed = Metrics.from_job(workdir.jsonable(metrics))
+  made = workdir.jsonable(metrics)
+  try:  # metrics.json from its declaration
+    typed, undeclared = metrics_json.Metrics.from_job(made), None
+  except metrics_json.Undeclared as e:  # the library's fault, not the run's: nothing is lost
+    typed, undeclared = metrics_json.Metrics.from_metrics(made), e
   table = restart_table(metrics["per_restart"])
   margins = out.victim.summary.get("margins")
   figures.reconstruction_figures(path, typed, out.arrays, out.dataset, out.eval_result, margins)
@@ -127,7 +130,11 @@ def write_reconstruction(path: str, out) -> dict:
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", table)
   workdir.write_text(path, "report.md", text)
-  workdir.write_json(path, "metrics.json", typed.to_dict())
+  workdir.write_json(path, "metrics.json", made if undeclared else typed.to_dict())
+  if undeclared is not None:
+    raise metrics_json.Undeclared(
+      f"{undeclared}; the run's files were written, metrics.json as the pipeline made it"
+    ) from undeclared
   return metrics
 
 

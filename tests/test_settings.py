@@ -278,3 +278,5 @@ def test_an_attacks_range_option_is_drawn_per_restart(monkeypatch):
   assert len(set(hp["lr_z"].tolist())) == 5  # one draw per restart
   with pytest.raises(ValueError, match="lr_z"):  # a range it does not say it reads
     spec_module.register(fake._replace(name="own2", hparams=("lr_x",)))
+  with pytest.raises(ValueError, match=r"\['final_loss'\] are named as a restart's scores"):
+    spec_module.register(fake._replace(name="own3", hparams=("lr_x", "lr_z", "final_loss")))

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 from recon_jax.core import rules
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
+from recon_jax.eval import metrics_json
 
 # A field of an attack's options: its default, its meaning (``--help``) and what it may hold
 # (its rule, checked with the job's other settings), declared once as every setting is.
@@ -193,6 +194,13 @@ def register(spec: AttackSpec) -> AttackSpec:
   missing = [n for n in spec.ranges if n not in spec.hparams]
   if missing:
     raise ValueError(f"attack {spec.name!r}: its range options {missing} are not in hparams.")
+  # a restart's row in metrics.json holds its scores and its draw side by side
+  taken = [n for n in spec.hparams if n in metrics_json.declared_keys(metrics_json.Restart)]
+  if taken:
+    raise ValueError(
+      f"attack {spec.name!r}: its hyperparameters {taken} are named as a restart's scores "
+      "in metrics.json's per_restart rows; name them otherwise."
+    )
   _REGISTRY[spec.name] = spec
   return spec
 

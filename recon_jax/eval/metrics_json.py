@@ -124,6 +124,11 @@ def _declared(cls) -> Tuple[dict, Optional[dataclasses.Field]]:
   return keys, rest
 
 
+def declared_keys(cls) -> Tuple[str, ...]:
+  """The keys the section ``cls`` declares (not its open part's)."""
+  return tuple(_declared(cls)[0])
+
+
 def _mapping(value) -> Mapping:
   """``value`` where it is a dict, else an empty one (an absent or None section)."""
   return value if isinstance(value, Mapping) else {}

@@ -206,6 +206,7 @@ def test_the_stationary_victim_recipe_meets_the_tolerance_it_reports():
   assert summary["stationary"] is True
   assert summary["grad_norm_rel"] <= cfg.converge_tol
   assert summary["train_error"] == 0.0  # stationary, and not at the trivial point
+  assert 0.0 <= summary["test_accuracy"] <= 1.0  # said of the converged model, as of every phase
   # Unset, the new fields keep older victims' cache keys.
   plain = dataclasses.replace(cfg, converge_tol=0.0)
   d = plain.to_dict()

@@ -60,6 +60,14 @@ class TrainState(NamedTuple):
 OPTIMIZERS = ("sgd", "adam")
 
 
+def held_out_record(loss: str, test_err) -> dict:
+  """How the victim does on held-out images, from :func:`recon_jax.core.losses.error_rate`
+  there: ``test_accuracy`` for a classifier, ``test_mse`` for squared error."""
+  return (
+    {"test_mse": float(test_err)} if loss == "mse" else {"test_accuracy": 1.0 - float(test_err)}
+  )
+
+
 def make_optimizer(cfg: TrainConfig):
   """Gradient descent (with momentum when set) or Adam, at rate ``lr``.
 
@@ -204,9 +212,7 @@ def train(
     }
     if x_test is not None:
       _, test_err = eval_fn(state.params, jnp.asarray(x_test), jnp.asarray(y_test))
-      rec["test_accuracy" if cfg.loss != "mse" else "test_mse"] = (
-        1.0 - float(test_err) if cfg.loss != "mse" else float(test_err)
-      )
+      rec.update(held_out_record(cfg.loss, test_err))
     history.append(rec)
     if log_every_chunk:
       left = (cfg.epochs - done) * (time.time() - t0) / max(done - start, 1)

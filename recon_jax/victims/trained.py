@@ -316,6 +316,12 @@ def fit(
     history += [dict(r, epoch=r["epoch"] + cfg.epochs, phase="weight_decay") for r in hists[1]]
   if cfg.converge_tol > 0:
     params, rec = converge(apply_fn, cfg, params, x, y)
+    if xt is not None:  # as every other phase's record says it
+      rec.update(
+        descent.held_out_record(
+          cfg.loss, losses.error_rate(cfg.loss, apply_fn(params, xt, None), yt)
+        )
+      )
     history.append(dict(rec, epoch=history[-1]["epoch"]))
   out = apply_fn(params, x, None)
   summary = dict(history[-1])

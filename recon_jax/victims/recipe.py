@@ -273,7 +273,7 @@ def features(v: VictimConfig) -> dict:
 def field_problem(v: VictimConfig) -> Optional[Tuple[str, str]]:
   """``(field, message)`` for the first field of ``v`` that breaks its own rule, or None (a
   dataset's name is only a string here: a caller may train on images of its own)."""
-  for name, rule in rules.rules_of(VictimConfig).items():
+  for name, rule in RULES.items():
     found = rule_problem(getattr(v, name), rule)
     if found:
       return name, found

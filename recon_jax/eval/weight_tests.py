@@ -1,0 +1,279 @@
+"""Membership read off the weights: each given image scored by how much of theta* (or of the
+change theta* - theta_0) its own gradient explains, with no reconstruction at all.
+
+Gradient descent on the logistic or cross-entropy loss leaves a dense ReLU network's
+parameters (Haim et al. 2022), or their change from a known start theta_0, near a
+nonnegative combination of the training images' margin gradients::
+
+  theta*  (or theta* - theta_0)  ~  sum_i lam_i grad_theta phi(theta; x_i),   lam_i >= 0
+
+where ``phi = y f`` for one output and ``f_y - max_{k != y} f_k`` for several.  Fitting that
+sum over *every* given image, training and held-out alike, lets the weights choose which
+images they are made of: the members carry the multipliers (:func:`kkt_fit_scores`).  For a
+dense layer the gradient of one image is the outer product of the layer's input and the
+gradient at its output, so the Gram matrix of all images' gradients is a sum over layers
+of Hadamard products of two small Gram matrices: 500 + 4,000 images of a 784-2048-1 network
+need a 4,500 x 4,500 matrix, never the 4,500 x 1.6M gradients.
+
+:func:`pattern_span_scores` is the cheaper probe for a known theta_0: an image's activation
+pattern (units active at theta_0 or theta*, each weighted by the norm of its change) lies
+in the column space of the first layer's change for training images.
+
+The baselines every audit shows beside them are :func:`loss_scores` (Yeom et al. 2018) and
+:func:`confidence_scores`.  Every function is symmetric in the given images: it treats a
+training image and a held-out one alike, so under a wrong training folder its AUC is 0.5
+in expectation.  Higher scores mean "more likely a member".
+"""
+
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import jaxopt
+import numpy as np
+
+from recon_jax.errors import ConfigError
+
+BLOCK = 512  # images a block when the layers' factors are computed (bounds memory)
+FIT_ITERS = 3000  # projected-gradient iterations of the nonnegative fit
+FIT_TOL = 1e-7  # its stopping tolerance (jaxopt's, on the step)
+
+
+class Dense(NamedTuple):
+  """One dense layer of a network read as a stack: ``kernel`` [in, out], ``bias`` [out] or None."""
+
+  kernel: jax.Array
+  bias: Optional[jax.Array]
+
+
+def dense_stack(params) -> Optional[List[Dense]]:
+  """The layers of a flax MLP's parameters (``{'params': {'layer_0': {'kernel', 'bias'}, ...}}``)
+  in order, or None where the network is not a stack of dense layers (a convolution)."""
+  inner = params.get("params", params) if hasattr(params, "get") else None
+  if not inner:
+    return None
+  names = sorted(inner, key=lambda k: (len(k), k))
+  if names != [f"layer_{i}" for i in range(len(names))]:
+    return None
+  out = []
+  for name in names:
+    layer = inner[name]
+    kernel = layer.get("kernel") if hasattr(layer, "get") else None
+    if kernel is None or np.ndim(kernel) != 2:
+      return None
+    bias = layer.get("bias")
+    out.append(Dense(jnp.asarray(kernel), None if bias is None else jnp.asarray(bias)))
+  return out
+
+
+def _forward(layers, x):
+  """The stack's inputs to each layer ``[a_0, ..., a_L]`` (``a_0`` the flattened images) and
+  its outputs ``[n, out]``; ReLU between layers."""
+  a, inputs = x.reshape(len(x), -1), []
+  for i, layer in enumerate(layers):
+    inputs.append(a)
+    z = a @ layer.kernel + (0.0 if layer.bias is None else layer.bias[None, :])
+    a = jax.nn.relu(z) if i < len(layers) - 1 else z
+  return inputs, a
+
+
+def _margin_coefficients(out, y):
+  """``c`` [n, out] with ``phi = <c, f>``: ``y`` for one output (labels +-1), ``e_y - e_k`` for
+  several (``k`` the highest other class)."""
+  if out.shape[1] == 1:
+    return jnp.asarray(y, out.dtype).reshape(-1, 1)
+  y = jnp.asarray(y, jnp.int32)
+  onehot = jax.nn.one_hot(y, out.shape[1], dtype=out.dtype)
+  other = jnp.argmax(jnp.where(onehot > 0, -jnp.inf, out), axis=1)
+  return onehot - jax.nn.one_hot(other, out.shape[1], dtype=out.dtype)
+
+
+def layer_factors(layers, x, y):
+  """Per layer, ``(inputs [n, in], output gradients [n, out])`` of each image's margin ``phi``:
+  the gradient of ``phi`` by that layer's kernel is ``outer(input, output gradient)`` and by
+  its bias the output gradient."""
+
+  def phi_of_eps(eps, xb, cb):
+    a, ins = xb.reshape(len(xb), -1), []
+    for i, layer in enumerate(layers):
+      ins.append(a)
+      z = a @ layer.kernel + (0.0 if layer.bias is None else layer.bias[None, :]) + eps[i]
+      a = jax.nn.relu(z) if i < len(layers) - 1 else z
+    return jnp.sum(cb * a), ins
+
+  def block(xb, yb):
+    _, out = _forward(layers, xb)
+    cb = _margin_coefficients(out, yb)
+    eps = [jnp.zeros((len(xb), layer.kernel.shape[1]), xb.dtype) for layer in layers]
+    grads, ins = jax.grad(phi_of_eps, has_aux=True)(eps, xb, cb)
+    return ins, grads
+
+  block = jax.jit(block)
+  ins, outs = [], []
+  for s in range(0, len(x), BLOCK):
+    i, o = block(jnp.asarray(x[s : s + BLOCK]), jnp.asarray(y[s : s + BLOCK]))
+    ins.append(i)
+    outs.append(o)
+  return [
+    (jnp.concatenate([b[l] for b in ins]), jnp.concatenate([b[l] for b in outs]))
+    for l in range(len(layers))
+  ]
+
+
+def gram_and_projection(layers, reference, factors, first_only: bool = False):
+  """``(K, b)``: the Gram matrix ``K[i, j] = <g_i, g_j>`` of the images' margin gradients
+  and ``b[i] = <reference, g_i>`` (``reference``: a stack of the same shapes), summed over the
+  layers (the first alone with ``first_only``)."""
+  n = factors[0][0].shape[0]
+  K = jnp.zeros((n, n), factors[0][0].dtype)
+  b = jnp.zeros((n,), factors[0][0].dtype)
+  for l, ((a, d), layer, ref) in enumerate(zip(factors, layers, reference)):
+    if first_only and l:
+      break
+    with_bias = layer.bias is not None
+    K = K + (a @ a.T + (1.0 if with_bias else 0.0)) * (d @ d.T)
+    b = b + jnp.einsum("ni,io,no->n", a, ref.kernel, d)
+    if with_bias:
+      b = b + d @ ref.bias
+  return K, b
+
+
+@jax.jit
+def nonnegative_fit(K, b):
+  """The multipliers ``lam >= 0`` minimising ``||reference - sum_i lam_i g_i||^2``, from the
+  Gram matrix ``K`` and ``b = G reference`` (projected gradient, jaxopt), and the fit's
+  relative residual."""
+  scale = jnp.maximum(jnp.trace(K) / K.shape[0], 1e-30)
+  Kn, bn = K / scale, b / scale
+
+  def fun(lam):
+    return 0.5 * lam @ (Kn @ lam) - bn @ lam
+
+  pg = jaxopt.ProjectedGradient(
+    fun, projection=jaxopt.projection.projection_non_negative, maxiter=FIT_ITERS, tol=FIT_TOL
+  )
+  lam = pg.run(jnp.zeros_like(bn)).params
+  return lam
+
+
+def _given(x, y):
+  x = np.asarray(x, np.float32)
+  y = np.asarray(y)
+  if len(x) != len(y):
+    raise ConfigError(f"x has {len(x)} images but y has {len(y)} labels.")
+  return x, y
+
+
+def _stack_or_refuse(params, what: str):
+  layers = dense_stack(params)
+  if layers is None:
+    raise ConfigError(f"{what}: the network is not a stack of dense layers (a convolution?).")
+  return layers
+
+
+def kkt_fit_scores(params, x, y, *, reference=None, first_only: bool = False) -> np.ndarray:
+  """The multiplier each given image (``x`` [N, ...], ``y`` [N]: +-1, or classes) carries when
+  ``reference`` (default ``params``: theta* alone, Haim et al.'s setting; with a known
+  theta_0 the change theta* - theta_0, the gradients then taken at ``params``) is fitted by
+  a nonnegative sum of all the images' margin gradients, each gradient scaled to unit norm
+  (so a multiplier is the part of the reference the image explains).  [N], higher for
+  members."""
+  x, y = _given(x, y)
+  layers = _stack_or_refuse(params, "kkt_fit_scores")
+  ref = layers if reference is None else _stack_or_refuse(reference, "kkt_fit_scores reference")
+  factors = layer_factors(layers, jnp.asarray(x), jnp.asarray(y))
+  K, b = gram_and_projection(layers, ref, factors, first_only)
+  norm = jnp.sqrt(jnp.maximum(jnp.diag(K), 1e-30))
+  lam = nonnegative_fit(K / norm[:, None] / norm[None, :], b / norm)
+  return np.asarray(lam, np.float64)
+
+
+def pattern_span_scores(params, init, x, *, rank: Optional[int] = None) -> np.ndarray:
+  """How close each image's activation pattern lies to the column space of the first layer's
+  change ``W* - W_0`` (``params`` theta*, ``init`` theta_0): the pattern is the units active
+  on the image at theta_0 or theta*, each weighted by the norm of its change; the score is
+  minus its relative residual outside the change's ``rank`` leading left singular
+  directions (default: the rank the change holds above its float32 rounding).  [N]."""
+  x = np.asarray(x, np.float32).reshape(len(x), -1)
+  star, zero = _stack_or_refuse(params, "pattern_span_scores"), _stack_or_refuse(init, "init")
+  w, w0 = star[0], zero[0]
+  delta = np.asarray(w.kernel - w0.kernel, np.float64)  # [in, units]
+  u_norm = np.linalg.norm(delta, axis=0)
+  _, s, vt = np.linalg.svd(delta, full_matrices=False)  # column space of units: rows of vt
+  if rank is None:
+    tol = s[0] * max(delta.shape) * np.finfo(np.float32).eps if s.size else 0.0
+    rank = int(np.sum(s > tol))
+  basis = vt[: max(int(rank), 1)]  # [k, units]
+  z1 = x @ np.asarray(w.kernel) + (0.0 if w.bias is None else np.asarray(w.bias))
+  z0 = x @ np.asarray(w0.kernel) + (0.0 if w0.bias is None else np.asarray(w0.bias))
+  pattern = ((z1 > 0) | (z0 > 0)).astype(np.float64) * u_norm[None, :]
+  inside = (pattern @ basis.T) @ basis
+  res = np.linalg.norm(pattern - inside, axis=1) / np.maximum(
+    np.linalg.norm(pattern, axis=1), 1e-30
+  )
+  return -res
+
+
+def _outputs(apply_fn, params, x) -> np.ndarray:
+  outs = [
+    np.asarray(apply_fn(params, jnp.asarray(x[s : s + BLOCK]))) for s in range(0, len(x), BLOCK)
+  ]
+  return np.concatenate(outs).reshape(len(x), -1).astype(np.float64)
+
+
+def loss_scores(apply_fn, params, x, y) -> np.ndarray:
+  """Minus the model's loss on each image at its label (Yeom et al. 2018): the logistic loss
+  ``log(1 + exp(-y f))`` for one output, cross-entropy for several.  [N]."""
+  x, y = _given(x, y)
+  f = _outputs(apply_fn, params, x)
+  if f.shape[1] == 1:
+    return -np.logaddexp(0.0, -np.asarray(y, np.float64) * f[:, 0])
+  logp = f - np.logaddexp.reduce(f, axis=1, keepdims=True)
+  return logp[np.arange(len(f)), np.asarray(y, np.int64)]
+
+
+def confidence_scores(apply_fn, params, x) -> np.ndarray:
+  """The model's confidence on each image without its label: the largest class probability
+  (``sigmoid(|f|)`` for one output).  [N]."""
+  f = _outputs(apply_fn, params, np.asarray(x, np.float32))
+  if f.shape[1] == 1:
+    return 1.0 / (1.0 + np.exp(-np.abs(f[:, 0])))
+  p = np.exp(f - np.logaddexp.reduce(f, axis=1, keepdims=True))
+  return p.max(axis=1)
+
+
+def change_of(params, init, decay: float = 1.0):
+  """``theta* - decay theta_0`` leaf by leaf (the reference of a known start)."""
+  return jax.tree_util.tree_map(lambda a, b: a - decay * b, params, init)
+
+
+def between(params, init, t: float = 0.5):
+  """The point ``theta_0 + t (theta* - theta_0)`` where a known start's gradients are taken."""
+  return jax.tree_util.tree_map(lambda a, b: b + t * (a - b), params, init)
+
+
+def weight_scores(apply_fn, params, x, y, init=None) -> Tuple[dict, dict]:
+  """Every test that applies, as ``({name: scores [N]}, {name: why it was skipped})``:
+  ``loss`` and ``confidence`` always; with a dense stack ``kkt_fit`` (theta* alone) or, with a
+  known ``init``, ``change_fit`` (the change fitted by gradients at the midpoint) and
+  ``change_pattern`` (:func:`pattern_span_scores`)."""
+  out = {
+    "loss": loss_scores(apply_fn, params, x, y),
+    "confidence": confidence_scores(apply_fn, params, x),
+  }
+  skipped = {}
+  if dense_stack(params) is None:
+    why = "the network is not a stack of dense layers"
+    for name in ("change_fit", "change_pattern") if init is not None else ("kkt_fit",):
+      skipped[name] = why
+    return out, skipped
+  if init is None:
+    out["kkt_fit"] = kkt_fit_scores(params, x, y)
+  else:
+    out["change_fit"] = kkt_fit_scores(
+      between(params, init), x, y, reference=change_of(params, init)
+    )
+    out["change_pattern"] = pattern_span_scores(params, init, x)
+  return out, skipped

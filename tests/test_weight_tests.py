@@ -1,0 +1,84 @@
+"""Membership from the weights: planted members (a model trained here on a few images) score
+above non-members, every score is invariant to the images' order, and the gradients' Gram
+matrix of the dense stack is what finite sums of per-image gradients give."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import recon_jax as rj
+from recon_jax.eval import membership
+from recon_jax.eval import weight_tests as wt
+from recon_jax.victims import models
+
+
+def _mlp(widths=(16,), seed=0, d=12, out=1):
+  module = models.MLP(widths=tuple(widths), out_dim=out, bias="all")
+  params = module.init(jax.random.PRNGKey(seed), jnp.zeros((1, d)))
+  return module, params
+
+
+def test_the_gram_matrix_of_the_layers_factors_is_that_of_the_full_gradients():
+  module, params = _mlp((8, 6), d=5)
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(7, 5)).astype(np.float32)
+  y = np.where(rng.random(7) < 0.5, -1.0, 1.0).astype(np.float32)
+  layers = wt.dense_stack(params)
+  factors = wt.layer_factors(layers, jnp.asarray(x), jnp.asarray(y))
+  K, b = wt.gram_and_projection(layers, layers, factors)
+
+  def phi(p, xi, yi):
+    return yi * module.apply(p, xi[None])[0, 0]
+
+  g = jax.vmap(jax.grad(phi), (None, 0, 0))(params, jnp.asarray(x), jnp.asarray(y))
+  flat = jnp.concatenate([v.reshape(7, -1) for v in jax.tree_util.tree_leaves(g)], axis=1)
+  ref = jnp.concatenate([v.reshape(-1) for v in jax.tree_util.tree_leaves(params)])
+  np.testing.assert_allclose(K, flat @ flat.T, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(b, flat @ ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_convolution_is_not_a_dense_stack():
+  module = models.SmallCNN()
+  params = module.init(jax.random.PRNGKey(0), jnp.zeros((1, 6, 6, 1)))
+  assert wt.dense_stack(params) is None
+
+
+@pytest.fixture(scope="module")
+def planted():
+  """A 64-256-1 network fine-tuned from a known start on 10 + 10 digits; 60 held-out digits."""
+  ds = rj.load_dataset("digits", n_per_class=10, subtract_mean=True, seed=3)
+  cfg = rj.VictimConfig(
+    dataset="digits", n_per_class=10, widths=(256,), bias="all", init="kaiming",
+    init_std=None, first_layer_std=None, lr=0.01, epochs=1500, data_seed=3,
+  )  # fmt: skip
+  vic = rj.load_or_train_victim(cfg, ds, use_cache=False)
+  x = np.concatenate([ds.x_train, ds.x_test[:60]])
+  y = np.concatenate([ds.y_train, ds.y_test[:60]])
+  return vic, x, y, np.arange(len(x)) < len(ds.x_train)
+
+
+def test_planted_members_carry_the_change_and_the_fit_beats_the_loss(planted):
+  vic, x, y, is_member = planted
+  scores, skipped = wt.weight_scores(vic.apply_fn, vic.params, x, y, init=vic.init)
+  assert not skipped and set(scores) == {"loss", "confidence", "change_fit", "change_pattern"}
+  fit = membership.separation(scores["change_fit"], is_member, permutations=199)
+  loss = membership.separation(scores["loss"], is_member, permutations=199)
+  assert fit["auc"] > 0.9 and fit["auc"] > loss["auc"]
+  alone = wt.kkt_fit_scores(vic.params, x, y)  # theta* alone scores too, if weaker
+  assert np.all(np.isfinite(alone)) and np.all(alone >= 0)
+
+
+def test_every_weight_score_is_invariant_to_the_order_of_the_images(planted):
+  vic, x, y, _ = planted
+  perm = np.random.default_rng(1).permutation(len(x))
+  a, _ = wt.weight_scores(vic.apply_fn, vic.params, x, y, init=vic.init)
+  b, _ = wt.weight_scores(vic.apply_fn, vic.params, x[perm], y[perm], init=vic.init)
+  for name in a:
+    np.testing.assert_allclose(a[name][perm], b[name], rtol=1e-3, atol=1e-6, err_msg=name)
+
+
+def test_labels_and_images_of_different_lengths_are_refused():
+  _, params = _mlp()
+  with pytest.raises(rj.ConfigError, match="x has 3 images but y has 2 labels"):
+    wt.kkt_fit_scores(params, np.zeros((3, 12)), np.ones(2))

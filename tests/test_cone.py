@@ -599,3 +599,54 @@ def test_held_images_start_the_search_with_their_mirror_images_after_them():
   np.testing.assert_array_equal(out[2:].reshape(2, 2, 3, 1), images[:, :, ::-1, :])
   points = np.ones((5, 2))
   assert cone.with_mirrors(points, (2,)) is points
+
+
+def _planted_cone(consistent, n=6, d=20, u=96, seed=0):
+  """``(x [n, d], theta*, theta_0)``: a one-hidden-layer net whose units' changes are
+  nonnegative mixes of the labelled images ``y_i [x_i, 1]``, 0 on the images each unit is
+  inactive on at theta_0 (``consistent``: the cone training leaves, every facet sharp), or 0
+  on as many images picked at random (the facets exact in the change, but not the images'
+  patterns: what a blend shows, its facet holding few of the units its image leaves off)."""
+  rng = np.random.default_rng(seed)
+  x, y = rng.normal(size=(n, d)), np.where(np.arange(n) % 2, 1.0, -1.0)
+  k0, b0 = rng.normal(size=(d, u)) / np.sqrt(d), 0.1 * rng.normal(size=u)
+  w = 0.1 * rng.choice([-1.0, 1.0], size=u)
+  off = (x @ k0 + b0).T <= 0  # [u, n]
+  if not consistent:
+    off = rng.permuted(off, axis=1)
+  mix = 1e-3 * np.where(off, 0.0, rng.uniform(0.5, 1.5, size=(u, n)))
+  change = mix @ (y[:, None] * np.concatenate([x, np.ones((n, 1))], 1)) * np.sign(w)[:, None]
+
+  def net(kernel, bias):
+    return {
+      "params": {
+        "layer_0": {"kernel": kernel, "bias": bias},
+        "layer_1": {"kernel": w[:, None], "bias": np.zeros(1)},
+      }
+    }
+
+  return x, net(k0 + change[:, :d].T, b0 + change[:, d]), net(k0, b0)
+
+
+def test_facets_that_hold_few_of_their_images_inactive_units_are_blends_and_fall_short():
+  x, star, init = _planted_cone(consistent=True)
+  images, _, reading = cone.cone_images(star, init, (20,), -1.0, 1.0, n=len(x), starts=30)
+  assert len(images) == 6 and reading.read == 6 and reading.blends == 0
+  assert reading.summary()["short"] is None  # every facet sharp: nothing to hand over
+  x, star, init = _planted_cone(consistent=False)
+  images, _, reading = cone.cone_images(star, init, (20,), -1.0, 1.0, n=len(x), starts=30)
+  assert len(images) == 6 and reading.read == 0 and reading.blends == 6  # kept as candidates
+  said = reading.summary()
+  assert said["read"] == 0 and "6 of the facets found are blends, not sharp" in said["short"]
+  assert "more were not found" not in said["short"]  # every facet was found
+
+
+def test_sharpness_is_the_share_of_an_images_inactive_units_its_facet_holds():
+  kernel = np.zeros((2, 20))
+  kernel[0, 15:] = -1.0  # units 15-19 active on c = (-1, 0): 15 inactive at theta_0 and theta*
+  layers = cone.Layers((kernel, kernel), (np.zeros(20), np.zeros(20)))
+  c = np.array([-1.0, 0.0])
+  assert layers.inactive(c).sum() == 15
+  coef = np.r_[1e-9 * np.ones(12), np.ones(8)]  # the facet holds units 0-11 at 0
+  assert cone.sharpness(layers, c, coef) == pytest.approx(12 / 15)
+  assert cone.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == 1.0

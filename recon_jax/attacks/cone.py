@@ -59,6 +59,7 @@ from recon_jax.attacks import span
 from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
 from recon_jax.core import numerics, progress
 from recon_jax.core.rules import Rule
+from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
 from recon_jax.victims import targets
 
@@ -346,6 +347,21 @@ def zero_split(coefficients):
 
 
 def facet(rows, start_zero, mixed: bool = False):
+  """:func:`solve_facet` through the run's memo (:func:`recon_jax.engine.resume.remembered`):
+  a resumed run replays the programs it solved before it was stopped."""
+  inputs = (rows, start_zero, np.array(bool(mixed)))
+  h = resume.remembered(
+    "cone.facet", inputs, lambda: _or_empty(solve_facet(rows, start_zero, mixed))
+  )
+  return h if h.size else None
+
+
+def _or_empty(h):
+  """``h``, or an empty array for None (a program that failed), as a memo holds it."""
+  return np.zeros(0) if h is None else h
+
+
+def solve_facet(rows, start_zero, mixed: bool = False):
   """The unit normal ``h`` of the facet a reweighted L1 program reaches from ``start_zero``
   (the units taken to be on it at first), or None where the program fails.
 
@@ -375,6 +391,15 @@ def facet(rows, start_zero, mixed: bool = False):
 
 
 def seeded_facet(rows, start_zero, generator):
+  """:func:`solve_seeded_facet` through the run's memo (as :func:`facet`)."""
+  inputs = (rows, start_zero, np.asarray(generator, np.float64))
+  h = resume.remembered(
+    "cone.seeded_facet", inputs, lambda: _or_empty(solve_seeded_facet(rows, start_zero, generator))
+  )
+  return h if h.size else None
+
+
+def solve_seeded_facet(rows, start_zero, generator):
   """The unit normal ``h`` of the facet a reweighted L1 program on the sizes ``|rows @ h|``
   reaches from ``start_zero``, normalised on ``generator`` (``h . generator = 1``: the facet
   of the image nearest it), or None where the program fails.  For rows whose signs are not
@@ -544,6 +569,15 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int, mixed=F
 
 
 def decode(normals, coefs, q: int, layers: Layers, bound: float):
+  """:func:`solve_decode` through the run's memo (as :func:`facet`)."""
+  inputs = (normals, coefs[q], np.array(q), np.array(float(bound)), *layers.biases)
+  out = resume.remembered(
+    "cone.decode", inputs, lambda: np.append(*solve_decode(normals, coefs, q, layers, bound))
+  )
+  return out[:-1], float(out[-1])
+
+
+def solve_decode(normals, coefs, q: int, layers: Layers, bound: float):
   """``(c [k], label)``: the span coefficients of facet ``q``'s image and its label (+-1).
 
   The image's generator ``y [c, 1]`` is orthogonal to every other facet's normal (least

@@ -1100,6 +1100,11 @@ AUDIT_CASES = [
     {"loss": "ce"},
     ["error: --config.loss='ce' needs 2 output(s);", "model.safetensors has 1."],
   ),
+  (  # the change theta* - theta_0 is zero: the file given as theta_0 is named, not a setting
+    "theta0_is_the_model",
+    {"theta0": "{o}/model.safetensors"},
+    ["error: --config.theta0=", "model.safetensors has the model's own first layer", "zero"],
+  ),
 ]
 
 
@@ -1126,3 +1131,34 @@ def test_bad_audit_input_is_one_line_before_any_work(
   assert "job.victim" not in line and "Traceback" not in line
   print(f"{case_id}: {line}")
   assert not workdir.exists()  # refused before the workdir was made
+
+
+@pytest.mark.parametrize("attack", ["cone", "kkt"])
+def test_theta0_equal_to_the_model_names_theta0_before_any_work(owner, tmp_path, capsys, attack):
+  """theta_0 the model itself: the change every known-theta_0 attack reads is zero, and the
+  refusal names the file given as theta_0 in each binary's own spelling, not a setting the
+  attack's span reads (which the cone does not use)."""
+  from experiments import audit
+  from experiments.configs import audit as audit_configs
+
+  model = str(owner / "model.safetensors")
+  cfg = audit_configs.get_config("quick")
+  cfg.update(model=model, theta0=model, train=str(owner / "train"))
+  cfg.update(heldout=str(owner / "heldout"))
+  cfg.job.attack = attack
+  line = _refused(capsys, lambda: audit.job(cfg, str(tmp_path / "a")), cfg)
+  assert line.startswith(f"error: --config.theta0={model} has the model's own first"), line
+  assert "subspace" not in line and not (tmp_path / "a").exists()
+  settings = {
+    "attack": attack,
+    "threat.model": model,
+    "threat.theta0": model,
+    "threat.known_init": True,
+    "threat.train": str(owner / "train"),
+    "threat.heldout": str(owner / "heldout"),
+    "victim.widths": (256,),  # the model's (the preset's own are refused, another case)
+  }
+  cfg = _config(R, "tiny", settings)
+  line = _refused(capsys, lambda: reconstruct.job(cfg, str(tmp_path / "r")), cfg)
+  assert line.startswith(f"error: --config.threat.theta0={model} has the model's own"), line
+  assert "subspace" not in line and not (tmp_path / "r").exists()

@@ -599,3 +599,143 @@ def test_held_images_start_the_search_with_their_mirror_images_after_them():
   np.testing.assert_array_equal(out[2:].reshape(2, 2, 3, 1), images[:, :, ::-1, :])
   points = np.ones((5, 2))
   assert cone.with_mirrors(points, (2,)) is points
+
+
+def _planted_cone(consistent, n=6, d=20, u=96, seed=0):
+  """``(x [n, d], theta*, theta_0)``: a one-hidden-layer net whose units' changes are
+  nonnegative mixes of the labelled images ``y_i [x_i, 1]``, 0 on the images each unit is
+  inactive on at theta_0 (``consistent``: the cone training leaves, every facet sharp), or 0
+  on as many images picked at random (the facets exact in the change, but not the images'
+  patterns: what a blend shows, its facet holding few of the units its image leaves off)."""
+  rng = np.random.default_rng(seed)
+  x, y = rng.normal(size=(n, d)), np.where(np.arange(n) % 2, 1.0, -1.0)
+  k0, b0 = rng.normal(size=(d, u)) / np.sqrt(d), 0.1 * rng.normal(size=u)
+  w = 0.1 * rng.choice([-1.0, 1.0], size=u)
+  off = (x @ k0 + b0).T <= 0  # [u, n]
+  if not consistent:
+    off = rng.permuted(off, axis=1)
+  mix = 1e-3 * np.where(off, 0.0, rng.uniform(0.5, 1.5, size=(u, n)))
+  change = mix @ (y[:, None] * np.concatenate([x, np.ones((n, 1))], 1)) * np.sign(w)[:, None]
+
+  def net(kernel, bias):
+    return {
+      "params": {
+        "layer_0": {"kernel": kernel, "bias": bias},
+        "layer_1": {"kernel": w[:, None], "bias": np.zeros(1)},
+      }
+    }
+
+  return x, net(k0 + change[:, :d].T, b0 + change[:, d]), net(k0, b0)
+
+
+def test_facets_that_hold_few_of_their_images_inactive_units_are_blends_and_fall_short():
+  x, star, init = _planted_cone(consistent=True)
+  images, _, reading = cone.cone_images(star, init, (20,), -1.0, 1.0, n=len(x), starts=30)
+  assert len(images) == 6 and reading.read == 6 and reading.blends == 0
+  assert reading.summary()["short"] is None  # every facet sharp: nothing to hand over
+  x, star, init = _planted_cone(consistent=False)
+  images, _, reading = cone.cone_images(star, init, (20,), -1.0, 1.0, n=len(x), starts=30)
+  assert len(images) == 6 and reading.read == 0 and reading.blends == 6  # kept as candidates
+  said = reading.summary()
+  assert said["read"] == 0 and "6 of the facets found are blends, not sharp" in said["short"]
+  assert "more were not found" not in said["short"]  # every facet was found
+
+
+def test_sharpness_is_the_share_of_an_images_inactive_units_its_facet_holds():
+  kernel = np.zeros((2, 20))
+  kernel[0, 15:] = -1.0  # units 15-19 active on c = (-1, 0): 15 inactive at theta_0 and theta*
+  layers = cone.Layers((kernel, kernel), (np.zeros(20), np.zeros(20)))
+  c = np.array([-1.0, 0.0])
+  assert layers.inactive(c).sum() == 15
+  coef = np.r_[1e-9 * np.ones(12), np.ones(8)]  # the facet holds units 0-11 at 0
+  assert cone.sharpness(layers, c, coef) == pytest.approx(12 / 15)
+  assert cone.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == 1.0
+
+
+def test_a_cone_run_stopped_between_facet_programs_resumes_without_solving_them_again(
+  tmp_path, monkeypatch
+):
+  """The cone's programs are saved in the run's state file as they are solved: a run stopped
+  after three resumes from the file, solves only the programs it had not, and gives the
+  candidates an uninterrupted run gives."""
+  from recon_jax.engine import resume
+  from recon_jax.io.workdir import StateFile
+
+  x, star, init = _planted_cone(consistent=True)
+  args = (star, init, (20,), -1.0, 1.0)
+  real, solved = cone.solve_facet, []
+
+  def counted(*a, **k):
+    if len(solved) == stop_after:
+      raise KeyboardInterrupt
+    solved.append(1)
+    return real(*a, **k)
+
+  monkeypatch.setattr(cone, "solve_facet", counted)
+  stop_after = -1  # never
+  whole, labels, _ = cone.cone_images(*args, n=len(x), starts=30)
+  programs = len(solved)
+  assert programs > 3 and len(whole) == 6
+  path = str(tmp_path / "state.msgpack")
+  solved.clear()
+  stop_after = 3
+  with pytest.raises(KeyboardInterrupt):
+    with resume.memo_of(StateFile(path, every=1), every_s=0):
+      cone.cone_images(*args, n=len(x), starts=30)
+  assert resume.parts(path) == {resume.MEMO} and len(resume.load_memo(path)) >= 3
+  solved.clear()
+  stop_after = -1
+  with resume.memo_of(StateFile(path, every=1, resume=True), every_s=0) as memo:
+    again, labels_again, _ = cone.cone_images(*args, n=len(x), starts=30)
+  assert len(solved) == programs - 3 and memo.hits >= 3  # the three replayed, not solved
+  np.testing.assert_array_equal(again, whole)
+  np.testing.assert_array_equal(labels_again, labels)
+
+
+@pytest.mark.slow  # the main job three times in workdirs, with a search after the cone (~1 min)
+def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp_path, monkeypatch):
+  """Stopped between the cone's facet programs, the job's state file holds them: the stop
+  line offers --resume, and the resumed run (the cone replayed, then its hand-over's search
+  from the start) gives what an uninterrupted run gives."""
+  import signal
+
+  from recon_jax import cli
+  from recon_jax.engine import resume
+  from recon_jax.job import planning
+  from recon_jax.job import run as job_run
+
+  real, solved = cone.cone_images, []
+
+  def three(*args, **kwargs):  # a reading that falls short: the search runs after it
+    images, labels, reading = real(*args, **kwargs)
+    return images[:3], labels[:3], reading._replace(read=3)
+
+  monkeypatch.setattr(cone, "cone_images", three)
+  solve, stop_after = cone.solve_facet, [None]
+
+  def counted(*a, **k):
+    if len(solved) == stop_after[0]:
+      raise KeyboardInterrupt
+    solved.append(1)
+    return solve(*a, **k)
+
+  monkeypatch.setattr(cone, "solve_facet", counted)
+  monkeypatch.setattr(resume, "MEMO_EVERY_S", 0.0)
+  plan = planning.prepare(_small_cone_job(LAZY))
+  whole = job_run.run_reconstruction(plan, str(tmp_path / "whole"))
+  programs, stop_after[0] = len(solved), 4
+  solved.clear()
+  stopped = str(tmp_path / "stopped")
+  with pytest.raises(KeyboardInterrupt):
+    job_run.run_reconstruction(plan, stopped)
+  assert "run the same command with --resume" in cli.stop_message(signal.SIGINT, stopped)
+  solved.clear()
+  stop_after[0] = None
+  again = job_run.run_reconstruction(plan, stopped, resume=True)
+  assert len(solved) == programs - 4  # the four saved are not solved again
+  assert again["recovered_strict"] == whole["recovered_strict"]
+  same = lambda h: {k: v for k, v in h.items() if not k.endswith("_s")}  # noqa: E731 (seconds)
+  assert same(again["handover"]) == same(whole["handover"])
+  saved = [np.load(tmp_path / d / "reconstructions.npz") for d in ("whole", "stopped")]
+  np.testing.assert_array_equal(saved[0]["direct_images"], saved[1]["direct_images"])
+  assert resume.MEMO in resume.parts(str(tmp_path / "stopped" / "state.msgpack"))  # kept

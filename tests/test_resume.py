@@ -204,3 +204,22 @@ def test_load_rejects_bad_files(tmp_path):
   checkpoint.save(str(path), {"w": np.ones(2)}, {})
   with pytest.raises(checkpoint.CheckpointError, match="format tag"):
     resume.load(str(path), st)
+
+
+def test_a_search_after_a_direct_attack_keeps_its_memo_and_restores_past_it(tmp_path):
+  """The search's saves carry the direct attack's memo (what the cone solved), and what the
+  search restores leaves it out: a resume in the search replays the cone, then continues."""
+  st = _state()
+  path = str(tmp_path / "s.msgpack")
+  memo = resume.Memo(path, {"config": {}}, every_s=0)
+  got = memo.get("kind", (np.arange(3.0),), lambda: np.ones(2))
+  assert np.array_equal(got, np.ones(2)) and resume.parts(path) == {resume.MEMO}
+  again = memo.get("kind", (np.arange(3.0),), lambda: np.zeros(2))  # not computed again
+  assert np.array_equal(again, np.ones(2)) and memo.hits == 1 and memo.solved == 1
+  saver = resume.Saver(path, 1, {"config": {}}, carried=memo.entries)
+  saver.save(st["run"], st["keys"], st["hparams"])
+  assert resume.parts(path) == {"run", "keys", "hparams", resume.MEMO}
+  restored, _ = resume.load(path, jax.eval_shape(lambda: st))
+  assert set(restored) == {"run", "keys", "hparams"}
+  kept = resume.load_memo(path)
+  assert list(kept) == list(memo.entries) and np.array_equal(next(iter(kept.values())), np.ones(2))

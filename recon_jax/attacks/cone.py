@@ -59,6 +59,7 @@ from recon_jax.attacks import span
 from recon_jax.attacks.spec import AttackSpec, Setup, option, register, require
 from recon_jax.core import numerics, progress
 from recon_jax.core.rules import Rule
+from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
 from recon_jax.victims import targets
 
@@ -90,6 +91,18 @@ CONSENSUS_MISSES = 5  # the unseeded consensus search stops after this many draw
 # 18-20 read of 19-20 directions; 50 + 50: 37-57 of 88-94).
 SPAN_READ = 0.9
 PATTERN_AGREES = 0.9  # a facet's image leaves this share of its units inactive, as the facet
+# A facet is sharp where at least this share of the units its image leaves inactive (at
+# theta_0 and theta*) are on it, at 0 in its program (:func:`sharpness`): an image's facet
+# holds every unit inactive on it, where a program that landed between facets gives a blend
+# whose inactive units the facet holds only in part.  Measured on one hidden layer
+# (random and held-image starts, default options): 10 + 10 faces, 20 facets all exact
+# (normalised cross-correlation 1.000 to a training image), 0.961-1.000 (median 0.998);
+# 50 + 50 MNIST digits (784-1024-1), 23 facets all blends (0.82-0.90 to the nearest
+# training image), 0.816-0.889 (median 0.850); 25 + 25 faces, 46 facets: the 37 exact ones
+# (above 0.95) 0.947-1.000 but one at 0.798, the 9 blends 0.37-0.944, 8 of them below.  The
+# facet's own statistics do not tell them apart: its share of the units at 0 (0.44-0.50 in
+# both) and its gap (2.2-8.3 decades exact, 2.7-5.6 blends).
+SHARP = 0.93
 SEED_AGREES = 0.9  # a first-layer facet's image agrees with its seed above this correlation
 ONE_IMAGE = 0.995  # rows this parallel where the agreed images are not: one image's units
 ONE_IMAGE_ROWS = 8  # ... at least this many of them
@@ -235,6 +248,8 @@ class Reading(NamedTuple):
   # squared error (a facet's zeros are soft), or hidden layers after the first (the signs of
   # its coefficients are lost, and "agreed" does not mean exact); None: not so
   unsure: Optional[str] = None
+  # the facets found whose images are blends, not counted in ``read`` (:data:`SHARP`)
+  blends: int = 0
 
   def summary(self) -> dict:
     k, n = int(self.info.dim), self.n
@@ -246,7 +261,7 @@ class Reading(NamedTuple):
       "cannot": self.cannot,
       "read": self.read,
     }
-    out["short"] = None if self.read is None else short(out, self.read, n, self.unsure)
+    out["short"] = None if self.read is None else short(out, self.read, n, self.unsure, self.blends)
     return out
 
 
@@ -260,14 +275,15 @@ SIGNS_LOST = (
 
 
 def short(
-  summary: dict, read: int, n: Optional[int], unsure: Optional[str] = None
+  summary: dict, read: int, n: Optional[int], unsure: Optional[str] = None, blends: int = 0
 ) -> Optional[str]:
   """Why ``read`` images fall short of what the change's span holds (``summary``:
   :meth:`Reading.summary`; ``n``: the training images), or None: fewer than
   :data:`SPAN_READ` of min(n, the span's directions).  With ``unsure`` (why an image read
   may not be exact: :data:`SOFT_FACETS`, :data:`SIGNS_LOST`) every reading falls short, and
   the search checks it: the report scores the cone's images beside the search's, so that
-  costs the search's minutes, never an image the cone read."""
+  costs the search's minutes, never an image the cone read.  ``blends``: the facets found
+  beside ``read`` that are not sharp (:data:`SHARP`), whose images are blends."""
   k = summary.get("span_dim")
   if summary.get("cannot") or not n or not k:
     return None
@@ -277,10 +293,18 @@ def short(
     return None
   under = summary.get("under_noise_floor")
   floor = f" ({under} of the images under it)" if under else ""
+  rest = min(n, k) - read - blends
+  said = [f"{blends} of the facets found are blends" if blends else ""]
+  if blends:  # read off what the facet holds at 0 against its image's pattern (SHARP)
+    said[0] += (
+      f", not sharp (fewer than {SHARP:g} of the units their image leaves inactive are at 0 "
+      "on them): their images mix training images"
+    )
+  if rest > 0:
+    said.append(f"the facets of {rest} more were not found (the images training weighted least)")
   return (
     f"read {read} images for {n} training images, where the first layer's change keeps {k} "
-    f"directions above its rounding noise{floor}: the facets of {min(n, k) - read} more were "
-    "not found (the images training weighted least)"
+    f"directions above its rounding noise{floor}: " + ", and ".join(w for w in said if w)
   )
 
 
@@ -323,6 +347,21 @@ def zero_split(coefficients):
 
 
 def facet(rows, start_zero, mixed: bool = False):
+  """:func:`solve_facet` through the run's memo (:func:`recon_jax.engine.resume.remembered`):
+  a resumed run replays the programs it solved before it was stopped."""
+  inputs = (rows, start_zero, np.array(bool(mixed)))
+  h = resume.remembered(
+    "cone.facet", inputs, lambda: _or_empty(solve_facet(rows, start_zero, mixed))
+  )
+  return h if h.size else None
+
+
+def _or_empty(h):
+  """``h``, or an empty array for None (a program that failed), as a memo holds it."""
+  return np.zeros(0) if h is None else h
+
+
+def solve_facet(rows, start_zero, mixed: bool = False):
   """The unit normal ``h`` of the facet a reweighted L1 program reaches from ``start_zero``
   (the units taken to be on it at first), or None where the program fails.
 
@@ -352,6 +391,15 @@ def facet(rows, start_zero, mixed: bool = False):
 
 
 def seeded_facet(rows, start_zero, generator):
+  """:func:`solve_seeded_facet` through the run's memo (as :func:`facet`)."""
+  inputs = (rows, start_zero, np.asarray(generator, np.float64))
+  h = resume.remembered(
+    "cone.seeded_facet", inputs, lambda: _or_empty(solve_seeded_facet(rows, start_zero, generator))
+  )
+  return h if h.size else None
+
+
+def solve_seeded_facet(rows, start_zero, generator):
   """The unit normal ``h`` of the facet a reweighted L1 program on the sizes ``|rows @ h|``
   reaches from ``start_zero``, normalised on ``generator`` (``h . generator = 1``: the facet
   of the image nearest it), or None where the program fails.  For rows whose signs are not
@@ -521,6 +569,15 @@ def peel(rows, normals, coefs, generators, starts: int, rng, limit: int, mixed=F
 
 
 def decode(normals, coefs, q: int, layers: Layers, bound: float):
+  """:func:`solve_decode` through the run's memo (as :func:`facet`)."""
+  inputs = (normals, coefs[q], np.array(q), np.array(float(bound)), *layers.biases)
+  out = resume.remembered(
+    "cone.decode", inputs, lambda: np.append(*solve_decode(normals, coefs, q, layers, bound))
+  )
+  return out[:-1], float(out[-1])
+
+
+def solve_decode(normals, coefs, q: int, layers: Layers, bound: float):
   """``(c [k], label)``: the span coefficients of facet ``q``'s image and its label (+-1).
 
   The image's generator ``y [c, 1]`` is orthogonal to every other facet's normal (least
@@ -607,12 +664,17 @@ def cone_images(
     held = np.asarray(public, np.float64).reshape(len(public), -1)
   if len(net_star) == 2:
     starts_held = None if held is None else with_mirrors(held, input_shape)
-    out = _read_cone(star, init, basis, reading.decay, n, scale, rng, starts, starts_held, mixed)
-    exact = len(out)
+    out, exact = _read_cone(
+      star, init, basis, reading.decay, n, scale, rng, starts, starts_held, mixed
+    )
+    blends = len(out) - exact
+    if blends:
+      logging.info("cone: %d of the %d facets found are blends, not sharp", blends, len(out))
   else:
     out, exact = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
+    blends = 0
   unsure = SOFT_FACETS if mixed else SIGNS_LOST if len(net_star) > 2 else None
-  reading = reading._replace(read=exact, unsure=unsure)
+  reading = reading._replace(read=exact, unsure=unsure, blends=blends)
   if not out:
     return (*none, reading)
   images = np.array([basis @ c for c, _ in out]).reshape(len(out), *input_shape)
@@ -691,8 +753,9 @@ def with_mirrors(images, input_shape):
 def _read_cone(
   star, init, basis, decay, n, scale, rng, starts, held=None, mixed=False, exact_span=True
 ):
-  """``[(c [k], label), ...]``: the images (span coefficients in ``basis``) read off the signed
-  cone of one hidden layer's change (``star``, ``init``: :func:`hidden_layer` triples; its
+  """``([(c [k], label), ...], sharp)``: the images (span coefficients in ``basis``) read off
+  the signed cone of one hidden layer's change, and how many of their facets are sharp
+  (:func:`sharpness`; the others' images are blends) (``star``, ``init``: :func:`hidden_layer` triples; its
   inputs ``held`` [N, d]: images the attacker holds, or None; ``mixed``: see :func:`facet`).
   ``exact_span`` False: what lies outside ``basis`` is no noise (the last hidden layer's
   inputs move in training), and coefficients are not floored at it
@@ -740,7 +803,15 @@ def _read_cone(
     if len(normals) == before:
       break
     out = read_all(normals, coefs)
-  return out
+  return out, int(sum(sharpness(layers, c, z) >= SHARP for (c, _), z in zip(out, coefs)))
+
+
+def sharpness(layers: Layers, c, coef) -> float:
+  """The share of the units image ``c`` leaves inactive at theta_0 and theta* that its facet
+  (unit coefficients ``coef``) holds at 0: near 1 where the facet is the image's, lower where
+  the program landed between facets and the image is a blend (:data:`SHARP`)."""
+  inactive = layers.inactive(c)
+  return float((inactive & zero_split(coef)[0]).sum() / max(int(inactive.sum()), 1))
 
 
 def _complement(vectors):
@@ -827,7 +898,7 @@ def _read_deep(net_star, net_init, reading: Reading, n, scale, rng, starts, held
     pool *= scale / np.linalg.norm(pool, axis=1, keepdims=True)
   reps_held = represent(mid, pool)
   rep_scale = float(np.median(np.linalg.norm(reps_held, axis=1)))
-  read_reps = _read_cone(
+  read_reps, _ = _read_cone(
     s_star, s_init, rep_basis, decay, n_eff, rep_scale, rng, starts,
     reps_held if held is not None else None, mixed, exact_span=False,
   )  # fmt: skip

@@ -414,7 +414,8 @@ def run_attack(
   state0, chunks, sf = None, [], state_file
   if sf is not None and sf.resume:
     state0, chunks, _ = resume_state(sf.path, attack, x_init, keys, stages[0][1], target, batching)
-  ckpt = resume.Saver(sf.path, sf.every, sf.meta, chunks) if sf is not None else None
+  carried = getattr(sf, "carried", None)  # a direct attack's memo, before the search
+  ckpt = resume.Saver(sf.path, sf.every, sf.meta, chunks, carried) if sf is not None else None
   res = run_stages(
     attack,
     x_init,

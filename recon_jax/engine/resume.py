@@ -18,9 +18,13 @@ previous or the new state file, never half of one.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
 import json
 import os
-from typing import Any, Optional, Tuple
+import time
+from typing import Any, Callable, Optional, Tuple
 
 from absl import logging
 from flax import serialization
@@ -32,6 +36,12 @@ from recon_jax.errors import ConfigError
 from recon_jax.io.checkpoint import CheckpointError, atomic_write_bytes, read_blob
 
 FORMAT = "recon_jax.resume.v1"
+# The part of a state file that holds what a direct attack's host-side programs gave
+# (:class:`Memo`), carried by the search's saves after it and left out of what it restores.
+MEMO = "memo"
+# A memo is saved at its first entry, then at most this often (seconds): at n = 500 one of
+# the cone's facet programs takes a minute, and the file grows to megabytes.
+MEMO_EVERY_S = 30.0
 
 
 def _host(tree: Any) -> Any:
@@ -72,6 +82,8 @@ def _signature(state_dict: Any) -> dict:
 
 def from_bytes(data: bytes, template: Any, path: str = "state file") -> Tuple[Any, dict]:
   blob, meta = read_blob(data, path, FORMAT, "state file")
+  if isinstance(blob.get("state"), dict):  # a direct attack's memo is not the search's
+    blob["state"] = {k: v for k, v in blob["state"].items() if k != MEMO}
   got = _signature(blob.get("state"))
   want = _signature(_host_template(template))
   missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
@@ -160,15 +172,23 @@ class Saver:
   """
 
   def __init__(
-    self, path: str, every: int = 1, meta: Optional[dict] = None, chunks: Optional[list] = None
+    self,
+    path: str,
+    every: int = 1,
+    meta: Optional[dict] = None,
+    chunks: Optional[list] = None,
+    carried: Optional[dict] = None,
   ):
     if every < 0:
       raise ConfigError(f"every must be >= 0 (0: never), got {every}.")
     self.path, self.every, self.meta = path, every, dict(meta or {})
     self.chunks = list(chunks or [])
+    self.carried = carried  # a direct attack's memo entries (:class:`Memo`), kept in the file
 
   def save(self, state, keys, hparams) -> None:
     tree = run_tree(state, keys, hparams)
+    if self.carried:
+      tree = {**tree, MEMO: self.carried}
     save(self.path, tree, {**self.meta, "chunks": self.chunks})
 
 
@@ -192,3 +212,98 @@ def restore(path: str, template: Any, keys, hparams: dict):
   state = jax.tree_util.tree_map(lambda t, a: jnp.asarray(a, t.dtype), template["run"], tree["run"])
   logging.info("resuming from %s at step %d", path, int(np.max(np.asarray(state.step))))
   return state, list(meta.get("chunks", [])), meta
+
+
+def parts(path: str) -> frozenset:
+  """The top-level parts of the state file ``path`` (``run``, ... of a search's, :data:`MEMO`);
+  empty where there is no readable state file."""
+  try:
+    with open(path, "rb") as f:
+      blob, _ = read_blob(f.read(), path, FORMAT, "state file")
+  except (OSError, CheckpointError):
+    return frozenset()
+  state = blob.get("state")
+  return frozenset(state) if isinstance(state, dict) else frozenset()
+
+
+class Memo:
+  """What a run's host-side programs gave (a direct attack's: the cone's facet programs and
+  decodings), each by a digest of its inputs, saved as it goes into the run's state file
+  (``path``; None: never), so that a resumed run replays them instead of solving them again:
+  the same draws then reach the same programs, and the run gives the candidates it would have
+  given uninterrupted.  ``entries``: what a run saved before (:func:`load_memo`)."""
+
+  def __init__(self, path=None, meta=None, entries=None, every_s: float = MEMO_EVERY_S):
+    self.path, self.meta, self.every_s = path, dict(meta or {}), float(every_s)
+    self.entries = dict(entries or {})
+    self.hits, self.solved, self._saved_at, self._dirty = 0, 0, None, False
+
+  def get(self, kind: str, inputs: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """The array ``compute()`` gave for ``inputs`` (arrays and numbers) of program ``kind``,
+    computed (and saved, :data:`MEMO_EVERY_S`) only where no run gave it before."""
+    h = hashlib.sha256(kind.encode())
+    for a in inputs:
+      a = np.ascontiguousarray(a)
+      h.update(f"{a.dtype.str}{a.shape}".encode())
+      h.update(a.tobytes())
+    key = h.hexdigest()
+    if key in self.entries:
+      self.hits += 1
+      return np.array(self.entries[key], copy=True)
+    value = np.asarray(compute(), np.float64)
+    self.entries[key] = value
+    self.solved, self._dirty = self.solved + 1, True
+    now = time.monotonic()
+    if self._saved_at is None or now - self._saved_at >= self.every_s:
+      self.save()
+    return np.array(value, copy=True)
+
+  def save(self) -> None:
+    """Writes the entries to the state file now (atomic; nothing where there is no path)."""
+    if self.path and self._dirty:
+      save(self.path, {MEMO: self.entries}, self.meta)
+      self._saved_at, self._dirty = time.monotonic(), False
+
+
+def load_memo(path: str) -> dict:
+  """The memo entries (:class:`Memo`) a run saved in the state file ``path`` ({} where none)."""
+  try:
+    with open(path, "rb") as f:
+      blob, _ = read_blob(f.read(), path, FORMAT, "state file")
+  except (OSError, CheckpointError):
+    return {}
+  state = blob.get("state")
+  memo = state.get(MEMO) if isinstance(state, dict) else None
+  if not isinstance(memo, dict):
+    return {}
+  return {str(k): np.asarray(v, np.float64) for k, v in memo.items()}
+
+
+_MEMO: contextvars.ContextVar = contextvars.ContextVar("recon_jax_memo", default=None)
+
+
+@contextlib.contextmanager
+def memo_of(state_file, every_s: Optional[float] = None):
+  """The :class:`Memo` of a direct attack run with ``state_file`` (an
+  :class:`~recon_jax.io.workdir.StateFile`; None, or ``every`` 0: kept in memory only, never
+  saved), loaded from it where the run resumes, current while the block runs
+  (:func:`remembered`), saved every ``every_s`` seconds (None: :data:`MEMO_EVERY_S`) and
+  when the block ends, also where a signal or an error ends it."""
+  path = state_file.path if state_file is not None and state_file.every else None
+  entries = load_memo(state_file.path) if state_file is not None and state_file.resume else {}
+  meta = (state_file.meta if state_file is not None else None) or {}
+  memo = Memo(path, meta, entries, MEMO_EVERY_S if every_s is None else every_s)
+  if entries:
+    logging.info("resuming: %d programs of the direct attack saved before", len(entries))
+  token = _MEMO.set(memo)
+  try:
+    yield memo
+  finally:
+    _MEMO.reset(token)
+    memo.save()
+
+
+def remembered(kind: str, inputs: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+  """``compute()``, through the current :class:`Memo` where a run has one (:func:`memo_of`)."""
+  memo = _MEMO.get()
+  return np.asarray(compute(), np.float64) if memo is None else memo.get(kind, inputs, compute)

@@ -108,30 +108,7 @@ def _warnings(r: Metrics, searched: bool) -> list:
       f"{n_div} of {restarts} restarts diverged: the search was unstable on this model; lower "
       "the learning rates (lr_x, lr_lam) or the alpha range"
     )
-  m, n = r.m or 0, r.n_train or 0
-  cone = r.regime.cone
-  if r.cannot:
-    out.append(f"attack={r.attack} did not run: {r.cannot}")
-  elif not searched and 2 * m < n:
-    under = cone.under_noise_floor
-    floor = (
-      f"; the change keeps {cone.span_dim} directions above its rounding noise, so "
-      f"{under} images have no facet to find"
-      if under
-      else ""
-    )
-    out.append(
-      f"attack={r.attack} read {m} candidates for {n} training images: most of "
-      f"the training set cannot be among them (attack=cone finds few facets at large n{floor}; "
-      "attack=kkt with known_init and subspace, the finetune_kkt preset, reaches more; "
-      "docs/leakage.md)"
-    )
-  elif not searched and cone.short:
-    out.append(
-      f"attack={r.attack} {cone.short}; the KKT search in that span (the "
-      "finetune_kkt preset) may read more, at 50 + 50 faces 74 of 100 against the cone's 20 "
-      "(docs/leakage.md)"
-    )
+  out += _direct_warnings(r, searched)
   if r.regime.handover_skipped:
     out.append(
       f"the KKT search in the change's span did not run after the cone: {r.regime.handover_skipped}"
@@ -179,6 +156,54 @@ def _warnings(r: Metrics, searched: bool) -> list:
     )
   if r.precision_warning:
     out.append(r.precision_warning)
+  return out
+
+
+def _baseline(r: Metrics) -> int:
+  """The held-out baseline the verdict compares the strict recoveries with."""
+  return max(
+    int(r.baseline_heldout_recovered_strict or 0), int(r.baseline_mean_image_recovered_strict or 0)
+  )
+
+
+def _direct_warnings(r: Metrics, searched: bool) -> list:
+  """What a direct attack's reading says (the cone's: too few candidates, fewer images read
+  than the span holds or blends among them, or nothing read where it read enough): one
+  warning at most, and one wherever the verdict says the warnings tell why no candidate it
+  read off theta* is a training image (:func:`_decide`)."""
+  out = []
+  m, n = r.m or 0, r.n_train or 0
+  cone = r.regime.cone
+  if r.cannot:
+    out.append(f"attack={r.attack} did not run: {r.cannot}")
+  elif not searched and 2 * m < n:
+    under = cone.under_noise_floor
+    floor = (
+      f"; the change keeps {cone.span_dim} directions above its rounding noise, so "
+      f"{under} images have no facet to find"
+      if under
+      else ""
+    )
+    out.append(
+      f"attack={r.attack} read {m} candidates for {n} training images: most of "
+      f"the training set cannot be among them (attack=cone finds few facets at large n{floor}; "
+      "attack=kkt with known_init and subspace, the finetune_kkt preset, reaches more; "
+      "docs/leakage.md)"
+    )
+  elif not searched and cone.short:
+    out.append(
+      f"attack={r.attack} {cone.short}; the KKT search in that span (the "
+      "finetune_kkt preset) may read more, at 50 + 50 faces 74 of 100 against the cone's 20 "
+      "(docs/leakage.md)"
+    )
+  elif not searched and n and int(r.recovered_strict or 0) <= _baseline(r):
+    read = "" if cone.read is None else f", {cone.read} of them on sharp facets,"
+    out.append(
+      f"attack={r.attack} read {m} candidates off theta*{read} and none is a training image "
+      "beyond the held-out baseline: the image of a sharp facet is a generator of the "
+      "change's cone, so the images given may not be the model's training set, or theta_0 "
+      "not the weights its training started from"
+    )
   return out
 
 

@@ -324,12 +324,14 @@ def write_config(workdir: str, cfg, *, study: Optional[str] = None, **extra) -> 
 class StateFile(NamedTuple):
   """Where a sweep saves its state: ``path``, every ``every`` chunks and at its end
   (0: never); ``resume``: continue from that file (it must exist and match);
-  ``meta``: JSON-able data stored with the state."""
+  ``meta``: JSON-able data stored with the state; ``carried``: arrays a phase before the
+  sweep saved in the file (a direct attack's memo), kept in each of its saves."""
 
   path: str
   every: int = 1
   resume: bool = False
   meta: Optional[dict] = None
+  carried: Optional[dict] = None
 
 
 def begin(

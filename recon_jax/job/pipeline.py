@@ -24,7 +24,7 @@ import numpy as np
 from recon_jax import attacks, data
 from recon_jax.attacks import search, span
 from recon_jax.core import progress
-from recon_jax.engine import loop, precision
+from recon_jax.engine import loop, precision, resume
 from recon_jax.eval import evaluation, scoring, verdict
 from recon_jax.eval.metrics_json import Metrics
 from recon_jax.job import estimate, planning
@@ -192,6 +192,16 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
   return found._replace(notes=direct.notes), target
 
 
+def _after_direct(state_file, memo: resume.Memo):
+  """The state file of the search a direct attack hands over to: carrying the direct
+  attack's memo in each save, and resumed only where the file holds the search's own state
+  (a run stopped in the direct attack saved its memo alone)."""
+  if state_file is None:
+    return None
+  again = state_file.resume and "run" in resume.parts(state_file.path)
+  return state_file._replace(resume=again, carried=memo.entries or None)
+
+
 def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
   """What the direct attack reads of theta* again from the search's lowest-loss restart
   (:attr:`AttackSpec.reread`: the cone, past one hidden layer, the first layer's facets its
@@ -343,9 +353,13 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
     f"attack={cfg.attack}: "
     + ("the search (its first chunk compiles)" if searched else "reading the candidates")
   )
-  found = search.find_candidates(
-    spec, plan.options, cfg.search, setup, plan.stages, plan.hparams, ds, state_file
-  )
+  # A direct attack's programs are saved in the run's state file as they are solved, so a
+  # run stopped in them resumes where it was (resume.Memo); the search after a hand-over
+  # keeps them in each of its saves.
+  with resume.memo_of(state_file if not searched else None) as memo:
+    found = search.find_candidates(
+      spec, plan.options, cfg.search, setup, plan.stages, plan.hparams, ds, state_file
+    )
   if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
     seen.update(found.notes)
   read = [v.get("short") for v in (found.notes or {}).values() if isinstance(v, dict)]
@@ -368,7 +382,7 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
     found.candidates.shape[1],
     estimate.say(then_s),
   )
-  handed, target = _hand_over(plan.then, found, setup, ds, state_file)
+  handed, target = _hand_over(plan.then, found, setup, ds, _after_direct(state_file, memo))
   t_reread = time.time()
   reread = _reread(plan, setup, handed)
   return out._replace(

@@ -333,6 +333,7 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   if drawn:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
   source = read_source(cfg, vcfg, stored, foreign, problem)
+  check_change(cfg, source)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
   labels = labels_of(cfg, problem, source.dataset)
   plan = Plan(cfg, spec, vcfg, problem, foreign, hp, stages, source, labels, setup)
@@ -539,6 +540,27 @@ def check_known_init(cfg: JobConfig, foreign: bool) -> None:
     raise ConfigError(
       f"threat.known_init needs theta_0 of the imported model {t.model}: pass the weights its "
       "training started from as threat.theta0 (same format).",
+      "threat.theta0",
+    )
+
+
+def check_change(cfg: JobConfig, source: sources.Source) -> None:
+  """Refuses a known theta_0 whose first layer is the model's own: the change theta* -
+  theta_0 every known-theta_0 attack reads is zero there (the file given as theta_0 is the
+  model itself, or its copy), so there is nothing to read, whatever the attack's settings.
+  Checked where both are files (a victim trained here is not yet there)."""
+  t = cfg.threat
+  star = source.imported if source.imported is not None else source.stored
+  if not t.known_init or source.init is None or star is None:
+    return
+  try:
+    k1, k0 = (attacks.span.first_layer_kernel(p) for p in (star.params, source.init))
+  except ConfigError:
+    return  # no dense first layer: the attack's own checks say so
+  if k1.shape == k0.shape and not np.any(k1 - k0):
+    raise ConfigError(
+      f"threat.theta0={t.theta0} has the model's own first layer, so the change theta* - "
+      "theta_0 the attack reads is zero: give the weights training started from.",
       "threat.theta0",
     )
 

@@ -476,6 +476,31 @@ class TprAtFpr(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class TestTprAtFpr(Section):
+  """``membership.tests.NAME.tpr_at_fpr``: true positives at 1%, 0.1% and 0.01% FPR (None:
+  too few held-out images for that rate)."""
+
+  one_pct: Optional[float] = key("0.01")  # at 1% FPR
+  tenth_pct: Optional[float] = key("0.001")  # at 0.1% FPR
+  hundredth_pct: Optional[float] = key("0.0001")  # at 0.01% FPR
+
+
+@dataclasses.dataclass(frozen=True)
+class MembershipTest(Section):
+  """One of ``membership.tests``: a membership score and how well it separates the sets."""
+
+  kind: Optional[str] = key()  # "weights", "baseline" or "reconstruction"
+  auc: Optional[float] = key()  # ROC AUC of the training images against the held-out ones
+  tpr_at_fpr: TestTprAtFpr = key(section=TestTprAtFpr)  # at low false-positive rates
+  p_value: Optional[float] = key()  # the permutation test's
+  significant: Optional[bool] = key()  # p_value at or below the level
+  too_few_heldout_for: Optional[Sequence[str]] = key()  # the rates the held-out set cannot reach
+  seconds: Optional[float] = key()  # what the score took
+  scores_train: Optional[Sequence[Optional[float]]] = key()  # per training image
+  scores_heldout: Optional[Sequence[Optional[float]]] = key()  # per held-out image
+
+
+@dataclasses.dataclass(frozen=True)
 class Membership(Section):
   """``membership``: the membership test of the training images against held-out ones."""
 
@@ -491,6 +516,8 @@ class Membership(Section):
   scores_train: Optional[Sequence[Optional[float]]] = key()  # per training image
   scores_heldout: Optional[Sequence[Optional[float]]] = key()  # per held-out image
   skipped: Optional[str] = key()  # why it was not tested
+  tests: Mapping[str, MembershipTest] = key(named=MembershipTest)  # every score, by name
+  tests_skipped: Optional[Mapping[str, str]] = key()  # {a test that did not apply: why}
 
   @property
   def tpr_at_1pct(self) -> Optional[float]:

@@ -20,7 +20,14 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.core import progress
-from recon_jax.eval import diagnostics, evaluation, identifiability, membership, trusted
+from recon_jax.eval import (
+  diagnostics,
+  evaluation,
+  identifiability,
+  membership,
+  trusted,
+  weight_tests,
+)
 from recon_jax.types import Target
 
 
@@ -122,6 +129,80 @@ def membership_report(cands, final_loss, ds: data.Dataset, seed: int = 0) -> dic
   return out
 
 
+TEST_FPRS = (0.01, 0.001, 0.0001)  # the rates each membership test's TPR is reported at
+MAX_HELDOUT_WEIGHTS = 4000  # held-out images the weight tests score at most (drawn with the seed)
+
+
+def _test_entry(kind: str, scores_, is_member, seed: int, seconds: float) -> dict:
+  """One of ``membership.tests``: :func:`recon_jax.eval.membership.separation` of ``scores_``
+  at :data:`TEST_FPRS`, a rate the held-out set is too small for (fewer than 1 / rate
+  images) reported as None and named in ``too_few_heldout_for``."""
+  is_member = np.asarray(is_member, bool)
+  sep = membership.separation(scores_, is_member, seed=seed, fprs=TEST_FPRS)
+  n_held = int((~is_member).sum())
+  short = [f"{f:g}" for f in TEST_FPRS if n_held * f < 1]
+  tprs = {k: (None if k in short else v) for k, v in sep["tpr_at_fpr"].items()}
+  finite = lambda v: [float(x) if np.isfinite(x) else None for x in v]
+  s = np.asarray(scores_, np.float64)
+  out = {
+    "kind": kind,
+    "auc": sep["auc"],
+    "tpr_at_fpr": tprs,
+    "p_value": sep["p_value"],
+    "significant": sep["significant"],
+  }
+  if short:
+    out["too_few_heldout_for"] = short
+  out.update(
+    seconds=float(seconds), scores_train=finite(s[is_member]), scores_heldout=finite(s[~is_member])
+  )
+  return out
+
+
+def weight_membership(apply_fn, theta, target: Target, ds: data.Dataset, seed: int = 0) -> dict:
+  """The membership tests that need no reconstruction, each scoring every training image and
+  up to :data:`MAX_HELDOUT_WEIGHTS` held-out ones by one rule
+  (:mod:`recon_jax.eval.weight_tests`): the loss and confidence of the model ``apply_fn`` at
+  ``theta`` (theta*), and the fit of ``target.fit`` (theta*, or theta* - theta_0 with a known
+  start) by every given image's margin gradient at ``target.params`` (``kkt_fit`` on theta*
+  alone, ``change_fit`` on a change).  Returns ``{"tests": {name: entry}, "tests_skipped":
+  {name: why}}`` (:func:`_test_entry`), or ``{}`` without held-out images."""
+  if not len(ds.x_test) or not len(ds.x_train):
+    return {}
+  held, yh = np.asarray(ds.x_test), np.asarray(ds.y_test)
+  if len(held) > MAX_HELDOUT_WEIGHTS:
+    pick = np.sort(
+      np.random.default_rng(seed).choice(len(held), MAX_HELDOUT_WEIGHTS, replace=False)
+    )
+    held, yh = held[pick], yh[pick]
+  x = np.concatenate([np.asarray(ds.x_train), held]).astype(np.float32)
+  y = np.concatenate([np.asarray(ds.y_train), yh])
+  is_member = np.arange(len(x)) < len(ds.x_train)
+  known = target.reference is not None
+  fit_name = "change_fit" if known else "kkt_fit"
+  tests, skipped = {}, {}
+  t0 = time.time()
+  tests["loss"] = _test_entry(
+    "baseline", weight_tests.loss_scores(apply_fn, theta, x, y), is_member, seed, time.time() - t0
+  )
+  t0 = time.time()
+  conf = weight_tests.confidence_scores(apply_fn, theta, x)
+  tests["confidence"] = _test_entry("baseline", conf, is_member, seed, time.time() - t0)
+  if weight_tests.dense_stack(target.params) is None:
+    skipped[fit_name] = "the network is not a stack of dense layers (a convolution?)"
+  else:
+    logging.info(
+      "membership from the weights: %s of %d training and %d held-out images",
+      "theta* - theta_0" if known else "theta*",
+      int(is_member.sum()),
+      len(held),
+    )
+    t0 = time.time()
+    fit = weight_tests.kkt_fit_scores(target.params, x, y, reference=target.fit if known else None)
+    tests[fit_name] = _test_entry("weights", fit, is_member, seed, time.time() - t0)
+  return {"tests": tests, "tests_skipped": skipped} if skipped else {"tests": tests}
+
+
 class Scores(NamedTuple):
   """A run's candidates scored (:func:`score_run`)."""
 
@@ -180,6 +261,7 @@ def score_run(
   stability_candidates: int = 0,
   labels=None,
   also=(),
+  theta=None,
 ) -> Scores:
   """The candidates ``cands`` [R, m, ...] (``weights`` [R, m], ``final_loss`` [R]) of a run on
   the victim ``apply_fn`` scored against the truth ``ds``: identifiability
@@ -193,7 +275,9 @@ def score_run(
   re-run; 0: no stability score).  ``also``: more images the attacker read (the cone's, and
   what it read again from the search's candidates), scored beside the restarts (the
   evaluation's ``also``).  The arrays are a job's own, made to fit together, so the pieces
-  run without their argument checks (call them on their own to check yours)."""
+  run without their argument checks (call them on their own to check yours).  ``theta``: the
+  victim's theta*, for the membership tests from the weights
+  (:func:`weight_membership`; None: not run)."""
   timing = {}
   t0 = time.time()
   restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged
@@ -221,6 +305,14 @@ def score_run(
   t0 = time.time()
   progress.phase("the membership test")
   member = membership_report(cands, final_loss, ds, seed)
+  if theta is not None and problem != "general":
+    weights_ = weight_membership(apply_fn, theta, target, ds, seed)
+    if weights_ and member.get("auc") is not None:  # today's score is one test among them
+      rec = {k: member[k] for k in ("auc", "p_value", "significant")}
+      rec["tpr_at_fpr"] = dict(member["tpr_at_fpr"])
+      rec.update(scores_train=member["scores_train"], scores_heldout=member["scores_heldout"])
+      weights_["tests"] = {"reconstruction": {"kind": "reconstruction", **rec}, **weights_["tests"]}
+    member.update(weights_)
   timing["membership_s"] = time.time() - t0
   convergence = None if run is None else _convergence(run, ev["per_restart"], target)
   # where the images the attack missed rank in the truth's fit (none evaluated: every

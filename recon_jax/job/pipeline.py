@@ -437,6 +437,7 @@ def _scored(plan: Plan, att: Attacked, vic, ds: data.Dataset):
     labels=found.labels,
     # after a hand-over the direct attack's images are the attacker's too
     also=() if att.direct is None else (att.direct.candidates[0], att.reread),
+    theta=vic.params,
   )
   entries = {
     "n_train": len(ds.x_train),

@@ -61,7 +61,7 @@ def planted():
 def test_planted_members_carry_the_change_and_the_fit_beats_the_loss(planted):
   vic, x, y, is_member = planted
   scores, skipped = wt.weight_scores(vic.apply_fn, vic.params, x, y, init=vic.init)
-  assert not skipped and set(scores) == {"loss", "confidence", "change_fit", "change_pattern"}
+  assert not skipped and set(scores) == {"loss", "confidence", "change_fit"}
   fit = membership.separation(scores["change_fit"], is_member, permutations=199)
   loss = membership.separation(scores["loss"], is_member, permutations=199)
   assert fit["auc"] > 0.9 and fit["auc"] > loss["auc"]
@@ -82,3 +82,40 @@ def test_labels_and_images_of_different_lengths_are_refused():
   _, params = _mlp()
   with pytest.raises(rj.ConfigError, match="x has 3 images but y has 2 labels"):
     wt.kkt_fit_scores(params, np.zeros((3, 12)), np.ones(2))
+
+
+def _with_tests(fit_tpr, loss_tpr, significant=True, **extra):
+  tests = {
+    "loss": {"kind": "baseline", "auc": 0.6, "tpr_at_fpr": {"0.001": loss_tpr}, "p_value": 0.2},
+    "change_fit": {
+      "kind": "weights",
+      "auc": 0.98,
+      "tpr_at_fpr": {"0.001": fit_tpr},
+      "p_value": 1e-4 if significant else 0.3,
+      "significant": significant,
+    },
+  }
+  return {
+    "n_train": 20,
+    "recovered_strict": 0,
+    "baseline_heldout_recovered_strict": 0,
+    "baseline_mean_image_recovered_strict": 0,
+    "identifiability": {"ratio": 1.2, "per_restart_residual": [0.1]},
+    "membership": {"tests": tests},
+    **extra,
+  }
+
+
+def test_the_weights_alone_give_leaks_only_above_the_loss_baseline_at_a_tenth_of_a_percent():
+  from recon_jax.eval import verdict
+
+  said = verdict.decide(_with_tests(0.8, 0.01))
+  assert said["verdict"] == "leaks" and said["membership_only"]
+  assert (
+    "told apart by the weight change" in said["line"] and "no image reconstructed" in said["line"]
+  )
+  assert verdict.decide(_with_tests(0.05, 0.05))["verdict"] != "leaks"  # no better than the loss
+  assert verdict.decide(_with_tests(0.8, 0.01, significant=False))["verdict"] != "leaks"
+  assert verdict.decide(_with_tests(None, None))["verdict"] != "leaks"  # too few held-out images
+  wrong = _with_tests(0.8, 0.01, identifiability={"ratio": 0.1, "per_restart_residual": [0.1]})
+  assert verdict.decide(wrong)["verdict"] == "cannot_tell"  # the images given may not be its own

@@ -249,7 +249,56 @@ def decide(metrics: Mapping, searched: bool = True) -> dict:
   """The verdict of a reconstruction's metrics (metrics.json's dict): ``{"verdict",
   "reasons", "line", "tolerance", "recovered", "baseline"}`` (``searched``: the candidates
   came from a search, which a longer one might improve, not read off theta*)."""
-  return _decide(Metrics.from_metrics(metrics), searched)
+  m = Metrics.from_metrics(metrics)
+  return _by_weights(m, _decide(m, searched))
+
+
+# The false-positive rate a membership test from the weights is read at for the verdict: the
+# lowest an audit reports that a held-out set of 1,000 images can reach.
+WEIGHTS_FPR = "0.001"
+
+
+def weights_evidence(m: Metrics) -> Optional[str]:
+  """The verdict's words for membership read off the weights, where it holds: a test of kind
+  ``weights`` separates the sets at its level (permutation test) and its TPR at
+  :data:`WEIGHTS_FPR` FPR beats the loss baseline's (a held-out set too small for that rate
+  holds no such evidence); None elsewhere.  The strongest such test is named."""
+  tests = m.membership.tests
+  loss = tests.get("loss")
+  floor = (loss.tpr_at_fpr.tenth_pct if loss is not None else None) or 0.0
+  best = None
+  for name, t in tests.items():
+    tpr = t.tpr_at_fpr.tenth_pct
+    if t.kind != "weights" or not t.significant or tpr is None or tpr <= floor:
+      continue
+    if best is None or tpr > best[1].tpr_at_fpr.tenth_pct:
+      best = (name, t)
+  if best is None:
+    return None
+  name, t = best
+  fitted = "the weight change" if name == "change_fit" else "the weights"
+  return (
+    f"training images told apart by {fitted} ({name}: AUC {t.auc:.2f}, TPR "
+    f"{t.tpr_at_fpr.tenth_pct:.0%} at 0.1% FPR, p = {t.p_value:.2g}; the loss baseline "
+    f"{floor:.0%})"
+  )
+
+
+def _by_weights(m: Metrics, said: dict) -> dict:
+  """``said`` (:func:`_decide`'s) turned to ``leaks`` where the weights alone tell the training
+  images apart (:func:`weights_evidence`) and the reconstruction did not show a leak; never
+  where the images given fit far worse than the candidates (``wrong_data``).  A membership
+  test counts no image as recovered: the line says how many were."""
+  if said["verdict"] == LEAKS or said["wrong_data"]:
+    return said
+  evidence = weights_evidence(m)
+  if evidence is None:
+    return said
+  k, n = int(m.recovered_strict or 0), int(m.n_train or 0)
+  what = f"{k} of {n} reconstructed strictly" if k else "no image reconstructed"
+  reasons = [f"{evidence}; {what}", *(r for r in said["reasons"] if "AUC" not in r)]
+  line = f"{LEAKS}: " + "; ".join(reasons)
+  return dict(said, verdict=LEAKS, reasons=reasons, line=line, membership_only=True)
 
 
 def _decide(m: Metrics, searched: bool) -> dict:

@@ -15,10 +15,6 @@ gradient at its output, so the Gram matrix of all images' gradients is a sum ove
 of Hadamard products of two small Gram matrices: 500 + 4,000 images of a 784-2048-1 network
 need a 4,500 x 4,500 matrix, never the 4,500 x 1.6M gradients.
 
-:func:`pattern_span_scores` is the cheaper probe for a known theta_0: an image's activation
-pattern (units active at theta_0 or theta*, each weighted by the norm of its change) lies
-in the column space of the first layer's change for training images.
-
 The baselines every audit shows beside them are :func:`loss_scores` (Yeom et al. 2018) and
 :func:`confidence_scores`.  Every function is symmetric in the given images: it treats a
 training image and a held-out one alike, so under a wrong training folder its AUC is 0.5
@@ -190,32 +186,6 @@ def kkt_fit_scores(params, x, y, *, reference=None, first_only: bool = False) ->
   return np.asarray(lam, np.float64)
 
 
-def pattern_span_scores(params, init, x, *, rank: Optional[int] = None) -> np.ndarray:
-  """How close each image's activation pattern lies to the column space of the first layer's
-  change ``W* - W_0`` (``params`` theta*, ``init`` theta_0): the pattern is the units active
-  on the image at theta_0 or theta*, each weighted by the norm of its change; the score is
-  minus its relative residual outside the change's ``rank`` leading left singular
-  directions (default: the rank the change holds above its float32 rounding).  [N]."""
-  x = np.asarray(x, np.float32).reshape(len(x), -1)
-  star, zero = _stack_or_refuse(params, "pattern_span_scores"), _stack_or_refuse(init, "init")
-  w, w0 = star[0], zero[0]
-  delta = np.asarray(w.kernel - w0.kernel, np.float64)  # [in, units]
-  u_norm = np.linalg.norm(delta, axis=0)
-  _, s, vt = np.linalg.svd(delta, full_matrices=False)  # column space of units: rows of vt
-  if rank is None:
-    tol = s[0] * max(delta.shape) * np.finfo(np.float32).eps if s.size else 0.0
-    rank = int(np.sum(s > tol))
-  basis = vt[: max(int(rank), 1)]  # [k, units]
-  z1 = x @ np.asarray(w.kernel) + (0.0 if w.bias is None else np.asarray(w.bias))
-  z0 = x @ np.asarray(w0.kernel) + (0.0 if w0.bias is None else np.asarray(w0.bias))
-  pattern = ((z1 > 0) | (z0 > 0)).astype(np.float64) * u_norm[None, :]
-  inside = (pattern @ basis.T) @ basis
-  res = np.linalg.norm(pattern - inside, axis=1) / np.maximum(
-    np.linalg.norm(pattern, axis=1), 1e-30
-  )
-  return -res
-
-
 def _outputs(apply_fn, params, x) -> np.ndarray:
   outs = [
     np.asarray(apply_fn(params, jnp.asarray(x[s : s + BLOCK]))) for s in range(0, len(x), BLOCK)
@@ -257,8 +227,7 @@ def between(params, init, t: float = 0.5):
 def weight_scores(apply_fn, params, x, y, init=None) -> Tuple[dict, dict]:
   """Every test that applies, as ``({name: scores [N]}, {name: why it was skipped})``:
   ``loss`` and ``confidence`` always; with a dense stack ``kkt_fit`` (theta* alone) or, with a
-  known ``init``, ``change_fit`` (the change fitted by gradients at the midpoint) and
-  ``change_pattern`` (:func:`pattern_span_scores`)."""
+  known ``init``, ``change_fit`` (the change fitted by gradients at the midpoint)."""
   out = {
     "loss": loss_scores(apply_fn, params, x, y),
     "confidence": confidence_scores(apply_fn, params, x),
@@ -266,8 +235,7 @@ def weight_scores(apply_fn, params, x, y, init=None) -> Tuple[dict, dict]:
   skipped = {}
   if dense_stack(params) is None:
     why = "the network is not a stack of dense layers"
-    for name in ("change_fit", "change_pattern") if init is not None else ("kkt_fit",):
-      skipped[name] = why
+    skipped["change_fit" if init is not None else "kkt_fit"] = why
     return out, skipped
   if init is None:
     out["kkt_fit"] = kkt_fit_scores(params, x, y)
@@ -275,5 +243,4 @@ def weight_scores(apply_fn, params, x, y, init=None) -> Tuple[dict, dict]:
     out["change_fit"] = kkt_fit_scores(
       between(params, init), x, y, reference=change_of(params, init)
     )
-    out["change_pattern"] = pattern_span_scores(params, init, x)
   return out, skipped

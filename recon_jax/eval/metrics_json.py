@@ -495,7 +495,7 @@ class MembershipTest(Section):
   p_value: Optional[float] = key()  # the permutation test's
   significant: Optional[bool] = key()  # p_value at or below the level
   too_few_heldout_for: Optional[Sequence[str]] = key()  # the rates the held-out set cannot reach
-  seconds: Optional[float] = key()  # what the score took
+  cost_s: Optional[float] = key()  # seconds the score took
   scores_train: Optional[Sequence[Optional[float]]] = key()  # per training image
   scores_heldout: Optional[Sequence[Optional[float]]] = key()  # per held-out image
 

@@ -154,7 +154,7 @@ def _test_entry(kind: str, scores_, is_member, seed: int, seconds: float) -> dic
   if short:
     out["too_few_heldout_for"] = short
   out.update(
-    seconds=float(seconds), scores_train=finite(s[is_member]), scores_heldout=finite(s[~is_member])
+    cost_s=float(seconds), scores_train=finite(s[is_member]), scores_heldout=finite(s[~is_member])
   )
   return out
 

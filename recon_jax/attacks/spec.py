@@ -143,6 +143,8 @@ class AttackSpec(NamedTuple):
       search's candidates (the lowest-loss restart's), scored beside them; None: nothing.
     doc: one line saying what it is (its module's docstring says the rest).
     examples: the runs the contract test makes of it (() for an attack without a search).
+    reconstructs: False for ``none``: no candidate is sought, and the job runs only the
+      membership tests read off the weights (a membership-only audit).
   """
 
   name: str
@@ -163,6 +165,7 @@ class AttackSpec(NamedTuple):
   reread: Optional[Callable] = None
   doc: str = ""
   examples: Tuple[Example, ...] = (Example(),)
+  reconstructs: bool = True
 
   @property
   def settings(self) -> Tuple[str, ...]:

@@ -176,6 +176,8 @@ def _direct_warnings(r: Metrics, searched: bool) -> list:
   cone = r.regime.cone
   if r.cannot:
     out.append(f"attack={r.attack} did not run: {r.cannot}")
+  elif r.recovered_strict is None:  # a membership-only audit: no reading to warn of
+    pass
   elif not searched and 2 * m < n:
     under = cone.under_noise_floor
     floor = (
@@ -253,6 +255,10 @@ def decide(metrics: Mapping, searched: bool = True) -> dict:
   return _by_weights(m, _decide(m, searched))
 
 
+# A membership-only audit's words for the reconstruction it did not attempt.
+NOT_ATTEMPTED = "no image reconstructed (attack=none: no reconstruction was attempted)"
+
+
 # The false-positive rate a membership test from the weights is read at for the verdict: the
 # lowest an audit reports that a held-out set of 1,000 images can reach.
 WEIGHTS_FPR = "0.001"
@@ -284,6 +290,40 @@ def weights_evidence(m: Metrics) -> Optional[str]:
   )
 
 
+def strongest_line(membership: Membership) -> str:
+  """The strongest membership test by its TPR at 0.1% FPR (its AUC where the held-out set is
+  too small for that rate) and the loss baseline beside it, in one line."""
+  tests = dict(membership.tests or {})
+  if membership.auc is not None and "reconstruction" not in tests:
+    tests["reconstruction"] = membership
+  if not tests:
+    return "no membership test ran"
+
+  def key(item):
+    t = item[1]
+    return (
+      _or_nan(t.tpr_at_fpr.tenth_pct) if t.tpr_at_fpr.tenth_pct is not None else -1.0,
+      _or_nan(t.auc) if t.auc is not None else -1.0,
+    )
+
+  name, best = max(((k, v) for k, v in tests.items() if k != "loss"), key=key, default=(None, None))
+  loss = tests.get("loss")
+
+  def said(t):
+    tpr = t.tpr_at_fpr.tenth_pct
+    at = "TPR at 0.1% FPR not resolved" if tpr is None else f"TPR {tpr:.0%} at 0.1% FPR"
+    return f"AUC {_or_nan(t.auc):.2f}, {at}"
+
+  out = [] if best is None else [f"strongest: {name} ({said(best)})"]
+  if loss is not None:
+    out.append(f"the loss baseline: {said(loss)}")
+  return "; ".join(out)
+
+
+def _or_nan(v) -> float:
+  return float("nan") if v is None else float(v)
+
+
 def _by_weights(m: Metrics, said: dict) -> dict:
   """``said`` (:func:`_decide`'s) turned to ``leaks`` where the weights alone tell the training
   images apart (:func:`weights_evidence`) and the reconstruction did not show a leak; never
@@ -296,7 +336,10 @@ def _by_weights(m: Metrics, said: dict) -> dict:
     return said
   k, n = int(m.recovered_strict or 0), int(m.n_train or 0)
   what = f"{k} of {n} reconstructed strictly" if k else "no image reconstructed"
-  reasons = [f"{evidence}; {what}", *(r for r in said["reasons"] if "AUC" not in r)]
+  if m.recovered_strict is None:  # a membership-only audit: the reasons were the tests'
+    reasons = [f"{evidence}; {NOT_ATTEMPTED}"]
+  else:
+    reasons = [f"{evidence}; {what}", *(r for r in said["reasons"] if "AUC" not in r)]
   line = f"{LEAKS}: " + "; ".join(reasons)
   return dict(said, verdict=LEAKS, reasons=reasons, line=line, membership_only=True)
 
@@ -314,6 +357,16 @@ def _decide(m: Metrics, searched: bool) -> dict:
       [
         "no training images were given: a blind attack's candidates are "
         "not evidence of membership (compare them with your data)"
+      ],
+      m,
+      tol,
+    )
+  if m.recovered_strict is None:  # a membership-only audit (attack=none)
+    return _out(
+      CANNOT_TELL,
+      [
+        f"{NOT_ATTEMPTED}, and no membership test from the weights told the training images "
+        f"apart at 0.1% FPR beyond the loss baseline ({strongest_line(m.membership)})"
       ],
       m,
       tol,

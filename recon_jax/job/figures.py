@@ -13,6 +13,7 @@ import numpy as np
 
 from recon_jax.eval.images import EvalResult
 from recon_jax.eval.metrics_json import Identifiability, Identification, Membership, Metrics
+from recon_jax.eval.verdict import strongest_line
 from recon_jax.io import plots
 
 
@@ -312,51 +313,57 @@ def candidates_figure(
   )
 
 
+def _roc_curve(train, held):
+  """``(fpr, tpr)`` of scores ``train`` (positives) against ``held``, None entries dropped."""
+  from recon_jax.eval import membership as mem
+
+  train = np.asarray([v for v in train or () if v is not None], float)
+  held = np.asarray([v for v in held or () if v is not None], float)
+  return mem.roc_curve(np.r_[train, held], np.arange(train.size + held.size) < train.size)
+
+
 def roc_figure(
   path: Union[str, os.PathLike], membership: Union[Membership, Mapping[str, Any]]
 ) -> None:
-  """The membership test's ROC curve on log axes (as privacy audits draw it: what matters is
-  the true-positive rate where false positives are rare), from the per-image scores of
-  :func:`recon_jax.eval.scoring.membership_report` (metrics.json's ``membership``, read
-  typed), with the chance line; the title gives the AUC, the TPR at 1% and 0.1% FPR and the
-  permutation p-value."""
-  from recon_jax.eval import membership as mem
-
+  """Every membership test's ROC curve on one pair of log axes (as privacy audits draw them:
+  what matters is the true-positive rate where false positives are rare), from the per-image
+  scores in metrics.json's ``membership`` (read typed): the reconstruction's score
+  (:func:`recon_jax.eval.scoring.membership_report`) and each of ``membership.tests`` (the
+  weights' tests and the loss and confidence baselines), with the chance line; the title
+  names the strongest test at 0.1% FPR and the loss baseline beside it."""
   membership = Membership.of(membership)
-  train = [v for v in membership.scores_train or () if v is not None]
-  held = [v for v in membership.scores_heldout or () if v is not None]
-  s = np.r_[np.asarray(train, float), np.asarray(held, float)]
-  fpr, tpr = mem.roc_curve(s, np.arange(s.size) < len(train))
-  floor = 0.5 / max(len(held), 1)  # below the smallest false-positive rate the data resolve
-  fig, ax = plots.plt.subplots(figsize=(4.8, 4.4))
-  ax.step(
-    np.maximum(fpr, floor),
-    np.maximum(tpr, floor),
-    where="post",
-    c="tab:red",
-    lw=1.5,
-    label=f"attack (AUC {_or_nan(membership.auc):.2f})",
-  )
+  curves = []  # (label, train scores, held-out scores, style)
+  tests = dict(membership.tests or {})
+  if membership.scores_train and "reconstruction" not in tests:
+    curves.append(("reconstruction", membership.scores_train, membership.scores_heldout, "-"))
+  for name, t in tests.items():
+    style = "--" if t.kind == "baseline" else "-"
+    curves.append((name, t.scores_train, t.scores_heldout, style))
+  n_held = max((len(c[2] or ()) for c in curves), default=1)
+  n_train = max((len(c[1] or ()) for c in curves), default=0)
+  floor = 0.5 / max(n_held, 1)  # below the smallest false-positive rate the data resolve
+  low = 0.5 / max(n_train, 1)  # ... and the smallest true-positive rate
+  fig, ax = plots.plt.subplots(figsize=(5.2, 4.6))
+  for label, train, held, style in curves:
+    fpr, tpr = _roc_curve(train, held)
+    auc = membership.auc if label == "reconstruction" else tests[label].auc
+    ax.step(
+      np.maximum(fpr, floor),
+      np.maximum(tpr, low),
+      where="post",
+      ls=style,
+      lw=1.5,
+      label=f"{label} (AUC {_or_nan(auc):.2f})",
+    )
   grid = np.logspace(np.log10(floor), 0, 50)
-  ax.plot(grid, grid, ls="--", c="k", lw=0.8, label="chance")
+  ax.plot(grid, grid, ls=":", c="k", lw=0.8, label="chance")
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlim(floor, 1.02)
-  ax.set_ylim(floor, 1.02)
-  ax.set_xlabel(f"false-positive rate ({len(held)} held-out images)")
-  ax.set_ylabel(f"true-positive rate ({len(train)} training images)")
-  tprs = membership.tpr_at_fpr
-  at = ", ".join(
-    f"TPR {v:.0%} at {fpr:.1%} FPR"
-    for fpr, v in ((0.01, tprs.one_pct), (0.001, tprs.tenth_pct))
-    if v is not None
-  )
-  p = membership.p_value
-  ax.set_title(
-    "Membership: each given image scored by its best reconstruction\n"
-    f"{at}; permutation p = {p if p is None else format(p, '.2g')}",
-    fontsize=8,
-  )
+  ax.set_ylim(low, 1.02)
+  ax.set_xlabel(f"false-positive rate ({n_held} held-out images)")
+  ax.set_ylabel(f"true-positive rate ({n_train} training images)")
+  ax.set_title(f"Membership: each test's ROC\n{strongest_line(membership)}", fontsize=8)
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7, loc="lower right")
   plots.save(fig, path, dpi=120)
@@ -408,7 +415,7 @@ def reconstruction_figures(
       arrays["family_witness"] + ds.mean,
       ds.x_train + ds.mean,
     )
-  if metrics.membership.auc is not None:
+  if metrics.membership.auc is not None or metrics.membership.tests:
     roc_figure(os.path.join(figdir, "roc.png"), metrics.membership)
   if metrics.identification is not None:
     trusted_figure(

@@ -465,11 +465,62 @@ def _scored(plan: Plan, att: Attacked, vic, ds: data.Dataset):
   return entries, scores, arrays
 
 
+def membership_stage(plan: Plan, vic, ds: data.Dataset, setup) -> dict:
+  """The membership-only audit (an attack that reconstructs nothing: ``attack=none``): every
+  given image scored by the tests read off the weights
+  (:func:`recon_jax.eval.scoring.weight_membership`), as metrics.json's entries after the
+  job's head; nothing is counted as recovered (``recovered_strict`` None)."""
+  progress.phase("the membership tests from the weights")
+  t0 = time.time()
+  tests = scoring.weight_membership(
+    vic.apply_fn, vic.params, setup.target, ds, plan.config.search.seed
+  )
+  membership = tests or {"skipped": "no held-out images to compare the training images with"}
+  return {
+    "n_train": len(ds.x_train),
+    "m": 0,
+    "num_restarts": 0,
+    "recovered_strict": None,
+    "identifiability": {"skipped": NOT_RECONSTRUCTED, "ratio": None},
+    **evaluation.unscored(np.zeros(0)),
+    "membership": membership,
+    "timing": {"membership_s": time.time() - t0},
+  }
+
+
+# Why a membership-only audit scores no reconstruction (metrics.json, report.md).
+NOT_RECONSTRUCTED = "no reconstruction was attempted (attack=none): the membership tests alone"
+
+
+def _membership_only(plan: Plan, state_file) -> Reconstruction:
+  """:func:`reconstruct` of a job whose attack reconstructs nothing (:func:`membership_stage`)."""
+  del state_file  # nothing long enough to save
+  t_start = time.time()
+  head = _head(plan)
+  ds, vic, setup, victim_s = victim_stage(plan)
+  head.update(
+    victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
+    victim_source=vic.source,
+  )
+  entries = membership_stage(plan, vic, ds, setup)
+  entries["timing"] = {"victim_s": victim_s, **entries["timing"]}
+  entries["timing"]["total_s"] = time.time() - t_start
+  metrics = {**head, **entries}
+  said = verdict.conclude(metrics, ds.num_classes, searched=False)
+  logging.info(
+    "membership from the weights of %d training images; %s", len(ds.x_train), said["line"]
+  )
+  arrays = {"train_idx": ds.train_idx, "mean": ds.mean}
+  return Reconstruction(metrics, arrays, None, ds, vic)
+
+
 def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   """:func:`reconstruct` of a resolved job, stage by stage, each handing on what the next
   takes: what the report states of the job (:func:`_head`), the victim
   (:func:`victim_stage`), the attack (:func:`attack_stage`), the scores (nothing is scored
   without training images: a blind attack), then the verdict."""
+  if not plan.spec.reconstructs:
+    return _membership_only(plan, state_file)
   t_start = time.time()
   head = _head(plan)
   ds, vic, setup, victim_s = victim_stage(plan)

@@ -390,7 +390,9 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
   """``{feature: (what turns it on, on?)}``: the features of the job ``cfg`` that its
   settings' rules (:data:`recon_jax.job.settings.RULES`) name, the attacks' own
   (:attr:`AttackSpec.features`) included."""
-  fitting = sorted(n for n, s in attacks.specs().items() if s.fits_equations or s.reads_init)
+  fitting = sorted(
+    n for n, s in attacks.specs().items() if s.fits_equations or s.reads_init or not s.reconstructs
+  )
   searched = spec.direct is None
   first_order = searched and spec.first_order(spec.options_of(cfg))
   # a direct attack that hands over runs the KKT search's restarts and steps after it
@@ -414,7 +416,7 @@ def features(cfg: JobConfig, spec, foreign: bool, own: bool) -> dict:
     ),
     "known_init_attack": (
       f"the attacks that read theta* - theta_0 ({', '.join(fitting)}; not {attack})",
-      spec.fits_equations or spec.reads_init,
+      spec.fits_equations or spec.reads_init or not spec.reconstructs,
     ),
     "identify": ("evaluation.identify=True", bool(cfg.evaluation.identify)),
     "foreign": ("a PyTorch or safetensors model", foreign),

@@ -7,6 +7,7 @@ import os
 from typing import Mapping, Union
 
 from recon_jax.eval.metrics_json import Metrics
+from recon_jax.eval.verdict import strongest_line
 
 # The figures a run may write, and what each shows.
 FIGURES = (
@@ -17,8 +18,9 @@ FIGURES = (
   ),
   (
     "roc.png",
-    "the membership test's ROC curve on log axes: every given image scored by its best "
-    "reconstruction against its nearest other image; training images are the positives",
+    "every membership test's ROC curve on log axes (training images are the positives): "
+    "the reconstruction's score (each given image's best reconstruction against its nearest "
+    "other image), the tests read off the weights, and the loss and confidence baselines",
   ),
   ("trusted.png", "the ten candidates the attacker trusts most by its own scores, no ground truth"),
   (
@@ -32,6 +34,44 @@ FIGURES = (
     "images far from the training set that fit the equations exactly as well",
   ),
 )
+
+
+# What each membership test scores, for report.md's table.
+TEST_MEANINGS = {
+  "reconstruction": "the reconstruction's score above, as one test among these",
+  "kkt_fit": "the multiplier the image carries when theta* is fitted by a nonnegative sum of "
+  "every given image's margin gradient (no reconstruction)",
+  "change_fit": "the multiplier the image carries when the change theta* - theta_0 is fitted "
+  "by a nonnegative sum of every given image's margin gradient (no reconstruction)",
+  "loss": "minus the model's loss on the image (baseline: Yeom et al. 2018)",
+  "confidence": "the model's top-class probability, without the label (baseline)",
+}
+
+
+def _membership_rows(mem) -> list:
+  """report.md's rows of ``membership.tests``: each test's AUC, TPR at 1%, 0.1% and 0.01%
+  FPR and p-value, then the strongest test beside the loss baseline."""
+  if not mem.tests:
+    return []
+  rows = []
+  for name, t in mem.tests.items():
+    r = t.tpr_at_fpr
+    rows.append(
+      f"| membership test `{name}` | AUC {_num(t.auc, '.3f')}, TPR {_pct(r.one_pct)} / "
+      f"{_pct(r.tenth_pct)} / {_pct(r.hundredth_pct)} at 1% / 0.1% / 0.01% FPR, p "
+      f"{_num(t.p_value, '.2g')} | {TEST_MEANINGS.get(name, t.kind or '')} |"
+    )
+  for name, why in (mem.tests_skipped or {}).items():
+    rows.append(f"| membership test `{name}` | not run | {why} |")
+  rows.append(
+    f"| membership, in one line | {strongest_line(mem)} | – means the held-out set "
+    "is too small to resolve that rate |"
+  )
+  return rows
+
+
+def _nan(v) -> float:
+  return float("nan") if v is None else float(v)
 
 
 def _num(v, fmt: str = ".3g") -> str:
@@ -68,6 +108,12 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
       f"{'s' if restarts != 1 else ''} | no training images were given: nothing is counted, "
       "and candidates.png shows what the attack found |"
     )
+  elif m.recovered_strict is None:  # a membership-only audit (attack=none)
+    lines.append(
+      f"| reconstruction | not attempted | attack=none: the {n} training images and the "
+      "held-out ones are scored by the membership tests below alone |"
+    )
+    lines += _membership_rows(m.membership)
   else:
     mem = m.membership
     lines += [
@@ -99,6 +145,7 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
       ]
     elif mem.skipped:
       lines.append(f"| membership test | not run | {mem.skipped} |")
+    lines += _membership_rows(mem)
     lines += [
       f"| truth residual | {_num(ident.truth_residual)} | how much of the fitted "
       "parameters the training set leaves unexplained by the attack's equations |",
@@ -140,7 +187,8 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     if t.estimate_s is not None
     else ""
   )
-  lines.append(f"| time | {_num(t.total_s, '.0f')} s | victim, attack, scoring{guess} |")
+  parts = "victim, attack, scoring" if m.recovered_strict is not None else "victim, tests"
+  lines.append(f"| time | {_num(t.total_s, '.0f')} s | {parts}{guess} |")
   lines += ["", "## Figures", ""]
   for name, what in FIGURES:
     if not folder or os.path.isfile(os.path.join(folder, name)):
@@ -150,7 +198,10 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     "",
     "*leaks*: the training images are told from held-out ones by the membership test at its "
     "level, training images were reconstructed strictly, more than unseen images match by "
-    "chance, and the model's parameters single out the training set. *no evidence*: nothing "
+    "chance, and the model's parameters single out the training set; or, on membership "
+    "alone, a test read off the weights tells them apart at its level and beats the loss "
+    "baseline's TPR at 0.1% FPR (the line then says how many images were reconstructed: a "
+    "membership test counts none). *no evidence*: nothing "
     "beyond the baseline; the reasons say whether this attack can test this model at all. "
     "*cannot tell*: the images given as the training set fit the model far worse than what "
     "the attack found (they may not be its training set), the membership test does not "

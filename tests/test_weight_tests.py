@@ -119,3 +119,52 @@ def test_the_weights_alone_give_leaks_only_above_the_loss_baseline_at_a_tenth_of
   assert verdict.decide(_with_tests(None, None))["verdict"] != "leaks"  # too few held-out images
   wrong = _with_tests(0.8, 0.01, identifiability={"ratio": 0.1, "per_restart_residual": [0.1]})
   assert verdict.decide(wrong)["verdict"] == "cannot_tell"  # the images given may not be its own
+
+
+def test_a_membership_only_audit_concludes_on_the_weights_tests_alone():
+  from recon_jax.eval import verdict
+
+  only = dict(recovered_strict=None, identifiability={"skipped": "attack=none", "ratio": None})
+  said = verdict.decide(_with_tests(0.8, 0.01, **only))
+  assert said["verdict"] == "leaks" and said["membership_only"]
+  assert said["line"].endswith(verdict.NOT_ATTEMPTED), said["line"]
+  weak = verdict.decide(_with_tests(0.05, 0.05, **only))
+  assert weak["verdict"] == "cannot_tell"
+  assert "no membership test from the weights told the training images apart" in weak["line"]
+  assert "strongest: change_fit (AUC 0.98, TPR 5% at 0.1% FPR)" in weak["line"], weak["line"]
+
+
+def test_attack_none_runs_the_membership_tests_alone_and_reports_them(tmp_path):
+  """The tiny preset's victim (3 + 3 digits) audited with attack=none: no candidate, no
+  reconstruction counted, every test of the weights and both baselines scored against the
+  held-out digits, and report.md and roc.png say so."""
+  from test_metrics_json import assert_round_trip
+
+  from experiments.configs import reconstruct as configs
+  from recon_jax.job import planning
+  from recon_jax.job import run as job_run
+
+  cfg = configs.get_config("tiny")
+  cfg.attack = "none"
+  work = tmp_path / "w"
+  m = job_run.run_reconstruction(planning.prepare(cfg), str(work))
+  assert_round_trip(m, (work / "metrics.json").read_text())
+  assert m["m"] == 0 and m["recovered_strict"] is None and "handover" not in m
+  tests = m["membership"]["tests"]
+  assert set(tests) == {"loss", "confidence", "kkt_fit"}
+  for t in tests.values():
+    assert len(t["scores_train"]) == 6 and len(t["scores_heldout"]) > 1000
+    assert t["tpr_at_fpr"]["0.0001"] is None  # fewer than 10,000 held-out digits
+  assert tests["kkt_fit"]["auc"] > 0.9  # the 6 members are told apart from the weights
+  assert m["verdict"] in ("leaks", "cannot_tell")
+  assert verdict_line_ok(m)
+  report = (work / "report.md").read_text()
+  assert "| reconstruction | not attempted |" in report and "`kkt_fit`" in report
+  assert (work / "roc.png").stat().st_size > 0
+
+
+def verdict_line_ok(m) -> bool:
+  """The membership-only verdict names the attack that was not run, and leaks only on the
+  weights' tests."""
+  line = m["verdict_line"]
+  return "attack=none" in line and (m["verdict"] != "leaks" or "told apart by" in line)

@@ -401,3 +401,17 @@ def test_a_toy_or_init_study_file_reads_as_its_results_or_one_line(tmp_path_fact
   run = {"binary": binary, "status": "ok", "results": [m] * 3}
   claims.claims(claims.CLAIMS, {n: run for n in ("toy", "init_study")}, ["toy", "init_study"], 0.95)
   results_md.table_rows(binary, run)
+
+
+@pytest.mark.parametrize("text", ['"x"', "5", "[]", '{"variants": 5}', '{"variants": [1]}'])
+def test_a_harness_whose_config_json_is_damaged_is_refused_on_resume_in_one_line(
+  tmp_path, monkeypatch, text
+):
+  calls = []
+  _fake_runs(monkeypatch, calls)
+  cfg = configs.get_config("tiny")
+  runner.run_efficacy(cfg, str(tmp_path), ["default"], draws=1)
+  (tmp_path / "config.json").write_text(text)
+  with pytest.raises(ConfigError) as e:
+    runner.run_efficacy(cfg, str(tmp_path), ["default"], draws=1, resume=True)
+  assert "config.json" in cli.error_line(e.value) and "\n" not in cli.error_line(e.value)

@@ -19,7 +19,7 @@ import numpy as np
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval import verdict
-from recon_jax.eval.metrics_json import Victim
+from recon_jax.eval.metrics_json import Victim, shown
 from recon_jax.io import workdir
 from recon_jax.job import planning, settings
 from recon_jax.job.run import STATE_FILE, run_reconstruction
@@ -163,8 +163,14 @@ def check_variants_resumable(path: str, variants) -> None:
   """Refuses a resume of the harness in ``path`` unless its config.json ran the same
   variants, in the same order: a resume continues the finished variants' draws and never
   drops one (metrics.json and results.md would lose it).  Nothing is written."""
-  stored = workdir.read_json(workdir.expand(path), "config.json") or {}
+  stored = workdir.read_json(workdir.expand(path), "config.json")
+  stored = stored if isinstance(stored, dict) else {}  # (check_resumable refuses the rest)
   before = stored.get("variants")
+  if before is not None and not (
+    isinstance(before, list) and all(isinstance(v, str) for v in before)
+  ):
+    file = os.path.join(workdir.expand(path), "config.json")
+    raise ResultFileError(file, f"variants holds {shown(before)}, not a list of variants")
   if before is not None and list(before) != list(variants):
     raise ConfigError(
       f"variants={','.join(variants)} differs from the harness being resumed in {path}, "

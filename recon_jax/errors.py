@@ -105,6 +105,17 @@ class ConfigError(Error, ValueError):
       self.mentions = mentions
 
 
+class ResultFileError(ConfigError):
+  """A finished run's file that cannot be read as its result (not JSON, not the object it
+  should be, a number it needs missing or of another type): one line, ``FILE: what is
+  wrong``, naming no setting."""
+
+  def __init__(self, path: str, what: str):
+    super().__init__(f"{path}: {what}", mentions=())
+    self.argument = None
+    self.path = path
+
+
 class RunFailed(Error, RuntimeError):
   """The run finished and wrote its results, but they are a failure (a binary exits with 2)."""
 

@@ -22,10 +22,11 @@ from typing import NamedTuple
 
 from absl import logging
 
-from recon_jax.errors import ConfigError
-from recon_jax.eval.metrics_json import Metrics
+from recon_jax.errors import ConfigError, ResultFileError
+from recon_jax.eval.metrics_json import fits
 from recon_jax.io import workdir
 from recon_jax.job import run as job_run
+from recon_jax.studies import efficacy
 from reproduction import claims, results_md
 
 # The file in a run's folder from which its binary's resume continues an interrupted run.
@@ -97,19 +98,87 @@ def launch(programs: Programs, binary: str, folder: str, args: list, log: str, r
 
 
 def _condensed(binary: str, folder: str) -> dict | None:
-  """What the claims read of a finished process's folder (None: no metrics.json)."""
-  m = workdir.read_json(folder, "metrics.json")
+  """What the claims read of a finished process's folder (None: no metrics.json).
+
+  Raises :class:`~recon_jax.errors.ResultFileError` (one line naming the file) where the
+  run's metrics.json, or an efficacy run's config.json, cannot be read as what the claims
+  read.  A draw's report that cannot be read is a gap in the picks, said in one warning line.
+  """
+  m = efficacy.read_object(os.path.join(folder, "metrics.json"))
   if m is None or binary != "efficacy":
-    return m if m is None else claims.condense(binary, m)
+    return m if m is None else claims.condense(binary, _checked(binary, m, folder))
+  efficacy.check_results(m, os.path.join(folder, "metrics.json"))
   # + the data set, and per draw whether the attacker's pick was the truly best restart
-  dataset = workdir.read_json(folder, "config.json")["config"]["base"]["victim"]["dataset"]
-  picks = [
-    Metrics.from_metrics(
-      workdir.read_json(folder, "default", f"draw_{d}", "metrics.json")
-    ).selection
-    for d in m["draws"]
-  ]
+  config = os.path.join(folder, "config.json")
+  dataset = _dataset(efficacy.read_object(config), config)
+  picks = []
+  for d in m["draws"]:
+    sub = os.path.join(folder, "default", f"draw_{d}")
+    try:
+      draw = efficacy.read_draw(sub)
+    except ResultFileError as e:
+      logging.warning("reproduce: %s; that draw's pick is a gap", e)
+      continue
+    if draw is None:
+      logging.warning("reproduce: %s: missing; that draw's pick is a gap", sub)
+      continue
+    if draw.problems:
+      logging.warning("reproduce: %s: %s; read as gaps", draw.path, "; ".join(draw.problems))
+    picks.append(draw.selection)
   return claims.condense(binary, m, dataset, picks)
+
+
+def _checked(binary: str, m: dict, folder: str) -> dict:
+  """``m``, a toy's or an init study's metrics.json (in ``folder``), where it holds what the
+  claims and the report read of it; else raises :class:`ResultFileError` naming the file and
+  the first key at fault."""
+  path = os.path.join(folder, "metrics.json")
+
+  def need(ok: bool, where: str, value, what: str) -> None:
+    if not ok:
+      efficacy.refuse(path, where, value, what)
+
+  def count(v) -> bool:
+    return v is not None and fits(int, v) and v >= 0
+
+  numbers = ("oracle_residual_rel", "kink_fraction") if binary == "toy_2d" else ("wall_s",)
+  counts = ("n_train",)
+  if binary == "toy_2d":
+    counts += ("recovered", "recovered_best_restart", "recovered_pooled")
+  for k in counts:
+    need(count(m.get(k, efficacy.ABSENT)), k, m.get(k, efficacy.ABSENT), "a count")
+  for k in numbers:
+    value = m.get(k, efficacy.ABSENT)
+    need(value is not None and fits(float, value), k, value, "a number")
+  if binary == "toy_2d":
+    at = m.get("at_init")
+    ok = at is None or (isinstance(at, dict) and count(at.get("recovered", 0)))
+    need(ok, "at_init", at, "an object with a count recovered")
+    return m
+  need(isinstance(m.get("dataset"), str), "dataset", m.get("dataset", efficacy.ABSENT), "a string")
+  runs = m.get("sub_runs", efficacy.ABSENT)
+  need(isinstance(runs, dict) and bool(runs), "sub_runs", runs, "an object of sub-runs")
+  for name, r in runs.items():
+    found = r.get("findings", efficacy.ABSENT) if isinstance(r, dict) else r
+    need(isinstance(found, dict), f"sub_runs.{name}.findings", found, "an object")
+    for k, f in found.items():
+      at = f"sub_runs.{name}.findings.{k}"
+      need(isinstance(f, dict), at, f, "an object")
+      held = f.get("reproduced", efficacy.ABSENT)
+      need(held is None or isinstance(held, bool), f"{at}.reproduced", held, "true or false")
+      need(isinstance(f.get("evidence", ""), str), f"{at}.evidence", f.get("evidence"), "a string")
+  return m
+
+
+def _dataset(config, path: str) -> str:
+  """The data set of the harness whose config.json (read from ``path``) is ``config``."""
+  value = config
+  for k in ("config", "base", "victim", "dataset"):
+    value = value.get(k) if isinstance(value, dict) else None
+  if not isinstance(value, str):
+    what = "is missing" if config is None else "has no config.base.victim.dataset"
+    raise ResultFileError(path, f"{what}: the harness's data set is not known")
+  return value
 
 
 def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False) -> dict:
@@ -127,7 +196,11 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
     except Failed as e:
       out["status"] = f"FAILED ({e}; log: logs/{name}.log)"
       break
-    m = _condensed(r.binary, folder)
+    try:
+      m = _condensed(r.binary, folder)
+    except ResultFileError as e:
+      out["status"] = f"FAILED ({e})"
+      break
     if m is None:
       out["status"] = f"FAILED ({rel}/metrics.json unreadable after the run)"
       break

@@ -257,6 +257,37 @@ def test_a_key_that_is_not_declared_is_refused_naming_its_path():
     Metrics.from_metrics(_with(base, path, value))  # leniently: read as absent
 
 
+def test_a_value_of_another_type_reads_as_absent_and_is_said():
+  """With ``problems``, each value read is of its declared type: one that is not reads as
+  absent (a gap, never a string in a reader's arithmetic), and its path is said; every
+  planted report (what the job writes) has none."""
+  for name, m in _planted().items():
+    problems = []
+    assert Metrics.from_metrics(m, problems=problems) == Metrics.from_metrics(m), name
+    assert problems == [], name
+  base = _planted()["blind"]
+  for path, value, said in (
+    (("n_train",), "6", 'n_train holds "6", not a whole number'),
+    (("n_train",), 2.5, "n_train holds 2.5, not a whole number"),
+    (("n_train",), True, "n_train holds true, not a whole number"),
+    (("identifiability", "ratio"), [1.0], "identifiability.ratio holds [1.0], not a number"),
+    (("selection",), "x", 'selection holds "x", not an object'),
+    (("per_restart",), {"restart": 0}, 'per_restart holds {"restart": 0}, not a list of objects'),
+    (("per_restart",), [3], "per_restart[0] holds 3, not an object"),
+    (("warnings",), [1], "warnings holds [1], not a list of strings"),
+  ):
+    problems = []
+    r = Metrics.from_metrics(_with(base, path, value), problems=problems)
+    assert problems == [said]
+    if path == ("n_train",):
+      assert r.n_train is None and "n_train" not in r.to_dict()
+  problems = []
+  r = Metrics.from_metrics(_with(base, ("n_train",), 6.0), problems=problems)
+  assert problems == [] and r.n_train == 6.0  # a whole number written as a float
+  assert Metrics.from_metrics(_with(base, ("n_train",), None), problems=problems).n_train is None
+  assert problems == []  # null: absent, never a problem
+
+
 def test_the_open_parts_keep_what_they_do_not_declare():
   """A restart's hyperparameters (named after the sweep's settings) and a victim summary's
   keys of another version are kept as they are, in their places."""

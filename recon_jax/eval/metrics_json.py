@@ -26,8 +26,12 @@ field's default (None unless stated), never a KeyError; a section that is absent
 empty one (None where it is ``optional``), so ``report.regime.cone.cannot`` is None on a run
 of another attack; a key it does not declare is left out.  Values are kept as the file
 holds them (a count stays the int, a ratio the float or None it was), so a reader formats
-the same number it read before.  A reader's shortcut to a key of a subsection
-(``Metrics.total_s``: ``timing.total_s``) is a property, so that key is still declared once.
+the same number it read before.  A reader whose arithmetic must not meet a damaged file
+(the efficacy harness and the reproduction, reading finished draws back) passes
+``problems``, a list: a value not of its field's declared type (a count that is a string, a
+section that is a list) then reads as absent too, and ``PATH holds VALUE, not TYPE`` is
+appended there.  A reader's shortcut to a key of a subsection (``Metrics.total_s``:
+``timing.total_s``) is a property, so that key is still declared once.
 
 This is not the report the job writes for people (:mod:`recon_jax.job.report`: report.md)
 nor the evaluation that makes its counts (:mod:`recon_jax.eval.evaluation`).
@@ -35,9 +39,13 @@ nor the evaluation that makes its counts (:mod:`recon_jax.eval.evaluation`).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
-from typing import Any, Mapping, Optional, Sequence, Tuple
+import json
+import numbers
+import typing
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 _ABSENT = object()
 WHERE = "recon_jax.eval.metrics_json"
@@ -138,16 +146,113 @@ def _refuse(where: str, what: str):
   raise Undeclared(f"metrics.json key {where} {what} in {WHERE}")
 
 
-def read(cls, d: Optional[Mapping], *, strict: bool = False, where: str = ""):
+@functools.lru_cache(maxsize=None)
+def _hints(cls) -> dict:
+  """``{field name: its declared type}`` of the section ``cls``."""
+  return typing.get_type_hints(cls)
+
+
+def fits(tp, value) -> bool:
+  """Whether ``value``, read from JSON, is of the declared type ``tp``: None always is (an
+  absent number, or one that was not finite); an integer is a whole number (``3.0`` too), a
+  number any int or float but true or false, a list's items and an object's values each of
+  theirs.  A type this module does not declare (``Any``) takes anything."""
+  if value is None or tp is Any:
+    return True
+  origin, args = typing.get_origin(tp), typing.get_args(tp)
+  if origin is Union:
+    return any(fits(a, value) for a in args if a is not type(None))
+  if tp is bool:
+    return isinstance(value, bool) or (_whole(value) and value in (0, 1))
+  if tp is int:
+    return _whole(value)
+  if tp is float:
+    return _real(value)
+  if tp is str:
+    return isinstance(value, str)
+  if origin in (collections.abc.Sequence, tuple, list):
+    item = args[0] if args else Any
+    return isinstance(value, (list, tuple)) and all(fits(item, v) for v in value)
+  if origin is collections.abc.Mapping:
+    item = args[1] if len(args) == 2 else Any
+    return isinstance(value, Mapping) and all(
+      isinstance(k, str) and fits(item, v) for k, v in value.items()
+    )
+  return True
+
+
+def _real(value) -> bool:
+  """A number a float holds (not true or false, not an integer past a float's range)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    return False
+  try:
+    float(value)
+  except OverflowError:
+    return False
+  return True
+
+
+def _whole(value) -> bool:
+  if isinstance(value, bool):
+    return False
+  if isinstance(value, numbers.Integral):
+    return _real(value)
+  return isinstance(value, float) and value.is_integer()
+
+
+def _what(tp, many: bool = False) -> str:
+  """The declared type ``tp`` in words (``many``: of a list's items)."""
+  origin, args = typing.get_origin(tp), typing.get_args(tp)
+  if origin is Union:
+    return " or ".join(_what(a, many) for a in args if a is not type(None))
+  one = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+  more = {bool: "true or false", int: "whole numbers", float: "numbers", str: "strings"}
+  if tp in one:
+    return (more if many else one)[tp]
+  if origin in (collections.abc.Sequence, tuple, list):
+    item = args[0] if args else Any
+    lists = "lists" if many else "a list"
+    return lists + ("" if item is Any else f" of {_what(item, True)}")
+  if origin is collections.abc.Mapping:
+    return "objects" if many else "an object"
+  return str(tp)
+
+
+def shown(value) -> str:
+  """``value`` as JSON, cut short (to say what a file held)."""
+  try:
+    text = json.dumps(value)
+  except (TypeError, ValueError):
+    text = repr(value)
+  return text if len(text) <= 40 else text[:37] + "..."
+
+
+def read(
+  cls,
+  d: Optional[Mapping],
+  *,
+  strict: bool = False,
+  where: str = "",
+  problems: Optional[list] = None,
+):
   """An instance of the section ``cls`` (a :class:`Section` of :func:`key` fields) read from
   ``d``, recording which keys ``d`` held.  Lenient by default (:meth:`Metrics.from_metrics`);
   ``strict``: every key of ``d`` declared and every value of its declared shape, else
-  :class:`Undeclared` naming the key's full path (``where``: this section's)."""
+  :class:`Undeclared` naming the key's full path (``where``: this section's).  ``problems``
+  (a list, lenient): a value not of its field's declared type (a count that is a string, a
+  section that is a list) reads as absent, and ``PATH holds VALUE, not TYPE`` is appended to
+  it; None in place of a value is never one (it reads as absent)."""
   if strict and not isinstance(d, Mapping):
     _refuse(where, f"holds {type(d).__name__}, not the section {cls.__name__} declared")
   d = _mapping(d)
   keys, rest = _declared(cls)
-  values = {}
+  check = problems is not None and not strict
+  values, wrong = {}, set()
+
+  def bad(name: str, at: str, raw, what: str) -> None:
+    problems.append(f"{at} holds {shown(raw)}, not {what}")
+    wrong.add(name)
+
   for name, f in keys.items():
     raw = d.get(name, _ABSENT)
     if raw is _ABSENT:
@@ -158,23 +263,47 @@ def read(cls, d: Optional[Mapping], *, strict: bool = False, where: str = ""):
         values[f.name] = None
       elif strict:
         values[f.name] = read(meta["section"], raw, strict=True, where=at)
+      elif check and raw is not None and not isinstance(raw, Mapping):
+        bad(name, at, raw, "an object")
       else:
         empty = not raw or not isinstance(raw, Mapping)
-        values[f.name] = None if empty and meta["optional"] else read(meta["section"], raw)
+        values[f.name] = (
+          None
+          if empty and meta["optional"]
+          else read(meta["section"], raw, where=at, problems=problems)
+        )
     elif meta["rows"] is not None:
       if strict and not isinstance(raw, (list, tuple)):
         _refuse(at, f"holds {type(raw).__name__}, not the rows of {meta['rows'].__name__}")
+      if check and raw is not None and not isinstance(raw, (list, tuple)):
+        bad(name, at, raw, "a list of objects")
+        continue
       rows = raw if isinstance(raw, (list, tuple)) else ()
+      if check:
+        for i, r in enumerate(rows):
+          if r is not None and not isinstance(r, Mapping):
+            problems.append(f"{at}[{i}] holds {shown(r)}, not an object")
       values[f.name] = tuple(
-        read(meta["rows"], r, strict=strict, where=f"{at}[{i}]") for i, r in enumerate(rows)
+        read(meta["rows"], r, strict=strict, where=f"{at}[{i}]", problems=problems)
+        for i, r in enumerate(rows)
       )
     elif meta["named"] is not None:
       if strict and not isinstance(raw, Mapping):
         _refuse(at, f"holds {type(raw).__name__}, not {{name: {meta['named'].__name__}}}")
+      if check and raw is not None and not isinstance(raw, Mapping):
+        bad(name, at, raw, "an object")
+        continue
+      named = _mapping(raw)
+      if check:
+        for k, v in named.items():
+          if v is not None and not isinstance(v, Mapping):
+            problems.append(f"{at}.{k} holds {shown(v)}, not an object")
       values[f.name] = {
-        k: read(meta["named"], v, strict=strict, where=f"{at}.{k}")
-        for k, v in _mapping(raw).items()
+        k: read(meta["named"], v, strict=strict, where=f"{at}.{k}", problems=problems)
+        for k, v in named.items()
       }
+    elif check and not fits(_hints(cls)[f.name], raw):
+      bad(name, at, raw, _what(_hints(cls)[f.name]))
     else:
       values[f.name] = raw
   others = [k for k in d if k not in keys]
@@ -182,7 +311,7 @@ def read(cls, d: Optional[Mapping], *, strict: bool = False, where: str = ""):
     values[rest.name] = {k: d[k] for k in others}
   elif strict and others:
     _refuse(f"{where}.{others[0]}" if where else others[0], "is not declared")
-  held = tuple(k for k in d if k in keys or rest is not None)
+  held = tuple(k for k in d if (k in keys or rest is not None) and k not in wrong)
   return cls(**values, _keys=held)
 
 
@@ -679,10 +808,15 @@ class Metrics(Section):
   wrong_data: Optional[bool] = key()  # the images given fit far worse than the candidates
 
   @classmethod
-  def from_metrics(cls, metrics: Optional[Mapping[str, Any]]) -> "Metrics":
+  def from_metrics(
+    cls, metrics: Optional[Mapping[str, Any]], *, problems: Optional[list] = None
+  ) -> "Metrics":
     """metrics.json's dict read typed, leniently (absent keys: the fields' defaults; keys not
-    declared: left out), as an earlier version wrote it too."""
-    return read(cls, metrics)
+    declared: left out), as an earlier version wrote it too.  ``problems`` (a list): a value
+    not of its declared type reads as absent too, and what was wrong is appended to it
+    (``n_train holds "20", not a whole number``; :func:`read`), so a reader's arithmetic
+    meets only the types declared."""
+    return read(cls, metrics, problems=problems)
 
   @classmethod
   def from_job(cls, metrics: Mapping[str, Any]) -> "Metrics":

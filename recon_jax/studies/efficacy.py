@@ -17,16 +17,17 @@ is the interval of the per-draw differences.
 from __future__ import annotations
 
 import copy
+import json
 import numbers
 import os
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import scipy.stats
 
-from recon_jax.errors import ConfigError
+from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval import identifiability
-from recon_jax.eval.metrics_json import Metrics
+from recon_jax.eval.metrics_json import Metrics, Selection, fits, shown
 from recon_jax.io import plots
 from recon_jax.job import settings
 
@@ -75,10 +76,13 @@ def _truth_fits_best(m: Metrics):
 
 
 def _selected(m: Metrics):
-  """What the attacker's own pick (the lowest-loss restart) recovers strictly; 0 where no
-  restart was scored."""
-  strict = m.selection.best_by_loss_recovered_strict
-  return 0 if strict is None else strict
+  """What the attacker's own pick (the lowest-loss restart) recovers strictly; 0 where the
+  restarts ran and none finished to be picked; None (a gap) where the report has no
+  selection, or a pick without its count."""
+  sel = m.selection
+  if sel.best_by_loss_recovered_strict is not None:
+    return sel.best_by_loss_recovered_strict
+  return 0 if sel.n_restarts is not None and sel.best_by_loss_restart is None else None
 
 
 # ``strict_selected`` is the restart the attacker picks without ground truth (its lowest
@@ -185,8 +189,11 @@ def draw_config(cfg, draw: int):
 def draw_numbers(metrics: Mapping) -> dict:
   """The per-draw numbers of one reconstruction report (metrics.json's dict; :data:`NUMBERS`),
   and the attacker's identification scores where the run computed them (AUC and precision@10
-  of each)."""
-  m = Metrics.from_metrics(metrics)
+  of each).  A value of another type than declared is a gap (:func:`read_draw` says which)."""
+  return _numbers(Metrics.from_metrics(metrics, problems=[]))
+
+
+def _numbers(m: Metrics) -> dict:
   return {
     **{n.key: n.read(m) for n in NUMBERS},
     **{
@@ -195,6 +202,107 @@ def draw_numbers(metrics: Mapping) -> dict:
       for stat, value in (("auc", score.auc), ("p10", score.precision_at_10))
     },
   }
+
+
+class Draw(NamedTuple):
+  """One draw's report as the harness and the reproduction read it (:func:`read_draw`)."""
+
+  path: str  # its metrics.json
+  n_train: int  # the training images it was scored against
+  numbers: dict  # its per-draw numbers (:func:`draw_numbers`; None: a gap)
+  selection: Selection  # its restarts and the attacker's pick
+  problems: Tuple[str, ...]  # the values of another type than declared, read as gaps
+
+
+def read_draw(folder: str) -> Optional[Draw]:
+  """The report of the draw run in ``folder`` (its metrics.json), checked: None where it has
+  none.  Raises :class:`~recon_jax.errors.ResultFileError` (``FILE: what is wrong``) where
+  the file is not JSON, not a JSON object, or has no count of training images (``n_train``):
+  no number of it can be trusted, and the draw must run again.  A value of another type
+  than declared (:meth:`Metrics.from_metrics` with ``problems``) is a gap in its number, and
+  :attr:`Draw.problems` says which; a key that is absent (an earlier version's report) is a
+  gap too, and no problem."""
+  path = os.path.join(folder, "metrics.json")
+  metrics = read_object(path)
+  return None if metrics is None else draw_of(metrics, path)
+
+
+def draw_of(metrics, path: str) -> Draw:
+  """:func:`read_draw` of ``metrics``, the JSON values read from (or written to) ``path``."""
+  if not isinstance(metrics, Mapping):
+    raise ResultFileError(path, f"holds {shown(metrics)}, not a JSON object")
+  problems = []
+  m = Metrics.from_metrics(metrics, problems=problems)
+  n = m.n_train
+  if n is None or n < 0:
+    said = [p for p in problems if p.startswith("n_train ")]
+    what = said[0] if said else "no n_train" if n is None else f"n_train holds {n}, below 0"
+    raise ResultFileError(path, f"{what}: no count of training images to read it against")
+  return Draw(path, int(n), _numbers(m), m.selection, tuple(problems))
+
+
+def read_object(path: str) -> Optional[dict]:
+  """The JSON object in file ``path``; None where there is no such file.  Raises
+  :class:`~recon_jax.errors.ResultFileError` naming it where it cannot be read, is not JSON
+  or holds something else than an object."""
+  if not os.path.lexists(path):
+    return None
+  try:
+    with open(path) as f:
+      out = json.load(f)
+  except (OSError, ValueError) as e:  # (a UnicodeDecodeError and a JSON error are ValueErrors)
+    raise ResultFileError(path, f"unreadable ({type(e).__name__}: {e})") from None
+  if not isinstance(out, dict):
+    raise ResultFileError(path, f"holds {shown(out)}, not a JSON object")
+  return out
+
+
+ABSENT = object()  # a key a file lacks (:func:`refuse`)
+
+
+def refuse(path: str, where: str, value, what: str):
+  """Raises :class:`~recon_jax.errors.ResultFileError`: the file ``path``'s key ``where``
+  holds ``value`` (:data:`ABSENT`: nothing), not ``what``."""
+  held = "nothing" if value is ABSENT else shown(value)
+  raise ResultFileError(path, f"{where} holds {held}, not {what}")
+
+
+def check_results(out, path: str) -> dict:
+  """``out``, the harness's metrics.json read from ``path``, where it holds what the
+  reproduction reads of it: its draws, n, and each variant's intervals (each number's
+  ``{mean, ci_low, ci_high, per_draw, n}``, the mean a number over at least one draw, the
+  bounds over two); else raises :class:`~recon_jax.errors.ResultFileError` naming the file
+  and the first key at fault.  A number a variant lacks is no fault (a claim that reads it
+  says so)."""
+  if not isinstance(out, Mapping):
+    raise ResultFileError(path, f"holds {shown(out)}, not a JSON object")
+
+  def need(ok: bool, where: str, value, what: str) -> None:
+    if not ok:
+      refuse(path, where, value, what)
+
+  def count(v) -> bool:
+    return v is not None and fits(int, v) and v >= 0
+
+  draws, n, variants = (out.get(k, ABSENT) for k in ("draws", "n_train", "variants"))
+  need(isinstance(draws, list) and all(map(count, draws)), "draws", draws, "a list of draws")
+  need(count(n), "n_train", n, "a count of training images")
+  ok = isinstance(variants, Mapping) and isinstance(variants.get("default"), Mapping)
+  need(ok, "variants", variants, "an object with the variant default")
+  for v, of_v in variants.items():
+    need(isinstance(of_v, Mapping), f"variants.{v}", of_v, "an object")
+    for k, iv in of_v.items():
+      at = f"variants.{v}.{k}"
+      need(isinstance(iv, Mapping), at, iv, "an interval")
+      per, k_draws = iv.get("per_draw", ABSENT), iv.get("n", ABSENT)
+      ok = isinstance(per, list) and all(fits(float, x) for x in per)
+      need(ok, f"{at}.per_draw", per, "a list of numbers")
+      need(count(k_draws), f"{at}.n", k_draws, "a count of draws")
+      for part, least in (("mean", 1), ("ci_low", 2), ("ci_high", 2)):
+        value = iv.get(part, ABSENT)
+        ok = value is not ABSENT and fits(float, value) and (value is not None or k_draws < least)
+        need(ok, f"{at}.{part}", value, "a number")
+  return out
 
 
 def check_confidence(confidence) -> None:
@@ -273,9 +381,16 @@ def paired(
   if len(a) != len(b):
     raise ConfigError(f"paired comparison needs the same draws: {len(a)} vs {len(b)}.")
   return {
-    k: interval([x[k] - y[k] for x, y in zip(a, b)], confidence, _bounds(k, n_train, True))
+    k: interval(
+      [_minus(x.get(k), y.get(k)) for x, y in zip(a, b)], confidence, _bounds(k, n_train, True)
+    )
     for k in keys
   }
+
+
+def _minus(x, y):
+  """``x - y``; None (a gap) where either is one."""
+  return None if x is None or y is None else x - y
 
 
 def verdict(diff: Mapping) -> str:

@@ -17,9 +17,9 @@ import jax
 import numpy as np
 
 from recon_jax.engine import precision
-from recon_jax.errors import ConfigError
+from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval import verdict
-from recon_jax.eval.metrics_json import Victim
+from recon_jax.eval.metrics_json import Victim, shown
 from recon_jax.io import workdir
 from recon_jax.job import planning, settings
 from recon_jax.job.run import STATE_FILE, run_reconstruction
@@ -163,8 +163,14 @@ def check_variants_resumable(path: str, variants) -> None:
   """Refuses a resume of the harness in ``path`` unless its config.json ran the same
   variants, in the same order: a resume continues the finished variants' draws and never
   drops one (metrics.json and results.md would lose it).  Nothing is written."""
-  stored = workdir.read_json(workdir.expand(path), "config.json") or {}
+  stored = workdir.read_json(workdir.expand(path), "config.json")
+  stored = stored if isinstance(stored, dict) else {}  # (check_resumable refuses the rest)
   before = stored.get("variants")
+  if before is not None and not (
+    isinstance(before, list) and all(isinstance(v, str) for v in before)
+  ):
+    file = os.path.join(workdir.expand(path), "config.json")
+    raise ResultFileError(file, f"variants holds {shown(before)}, not a list of variants")
   if before is not None and list(before) != list(variants):
     raise ConfigError(
       f"variants={','.join(variants)} differs from the harness being resumed in {path}, "
@@ -215,14 +221,18 @@ def run_efficacy(
   for draw in numbers:
     for v in variants:
       sub = workdir.inside(path, os.path.join(v, f"draw_{draw}"))
-      m = workdir.read_json(sub, "metrics.json") if resume else None
-      if m is None:
+      done = _finished_draw(sub) if resume else None
+      if done is None:
         again = resume and os.path.isfile(os.path.join(sub, STATE_FILE))
         os.makedirs(sub, exist_ok=True)
         plan = planning.prepare(efficacy.draw_config(configs[v], draw))
         m = run_reconstruction(plan, sub, resume=again, overwrite=True)
-      per_draw[v].append(efficacy.draw_numbers(m))
-      n_of[v] = int(m["n_train"])
+        # read as a resume reads its file (the JSON values written)
+        done = efficacy.draw_of(workdir.jsonable(m), os.path.join(sub, "metrics.json"))
+      if done.problems:
+        logging.warning("efficacy: %s: %s; read as gaps", done.path, "; ".join(done.problems))
+      per_draw[v].append(done.numbers)
+      n_of[v] = done.n_train
       logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])
   base = per_draw[variants[0]]
   out = {
@@ -247,6 +257,17 @@ def run_efficacy(
   workdir.write_text(path, "results.md", text)
   workdir.write_json(path, "metrics.json", out)  # last: a workdir with it is finished
   return out
+
+
+def _finished_draw(folder: str):
+  """The draw finished before in ``folder`` (:func:`recon_jax.studies.efficacy.read_draw`),
+  or None where it must run: it has no metrics.json, or one that cannot be read (said in
+  one line naming the file)."""
+  try:
+    return efficacy.read_draw(folder)
+  except ResultFileError as e:
+    logging.warning("efficacy: %s; running that draw again", e)
+    return None
 
 
 def _load_done(path: str, name: str):

@@ -429,8 +429,11 @@ def run(job: Callable[[Any], Any], config: str, preset: Optional[str] = None, **
 
   A program's own flags are defined before, so that ``--help`` lists them.
   """
-  define_flags(config, preset, **kwargs)
-  run_main(job)
+  try:
+    define_flags(config, preset, **kwargs)
+    run_main(job)
+  except KeyboardInterrupt as e:  # while the flags were read: the job's own is main_guard's
+    _stopped(e, FLAGS.verbose if FLAGS.is_parsed() and "verbose" in FLAGS else False)
 
 
 def main_job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
@@ -514,20 +517,29 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
     print(error_line(e, cfg), file=sys.stderr)
     sys.exit(int(getattr(e, "exit_code", 1)))
   except KeyboardInterrupt as e:
-    if verbose:
-      traceback.print_exc()
-    signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
-    code, line = signals.EXIT_CODES[signum], stop_line(signum)
-    if signals.installed():  # a binary's process: jax's threads may still run (signals)
-      signals.exit_now(code, line)
-    print(line, file=sys.stderr)
-    sys.exit(code)
+    _stopped(e, verbose)
+
+
+def _stopped(e: KeyboardInterrupt, verbose: bool = False) -> None:
+  """Ends the process stopped by ``e`` (Ctrl-C, or :class:`Terminated`: SIGTERM) with its
+  exit code and one line (:func:`stop_line`)."""
+  if verbose:
+    traceback.print_exc()
+  signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+  code, line = signals.EXIT_CODES[signum], stop_line(signum)
+  if signals.installed():  # a binary's process: jax's threads may still run (signals)
+    signals.exit_now(code, line)
+  print(line, file=sys.stderr)
+  sys.exit(code)
 
 
 def stop_line(signum: int) -> str:
   """The one line a binary stopped by ``signum`` (SIGINT: Ctrl-C, or SIGTERM) prints
-  (:func:`stop_message` of its ``--workdir``)."""
-  folder = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
+  (:func:`stop_message` of its ``--workdir``; before its flags are parsed, nothing of the
+  run exists: :func:`recon_jax.core.signals.before_start`)."""
+  if not FLAGS.is_parsed():
+    return signals.before_start(signum)
+  folder = FLAGS.workdir if "workdir" in FLAGS else None
   try:
     return stop_message(signum, folder, "resume" in FLAGS)
   except Exception:  # noqa: BLE001 (the process is ending: a line that promises nothing)

@@ -56,6 +56,11 @@ SUBPROCESSES = {
   "help_toy_2d": ["experiments.toy_2d", "-?"],
   "flag_not_an_int": ["experiments.reconstruct", "--config.search.num_restarts=abc"],
   "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
+  "distributed_on_one_host": [
+    "experiments.reconstruct",
+    "--config=experiments/configs/reconstruct.py:tiny",
+    "--config.runtime.distributed=True",
+  ],
 }
 
 
@@ -914,6 +919,15 @@ def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
     (
       "flag_unknown_setting",
       ["--config.victim.widht", "no such setting", "did you mean --config.victim.widths"],
+    ),
+    (  # was jax's ValueError "coordinator_address should be defined." and a traceback
+      "distributed_on_one_host",
+      [
+        "error: --config.runtime.distributed=True joins the processes of a multi-host run",
+        "the coordinator's address was not found",
+        "$JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES and $JAX_PROCESS_ID",
+        "leave it off to run on this host alone",
+      ],
     ),
   ],
 )

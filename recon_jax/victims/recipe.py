@@ -176,7 +176,22 @@ class VictimConfig:
     added=True,
   )
 
+  def __new__(cls, *args, **given):
+    # a name that is no field: refused naming it as the job does (victim.foo), not a TypeError
+    unknown = sorted(set(given) - set(cls.__dataclass_fields__))
+    if unknown:
+      more = f" (nor {', '.join('victim.' + u for u in unknown[1:])})" if unknown[1:] else ""
+      raise FieldError(
+        unknown[0], f"is not a setting{more}; the settings are the fields of VictimConfig."
+      )
+    return super().__new__(cls)
+
   def __post_init__(self):
+    widths = self.widths
+    if isinstance(widths, (list, range, np.ndarray)):  # a recipe is hashed: a tuple, as given
+      object.__setattr__(
+        self, "widths", tuple(widths.tolist() if hasattr(widths, "tolist") else widths)
+      )
     # each field against its own rule where the recipe is built (what no victim can be built
     # with across fields, and settings of a feature that is off: validate)
     found = field_problem(self)

@@ -2,6 +2,7 @@
 attacks' own options among them."""
 
 import dataclasses
+import json
 import types
 import warnings
 
@@ -253,6 +254,51 @@ def test_a_victim_recipe_refuses_an_unknown_name_and_holds_its_widths_as_a_tuple
   assert hash(v) == hash(rj.VictimConfig(widths=(16, 16))) and v.key() == v.key()
   assert rj.VictimConfig(widths=np.array([4, 8])).widths == (4, 8)
   assert {v: 1}[rj.VictimConfig(widths=(16, 16))] == 1
+
+
+@pytest.mark.parametrize(
+  "task, loss, says",
+  [
+    ("binary", "ce", "victim.task is binary, but victim.loss=ce trains one output per class"),
+    ("multiclass", "logistic", "victim.task is multiclass, but victim.loss=logistic trains one"),
+    ("multiclass", "mse", "victim.task is multiclass, but victim.loss=mse trains one output"),
+  ],
+)
+def test_a_task_set_against_the_loss_is_refused_where_the_recipe_is_built(task, loss, says):
+  """``victim.task=binary`` with ``victim.loss=ce`` trained a multiclass victim without a
+  word (the data follow the loss); the task now follows the loss unless set, and set against
+  it is refused where the recipe is built, naming both."""
+  for build in (
+    lambda: rj.VictimConfig(task=task, loss=loss),
+    lambda: rj.JobConfig(victim={"task": task, "loss": loss}),
+    lambda: rj.JobConfig(**{"victim.task": task, "victim.loss": loss}),
+  ):
+    with pytest.raises(ConfigError, match="^" + says) as e:
+      build()
+    assert e.value.argument == "victim.task" and f"victim.loss={loss}" in e.value.mentions
+
+
+def test_the_task_follows_the_loss_and_a_recipe_keeps_its_cache_key(tmp_path):
+  for loss, task in (("logistic", "binary"), ("mse", "binary"), ("ce", "multiclass")):
+    v = rj.VictimConfig(loss=loss)
+    assert v.task is None and recipe.task_of(v) == task
+    assert recipe.task_of(rj.VictimConfig(loss=loss, task=task)) == task
+  # the keys of the victims cached before (the task's former default, binary, in them)
+  assert rj.VictimConfig().key() == "89a4e066b1f8738a"
+  assert rj.VictimConfig(loss="ce").key() == "d5ae43e77a11b652"
+  assert rj.VictimConfig(loss="ce", task="multiclass").key() == "0bea4d38cda845a4"
+  # A checkpoint written before holds the former default beside loss=ce: read as its loss's.
+  stored = {"victim": {**rj.VictimConfig(loss="ce").to_dict(), "task": "binary"}}
+  assert recipe.task_of(trained.recipe_of(stored, "v.msgpack")) == "multiclass"
+  # A run whose config.json holds the former default resumes.
+  cfg = rj.JobConfig(victim={"loss": "ce"})
+  workdir.write_config(str(tmp_path), cfg.to_dict(), study="s")
+  (tmp_path / "state.msgpack").write_bytes(b"state")
+  path = tmp_path / "config.json"
+  whole = json.loads(path.read_text())
+  whole["config"]["victim"]["task"] = "binary"
+  path.write_text(json.dumps(whole))
+  workdir.check_resumable(cfg.to_dict(), str(tmp_path), "state.msgpack", "s")
 
 
 def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, tmp_path):

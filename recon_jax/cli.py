@@ -265,8 +265,10 @@ def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> No
 def rename_flags(argv: list, renamed: Mapping[str, str]) -> list:
   """Rewrites, in ``argv``, each ``--config.OLD`` whose setting moved (``renamed``: a config
   file's ``RENAMED``, ``{former dotted name: its name now}``) as ``--config.NEW``; returns
-  the notices, one per flag (``--config.checkpoint is now --config.threat.model``)."""
-  notices = []
+  the notices, one per flag (``--config.checkpoint is now --config.threat.model``).  A
+  setting given two values, by its former name and its name now (or two former names), is
+  refused naming both (UserError)."""
+  notices, given = [], {}  # given: {setting: [(the name given, its value), ...]}
   for i, a in enumerate(argv):
     if not _is_config_flag(a, dotted=True):
       continue
@@ -274,10 +276,33 @@ def rename_flags(argv: list, renamed: Mapping[str, str]) -> list:
     name, eq, value = a[len(dashes) :].partition("=")
     no = "no" if name.startswith("noconfig.") else ""
     old = name.removeprefix(no).removeprefix("config.")
+    new = renamed.get(old, old)
+    shown = _flag_value(argv, i, no, eq, value)
+    for first, before in given.get(new, ()):  # the same name twice: the last one, as always
+      if first != old and before != shown:
+        formerly = [f"--config.{n}" for n in (first, old) if n != new]
+        what = "the former name" if len(formerly) == 1 else "former names"
+        raise UserError(
+          f"--config.{first}={before} and --config.{old}={shown} are the same setting "
+          f"({' and '.join(formerly)}: {what} of --config.{new}), given two values; give it "
+          "once."
+        )
+    given.setdefault(new, []).append((old, shown))
     if old in renamed:
-      argv[i] = f"{dashes}{no}config.{renamed[old]}{eq}{value}"
-      notices.append(f"--config.{old} is now --config.{renamed[old]}")
+      argv[i] = f"{dashes}{no}config.{new}{eq}{value}"
+      notices.append(f"--config.{old} is now --config.{new}")
   return notices
+
+
+def _flag_value(argv: Sequence[str], i: int, no: str, eq: str, value: str) -> str:
+  """The value the config flag ``argv[i]`` gives, as text (a bare flag: true or false)."""
+  if eq:
+    text = value
+  elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+    text = argv[i + 1]
+  else:
+    text = "False" if no else "True"
+  return text.capitalize() if text.lower() in ("true", "false") else text
 
 
 def _reorder(argv: list, i: int) -> None:

@@ -17,7 +17,7 @@ reason.  Exit codes as experiments.reconstruct.
 
 from experiments import starting
 
-starting("audit")  # at a terminal, before the imports below load JAX
+starting("audit")  # SIGINT and SIGTERM heard from here on, before JAX loads
 
 from absl import flags  # noqa: E402
 

@@ -20,10 +20,14 @@ leakage_map.png and leakage_map.md.  --resume keeps finished draws and continues
 interrupted one.
 """
 
-from absl import flags
+from experiments import starting
 
-from experiments import configs
-from recon_jax import cli
+starting("efficacy")  # SIGINT and SIGTERM heard from here on, before JAX loads
+
+from absl import flags  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 

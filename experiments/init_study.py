@@ -27,10 +27,14 @@ done_<sub-run>.json/.npz (each finished sub-run); --resume loads the finished
 sub-runs and continues the interrupted one.
 """
 
-from absl import flags
+from experiments import starting
 
-from experiments import configs
-from recon_jax import cli
+starting("init_study")  # SIGINT and SIGTERM heard from here on, before JAX loads
+
+from absl import flags  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 

@@ -18,10 +18,14 @@ cannot use, in one line naming it, before anything is written; 2: every restart
 diverged (the results are written); 130: interrupted (Ctrl-C).
 """
 
-from absl import flags
+from experiments import starting
 
-from experiments import configs
-from recon_jax import cli
+starting("reconstruct")  # SIGINT and SIGTERM heard from here on, before JAX loads
+
+from absl import flags  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 

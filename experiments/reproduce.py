@@ -19,16 +19,20 @@ continues an interrupted one with its binary's --resume.  A run that fails is FA
 section, the others go on, and the exit code is 2.
 """
 
-import os
-import sys
+from experiments import starting
 
-from absl import flags
+starting("reproduce")  # SIGINT and SIGTERM heard from here on, before JAX loads
 
-from experiments import configs
-from recon_jax import cli
-from recon_jax.errors import RunFailed
-from reproduction import driver
-from reproduction.claims import SECTIONS
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from absl import flags  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from recon_jax import cli  # noqa: E402
+from recon_jax.errors import RunFailed  # noqa: E402
+from reproduction import driver  # noqa: E402
+from reproduction.claims import SECTIONS  # noqa: E402
 
 FLAGS = flags.FLAGS
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout

@@ -15,12 +15,16 @@ Writes config.json, metrics.json, reconstructions.npz and toy_2d.png;
 state.msgpack while it runs (--resume continues from it).
 """
 
-import sys
+from experiments import starting
 
-from absl import flags
+starting("toy_2d")  # SIGINT and SIGTERM heard from here on, before JAX loads
 
-from experiments import configs
-from recon_jax import cli
+import sys  # noqa: E402
+
+from absl import flags  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 

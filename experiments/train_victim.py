@@ -15,12 +15,16 @@ file it cannot use, in one line naming it, or training diverged; 130:
 interrupted (Ctrl-C).
 """
 
-import sys
+from experiments import starting
 
-from absl import flags
+starting("train_victim")  # SIGINT and SIGTERM heard from here on, before JAX loads
 
-from experiments import configs
-from recon_jax import cli
+import sys  # noqa: E402
+
+from absl import flags  # noqa: E402
+
+from experiments import configs  # noqa: E402
+from recon_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 

@@ -265,8 +265,10 @@ def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> No
 def rename_flags(argv: list, renamed: Mapping[str, str]) -> list:
   """Rewrites, in ``argv``, each ``--config.OLD`` whose setting moved (``renamed``: a config
   file's ``RENAMED``, ``{former dotted name: its name now}``) as ``--config.NEW``; returns
-  the notices, one per flag (``--config.checkpoint is now --config.threat.model``)."""
-  notices = []
+  the notices, one per flag (``--config.checkpoint is now --config.threat.model``).  A
+  setting given two values, by its former name and its name now (or two former names), is
+  refused naming both (UserError)."""
+  notices, given = [], {}  # given: {setting: [(the name given, its value), ...]}
   for i, a in enumerate(argv):
     if not _is_config_flag(a, dotted=True):
       continue
@@ -274,10 +276,33 @@ def rename_flags(argv: list, renamed: Mapping[str, str]) -> list:
     name, eq, value = a[len(dashes) :].partition("=")
     no = "no" if name.startswith("noconfig.") else ""
     old = name.removeprefix(no).removeprefix("config.")
+    new = renamed.get(old, old)
+    shown = _flag_value(argv, i, no, eq, value)
+    for first, before in given.get(new, ()):  # the same name twice: the last one, as always
+      if first != old and before != shown:
+        formerly = [f"--config.{n}" for n in (first, old) if n != new]
+        what = "the former name" if len(formerly) == 1 else "former names"
+        raise UserError(
+          f"--config.{first}={before} and --config.{old}={shown} are the same setting "
+          f"({' and '.join(formerly)}: {what} of --config.{new}), given two values; give it "
+          "once."
+        )
+    given.setdefault(new, []).append((old, shown))
     if old in renamed:
-      argv[i] = f"{dashes}{no}config.{renamed[old]}{eq}{value}"
-      notices.append(f"--config.{old} is now --config.{renamed[old]}")
+      argv[i] = f"{dashes}{no}config.{new}{eq}{value}"
+      notices.append(f"--config.{old} is now --config.{new}")
   return notices
+
+
+def _flag_value(argv: Sequence[str], i: int, no: str, eq: str, value: str) -> str:
+  """The value the config flag ``argv[i]`` gives, as text (a bare flag: true or false)."""
+  if eq:
+    text = value
+  elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+    text = argv[i + 1]
+  else:
+    text = "False" if no else "True"
+  return text.capitalize() if text.lower() in ("true", "false") else text
 
 
 def _reorder(argv: list, i: int) -> None:
@@ -429,8 +454,11 @@ def run(job: Callable[[Any], Any], config: str, preset: Optional[str] = None, **
 
   A program's own flags are defined before, so that ``--help`` lists them.
   """
-  define_flags(config, preset, **kwargs)
-  run_main(job)
+  try:
+    define_flags(config, preset, **kwargs)
+    run_main(job)
+  except KeyboardInterrupt as e:  # while the flags were read: the job's own is main_guard's
+    _stopped(e, FLAGS.verbose if FLAGS.is_parsed() and "verbose" in FLAGS else False)
 
 
 def main_job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
@@ -514,20 +542,29 @@ def main_guard(fn: Callable[[], Any], cfg=None, verbose: bool = False) -> None:
     print(error_line(e, cfg), file=sys.stderr)
     sys.exit(int(getattr(e, "exit_code", 1)))
   except KeyboardInterrupt as e:
-    if verbose:
-      traceback.print_exc()
-    signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
-    code, line = signals.EXIT_CODES[signum], stop_line(signum)
-    if signals.installed():  # a binary's process: jax's threads may still run (signals)
-      signals.exit_now(code, line)
-    print(line, file=sys.stderr)
-    sys.exit(code)
+    _stopped(e, verbose)
+
+
+def _stopped(e: KeyboardInterrupt, verbose: bool = False) -> None:
+  """Ends the process stopped by ``e`` (Ctrl-C, or :class:`Terminated`: SIGTERM) with its
+  exit code and one line (:func:`stop_line`)."""
+  if verbose:
+    traceback.print_exc()
+  signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+  code, line = signals.EXIT_CODES[signum], stop_line(signum)
+  if signals.installed():  # a binary's process: jax's threads may still run (signals)
+    signals.exit_now(code, line)
+  print(line, file=sys.stderr)
+  sys.exit(code)
 
 
 def stop_line(signum: int) -> str:
   """The one line a binary stopped by ``signum`` (SIGINT: Ctrl-C, or SIGTERM) prints
-  (:func:`stop_message` of its ``--workdir``)."""
-  folder = FLAGS.workdir if FLAGS.is_parsed() and "workdir" in FLAGS else None
+  (:func:`stop_message` of its ``--workdir``; before its flags are parsed, nothing of the
+  run exists: :func:`recon_jax.core.signals.before_start`)."""
+  if not FLAGS.is_parsed():
+    return signals.before_start(signum)
+  folder = FLAGS.workdir if "workdir" in FLAGS else None
   try:
     return stop_message(signum, folder, "resume" in FLAGS)
   except Exception:  # noqa: BLE001 (the process is ending: a line that promises nothing)

@@ -56,6 +56,11 @@ SUBPROCESSES = {
   "help_toy_2d": ["experiments.toy_2d", "-?"],
   "flag_not_an_int": ["experiments.reconstruct", "--config.search.num_restarts=abc"],
   "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
+  "distributed_on_one_host": [
+    "experiments.reconstruct",
+    "--config=experiments/configs/reconstruct.py:tiny",
+    "--config.runtime.distributed=True",
+  ],
 }
 
 
@@ -473,7 +478,20 @@ CASES = [
     R,
     "tiny",
     {"search.num_restarts": 1_000_000, "runtime.max_memory_gb": 1.0},
-    ["--config.search.num_restarts=1000000", "8.6 GiB", "1.0 GiB max_memory_gb limit"],
+    [
+      "--config.search.num_restarts=1000000 needs at least 8.583 GiB",
+      "more than the 1 GiB that --config.runtime.max_memory_gb=1 allows",
+    ],
+  ),
+  (  # was "needs at least 0.0 GiB ... more than the 0.0 GiB max_memory_gb limit"
+    "memory_limit_under_a_kib",
+    R,
+    "tiny",
+    {"runtime.max_memory_gb": 0.000001},
+    [
+      "--config.search.num_restarts=2 needs at least 18 KiB for the restarts' state",
+      "more than the 1.048 KiB that --config.runtime.max_memory_gb=1e-06 allows",
+    ],
   ),
   ("m_negative", R, "tiny", {"search.m": -4}, ["--config.search.m", "-4"]),
   ("m_odd_binary", R, "tiny", {"search.m": 7}, ["--config.search.m", "even"]),
@@ -530,7 +548,7 @@ CASES = [
     R,
     "tiny",
     {"search.num_restarts": 10_000_000_000},
-    ["--config.search.num_restarts=10000000000", "GiB"],
+    ["--config.search.num_restarts=10000000000 needs at least 83.82 TiB"],
   ),
   # the attacks' own settings (their specs)
   ("bilevel_without_weight_decay", R, "tiny", {"attack": "bilevel"}, ["weight decay"]),
@@ -671,6 +689,23 @@ def test_paper_sweep_with_a_range_set_to_its_default_on_the_command_line(tmp_pat
     cfg,
   )
   assert "--config.search.alpha" in line and "--config.search.sweep=random" in line, line
+
+
+def test_a_size_reads_true_in_its_unit():
+  """A memory refusal said "needs at least 0.0 GiB ... more than the 0.0 GiB limit"."""
+  from recon_jax.job.planning import size_text
+
+  assert [size_text(n) for n in (0, 512, 18432, 2**19, 1.04 * 2**30, 3 * 2**40)] == [
+    "0 bytes",
+    "512 bytes",
+    "18 KiB",
+    "512 KiB",
+    "1.04 GiB",
+    "3 TiB",
+  ]
+  # two sizes compared that read alike in their unit: in bytes
+  assert size_text(2**30 + 1, 2**30) == "1,073,741,825 bytes"
+  assert size_text(2**30, 2**30 + 1) == "1,073,741,824 bytes"
 
 
 def _tree_hash(folder):
@@ -914,6 +949,15 @@ def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
     (
       "flag_unknown_setting",
       ["--config.victim.widht", "no such setting", "did you mean --config.victim.widths"],
+    ),
+    (  # was jax's ValueError "coordinator_address should be defined." and a traceback
+      "distributed_on_one_host",
+      [
+        "error: --config.runtime.distributed=True joins the processes of a multi-host run",
+        "the coordinator's address was not found",
+        "$JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES and $JAX_PROCESS_ID",
+        "leave it off to run on this host alone",
+      ],
     ),
   ],
 )

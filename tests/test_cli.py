@@ -242,6 +242,55 @@ def test_a_former_flag_is_read_as_the_setting_it_became():
   assert notices[0] == "--config.checkpoint is now --config.threat.model" and len(notices) == 5
 
 
+def test_the_audit_reads_a_former_name_of_its_threat_settings_as_its_own_flag():
+  """``--config.job.checkpoint`` in the audit (the job's former name of the model, which
+  the audit holds at its top) was answered "did you mean --config.job.search.init?"."""
+  from experiments.configs import audit as audit_configs
+
+  path = configs.path("audit")
+  argv = ["prog", "--config.job.checkpoint=m.pt", "--config.train_data=t/", "--config.job.steps=3"]
+  notices = cli.rename_flags(argv, audit_configs.RENAMED)
+  assert argv == ["prog", "--config.model=m.pt", "--config.train=t/", "--config.job.search.steps=3"]
+  assert notices == [
+    "--config.job.checkpoint is now --config.model",
+    "--config.train_data is now --config.train",
+    "--config.job.steps is now --config.job.search.steps",
+  ]
+  cli.check_overrides(argv, path, "default")  # each a setting of the audit's
+
+
+@pytest.mark.parametrize(
+  "renamed, argv, says",
+  [
+    (
+      recon_configs.RENAMED,
+      ["--config.steps=5", "--config.search.steps=7"],
+      "--config.steps=5 and --config.search.steps=7 are the same setting (--config.steps: the "
+      "former name of --config.search.steps), given two values; give it once.",
+    ),
+    (
+      recon_configs.RENAMED,
+      ["--config.threat.model", "b.pt", "--config.checkpoint=a.pt"],
+      "--config.threat.model=b.pt and --config.checkpoint=a.pt are the same setting "
+      "(--config.checkpoint: the former name of --config.threat.model), given two values; "
+      "give it once.",
+    ),
+  ],
+  ids=["steps", "checkpoint"],
+)
+def test_a_setting_given_two_values_by_its_former_flag_is_refused_naming_both(renamed, argv, says):
+  """The former flag was rewritten as the new one and the last of the two taken silently."""
+  with pytest.raises(cli.UserError) as e:
+    cli.rename_flags(["prog", *argv], renamed)
+  assert str(e.value) == says
+  # the same value twice, or one flag given twice (the last one, as always), is no clash
+  cli.rename_flags(["prog", "--config.steps=5", "--config.search.steps=5"], renamed)
+  cli.rename_flags(["prog", "--config.search.steps=5", "--config.search.steps=7"], renamed)
+  cli.rename_flags(["prog", "--config.x64", "--config.runtime.x64=true"], renamed)
+  with pytest.raises(cli.UserError, match="^--config.x64=True and --config.runtime.x64=False "):
+    cli.rename_flags(["prog", "--config.x64", "--noconfig.runtime.x64"], renamed)
+
+
 def test_the_audit_names_the_threat_settings_by_its_own_flags():
   """The audit holds the job's threat section and the victim's loss at its top: an error
   naming ``threat.heldout`` or ``victim.loss`` is spelled as the flag the user typed."""

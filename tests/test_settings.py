@@ -2,8 +2,11 @@
 attacks' own options among them."""
 
 import dataclasses
+import json
 import types
+import warnings
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -165,6 +168,137 @@ def test_a_former_name_is_read_as_the_setting_it_became():
   assert e.value.argument == "threat.stride"  # the error names the setting as it is now
   with pytest.raises(AttributeError):
     rj.JobConfig().chekpoint
+
+
+def test_a_dotted_name_sets_a_setting_of_every_section_the_victims_too():
+  """``"search.steps"`` worked for every section but the victim's: ``"victim.lr"`` was
+  "not a setting", from the constructor and from ``replace``."""
+  cfg = rj.JobConfig(**{"victim.lr": 0.5, "victim.widths": [8], "search.steps": 3})
+  assert (cfg.victim.lr, cfg.victim.widths, cfg.search.steps) == (0.5, (8,), 3)
+  base = rj.JobConfig(victim={"lr": 0.2, "epochs": 7}, search={"steps": 9, "seed": 3})
+  changed = base.replace(**{"victim.lr": 0.5, "search.steps": 4})
+  assert (changed.victim.lr, changed.victim.epochs) == (0.5, 7)  # the rest of the section kept
+  assert (changed.search.steps, changed.search.seed) == (4, 3)
+  with pytest.raises(ConfigError, match=r"^victim\.lrr is not a setting") as e:
+    rj.JobConfig(**{"victim.lrr": 0.5})
+  assert e.value.argument == "victim.lrr"
+  with pytest.raises(ConfigError, match=r"^victim\.lr must be") as e:
+    base.replace(**{"victim.lr": -1.0})
+  assert e.value.argument == "victim.lr"
+
+
+@pytest.mark.parametrize(
+  "given, says",
+  [
+    (
+      dict(checkpoint="a.pt", threat={"model": "b.pt"}),
+      "checkpoint='a.pt' and threat={'model': 'b.pt'} are the same setting (checkpoint: the "
+      "former name of threat.model), given two values; give it once.",
+    ),
+    (
+      dict(steps=5, search={"steps": 7}),
+      "steps=5 and search={'steps': 7} are the same setting (steps: the former name of "
+      "search.steps), given two values; give it once.",
+    ),
+    (
+      {"checkpoint": "a.pt", "threat.model": "b.pt"},
+      "threat.model='b.pt' and checkpoint='a.pt' are the same setting (checkpoint: the former "
+      "name of threat.model), given two values; give it once.",
+    ),
+    (
+      {"search.steps": 3, "search": {"steps": 7}},
+      "search.steps=3 and search={'steps': 7} are the same setting, given two values; give it "
+      "once.",
+    ),
+    (
+      {"victim.lr": 0.5, "victim": {"lr": 0.1}},
+      "victim.lr=0.5 and victim={'lr': 0.1} are the same setting, given two values; give it once.",
+    ),
+  ],
+  ids=["former_and_section", "former_and_section_steps", "former_and_dotted", "dotted", "victim"],
+)
+def test_one_setting_given_two_values_is_refused_naming_both(given, says):
+  """A former name and its new name given different values took one of them silently
+  (``checkpoint`` over ``threat.model``, ``steps`` over ``search.steps``)."""
+  new = says.split("(")[-1].split("former name of ")[-1].split(")")[0] if "former" in says else None
+  for build in (lambda: rj.JobConfig(**given), lambda: rj.JobConfig().replace(**given)):
+    with pytest.raises(ConfigError) as e, warnings.catch_warnings():
+      warnings.simplefilter("ignore", DeprecationWarning)  # the former name's own
+      build()
+    assert str(e.value) == says
+    assert e.value.argument == (new or says.split("=")[0])
+  with pytest.raises(ConfigError, match=r"^steps=5 and search=\{'steps': 7\} are the same"):
+    rj.JobConfig(steps=5, search=ml_collections.ConfigDict({"steps": 7}))
+  # The same value twice is one setting given once; a section given as its object is the
+  # base a former name changes (what dataclasses.replace passes).
+  with pytest.warns(DeprecationWarning):
+    assert rj.JobConfig(checkpoint="a.pt", threat={"model": "a.pt"}).threat.model == "a.pt"
+    assert rj.JobConfig(search={"steps": 9}).replace(steps=5).search.steps == 5
+    assert dataclasses.replace(rj.JobConfig(search={"steps": 9}), steps=5).search.steps == 5
+    # a mapping of every setting of the section (a ConfigDict of the job's) is a base too
+    cfg = rj.reconstruct_config()
+    cfg.search.steps = 9
+    assert rj.JobConfig(**cfg, steps=5).search.steps == 5
+
+
+def test_a_victim_recipe_refuses_an_unknown_name_and_holds_its_widths_as_a_tuple():
+  """``VictimConfig(foo=1)`` raised a plain TypeError; ``VictimConfig(widths=[16, 16])``
+  built a recipe that could not be hashed."""
+  with pytest.raises(ConfigError, match=r"^victim\.foo is not a setting; ") as e:
+    rj.VictimConfig(foo=1)
+  assert e.value.argument == "victim.foo"
+  with pytest.raises(ConfigError, match=r"^victim\.bar is not a setting \(nor victim\.foo\)"):
+    dataclasses.replace(rj.VictimConfig(), foo=1, bar=2)
+  v = rj.VictimConfig(widths=[16, 16])
+  assert v.widths == (16, 16) and v == rj.VictimConfig(widths=(16, 16))
+  assert hash(v) == hash(rj.VictimConfig(widths=(16, 16))) and v.key() == v.key()
+  assert rj.VictimConfig(widths=np.array([4, 8])).widths == (4, 8)
+  assert {v: 1}[rj.VictimConfig(widths=(16, 16))] == 1
+
+
+@pytest.mark.parametrize(
+  "task, loss, says",
+  [
+    ("binary", "ce", "victim.task is binary, but victim.loss=ce trains one output per class"),
+    ("multiclass", "logistic", "victim.task is multiclass, but victim.loss=logistic trains one"),
+    ("multiclass", "mse", "victim.task is multiclass, but victim.loss=mse trains one output"),
+  ],
+)
+def test_a_task_set_against_the_loss_is_refused_where_the_recipe_is_built(task, loss, says):
+  """``victim.task=binary`` with ``victim.loss=ce`` trained a multiclass victim without a
+  word (the data follow the loss); the task now follows the loss unless set, and set against
+  it is refused where the recipe is built, naming both."""
+  for build in (
+    lambda: rj.VictimConfig(task=task, loss=loss),
+    lambda: rj.JobConfig(victim={"task": task, "loss": loss}),
+    lambda: rj.JobConfig(**{"victim.task": task, "victim.loss": loss}),
+  ):
+    with pytest.raises(ConfigError, match="^" + says) as e:
+      build()
+    assert e.value.argument == "victim.task" and f"victim.loss={loss}" in e.value.mentions
+
+
+def test_the_task_follows_the_loss_and_a_recipe_keeps_its_cache_key(tmp_path):
+  for loss, task in (("logistic", "binary"), ("mse", "binary"), ("ce", "multiclass")):
+    v = rj.VictimConfig(loss=loss)
+    assert v.task is None and recipe.task_of(v) == task
+    assert recipe.task_of(rj.VictimConfig(loss=loss, task=task)) == task
+  # the keys of the victims cached before (the task's former default, binary, in them)
+  assert rj.VictimConfig().key() == "89a4e066b1f8738a"
+  assert rj.VictimConfig(loss="ce").key() == "d5ae43e77a11b652"
+  assert rj.VictimConfig(loss="ce", task="multiclass").key() == "0bea4d38cda845a4"
+  # A checkpoint written before holds the former default beside loss=ce: read as its loss's.
+  stored = {"victim": {**rj.VictimConfig(loss="ce").to_dict(), "task": "binary"}}
+  assert recipe.task_of(trained.recipe_of(stored, "v.msgpack")) == "multiclass"
+  # A run whose config.json holds the former default resumes.
+  cfg = rj.JobConfig(victim={"loss": "ce"})
+  workdir.write_config(str(tmp_path), cfg.to_dict(), study="s")
+  (tmp_path / "state.msgpack").write_bytes(b"state")
+  path = tmp_path / "config.json"
+  whole = json.loads(path.read_text())
+  whole["config"]["victim"]["task"] = "binary"
+  path.write_text(json.dumps(whole))
+  workdir.check_resumable(cfg.to_dict(), str(tmp_path), "state.msgpack", "s")
 
 
 def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, tmp_path):

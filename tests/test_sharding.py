@@ -221,3 +221,35 @@ def test_distributed_helpers_single_process(monkeypatch):
   got = restarts.gather(tree)
   assert isinstance(got["a"], np.ndarray) and got["a"].tolist() == [0, 1, 2]
   assert distributed.is_main_process()
+
+
+def test_distributed_on_one_host_is_refused_naming_the_setting(monkeypatch, tmp_path):
+  """distributed=True with no coordinator (no $JAX_COORDINATOR_ADDRESS, no cluster) gave
+  jax's ValueError "coordinator_address should be defined." and a traceback; it is refused
+  naming the setting and what a multi-host run needs, before the workdir is touched (the
+  binary's one line: tests/test_bad_input.py).  In this process JAX has started already, so
+  jax.distributed.initialize answers as it does on one host before (its own words)."""
+  import jax
+
+  from recon_jax import cli
+  from recon_jax.core import distributed
+  from recon_jax.errors import ConfigError
+  from recon_jax.job import run
+  from recon_jax.job.settings import JobConfig, reconstruct_config
+
+  def no_coordinator(**kwargs):
+    del kwargs
+    raise ValueError("coordinator_address should be defined.")
+
+  monkeypatch.setattr(jax.distributed, "initialize", no_coordinator)
+  with pytest.raises(ConfigError) as e:
+    distributed.maybe_initialize(True)
+  assert e.value.argument == "runtime.distributed"
+  assert "the coordinator's address was not found" in str(e.value)
+  assert "$JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES and $JAX_PROCESS_ID" in str(e.value)
+  work = tmp_path / "w"
+  with pytest.raises(ConfigError) as e:
+    run.main_job(JobConfig(runtime={"distributed": True}), str(work))
+  line = cli.error_line(e.value, reconstruct_config())
+  assert line.startswith("error: --config.runtime.distributed=True joins the processes of a ")
+  assert not work.exists()

@@ -173,6 +173,49 @@ def test_ctrl_c_while_the_first_chunk_compiles_then_the_command_it_gives(tmp_pat
   assert (work / "metrics.json").exists()
 
 
+@pytest.mark.parametrize(
+  "delay",
+  [0.5, pytest.param(2.0, marks=pytest.mark.slow)],
+  ids=["at_0.5s", "at_2s"],
+)
+@pytest.mark.parametrize(
+  "signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
+)
+def test_a_signal_while_the_binary_loads_ends_it_in_one_line(tmp_path, delay, signum, code):
+  """The first seconds of a binary are its imports (JAX, the library): a signal there was
+  lost (SIGINT inherited ignored: the run went on to its end), a traceback from an import
+  (Ctrl-C), or exit 143 without a word (SIGTERM).  It now ends the binary with its code and
+  one line, and nothing is written."""
+  work = tmp_path / "w"
+  log_path = tmp_path / "stderr"
+  args = ["-m", "experiments.reconstruct", "--config=experiments/configs/reconstruct.py:tiny"]
+  with open(log_path, "w") as log:
+    proc = _start([*args, f"--workdir={work}"], tmp_path / "cache", log)
+    started = time.time()
+    got, took, err = _stop_when(proc, log_path, lambda: time.time() - started >= delay, signum)
+  assert got == code and took < STOP_S, (got, took, err[-2000:])
+  how = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+  # Still loading (the imports take seconds), or just past them on a fast machine: either
+  # line is true, and nothing of the run was written.
+  assert _last_line(err) in (
+    signals.before_start(signum),
+    f"{how} before anything was written to {work}; run the same command to start again",
+  ), err[-2000:]
+  assert not work.exists() or not os.listdir(work)
+
+
+def test_the_line_of_a_binary_stopped_while_it_loads_is_the_librarys():
+  """The binaries' own handler of their first seconds knows only the standard library; its
+  line is the one the library prints for a stop before the run started."""
+  import experiments
+
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    assert experiments.before_start_line(signum) == signals.before_start(signum)
+  assert signals.before_start(signal.SIGINT) == (
+    "interrupted before the run started; nothing was written; run the same command to start again"
+  )
+
+
 # What may differ: timings, and where the victim came from (the first run trained it, the
 # later ones read it from the cache).
 TIMINGS = ("timing", "cost_s", "victim_source")

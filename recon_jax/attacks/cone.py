@@ -61,7 +61,7 @@ from recon_jax.core import numerics, progress
 from recon_jax.core.rules import Rule
 from recon_jax.engine import resume
 from recon_jax.errors import ConfigError
-from recon_jax.victims import targets
+from recon_jax.victims import recipe, targets
 
 VIOLATION_COST = 20.0  # a unit's coefficient below 0 costs this many times the largest weight
 MIXED_VIOLATION_COST = 5.0  # ... this many times its own weight, for squared error
@@ -1149,7 +1149,7 @@ def _check(options: ConeOptions, setup: Setup) -> None:
   del options
   v = setup.victim
   two_classes = setup.problem == "binary" or (
-    setup.problem == "general" and not setup.foreign and v.task == "binary"
+    setup.problem == "general" and not setup.foreign and recipe.task_of(v) == "binary"
   )
   require(
     two_classes,

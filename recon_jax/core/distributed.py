@@ -65,6 +65,13 @@ import jax
 from recon_jax.errors import ConfigError
 
 _FALSE = ("", "0", "false", "no", "off", "none")
+# jax.distributed.initialize's ValueErrors for a setting that neither the environment nor a
+# detected cluster gave.
+_UNDEFINED = {
+  "coordinator_address": "the coordinator's address",
+  "Number of processes": "the process count",
+  "process id": "the process id",
+}
 
 
 def _env_int(name: str) -> Optional[int]:
@@ -96,7 +103,9 @@ def maybe_initialize(flag_value: Union[bool, str, None]) -> bool:
     was off.  Calling it twice is harmless.
 
   Raises:
-    ValueError: a malformed ``$JAX_NUM_PROCESSES``/``$JAX_PROCESS_ID``.
+    ConfigError: a malformed ``$JAX_NUM_PROCESSES``/``$JAX_PROCESS_ID``; or the
+      coordinator's address, the process count or id neither set nor found by JAX (one
+      host: nothing to join), naming ``runtime.distributed``.
     RuntimeError: from JAX, e.g. when called after the backend started.
   """
   if (
@@ -109,7 +118,20 @@ def maybe_initialize(flag_value: Union[bool, str, None]) -> bool:
     return True
   num_processes = _env_int("JAX_NUM_PROCESSES")
   process_id = _env_int("JAX_PROCESS_ID")
-  jax.distributed.initialize(num_processes=num_processes, process_id=process_id)
+  try:
+    jax.distributed.initialize(num_processes=num_processes, process_id=process_id)
+  except ValueError as e:  # jax's words for what neither the environment nor a cluster gave
+    if not any(word in str(e) for word in _UNDEFINED):
+      raise
+    missing = next(what for word, what in _UNDEFINED.items() if word in str(e))
+    raise ConfigError(
+      "distributed=True joins the processes of a multi-host run, one per host, and needs the "
+      f"coordinator's address, the process count and this process's id; {missing} was not "
+      "found. Set $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES and $JAX_PROCESS_ID on every "
+      "host (under Slurm, Open MPI or on a Cloud TPU pod jax.distributed finds them itself), "
+      "or leave it off to run on this host alone (its devices still share the restarts).",
+      "runtime.distributed",
+    ) from None
   logging.info(
     "jax.distributed: process %d of %d, %d local / %d global devices",
     jax.process_index(),

@@ -21,6 +21,10 @@ A signal whose exception lands where Python cannot raise it (a garbage-collector
 would print a traceback and be dropped; it is dropped silently instead (:func:`_quiet`), and
 the watchdog ends the process.
 
+A binary hears both from its first line on: its own handler, standard library only, ends
+it in one line while it loads (``experiments.starting``), and :func:`install` takes over
+once its flags are defined.
+
 The process's own code sees the signal as before: :class:`KeyboardInterrupt` (SIGINT) or
 :class:`Terminated` (SIGTERM) raised in the main thread, once.  Only the binaries install
 this (:func:`recon_jax.cli.run_main`); a library user's process keeps its own handlers.
@@ -53,6 +57,14 @@ class _State:
   received_at = 0.0
   describe: Optional[Callable[[int], str]] = None
   exiting = threading.Lock()  # held by whichever thread ends the process
+
+
+def before_start(signum: int) -> str:
+  """The line of a binary stopped by ``signum`` before its run started (its settings read at
+  most, no workdir opened): the binaries' own handler of their first seconds, installed
+  before JAX loads (``experiments.starting``), prints the same."""
+  how = "terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted"
+  return f"{how} before the run started; nothing was written; run the same command to start again"
 
 
 def installed() -> bool:

@@ -31,7 +31,7 @@ from recon_jax.io import checkpoint
 NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")
 # Settings whose default changed: {name: (former default, new default)}.  A config.json
 # written before the change holds the former default; it resumes under the new one.
-FORMER_DEFAULTS = {"subspace_tol": (0.001, 0.0)}
+FORMER_DEFAULTS = {"subspace_tol": (0.001, 0.0), "task": ("binary", None)}
 
 
 def _renamed_default(key: str, want, have) -> bool:

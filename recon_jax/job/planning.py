@@ -201,6 +201,24 @@ def state_memory(cfg: JobConfig, v: recipe.VictimConfig, spec) -> Tuple[int, str
   return r * m * d * arrays * nbytes, how
 
 
+def size_text(nbytes: float, other: Optional[float] = None) -> str:
+  """``nbytes`` as a size that reads true: in the largest binary unit it holds at least one
+  of (bytes, KiB, MiB, GiB, TiB), with four significant digits (0.5 MiB, not 0.0 GiB); in
+  bytes where it would read as ``other`` does (two sizes compared)."""
+
+  def text(n: float) -> str:
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+      scale = 2 ** {"TiB": 40, "GiB": 30, "MiB": 20, "KiB": 10}[unit]
+      if abs(n) >= scale:
+        return f"{n / scale:.4g} {unit}"
+    return f"{int(n)} bytes"
+
+  shown = text(nbytes)
+  if other is not None and text(other) == shown and int(other) != int(nbytes):
+    return f"{int(nbytes):,} bytes"
+  return shown
+
+
 def check_memory(cfg: JobConfig, v: recipe.VictimConfig, spec) -> None:
   """Refuses a sweep whose restart state cannot fit: the limit or this machine's memory."""
   if v.dataset.strip().lower() not in data.INPUT_SHAPES:
@@ -208,13 +226,15 @@ def check_memory(cfg: JobConfig, v: recipe.VictimConfig, spec) -> None:
   need, how = state_memory(cfg, v, spec)
   limit_gb = float(cfg.runtime.max_memory_gb or 0.0)
   if limit_gb > 0:
-    limit, what = int(limit_gb * 2**30), "max_memory_gb limit"
+    limit = int(limit_gb * 2**30)
+    what = lambda size: f"the {size} that runtime.max_memory_gb={limit_gb:g} allows"
   else:
-    limit, what = available_memory(), "memory available on this machine"
+    limit = available_memory()
+    what = lambda size: f"the {size} of memory available on this machine"
   if limit is not None and need > limit:
     raise ConfigError(
-      f"num_restarts={cfg.search.num_restarts} needs at least {need / 2**30:.1f} GiB for the "
-      f"restarts' state ({how}), more than the {limit / 2**30:.1f} GiB {what}; use fewer "
+      f"num_restarts={cfg.search.num_restarts} needs at least {size_text(need, limit)} for "
+      f"the restarts' state ({how}), more than {what(size_text(limit, need))}; use fewer "
       "restarts (or candidates m), or split the sweep over several runs (seed).",
       argument="search.num_restarts",
     )

@@ -478,8 +478,10 @@ class _JobSettings:
     return config if isinstance(config, cls) else cls(**dict(config))
 
   def replace(self, **changes) -> "_JobSettings":
-    """A copy with ``changes`` (a setting's former name is read as its new one)."""
-    return dataclasses.replace(self, **changes)
+    """A copy with ``changes``: a setting's former name is read as its new one, a dotted
+    name (``"victim.lr"``, ``"search.steps"``) changes that setting of this config's section,
+    and one setting given two values is refused (:func:`renamed`)."""
+    return dataclasses.replace(self, **renamed(changes, base=self))
 
   def to_dict(self) -> dict:
     """The settings as nested plain values (config.json's ``config``)."""
@@ -530,6 +532,8 @@ def refuse_clashes(attack_sections: Mapping) -> None:
 
 
 refuse_clashes(ATTACK_SECTIONS)
+# The sections a dotted name may name a setting of (``"search.steps"``, ``"victim.lr"``).
+_DOTTED = (*SECTIONS, "victim")
 # The job's settings with each attack's options as a section of its own (a field per
 # registered attack that has options), made from the registry so an attack stays one module.
 JobConfig = dataclasses.make_dataclass(
@@ -542,9 +546,21 @@ JobConfig.__module__, JobConfig.__doc__ = __name__, _JobSettings.__doc__
 JobConfig.__init__ = _reading_former_names(JobConfig.__init__)
 
 
+def _whole(name: str, section) -> bool:
+  """Whether the mapping ``section`` holds every setting of the job's section ``name`` (as a
+  ConfigDict of :func:`reconstruct_config` does): a base, as the section's object is."""
+  cls = {**SECTIONS, "victim": VictimConfig}.get(name)
+  return cls is not None and {f.name for f in dataclasses.fields(cls)} <= set(section.keys())
+
+
+def _is_mapping(value) -> bool:
+  """A mapping of settings (a dict, a ConfigDict), not a section's object."""
+  return hasattr(value, "keys") and hasattr(value, "__getitem__") and not isinstance(value, type)
+
+
 def _section(value, name: str, typename: str):
   """A section's settings as a mapping; ConfigError naming the section otherwise."""
-  if hasattr(value, "keys") and hasattr(value, "__getitem__"):
+  if _is_mapping(value):
     return value
   raise ConfigError(
     f"{name} must be a {typename} or a mapping of its settings, got {value!r}.", name
@@ -555,7 +571,8 @@ def _entries(section, name: str) -> dict:
   """A section (its class, or a mapping of its settings) as a dict of its settings."""
   if dataclasses.is_dataclass(section) and not isinstance(section, type):
     return dataclasses.asdict(section)
-  return dict(_section(section, name, SECTIONS[name].__name__ if name in SECTIONS else "Threat"))
+  typename = {**{k: c.__name__ for k, c in SECTIONS.items()}, "victim": "VictimConfig"}
+  return dict(_section(section, name, typename.get(name, "Threat")))
 
 
 def _refuse_unknown(cls, given, prefix: str = "") -> None:
@@ -599,21 +616,42 @@ def is_former(name: str, value=None) -> bool:
   return name in RENAMED and not (name in SECTIONS and not isinstance(value, str))
 
 
-def renamed(given) -> dict:
+def renamed(given, base=None) -> dict:
   """``given`` (settings of the main job by name) with each former name (:data:`RENAMED`;
   a ``foreign`` section's entries too; a DeprecationWarning names each) and each dotted
-  name of a section's setting (``"runtime.x64"``) moved into its section, over what the
-  section holds."""
+  name of a section's setting (``"runtime.x64"``, ``"victim.lr"``) moved into its section.
+
+  A section given in part (a mapping of some of its settings) holds the user's own values: a
+  former or dotted name that gives one of them another value is refused naming both
+  (ConfigError), as are two names of one setting with different values.  A section given
+  whole, as its object (what ``dataclasses.replace`` passes) or a mapping of all its settings
+  (a ConfigDict of :func:`reconstruct_config`), is the base those names change; without the
+  section, ``base``'s (a JobConfig: :meth:`JobConfig.replace`) or the defaults are.
+  """
   given = dict(given)
+  own = {k: v for k, v in given.items() if _is_mapping(v) and not _whole(k, v)}  # the user's
   moved = {}
   for key in list(given):
     if key == "foreign":  # the former section itself: each of its entries
       moved.update({f"foreign.{k}": v for k, v in _entries(given.pop(key), key).items()})
-    elif is_former(key, given[key]) or ("." in key and key.partition(".")[0] in SECTIONS):
+    elif is_former(key, given[key]) or ("." in key and key.partition(".")[0] in _DOTTED):
       moved[key] = given.pop(key)
+  by: dict = {}  # each setting moved, by its name now: (the name it was given as, the value)
   for key, value in moved.items():
     new = RENAMED.get(key, key)
     if new.startswith("foreign."):  # an entry the former section did not have either
+      new = "threat." + new.partition(".")[2]
+    section, _, leaf = new.partition(".")
+    if new in by and not rules.same(by[new][1], value):
+      _refuse_twice(new, (by[new][0], f"{by[new][0]}={by[new][1]!r}"), (key, f"{key}={value!r}"))
+    if leaf and section in own and leaf in own[section]:
+      if not rules.same(own[section][leaf], value):
+        held = f"{section}={{{leaf!r}: {own[section][leaf]!r}}}"
+        _refuse_twice(new, (new, held), (key, f"{key}={value!r}"))
+    by[new] = key, value
+  for key, value in moved.items():
+    new = RENAMED.get(key, key)
+    if new.startswith("foreign."):
       new = "threat." + new.partition(".")[2]
     if new != key:
       warnings.warn(f"the setting {key} is now {new}", DeprecationWarning, stacklevel=3)
@@ -621,8 +659,21 @@ def renamed(given) -> dict:
     if not leaf:  # a setting at the top renamed
       given[section] = value
       continue
-    given[section] = {**_entries(given.get(section, {}), section), leaf: value}
+    held = given.get(section, getattr(base, section, None) if base is not None else {})
+    given[section] = {**_entries(held if held is not None else {}, section), leaf: value}
   return given
+
+
+def _refuse_twice(new: str, *given: tuple) -> None:
+  """ConfigError: the setting ``new`` given two values, ``given``: ``(the name it was given
+  as, how it was given)`` each (``steps=5``; ``search={'steps': 7}``)."""
+  formerly = [name for name, _ in given if name != new]
+  why = f" ({' and '.join(formerly)}: the former name of {new})" if formerly else ""
+  raise ConfigError(
+    f"{given[1][1]} and {given[0][1]} are the same setting{why}, given two values; give it once.",
+    new,
+    (),
+  )
 
 
 # What every setting of the main job may hold, read off its declarations (each field's

@@ -165,7 +165,8 @@ def validate(cfg) -> tuple:
     refuse(
       "n_train",
       f"with width={cfg.width}, num_restarts={cfg.num_restarts} and m={cfg.m} needs about "
-      f"{need / 2**30:.1f} GiB of activations, more than the {have / 2**30:.1f} GiB available; "
+      f"{planning.size_text(need, have)} of activations, more than the "
+      f"{planning.size_text(have, need)} available; "
       "use fewer points, a narrower victim or fewer restarts.",
     )
   labels = planning.candidate_labels("binary", cfg.m)

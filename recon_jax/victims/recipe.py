@@ -58,10 +58,12 @@ class VictimConfig:
     "digits | lfw | mnist5k (embedded) | mnist | cifar10 | cifar100 (files in data_dir)",
     Rule("str"),
   )
-  task: str = setting(
-    "binary",
-    "binary | multiclass (the labels follow loss: ce is multiclass)",
-    Rule("str", choices=data.TASKS),
+  # Unset, the task follows the loss (task_of); set, it must agree with the loss, which is
+  # what decides the labels and the outputs.
+  task: Optional[str] = setting(
+    None,
+    "binary | multiclass; unset: the loss's (ce is multiclass, logistic and mse binary)",
+    Rule("str", choices=data.TASKS, optional=True),
   )
   n_per_class: int = setting(
     10, "training images per class (the n the attack must find)", Rule("int", low=1, high=10**6)
@@ -176,7 +178,22 @@ class VictimConfig:
     added=True,
   )
 
+  def __new__(cls, *args, **given):
+    # a name that is no field: refused naming it as the job does (victim.foo), not a TypeError
+    unknown = sorted(set(given) - set(cls.__dataclass_fields__))
+    if unknown:
+      more = f" (nor {', '.join('victim.' + u for u in unknown[1:])})" if unknown[1:] else ""
+      raise FieldError(
+        unknown[0], f"is not a setting{more}; the settings are the fields of VictimConfig."
+      )
+    return super().__new__(cls)
+
   def __post_init__(self):
+    widths = self.widths
+    if isinstance(widths, (list, range, np.ndarray)):  # a recipe is hashed: a tuple, as given
+      object.__setattr__(
+        self, "widths", tuple(widths.tolist() if hasattr(widths, "tolist") else widths)
+      )
     # each field against its own rule where the recipe is built (what no victim can be built
     # with across fields, and settings of a feature that is off: validate)
     found = field_problem(self)
@@ -190,6 +207,8 @@ class VictimConfig:
 
   def key(self) -> str:
     d = self.to_dict()
+    if d["task"] is None:  # the task's former default: older victims keep their cache keys
+      d["task"] = "binary"
     for name, default in ADDED_FIELDS.items():  # unset, they keep older victims' cache keys
       if d[name] == default:
         del d[name]
@@ -270,13 +289,26 @@ def features(v: VictimConfig) -> dict:
   }
 
 
+def task_of(v: VictimConfig) -> str:
+  """The task of recipe ``v``: ``binary`` (one output: labels +-1) or ``multiclass`` (one
+  output per class), its ``task`` where set, else its loss's (ce: multiclass)."""
+  return v.task or ("multiclass" if v.loss == "ce" else "binary")
+
+
 def field_problem(v: VictimConfig) -> Optional[Tuple[str, str]]:
   """``(field, message)`` for the first field of ``v`` that breaks its own rule, or None (a
-  dataset's name is only a string here: a caller may train on images of its own)."""
+  dataset's name is only a string here: a caller may train on images of its own); a task
+  set against the loss too (the loss decides the labels and the outputs)."""
   for name, rule in RULES.items():
     found = rule_problem(getattr(v, name), rule)
     if found:
       return name, found
+  if v.task is not None and v.task != ("multiclass" if v.loss == "ce" else "binary"):
+    trains = "one output per class (multiclass)" if v.loss == "ce" else "one output (binary)"
+    return "task", (
+      f"is {v.task}, but victim.loss={v.loss} trains {trains}; the task follows the loss: "
+      "leave it unset, or set the loss that trains it."
+    )
   return None
 
 
@@ -291,8 +323,6 @@ def problem(v: VictimConfig, settings: bool = True) -> Optional[Tuple[str, str]]
   found = field_problem(v)
   if found is not None:
     return found
-  if v.task == "multiclass" and v.loss != "ce":
-    return "task", f"multiclass needs loss=ce (the labels follow the loss), got {v.loss!r}."
   if v.arch in ("mlp", "cnn") and not len(v.widths):
     return "widths", f"arch={v.arch} needs at least one width."
   if v.init == "normal" and v.init_std is None:

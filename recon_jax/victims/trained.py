@@ -152,10 +152,9 @@ def build(cfg: VictimConfig, ds: data.Dataset):
 
 
 def load_data(cfg: VictimConfig, data_dir: Optional[str] = None) -> data.Dataset:
-  task = "multiclass" if cfg.loss == "ce" else "binary"
   return data.load_dataset(
     cfg.dataset,
-    task=task,
+    task=recipe.task_of(cfg),
     n_per_class=cfg.n_per_class,
     n_part_per_class=cfg.n_part_per_class,
     seed=cfg.data_seed,
@@ -377,6 +376,8 @@ def recipe_of(meta: dict, path: str) -> VictimConfig:
   try:
     stored = dict(meta["victim"])
     stored["widths"] = tuple(stored["widths"])
+    if stored.get("task") == "binary" and stored.get("loss") == "ce":  # the task's former
+      stored["task"] = None  # default, written beside a loss it never described
     return VictimConfig(**stored)
   except (KeyError, TypeError) as e:
     raise checkpoint.CheckpointError(f"{path}: checkpoint has no victim config ({e}).") from None

@@ -159,13 +159,17 @@ def _test_entry(kind: str, scores_, is_member, seed: int, seconds: float) -> dic
   return out
 
 
-def weight_membership(apply_fn, theta, target: Target, ds: data.Dataset, seed: int = 0) -> dict:
+def weight_membership(
+  apply_fn, theta, target: Target, ds: data.Dataset, seed: int = 0, init=None
+) -> dict:
   """The membership tests that need no reconstruction, each scoring every training image and
   up to :data:`MAX_HELDOUT_WEIGHTS` held-out ones by one rule
   (:mod:`recon_jax.eval.weight_tests`): the loss and confidence of the model ``apply_fn`` at
   ``theta`` (theta*), and the fit of ``target.fit`` (theta*, or theta* - theta_0 with a known
-  start) by every given image's margin gradient at ``target.params`` (``kkt_fit`` on theta*
-  alone, ``change_fit`` on a change).  Returns ``{"tests": {name: entry}, "tests_skipped":
+  start ``init``) by every given image's margin gradient (``kkt_fit`` on theta* alone, at
+  theta*; ``change_fit`` on a change, averaged along the path from ``init`` to theta*), the
+  images the fit leaves at 0 ranked by their loss
+  (:func:`recon_jax.eval.weight_tests.kkt_fit_scores`).  Returns ``{"tests": {name: entry}, "tests_skipped":
   {name: why}}`` (:func:`_test_entry`), or ``{}`` without held-out images."""
   if not len(ds.x_test) or not len(ds.x_train):
     return {}
@@ -182,9 +186,8 @@ def weight_membership(apply_fn, theta, target: Target, ds: data.Dataset, seed: i
   fit_name = "change_fit" if known else "kkt_fit"
   tests, skipped = {}, {}
   t0 = time.time()
-  tests["loss"] = _test_entry(
-    "baseline", weight_tests.loss_scores(apply_fn, theta, x, y), is_member, seed, time.time() - t0
-  )
+  loss = weight_tests.loss_scores(apply_fn, theta, x, y)
+  tests["loss"] = _test_entry("baseline", loss, is_member, seed, time.time() - t0)
   t0 = time.time()
   conf = weight_tests.confidence_scores(apply_fn, theta, x)
   tests["confidence"] = _test_entry("baseline", conf, is_member, seed, time.time() - t0)
@@ -198,7 +201,9 @@ def weight_membership(apply_fn, theta, target: Target, ds: data.Dataset, seed: i
       len(held),
     )
     t0 = time.time()
-    fit = weight_tests.kkt_fit_scores(target.params, x, y, reference=target.fit if known else None)
+    fit = weight_tests.kkt_fit_scores(
+      theta, x, y, init=init if known else None, reference=target.fit, tie=loss
+    )
     tests[fit_name] = _test_entry("weights", fit, is_member, seed, time.time() - t0)
   return {"tests": tests, "tests_skipped": skipped} if skipped else {"tests": tests}
 
@@ -262,6 +267,7 @@ def score_run(
   labels=None,
   also=(),
   theta=None,
+  init=None,
 ) -> Scores:
   """The candidates ``cands`` [R, m, ...] (``weights`` [R, m], ``final_loss`` [R]) of a run on
   the victim ``apply_fn`` scored against the truth ``ds``: identifiability
@@ -277,7 +283,7 @@ def score_run(
   evaluation's ``also``).  The arrays are a job's own, made to fit together, so the pieces
   run without their argument checks (call them on their own to check yours).  ``theta``: the
   victim's theta*, for the membership tests from the weights
-  (:func:`weight_membership`; None: not run)."""
+  (:func:`weight_membership`; None: not run), and ``init`` its theta_0 where known."""
   timing = {}
   t0 = time.time()
   restarts, restart_weights, diverged = cands, weights, None if run is None else run.diverged
@@ -306,7 +312,7 @@ def score_run(
   progress.phase("the membership test")
   member = membership_report(cands, final_loss, ds, seed)
   if theta is not None and problem != "general":
-    weights_ = weight_membership(apply_fn, theta, target, ds, seed)
+    weights_ = weight_membership(apply_fn, theta, target, ds, seed, init)
     if weights_ and member.get("auc") is not None:  # today's score is one test among them
       rec = {k: member[k] for k in ("auc", "p_value", "significant")}
       rec["tpr_at_fpr"] = dict(member["tpr_at_fpr"])

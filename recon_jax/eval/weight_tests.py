@@ -35,6 +35,11 @@ from recon_jax.errors import ConfigError
 BLOCK = 512  # images a block when the layers' factors are computed (bounds memory)
 FIT_ITERS = 3000  # projected-gradient iterations of the nonnegative fit
 FIT_TOL = 1e-7  # its stopping tolerance (jaxopt's, on the step)
+# Points on the path from theta_0 to theta* where the gradients of a known start's fit are
+# averaged (:func:`path_factors`).  Chosen on mnist5k 250 + 250, 784-2048-1, the finetune
+# recipe, data draws 0-2 (AUC against 4,000 held-out digits): 1 point (the midpoint) 0.976,
+# 0.985, 0.982; 4 points 0.982, 0.989, 0.985; 8 points 0.983, 0.989, 0.986; 16 no better.
+PATH_POINTS = 8
 
 
 class Dense(NamedTuple):
@@ -136,22 +141,37 @@ def gram_and_projection(layers, reference, factors, first_only: bool = False):
   return K, b
 
 
+def lipschitz(K, iterations: int = 50):
+  """The largest eigenvalue of the positive semidefinite ``K`` (power iteration), 5% over."""
+  v = jnp.ones((K.shape[0],), K.dtype) / jnp.sqrt(K.shape[0])
+
+  def power(v, _):
+    w = K @ v
+    return w / jnp.maximum(jnp.linalg.norm(w), 1e-30), None
+
+  v, _ = jax.lax.scan(power, v, None, iterations)
+  return 1.05 * jnp.maximum(v @ (K @ v), 1e-30)
+
+
 @jax.jit
 def nonnegative_fit(K, b):
   """The multipliers ``lam >= 0`` minimising ``||reference - sum_i lam_i g_i||^2``, from the
-  Gram matrix ``K`` and ``b = G reference`` (projected gradient, jaxopt), and the fit's
-  relative residual."""
-  scale = jnp.maximum(jnp.trace(K) / K.shape[0], 1e-30)
-  Kn, bn = K / scale, b / scale
+  Gram matrix ``K`` and ``b = G reference``: accelerated projected gradient (jaxopt) at the
+  fixed step ``1 / L`` (``L``: :func:`lipschitz`), no line search (measured on 4,500 images:
+  the same multipliers in 7 s where the line-searched solver took 80-130 s)."""
 
   def fun(lam):
-    return 0.5 * lam @ (Kn @ lam) - bn @ lam
+    return 0.5 * lam @ (K @ lam) - b @ lam
 
   pg = jaxopt.ProjectedGradient(
-    fun, projection=jaxopt.projection.projection_non_negative, maxiter=FIT_ITERS, tol=FIT_TOL
+    fun,
+    projection=jaxopt.projection.projection_non_negative,
+    stepsize=lambda _, step=1.0 / lipschitz(K): step,  # a callable: the step is traced
+    maxiter=FIT_ITERS,
+    tol=FIT_TOL,
+    acceleration=True,
   )
-  lam = pg.run(jnp.zeros_like(bn)).params
-  return lam
+  return pg.run(jnp.zeros_like(b)).params
 
 
 def _given(x, y):
@@ -169,21 +189,59 @@ def _stack_or_refuse(params, what: str):
   return layers
 
 
-def kkt_fit_scores(params, x, y, *, reference=None, first_only: bool = False) -> np.ndarray:
+def path_factors(params, init, x, y, points: int = PATH_POINTS):
+  """:func:`layer_factors` averaged over the straight path from ``init`` to ``params``, at the
+  midpoints of ``points`` equal segments: gradient descent's change is the sum of the
+  gradients along its path, not at one end.  For one hidden layer the average of the
+  rank-one gradients is the rank-one product of the averaged factors (one factor of each
+  layer is the same all along: the image, or the output's margin coefficient); deeper, the
+  product of the averages stands for the average of the products."""
+  per = [
+    layer_factors(_stack_or_refuse(between(params, init, (k + 0.5) / points), "params"), x, y)
+    for k in range(points)
+  ]
+  return [
+    (sum(f[l][0] for f in per) / points, sum(f[l][1] for f in per) / points)
+    for l in range(len(per[0]))
+  ]
+
+
+def zero_ties(lam, tie) -> np.ndarray:
+  """``lam`` where positive; the images the fit leaves at 0 ranked below all of them by
+  ``tie`` (higher: more likely a member), so that they are not one block of equal scores."""
+  lam, tie = np.asarray(lam, np.float64), np.asarray(tie, np.float64)
+  below = -1.0 - (tie.max() - tie) if tie.size else tie
+  return np.where(lam > 0, lam, below)
+
+
+def kkt_fit_scores(
+  params, x, y, *, init=None, reference=None, first_only: bool = False, tie=None
+) -> np.ndarray:
   """The multiplier each given image (``x`` [N, ...], ``y`` [N]: +-1, or classes) carries when
-  ``reference`` (default ``params``: theta* alone, Haim et al.'s setting; with a known
-  theta_0 the change theta* - theta_0, the gradients then taken at ``params``) is fitted by
-  a nonnegative sum of all the images' margin gradients, each gradient scaled to unit norm
-  (so a multiplier is the part of the reference the image explains).  [N], higher for
-  members."""
+  ``reference`` is fitted by a nonnegative sum of all the images' margin gradients, each
+  gradient scaled to unit norm (so a multiplier is the part of the reference the image
+  explains).  [N], higher for members.
+
+  Without ``init`` (Haim et al.'s setting): ``reference`` defaults to theta* (``params``)
+  and the gradients are taken there.  With a known start ``init`` (theta_0): ``reference``
+  defaults to the change theta* - theta_0 and the gradients are averaged along the path
+  between them (:func:`path_factors`).  ``tie`` [N] (e.g. minus the loss) ranks the images
+  whose multiplier is 0 below the rest (:func:`zero_ties`); None leaves them tied at 0."""
   x, y = _given(x, y)
   layers = _stack_or_refuse(params, "kkt_fit_scores")
-  ref = layers if reference is None else _stack_or_refuse(reference, "kkt_fit_scores reference")
-  factors = layer_factors(layers, jnp.asarray(x), jnp.asarray(y))
+  if reference is None:
+    reference = params if init is None else change_of(params, init)
+  ref = _stack_or_refuse(reference, "kkt_fit_scores reference")
+  xs, ys = jnp.asarray(x), jnp.asarray(y)
+  if init is None:
+    factors = layer_factors(layers, xs, ys)
+  else:
+    _stack_or_refuse(init, "kkt_fit_scores init")
+    factors = path_factors(params, init, xs, ys)
   K, b = gram_and_projection(layers, ref, factors, first_only)
   norm = jnp.sqrt(jnp.maximum(jnp.diag(K), 1e-30))
-  lam = nonnegative_fit(K / norm[:, None] / norm[None, :], b / norm)
-  return np.asarray(lam, np.float64)
+  lam = np.asarray(nonnegative_fit(K / norm[:, None] / norm[None, :], b / norm), np.float64)
+  return lam if tie is None else zero_ties(lam, tie)
 
 
 def _outputs(apply_fn, params, x) -> np.ndarray:
@@ -227,7 +285,8 @@ def between(params, init, t: float = 0.5):
 def weight_scores(apply_fn, params, x, y, init=None) -> Tuple[dict, dict]:
   """Every test that applies, as ``({name: scores [N]}, {name: why it was skipped})``:
   ``loss`` and ``confidence`` always; with a dense stack ``kkt_fit`` (theta* alone) or, with a
-  known ``init``, ``change_fit`` (the change fitted by gradients at the midpoint)."""
+  known ``init``, ``change_fit`` (the change fitted by gradients along the path), the images
+  either leaves at 0 ranked by their loss (:func:`kkt_fit_scores`)."""
   out = {
     "loss": loss_scores(apply_fn, params, x, y),
     "confidence": confidence_scores(apply_fn, params, x),
@@ -237,10 +296,6 @@ def weight_scores(apply_fn, params, x, y, init=None) -> Tuple[dict, dict]:
     why = "the network is not a stack of dense layers"
     skipped["change_fit" if init is not None else "kkt_fit"] = why
     return out, skipped
-  if init is None:
-    out["kkt_fit"] = kkt_fit_scores(params, x, y)
-  else:
-    out["change_fit"] = kkt_fit_scores(
-      between(params, init), x, y, reference=change_of(params, init)
-    )
+  name = "kkt_fit" if init is None else "change_fit"
+  out[name] = kkt_fit_scores(params, x, y, init=init, tie=out["loss"])
   return out, skipped

@@ -438,6 +438,7 @@ def _scored(plan: Plan, att: Attacked, vic, ds: data.Dataset):
     # after a hand-over the direct attack's images are the attacker's too
     also=() if att.direct is None else (att.direct.candidates[0], att.reread),
     theta=vic.params,
+    init=vic.init,
   )
   entries = {
     "n_train": len(ds.x_train),
@@ -473,7 +474,7 @@ def membership_stage(plan: Plan, vic, ds: data.Dataset, setup) -> dict:
   progress.phase("the membership tests from the weights")
   t0 = time.time()
   tests = scoring.weight_membership(
-    vic.apply_fn, vic.params, setup.target, ds, plan.config.search.seed
+    vic.apply_fn, vic.params, setup.target, ds, plan.config.search.seed, vic.init
   )
   membership = tests or {"skipped": "no held-out images to compare the training images with"}
   return {

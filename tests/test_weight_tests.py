@@ -124,7 +124,7 @@ def test_the_weights_alone_give_leaks_only_above_the_loss_baseline_at_a_tenth_of
 def test_a_membership_only_audit_concludes_on_the_weights_tests_alone():
   from recon_jax.eval import verdict
 
-  only = dict(recovered_strict=None, identifiability={"skipped": "attack=none", "ratio": None})
+  only = dict(membership_only=True, recovered_strict=None, identifiability={"ratio": None})
   said = verdict.decide(_with_tests(0.8, 0.01, **only))
   assert said["verdict"] == "leaks" and said["membership_only"]
   assert said["line"].endswith(verdict.NOT_ATTEMPTED), said["line"]

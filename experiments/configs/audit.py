@@ -10,7 +10,7 @@ import ml_collections
 
 from recon_jax.core import rules
 from recon_jax.job.audit import HELP as AUDIT_HELP
-from recon_jax.job.audit import NOT_LISTED
+from recon_jax.job.audit import NOT_LISTED, audit_renamed
 from recon_jax.job.settings import HELP as JOB_HELP
 from recon_jax.job.settings import RENAMED as RENAMED_IN_JOB
 from recon_jax.job.settings import Threat, reconstruct_config
@@ -22,20 +22,9 @@ HELP = {
   **{f"job.{k}": v for k, v in JOB_HELP.items() if not k.startswith(_OWN)},
 }
 HIDDEN = NOT_LISTED  # the former name of theta0, and the job's settings an audit does not read
-# The job's settings that moved into a section, under their former names (--config.job.steps);
-# those that moved into the threat section are the audit's own, at its top
-# (--config.job.checkpoint: --config.model), read so under their former names at its top too
-# (--config.checkpoint).
-RENAMED = {
-  **{f"job.{old}": f"job.{new}" for old, new in RENAMED_IN_JOB.items() if not new.startswith(_OWN)},
-  **{
-    f"{where}{old}": new.removeprefix("threat.")
-    for old, new in RENAMED_IN_JOB.items()
-    if new.startswith("threat.")
-    for where in ("job.", "")
-    if f"{where}{old}" != new.removeprefix("threat.")
-  },
-}
+RENAMED = audit_renamed(
+  RENAMED_IN_JOB, _OWN
+)  # former names: --config.job.steps, --config.checkpoint
 
 PRESETS = {"default": {}, "quick": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250}}
 

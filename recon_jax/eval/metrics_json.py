@@ -776,6 +776,7 @@ class Metrics(Section):
   victim_source: Optional[str] = key()  # 'trained', 'cache', or the file it was read from
   n_train: Optional[int] = key()  # 0: a blind attack
   blind: Optional[bool] = key()  # no training images (absent otherwise)
+  membership_only: Optional[bool] = key()  # attack=none: no reconstruction (absent otherwise)
   m: Optional[int] = key()  # candidates per restart
   num_restarts: Optional[int] = key()  # of the search (a direct attack: 1)
   recovered_strict: Optional[int] = key()  # pooled over restarts (None: blind)

@@ -176,7 +176,7 @@ def _direct_warnings(r: Metrics, searched: bool) -> list:
   cone = r.regime.cone
   if r.cannot:
     out.append(f"attack={r.attack} did not run: {r.cannot}")
-  elif r.recovered_strict is None:  # a membership-only audit: no reading to warn of
+  elif r.membership_only:  # attack=none: no reading to warn of
     pass
   elif not searched and 2 * m < n:
     under = cone.under_noise_floor
@@ -336,7 +336,7 @@ def _by_weights(m: Metrics, said: dict) -> dict:
     return said
   k, n = int(m.recovered_strict or 0), int(m.n_train or 0)
   what = f"{k} of {n} reconstructed strictly" if k else "no image reconstructed"
-  if m.recovered_strict is None:  # a membership-only audit: the reasons were the tests'
+  if m.membership_only:  # a membership-only audit: the reasons were the tests'
     reasons = [f"{evidence}; {NOT_ATTEMPTED}"]
   else:
     reasons = [f"{evidence}; {what}", *(r for r in said["reasons"] if "AUC" not in r)]
@@ -361,7 +361,7 @@ def _decide(m: Metrics, searched: bool) -> dict:
       m,
       tol,
     )
-  if m.recovered_strict is None:  # a membership-only audit (attack=none)
+  if m.membership_only:  # a membership-only audit (attack=none)
     return _out(
       CANNOT_TELL,
       [

@@ -163,10 +163,11 @@ def nonnegative_fit(K, b):
   def fun(lam):
     return 0.5 * lam @ (K @ lam) - b @ lam
 
+  step = 1.0 / lipschitz(K)
   pg = jaxopt.ProjectedGradient(
     fun,
     projection=jaxopt.projection.projection_non_negative,
-    stepsize=lambda _, step=1.0 / lipschitz(K): step,  # a callable: the step is traced
+    stepsize=lambda _: step,  # a callable: a traced number would be taken for "line search?"
     maxiter=FIT_ITERS,
     tol=FIT_TOL,
     acceleration=True,

@@ -89,3 +89,20 @@ def audit_job(
 def _dense_first_layer(path: str) -> bool:
   """Whether the model's first layer is dense (its candidates can live in the span)."""
   return foreign.first_layer_input(path)[0] == "dense"
+
+
+def audit_renamed(renamed_in_job: dict, own: tuple) -> dict:
+  """The audit's former flags, ``{former: now}``: the job's settings that moved into a
+  section, under ``job.`` (``job.steps`` -> ``job.search.steps``), except those the audit
+  holds at its top (``own`` prefixes); and those that moved into the threat section, which
+  are the audit's own at its top, read under their former names with or without ``job.``
+  (``job.checkpoint`` and ``checkpoint`` -> ``model``)."""
+  out = {
+    f"job.{old}": f"job.{new}" for old, new in renamed_in_job.items() if not new.startswith(own)
+  }
+  for old, new in renamed_in_job.items():
+    if new.startswith("threat."):
+      for where in ("job.", ""):
+        if f"{where}{old}" != new.removeprefix("threat."):
+          out[f"{where}{old}"] = new.removeprefix("threat.")
+  return out

@@ -479,6 +479,7 @@ def membership_stage(plan: Plan, vic, ds: data.Dataset, setup) -> dict:
   membership = tests or {"skipped": "no held-out images to compare the training images with"}
   return {
     "n_train": len(ds.x_train),
+    "membership_only": True,
     "m": 0,
     "num_restarts": 0,
     "recovered_strict": None,

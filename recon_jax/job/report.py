@@ -108,7 +108,7 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
       f"{'s' if restarts != 1 else ''} | no training images were given: nothing is counted, "
       "and candidates.png shows what the attack found |"
     )
-  elif m.recovered_strict is None:  # a membership-only audit (attack=none)
+  elif m.membership_only:  # attack=none
     lines.append(
       f"| reconstruction | not attempted | attack=none: the {n} training images and the "
       "held-out ones are scored by the membership tests below alone |"
@@ -187,7 +187,7 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     if t.estimate_s is not None
     else ""
   )
-  parts = "victim, attack, scoring" if m.recovered_strict is not None else "victim, tests"
+  parts = "victim, tests" if m.membership_only else "victim, attack, scoring"
   lines.append(f"| time | {_num(t.total_s, '.0f')} s | {parts}{guess} |")
   lines += ["", "## Figures", ""]
   for name, what in FIGURES:

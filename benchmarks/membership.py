@@ -1,0 +1,89 @@
+r"""Membership from the weights at the sizes real models are trained on: the main job with
+``attack=none`` (no reconstruction) per data draw, each test's AUC and TPR at 1% and 0.1%
+FPR against up to 4,000 held-out images, and the seconds the tests took (victim apart).
+
+  python -m benchmarks.membership                     # mnist5k 250 + 250, 784-2048-1, draws 3-5
+  python -m benchmarks.membership --draws=0,1,2 --n-per-class=300 --epochs=500
+  python -m benchmarks.membership --wrong             # a training folder of unseen digits
+
+The victim is the ``finetune`` recipe (He init, full-batch GD, lr 0.01, theta_0 known) on
+mnist5k; ``--known-init=False`` reads theta* alone (the ``kkt_fit`` test).  ``--wrong``
+gives the job images the model never saw as its training set (its AUC should be about 0.5).
+Victims are cached (RECON_JAX_CACHE), so a second run measures the tests alone.  Prints
+one JSON record per draw, then their means with 95% Student-t intervals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+import numpy as np
+
+from recon_jax.studies.efficacy import interval
+
+
+def job_config(draw: int, args):
+  from experiments.configs import reconstruct as configs
+
+  cfg = configs.get_config("finetune")
+  cfg.attack = "none"
+  cfg.threat.known_init = args.known_init
+  v = cfg.victim
+  v.dataset, v.n_per_class, v.data_seed, v.epochs = "mnist5k", args.n_per_class, draw, args.epochs
+  v.widths = tuple(int(w) for w in args.widths.split(","))
+  return cfg
+
+
+def one_draw(draw: int, args) -> dict:
+  from recon_jax.job import planning
+  from recon_jax.job import run as job_run
+
+  plan = planning.prepare(job_config(draw, args))
+  if args.wrong:  # images the model never saw, given as its training set
+    ds = plan.source.dataset
+    k = len(ds.x_train)
+    wrong = ds._replace(
+      x_train=ds.x_test[:k], y_train=ds.y_test[:k], x_test=ds.x_test[k:], y_test=ds.y_test[k:]
+    )
+    plan = plan._replace(source=plan.source._replace(dataset=wrong))
+  t0 = time.time()
+  with tempfile.TemporaryDirectory() as work:
+    m = job_run.run_reconstruction(plan, f"{work}/w")
+  tests = m["membership"].get("tests", {})
+  out = {"draw": draw, "n": m["n_train"], "verdict": m["verdict"], "wall_s": time.time() - t0}
+  out["tests_s"] = m["timing"]["membership_s"]
+  out["victim_s"] = m["timing"]["victim_s"]
+  for name, t in tests.items():
+    r = t["tpr_at_fpr"]
+    out[name] = {"auc": t["auc"], "tpr_1pct": r["0.01"], "tpr_01pct": r["0.001"]}
+  return out
+
+
+def main(argv=None) -> None:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--draws", default="3,4,5", help="data draws (comma-separated)")
+  p.add_argument("--n-per-class", type=int, default=250)
+  p.add_argument("--widths", default="2048")
+  p.add_argument("--epochs", type=int, default=2000)
+  p.add_argument("--known-init", type=lambda s: s.lower() != "false", default=True)
+  p.add_argument("--wrong", action="store_true", help="unseen images as the training set")
+  args = p.parse_args(argv)
+  rows = []
+  for draw in (int(d) for d in args.draws.split(",")):
+    rows.append(one_draw(draw, args))
+    print(json.dumps(rows[-1]), flush=True)
+  summary = {"draws": [r["draw"] for r in rows], "config": vars(args)}
+  for name in rows[0]:
+    if isinstance(rows[0][name], dict):
+      for k in rows[0][name]:
+        vals = [r[name][k] for r in rows if r.get(name) and r[name][k] is not None]
+        summary[f"{name}.{k}"] = interval(np.asarray(vals, float)) if vals else None
+  summary["tests_s"] = interval(np.asarray([r["tests_s"] for r in rows], float))
+  print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+  main()

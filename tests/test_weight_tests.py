@@ -168,3 +168,25 @@ def verdict_line_ok(m) -> bool:
   weights' tests."""
   line = m["verdict_line"]
   return "attack=none" in line and (m["verdict"] != "leaks" or "told apart by" in line)
+
+
+def test_blank_and_copied_heldout_images_are_left_out_with_a_sentence_saying_so():
+  """One digit copied 40 times (with both labels) and 40 blank images among 30 real held-out
+  digits: 39 copies and the 40 blanks go, the first copy and the 30 stay, and the sentence
+  names the file and the counts (with them, the copies' scores would be one block of ties
+  that the membership tests count as 40 images)."""
+  from recon_jax.data import load_dataset
+  from recon_jax.victims import sources
+
+  ds = load_dataset("digits", n_per_class=5, seed=0, subtract_mean=False)
+  real, copies = ds.x_test[:30], np.repeat(ds.x_test[30:31], 40, axis=0)
+  blank = np.full((40, *ds.x_test.shape[1:]), 0.3, np.float32)
+  held = np.concatenate([real, copies, blank])
+  labels = np.concatenate([ds.y_test[:30], np.where(np.arange(40) % 2, 1.0, -1.0), ds.y_test[:40]])
+  mixed = ds._replace(x_test=held, y_test=labels.astype(ds.y_test.dtype))
+  kept, why = sources.drop_degenerate(mixed, "held.npz")
+  assert len(kept.x_test) == 31 and np.array_equal(kept.x_test[:30], real)
+  assert why.startswith("heldout: 79 of the 110 images of held.npz were left out (40 blank ")
+  assert "39 copies of another held-out image" in why and why.endswith("31 remain")
+  same, none = sources.drop_degenerate(ds, "held.npz")  # real digits: nothing goes
+  assert none is None and same is ds

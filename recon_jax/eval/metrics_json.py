@@ -771,6 +771,7 @@ class Metrics(Section):
   assumed: Assumed = key(section=Assumed)  # what the report took as given
   assumes_stationary: Optional[bool] = key()  # the attack assumes a stationary victim
   dataset: Optional[str] = key()  # the images' dataset (a user's: their folder)
+  heldout_removed: Optional[str] = key()  # held-out blanks and copies left out (absent: none)
   regime: Regime = key(section=Regime)  # what the job read of theta* first
   victim: Victim = key(section=Victim)  # its training summary
   victim_source: Optional[str] = key()  # 'trained', 'cache', or the file it was read from

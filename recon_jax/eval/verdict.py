@@ -95,7 +95,7 @@ def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list
 
 def _warnings(r: Metrics, searched: bool) -> list:
   """:func:`run_warnings` after the victim's."""
-  out = []
+  out = [r.heldout_removed] if r.heldout_removed else []
   n_div = r.selection.n_diverged
   restarts = r.num_restarts or 0
   if searched and n_div and n_div == restarts:

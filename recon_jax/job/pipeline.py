@@ -408,6 +408,8 @@ def _head(plan: Plan) -> dict:
     "assumes_stationary": plan.spec.assumes_stationary(plan.options),
   }
   head["dataset"] = head["assumed"]["dataset"]
+  if plan.source.heldout_removed:
+    head["heldout_removed"] = plan.source.heldout_removed
   return head
 
 

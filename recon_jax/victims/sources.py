@@ -159,6 +159,7 @@ class Source(NamedTuple):
   stored: Optional[Stored] = None  # a recon_jax checkpoint
   imported: Optional[foreign.Imported] = None  # a PyTorch or safetensors model, mapped
   init: Any = None  # theta_0 from its own file, checked against the victim's layers
+  heldout_removed: Optional[str] = None  # which held-out images were left out, and why
 
 
 def read(
@@ -248,9 +249,46 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
   check_outputs(apply_fn, imp.params, ds, path)
   if init is not None:
     check_outputs(apply_fn, init, ds, f"{init_path} (the initial parameters)")
+  removed = None
   if images is not None and images.train and images.heldout:
     refuse_copies(ds, images.heldout)
-  return Source(cfg, ds, path, imported=imp, init=init)
+    ds, removed = drop_degenerate(ds, images.heldout)
+  return Source(cfg, ds, path, imported=imp, init=init, heldout_removed=removed)
+
+
+# A held-out image this flat (standard deviation of its pixels, on the 0-1 scale) carries no
+# image: a blank.  One grey level of an 8-bit image.
+FLAT = 1.0 / 255
+
+
+def drop_degenerate(ds: data.Dataset, heldout: str):
+  """``(ds, why)``: the held-out images less the blank ones (pixels within :data:`FLAT` of
+  constant) and the copies of an earlier held-out image (root-mean-square difference of at
+  most 2 grey levels; the first copy kept), with one sentence saying how many went from
+  ``heldout`` and why (None: none).  Copies and blanks make the held-out set smaller than it
+  looks and its scores one block of ties: a membership test's rates and p-value would count
+  one image many times."""
+  x = np.asarray(ds.x_test)
+  if not len(x):
+    return ds, None
+  flat = x.reshape(len(x), -1).std(axis=1) <= FLAT
+  copy = np.zeros(len(x), bool)
+  for i, j in membership.near_duplicates(x, x, rms=2.0 / 255):
+    if i < j and not flat[i]:
+      copy[j] = True
+  copy &= ~flat
+  gone = flat | copy
+  if not gone.any():
+    return ds, None
+  said = [f"{int(flat.sum())} blank" if flat.any() else "", f"{int(copy.sum())} copies of another"]
+  why = " and ".join(w for w in said if w and not w.startswith("0 "))
+  keep = ~gone
+  ds = ds._replace(x_test=ds.x_test[keep], y_test=ds.y_test[keep])
+  return ds, (
+    f"heldout: {int(gone.sum())} of the {len(x)} images of {heldout} were left out ({why} "
+    f"held-out image): they would count one image many times in the membership tests and "
+    f"the held-out baseline; {int(keep.sum())} remain"
+  )
 
 
 def refuse_copies(ds: data.Dataset, heldout: str) -> None:

@@ -87,3 +87,24 @@ def test_many_images_seek_their_nearest_among_the_most_correlated():
   sought = membership.nearest_neighbour_ssim(x, 3, exact_up_to=10)
   np.testing.assert_allclose(sought, exact, atol=1e-6)
   assert membership.smallest_p(500, 1000) == 1e-4  # C(1500, 500) is beyond any float
+
+
+def test_the_permutation_p_value_is_uniform_when_the_members_are_drawn_at_random():
+  """Under the null (which given images are called members is drawn at random, the scores
+  fixed: ties among them included), P(p <= a) is a for every a the test can give: over 400
+  random relabellings, the share at or below 0.05, 0.1 and 0.5 lies within four binomial
+  standard deviations of it, and a Kolmogorov-Smirnov test does not reject uniformity."""
+  import scipy.stats
+
+  rng = np.random.default_rng(0)
+  scores = np.round(rng.normal(size=80), 1)  # ties, as a fit's zeros give
+  ps = []
+  for trial in range(400):
+    member = np.zeros(80, bool)
+    member[rng.choice(80, 12, replace=False)] = True
+    ps.append(membership.permutation_p(scores, member, permutations=199, seed=trial))
+  ps = np.asarray(ps)
+  for a in (0.05, 0.1, 0.5):
+    share, sd = (ps <= a).mean(), np.sqrt(a * (1 - a) / len(ps))
+    assert abs(share - a) <= 4 * sd + 1.0 / 200, (a, share)
+  assert scipy.stats.kstest(ps, "uniform").pvalue > 1e-3

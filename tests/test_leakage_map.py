@@ -25,6 +25,10 @@ def test_the_quick_map_runs_and_tells_the_two_sides_apart(tmp_path):
   table = (tmp_path / "leakage_map.md").read_text()
   assert "| theta_0 known | yes | 6 |" in table and "verdict" in table
   assert (tmp_path / "leakage_map.png").stat().st_size > 0
+  # membership beside the reconstruction: the change's fit with theta_0, theta*'s without
+  assert known["membership_weights_auc"]["mean"] > 0.5
+  assert unknown["membership_weights_auc"]["mean"] == unknown["membership_weights_auc"]["mean"]
+  assert "membership AUC (weights)" in table
 
 
 def test_a_map_naming_a_variant_not_run_is_refused():
@@ -53,6 +57,7 @@ def test_cells_with_different_draw_counts_say_how_many_each_has():
   assert "| width | 2048 | 20 | 3 | 17.0 [" in table
   assert "| width | 4096 | 20 | 2 | 18.5 [" in table and "truth fits best 1/2" in table
   assert leakage_map._draws(out) == "2-3 draws (the verdict counts each)"
+  assert table.count(" | - | - / - | ") == 2  # membership not measured in these draws
 
 
 def test_a_cell_the_attack_declined_says_so_not_that_the_truth_fits_best():

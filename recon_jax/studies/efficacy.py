@@ -50,6 +50,30 @@ class Number(NamedTuple):
   nonnegative: bool = False  # never below 0 (seconds): its interval is clipped there
 
 
+def _best_weights_test(m: Metrics):
+  """The membership test read off the weights with the highest TPR at 0.1% FPR (its AUC
+  where none resolves that rate), or None where none ran."""
+  tests = [t for t in m.membership.tests.values() if t.kind == "weights"]
+  if not tests:
+    return None
+  return max(tests, key=lambda t: (t.tpr_at_fpr.tenth_pct or -1.0, t.auc or -1.0))
+
+
+def _weights_auc(m: Metrics):
+  t = _best_weights_test(m)
+  return None if t is None else t.auc
+
+
+def _weights_tpr(m: Metrics):
+  t = _best_weights_test(m)
+  return None if t is None else t.tpr_at_fpr.tenth_pct
+
+
+def _loss_tpr(m: Metrics):
+  t = m.membership.tests.get("loss")
+  return None if t is None else t.tpr_at_fpr.tenth_pct
+
+
 def _ratio(m: Metrics):
   """The attack's best residual over the truth's (>= 1: the truth fits at least as well);
   None where the attack declined (no candidate to compare)."""
@@ -172,6 +196,10 @@ NUMBERS = (
     nonnegative=True,
   ),
   Number("declined", lambda m: float(bool(m.cannot)), count=True),
+  # membership read off the weights, no reconstruction (recon_jax.eval.weight_tests)
+  Number("membership_weights_auc", _weights_auc, "weights' membership AUC", digits=3),
+  Number("membership_weights_tpr", _weights_tpr, "its TPR at 0.1% FPR", digits=2),
+  Number("membership_loss_tpr", _loss_tpr, "the loss baseline's TPR at 0.1% FPR", digits=2),
 )
 DRAW_KEYS = tuple(n.key for n in NUMBERS)
 

@@ -115,6 +115,7 @@ def cells(out: Mapping, spec) -> list:
           "strict_pooled": agg["strict_pooled"],
           "strict_selected": agg["strict_selected"],
           "log10_identifiability_ratio": agg["log10_identifiability_ratio"],
+          **{k: agg.get(k) for k in MEMBERSHIP},
           "verdict": _verdict(agg),
         }
       )
@@ -129,18 +130,30 @@ def _fmt(iv: Mapping, digits: int = 1) -> str:
   return f"{iv['mean']:.{digits}f} [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]"
 
 
+# The membership columns of a cell (recon_jax.studies.efficacy.NUMBERS): the best test read
+# off the weights (AUC, TPR at 0.1% FPR) and the loss baseline's TPR there.
+MEMBERSHIP = ("membership_weights_auc", "membership_weights_tpr", "membership_loss_tpr")
+
+
+def _fmt_or_dash(iv, digits: int) -> str:
+  return "-" if not iv else _fmt(iv, digits)
+
+
 def table(out: Mapping, spec, n_of: Mapping) -> str:
-  """The map as a markdown table (one line per cell; ``n_of``: ``{variant: n_train}``)."""
+  """The map as a markdown table (one line per cell; ``n_of``: ``{variant: n_train}``), with
+  membership from the weights beside the reconstruction (``-``: not measured in that run)."""
   lines = [
     "| axis | value | n | draws | strict pooled | attacker-selected | log10 identifiability "
-    "ratio | verdict |",
-    "|---|---|---|---|---|---|---|---|",
+    "ratio | membership AUC (weights) | TPR at 0.1% FPR: weights / loss | verdict |",
+    "|---|---|---|---|---|---|---|---|---|---|",
   ]
   for c in cells(out, spec):
+    auc, tpr, loss = (c[k] for k in MEMBERSHIP)
     lines.append(
       f"| {c['axis']} | {c['label']} | {n_of.get(c['variant'], '?')} | "
       f"{c['strict_pooled']['n']} | {_fmt(c['strict_pooled'])} | {_fmt(c['strict_selected'])} | "
-      f"{_fmt(c['log10_identifiability_ratio'], 2)} | {c['verdict']} |"
+      f"{_fmt(c['log10_identifiability_ratio'], 2)} | {_fmt_or_dash(auc, 3)} | "
+      f"{_fmt_or_dash(tpr, 2)} / {_fmt_or_dash(loss, 2)} | {c['verdict']} |"
     )
   return "\n".join(lines) + "\n"
 

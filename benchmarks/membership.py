@@ -3,11 +3,13 @@ r"""Membership from the weights at the sizes real models are trained on: the mai
 FPR against up to 4,000 held-out images, and the seconds the tests took (victim apart).
 
   python -m benchmarks.membership                     # mnist5k 250 + 250, 784-2048-1, draws 3-5
-  python -m benchmarks.membership --draws=0,1,2 --n-per-class=300 --epochs=500
+  python -m benchmarks.membership --n-per-class=600 --epochs=500   # n = 1,200, above d
   python -m benchmarks.membership --wrong             # a training folder of unseen digits
+  python -m benchmarks.membership --preset=paper_mnist5k --epochs=10000  # Haim et al.'s
 
-The victim is the ``finetune`` recipe (He init, full-batch GD, lr 0.01, theta_0 known) on
-mnist5k; ``--known-init=False`` reads theta* alone (the ``kkt_fit`` test).  ``--wrong``
+The victim is the ``finetune`` preset's (784-2048-1, He init, full-batch GD, lr 0.01,
+2,000 epochs, theta_0 known: the ``change_fit`` test) on mnist5k, or ``paper_mnist5k``'s
+(784-1000-1000-1, first layer from std 1e-4, theta* alone: ``kkt_fit``).  ``--wrong``
 gives the job images the model never saw as its training set (its AUC should be about 0.5).
 Victims are cached (RECON_JAX_CACHE), so a second run measures the tests alone.  Prints
 one JSON record per draw, then their means with 95% Student-t intervals.
@@ -28,12 +30,16 @@ from recon_jax.studies.efficacy import interval
 def job_config(draw: int, args):
   from experiments.configs import reconstruct as configs
 
-  cfg = configs.get_config("finetune")
+  cfg = configs.get_config(args.preset)
   cfg.attack = "none"
-  cfg.threat.known_init = args.known_init
+  if args.known_init is not None:
+    cfg.threat.known_init = args.known_init
   v = cfg.victim
-  v.dataset, v.n_per_class, v.data_seed, v.epochs = "mnist5k", args.n_per_class, draw, args.epochs
-  v.widths = tuple(int(w) for w in args.widths.split(","))
+  v.dataset, v.n_per_class, v.data_seed = "mnist5k", args.n_per_class, draw
+  if args.epochs:
+    v.epochs = args.epochs
+  if args.widths:
+    v.widths = tuple(int(w) for w in args.widths.split(","))
   return cfg
 
 
@@ -66,9 +72,12 @@ def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--draws", default="3,4,5", help="data draws (comma-separated)")
   p.add_argument("--n-per-class", type=int, default=250)
-  p.add_argument("--widths", default="2048")
-  p.add_argument("--epochs", type=int, default=2000)
-  p.add_argument("--known-init", type=lambda s: s.lower() != "false", default=True)
+  p.add_argument("--preset", default="finetune", help="the victim's: finetune, paper_mnist5k")
+  p.add_argument("--widths", default="", help="hidden widths (default: the preset's)")
+  p.add_argument("--epochs", type=int, default=0, help="epochs (default: the preset's)")
+  p.add_argument(
+    "--known-init", type=lambda s: s.lower() != "false", default=None, help="(the preset's)"
+  )
   p.add_argument("--wrong", action="store_true", help="unseen images as the training set")
   args = p.parse_args(argv)
   rows = []

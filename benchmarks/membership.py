@@ -89,8 +89,8 @@ def main(argv=None) -> None:
     if isinstance(rows[0][name], dict):
       for k in rows[0][name]:
         vals = [r[name][k] for r in rows if r.get(name) and r[name][k] is not None]
-        summary[f"{name}.{k}"] = interval(np.asarray(vals, float)) if vals else None
-  summary["tests_s"] = interval(np.asarray([r["tests_s"] for r in rows], float))
+        summary[f"{name}.{k}"] = interval(vals, bounds=(0.0, 1.0)) if vals else None
+  summary["tests_s"] = interval([r["tests_s"] for r in rows], bounds=(0.0, np.inf))
   print(json.dumps(summary), flush=True)
 
 

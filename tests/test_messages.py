@@ -47,3 +47,33 @@ def test_a_presets_widths_give_way_to_an_imported_model(wide_model):
   mine = dict(given, **{"victim.widths": (32, 32)})
   with pytest.raises(ConfigError, match="victim.widths=32,32 contradicts"):
     planning.prepare(_config("tiny", mine), {"widths": (32, 32)}, mine)
+
+
+def test_the_audit_names_its_own_flags(wide_model, tmp_path):
+  """A resume with other steps names --config.job.search.steps (the job's search.steps is
+  the reconstruct binary's --config.search.steps); the cone without theta0 names
+  --config.theta0."""
+  import json
+
+  from experiments.configs import audit as audit_configs
+  from recon_jax import cli
+  from recon_jax.io import workdir
+  from recon_jax.job.audit import audit_job, threat_of
+  from recon_jax.job.settings import JobConfig
+
+  audit = audit_configs.get_config("default")
+  audit.model, audit.heldout = str(wide_model), str(tmp_path / "heldout.npz")
+  before = JobConfig().replace(**{"search.steps": 5})
+  (tmp_path / "state.msgpack").write_bytes(b"")
+  (tmp_path / "config.json").write_text(json.dumps({"config": workdir.jsonable(before)}))
+  with pytest.raises(ConfigError) as e:
+    workdir.check_resumable(JobConfig(), str(tmp_path), "state.msgpack")
+  line = cli.error_line(e.value, audit)
+  assert "differs from" in line and "in --config.job.search.steps;" in line, line
+  line = cli.error_line(e.value, recon_configs.get_config("tiny"))
+  assert "in --config.search.steps;" in line, line
+  audit.job.attack = "cone"
+  with pytest.raises(ConfigError) as e:
+    planning.prepare(audit_job(threat_of(audit), audit.loss, JobConfig(**audit.job)))
+  line = cli.error_line(e.value, audit)
+  assert "--config.theta0" in line and "threat." not in line, line

@@ -77,3 +77,81 @@ def test_the_audit_names_its_own_flags(wide_model, tmp_path):
     planning.prepare(audit_job(threat_of(audit), audit.loss, JobConfig(**audit.job)))
   line = cli.error_line(e.value, audit)
   assert "--config.theta0" in line and "threat." not in line, line
+
+
+class _Clocks:
+  """Stand-ins for the ``time`` module of the job's stages, on one clock: real time plus the
+  seconds the stages' calls add (``tick``: per call, by module)."""
+
+  def __init__(self):
+    import time
+
+    self.real, self.offset = time.time, 0.0
+
+  def module(self, tick=0.0):
+    import types
+
+    def now():
+      self.offset += tick
+      return self.real() + self.offset
+
+    return types.SimpleNamespace(time=now)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """The tiny preset's job with the attacker's own scores, its phases on a clock on which
+  each of the attacker's scores takes 10 s and each step of the scoring 100 s; returns
+  (workdir, metrics, the log's lines)."""
+  import logging
+
+  from recon_jax.eval import scoring, trusted
+  from recon_jax.job import pipeline
+  from recon_jax.job.run import run_reconstruction
+
+  cfg = _config("tiny", {})
+  cfg.evaluation.identify = True
+  work = tmp_path_factory.mktemp("tiny")
+  clocks = _Clocks()
+  records = []
+
+  class Keep(logging.Handler):
+    def emit(self, record):
+      records.append(record.getMessage())
+
+  keep = Keep(logging.INFO)
+  root = logging.getLogger()
+  old_level = root.level
+  root.addHandler(keep)
+  root.setLevel(logging.INFO)
+  try:
+    with pytest.MonkeyPatch.context() as mp:
+      mp.setattr(pipeline, "time", clocks.module())
+      mp.setattr(trusted, "time", clocks.module(10.0))
+      mp.setattr(scoring, "time", clocks.module(100.0))
+      m = run_reconstruction(planning.prepare(cfg), str(work))
+  finally:
+    root.removeHandler(keep)
+    root.setLevel(old_level)
+  return work, m, records
+
+
+def test_the_total_time_holds_every_phase(tiny_run):
+  """timing.total_s includes the attacker's own scores: report.md's total is not less than
+  its time for the attack and the scoring; each score's "so far" includes the score."""
+  import re
+
+  work, m, records = tiny_run
+  t = m["timing"]
+  assert t["identification_s"] >= 100
+  assert t["total_s"] >= t["since_estimate_s"] >= t["identification_s"], t
+  row = next(r for r in (work / "report.md").read_text().splitlines() if r.startswith("| time"))
+  total, part = map(float, re.findall(r"\| time \| (\d+) s \|.*; (\d+) s for the attack", row)[0])
+  assert total >= part, row
+  lines = [r for r in records if r.startswith("attacker's scores:") and "so far" in r]
+  assert len(lines) >= 2, records
+  spent = 0.0
+  for line in lines:
+    took, so_far = map(float, re.findall(r" in (\d+)s \((\d+)s so far\)", line)[0])
+    spent += took
+    assert so_far >= spent, (line, lines)

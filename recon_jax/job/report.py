@@ -188,6 +188,8 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     else ""
   )
   parts = "victim, tests" if m.membership_only else "victim, attack, scoring"
+  if t.identification_s is not None:
+    parts += ", the attacker's own scores"
   lines.append(f"| time | {_num(t.total_s, '.0f')} s | {parts}{guess} |")
   lines += ["", "## Figures", ""]
   for name, what in FIGURES:

@@ -155,3 +155,22 @@ def test_the_total_time_holds_every_phase(tiny_run):
     took, so_far = map(float, re.findall(r" in (\d+)s \((\d+)s so far\)", line)[0])
     spent += took
     assert so_far >= spent, (line, lines)
+
+
+def test_an_imported_models_training_error_is_not_blamed_on_its_training():
+  """A model trained elsewhere that misclassifies the images given as its training set is
+  told they may not be its training set, not to train it longer."""
+  from recon_jax.eval import verdict
+  from recon_jax.eval.metrics_json import Victim
+
+  imported = {"format": "safetensors", "arch": {"kind": "mlp"}}
+  said = verdict.victim_warning(
+    Victim.of({"loss": 0.4, "train_error": 0.1, "imported": imported}), "logistic", 2
+  )
+  assert "may not be the images it was trained on" in said and "longer" not in said, said
+  said = verdict.victim_warning(
+    Victim.of({"loss": 0.6931, "train_error": 0.5, "imported": imported}), "logistic", 2
+  )
+  assert "may not be the images it was trained on" in said and "longer" not in said, said
+  own = verdict.victim_warning(Victim.of({"loss": 0.4, "train_error": 0.1}), "logistic", 2)
+  assert "train it longer" in own

@@ -174,3 +174,42 @@ def test_an_imported_models_training_error_is_not_blamed_on_its_training():
   assert "may not be the images it was trained on" in said and "longer" not in said, said
   own = verdict.victim_warning(Victim.of({"loss": 0.4, "train_error": 0.1}), "logistic", 2)
   assert "train it longer" in own
+
+
+def test_a_transposed_weight_file_is_said_to_look_transposed(tmp_path):
+  """A dense model written [in, out] reads as 64 outputs of 256 inputs; 8x8 images have 64
+  values: the file looks transposed, not a matter of image_size."""
+  from safetensors.numpy import save_file
+
+  from experiments.configs import audit as audit_configs
+  from recon_jax import cli
+  from recon_jax.errors import Error
+  from recon_jax.job.audit import audit_job, threat_of
+  from recon_jax.job.settings import JobConfig
+
+  rng = np.random.default_rng(0)
+  model = {
+    "fc1.weight": rng.normal(size=(64, 256)).astype(np.float32) / 8,  # [in, out]
+    "fc1.bias": np.zeros(256, np.float32),
+    "fc2.weight": rng.normal(size=(256, 1)).astype(np.float32) / 16,
+    "fc2.bias": np.zeros(1, np.float32),
+  }
+  save_file(model, str(tmp_path / "model.safetensors"))
+  x = rng.uniform(size=(8, 8, 8)).astype(np.float32)
+  np.savez(tmp_path / "images.npz", x=x, y=np.arange(8) % 2)
+  audit = audit_configs.get_config("default")
+  audit.model = str(tmp_path / "model.safetensors")
+  for given in ("images.npz", "folder"):
+    if given == "folder":  # image files: their size is read before the layer is matched
+      from PIL import Image
+
+      for i, img in enumerate(x):
+        d = tmp_path / "folder" / str(i % 2)
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.round(img * 255).astype(np.uint8)).save(d / f"{i}.png")
+    audit.train = audit.heldout = str(tmp_path / given)
+    with pytest.raises(Error) as e:
+      planning.prepare(audit_job(threat_of(audit), audit.loss, JobConfig(**audit.job)))
+    line = cli.error_line(e.value, audit)
+    assert "model.safetensors" in line and "looks transposed" in line, line
+    assert "image_size" not in line, line

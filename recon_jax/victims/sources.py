@@ -221,6 +221,8 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
       binary=images.binary,
       first_layer=first,
       size=size,
+      first_outputs=foreign.first_layer_outputs(sd, path),
+      model=path,
     )
   else:  # pixels in: the model's own training mean (or none) is subtracted below
     ds = trained.load_data(dataclasses.replace(cfg, subtract_mean=False), data_dir)

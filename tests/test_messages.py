@@ -213,3 +213,26 @@ def test_a_transposed_weight_file_is_said_to_look_transposed(tmp_path):
     line = cli.error_line(e.value, audit)
     assert "model.safetensors" in line and "looks transposed" in line, line
     assert "image_size" not in line, line
+
+
+def test_a_model_the_attack_cannot_read_without_theta0_is_told_theta0_would():
+  """theta* of a He-initialised model leaves most of it unexplained by its training set;
+  without theta_0 the verdict says that theta_0 would let the attack fit the change."""
+  from recon_jax.eval import verdict
+
+  metrics = {
+    "n_train": 6,
+    "recovered_strict": 0,
+    "baseline_heldout_recovered_strict": 0,
+    "num_restarts": 4,
+    "selection": {"n_diverged": 0},
+    "identifiability": {"ratio": 1.0, "truth_residual": 0.9},
+    "regime": {"known_init": False},
+    "victim": {"imported": {"format": "safetensors", "arch": {"kind": "mlp"}}},
+  }
+  v = verdict.decide(metrics)
+  assert v["verdict"] == "no_evidence" and "threat.theta0 would fit" in v["line"], v["line"]
+  v = verdict.decide(dict(metrics, victim={}))
+  assert "threat.known_init=True would fit" in v["line"], v["line"]
+  v = verdict.decide(dict(metrics, regime={"known_init": True}))
+  assert "would fit" not in v["line"], v["line"]

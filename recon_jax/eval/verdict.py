@@ -469,9 +469,12 @@ def _decide(m: Metrics, searched: bool) -> dict:
   cannot = []
   truth = ident.truth_residual
   if truth is not None and truth > FAR_FROM_ASSUMPTION:
+    # Without theta_0, theta* of a model whose init is large (He's) is mostly theta_0.
+    given = "threat.theta0" if m.victim.imported is not None else "threat.known_init=True"
+    hint = "" if m.regime.known_init else f"; {given} would fit theta* - theta_0 instead"
     cannot.append(
       f"the training set leaves {truth:.0%} of the fitted parameters unexplained "
-      "(theta* is not of the form the attack assumes)"
+      f"(theta* is not of the form the attack assumes{hint})"
     )
   if flat:
     cannot.append(why_flat)

@@ -236,3 +236,39 @@ def test_a_model_the_attack_cannot_read_without_theta0_is_told_theta0_would():
   assert "threat.known_init=True would fit" in v["line"], v["line"]
   v = verdict.decide(dict(metrics, regime={"known_init": True}))
   assert "would fit" not in v["line"], v["line"]
+
+
+def test_candidates_are_labelled_by_what_tells_them_apart(tmp_path, monkeypatch):
+  """Equal multipliers (every tile "lambda 1") give way to the rank; multipliers that differ
+  label their tiles."""
+  from recon_jax.io import plots
+  from recon_jax.job import figures
+
+  seen = []
+  monkeypatch.setattr(plots, "image_grid", lambda path, rows, **kw: seen.append(kw["col_titles"]))
+  cands = np.zeros((5, 4, 4, 1), np.float32)
+  figures.candidates_figure(tmp_path / "a.png", cands, np.ones(5))
+  figures.candidates_figure(tmp_path / "b.png", cands, [0.5, 2.0, 1.0, 0.25, 3.0])
+  assert seen[0] == ["#1", "#2", "#3", "#4", "#5"], seen
+  assert seen[1] == ["lambda 3", "lambda 2", "lambda 1", "lambda 0.5", "lambda 0.25"], seen
+
+
+def test_many_missed_images_are_summarised_in_the_report():
+  """62 missed of 100: how many rank in the lowest tenth and the median, not 62 numbers."""
+  from recon_jax.job import report
+
+  ranks = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] + list(range(40, 90))
+  m = {
+    "n_train": 100,
+    "recovered_strict": 38,
+    "identifiability": {
+      "ratio": 1.2,
+      "truth_residual": 0.01,
+      "missed": {"images": list(range(62)), "weakness_rank": ranks},
+    },
+  }
+  row = next(r for r in report.report(m).splitlines() if "missed images rank" in r)
+  assert "62 missed: 10 in ranks 1-10 (the lowest 10%), median rank 58.5 of 100" in row, row
+  m["identifiability"]["missed"] = {"images": [1, 2], "weakness_rank": [5, 3]}
+  row = next(r for r in report.report(m).splitlines() if "missed images rank" in r)
+  assert "| 3, 5 of 100 |" in row, row

@@ -272,3 +272,34 @@ def test_many_missed_images_are_summarised_in_the_report():
   m["identifiability"]["missed"] = {"images": [1, 2], "weakness_rank": [5, 3]}
   row = next(r for r in report.report(m).splitlines() if "missed images rank" in r)
   assert "| 3, 5 of 100 |" in row, row
+
+
+def test_the_help_lists_what_a_user_needs_first_and_says_what_runs():
+  """audit --help: model, train, heldout and theta0 before the job's settings, quick as a
+  sixteenth of the steps (4 x 1,000 of 16 x 4,000), as README says; reconstruct --help: the
+  cone is the default, report.md and roc.png are written, 143 is an exit code."""
+  import pathlib
+
+  from experiments import configs
+  import experiments.reconstruct
+  from recon_jax import cli
+
+  text = cli.help_text(configs.path("audit"), "default")
+  rows = [line.split(" = ")[0].strip() for line in text.splitlines() if " = " in line]
+  assert rows[:4] == ["model", "train", "heldout", "theta0"], rows[:6]
+  assert "a sixteenth of the steps" in text and "quarter" not in text
+  readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+  assert "`quick` runs a\nsixteenth of the steps" in readme
+  text = cli.help_text(configs.path("reconstruct"), "finetune")
+  assert "the cone by default" in text and "KKT attack sweep" not in text
+  doc = experiments.reconstruct.__doc__
+  assert "report.md" in doc and "roc.png" in doc and "143" in doc, doc
+  row = next(r for r in readme.splitlines() if r.startswith("| `trusted.png`"))
+  assert "not the cone" in row, row
+
+
+def test_the_regime_line_is_grammatical(tiny_run):
+  """The first layer's weights span (the change spans) its input directions."""
+  _, _, records = tiny_run
+  line = next(r for r in records if r.startswith("regime: the first layer's"))
+  assert line.startswith("regime: the first layer's weights span "), line

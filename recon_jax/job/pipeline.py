@@ -339,8 +339,8 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   seen = span.regime(target, len(ds.x_train), cfg.threat.known_init, cfg.linearize)
   if seen.get("span"):
     logging.info(
-      "regime: the first layer's %s spans %d of %d input directions for %d training images",
-      "change" if seen["known_init"] else "weights",
+      "regime: the first layer's %s %d of %d input directions for %d training images",
+      "change spans" if seen["known_init"] else "weights span",
       seen["span"]["dim"],
       seen["span"]["input_dim"],
       seen["n_train"],

@@ -39,14 +39,19 @@ def wide_model(tmp_path_factory):
 
 def test_a_presets_widths_give_way_to_an_imported_model(wide_model):
   """The tiny preset's 32, 32 are not the user's: the file's 256 are used; widths the user
-  set are still refused."""
+  set are still refused, named as the flag."""
+  from recon_jax import cli
+
   given = {"threat.model": str(wide_model), "attack": "kkt"}
   cfg = _config("tiny", given)
   plan = planning.prepare(cfg, {}, given)
   assert plan.source.imported.module.widths == (256,)
   mine = dict(given, **{"victim.widths": (32, 32)})
-  with pytest.raises(ConfigError, match="victim.widths=32,32 contradicts"):
+  with pytest.raises(ConfigError, match="victim.widths=32,32 contradicts") as e:
     planning.prepare(_config("tiny", mine), {"widths": (32, 32)}, mine)
+  line = cli.error_line(e.value, _config("tiny", {}))
+  assert line.startswith("error: --config.victim.widths=32,32 contradicts"), line
+  assert line.endswith("leave --config.victim.widths out)."), line
 
 
 def test_the_audit_names_its_own_flags(wide_model, tmp_path):

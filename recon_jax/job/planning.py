@@ -240,13 +240,13 @@ def check_memory(cfg: JobConfig, v: recipe.VictimConfig, spec) -> None:
     )
 
 
-def prepare(cfg, requested_victim: Optional[dict] = None, explicit=None) -> Plan:
+def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   """The job's settings (a :class:`JobConfig`, or a mapping of them), paths expanded and
   every setting checked: what can fail before any work.
 
   Nothing is written or trained here.  ``explicit``: the names of the settings the user
-  set (with ``sweep=paper`` none of the ranges may be among them; None: not known, and a
-  victim.widths other than the default counts as set); ``requested_victim``:
+  set (with ``sweep=paper`` none of the ranges may be among them; none given: not known,
+  and a victim.widths other than the default counts as set); ``requested_victim``:
   see :func:`victim_config`.  Returns the job's :class:`~recon_jax.job.planning.Plan`,
   which the run takes as it is (its ``config``: the settings with their paths expanded).
   """
@@ -262,7 +262,7 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=None) -> Plan
   return _plan(cfg, explicit, requested_victim)
 
 
-def resolve(job, requested_victim: Optional[dict] = None, explicit=None) -> Plan:
+def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   """``job`` as a :class:`~recon_jax.job.planning.Plan`: a Plan taken as it is (resolved
   once, by the caller), settings resolved by :func:`prepare`."""
   return job if isinstance(job, Plan) else prepare(job, requested_victim, explicit)
@@ -284,7 +284,7 @@ def prepare_training(cfg) -> recipe.VictimConfig:
   return vcfg
 
 
-def validate(cfg, explicit=None, requested_victim: Optional[dict] = None) -> Plan:
+def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
   """:func:`prepare` with its arguments in this order (``explicit`` first)."""
   return prepare(cfg, requested_victim, explicit)
 
@@ -298,10 +298,10 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   checkpoint is read (not its data) and its own faults are
   :class:`~recon_jax.io.checkpoint.CheckpointError` naming the file.  ``explicit``:
   the names of the settings the user set; with ``sweep=paper`` none of the
-  ranges may be among them (the paper's ranges would silently replace it); None: not
+  ranges may be among them (the paper's ranges would silently replace it); none given: not
   known.
   """
-  told, explicit = explicit is not None, explicit or ()
+  told = bool(explicit)
   named = [n for n in RANGE_NAMES if f"search.{n}" in explicit]
   if cfg.search.sweep == "paper" and named:
     raise ConfigError(

@@ -88,13 +88,12 @@ def main_job(
   each warning; a run whose every restart diverged writes its results, then raises
   :class:`RunFailed` (:func:`check_outcome`).
   """
-  explicit = None if explicit is None else dict(explicit)  # None: not known
+  explicit = dict(explicit or {})
   settings = JobConfig.of(config)  # typed and checked: a bool is a bool before anything starts
   runtime = settings.runtime
   distributed.maybe_initialize(runtime.distributed)  # before any other JAX call
   precision.set_precision(runtime.x64, runtime.matmul_precision)
-  given = (explicit or {}).items()
-  requested = {k[len("victim.") :]: v for k, v in given if k.startswith("victim.")}
+  requested = {k[len("victim.") :]: v for k, v in explicit.items() if k.startswith("victim.")}
   with pipeline.progress_shown(), progress.watch():
     progress.phase("checking the settings and reading the files")
     plan = planning.prepare(settings, requested, explicit)

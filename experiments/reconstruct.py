@@ -10,12 +10,12 @@ linear programs (attack=cone); the report in --workdir.  lfw: Haim et al.'s sett
   python -m experiments.reconstruct --config=experiments/configs/reconstruct.py:paper \
       --config.victim.dataset=mnist --config.data_dir=~/data/mnist --workdir=/tmp/mnist
 
-Writes config.json, metrics.json, restarts.tsv, reconstructions.npz,
-reconstructions.png and ssim_vs_margin.png; state.msgpack while it runs
-(--resume continues from it).  Exit code 0: done (warnings, e.g. a victim that
-did not train, are printed and kept in metrics.json); 1: a setting or file it
-cannot use, in one line naming it, before anything is written; 2: every restart
-diverged (the results are written); 130: interrupted (Ctrl-C).
+Writes report.md (read it first), metrics.json, config.json, restarts.tsv, reconstructions.npz,
+reconstructions.png, ssim_vs_margin.png and roc.png (and others where they apply: README.md);
+state.msgpack while it runs (--resume continues from it).  Exit code 0: done (warnings are
+printed and kept in metrics.json); 1: a setting or file it cannot use, in one line naming it,
+before anything is written; 2: every restart diverged (the results are written); 130:
+interrupted (Ctrl-C); 143: terminated (SIGTERM).
 """
 
 from experiments import starting

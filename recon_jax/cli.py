@@ -162,15 +162,22 @@ def _show(v) -> str:
 
 
 def settings_text(
-  cfg, config_path: str = "", known: Optional[dict] = None, hidden: Sequence[str] = ()
+  cfg,
+  config_path: str = "",
+  known: Optional[dict] = None,
+  hidden: Sequence[str] = (),
+  first: Sequence[str] = (),
 ) -> str:
   """Every setting of ``cfg`` as ``NAME = VALUE  what it is`` lines: the texts of ``known``
   (the config file's HELP) and of the config file's comments.  ``hidden``: settings not
-  listed (a name, or a section ending in '.'; a config file's ``HIDDEN``)."""
+  listed (a name, or a section ending in '.'; a config file's ``HIDDEN``); ``first``: the
+  settings listed first, in that order (a config file's ``FIRST``: those a user needs)."""
   comments = _setting_comments(config_path, known) if config_path else dict(known or {})
   flat = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg))
   shown = lambda k: not any(k == h or (h.endswith(".") and k.startswith(h)) for h in hidden)
-  rows = [(k, _show(v)) for k, v in flat.items() if shown(k)]
+  rank = {k: i for i, k in enumerate(first)}
+  names = sorted(flat, key=lambda k: rank.get(k, len(rank)))  # stable: the rest as they were
+  rows = [(k, _show(flat[k])) for k in names if shown(k)]
   width = min(max(len(k) + len(v) + 3 for k, v in rows), 34) if rows else 0
   out = []
   for k, v in rows:
@@ -236,6 +243,7 @@ def help_text(
       os.path.abspath(expand(path)),
       getattr(module, "HELP", None),
       getattr(module, "HIDDEN", ()),
+      getattr(module, "FIRST", ()),
     ),
   ]
   return "\n".join(parts).strip() + "\n"

@@ -3,14 +3,14 @@ weights its training started from; ``job`` holds the main job's other settings.
 
 Presets (``--config=experiments/configs/audit.py:PRESET``):
   default  the files only: the attack follows from what you give (theta_0 or not)
-  quick    the same with 4 restarts x 1000 steps (a first look, a quarter of the time)
+  quick    the same with 4 restarts x 1000 steps (a first look: a sixteenth of the steps)
 """
 
 import ml_collections
 
 from recon_jax.core import rules
+from recon_jax.job.audit import FIRST, NOT_LISTED, audit_renamed  # noqa: F401 (--help's)
 from recon_jax.job.audit import HELP as AUDIT_HELP
-from recon_jax.job.audit import NOT_LISTED, audit_renamed
 from recon_jax.job.settings import HELP as JOB_HELP
 from recon_jax.job.settings import RENAMED as RENAMED_IN_JOB
 from recon_jax.job.settings import Threat, reconstruct_config

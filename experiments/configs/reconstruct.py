@@ -1,4 +1,4 @@
-"""The main job: victim -> KKT attack sweep (one compiled call) -> evaluation -> report.
+"""The main job: victim -> attack (the cone by default, or a KKT search) -> evaluation -> report.
 
 Presets (``--config=experiments/configs/reconstruct.py:PRESET``):
   finetune  (default) a model fine-tuned from weights the attacker knows: 10 faces + 10

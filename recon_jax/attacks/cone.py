@@ -1162,6 +1162,7 @@ def _check(options: ConeOptions, setup: Setup) -> None:
     "attack=cone reads theta* - theta_0: set threat.known_init=True (and threat.theta0 for "
     "an imported model).",
     "threat.known_init",
+    ("attack=cone", "threat.known_init=True", "threat.theta0"),
   )
   if setup.foreign:
     return  # an imported model's layers are checked when its parameters are read

@@ -217,7 +217,7 @@ def no_check(options, setup: Setup) -> None:
   del options, setup
 
 
-def require(condition: bool, message: str, setting: str) -> None:
-  """Raises ConfigError(message, setting) unless ``condition``."""
+def require(condition: bool, message: str, setting: str, mentions=None) -> None:
+  """Raises ConfigError(message, setting, mentions) unless ``condition``."""
   if not condition:
-    raise ConfigError(message, setting)
+    raise ConfigError(message, setting, mentions)

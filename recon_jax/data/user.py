@@ -452,6 +452,16 @@ def parse_size(text: str) -> Optional[Tuple[int, int]]:
   return h, w
 
 
+def _transposed(model: str, outputs: int, inputs: int, images: str) -> None:
+  """Raises DataError: ``model``'s dense first layer reads as ``outputs`` of ``inputs``, and
+  the ``images`` have ``outputs`` values: its weight was written [in, out]."""
+  raise DataError(
+    f"{model}: the file looks transposed (written [in, out]): its first layer's weight, "
+    f"read as PyTorch's [out, in], has out={outputs} and in={inputs}, and {images} have "
+    f"{outputs} values; save each Linear weight as [out, in]."
+  )
+
+
 def user_dataset(
   train: Optional[str],
   heldout: str,
@@ -460,12 +470,16 @@ def user_dataset(
   first_layer: Tuple[str, int],
   size: Optional[Tuple[int, int]] = None,
   mean: Optional[np.ndarray] = None,
+  first_outputs: Optional[int] = None,
+  model: str = "the model",
 ):
   """The :class:`~recon_jax.data.Dataset` of a user's model: its training images ``train``
   and held-out images ``heldout`` (paths in the module's formats), fitted to the model's
   first layer (``('conv', channels)`` or ``('dense', inputs)``), minus ``mean`` (the
   per-pixel mean the model was trained with, or None).  ``train`` None: a blind attack,
-  no training images (the held-out images give the inputs' shape).
+  no training images (the held-out images give the inputs' shape).  ``first_outputs``: a
+  dense first layer's output width, where known: images of that many values say the
+  ``model`` file was written transposed ([in, out]).
 
   Raises:
     DataError: naming the file whose images, labels or sizes do not fit.
@@ -485,6 +499,8 @@ def user_dataset(
   if hw is not None and (
     channels not in (1, 3) or kind == "dense" and hw[0] * hw[1] * channels != width
   ):
+    if kind == "dense" and first_outputs in (hw[0] * hw[1], 3 * hw[0] * hw[1]):
+      _transposed(model, first_outputs, width, f"{hw[0]}x{hw[1]} images")
     where = f"image_size={hw[0]}x{hw[1]}" if size else f"{first}: {hw[0]}x{hw[1]} pixels"
     takes = f"{width} channels" if kind == "conv" else f"{width} inputs"
     # A dense weight is read [out, in] as PyTorch stores it; one written [in, out] shows here.
@@ -505,6 +521,8 @@ def user_dataset(
   ho = read_images(heldout, binary, channels=channels, size=read_size, split="test")
   if kind == "dense":
     if int(np.prod(tr.x.shape[1:])) != width:
+      if first_outputs == int(np.prod(tr.x.shape[1:])):
+        _transposed(model, first_outputs, width, f"{train}'s {tr.x.shape[1:]} images")
       raise DataError(
         f"{train}: {tr.x.shape[1:]} images have {int(np.prod(tr.x.shape[1:]))} values; the "
         f"model's first layer takes {width}."

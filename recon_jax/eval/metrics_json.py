@@ -758,7 +758,7 @@ class Timing(Section):
   evaluation_s: Optional[float] = key()  # scoring the candidates against the truth
   membership_s: Optional[float] = key()  # the membership test
   identification_s: Optional[float] = key()  # the attacker's own scores
-  total_s: Optional[float] = key()  # the job's, the attacker's own scores aside
+  total_s: Optional[float] = key()  # the job's, every phase (the attacker's scores too)
   since_estimate_s: Optional[float] = key()  # what the estimate is of
 
 

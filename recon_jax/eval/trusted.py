@@ -359,7 +359,8 @@ def identification_report(
     t = time.time()
     scores[name] = np.asarray(fn(), np.float64).reshape(-1)
     timing[name] = time.time() - t
-    logging.info("attacker's scores: %s in %.0fs (%.0fs so far)", name, timing[name], t - t_all)
+    so_far = time.time() - t_all  # this score's time included
+    logging.info("attacker's scores: %s in %.0fs (%.0fs so far)", name, timing[name], so_far)
 
   if n_pool == 0:
     skipped.update({name: "every restart diverged" for name in SCORES})

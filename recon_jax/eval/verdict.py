@@ -60,13 +60,28 @@ def victim_warning(victim: Victim, loss: str, num_classes: int) -> Optional[str]
   logistic, ln C for ce) did not train; one that misclassifies part of its
   training set is not at a KKT point of margin maximisation, the assumption
   of the KKT attack.  Regression (mse) victims are not judged.  ``victim``: its
-  summary read typed (:meth:`recon_jax.eval.metrics_json.Victim.of`).
+  summary read typed (:meth:`recon_jax.eval.metrics_json.Victim.of`).  An imported model was
+  not trained here: its loss and errors are on the images given as its training set, which
+  may not be the ones it was trained on, and the advice says so.
   """
   if loss not in ("logistic", "ce"):
     return None
   chance = float(np.log(2 if loss == "logistic" else max(int(num_classes), 2)))
   value, err = _as_float(victim.loss), _as_float(victim.train_error)
   name = "ln 2" if loss == "logistic" else f"ln {int(num_classes)}"
+  imported = victim.imported is not None
+  if imported and value is not None and abs(value - chance) <= 0.01 * chance:
+    return (
+      f"the imported model's loss on the images given as its training set, {value:.4g}, is "
+      f"within 1% of chance ({name} = {chance:.4g}): they may not be the images it was "
+      "trained on (or it did not train), and nothing can be reconstructed of them"
+    )
+  if imported and err is not None and err > 0:
+    return (
+      f"the imported model misclassifies {err:.1%} of the images given as its training set "
+      f"(train error {err:.3g}): they may not be the images it was trained on, or it is not "
+      "at the KKT point the attack assumes"
+    )
   if value is not None and abs(value - chance) <= 0.01 * chance:
     return (
       f"the victim did not train: its final training loss {value:.4g} is within 1% of "
@@ -454,9 +469,12 @@ def _decide(m: Metrics, searched: bool) -> dict:
   cannot = []
   truth = ident.truth_residual
   if truth is not None and truth > FAR_FROM_ASSUMPTION:
+    # Without theta_0, theta* of a model whose init is large (He's) is mostly theta_0.
+    given = "threat.theta0" if m.victim.imported is not None else "threat.known_init=True"
+    hint = "" if m.regime.known_init else f"; {given} would fit theta* - theta_0 instead"
     cannot.append(
       f"the training set leaves {truth:.0%} of the fitted parameters unexplained "
-      "(theta* is not of the form the attack assumes)"
+      f"(theta* is not of the form the attack assumes{hint})"
     )
   if flat:
     cannot.append(why_flat)

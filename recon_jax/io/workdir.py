@@ -426,5 +426,7 @@ def check_resumable(
   if diff:
     raise ConfigError(
       f"resume: the configuration differs from {cfg_path} in "
-      f"{', '.join(diff[:5])}; resume with the same settings."
+      f"{', '.join(diff[:5])}; resume with the same settings.",
+      "resume",
+      tuple(diff[:5]),  # named as settings: a binary spells them as its own flags
     )

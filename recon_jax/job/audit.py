@@ -33,6 +33,8 @@ HELP = {
   "loss": "how it was trained: logistic (one output) | ce (one output per class)",
   "init": "the former name of theta0 (still read)",
 }
+# Listed first by the audit's --help: the files a user gives (the job's settings follow).
+FIRST = ("model", "train", "heldout", "theta0", "loss")
 # Not listed by the audit's --help: theta0's former name, and the main job's settings that do
 # not apply to an imported model.
 NOT_LISTED = ("init", "job.data_dir", "job.use_cache")

@@ -301,12 +301,16 @@ def candidates_figure(
   trust): a blind attack's (no training images to compare with), or those that fit the
   model far better than the images given as its training set (``title`` says which)."""
   cands = np.asarray(candidates)
-  order = np.argsort(-np.asarray(weights, np.float64), kind="stable")[:20]
+  w = np.asarray(weights, np.float64).reshape(-1)
+  order = np.argsort(-w, kind="stable")[:20]
+  titles = [f"lambda {w[i]:.3g}" for i in order]
+  if len(set(titles)) < len(titles):  # multipliers that do not tell them apart: the rank
+    titles = [f"#{k + 1}" for k in range(len(order))]
   plots.image_grid(
     path,
     [cands[order]],
     row_labels=["candidate"],
-    col_titles=[f"lambda {float(np.asarray(weights)[i]):.2g}" for i in order],
+    col_titles=titles,
     title=title
     or "A blind attack's candidates, by the attacker's trust (no training images given)",
     stretch=True,

@@ -245,7 +245,8 @@ def prepare(cfg, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   every setting checked: what can fail before any work.
 
   Nothing is written or trained here.  ``explicit``: the names of the settings the user
-  set (with ``sweep=paper`` none of the ranges may be among them); ``requested_victim``:
+  set (with ``sweep=paper`` none of the ranges may be among them; none given: not known,
+  and a victim.widths other than the default counts as set); ``requested_victim``:
   see :func:`victim_config`.  Returns the job's :class:`~recon_jax.job.planning.Plan`,
   which the run takes as it is (its ``config``: the settings with their paths expanded).
   """
@@ -297,8 +298,10 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   checkpoint is read (not its data) and its own faults are
   :class:`~recon_jax.io.checkpoint.CheckpointError` naming the file.  ``explicit``:
   the names of the settings the user set; with ``sweep=paper`` none of the
-  ranges may be among them (the paper's ranges would silently replace it).
+  ranges may be among them (the paper's ranges would silently replace it); none given: not
+  known.
   """
+  told = bool(explicit)
   named = [n for n in RANGE_NAMES if f"search.{n}" in explicit]
   if cfg.search.sweep == "paper" and named:
     raise ConfigError(
@@ -352,7 +355,7 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   drawn = sweep_settings(cfg, spec) if spec.direct is None else None
   if drawn:
     check_memory(cfg, vcfg, spec)  # first: the sweep's draws below are R long
-  source = read_source(cfg, vcfg, stored, foreign, problem)
+  source = read_source(cfg, vcfg, stored, foreign, problem, given if told else None)
   check_change(cfg, source)
   hp, stages = sweep.plan(**drawn) if drawn else ({}, [])  # bad ranges or refine_* fail here
   labels = labels_of(cfg, problem, source.dataset)
@@ -523,17 +526,22 @@ def check_user_data(cfg: JobConfig, foreign: bool) -> None:
 
 
 def read_source(
-  cfg: JobConfig, v: recipe.VictimConfig, stored, foreign: bool, problem: str
+  cfg: JobConfig, v: recipe.VictimConfig, stored, foreign: bool, problem: str, given=None
 ) -> sources.Source:
   """The victim's files read once, as the run uses them (:func:`recon_jax.victims.sources.read`):
   its data, its weights (``stored``: the recon_jax checkpoint read already) and theta_0.
   Errors name the file, or the setting (``threat.*`` for how an imported model is read, and
-  held-out images that are copies of training images)."""
+  held-out images that are copies of training images).  An imported model's hidden widths
+  must be victim.widths only where the user set them (``given``: the victim's fields the
+  user set; None: not known, widths other than the default counted as set): a preset's
+  architecture gives way to the file's."""
   t = cfg.threat
   images = None
   if t.train or t.heldout:
     images = sources.UserImages(t.train, t.heldout, problem != "multiclass", t.image_size)
   asked = tuple(cfg.victim.widths)  # an imported model is used as it is: no others
+  if given is None:
+    given = () if asked == tuple(recipe.VictimConfig().widths) else ("widths",)
   imports = sources.Imports(t.input_layout, t.stride, t.padding, t.data_mean)
   try:
     return sources.read(
@@ -545,7 +553,7 @@ def read_source(
       imports=imports,
       images=images,
       allow_data_mismatch=t.allow_data_mismatch,
-      widths=None if asked == tuple(recipe.VictimConfig().widths) else asked,
+      widths=asked if "widths" in given else None,
     )
   except ConfigError as e:
     if e.argument in ("input_layout", "stride", "padding", "data_mean", "heldout"):

@@ -4,6 +4,7 @@ why, the numbers beside their baselines, what each means, and the figures."""
 from __future__ import annotations
 
 import os
+import statistics
 from typing import Mapping, Union
 
 from recon_jax.eval.metrics_json import Metrics
@@ -160,7 +161,7 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     ]
   miss = ident.missed
   if miss and miss.images:
-    ranks = ", ".join(str(r) for r in sorted(miss.weakness_rank))
+    ranks = _ranks_text(sorted(miss.weakness_rank), n)
     lines.append(
       f"| where the missed images rank | {ranks} of {n} | per image missed, its rank by how "
       "little the truth's residual rises without it (1: the weakest): low ranks are images the "
@@ -188,6 +189,8 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     else ""
   )
   parts = "victim, tests" if m.membership_only else "victim, attack, scoring"
+  if t.identification_s is not None:
+    parts += ", the attacker's own scores"
   lines.append(f"| time | {_num(t.total_s, '.0f')} s | {parts}{guess} |")
   lines += ["", "## Figures", ""]
   for name, what in FIGURES:
@@ -210,3 +213,14 @@ def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
     "",
   ]
   return "\n".join(lines)
+
+
+def _ranks_text(ranks: list, n) -> str:
+  """The missed images' ranks: listed where few, else summarised (how many fall in the
+  lowest tenth of the ranks, their median)."""
+  if len(ranks) <= 10 or not n:
+    return ", ".join(str(r) for r in ranks)
+  low = max(1, -(-int(n) // 10))
+  k = sum(1 for r in ranks if r is not None and r <= low)
+  median = statistics.median(ranks)
+  return f"{len(ranks)} missed: {k} in ranks 1-{low} (the lowest 10%), median rank {median:g}"

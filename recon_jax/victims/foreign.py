@@ -475,6 +475,14 @@ def first_layer_of(sd: Mapping[str, np.ndarray], source: str) -> tuple[str, int]
   return ("conv", int(w[1])) if len(w) == 4 else ("dense", int(w[1]))
 
 
+def first_layer_outputs(sd: Mapping[str, np.ndarray], source: str) -> Optional[int]:
+  """A dense first layer's output width as its weight reads ([out, in]; None: a
+  convolution), of a state dict ``sd`` read already (``source``: its file)."""
+  layers = _collect_layers(sd, source)
+  w = np.shape(sd[layers[_ordered(layers, sd, None, source)[0]][0]])
+  return None if len(w) == 4 else int(w[0])
+
+
 def load_data_mean(path: str, input_shape) -> np.ndarray:
   """The per-pixel training mean of a foreign model: a .npy of shape (H, W, C), (C, H, W)
   or, for one channel, (H, W)."""

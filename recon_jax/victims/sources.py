@@ -221,6 +221,8 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
       binary=images.binary,
       first_layer=first,
       size=size,
+      first_outputs=foreign.first_layer_outputs(sd, path),
+      model=path,
     )
   else:  # pixels in: the model's own training mean (or none) is subtracted below
     ds = trained.load_data(dataclasses.replace(cfg, subtract_mean=False), data_dir)
@@ -236,6 +238,7 @@ def _read_imported(cfg, path, init_path, data_dir, imports, images, dataset, wid
       f"{path}, whose hidden widths are {','.join(map(str, found))} (an imported "
       "model is used as it is; leave victim.widths out).",
       "victim.widths",
+      (f"victim.widths={','.join(map(str, widths))}", "victim.widths"),
     )
   out = models.make_apply_fn(imp.module)(imp.params, np.zeros((1, *shape), np.float32))
   want = losses.num_outputs(cfg.loss, ds.num_classes)

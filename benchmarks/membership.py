@@ -47,9 +47,14 @@ def one_draw(draw: int, args) -> dict:
   from recon_jax.job import planning
   from recon_jax.job import run as job_run
 
-  plan = planning.prepare(job_config(draw, args))
-  if args.wrong:  # images the model never saw, given as its training set
+  cfg = job_config(draw, args)
+  plan = planning.prepare(cfg)
+  if args.wrong:  # the model trained on its images; images it never saw given as them
+    from recon_jax.victims import cache
+
     ds = plan.source.dataset
+    cfg.threat.model = cache.get_or_train(plan.victim, ds)[2]  # its checkpoint, theta_0 in it
+    plan = planning.prepare(cfg)
     k = len(ds.x_train)
     wrong = ds._replace(
       x_train=ds.x_test[:k], y_train=ds.y_test[:k], x_test=ds.x_test[k:], y_test=ds.y_test[k:]

@@ -17,13 +17,12 @@ one JSON record per draw, then their means with 95% Student-t intervals.
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 import time
 
 import numpy as np
 
+from benchmarks import common
 from recon_jax.studies.efficacy import interval
 
 
@@ -64,7 +63,8 @@ def one_draw(draw: int, args) -> dict:
   with tempfile.TemporaryDirectory() as work:
     m = job_run.run_reconstruction(plan, f"{work}/w")
   tests = m["membership"].get("tests", {})
-  out = {"draw": draw, "n": m["n_train"], "verdict": m["verdict"], "wall_s": time.time() - t0}
+  out = {"bench": "membership", "draw": draw, "n": m["n_train"], "verdict": m["verdict"]}
+  out["wall_s"] = time.time() - t0
   out["tests_s"] = m["timing"]["membership_s"]
   out["victim_s"] = m["timing"]["victim_s"]
   for name, t in tests.items():
@@ -73,8 +73,8 @@ def one_draw(draw: int, args) -> dict:
   return out
 
 
-def main(argv=None) -> None:
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def parse_args(argv=None):
+  p = common.parser(__doc__, x64=False)
   p.add_argument("--draws", default="3,4,5", help="data draws (comma-separated)")
   p.add_argument("--n-per-class", type=int, default=250)
   p.add_argument("--preset", default="finetune", help="the victim's: finetune, paper_mnist5k")
@@ -84,19 +84,34 @@ def main(argv=None) -> None:
     "--known-init", type=lambda s: s.lower() != "false", default=None, help="(the preset's)"
   )
   p.add_argument("--wrong", action="store_true", help="unseen images as the training set")
-  args = p.parse_args(argv)
-  rows = []
-  for draw in (int(d) for d in args.draws.split(",")):
-    rows.append(one_draw(draw, args))
-    print(json.dumps(rows[-1]), flush=True)
-  summary = {"draws": [r["draw"] for r in rows], "config": vars(args)}
+  args = common.parse(p, argv)
+  args.dtypes = []  # the preset's own precision
+  return args
+
+
+def summary(rows) -> dict:
+  """Each test's numbers over the draws: mean and 95% Student-t interval, clipped to [0, 1]
+  (seconds to [0, inf))."""
+  out = {"bench": "membership_summary", "draws": [r["draw"] for r in rows]}
   for name in rows[0]:
     if isinstance(rows[0][name], dict):
       for k in rows[0][name]:
         vals = [r[name][k] for r in rows if r.get(name) and r[name][k] is not None]
-        summary[f"{name}.{k}"] = interval(vals, bounds=(0.0, 1.0)) if vals else None
-  summary["tests_s"] = interval([r["tests_s"] for r in rows], bounds=(0.0, np.inf))
-  print(json.dumps(summary), flush=True)
+        out[f"{name}.{k}"] = interval(vals, bounds=(0.0, 1.0)) if vals else None
+  out["tests_s"] = interval([r["tests_s"] for r in rows], bounds=(0.0, np.inf))
+  return out
+
+
+def main(argv=None) -> None:
+  args = parse_args(argv)
+  emit = common.start("membership", args)
+  with emit.section("membership"):
+    if args.quick:
+      emit({"bench": "membership", "skipped": "--quick (a victim of 500 images takes minutes)"})
+    else:
+      rows = [emit(one_draw(int(d), args)) for d in args.draws.split(",")]
+      emit(summary(rows))
+  emit.done()
 
 
 if __name__ == "__main__":

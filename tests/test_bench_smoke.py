@@ -55,6 +55,7 @@ EXPECTED = {
   "bilevel": {"what", "net", "dtype"},
   "memory": {"what", "dtype"},
   "e2e": {"skipped"},
+  "membership": {"skipped"},
   "span": {"what", "dtype", "d", "h", "n", "m", "R", "batching", "span_dim"} | MACHINE,
   "cone": {"dataset", "n", "train_s", "cone_s", "facets", "matched_ncc_0.95", "span_dim", "decay"},
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
@@ -77,6 +78,7 @@ SCRIPTS = {
   "bilevel": ({"bilevel"}, {"bilevel"}, ("**Bilevel outer step**",)),
   "span": ({"span"}, {"span"}, ("**Span vs pixels**",)),
   "cone": ({"cone"}, {"cone"}, ()),
+  "membership": ({"membership"}, {"membership"}, ()),
 }
 
 

@@ -45,3 +45,24 @@ def test_an_accelerator_measures_the_search_rate_on_a_large_product(monkeypatch,
   assert e["gflops"] == pytest.approx(rates[sizes[-1]] / 1e9)
   cone = estimate.estimate(_mlp(), attack="cone", **{**kw, "searched": False})
   assert cone["gflops"] == pytest.approx(1e3)  # the cone's programs: the small product's rate
+
+
+def test_the_membership_tests_are_counted_and_alone_in_a_membership_only_audit():
+  """The weights' tests: the path's factors, the Gram matrix and the fit, by their FLOPs
+  (none past a convolution); an attack=none audit's estimate is those tests alone."""
+  from recon_jax.eval import weight_tests
+
+  dims = [(784, 2048, 1), (2048, 1, 1)]
+  given = 4500
+  params_n = 784 * 2048 + 2048
+  want = 6.0 * weight_tests.PATH_POINTS * given * params_n
+  want += 2.0 * given**2 * (784 + 2048 + 2048 + 1) + 2.0 * weight_tests.FIT_ITERS * given**2
+  assert estimate.weights_flops(dims, given) == pytest.approx(want)
+  assert estimate.weights_flops([(9, 8, -1), (8, 1, 1)], given) == 0.0
+  params = {"a": np.zeros((784, 2048)), "b": np.zeros((2048, 1))}
+  kw = dict(n=500, heldout=4500, pixels=784, restarts=1, steps=1, m=0, searched=False)
+  only = estimate.estimate(params, **kw, attack="none", flops=80e9)
+  assert only["attack_s"] == 0.0
+  assert only["total_s"] == pytest.approx(estimate.weights_seconds(dims, 500, 4500, 80e9))
+  cone = estimate.estimate(params, **kw, attack="cone", flops=80e9)
+  assert cone["scoring_s"] > only["scoring_s"]  # the reconstruction's scoring on top

@@ -11,7 +11,8 @@ with other jobs is measured as it is now):
 * the cone's linear programs: :data:`CONE_S` seconds for its reference model (n = 20,
   2,048 units; 41-44 s measured on 625 and on 64 inputs alike) scaled by n x units;
 * the scoring: the identifiability fit, the evaluation and the membership test, from the
-  number of SSIM comparisons they make and their compilation.
+  number of SSIM comparisons they make and their compilation; the membership tests read off
+  the weights from their FLOPs and permutations (all an ``attack=none`` audit runs).
 
 Its constants were measured on a 2-core CPU (docs: the README's "How long"); the aim is a
 figure within a factor of two, not a benchmark.
@@ -35,6 +36,14 @@ SCORING_FIXED_S = 12.0  # compiling and running the scoring's fixed parts at REF
 RESTART_EVAL_S = 0.4  # evaluating one restart's candidates on its own, at REFERENCE_FLOPS
 IDENTIFY_S = 10.0  # the attacker's own scores of a search's candidates, at REFERENCE_FLOPS
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
+# The membership tests read off the weights (recon_jax.eval.weight_tests): their matrix work
+# at this share of the measured rate, and each test's permutation test per image and
+# relabelling at REFERENCE_FLOPS.  Measured at 1,000 and 4,500 images of a 784-2048-1
+# network on a 2-core CPU shared with other jobs: 19-64 s of tests and 1-8 s a permutation
+# test, against its rate measured before and after (11-57 GFLOP/s).
+WEIGHTS_EFFICIENCY = 0.5
+PERMUTATION_S = 5e-8
+WEIGHT_TESTS = 4  # tests a report scores (loss, confidence, the fit, the reconstruction's)
 
 
 SEARCH_SIZE = {"cpu": 384, "gpu": 4096, "tpu": 4096}  # the rate's product, by backend
@@ -92,6 +101,33 @@ def search_flops(dims: list, m: int, span_dim: Optional[int], pixels: int) -> fl
   return m * total
 
 
+def weights_flops(dims: list, given: int) -> float:
+  """FLOPs of the membership tests read off the weights on ``given`` images: the layers'
+  factors at each point of the path, the Gram matrix of the gradients and the nonnegative
+  fit (0 where a layer is not dense: the fit does not run)."""
+  from recon_jax.eval import weight_tests
+
+  if not dims or any(positions < 0 for _, _, positions in dims):
+    return 0.0
+  params_n = sum(fan_in * fan_out for fan_in, fan_out, _ in dims)
+  path = 6.0 * weight_tests.PATH_POINTS * given * params_n
+  gram = 2.0 * given**2 * sum(fan_in + fan_out for fan_in, fan_out, _ in dims)
+  return path + gram + 2.0 * weight_tests.FIT_ITERS * given**2
+
+
+def weights_seconds(dims: list, n: int, heldout: int, rate: float) -> float:
+  """Seconds of the membership tests read off the weights (:func:`weights_flops` and the
+  permutation tests) at the machine's ``rate``."""
+  from recon_jax.eval import scoring
+
+  if not heldout or not n:
+    return 0.0
+  given = n + min(int(heldout), scoring.MAX_HELDOUT_WEIGHTS)
+  slow = REFERENCE_FLOPS / max(rate, 1e-9)
+  perms = WEIGHT_TESTS * given * membership.PERMUTATIONS * PERMUTATION_S * slow
+  return weights_flops(dims, given) / (WEIGHTS_EFFICIENCY * rate) + perms
+
+
 def estimate(
   params,
   *,
@@ -128,6 +164,15 @@ def estimate(
     units = dims[0][1] if dims else 1
     size = n * units / (20 * 2048)  # its programs grow with the units and facets, not pixels
     attack_s = (CONE_S * size if attack == "cone" else 2.0) * slow
+  weights_s = weights_seconds(dims, n, heldout, rate)
+  if attack == "none":  # a membership-only audit: the tests alone
+    return {
+      "attack_s": 0.0,
+      "scoring_s": weights_s,
+      "total_s": weights_s,
+      "gflop": 0.0,
+      "gflops": float(rate / 1e9),
+    }
   sets = (restarts if searched else 1) + 1
   h = min(int(heldout), 500)
   given = n + h  # the membership test's nearest neighbours: every pair, or 16 each
@@ -136,7 +181,7 @@ def estimate(
   params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
   ident_s = sets * params_n * n * 100.0 / rate
   fixed = SCORING_FIXED_S + RESTART_EVAL_S * sets + (IDENTIFY_S if identify and searched else 0)
-  scoring_s = (fixed + comparisons * pixels * SSIM_PIXEL_S) * slow + ident_s
+  scoring_s = (fixed + comparisons * pixels * SSIM_PIXEL_S) * slow + ident_s + weights_s
   return {
     "attack_s": float(attack_s),
     "scoring_s": float(scoring_s),

@@ -506,8 +506,12 @@ def _membership_only(plan: Plan, state_file) -> Reconstruction:
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     victim_source=vic.source,
   )
+  guess = _estimate(plan, vic, ds, {})
+  logging.info("%s", estimate.say(guess))
+  started = time.time()
   entries = membership_stage(plan, vic, ds, setup)
-  entries["timing"] = {"victim_s": victim_s, **entries["timing"]}
+  entries["timing"] = {"victim_s": victim_s, "estimate_s": guess["total_s"], **entries["timing"]}
+  entries["timing"]["since_estimate_s"] = time.time() - started
   entries["timing"]["total_s"] = time.time() - t_start
   metrics = {**head, **entries}
   said = verdict.conclude(metrics, ds.num_classes, searched=False)

@@ -141,6 +141,16 @@ def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
   assert f"{ratio:.4g} (equal within ±{tol:.2g})" in report and "at most 0.1" in report
   assert f"AUC {mem['auc']:.2f}" in m["verdict_line"] and f"{k} of 6" in m["verdict_line"]
   assert m["assumed"]["dataset"] == m["dataset"] == "user:train"  # not the job's lfw default
+  # every test beside the reconstruction's; 40 held-out images resolve no rate under 1/40
+  tests = mem["tests"]
+  assert set(tests) == {"reconstruction", "loss", "confidence", "change_fit"}
+  for t in tests.values():
+    assert t["tpr_at_fpr"]["0.001"] is None and t["too_few_heldout_for"] == [
+      "0.01",
+      "0.001",
+      "0.0001",
+    ]
+  assert "| membership test `change_fit` | AUC" in report
 
 
 @pytest.mark.parametrize("attack", ["kkt", pytest.param("cone", marks=pytest.mark.slow)])

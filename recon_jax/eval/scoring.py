@@ -315,7 +315,14 @@ def score_run(
     weights_ = weight_membership(apply_fn, theta, target, ds, seed, init)
     if weights_ and member.get("auc") is not None:  # today's score is one test among them
       rec = {k: member[k] for k in ("auc", "p_value", "significant")}
-      rec["tpr_at_fpr"] = dict(member["tpr_at_fpr"])
+      n_held = len(member["scores_heldout"])  # a rate under 1 / n_held is not resolved
+      short = [f"{f:g}" for f in TEST_FPRS if n_held * f < 1]
+      rec["tpr_at_fpr"] = {
+        f"{f:g}": None if f"{f:g}" in short else member["tpr_at_fpr"].get(f"{f:g}")
+        for f in TEST_FPRS
+      }
+      if short:
+        rec["too_few_heldout_for"] = short
       rec.update(scores_train=member["scores_train"], scores_heldout=member["scores_heldout"])
       weights_["tests"] = {"reconstruction": {"kind": "reconstruction", **rec}, **weights_["tests"]}
     member.update(weights_)

@@ -10,14 +10,11 @@ from recon_jax.job import planning
 
 
 def _config(preset, settings):
-  cfg = recon_configs.get_config(preset)
-  for key, value in settings.items():
-    *parents, name = key.split(".")
-    target = cfg
-    for part in parents:
-      target = target[part]
-    target[name] = value
-  return cfg
+  """The main job's config ``preset`` with ``settings`` (dotted names) set."""
+  from test_bad_input import R
+  from test_bad_input import _config as binary_config
+
+  return binary_config(R, preset, settings)
 
 
 @pytest.fixture(scope="module")

@@ -249,3 +249,23 @@ def test_without_training_images_a_blind_attack_says_it_cannot_tell(files, tmp_p
   report = (tmp_path / "blind" / "report.md").read_text()
   assert "None" not in report and "of 0" not in report and "SSIM >= –" not in report
   assert (tmp_path / "blind" / "candidates.png").stat().st_size > 0
+
+
+def test_a_membership_only_audit_of_a_users_files_reads_the_weight_change(files, tmp_path):
+  """--config.job.attack=none on the owner's files with theta_0: no reconstruction, the
+  change's fit and the baselines scored against the 40 held-out images (too few to resolve
+  any rate, so the weights alone cannot say `leaks`), the verdict saying what it rests on."""
+  m = _audit(
+    files,
+    tmp_path,
+    "none",
+    job={"attack": "none"},
+    model=str(files / "model.safetensors"),
+    theta0=str(files / "init.safetensors"),
+  )
+  assert m["membership_only"] and m["recovered_strict"] is None and m["m"] == 0
+  tests = m["membership"]["tests"]
+  assert set(tests) == {"loss", "confidence", "change_fit"}
+  assert tests["change_fit"]["auc"] > 0.9  # the 6 members carry the change
+  assert m["verdict"] == "cannot_tell" and "attack=none" in m["verdict_line"]
+  assert "strongest: change_fit" in m["verdict_line"]

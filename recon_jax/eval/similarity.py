@@ -206,11 +206,19 @@ def _ssim_from(mu0, sq0, mu1, sq1, cross) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames=("filter_size",))
+def _moments_of(x: jax.Array, filter_size: int):
+  return _moments(jnp.moveaxis(x, -1, -3), filter_size)
+
+
+@functools.partial(jax.jit, static_argnames=("filter_size",))
+def _ssim_with(mu0, sq0, mu1, sq1, a: jax.Array, b: jax.Array, filter_size: int) -> jax.Array:
+  return _ssim_from(mu0, sq0, mu1, sq1, _blur(jnp.moveaxis(a * b, -1, -3), filter_size))
+
+
 def _ssim_pairs(a: jax.Array, b: jax.Array, filter_size: int) -> jax.Array:
-  a, b = jnp.moveaxis(a, -1, -3), jnp.moveaxis(b, -1, -3)
-  mu0, sq0 = _moments(a, filter_size)
-  mu1, sq1 = _moments(b, filter_size)
-  return _ssim_from(mu0, sq0, mu1, sq1, _blur(a * b, filter_size))
+  # Three programs: fused into one, XLA recomputes the blurred maps inside the formula's
+  # loop, several times slower on a CPU.
+  return _ssim_with(*_moments_of(a, filter_size), *_moments_of(b, filter_size), a, b, filter_size)
 
 
 def ssim(a: Array, b: Array, *, filter_size: Optional[int] = None) -> jax.Array:

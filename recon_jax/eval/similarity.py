@@ -1,7 +1,7 @@
 """Image similarity for the evaluation: stretch to [0, 1], normalised cross-correlation, SSIM.
 
 Haim et al. 2022, App. B.3: each reconstruction is stretched, matched to training
-images by NCC and scored by SSIM (dm-pix).  Batch sizes are padded to a few
+images by NCC and scored by SSIM (dm-pix's formula, computed here).  Batch sizes are padded to a few
 buckets so that varying counts share compiled code.  Images are float arrays
 [N, H, W, C]; NCC also takes [N, D].
 """
@@ -46,7 +46,7 @@ def default_filter_size(height: int, width: Optional[int] = None) -> int:
 
 
 def as_float(x: Array) -> jax.Array:
-  """Converts to a JAX floating array (dm_pix.ssim rejects integer input)."""
+  """Converts to a JAX floating array (SSIM takes floating images only)."""
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     x = x.astype(jnp.result_type(float))
@@ -163,7 +163,7 @@ def ncc(a: Array, b: Array) -> jax.Array:
 # dm-pix's SSIM (Wang et al. 2004 with a Gaussian window of sigma 1.5, "valid" borders,
 # k1 = 0.01, k2 = 0.03, the variances clipped as dm-pix clips them), computed here so that a
 # matrix of pairs shares each image's own local statistics: only the blurred product of the
-# two images is per pair.  tests/test_eval_images.py holds it to dm_pix.ssim.
+# two images is per pair.  tests/test_evaluation_scale.py holds it to dm_pix.ssim.
 SSIM_SIGMA, SSIM_K1, SSIM_K2 = 1.5, 0.01, 0.03
 
 
@@ -222,7 +222,7 @@ def _ssim_pairs(a: jax.Array, b: jax.Array, filter_size: int) -> jax.Array:
 
 
 def ssim(a: Array, b: Array, *, filter_size: Optional[int] = None) -> jax.Array:
-  """Per-pair SSIM of images assumed to lie in [0, 1] (dm_pix, max_val=1).
+  """Per-pair SSIM of images assumed to lie in [0, 1] (dm-pix's formula, max_val=1).
 
   Args:
     a: Images [N, H, W, C].
@@ -242,7 +242,7 @@ def ssim(a: Array, b: Array, *, filter_size: Optional[int] = None) -> jax.Array:
   n = a.shape[0]
   if n == 0:
     return jnp.zeros((0,), dtype=dtype)
-  # Zero padding is harmless: dm_pix clips variances, so no NaN appears,
+  # Zero padding is harmless: the variances are clipped, so no NaN appears,
   # and the padded rows are sliced away.
   size = bucket(n)
   out = _ssim_pairs(pad_rows(a.astype(dtype), size), pad_rows(b.astype(dtype), size), fs)

@@ -58,6 +58,21 @@ EXPECTED = {
   "membership": {"skipped"},
   "span": {"what", "dtype", "d", "h", "n", "m", "R", "batching", "span_dim"} | MACHINE,
   "cone": {"dataset", "n", "train_s", "cone_s", "facets", "matched_ncc_0.95", "span_dim", "decay"},
+  "scoring": {
+    "n",
+    "R",
+    "m",
+    "heldout",
+    "match_vote_s",
+    "strict_s",
+    "baseline_mean_s",
+    "baseline_heldout_s",
+    "selection_s",
+    "membership_s",
+    "evaluate_candidates_s",
+    "recovered_strict",
+  }
+  | MACHINE,
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
 }
@@ -79,6 +94,7 @@ SCRIPTS = {
   "span": ({"span"}, {"span"}, ("**Span vs pixels**",)),
   "cone": ({"cone"}, {"cone"}, ()),
   "membership": ({"membership"}, {"membership"}, ()),
+  "scoring": ({"scoring"}, {"scoring"}, ()),
 }
 
 

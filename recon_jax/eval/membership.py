@@ -186,11 +186,8 @@ def nearest_neighbour_ssim(images, filter_size: int, exact_up_to: int = EXACT_UP
   n = len(images)
   if n <= exact_up_to:
     return nearest_other(np.asarray(similarity.ssim_matrix(images, images, filter_size)))
-  flat = np.asarray(similarity.unit_centred(np.asarray(images, np.float32).reshape(n, -1)))
-  ncc = flat @ flat.T
-  np.fill_diagonal(ncc, -np.inf)
-  k = min(NEIGHBOURS, n - 1)
-  top = np.argpartition(-ncc, k - 1, axis=1)[:, :k]
+  top = similarity.most_correlated(images, images, NEIGHBOURS, exclude_self=True)
+  k = top.shape[1]
   a = np.repeat(np.asarray(images), k, axis=0)
   b = np.asarray(images)[top.reshape(-1)]
   return np.asarray(similarity.ssim(a, b, filter_size=filter_size)).reshape(n, k).max(axis=1)

@@ -24,6 +24,7 @@ images (:func:`image_scores`) or the scores and labels, and return numbers.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -84,10 +85,28 @@ def smallest_p(n_members: int, n_others: int, permutations: int = PERMUTATIONS) 
   return 1.0 / (int(permutations) + 1) if ways > int(permutations) else 1.0 / ways
 
 
+# Relabellings kept for reuse, by their total size: a report scores the same given images by
+# several tests with one seed, and each test's permutation test draws the same relabellings.
+REUSE_UP_TO = 10_000_000  # int32 entries (40 MB) at most
+
+
+@functools.lru_cache(maxsize=2)
+def _relabellings(n: int, n_pos: int, permutations: int, seed: int) -> tuple:
+  """The relabellings :func:`permutation_p` draws: ``permutations`` picks of ``n_pos`` of
+  ``n`` images, in chunks of 2,000 (bounded memory), drawn from ``seed``."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for start in range(0, int(permutations), 2000):
+    k = min(2000, int(permutations) - start)
+    out.append(rng.permuted(np.tile(np.arange(n), (k, 1)), axis=1)[:, :n_pos].astype(np.int32))
+  return tuple(out)
+
+
 def permutation_p(scores_, is_member, permutations: int = PERMUTATIONS, seed: int = 0) -> float:
   """The p-value of the AUC under the null hypothesis that the labels are exchangeable (the
   training images are scored like any other given image): ``(1 + #{permuted AUC >= AUC})
-  / (1 + permutations)``, over random relabellings that keep the number of members."""
+  / (1 + permutations)``, over random relabellings that keep the number of members (drawn
+  from ``seed``; the same relabellings serve every test of the same images and seed)."""
   s = np.asarray(scores_, np.float64).reshape(-1)
   y = np.asarray(is_member, bool).reshape(-1)
   n_pos, n = int(y.sum()), s.size
@@ -95,12 +114,11 @@ def permutation_p(scores_, is_member, permutations: int = PERMUTATIONS, seed: in
     return float("nan")
   ranks = ranking._average_ranks(s)
   observed = ranks[y].sum()
-  rng = np.random.default_rng(seed)
-  total = 0
-  for start in range(0, int(permutations), 2000):  # bounded memory: 2000 relabellings at a time
-    k = min(2000, int(permutations) - start)
-    picks = rng.permuted(np.tile(np.arange(n), (k, 1)), axis=1)[:, :n_pos]
-    total += int(np.sum(ranks[picks].sum(axis=1) >= observed - 1e-9))
+  if int(permutations) * n_pos <= REUSE_UP_TO:
+    chunks = _relabellings(n, n_pos, int(permutations), int(seed))
+  else:
+    chunks = _relabellings.__wrapped__(n, n_pos, int(permutations), int(seed))
+  total = sum(int(np.sum(ranks[picks].sum(axis=1) >= observed - 1e-9)) for picks in chunks)
   return (1.0 + total) / (1.0 + int(permutations))
 
 

@@ -138,6 +138,7 @@ def tiny_run(tmp_path_factory):
   return work, m, records
 
 
+@pytest.mark.slow  # the tiny job with the attacker's own scores (about 35 s)
 def test_the_total_time_holds_every_phase(tiny_run):
   """timing.total_s includes the attacker's own scores: report.md's total is not less than
   its time for the attack and the scoring; each score's "so far" includes the score."""
@@ -300,6 +301,7 @@ def test_the_help_lists_what_a_user_needs_first_and_says_what_runs():
   assert "not the cone" in row, row
 
 
+@pytest.mark.slow  # it reads the same run's log
 def test_the_regime_line_is_grammatical(tiny_run):
   """The first layer's weights span (the change spans) its input directions."""
   _, _, records = tiny_run

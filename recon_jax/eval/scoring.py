@@ -11,7 +11,7 @@ reads its candidates off theta*) is done; each piece stays callable on its own
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 from absl import logging
 import jax
@@ -133,15 +133,21 @@ TEST_FPRS = (0.01, 0.001, 0.0001)  # the rates each membership test's TPR is rep
 MAX_HELDOUT_WEIGHTS = 4000  # held-out images the weight tests score at most (drawn with the seed)
 
 
+def _resolved(tpr_at_fpr, n_held: int) -> Tuple[dict, list]:
+  """``tpr_at_fpr`` at :data:`TEST_FPRS` with None at each rate ``n_held`` held-out images
+  cannot resolve (fewer than 1 / rate of them), and those rates."""
+  short = [f"{f:g}" for f in TEST_FPRS if n_held * f < 1]
+  rates = {f"{f:g}": None if f"{f:g}" in short else tpr_at_fpr.get(f"{f:g}") for f in TEST_FPRS}
+  return rates, short
+
+
 def _test_entry(kind: str, scores_, is_member, seed: int, seconds: float) -> dict:
   """One of ``membership.tests``: :func:`recon_jax.eval.membership.separation` of ``scores_``
   at :data:`TEST_FPRS`, a rate the held-out set is too small for (fewer than 1 / rate
   images) reported as None and named in ``too_few_heldout_for``."""
   is_member = np.asarray(is_member, bool)
   sep = membership.separation(scores_, is_member, seed=seed, fprs=TEST_FPRS)
-  n_held = int((~is_member).sum())
-  short = [f"{f:g}" for f in TEST_FPRS if n_held * f < 1]
-  tprs = {k: (None if k in short else v) for k, v in sep["tpr_at_fpr"].items()}
+  tprs, short = _resolved(sep["tpr_at_fpr"], int((~is_member).sum()))
   finite = lambda v: [float(x) if np.isfinite(x) else None for x in v]
   s = np.asarray(scores_, np.float64)
   out = {
@@ -315,12 +321,7 @@ def score_run(
     weights_ = weight_membership(apply_fn, theta, target, ds, seed, init)
     if weights_ and member.get("auc") is not None:  # today's score is one test among them
       rec = {k: member[k] for k in ("auc", "p_value", "significant")}
-      n_held = len(member["scores_heldout"])  # a rate under 1 / n_held is not resolved
-      short = [f"{f:g}" for f in TEST_FPRS if n_held * f < 1]
-      rec["tpr_at_fpr"] = {
-        f"{f:g}": None if f"{f:g}" in short else member["tpr_at_fpr"].get(f"{f:g}")
-        for f in TEST_FPRS
-      }
+      rec["tpr_at_fpr"], short = _resolved(member["tpr_at_fpr"], len(member["scores_heldout"]))
       if short:
         rec["too_few_heldout_for"] = short
       rec.update(scores_train=member["scores_train"], scores_heldout=member["scores_heldout"])

@@ -316,10 +316,8 @@ def strongest_line(membership: Membership) -> str:
 
   def key(item):
     t = item[1]
-    return (
-      _or_nan(t.tpr_at_fpr.tenth_pct) if t.tpr_at_fpr.tenth_pct is not None else -1.0,
-      _or_nan(t.auc) if t.auc is not None else -1.0,
-    )
+    tpr, auc = t.tpr_at_fpr.tenth_pct, t.auc
+    return (-1.0 if tpr is None else tpr, -1.0 if auc is None else auc)
 
   name, best = max(((k, v) for k, v in tests.items() if k != "loss"), key=key, default=(None, None))
   loss = tests.get("loss")

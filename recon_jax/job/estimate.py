@@ -26,7 +26,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from recon_jax.eval import membership
+from recon_jax.eval import membership, scoring, weight_tests
 
 SEARCH_EFFICIENCY = 0.45  # the KKT step's share of the matmul rate (measured 0.4-0.9)
 COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
@@ -105,8 +105,6 @@ def weights_flops(dims: list, given: int) -> float:
   """FLOPs of the membership tests read off the weights on ``given`` images: the layers'
   factors at each point of the path, the Gram matrix of the gradients and the nonnegative
   fit (0 where a layer is not dense: the fit does not run)."""
-  from recon_jax.eval import weight_tests
-
   if not dims or any(positions < 0 for _, _, positions in dims):
     return 0.0
   params_n = sum(fan_in * fan_out for fan_in, fan_out, _ in dims)
@@ -118,8 +116,6 @@ def weights_flops(dims: list, given: int) -> float:
 def weights_seconds(dims: list, n: int, heldout: int, rate: float) -> float:
   """Seconds of the membership tests read off the weights (:func:`weights_flops` and the
   permutation tests) at the machine's ``rate``."""
-  from recon_jax.eval import scoring
-
   if not heldout or not n:
     return 0.0
   given = n + min(int(heldout), scoring.MAX_HELDOUT_WEIGHTS)

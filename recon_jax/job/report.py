@@ -71,10 +71,6 @@ def _membership_rows(mem) -> list:
   return rows
 
 
-def _nan(v) -> float:
-  return float("nan") if v is None else float(v)
-
-
 def _num(v, fmt: str = ".3g") -> str:
   return "–" if v is None else format(v, fmt)
 

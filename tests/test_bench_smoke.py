@@ -73,6 +73,25 @@ EXPECTED = {
     "recovered_strict",
   }
   | MACHINE,
+  "phases": {
+    "n",
+    "preset",
+    "wall_s",
+    "rc",
+    "load_before",
+    "load_after",
+    "victim_s",
+    "target_s",
+    "regime_s",
+    "attack_s",
+    "identifiability_s",
+    "evaluation_s",
+    "membership_s",
+    "files_s",
+    "total_s",
+    "estimate_s",
+    "estimated",
+  },
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
 }
@@ -95,6 +114,7 @@ SCRIPTS = {
   "cone": ({"cone"}, {"cone"}, ()),
   "membership": ({"membership"}, {"membership"}, ()),
   "scoring": ({"scoring"}, {"scoring"}, ()),
+  "phases": ({"phases"}, {"phases"}, ()),
 }
 
 
@@ -129,6 +149,12 @@ def check(name, by_bench):
     (rec,) = by_bench["cone"]
     assert (rec["dataset"], rec["n"], rec["decay"]) == ("digits", 8, 1.0)
     assert rec["facets"] >= rec["matched_ncc_0.95"] >= 6  # the quick victim is read off its cone
+  elif name == "phases":
+    (rec,) = by_bench["phases"]
+    assert rec["rc"] == 0 and not rec.get("cut_short")
+    # every phase the estimate counted was measured, the hand-over's path apart
+    said = {k for k in rec["estimated"] if not k.startswith("if_handover.")}
+    assert said and said <= set(rec), (said - set(rec), rec)
   elif name == "span":
     sp = by_bench["span"]
     for r in sp:
@@ -173,6 +199,25 @@ def test_quick_run_prints_one_json_record_per_line_with_its_keys(name, tmp_path,
   tables = report.report(report.load([out]))  # and report.py renders them
   for title in titles:
     assert title in tables, title
+
+
+def test_phases_reads_a_stopped_runs_log_to_the_stop():
+  from benchmarks import phases
+
+  log = [
+    "I1207 01:40:54.5 1 cache.py:49] training the victim (not cached at X)",
+    "I1207 01:41:18.0 1 pipeline.py:346] regime: the first layer's change spans 94 of 625",
+    "I1207 01:41:18.5 1 pipeline.py:355] estimate: about 13 min from here",
+    "I1207 01:45:07.5 2 progress.py:68] still attack=cone: reading the candidates, cone, "
+    "starts from images held: 12 facets after 24 starts: 229 s in it",
+  ]
+  got = phases.from_log(log, stopped_at=1 * 3600 + 50 * 60 + 18.5)
+  assert got["cut_in"] == "attack_s"
+  assert got["victim_s"] == pytest.approx(23.5) and got["regime_s"] == pytest.approx(0.5)
+  assert got["attack_s"] == pytest.approx(540.0)
+  rate = phases.extrapolate(log, starts_cap=100)
+  assert rate["s_per_start"] == pytest.approx(229 / 24)
+  assert rate["starts_cap_s"] == pytest.approx(22900 / 24)
 
 
 def test_end_to_end_command_uses_the_main_jobs_config_flags(tmp_path, monkeypatch):

@@ -66,3 +66,79 @@ def test_the_membership_tests_are_counted_and_alone_in_a_membership_only_audit()
   assert only["total_s"] == pytest.approx(estimate.weights_seconds(dims, 500, 4500, 80e9))
   cone = estimate.estimate(params, **kw, attack="cone", flops=80e9)
   assert cone["scoring_s"] > only["scoring_s"]  # the reconstruction's scoring on top
+
+
+RATE = estimate.REFERENCE_FLOPS
+SEARCH = dict(n=10, heldout=20, pixels=64, restarts=4, steps=100, m=20, searched=True)
+CONE = dict(SEARCH, searched=False, restarts=1, steps=0, span_dim=9)
+THEN = dict(restarts=4, steps=100, m=30, span_dim=9, identify=True)
+SCORING = ("identifiability_s", "evaluation_s", "membership_s", "files_s")
+
+
+def test_every_phase_is_counted_in_the_total():
+  """The total is the sum of its phases, and the phases are the job's after the estimate:
+  the attack, each part of the scoring (the attacker's own scores after a search that has
+  them) and the files."""
+  for kw, identify, want in [
+    (SEARCH, True, {"attack_s", "identification_s", *SCORING}),
+    (SEARCH, False, {"attack_s", *SCORING}),
+    (CONE, True, {"attack_s", *SCORING}),  # no search: no attacker's scores of one
+  ]:
+    e = estimate.estimate(_mlp(), attack="kkt", identify=identify, flops=RATE, **kw)
+    assert set(e["phases"]) == want
+    assert e["total_s"] == pytest.approx(sum(e["phases"].values()))
+    assert e["scoring_s"] == pytest.approx(e["total_s"] - e["attack_s"])
+    assert all(v > 0 for v in e["phases"].values())
+
+
+def test_the_search_grows_with_its_steps_and_candidates_by_their_flops():
+  def attack(**kw):
+    return estimate.estimate(_mlp(), attack="kkt", flops=RATE, **{**SEARCH, **kw})["attack_s"]
+
+  compile_s = 3 * estimate.COMPILE_S
+  assert attack(steps=200) - compile_s == pytest.approx(2 * (attack(steps=100) - compile_s))
+  assert attack(m=40) - compile_s == pytest.approx(2 * (attack(m=20) - compile_s))
+  assert attack(restarts=8) - compile_s == pytest.approx(2 * (attack(restarts=4) - compile_s))
+  # at half the machine's rate, everything takes twice as long
+  slow = estimate.estimate(_mlp(), attack="kkt", flops=RATE / 2, **SEARCH)
+  fast = estimate.estimate(_mlp(), attack="kkt", flops=RATE, **SEARCH)
+  assert slow["total_s"] == pytest.approx(2 * fast["total_s"])
+
+
+def test_the_cone_and_the_scoring_grow_with_n():
+  def phases(n, **kw):
+    e = estimate.estimate(_mlp(), attack="cone", flops=RATE, **{**CONE, "n": n, **kw})
+    return e["phases"]
+
+  small, large = phases(20, span_dim=19), phases(100, span_dim=99)
+  assert large["attack_s"] > 5 * small["attack_s"]  # more facets, each program larger
+  for k in ("identifiability_s", "evaluation_s", "membership_s"):
+    assert large[k] > small[k]
+  # the cone's programs live in the span: its directions, not the pixels, set their size
+  assert phases(20, span_dim=19, pixels=4096)["attack_s"] == small["attack_s"]
+
+
+def test_the_hand_over_is_counted_where_the_plan_hands_over():
+  base = estimate.estimate(_mlp(), attack="cone", flops=RATE, **CONE)
+  maybe = estimate.estimate(_mlp(), attack="cone", flops=RATE, handover=THEN, **CONE)
+  sure = estimate.estimate(_mlp(), attack="cone", flops=RATE, handover=THEN, certain=True, **CONE)
+  search = estimate.estimate(
+    _mlp(), attack="kkt", flops=RATE, **{**SEARCH, "restarts": 4, "m": 30, "span_dim": 9}
+  )
+  # always handing over (past one hidden layer): the search and its scoring are in the total
+  assert sure["handover_s"] == pytest.approx(search["attack_s"])
+  assert sure["total_s"] == pytest.approx(sum(sure["phases"].values()))
+  assert sure["total_s"] > base["total_s"] + search["attack_s"]
+  assert "identification_s" in sure["phases"]  # the attacker's scores of the search's
+  assert sure["if_handover"] is None
+  assert "KKT search it hands over to" in estimate.say(sure)
+  # handing over only where the cone reads short: both paths are said, the total the cone's
+  assert maybe["total_s"] == pytest.approx(base["total_s"])
+  assert maybe["if_handover"]["total_s"] == pytest.approx(sure["total_s"])
+  assert "if it reads short" in estimate.say(maybe)
+  assert estimate.phases_of(maybe)["if_handover.handover_s"] == pytest.approx(sure["handover_s"])
+  # a search over the budget is skipped by the job, and so by the estimate
+  over = estimate.estimate(
+    _mlp(), attack="cone", flops=RATE, handover=THEN, certain=True, budget_s=1e-3, **CONE
+  )
+  assert over["total_s"] == pytest.approx(base["total_s"]) and over["handover_s"] == 0.0

@@ -750,7 +750,15 @@ class Timing(Section):
   """``timing``: seconds of each part of the job."""
 
   victim_s: Optional[float] = key()  # loading or training the victim
+  target_s: Optional[float] = key()  # the attacker's target (theta*, gradients at linearize)
+  regime_s: Optional[float] = key()  # reading the regime off theta* (the first layer's span)
+  estimating_s: Optional[float] = key()  # making the estimate (its timed probes)
   estimate_s: Optional[float] = key()  # what the estimate said before the attack
+  # the estimate's seconds per phase ({"attack_s", "handover_s", "identifiability_s", ...})
+  estimated: Optional[Mapping[str, float]] = key()
+  attack_s: Optional[float] = key()  # the attack (before any hand-over; a search's compile too)
+  handover_s: Optional[float] = key()  # the search after a hand-over (absent: none)
+  reread_s: Optional[float] = key()  # the direct attack again after a hand-over (absent: none)
   compile_s: Optional[float] = key()  # the search's
   attack_run_s: Optional[float] = key()  # the search's steps, compiled
   restart_steps_per_s: Optional[float] = key()  # restarts x steps / attack_run_s
@@ -760,6 +768,7 @@ class Timing(Section):
   identification_s: Optional[float] = key()  # the attacker's own scores
   total_s: Optional[float] = key()  # the job's, every phase (the attacker's scores too)
   since_estimate_s: Optional[float] = key()  # what the estimate is of
+  files_s: Optional[float] = key()  # writing the figures and report.md (after total_s)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,21 +1,29 @@
-"""How long a job's attack and scoring will take, said before the attack starts.
+"""How long a job's attack and scoring will take, said before the attack starts, phase by
+phase (metrics.json's ``timing.estimated`` beside the seconds each phase took).
 
 The estimate counts the work and divides it by this machine's speed, measured when the
 estimate is made (a float32 matrix product, a fraction of a second, so a machine shared
-with other jobs is measured as it is now):
+with other jobs is measured as it is now); each constant below is a count of work at the
+reference rate :data:`REFERENCE_FLOPS`, scaled by the rate measured now:
 
 * the KKT search: R restarts x S steps x m candidates x the step's FLOPs per candidate
   (``10 d h1 + 14 sum(fan_in fan_out)`` of the later layers, benchmarks/README.md's count,
   with d the span's dimension where candidates live in the first layer's span), at
   :data:`SEARCH_EFFICIENCY` of the measured rate, plus the compilation of its chunk;
-* the cone's linear programs: :data:`CONE_S` seconds for its reference model (n = 20,
-  2,048 units; 41-44 s measured on 625 and on 64 inputs alike) scaled by n x units;
-* the scoring: the identifiability fit, the evaluation and the membership test, from the
-  number of SSIM comparisons they make and their compilation; the membership tests read off
-  the weights from their FLOPs and permutations (all an ``attack=none`` audit runs).
+* the cone's linear programs: :data:`CONE_S` seconds for its reference model (k = 19 span
+  directions, 2,048 units) scaled by the units and by k ** :data:`CONE_POWER`;
+* the hand-over: the KKT search a direct attack hands over to, with its own scoring (the
+  search's restarts and the attacker's scores of them) in place of the direct attack's:
+  counted in the total where the plan always hands over, said beside it where the cone
+  hands over only when it reads short;
+* the scoring, part by part: the identifiability fits (a gradient matrix per set of
+  candidates, the flat family's program), the evaluation and the membership report (SSIM
+  comparisons and their compilation), the membership tests read off the weights (their
+  FLOPs and permutations; all an ``attack=none`` audit runs), the attacker's own scores,
+  and the figures and report.md.
 
-Its constants were measured on a 2-core CPU (docs: the README's "How long"); the aim is a
-figure within a factor of two, not a benchmark.
+The aim is a figure within a factor of two of what follows (benchmarks/phases.py measures
+it against each phase), not a benchmark.
 """
 
 from __future__ import annotations
@@ -30,11 +38,19 @@ from recon_jax.eval import membership, scoring, weight_tests
 
 SEARCH_EFFICIENCY = 0.45  # the KKT step's share of the matmul rate (measured 0.4-0.9)
 COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
-CONE_S = 50.0  # the cone's programs on its reference model (n 20, 2048 units): 28-113 s
-SSIM_PIXEL_S = 3.5e-7  # one SSIM comparison, per pixel, at REFERENCE_FLOPS
-SCORING_FIXED_S = 12.0  # compiling and running the scoring's fixed parts at REFERENCE_FLOPS
-RESTART_EVAL_S = 0.4  # evaluating one restart's candidates on its own, at REFERENCE_FLOPS
-IDENTIFY_S = 10.0  # the attacker's own scores of a search's candidates, at REFERENCE_FLOPS
+CONE_S = 50.0  # the cone's programs on its reference model (k = 19, 2048 units)
+CONE_REFERENCE_K = 19
+CONE_POWER = 1.5  # how the cone's programs grow with the span's directions k
+SSIM_PIXEL_S = 1e-8  # one SSIM comparison, per pixel, at REFERENCE_FLOPS (compiled)
+PREFILTER = 16  # a reconstruction's held-out reference among its most correlated (similarity)
+EVAL_FIXED_S = 6.0  # compiling the evaluation's programs, at REFERENCE_FLOPS
+MEMBER_FIXED_S = 4.0  # compiling the membership report's, at REFERENCE_FLOPS
+IDENTIFY_FIXED_S = 2.0  # the identifiability fits' compilation, at REFERENCE_FLOPS
+IDENTIFY_GRAD = 100.0  # FLOPs per parameter and image of a gradient matrix's column
+IDENTIFY_FAMILY_S = 4.0  # the flat family's linear program (capped at 60 s), at REFERENCE_FLOPS
+IDENTIFY_S = 10.0  # the attacker's own scores' compilation and stability re-runs
+IDENTIFY_PER = 200.0  # their FLOPs per candidate and parameter (leave-one-out, margins)
+FILES_S = 2.0  # the figures and report.md, at REFERENCE_FLOPS
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
 # The membership tests read off the weights (recon_jax.eval.weight_tests): their matrix work
 # at this share of the measured rate, and each test's permutation test per image and
@@ -124,6 +140,49 @@ def weights_seconds(dims: list, n: int, heldout: int, rate: float) -> float:
   return weights_flops(dims, given) / (WEIGHTS_EFFICIENCY * rate) + perms
 
 
+def search_seconds(dims, restarts, steps, m, span_dim, pixels, rate, slow) -> tuple:
+  """``(seconds, FLOPs)`` of a KKT search: its steps at :data:`SEARCH_EFFICIENCY` of the
+  measured ``rate`` and the compilation of its chunk (``slow``: the reference machine's rate
+  over this one's now)."""
+  work = restarts * steps * search_flops(dims, m, span_dim, pixels)
+  return work / (SEARCH_EFFICIENCY * rate) + COMPILE_S * max(len(dims), 1) * slow, work
+
+
+def cone_seconds(dims, n: int, span_dim: Optional[int], slow: float) -> float:
+  """Seconds of the cone's linear programs: :data:`CONE_S` on its reference model (k = 19
+  span directions, 2,048 units) scaled by the units and by (k / 19) ** :data:`CONE_POWER`
+  (more facets to find, each program over more directions)."""
+  units = dims[0][1] if dims else 1
+  k = max(int(span_dim or n or 1), 1)
+  return CONE_S * (units / 2048) * (k / CONE_REFERENCE_K) ** CONE_POWER * slow
+
+
+def scoring_phases(params, dims, *, n, heldout, pixels, sets, m, identify, rate, slow) -> dict:
+  """Seconds of each part of the scoring of ``sets`` sets of ``m`` candidates (the restarts,
+  the pooled set) against ``n`` training and ``heldout`` held-out images: the
+  identifiability fits, the evaluation (SSIM comparisons), the membership tests (the
+  candidates' and those read off the weights) and, with ``identify``, the attacker's own
+  scores."""
+  params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
+  h = min(int(heldout), 500)
+  # each set's n highest-weight candidates and the truth: a [P, n] gradient matrix and its fit
+  fits = (sets + 1) * params_n * n * (IDENTIFY_GRAD + n) / rate
+  ident = IDENTIFY_FIXED_S * slow + fits + (IDENTIFY_FAMILY_S * slow if n else 0.0)
+  cands = sets * m
+  # the candidates against the training images, each reconstruction's held-out reference
+  # (its :data:`PREFILTER` most correlated) and the baselines
+  comparisons = cands * n + (sets + 4) * n * PREFILTER + n * h / 4
+  evaluation = (EVAL_FIXED_S + comparisons * pixels * SSIM_PIXEL_S) * slow
+  given = n + h
+  pairs = given**2 if given <= membership.EXACT_UP_TO else given * membership.NEIGHBOURS
+  member = (MEMBER_FIXED_S + pairs * pixels * SSIM_PIXEL_S) * slow
+  member += weights_seconds(dims, n, heldout, rate)
+  out = {"identifiability_s": ident, "evaluation_s": evaluation, "membership_s": member}
+  if identify:  # leave-one-out and margins over every candidate, stability re-runs
+    out["identification_s"] = IDENTIFY_S * slow + IDENTIFY_PER * cands * params_n / rate
+  return out
+
+
 def estimate(
   params,
   *,
@@ -138,64 +197,105 @@ def estimate(
   span_dim: Optional[int] = None,
   identify: bool = False,
   flops: Optional[float] = None,
+  handover: Optional[dict] = None,
+  certain: bool = False,
+  budget_s: float = float("inf"),
 ) -> dict:
-  """Seconds the attack and the scoring of a job will take (``{"attack_s", "scoring_s",
-  "total_s", "gflop", "gflops"}``): ``params`` the victim's (theta*), ``n`` training and
-  ``heldout`` held-out images of ``pixels`` inputs each; the search's ``restarts``,
-  ``steps`` and ``m`` candidates (``searched``; else ``attack`` reads its candidates, e.g.
-  the cone); ``span_dim``: the span's dimension where the candidates live in it;
-  ``identify``: the attacker's own scores follow a search; ``flops``: the machine's rate (:func:`machine_flops` when None)."""
+  """Seconds the attack and the scoring of a job will take, per phase: ``params`` the
+  victim's (theta*), ``n`` training and ``heldout`` held-out images of ``pixels`` inputs each;
+  the search's ``restarts``, ``steps`` and ``m`` candidates (``searched``; else ``attack``
+  reads its candidates, e.g. the cone); ``span_dim``: the span's dimension where the
+  candidates live in it (and the cone's); ``identify``: the attacker's own scores follow a
+  search; ``flops``: the machine's rate (:func:`machine_flops` when None).
+
+  ``handover``: where a direct attack hands over to a KKT search when it reads short, that
+  search's ``restarts``, ``steps``, ``m``, ``span_dim`` and ``identify``; it runs within
+  ``budget_s`` (a longer one is skipped, as the job skips it), and its scoring replaces the
+  direct attack's.  ``certain``: it always hands over (past one hidden layer, or under
+  squared error): the total counts it; otherwise the total is the direct attack's path and
+  ``if_handover`` the other.
+
+  Returns ``{"phases": {name_s: s}, "attack_s", "handover_s", "scoring_s", "total_s",
+  "if_handover": None or {"phases", "total_s"}, "gflop", "gflops"}``; ``scoring_s`` counts
+  the figures and report written after it (:data:`FILES_S`)."""
   rate = machine_flops() if flops is None else float(flops)
   slow = REFERENCE_FLOPS / max(rate, 1e-9)  # > 1: slower than the reference machine now
   dims = layers(params)
   big = rate  # the search's rate: a larger product's on an accelerator
-  if searched:
-    work = restarts * steps * search_flops(dims, m, span_dim, pixels)
-    size = SEARCH_SIZE.get(jax.default_backend(), SEARCH_SIZE["cpu"])
-    if flops is None and size != SEARCH_SIZE["cpu"]:
-      big = machine_flops(size)
-    attack_s = work / (SEARCH_EFFICIENCY * big) + COMPILE_S * max(len(dims), 1) * slow
-  else:
-    work = 0.0
-    units = dims[0][1] if dims else 1
-    size = n * units / (20 * 2048)  # its programs grow with the units and facets, not pixels
-    attack_s = (CONE_S * size if attack == "cone" else 2.0) * slow
-  weights_s = weights_seconds(dims, n, heldout, rate)
+  size = SEARCH_SIZE.get(jax.default_backend(), SEARCH_SIZE["cpu"])
+  if flops is None and size != SEARCH_SIZE["cpu"] and (searched or handover):
+    big = machine_flops(size)
+  work = 0.0
   if attack == "none":  # a membership-only audit: the tests alone
-    return {
-      "attack_s": 0.0,
-      "scoring_s": weights_s,
-      "total_s": weights_s,
-      "gflop": 0.0,
-      "gflops": float(rate / 1e9),
-    }
-  sets = (restarts if searched else 1) + 1
-  h = min(int(heldout), 500)
-  given = n + h  # the membership test's nearest neighbours: every pair, or 16 each
-  pairs = given**2 if given <= membership.EXACT_UP_TO else given * membership.NEIGHBOURS
-  comparisons = pairs + sets * given + (sets + 4) * n * h
-  params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
-  ident_s = sets * params_n * n * 100.0 / rate
-  fixed = SCORING_FIXED_S + RESTART_EVAL_S * sets + (IDENTIFY_S if identify and searched else 0)
-  scoring_s = (fixed + comparisons * pixels * SSIM_PIXEL_S) * slow + ident_s + weights_s
+    weights_s = weights_seconds(dims, n, heldout, rate)
+    phases = {"membership_s": weights_s}
+    return _result(phases, None, 0.0, rate)
+  if searched:
+    attack_s, work = search_seconds(dims, restarts, steps, m, span_dim, pixels, big, slow)
+  elif attack == "cone":
+    attack_s = cone_seconds(dims, n, span_dim, slow)
+  else:
+    attack_s = 2.0 * slow
+  kw = dict(n=n, heldout=heldout, pixels=pixels, rate=rate, slow=slow)
+  sets = restarts + 1 if searched else 1
+  phases = {"attack_s": attack_s}
+  phases.update(scoring_phases(params, dims, sets=sets, m=m, identify=identify and searched, **kw))
+  phases["files_s"] = FILES_S * slow
+  other = None
+  if handover and n and not searched:
+    h = handover
+    then_s, then_work = search_seconds(
+      dims, h["restarts"], h["steps"], h["m"], h.get("span_dim"), pixels, big, slow
+    )
+    other = {"attack_s": attack_s, "handover_s": then_s}
+    scored = dict(sets=h["restarts"] + 2, m=h["m"], identify=bool(h.get("identify")))
+    other.update(scoring_phases(params, dims, **scored, **kw))
+    other["files_s"] = FILES_S * slow
+    if sum(other.values()) - attack_s > budget_s:  # the job skips a search over its budget
+      other = None
+    elif certain:
+      phases, other, work = other, None, then_work
+  return _result(phases, other, work, big)
+
+
+def _result(phases: dict, other: Optional[dict], work: float, rate: float) -> dict:
+  """:func:`estimate`'s dict of the phases of the path its total is of (and ``other``,
+  the path of a hand-over that may follow, or None)."""
+  total = float(sum(phases.values()))
+  attack_s = float(phases.get("attack_s", 0.0))
+  handover_s = float(phases.get("handover_s", 0.0))
   return {
-    "attack_s": float(attack_s),
-    "scoring_s": float(scoring_s),
-    "total_s": float(attack_s + scoring_s),
+    "phases": {k: float(v) for k, v in phases.items()},
+    "attack_s": attack_s,
+    "handover_s": handover_s,
+    "scoring_s": total - attack_s - handover_s,
+    "total_s": total,
+    "if_handover": None
+    if other is None
+    else {"phases": {k: float(v) for k, v in other.items()}, "total_s": float(sum(other.values()))},
     "gflop": float(work / 1e9),
-    "gflops": float(big / 1e9),
+    "gflops": float(rate / 1e9),
   }
 
 
 def say(e: dict) -> str:
   """The estimate as the log line a person reads before the attack starts."""
-  return (
-    f"estimate: about {_duration(e['total_s'])} from here (the attack "
-    f"{_duration(e['attack_s'])}"
+  parts = [f"the attack {_duration(e['attack_s'])}"]
+  if e["handover_s"]:
+    parts.append(f"the KKT search it hands over to {_duration(e['handover_s'])}")
+  line = (
+    f"estimate: about {_duration(e['total_s'])} from here ("
+    + ", ".join(parts)
     + (f", {e['gflop']:.0f} GFLOP" if e["gflop"] >= 1 else "")
-    + f"; scoring {_duration(e['scoring_s'])}), at {e['gflops']:.0f} GFLOP/s measured now; "
-    "a line at least every 30 s"
+    + f"; scoring {_duration(e['scoring_s'])})"
   )
+  other = e.get("if_handover")
+  if other:
+    line += (
+      f", or {_duration(other['total_s'])} if it reads short and hands over to the KKT "
+      f"search ({_duration(other['phases']['handover_s'])} of it)"
+    )
+  return line + f", at {e['gflops']:.0f} GFLOP/s measured now; a line at least every 30 s"
 
 
 def _duration(s: float) -> str:
@@ -205,3 +305,12 @@ def _duration(s: float) -> str:
   if s < 5400:
     return f"{s / 60:.0f} min"
   return f"{s / 3600:.1f} h"
+
+
+def phases_of(e: dict) -> dict:
+  """The estimate's seconds per phase (metrics.json's ``timing.estimated``), those of the
+  hand-over's path as ``if_handover.NAME`` where it may follow."""
+  out = dict(e["phases"])
+  for k, v in ((e.get("if_handover") or {}).get("phases") or {}).items():
+    out[f"if_handover.{k}"] = v
+  return out

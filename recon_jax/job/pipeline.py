@@ -148,8 +148,19 @@ def job_target(plan: Plan, vic: sources.Victim, ds: data.Dataset, labels) -> Tar
 def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
   """:func:`recon_jax.job.estimate.estimate` of a plan's attack and scoring on the victim
   ``vic`` and data ``ds`` (``seen``: the regime, whose span the candidates live in where the
-  plan searches in it)."""
+  plan searches in it), with the search it hands over to (``plan.then``) where it may."""
   cfg = plan.config
+  dim = (seen.get("span") or {}).get("dim")
+  then = plan.then
+  handover = None
+  if then is not None:
+    handover = dict(
+      restarts=then.config.search.num_restarts,
+      steps=sum(steps for steps, _ in then.stages),
+      m=len(then.labels),
+      span_dim=dim if then.config.kkt.subspace else None,
+      identify=then.config.evaluation.identify,
+    )
   return estimate.estimate(
     vic.params,
     n=len(ds.x_train),
@@ -160,9 +171,18 @@ def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
     m=len(plan.labels),
     searched=plan.spec.direct is None,
     attack=cfg.attack,
-    span_dim=(seen.get("span") or {}).get("dim") if cfg.kkt.subspace else None,
+    span_dim=dim if (cfg.kkt.subspace or plan.spec.direct is not None) else None,
     identify=cfg.evaluation.identify,
+    handover=handover,
+    certain=handover is not None and _always_hands_over(plan),
+    budget_s=60.0 * plan.spec.hands_over(plan.options),
   )
+
+
+def _always_hands_over(plan: Plan) -> bool:
+  """A direct attack that hands over whatever it reads: the cone past one hidden layer (its
+  facets lose the images' signs) or under squared error (its zeros are soft)."""
+  return plan.problem == "general" or len(planning._hidden_widths(plan)) >= 2
 
 
 def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
@@ -309,6 +329,9 @@ class Attacked(NamedTuple):
   direct: Optional[search.Found] = None  # after a hand-over: the direct attack's candidates
   reread: Optional[np.ndarray] = None  # after a hand-over: what it read again of the search's
   reread_s: float = 0.0
+  handover_s: float = 0.0  # the search after a hand-over (its compilation and steps)
+  regime_s: float = 0.0  # reading the regime off theta* (the first layer's span)
+  estimating_s: float = 0.0  # the estimate (its timed probes)
   why: Optional[str] = None  # why the direct attack handed over
 
 
@@ -336,7 +359,9 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   its budget, the search from its candidates and what it reads again of the search's."""
   cfg, spec = plan.config, plan.spec
   target = setup.target
+  t_regime = time.time()
   seen = span.regime(target, len(ds.x_train), cfg.threat.known_init, cfg.linearize)
+  regime_s = time.time() - t_regime
   if seen.get("span"):
     logging.info(
       "regime: the first layer's %s %d of %d input directions for %d training images",
@@ -345,6 +370,7 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
       seen["span"]["input_dim"],
       seen["n_train"],
     )
+  t_guess = time.time()
   guess = _estimate(plan, vic, ds, seen)
   logging.info("%s", estimate.say(guess))
   started = time.time()
@@ -365,6 +391,7 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   read = [v.get("short") for v in (found.notes or {}).values() if isinstance(v, dict)]
   why = next((f"attack={cfg.attack} {w}" for w in read if w), None)
   out = Attacked(found, plan, target, seen, guess, searched, started, time.time() - started)
+  out = out._replace(regime_s=regime_s, estimating_s=started - t_guess)
   if why is None or plan.then is None:
     return out
   then_s = _estimate(plan.then, vic, ds, seen)
@@ -382,7 +409,9 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
     found.candidates.shape[1],
     estimate.say(then_s),
   )
+  t_handed = time.time()
   handed, target = _hand_over(plan.then, found, setup, ds, _after_direct(state_file, memo))
+  handover_s = time.time() - t_handed
   t_reread = time.time()
   reread = _reread(plan, setup, handed)
   return out._replace(
@@ -393,6 +422,7 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
     direct=found,
     reread=reread,
     reread_s=time.time() - t_reread,
+    handover_s=handover_s,
     why=why,
   )
 
@@ -510,7 +540,12 @@ def _membership_only(plan: Plan, state_file) -> Reconstruction:
   logging.info("%s", estimate.say(guess))
   started = time.time()
   entries = membership_stage(plan, vic, ds, setup)
-  entries["timing"] = {"victim_s": victim_s, "estimate_s": guess["total_s"], **entries["timing"]}
+  entries["timing"] = {
+    "victim_s": victim_s,
+    "estimate_s": guess["total_s"],
+    "estimated": estimate.phases_of(guess),
+    **entries["timing"],
+  }
   entries["timing"]["since_estimate_s"] = time.time() - started
   entries["timing"]["total_s"] = time.time() - t_start
   metrics = {**head, **entries}
@@ -532,9 +567,21 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   t_start = time.time()
   head = _head(plan)
   ds, vic, setup, victim_s = victim_stage(plan)
+  target_s = time.time() - t_start - victim_s
   att = attack_stage(plan, vic, ds, setup, state_file)
   found = att.found
-  timing = {"victim_s": victim_s, "estimate_s": att.guess["total_s"], **(found.timing or {})}
+  timing = {
+    "victim_s": victim_s,
+    "target_s": target_s,
+    "regime_s": att.regime_s,
+    "estimating_s": att.estimating_s,
+    "estimate_s": att.guess["total_s"],
+    "estimated": estimate.phases_of(att.guess),
+    "attack_s": att.direct_s,
+    **(found.timing or {}),
+  }
+  if att.direct is not None:
+    timing.update(handover_s=att.handover_s, reread_s=att.reread_s)
   head.update(
     regime=att.seen,
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},

@@ -8,6 +8,7 @@ produces the same folder.
 from __future__ import annotations
 
 import os
+import time
 
 from recon_jax.core import distributed, progress
 from recon_jax.engine import precision
@@ -125,8 +126,14 @@ def write_reconstruction(path: str, out) -> dict:
     typed, undeclared = metrics_json.Metrics.from_metrics(made), e
   table = restart_table(metrics["per_restart"])
   margins = out.victim.summary.get("margins")
+  t0 = time.time()
   figures.reconstruction_figures(path, typed, out.arrays, out.dataset, out.eval_result, margins)
   text = report.report(typed, path)  # after the figures: it shows those that exist
+  files_s = time.time() - t0
+  if isinstance(made.get("timing"), dict):  # metrics.json says what the files took
+    made["timing"]["files_s"] = files_s
+    if undeclared is None:
+      typed = metrics_json.Metrics.from_job(made)
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", table)
   workdir.write_text(path, "report.md", text)

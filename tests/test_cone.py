@@ -380,6 +380,10 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
   assert m["selection"]["best_by_loss_recovered_strict"] >= 7
   assert any("took over" in w for w in m["warnings"]), m["warnings"]
+  # the search is timed apart, and the estimate before the cone had said its path too
+  t = m["timing"]
+  assert t["handover_s"] > 0 and t["attack_s"] > 0
+  assert t["estimated"]["if_handover.handover_s"] > 0
   assert_read_typed(m)
   m = pipeline.reconstruct(cfg.replace(cone_search_minutes=1e-4), verbose=False).metrics
   assert "handover" not in m and m["m"] == 3  # estimated over its minutes: the cone alone

@@ -41,14 +41,17 @@ COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
 CONE_S = 50.0  # the cone's programs on its reference model (k = 19, 2048 units)
 CONE_REFERENCE_K = 19
 CONE_POWER = 1.5  # how the cone's programs grow with the span's directions k
-SSIM_PIXEL_S = 1e-8  # one SSIM comparison, per pixel, at REFERENCE_FLOPS (compiled)
-PREFILTER = 16  # a reconstruction's held-out reference among its most correlated (similarity)
-EVAL_FIXED_S = 6.0  # compiling the evaluation's programs, at REFERENCE_FLOPS
-MEMBER_FIXED_S = 4.0  # compiling the membership report's, at REFERENCE_FLOPS
-IDENTIFY_FIXED_S = 2.0  # the identifiability fits' compilation, at REFERENCE_FLOPS
-IDENTIFY_GRAD = 100.0  # FLOPs per parameter and image of a gradient matrix's column
-IDENTIFY_FAMILY_S = 4.0  # the flat family's linear program (capped at 60 s), at REFERENCE_FLOPS
-IDENTIFY_S = 10.0  # the attacker's own scores' compilation and stability re-runs
+# The scoring's constants, in seconds at REFERENCE_FLOPS or FLOPs, from the parts'
+# seconds (benchmarks/phases.py, benchmarks/scoring.py) on a 2-core CPU:
+SSIM_PIXEL_S = 3e-8  # one SSIM comparison, per pixel (the library's kernel, compiled)
+EVAL_FIXED_S = 7.0  # the evaluation's programs compiled and its fixed parts
+EVAL_SET_S = 7.5  # ... and per set of candidates scored (each restart, the pooled set)
+MEMBER_FIXED_S = 10.0  # the membership report and tests compiled
+IDENTIFY_FIT_S = 2.5  # one identifiability fit's fixed part
+IDENTIFY_FIT = 86.0  # its FLOPs per P n^2 (the [P, n] matrix of gradients, float64)
+IDENTIFY_FAMILY = 6e-3  # the flat family's program, s per n^2
+IDENTIFY_FAMILY_CAP_S = 70.0  # ... stopped after 60 s (identifiability.LP_TIME_LIMIT_S)
+IDENTIFY_S = 10.0  # the attacker's own scores: compilation and stability re-runs
 IDENTIFY_PER = 200.0  # their FLOPs per candidate and parameter (leave-one-out, margins)
 FILES_S = 2.0  # the figures and report.md, at REFERENCE_FLOPS
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
@@ -159,27 +162,33 @@ def cone_seconds(dims, n: int, span_dim: Optional[int], slow: float) -> float:
 
 def scoring_phases(params, dims, *, n, heldout, pixels, sets, m, identify, rate, slow) -> dict:
   """Seconds of each part of the scoring of ``sets`` sets of ``m`` candidates (the restarts,
-  the pooled set) against ``n`` training and ``heldout`` held-out images: the
-  identifiability fits, the evaluation (SSIM comparisons), the membership tests (the
-  candidates' and those read off the weights) and, with ``identify``, the attacker's own
-  scores."""
+  or the direct attack's one) against ``n`` training and ``heldout`` held-out images:
+
+  * identifiability: the truth's and each set's fit, a [P, n] gradient matrix solved for its
+    multipliers (:data:`IDENTIFY_FIT` FLOPs per P n^2, and its compilation), then the flat
+    family's linear program (growing as n^2, stopped after 60 s);
+  * the evaluation: its programs per set (matching, voting, the strict rule and the
+    baselines of each restart's m) and every candidate's SSIM with every training image;
+  * the membership report (each given image's best SSIM among the candidates, its nearest
+    other given image) and the tests read off the weights (:func:`weights_seconds`);
+  * with ``identify``, the attacker's own scores: every candidate's SSIM with every training
+    and held-out image (what tells the attacker's picks right), then leave-one-out and
+    margins through the network."""
   params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
-  h = min(int(heldout), 500)
-  # each set's n highest-weight candidates and the truth: a [P, n] gradient matrix and its fit
-  fits = (sets + 1) * params_n * n * (IDENTIFY_GRAD + n) / rate
-  ident = IDENTIFY_FIXED_S * slow + fits + (IDENTIFY_FAMILY_S * slow if n else 0.0)
   cands = sets * m
-  # the candidates against the training images, each reconstruction's held-out reference
-  # (its :data:`PREFILTER` most correlated) and the baselines
-  comparisons = cands * n + (sets + 4) * n * PREFILTER + n * h / 4
-  evaluation = (EVAL_FIXED_S + comparisons * pixels * SSIM_PIXEL_S) * slow
-  given = n + h
+  fits = (sets + 1) * (IDENTIFY_FIT_S * slow + IDENTIFY_FIT * params_n * n**2 / rate)
+  family = min(IDENTIFY_FAMILY * n**2 * slow, IDENTIFY_FAMILY_CAP_S) if n else 0.0
+  ssim = SSIM_PIXEL_S * pixels * slow  # one SSIM comparison, now
+  evaluation = (EVAL_FIXED_S + EVAL_SET_S * sets) * slow + ssim * cands * n
+  given = n + min(int(heldout), membership.MAX_HELDOUT)
   pairs = given**2 if given <= membership.EXACT_UP_TO else given * membership.NEIGHBOURS
-  member = (MEMBER_FIXED_S + pairs * pixels * SSIM_PIXEL_S) * slow
+  member = MEMBER_FIXED_S * slow + ssim * (given * cands + pairs)
   member += weights_seconds(dims, n, heldout, rate)
-  out = {"identifiability_s": ident, "evaluation_s": evaluation, "membership_s": member}
-  if identify:  # leave-one-out and margins over every candidate, stability re-runs
-    out["identification_s"] = IDENTIFY_S * slow + IDENTIFY_PER * cands * params_n / rate
+  out = {"identifiability_s": fits + family, "evaluation_s": evaluation, "membership_s": member}
+  if identify:
+    out["identification_s"] = (
+      IDENTIFY_S * slow + ssim * cands * (n + int(heldout)) + IDENTIFY_PER * cands * params_n / rate
+    )
   return out
 
 

@@ -142,3 +142,36 @@ def test_the_hand_over_is_counted_where_the_plan_hands_over():
     _mlp(), attack="cone", flops=RATE, handover=THEN, certain=True, budget_s=1e-3, **CONE
   )
   assert over["total_s"] == pytest.approx(base["total_s"]) and over["handover_s"] == 0.0
+
+
+def test_the_jobs_estimate_counts_the_hand_over_its_plan_makes(monkeypatch):
+  """The job's estimate before the cone: with one hidden layer the search it hands over to
+  is said beside the total (it runs where the cone reads short); past one hidden layer it
+  always runs, and the total counts it; without a hand-over (cone_search_minutes 0) neither."""
+  import dataclasses
+  import types
+
+  from experiments.configs.victim import PRESETS
+  from recon_jax.job import pipeline, planning
+  from recon_jax.victims import recipe
+
+  monkeypatch.setattr(estimate, "machine_flops", lambda *a, **k: RATE)
+  one = recipe.VictimConfig(**dict(PRESETS["finetune"], dataset="digits", n_per_class=4))
+  base = dict(attack="cone", threat={"known_init": True}, victim=dataclasses.asdict(one))
+  ds = types.SimpleNamespace(x_train=np.zeros((8, 8, 8, 1)), x_test=np.zeros((20, 8, 8, 1)))
+  seen = {"span": {"dim": 7}}
+
+  def said(job, widths):
+    sizes = (64, *widths, 1)
+    params = {f"w{i}": np.zeros((a, b)) for i, (a, b) in enumerate(zip(sizes, sizes[1:]))}
+    vic = types.SimpleNamespace(params=params)
+    return pipeline._estimate(planning.prepare(job), vic, ds, seen)
+
+  shallow = said(base, (256,))
+  assert shallow["handover_s"] == 0.0 and shallow["if_handover"]["phases"]["handover_s"] > 0
+  deep_job = dict(base, victim=dict(base["victim"], widths=[64, 64]))
+  deep = said(deep_job, (64, 64))
+  assert deep["handover_s"] > 0 and deep["if_handover"] is None
+  assert deep["total_s"] == pytest.approx(sum(deep["phases"].values()))
+  alone = said(dict(base, cone_search_minutes=0.0), (256,))
+  assert alone["handover_s"] == 0.0 and alone["if_handover"] is None

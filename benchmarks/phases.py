@@ -83,6 +83,7 @@ MARKS = (
   ("scoring_s", re.compile(r"identifiability: the training set and")),
   ("evaluation_s", re.compile(r"\] evaluating \d+ candidates")),
   ("membership_s", re.compile(r"\] membership: ")),
+  ("identification_s", re.compile(r"\] the attacker's own scores of")),
 )
 STAMP = re.compile(r"^[IWE](\d{4}) (\d\d):(\d\d):(\d\d\.\d+)")
 STARTS = re.compile(r"(\d+) facets after (\d+) starts: (\d+) s in it")

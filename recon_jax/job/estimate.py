@@ -34,26 +34,36 @@ from typing import Optional
 import jax
 import numpy as np
 
-from recon_jax.eval import membership, scoring, weight_tests
+from recon_jax.eval import identifiability, membership, scoring, weight_tests
 
 SEARCH_EFFICIENCY = 0.45  # the KKT step's share of the matmul rate (measured 0.4-0.9)
-COMPILE_S = 6.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
+COMPILE_S = 3.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
 CONE_S = 50.0  # the cone's programs on its reference model (k = 19, 2048 units)
 CONE_REFERENCE_K = 19
 CONE_POWER = 1.5  # how the cone's programs grow with the span's directions k
-# The scoring's constants, in seconds at REFERENCE_FLOPS or FLOPs, from the parts'
-# seconds (benchmarks/phases.py, benchmarks/scoring.py) on a 2-core CPU:
-SSIM_PIXEL_S = 3e-8  # one SSIM comparison, per pixel (the library's kernel, compiled)
-EVAL_FIXED_S = 7.0  # the evaluation's programs compiled and its fixed parts
-EVAL_SET_S = 7.5  # ... and per set of candidates scored (each restart, the pooled set)
-MEMBER_FIXED_S = 10.0  # the membership report and tests compiled
-IDENTIFY_FIT_S = 2.5  # one identifiability fit's fixed part
-IDENTIFY_FIT = 86.0  # its FLOPs per P n^2 (the [P, n] matrix of gradients, float64)
+CONE_LP_S = 0.9  # one facet program at k = 19 (0.54 s a start at n = 20 on a loaded CPU)
+# The scoring's constants, in seconds at REFERENCE_FLOPS or FLOPs, from the parts' seconds
+# on a 2-core CPU (benchmarks/phases.py: the finetune job at n = 20 with the cone and with
+# the KKT search, the audit without theta_0 at n = 100; BUILD.md), each run's seconds over
+# the slowdown its estimate measured:
+SSIM_PIXEL_S = 6e-8  # one SSIM comparison, per pixel (the library's kernel, compiled)
+EVAL_FIXED_S = 8.0  # the evaluation's programs compiled and its fixed parts
+# ... and per set of candidates (each restart, the pooled set): its strict rule and
+# held-out baseline against EVAL_HELDOUT held-out images (9 s a set with 4,000-4,800 of
+# them, under 1 s with 160)
+EVAL_SET_S = 9.0
+EVAL_HELDOUT = 4000
+MEMBER_FIXED_S = 8.0  # the membership report and tests compiled
+IDENTIFY_FIXED_S = 8.0  # the identifiability fits compiled
+IDENTIFY_FIT = 100.0  # a fit's FLOPs per P n^2 (the [P, n] matrix of gradients, float64)
 IDENTIFY_FAMILY = 6e-3  # the flat family's program, s per n^2
 IDENTIFY_FAMILY_CAP_S = 70.0  # ... stopped after 60 s (identifiability.LP_TIME_LIMIT_S)
 IDENTIFY_S = 10.0  # the attacker's own scores: compilation and stability re-runs
+# ... whose check of its picks compares every candidate with every training and held-out
+# image, without the evaluation's prefilter: 706 s for 3,200 x 4,900 MNIST pairs, loaded
+TRUTH_SSIM_PIXEL_S = 1e-7
 IDENTIFY_PER = 200.0  # their FLOPs per candidate and parameter (leave-one-out, margins)
-FILES_S = 2.0  # the figures and report.md, at REFERENCE_FLOPS
+FILES_S = 4.0  # the figures and report.md, at REFERENCE_FLOPS
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
 # The membership tests read off the weights (recon_jax.eval.weight_tests): their matrix work
 # at this share of the measured rate, and each test's permutation test per image and
@@ -154,10 +164,20 @@ def search_seconds(dims, restarts, steps, m, span_dim, pixels, rate, slow) -> tu
 def cone_seconds(dims, n: int, span_dim: Optional[int], slow: float) -> float:
   """Seconds of the cone's linear programs: :data:`CONE_S` on its reference model (k = 19
   span directions, 2,048 units) scaled by the units and by (k / 19) ** :data:`CONE_POWER`
-  (more facets to find, each program over more directions)."""
+  (more facets to find, each program over more directions).  Where one program alone
+  (:data:`CONE_LP_S`, growing as k^2) outlasts the facet search's patience
+  (``cone.PATIENCE_S`` without a new facet), a search that finds none gives up after one
+  program of its random starts and one of its held images' (n = 500 digits: 2 programs of
+  about 280 s, 559 s in all, on a loaded CPU): the estimate says that."""
+  from recon_jax.attacks import cone
+
   units = dims[0][1] if dims else 1
   k = max(int(span_dim or n or 1), 1)
-  return CONE_S * (units / 2048) * (k / CONE_REFERENCE_K) ** CONE_POWER * slow
+  reading = CONE_S * (units / 2048) * (k / CONE_REFERENCE_K) ** CONE_POWER * slow
+  program = CONE_LP_S * (units / 2048) * (k / CONE_REFERENCE_K) ** 2 * slow
+  if program > cone.PATIENCE_S:
+    return min(reading, 2 * (program + cone.FIRST_PATIENCE_S))
+  return reading
 
 
 def scoring_phases(params, dims, *, n, heldout, pixels, sets, m, identify, rate, slow) -> dict:
@@ -176,10 +196,13 @@ def scoring_phases(params, dims, *, n, heldout, pixels, sets, m, identify, rate,
     margins through the network."""
   params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
   cands = sets * m
-  fits = (sets + 1) * (IDENTIFY_FIT_S * slow + IDENTIFY_FIT * params_n * n**2 / rate)
+  fits = IDENTIFY_FIXED_S * slow + (sets + 1) * IDENTIFY_FIT * params_n * n**2 / rate
   family = min(IDENTIFY_FAMILY * n**2 * slow, IDENTIFY_FAMILY_CAP_S) if n else 0.0
+  if identifiability.matrix_bytes(params, n) > identifiability.MAX_BYTES:
+    fits = family = 0.0  # not scored: its gradient matrix would not fit
   ssim = SSIM_PIXEL_S * pixels * slow  # one SSIM comparison, now
-  evaluation = (EVAL_FIXED_S + EVAL_SET_S * sets) * slow + ssim * cands * n
+  per_set = EVAL_SET_S * min(int(heldout), EVAL_HELDOUT) / EVAL_HELDOUT
+  evaluation = (EVAL_FIXED_S + per_set * sets) * slow + ssim * cands * n
   given = n + min(int(heldout), membership.MAX_HELDOUT)
   pairs = given**2 if given <= membership.EXACT_UP_TO else given * membership.NEIGHBOURS
   member = MEMBER_FIXED_S * slow + ssim * (given * cands + pairs)

@@ -72,6 +72,7 @@ PHASES = (
   "evaluation_s",
   "membership_s",
   "identification_s",
+  "span_ceiling_s",
   "files_s",
 )
 # log lines that open a phase (absl's timestamp, then the message): read when a run is cut short

@@ -766,6 +766,7 @@ class Timing(Section):
   evaluation_s: Optional[float] = key()  # scoring the candidates against the truth
   membership_s: Optional[float] = key()  # the membership test
   identification_s: Optional[float] = key()  # the attacker's own scores
+  span_ceiling_s: Optional[float] = key()  # what the change's span holds (absent: not counted)
   total_s: Optional[float] = key()  # the job's, every phase (the attacker's scores too)
   since_estimate_s: Optional[float] = key()  # what the estimate is of
   files_s: Optional[float] = key()  # writing the figures and report.md (after total_s)

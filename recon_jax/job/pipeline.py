@@ -176,6 +176,7 @@ def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
     handover=handover,
     certain=handover is not None and _always_hands_over(plan),
     budget_s=60.0 * plan.spec.hands_over(plan.options),
+    ceiling=bool(cfg.threat.known_init and dim and dim < np.prod(ds.x_train.shape[1:])),
   )
 
 
@@ -485,9 +486,11 @@ def _scored(plan: Plan, att: Attacked, vic, ds: data.Dataset):
     # the images the direct attack read, and read again from the search's, scored beside
     # the restarts: the reconstructions a user looks at after a hand-over
     arrays.update(direct_images=att.direct.candidates[0], reread_images=att.reread)
+  t0 = time.time()
   ceiling = _span_ceiling(att.seen, att.target, ds, cfg.evaluation.ssim_threshold)
   if ceiling is not None:
     entries["span_ceiling"] = ceiling
+    scores.timing["span_ceiling_s"] = time.time() - t0
   for i, row in enumerate(entries["per_restart"]):
     row.update({k: float(np.asarray(v)[i]) for k, v in found.hparams.items()})
   if scores.result is not None:

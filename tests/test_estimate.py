@@ -175,3 +175,20 @@ def test_the_jobs_estimate_counts_the_hand_over_its_plan_makes(monkeypatch):
   assert deep["total_s"] == pytest.approx(sum(deep["phases"].values()))
   alone = said(dict(base, cone_search_minutes=0.0), (256,))
   assert alone["handover_s"] == 0.0 and alone["if_handover"] is None
+
+
+def test_a_cone_whose_one_program_outlasts_its_patience_is_said_to_give_up():
+  """At n = 500 one facet program takes minutes: a search that finds no facet stops after
+  one program of its random starts and one of its held images' (the cone's patience), so
+  the estimate is two programs and two patiences, not a reading of every facet."""
+  from recon_jax.attacks import cone
+
+  params = {"a": np.zeros((784, 2048)), "b": np.zeros((2048, 1))}
+  dims = estimate.layers(params)
+  small = estimate.cone_seconds(dims, 20, 19, 1.0)
+  assert small == pytest.approx(estimate.CONE_S)  # the reference model
+  program = estimate.CONE_LP_S * (422 / 19) ** 2
+  assert program > cone.PATIENCE_S
+  large = estimate.cone_seconds(dims, 500, 422, 1.0)
+  assert large == pytest.approx(2 * (program + cone.FIRST_PATIENCE_S))
+  assert large < estimate.CONE_S * (422 / 19) ** estimate.CONE_POWER

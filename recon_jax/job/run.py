@@ -130,10 +130,11 @@ def write_reconstruction(path: str, out) -> dict:
   figures.reconstruction_figures(path, typed, out.arrays, out.dataset, out.eval_result, margins)
   text = report.report(typed, path)  # after the figures: it shows those that exist
   files_s = time.time() - t0
-  if isinstance(made.get("timing"), dict):  # metrics.json says what the files took
-    made["timing"]["files_s"] = files_s
-    if undeclared is None:
-      typed = metrics_json.Metrics.from_job(made)
+  for held in (metrics, made):  # metrics.json (and the caller's dict) say what the files took
+    if isinstance(held.get("timing"), dict):
+      held["timing"]["files_s"] = files_s
+  if undeclared is None:
+    typed = metrics_json.Metrics.from_job(made)
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
   workdir.write_text(path, "restarts.tsv", table)
   workdir.write_text(path, "report.md", text)

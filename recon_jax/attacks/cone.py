@@ -278,32 +278,37 @@ def short(
   summary: dict, read: int, n: Optional[int], unsure: Optional[str] = None, blends: int = 0
 ) -> Optional[str]:
   """Why ``read`` images fall short of what the change's span holds (``summary``:
-  :meth:`Reading.summary`; ``n``: the training images), or None: fewer than
-  :data:`SPAN_READ` of min(n, the span's directions).  With ``unsure`` (why an image read
+  :meth:`Reading.summary`; ``n``: the training images, None where unknown), or None: fewer
+  than :data:`SPAN_READ` of min(n, the span's directions) (of the directions where n is
+  unknown: a blind audit's blends hand over as a known n's do).  With ``unsure`` (why an image read
   may not be exact: :data:`SOFT_FACETS`, :data:`SIGNS_LOST`) every reading falls short, and
   the search checks it: the report scores the cone's images beside the search's, so that
   costs the search's minutes, never an image the cone read.  ``blends``: the facets found
   beside ``read`` that are not sharp (:data:`SHARP`), whose images are blends."""
   k = summary.get("span_dim")
-  if summary.get("cannot") or not n or not k:
+  if summary.get("cannot") or not k:
     return None
+  # without the training-set size (a blind audit) the span's directions are what it holds
+  held = min(n, k) if n else k
+  images = f"for {n} training images" if n else "for an unknown number of training images"
   if unsure:
-    return f"read {read} images for {n} training images {unsure}"
-  if read >= SPAN_READ * min(n, k):
+    return f"read {read} images {images} {unsure}"
+  if read >= SPAN_READ * held:
     return None
   under = summary.get("under_noise_floor")
   floor = f" ({under} of the images under it)" if under else ""
-  rest = min(n, k) - read - blends
+  rest = held - read - blends
   said = [f"{blends} of the facets found are blends" if blends else ""]
   if blends:  # read off what the facet holds at 0 against its image's pattern (SHARP)
     said[0] += (
       f", not sharp (fewer than {SHARP:g} of the units their image leaves inactive are at 0 "
-      "on them): their images mix training images"
+      "on them, or of the units at 0 on them inactive on their image): their images mix "
+      "training images"
     )
   if rest > 0:
     said.append(f"the facets of {rest} more were not found (the images training weighted least)")
   return (
-    f"read {read} images for {n} training images, where the first layer's change keeps {k} "
+    f"read {read} images {images}, where the first layer's change keeps {k} "
     f"directions above its rounding noise{floor}: " + ", and ".join(w for w in said if w)
   )
 
@@ -807,11 +812,17 @@ def _read_cone(
 
 
 def sharpness(layers: Layers, c, coef) -> float:
-  """The share of the units image ``c`` leaves inactive at theta_0 and theta* that its facet
-  (unit coefficients ``coef``) holds at 0: near 1 where the facet is the image's, lower where
-  the program landed between facets and the image is a blend (:data:`SHARP`)."""
-  inactive = layers.inactive(c)
-  return float((inactive & zero_split(coef)[0]).sum() / max(int(inactive.sum()), 1))
+  """How far the units image ``c`` leaves inactive at theta_0 and theta* and the units its
+  facet (unit coefficients ``coef``) holds at 0 are one set: the smaller of the share of the
+  first that the facet holds and the share of the second that the image leaves inactive.
+  An image's facet holds every unit inactive on it throughout training and no other, so
+  both are near 1 where the facet is the image's; where the program landed between facets
+  the image is a blend, and one of the two falls (:data:`SHARP`): its image leaves inactive
+  units the facet does not hold, or, where the other facets fix the image with no freedom
+  left (every facet of the span found), it leaves active units the facet holds."""
+  inactive, on = layers.inactive(c), zero_split(coef)[0]
+  both = int((inactive & on).sum())
+  return float(min(both / max(int(inactive.sum()), 1), both / max(int(on.sum()), 1)))
 
 
 def _complement(vectors):

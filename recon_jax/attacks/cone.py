@@ -99,7 +99,7 @@ PATTERN_AGREES = 0.9  # a facet's image leaves this share of its units inactive,
 # holds).  Both ways, finetune Quickstart victims (draws 0-2, held-image starts): every
 # facet whose image is exact (56 of 58) 0.940-1.000, a blend at 0.849; 50 + 50 MNIST draws
 # 0-2 (4,800 held starts): 7, 8 and 8 facets, all blends (0.75-0.88 to the nearest training
-# image), 0.76-0.91 one way and 0.85-0.90 the other (draws 1-2).  One way, measured first
+# image), 0.76-0.91 one way and 0.84-0.90 the other.  One way, measured first
 # on one hidden layer
 # (random and held-image starts, default options): 10 + 10 faces, 20 facets all exact
 # (normalised cross-correlation 1.000 to a training image), 0.961-1.000 (median 0.998);

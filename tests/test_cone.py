@@ -648,6 +648,20 @@ def test_facets_that_hold_few_of_their_images_inactive_units_are_blends_and_fall
   assert "more were not found" not in said["short"]  # every facet was found
 
 
+def test_blends_fall_short_where_the_number_of_training_images_is_unknown():
+  """A blind audit (no training images given, n unknown): the span's directions stand for
+  n, so a reading of blends hands over there too, and an exact one does not."""
+  x, star, init = _planted_cone(consistent=False)
+  images, _, reading = cone.cone_images(star, init, (20,), -1.0, 1.0, n=None, starts=30)
+  said = reading.summary()
+  assert len(images) >= 5 and said["read"] == 0 and said["span_dim"] == len(x)
+  assert said["short"].startswith("read 0 images for an unknown number of training images")
+  assert "of the facets found are blends" in said["short"]
+  x, star, init = _planted_cone(consistent=True)
+  images, _, reading = cone.cone_images(star, init, (20,), -1.0, 1.0, n=None, starts=30)
+  assert reading.read >= 5 and reading.summary()["short"] is None
+
+
 def test_sharpness_is_the_share_of_an_images_inactive_units_its_facet_holds():
   kernel = np.zeros((2, 20))
   kernel[0, 15:] = -1.0  # units 15-19 active on c = (-1, 0): 15 inactive at theta_0 and theta*
@@ -657,6 +671,11 @@ def test_sharpness_is_the_share_of_an_images_inactive_units_its_facet_holds():
   coef = np.r_[1e-9 * np.ones(12), np.ones(8)]  # the facet holds units 0-11 at 0
   assert cone.sharpness(layers, c, coef) == pytest.approx(12 / 15)
   assert cone.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == 1.0
+  # The other way: a facet holding units the image leaves active is not the image's either
+  # (a blend fixed by the other facets, with no freedom left to leave the facet's units off).
+  kernel[0, 5:15] = -1.0  # units 5-19 active on c: 5 inactive, all of them among the 15 held
+  assert layers.inactive(c).sum() == 5
+  assert cone.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == pytest.approx(5 / 15)
 
 
 def test_a_cone_run_stopped_between_facet_programs_resumes_without_solving_them_again(

@@ -196,22 +196,33 @@ def test_a_direct_attack_that_read_nothing_is_not_told_a_longer_search_may_help(
   m.update(attack="cone", m=0)
   assert "longer search" in verdict.decide(m)["line"]
   line = verdict.decide(m, searched=False)["line"]
-  assert "longer search" not in line and "attack=cone read 0 candidates off theta*" in line
+  assert "longer search" not in line and "attack=cone read 0 candidates for 6 training" in line
 
 
-def test_where_the_verdict_says_the_warnings_say_why_a_warning_says_why():
-  """The cone read as many candidates as training images, its facets sharp (nothing short),
-  and none is a training image: the verdict cites the warnings, and one exists."""
+def test_a_reading_off_theta_star_that_holds_no_training_image_says_why_in_the_verdict():
+  """The cone read as many candidates as training images and none is one: the verdict gives
+  the reason itself (the warning's words), never a pointer to warnings, whatever the
+  reading was: sharp facets, blends that fell short, or too few candidates."""
   m = _metrics(0, ratio=3.0)  # the training set fits best
   m.update(attack="cone", m=100, n_train=100)
   m["regime"]["cone"] = {"cannot": None, "span_dim": 99, "read": 100, "short": None}
-  line = verdict.decide(m, searched=False)["line"]
-  assert "(the warnings say why)" in line, line
   (w,) = _warned(m, "none is a training image")
   assert w.startswith("attack=cone read 100 candidates off theta*, 100 of them on sharp facets")
   assert "may not be the model's training set" in w
+  said = verdict.decide(m, searched=False)
+  assert said["verdict"] == verdict.NO_EVIDENCE and w in said["reasons"], said["line"]
   summary = {"cannot": None, "span_dim": 99, "under_noise_floor": 1}
-  m["regime"]["cone"] = dict(summary, read=0, short=cone.short(summary, 0, 100, blends=100))
+  short = cone.short(summary, 0, 100, blends=100)
+  m["regime"]["cone"] = dict(summary, read=0, short=short)
   (w,) = _warned(m, "blends")  # blends: the reading falls short, and says so, alone
   assert w.startswith("attack=cone read 0 images for 100 training images") and "100 of the" in w
   assert not _warned(m, "none is a training image")
+  said = verdict.decide(m, searched=False)
+  assert w in said["reasons"] and short in said["line"], said["line"]
+  for read in (6, 100):  # too few candidates; and no reading of the cone at all
+    m.update(m=read)
+    m["regime"]["cone"] = {} if read == 100 else dict(summary, read=read, short=None)
+    line = verdict.decide(m, searched=False)["line"]
+    said = verdict.run_warnings(m, 2, searched=False)
+    assert said and said[-1] in line, (line, said)
+    assert "warnings say" not in line and "attack=cone read" in line

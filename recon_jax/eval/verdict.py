@@ -184,8 +184,8 @@ def _baseline(r: Metrics) -> int:
 def _direct_warnings(r: Metrics, searched: bool) -> list:
   """What a direct attack's reading says (the cone's: too few candidates, fewer images read
   than the span holds or blends among them, or nothing read where it read enough): one
-  warning at most, and one wherever the verdict says the warnings tell why no candidate it
-  read off theta* is a training image (:func:`_decide`)."""
+  warning at most; where no candidate it read off theta* is a training image the verdict
+  gives it as its reason (:func:`_decide`)."""
   out = []
   m, n = r.m or 0, r.n_train or 0
   cone = r.regime.cone
@@ -511,22 +511,17 @@ def _decide(m: Metrics, searched: bool) -> dict:
       m,
       tol,
     )
-  return _out(
-    NO_EVIDENCE,
-    [
-      what,
-      "the training set fits the equations best"
-      + (f" (ratio {rtext})" if ratio is not None else "")
-      + (
-        ": a longer search may still reach it"
-        if searched
-        else f": attack={m.attack} read {m.m or 0} candidates off theta* and "
-        "none is a training image (the warnings say why)"
-      ),
-    ],
-    m,
-    tol,
+  fit = "the training set fits the equations best" + (
+    f" (ratio {rtext})" if ratio is not None else ""
   )
+  if searched:
+    return _out(NO_EVIDENCE, [what, f"{fit}: a longer search may still reach it"], m, tol)
+  # A reading off theta* that holds no training image: the verdict says why in its own words
+  # (the direct attack's warning), never by pointing at warnings that may not be there.
+  why = _direct_warnings(m, searched) or [
+    f"attack={m.attack} read {m.m or 0} candidates off theta* and none is a training image"
+  ]
+  return _out(NO_EVIDENCE, [what, fit, *why], m, tol)
 
 
 def _best_restart_recovers(m: Metrics, base: int) -> bool:

@@ -61,7 +61,12 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
-from recon_jax.core.activations import DERIVATIVES, resolve_derivative, surrogate_relu
+from recon_jax.core.activations import (
+  DERIVATIVES,
+  get_activation,
+  resolve_derivative,
+  surrogate_relu,
+)
 from recon_jax.core.losses import PROBLEMS
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
@@ -223,7 +228,7 @@ def kkt_attack(
   def split_step(state, hp, target):
     """The split of :mod:`recon_jax.attacks.splitting` at the current candidates."""
     act = activation(hp)
-    grads = jax.grad(equations.weighted_output, argnums=2)(
+    grads = equations.kkt_sum(
       apply_fn, problem, target.params, state.x, state.lam, target.labels, act, normalize
     )
     residual = jax.tree_util.tree_map(jnp.subtract, target.fit, grads)
@@ -291,6 +296,14 @@ STATE_ARRAYS = {"sgd": 3, "adam": 4}
 
 def _activation(setup: Setup) -> str:
   return "relu" if setup.foreign else setup.victim.activation
+
+
+def _own_activation(setup: Setup):
+  """The victim's activation as a function (None where it needs settings it lacks)."""
+  try:
+    return get_activation(_activation(setup))
+  except ConfigError:
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,6 +444,14 @@ def _check(o: KKTOptions, setup: Setup) -> None:
 def _build(o: KKTOptions, setup: Setup) -> Attack:
   common = setup.common
   derivative = resolve_derivative(o.derivative, _activation(setup))
+  # One dense hidden layer: the KKT sum in closed form (equations.one_hidden_sum).
+  apply_fn = equations.one_hidden(
+    setup.apply_fn,
+    setup.target.params,
+    _own_activation(setup),
+    setup.input_shape,
+    setup.problem,
+  )
   basis = dual = None
   if o.subspace:
     basis, info = span.span_basis(setup.target.fit, o.subspace_tol, setup.n or None)
@@ -443,7 +464,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
     )
   if o.solver == "lm":
     return gauss_newton.lm_attack(
-      setup.apply_fn,
+      apply_fn,
       basis,
       setup.input_shape,
       residual_fn=equations.lm_residual(o.multipliers),
@@ -455,7 +476,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
       cg_maxiter=o.lm_cg_maxiter,
     )
   return kkt_attack(
-    setup.apply_fn,
+    apply_fn,
     setup.problem,
     optimizer=common.optimizer,
     w_lam=o.w_lam,

@@ -6,12 +6,14 @@ the first-order and Levenberg-Marquardt attacks; networks it does not describe k
 import functools
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from recon_jax.attacks import equations, gauss_newton, kkt, span
 from recon_jax.core import activations
+from recon_jax.errors import ConfigError
 from recon_jax.types import Target
 from recon_jax.victims import models, targets
 
@@ -177,3 +179,43 @@ def test_the_job_builds_the_kkt_attack_on_the_closed_form(monkeypatch):
   }
   built.step(built.init(jax.random.PRNGKey(0), hp, t, jnp.zeros((3, D))), hp, t)
   assert calls
+
+
+def test_fitted_multipliers_are_the_nonnegative_least_squares_fit():
+  """lam_init='fit': the Gram in closed form gives autodiff's residual for any multipliers,
+  and the fitted ones are scipy's NNLS on the stacked autodiff gradients."""
+  from scipy.optimize import nnls
+
+  apply_fn, marked, target, x, lam = _problem(seed=7)
+  act = functools.partial(activations.surrogate_relu, alpha=4.0)
+  flat = lambda t: jax.flatten_util.ravel_pytree(t)[0]
+  rows = jax.vmap(
+    lambda xi, yi: flat(jax.grad(lambda p: yi * apply_fn(p, xi[None], act)[0, 0])(target.params))
+  )(x, target.labels)
+  fit = flat(target.fit)
+  q_mat, q_vec = equations.one_hidden_gram(marked, target.params, target.fit, x, target.labels, act)
+  np.testing.assert_allclose(q_mat, rows @ rows.T, rtol=1e-10, atol=1e-12)
+  np.testing.assert_allclose(q_vec, rows @ fit, rtol=1e-10, atol=1e-12)
+  want = nnls(np.asarray(rows.T), np.asarray(fit))[0]
+  got = equations.fitted_multipliers(
+    marked, target.params, target.fit, x, target.labels, act, "sum", iters=3000
+  )
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+  mean = equations.fitted_multipliers(
+    marked, target.params, target.fit, x, target.labels, act, "mean", iters=3000
+  )
+  np.testing.assert_allclose(mean, M * want, rtol=1e-5, atol=1e-6)
+  # the attack starts there: its first stationarity is the fit's, below random multipliers'
+  hp = {
+    k: jnp.asarray(v) for k, v in {"lr_x": 0.0, "lr_lam": 0.0, "alpha": 4.0, "lam_min": 0.0}.items()
+  }
+  stat = []
+  for how in ("uniform", "fit"):
+    attack = kkt.kkt_attack(marked, "binary", optimizer="adam", lam_init=how)
+    state = attack.init(jax.random.PRNGKey(0), hp, target, x)
+    stat.append(float(attack.step(state, hp, target)[1]["stat"]))
+  best = float(jnp.sum((fit - rows.T @ jnp.asarray(want)) ** 2))
+  np.testing.assert_allclose(stat[1], best, rtol=1e-6)
+  assert stat[0] > stat[1]
+  with pytest.raises(ConfigError, match="lam_init"):
+    kkt.kkt_attack(apply_fn, "binary", lam_init="fit")  # not marked: no closed form

@@ -104,6 +104,54 @@ def one_hidden_sum(net: OneHidden, params, x, w, act, normalize="mean"):
   return {**params, "params": {"layer_0": first, "layer_1": second}}
 
 
+def one_hidden_gram(net: OneHidden, params, fit, x, labels, act):
+  """``(Q [m, m], q [m])``: the Gram matrix of the candidates' margin gradients
+  ``v_i = y_i grad_theta Phi(x_i)`` of :class:`OneHidden` ``net`` and their inner products
+  with ``fit``, in closed form (``<c_i delta_i^T, c_j delta_j^T> = (c_i . c_j)(delta_i .
+  delta_j)``), so ``||fit - sum_i mu_i v_i||^2 = ||fit||^2 - 2 q.mu + mu^T Q mu``."""
+  p, f = params["params"], fit["params"]
+  _, z, act = _forward(net, params, x, act)
+  h, pull = jax.vjp(act, z)
+  slope = pull(jnp.ones_like(z))[0]
+  flat = x.reshape(x.shape[0], -1)
+  s = labels[:, None] * slope * p["layer_1"]["kernel"][None, :, 0]  # y_i act'(z_i) * a
+  r = labels[:, None] * h  # y_i act(z_i)
+  ss = s @ s.T
+  q_mat = (flat @ flat.T) * ss + r @ r.T
+  q_vec = jnp.sum((flat @ f["layer_0"]["kernel"]) * s, axis=1) + r @ f["layer_1"]["kernel"][:, 0]
+  if "bias" in p["layer_0"]:
+    q_mat = q_mat + ss
+    q_vec = q_vec + s @ f["layer_0"]["bias"]
+  if "bias" in p["layer_1"]:
+    q_mat = q_mat + labels[:, None] * labels[None, :]
+    q_vec = q_vec + labels * f["layer_1"]["bias"][0]
+  return q_mat, q_vec
+
+
+def fitted_multipliers(
+  net: OneHidden, params, fit, x, labels, act, normalize="mean", iters: int = 500
+):
+  """The multipliers ``lam >= 0`` that fit ``fit`` best with the candidates ``x`` held
+  (nonnegative least squares on :func:`one_hidden_gram`, by accelerated projected gradient
+  steps ``iters`` times), in the attack's normalisation (``'mean'``: m times the sum's)."""
+  q_mat, q_vec = one_hidden_gram(net, params, fit, x, labels, act)
+  v = jnp.ones_like(q_vec)
+  for _ in range(30):  # power iteration: the largest eigenvalue, the step's Lipschitz bound
+    v = q_mat @ v
+    v = v / jnp.maximum(jnp.linalg.norm(v), jnp.finfo(v.dtype).tiny)
+  lip = 1.1 * jnp.maximum(v @ q_mat @ v, jnp.finfo(v.dtype).tiny)
+
+  def body(carry, _):
+    mu, prev, t = carry
+    nxt = jnp.maximum(mu - (q_mat @ mu - q_vec) / lip, 0.0)
+    t_new = 0.5 * (1.0 + jnp.sqrt(1.0 + 4.0 * t * t))
+    return (nxt + ((t - 1.0) / t_new) * (nxt - prev), nxt, t_new), None
+
+  zero = jnp.zeros_like(q_vec)
+  (_, mu, _), _ = jax.lax.scan(body, (zero, zero, jnp.ones((), q_vec.dtype)), None, iters)
+  return mu * x.shape[0] if normalize == "mean" else mu
+
+
 def kkt_sum(apply_fn, problem, params, x, lam, labels, act, normalize="mean"):
   """``grad_theta weighted_output``, the KKT sum: in closed form where ``apply_fn`` is a
   :class:`OneHidden` (binary), else by autodiff."""

@@ -73,6 +73,8 @@ from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
 
+LAM_INITS = ("uniform", "fit")  # how a restart's multipliers start (kkt_attack's lam_init)
+
 
 class KKTState(NamedTuple):
   x: jax.Array  # [m, *input_shape] candidates
@@ -108,6 +110,7 @@ def kkt_attack(
   input_shape=None,
   split_every: int = 0,
   split_eps: float = 0.05,
+  lam_init: str = "uniform",
 ) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
@@ -147,6 +150,11 @@ def kkt_attack(
       steps between splits under ``lax.map`` (the CPU default), but evaluated on every
       step when restarts are vmapped (a batched predicate runs both branches).
     split_eps: the distance of the two copies from the split candidate (input units).
+    lam_init: 'uniform' (each multiplier drawn in [0, 1)) or 'fit' (the multipliers that fit
+      the reference best with the starting candidates held:
+      :func:`recon_jax.attacks.equations.fitted_multipliers`; binary, free multipliers, and
+      ``apply_fn`` a :class:`~recon_jax.attacks.equations.OneHidden`).  A start near a
+      training image drifts off it under random multipliers, and stays with fitted ones.
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
   (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
@@ -173,6 +181,16 @@ def kkt_attack(
     raise ConfigError("split_every needs free multipliers on a binary or multiclass victim.")
   if split_every and not split_eps > 0:
     raise ConfigError(f"split_eps must be > 0, got {split_eps!r}.")
+  if lam_init not in LAM_INITS:
+    raise ConfigError(f"lam_init must be one of {LAM_INITS}, got {lam_init!r}.", "lam_init")
+  if lam_init == "fit" and not (
+    isinstance(apply_fn, equations.OneHidden) and problem == "binary" and multipliers == "free"
+  ):
+    raise ConfigError(
+      "lam_init='fit' fits the multipliers in closed form: it needs a binary network of one "
+      "dense hidden layer (equations.one_hidden) and free multipliers.",
+      "lam_init",
+    )
   base = optim.base_optimizer(optimizer, momentum)
   if basis is not None:
     if input_shape is None:
@@ -219,6 +237,10 @@ def kkt_attack(
       x0 = span.encode(x0, target.span.encoder())
     if problem == "general":
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
+    elif lam_init == "fit":
+      lam = equations.fitted_multipliers(
+        apply_fn, target.params, target.fit, x0, target.labels, activation(hp), normalize
+      ).astype(x0.dtype)
     else:
       lam = jax.random.uniform(key, (m,), x0.dtype)
     if split_every:
@@ -368,6 +390,12 @@ class KKTOptions:
     "kkt: weight of a total-variation prior on image candidates (0: off)",
     Rule("float", low=0, high=1e6, note="0: off"),
   )
+  lam_init: str = option(
+    "uniform",
+    "uniform (multipliers drawn in [0, 1)) | fit (those that fit the reference best with the "
+    "starting candidates: one dense hidden layer, binary, free multipliers)",
+    Rule("str", choices=LAM_INITS),
+  )
 
 
 def _features(o: KKTOptions) -> dict:
@@ -426,6 +454,12 @@ def _check(o: KKTOptions, setup: Setup) -> None:
       f"w_tv needs image candidates; dataset {dataset!r} has none.",
       "w_tv",
     )
+  require(
+    o.lam_init == "uniform"
+    or (setup.problem == "binary" and multipliers == "free" and solver == "first_order"),
+    "lam_init=fit fits free multipliers of a binary victim for the first-order search.",
+    "lam_init",
+  )
   if o.split_every:
     if common is not None:
       require(
@@ -491,6 +525,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
     input_shape=setup.input_shape,
     split_every=int(o.split_every),
     split_eps=float(o.split_eps),
+    lam_init=o.lam_init,
   )
 
 

@@ -219,3 +219,28 @@ def test_fitted_multipliers_are_the_nonnegative_least_squares_fit():
   assert stat[0] > stat[1]
   with pytest.raises(ConfigError, match="lam_init"):
     kkt.kkt_attack(apply_fn, "binary", lam_init="fit")  # not marked: no closed form
+
+
+def test_refitted_multipliers_follow_the_candidates():
+  """lam_refit_every=2: after every second step the multipliers are the fit at the candidates
+  of that step, and between refits they move by the optimiser."""
+  _, marked, target, x, _ = _problem(seed=8)
+  act = functools.partial(activations.surrogate_relu, alpha=4.0)
+  hp = {
+    k: jnp.asarray(v)
+    for k, v in {"lr_x": 0.05, "lr_lam": 0.05, "alpha": 4.0, "lam_min": 0.0}.items()
+  }
+  attack = kkt.kkt_attack(marked, "binary", optimizer="adam", lam_init="fit", lam_refit_every=2)
+  state = attack.init(jax.random.PRNGKey(0), hp, target, x)
+  fit = lambda s: equations.fitted_multipliers(
+    marked, target.params, target.fit, s.x, target.labels, act, "mean"
+  )
+  state = attack.step(state, hp, target)[0]
+  assert float(jnp.max(jnp.abs(state.lam - fit(state)))) > 1e-4  # moved by Adam, not refitted
+  state = attack.step(state, hp, target)[0]
+  np.testing.assert_allclose(state.lam, fit(state), rtol=1e-10, atol=1e-12)
+  for bad in (-1, 1.5):
+    with pytest.raises(ConfigError, match="lam_refit_every"):
+      kkt.kkt_attack(marked, "binary", lam_refit_every=bad)
+  with pytest.raises(ConfigError, match="lam_refit_every"):
+    kkt.kkt_attack(marked, "binary", multipliers="tied", lam_refit_every=5)

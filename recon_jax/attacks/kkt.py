@@ -111,6 +111,7 @@ def kkt_attack(
   split_every: int = 0,
   split_eps: float = 0.05,
   lam_init: str = "uniform",
+  lam_refit_every: int = 0,
 ) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
@@ -155,6 +156,8 @@ def kkt_attack(
       :func:`recon_jax.attacks.equations.fitted_multipliers`; binary, free multipliers, and
       ``apply_fn`` a :class:`~recon_jax.attacks.equations.OneHidden`).  A start near a
       training image drifts off it under random multipliers, and stays with fitted ones.
+    lam_refit_every: every this many steps, set the multipliers to that fit at the current
+      candidates (what 'fit' needs; 0: never).
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
   (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
@@ -183,14 +186,19 @@ def kkt_attack(
     raise ConfigError(f"split_eps must be > 0, got {split_eps!r}.")
   if lam_init not in LAM_INITS:
     raise ConfigError(f"lam_init must be one of {LAM_INITS}, got {lam_init!r}.", "lam_init")
-  if lam_init == "fit" and not (
+  if not (isinstance(lam_refit_every, int) and lam_refit_every >= 0):
+    raise ConfigError(
+      f"lam_refit_every must be an integer >= 0, got {lam_refit_every!r}.", "lam_refit_every"
+    )
+  if (lam_init == "fit" or lam_refit_every) and not (
     isinstance(apply_fn, equations.OneHidden) and problem == "binary" and multipliers == "free"
   ):
     raise ConfigError(
-      "lam_init='fit' fits the multipliers in closed form: it needs a binary network of one "
-      "dense hidden layer (equations.one_hidden) and free multipliers.",
-      "lam_init",
+      "lam_init='fit' and lam_refit_every fit the multipliers in closed form: they need a "
+      "binary network of one dense hidden layer (equations.one_hidden) and free multipliers.",
+      "lam_init" if lam_init == "fit" else "lam_refit_every",
     )
+  counted = bool(split_every or lam_refit_every)  # the state keeps a step count
   base = optim.base_optimizer(optimizer, momentum)
   if basis is not None:
     if input_shape is None:
@@ -238,14 +246,19 @@ def kkt_attack(
     if problem == "general":
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
     elif lam_init == "fit":
-      lam = equations.fitted_multipliers(
-        apply_fn, target.params, target.fit, x0, target.labels, activation(hp), normalize
-      ).astype(x0.dtype)
+      lam = fitted(x0, hp, target)
     else:
       lam = jax.random.uniform(key, (m,), x0.dtype)
-    if split_every:
+    if counted:
       return SplitKKTState(x0, lam, base.init((x0, lam)), jnp.zeros((), jnp.int32))
     return KKTState(x0, lam, base.init((x0, lam)))
+
+  def fitted(x, hp, target):
+    """The multipliers that fit the reference best with the candidates ``x`` held."""
+    lam = equations.fitted_multipliers(
+      apply_fn, target.params, target.fit, x, target.labels, activation(hp), normalize
+    )
+    return lam.astype(x.dtype)
 
   def split_step(state, hp, target):
     """The split of :mod:`recon_jax.attacks.splitting` at the current candidates."""
@@ -286,8 +299,18 @@ def kkt_attack(
     lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
     metrics = {"loss": loss, "stat_rel": equations.relative(aux["stat"], target), **aux}
     new = state._replace(x=x, lam=lam, opt_state=opt_state)
-    if split_every:
+    if counted:
       new = new._replace(count=state.count + 1)
+    if lam_refit_every:
+      new = new._replace(
+        lam=jax.lax.cond(
+          new.count % lam_refit_every == 0,
+          lambda s: fitted(s.x, hp, target),
+          lambda s: s.lam,
+          new,
+        )
+      )
+    if split_every:
       new, did = jax.lax.cond(
         new.count % split_every == 0,
         lambda s: split_step(s, hp, target),
@@ -396,6 +419,11 @@ class KKTOptions:
     "starting candidates: one dense hidden layer, binary, free multipliers)",
     Rule("str", choices=LAM_INITS),
   )
+  lam_refit_every: int = option(
+    0,
+    "every this many steps, the multipliers set to that fit at the current candidates (0: off)",
+    Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  )
 
 
 def _features(o: KKTOptions) -> dict:
@@ -455,10 +483,11 @@ def _check(o: KKTOptions, setup: Setup) -> None:
       "w_tv",
     )
   require(
-    o.lam_init == "uniform"
+    (o.lam_init == "uniform" and not o.lam_refit_every)
     or (setup.problem == "binary" and multipliers == "free" and solver == "first_order"),
-    "lam_init=fit fits free multipliers of a binary victim for the first-order search.",
-    "lam_init",
+    "lam_init=fit and lam_refit_every fit free multipliers of a binary victim for the "
+    "first-order search.",
+    "lam_init" if o.lam_init == "fit" else "lam_refit_every",
   )
   if o.split_every:
     if common is not None:
@@ -526,6 +555,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
     split_every=int(o.split_every),
     split_eps=float(o.split_eps),
     lam_init=o.lam_init,
+    lam_refit_every=int(o.lam_refit_every),
   )
 
 

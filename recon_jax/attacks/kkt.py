@@ -507,10 +507,11 @@ def _check(o: KKTOptions, setup: Setup) -> None:
 def _build(o: KKTOptions, setup: Setup) -> Attack:
   common = setup.common
   derivative = resolve_derivative(o.derivative, _activation(setup))
-  # One dense hidden layer: the KKT sum in closed form (equations.one_hidden_sum).
+  # One dense hidden layer: the KKT sum in closed form (equations.one_hidden_sum); an attack
+  # built without a target (scored on its own) keeps autodiff.
   apply_fn = equations.one_hidden(
     setup.apply_fn,
-    setup.target.params,
+    None if setup.target is None else setup.target.params,
     _own_activation(setup),
     setup.input_shape,
     setup.problem,

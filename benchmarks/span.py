@@ -13,14 +13,19 @@ small noise.  The attacker's view is ``known_init_target(make_target(theta*, lab
 mean), theta_0, 0.5)``; the span ``span_basis(target.fit, n=n)``: k = n - 1 directions,
 the images being centred on their own mean as the library's data are.
 
-The two code paths of ``kkt_attack(apply_fn, 'binary', optimizer='adam')``: in pixels,
-and with ``basis=B`` in coefficients (each candidate k numbers instead of d; the attack's
-``prepare`` reduces the target to the span inside the compiled programs, once per chunk).
-Both run through ``loop.make_runner``'s compiled chunk (``num_steps`` static), R = 16
+The three code paths of ``kkt_attack(apply_fn, 'binary', optimizer='adam')``: in pixels,
+with ``basis=B`` in coefficients (each candidate k numbers instead of d; the attack's
+``prepare`` reduces the target to the span inside the compiled programs, once per chunk),
+and the same with the KKT sum in closed form (``closed``: ``apply_fn`` marked by
+``equations.one_hidden``, what the main job builds for one hidden layer).
+Each runs through ``loop.make_runner``'s compiled chunk (``num_steps`` static), R = 16
 restarts of m = 40 candidates with the ``finetune_kkt`` preset's hyperparameter sweep, for
 lax.map and vmap; all programs of one width are compiled first, then timed in
 interleaved rounds.  Per program: restart-steps/s; per batching: the speedup
-(coefficients over pixels, same batching, same run), by wall time and by CPU time.
+(coefficients over pixels, same batching, same run), by wall time and by CPU time, and the
+closed form's over autodiff in coefficients (``closed_speedup``).
+
+  python -m benchmarks.span --image=28,28,1 --n=500 --m=500 --restarts=1   # MNIST n = 500
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ IMAGE = (25, 25, 1)  # the LFW crops of the finetune preset: d = 625
 CHANGE = 0.1  # ||K* - K_0|| / ||K_0|| of the first layer
 NOISE = 1e-3  # std of the noise added to every other leaf of theta_0
 LINEARIZE = 0.5  # the finetune_kkt preset's point between theta_0 and theta*
-PATHS = ("pixels", "coefficients")
+PATHS = ("pixels", "coefficients", "closed")
 
 
 def parse_args(argv=None):
@@ -43,6 +48,7 @@ def parse_args(argv=None):
   p.add_argument("--restarts", type=int, default=None, help="R (default 16; --quick 2)")
   p.add_argument("--n", type=int, default=20, help="training images behind the change")
   p.add_argument("--m", type=int, default=40, help="candidates per restart")
+  p.add_argument("--image", default="25,25,1", help="input shape (default the LFW crops)")
   hb = "comma-separated map, vmap, auto (default map,vmap; --quick auto: lax.map on a CPU)"
   p.add_argument("--batchings", default=None, help=hb)
   p.add_argument("--chunk_s", type=float, default=0.3, help="target seconds per timed chunk")
@@ -52,6 +58,7 @@ def parse_args(argv=None):
   args.restarts = args.restarts or (2 if args.quick else 16)
   batchings = args.batchings or ("auto" if args.quick else "map,vmap")
   args.batchings = [b.strip() for b in batchings.split(",") if b.strip()]
+  args.image = tuple(common.int_list(args.image))
   if args.steps is None and args.quick:
     args.steps = 2
   if min(args.n, args.m, args.restarts, *args.widths) < 1 or (args.steps or 1) < 1:
@@ -59,7 +66,7 @@ def parse_args(argv=None):
   return args
 
 
-def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
+def finetuned_problem(h: int, n: int, m: int, seed: int = 0, image=IMAGE):
   """(apply_fn, target, basis, span info, seconds of span_basis) of a synthetic model
   fine-tuned from theta_0.
 
@@ -83,9 +90,9 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
     epochs=2000,
   )
   module = trained.module_for(cfg, 1)  # one output: the binary problem
-  theta_0 = common.init_params(module, IMAGE, seed)
+  theta_0 = common.init_params(module, image, seed)
   rng = np.random.default_rng(seed)
-  pixels = rng.uniform(0.0, 1.0, (n, math.prod(IMAGE)))
+  pixels = rng.uniform(0.0, 1.0, (n, math.prod(image)))
   mean = pixels.mean(axis=0)
   change = (pixels - mean).T @ rng.standard_normal((n, h))  # X^T A, [d, h]
   k_0 = np.asarray(theta_0["params"]["layer_0"]["kernel"], np.float64)
@@ -95,7 +102,7 @@ def finetuned_problem(h: int, n: int, m: int, seed: int = 0):
   )
   theta_star["params"]["layer_0"]["kernel"] = k_0 + change
   labels = recon_jax.candidate_labels("binary", m)
-  target = recon_jax.make_target(theta_star, labels, mean.reshape(IMAGE))
+  target = recon_jax.make_target(theta_star, labels, mean.reshape(image))
   target = targets.known_init_target(target, theta_0, LINEARIZE)
   t = time.perf_counter()
   basis, info = span.span_basis(target.fit, n=n)  # a NumPy SVD of the [d, h] change
@@ -112,23 +119,29 @@ def step_flops(path: str, d: int, k: int, h: int, m: int) -> float:
 def programs(args, h: int, ceiling, dtype: str = "float32") -> tuple:
   """{(batching, path): compiled chunk} of width h, the span's info and the seconds
   ``span_basis`` took (the coefficient path's one-off cost, outside the chunks)."""
-  from recon_jax.attacks import kkt
+  import jax
+
+  from recon_jax.attacks import equations, kkt
   from recon_jax.engine import inits, loop
 
+  image = args.image
   with common.precision(dtype) as dt:
-    apply_fn, target, basis, info, basis_s = finetuned_problem(h, args.n, args.m)
+    apply_fn, target, basis, info, basis_s = finetuned_problem(h, args.n, args.m, image=image)
+    marked = equations.one_hidden(apply_fn, target.params, jax.nn.relu, image)
+    assert isinstance(marked, equations.OneHidden)
     attacks = {
       "pixels": kkt.kkt_attack(apply_fn, "binary", optimizer="adam"),
       "coefficients": kkt.kkt_attack(
-        apply_fn, "binary", optimizer="adam", basis=basis, input_shape=IMAGE
+        apply_fn, "binary", optimizer="adam", basis=basis, input_shape=image
       ),
+      "closed": kkt.kkt_attack(marked, "binary", optimizer="adam", basis=basis, input_shape=image),
     }
     hp = common.attack_hparams(args.restarts, preset="finetune_kkt")
-    x_init = inits.gaussian(args.m, IMAGE, dt)
+    x_init = inits.gaussian(args.m, image, dt)
     progs = {}
     for batching in dict.fromkeys(loop.resolve_batching(b) for b in args.batchings):
       for path in PATHS:
-        flops = step_flops(path, math.prod(IMAGE), info.dim, h, args.m)
+        flops = step_flops(path, math.prod(image), info.dim, h, args.m)
         k, est = ceiling.steps_per_chunk(dtype, args.restarts * flops, args.chunk_s)
         k = args.steps or k
         prog = common.ChunkProgram(attacks[path], x_init, target, hp, batching, k, dtype)
@@ -139,7 +152,7 @@ def programs(args, h: int, ceiling, dtype: str = "float32") -> tuple:
 
 def run_span(args, ceiling, emit):
   dtype = "float32"
-  d = math.prod(IMAGE)
+  d = math.prod(args.image)
   for h in args.widths:
     progs, info, basis_s = programs(args, h, ceiling, dtype)
     rounds = args.repeats
@@ -175,6 +188,9 @@ def run_span(args, ceiling, emit):
           "coefficients_restart_steps_per_s": co["restart_steps_per_s"],
           "speedup": co["restart_steps_per_s"] / px["restart_steps_per_s"],
           "speedup_cpu": px["cpu_s_per_step"] / co["cpu_s_per_step"],
+          "closed_speedup": rows[(batching, "closed")]["restart_steps_per_s"]
+          / co["restart_steps_per_s"],
+          "closed_speedup_cpu": co["cpu_s_per_step"] / rows[(batching, "closed")]["cpu_s_per_step"],
         }
       )
 

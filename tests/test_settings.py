@@ -328,6 +328,8 @@ ATTACK_SETTINGS = {
     "span_whiten",
     "solver",
     "lm_cg_maxiter",
+    "lam_init",
+    "lam_refit_every",
     "split_every",
     "split_eps",
     "w_tv",

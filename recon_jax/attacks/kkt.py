@@ -61,12 +61,19 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
-from recon_jax.core.activations import DERIVATIVES, resolve_derivative, surrogate_relu
+from recon_jax.core.activations import (
+  DERIVATIVES,
+  get_activation,
+  resolve_derivative,
+  surrogate_relu,
+)
 from recon_jax.core.losses import PROBLEMS
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, HParams, Target
+
+LAM_INITS = ("uniform", "fit")  # how a restart's multipliers start (kkt_attack's lam_init)
 
 
 class KKTState(NamedTuple):
@@ -103,6 +110,8 @@ def kkt_attack(
   input_shape=None,
   split_every: int = 0,
   split_eps: float = 0.05,
+  lam_init: str = "uniform",
+  lam_refit_every: int = 0,
 ) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
@@ -142,6 +151,13 @@ def kkt_attack(
       steps between splits under ``lax.map`` (the CPU default), but evaluated on every
       step when restarts are vmapped (a batched predicate runs both branches).
     split_eps: the distance of the two copies from the split candidate (input units).
+    lam_init: 'uniform' (each multiplier drawn in [0, 1)) or 'fit' (the multipliers that fit
+      the reference best with the starting candidates held:
+      :func:`recon_jax.attacks.equations.fitted_multipliers`; binary, free multipliers, and
+      ``apply_fn`` a :class:`~recon_jax.attacks.equations.OneHidden`).  A start near a
+      training image drifts off it under random multipliers, and stays with fitted ones.
+    lam_refit_every: every this many steps, set the multipliers to that fit at the current
+      candidates (what 'fit' needs; 0: never).
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
   (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
@@ -168,6 +184,21 @@ def kkt_attack(
     raise ConfigError("split_every needs free multipliers on a binary or multiclass victim.")
   if split_every and not split_eps > 0:
     raise ConfigError(f"split_eps must be > 0, got {split_eps!r}.")
+  if lam_init not in LAM_INITS:
+    raise ConfigError(f"lam_init must be one of {LAM_INITS}, got {lam_init!r}.", "lam_init")
+  if not (isinstance(lam_refit_every, int) and lam_refit_every >= 0):
+    raise ConfigError(
+      f"lam_refit_every must be an integer >= 0, got {lam_refit_every!r}.", "lam_refit_every"
+    )
+  if (lam_init == "fit" or lam_refit_every) and not (
+    isinstance(apply_fn, equations.OneHidden) and problem == "binary" and multipliers == "free"
+  ):
+    raise ConfigError(
+      "lam_init='fit' and lam_refit_every fit the multipliers in closed form: they need a "
+      "binary network of one dense hidden layer (equations.one_hidden) and free multipliers.",
+      "lam_init" if lam_init == "fit" else "lam_refit_every",
+    )
+  counted = bool(split_every or lam_refit_every)  # the state keeps a step count
   base = optim.base_optimizer(optimizer, momentum)
   if basis is not None:
     if input_shape is None:
@@ -214,16 +245,25 @@ def kkt_attack(
       x0 = span.encode(x0, target.span.encoder())
     if problem == "general":
       lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
+    elif lam_init == "fit":
+      lam = fitted(x0, hp, target)
     else:
       lam = jax.random.uniform(key, (m,), x0.dtype)
-    if split_every:
+    if counted:
       return SplitKKTState(x0, lam, base.init((x0, lam)), jnp.zeros((), jnp.int32))
     return KKTState(x0, lam, base.init((x0, lam)))
+
+  def fitted(x, hp, target):
+    """The multipliers that fit the reference best with the candidates ``x`` held."""
+    lam = equations.fitted_multipliers(
+      apply_fn, target.params, target.fit, x, target.labels, activation(hp), normalize
+    )
+    return lam.astype(x.dtype)
 
   def split_step(state, hp, target):
     """The split of :mod:`recon_jax.attacks.splitting` at the current candidates."""
     act = activation(hp)
-    grads = jax.grad(equations.weighted_output, argnums=2)(
+    grads = equations.kkt_sum(
       apply_fn, problem, target.params, state.x, state.lam, target.labels, act, normalize
     )
     residual = jax.tree_util.tree_map(jnp.subtract, target.fit, grads)
@@ -259,8 +299,18 @@ def kkt_attack(
     lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
     metrics = {"loss": loss, "stat_rel": equations.relative(aux["stat"], target), **aux}
     new = state._replace(x=x, lam=lam, opt_state=opt_state)
-    if split_every:
+    if counted:
       new = new._replace(count=state.count + 1)
+    if lam_refit_every:
+      new = new._replace(
+        lam=jax.lax.cond(
+          new.count % lam_refit_every == 0,
+          lambda s: fitted(s.x, hp, target),
+          lambda s: s.lam,
+          new,
+        )
+      )
+    if split_every:
       new, did = jax.lax.cond(
         new.count % split_every == 0,
         lambda s: split_step(s, hp, target),
@@ -291,6 +341,14 @@ STATE_ARRAYS = {"sgd": 3, "adam": 4}
 
 def _activation(setup: Setup) -> str:
   return "relu" if setup.foreign else setup.victim.activation
+
+
+def _own_activation(setup: Setup):
+  """The victim's activation as a function (None where it needs settings it lacks)."""
+  try:
+    return get_activation(_activation(setup))
+  except ConfigError:
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,6 +413,17 @@ class KKTOptions:
     "kkt: weight of a total-variation prior on image candidates (0: off)",
     Rule("float", low=0, high=1e6, note="0: off"),
   )
+  lam_init: str = option(
+    "uniform",
+    "uniform (multipliers drawn in [0, 1)) | fit (those that fit the reference best with the "
+    "starting candidates: one dense hidden layer, binary, free multipliers)",
+    Rule("str", choices=LAM_INITS),
+  )
+  lam_refit_every: int = option(
+    0,
+    "every this many steps, the multipliers set to that fit at the current candidates (0: off)",
+    Rule("int", low=0, high=INT32_MAX, note="0: off"),
+  )
 
 
 def _features(o: KKTOptions) -> dict:
@@ -413,6 +482,13 @@ def _check(o: KKTOptions, setup: Setup) -> None:
       f"w_tv needs image candidates; dataset {dataset!r} has none.",
       "w_tv",
     )
+  require(
+    (o.lam_init == "uniform" and not o.lam_refit_every)
+    or (setup.problem == "binary" and multipliers == "free" and solver == "first_order"),
+    "lam_init=fit and lam_refit_every fit free multipliers of a binary victim for the "
+    "first-order search.",
+    "lam_init" if o.lam_init == "fit" else "lam_refit_every",
+  )
   if o.split_every:
     if common is not None:
       require(
@@ -431,6 +507,19 @@ def _check(o: KKTOptions, setup: Setup) -> None:
 def _build(o: KKTOptions, setup: Setup) -> Attack:
   common = setup.common
   derivative = resolve_derivative(o.derivative, _activation(setup))
+  # The multipliers' fit needs one dense hidden layer's KKT sum in closed form
+  # (equations.one_hidden_sum); the search itself keeps autodiff, which costs the same on a
+  # CPU (benchmarks/span.py's closed_speedup, about 1) and is every recorded run's path. An
+  # attack built without a target (scored on its own) keeps autodiff.
+  apply_fn = setup.apply_fn
+  if o.lam_init == "fit" or o.lam_refit_every:
+    apply_fn = equations.one_hidden(
+      setup.apply_fn,
+      None if setup.target is None else setup.target.params,
+      _own_activation(setup),
+      setup.input_shape,
+      setup.problem,
+    )
   basis = dual = None
   if o.subspace:
     basis, info = span.span_basis(setup.target.fit, o.subspace_tol, setup.n or None)
@@ -442,6 +531,8 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
       setup.n,
     )
   if o.solver == "lm":
+    # LM keeps autodiff: its damped solves amplify the closed form's other rounding (restarts
+    # under lax.map and vmap then part at 2e-5 relative in the contract test).
     return gauss_newton.lm_attack(
       setup.apply_fn,
       basis,
@@ -455,7 +546,7 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
       cg_maxiter=o.lm_cg_maxiter,
     )
   return kkt_attack(
-    setup.apply_fn,
+    apply_fn,
     setup.problem,
     optimizer=common.optimizer,
     w_lam=o.w_lam,
@@ -470,6 +561,8 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
     input_shape=setup.input_shape,
     split_every=int(o.split_every),
     split_eps=float(o.split_eps),
+    lam_init=o.lam_init,
+    lam_refit_every=int(o.lam_refit_every),
   )
 
 

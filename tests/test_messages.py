@@ -78,7 +78,8 @@ def test_the_audit_names_its_own_flags(wide_model, tmp_path):
   with pytest.raises(ConfigError) as e:
     planning.prepare(audit_job(threat_of(audit), audit.loss, JobConfig(**audit.job)))
   line = cli.error_line(e.value, audit)
-  assert "--config.theta0" in line and "threat." not in line, line
+  assert line.startswith("error: --config.theta0: --config.job.attack=cone reads"), line
+  assert "threat." not in line and "known_init" not in line, line
 
 
 class _Clocks:

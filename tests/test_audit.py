@@ -211,9 +211,14 @@ def test_a_training_set_of_odd_size_is_audited(files, tmp_path):
   assert m["n_train"] == 7 and m["m"] == 22 and m["verdict"] == "leaks", m["reasons"]
 
 
-def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path):
+def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path, capsys):
+  """No theta_0 given: the verdict says the audit's --config.theta0 would let the attack fit
+  the change, as printed and in report.md; metrics.json keeps the library's threat.theta0."""
   m = _audit(files, tmp_path, "random", model=str(files / "random.safetensors"))
   assert m["verdict"] in ("no_evidence", "cannot_tell") and m["reasons"]
+  assert "; threat.theta0 would fit theta* - theta_0" in m["verdict_line"], m["verdict_line"]
+  printed = capsys.readouterr().out
+  assert "; --config.theta0 would fit theta* - theta_0" in printed and "threat." not in printed
   k, held = m["recovered_strict"], m["baseline_heldout_recovered_strict"]
   assert k <= max(1, held)
   report = (tmp_path / "random" / "report.md").read_text()
@@ -222,6 +227,7 @@ def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_
   assert f"| {k} of 6 |" in report and f"| held-out baseline | {held} |" in report
   assert f"({k} vs {max(held, m['baseline_mean_image_recovered_strict'])})" in report
   assert "None" not in report and "pooled over 2 restarts" in report
+  assert "; --config.theta0 would fit" in report and "threat.theta0" not in report
   mem = m["membership"]
   assert f"| membership ROC AUC | {mem['auc']:.3f} |" in report
 

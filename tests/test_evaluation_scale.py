@@ -16,6 +16,8 @@ import pytest
 from recon_jax import data
 from recon_jax.eval import evaluation, images, membership, similarity
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 @pytest.fixture
 def rng():

@@ -46,12 +46,10 @@ def test_the_ssim_kernel_is_dm_pix_ssim(rng, filter_size, channels):
 
 @pytest.fixture(scope="module")
 def planted():
-  """24 training digits of mnist5k and 300 held-out ones (float64), and candidates: noisy
+  """24 training digits of mnist5k and 100 held-out ones (float64), and candidates: noisy
   copies of a third of the training digits (some pass the strict rule, some do not), a few
   held-out digits (close to a training digit without being one) and noise."""
-  ds = data.load_dataset(
-    "mnist5k", n_per_class=12, n_test_per_class=150, seed=3, subtract_mean=True
-  )
+  ds = data.load_dataset("mnist5k", n_per_class=12, n_test_per_class=50, seed=3, subtract_mean=True)
   rng = np.random.default_rng(0)
   x = np.asarray(ds.x_train, np.float64)
   spread = float(np.std(x))

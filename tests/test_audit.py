@@ -151,6 +151,19 @@ def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
       "0.0001",
     ]
   assert "| membership test `change_fit` | AUC" in report
+  # the regime and what the change's span holds, as for a victim trained here (test_finetune)
+  assert m["baseline_heldout_recovered_strict"] == m["baseline_mean_image_recovered_strict"] == 0
+  assert m["selection"]["best_by_loss_recovered_strict"] >= 4
+  regime = m["regime"]
+  assert regime["known_init"] and regime["n_train"] == 6
+  assert regime["span"]["dim"] in (5, 6) and regime["span"]["input_dim"] == 64
+  ceiling = m["span_ceiling"]
+  assert ceiling["span_dim"] == regime["span"]["dim"]
+  assert k <= ceiling["recovered_strict"] + 1
+  assert ceiling["recovered_strict"] + len(ceiling["missing"]) == 6
+  missed = m["identifiability"]["missed"]  # one entry per image not recovered
+  assert len(missed["images"]) == len(missed["weakness_rank"]) == 6 - k
+  assert len(m["identifiability"]["truth_leave_one_out"]) == 6
 
 
 @pytest.mark.parametrize("attack", ["kkt", pytest.param("cone", marks=pytest.mark.slow)])

@@ -33,7 +33,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
   from recon_jax.job.settings import JobConfig
 
   settings = audit_job(threat_of(cfg), cfg.loss, JobConfig(**cfg.job))
-  return cli.main_job(settings, workdir, resume=resume, overwrite=overwrite)
+  return cli.main_job(settings, workdir, resume=resume, overwrite=overwrite, spoken=cfg)
 
 
 def main(cfg):

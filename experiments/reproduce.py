@@ -14,9 +14,9 @@ over data draws (seeds for the toy and the init study) by a criterion fixed befo
   python -m experiments.reproduce --workdir=/tmp/repro --resume         # after an interruption
 
 Writes RESULTS.md and results.json (the sections this command ran), a folder per run
-(<run>/, seeds in <run>/seed_<s>/) and logs/<run>.log.  --resume keeps the finished runs and
-continues an interrupted one with its binary's --resume.  A run that fails is FAILED in its
-section, the others go on, and the exit code is 2.
+(<run>/, seeds in <run>/seed_<s>/) and logs/<run>.log.  --resume keeps the finished runs (runs
+again one whose metrics.json cannot be read) and continues an interrupted one with its binary's
+--resume.  A run that fails is FAILED in its section, the others go on, and the exit code is 2.
 """
 
 from experiments import starting

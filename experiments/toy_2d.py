@@ -35,7 +35,7 @@ def main(cfg):
   kw = dict(resume=FLAGS.resume, overwrite=FLAGS.overwrite)
   path, m = runner.toy_job(cfg, FLAGS.workdir, **kw)
   if m.get("victim_warning"):
-    print(f"warning: {m['victim_warning']}", file=sys.stderr)
+    print(f"warning: {cli.in_flags(m['victim_warning'], cfg)}", file=sys.stderr)
   print(
     f"wrote {path}: recovered {m['recovered']}/{m['n_train']} "
     f"(best restart {m['recovered_best_restart']}, pooled {m['recovered_pooled']}; "

@@ -35,7 +35,7 @@ def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
 
   path, m = runner.train_victim_job(cfg, workdir, resume=resume, overwrite=overwrite)
   if m["warning"]:
-    print(f"warning: {m['warning']}", file=sys.stderr)
+    print(f"warning: {cli.in_flags(m['warning'], cfg)}", file=sys.stderr)
   print(
     f"wrote {path}: loss {m['loss']:.3g}, train error {m['train_error']:.3g}, "
     f"test accuracy {m.get('test_accuracy', float('nan')):.3f}, epochs {m['epochs_run']}"

@@ -41,7 +41,7 @@ from ml_collections import config_flags
 
 from recon_jax.core import signals
 from recon_jax.core.signals import Terminated  # noqa: F401  (SIGTERM, raised as Ctrl-C is)
-from recon_jax.errors import Error, RunFailed  # noqa: F401  (RunFailed: exit code 2)
+from recon_jax.errors import Error, RunFailed, spelled  # noqa: F401  (RunFailed: exit code 2)
 from recon_jax.io import workdir as workdirs
 from recon_jax.io.workdir import expand, flatten
 
@@ -469,17 +469,22 @@ def run(job: Callable[[Any], Any], config: str, preset: Optional[str] = None, **
     _stopped(e, FLAGS.verbose if FLAGS.is_parsed() and "verbose" in FLAGS else False)
 
 
-def main_job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
+def main_job(
+  cfg, workdir: str, *, resume=False, overwrite=False, explicit=None, spoken=None
+) -> dict:
   """The main job (:func:`recon_jax.job.run.main_job`, the same arguments) as a binary runs
-  it: its warnings on stderr as they come, the report's path and verdict line on stdout.
-  Returns metrics.json's dict.  The binaries that run the main job (reconstruct, audit)
-  call this, not each other."""
+  it: its warnings on stderr as they come, the report's path and verdict line on stdout,
+  these and report.md's reasons and warnings naming the settings as the flags of
+  ``spoken``, the binary's config (:func:`in_flags`; default ``cfg``).  Returns
+  metrics.json's dict (the library's names).  The binaries that run the main job
+  (reconstruct, audit) call this, not each other."""
   from recon_jax.job import run as job_run
 
-  warn = lambda w: print(f"warning: {w}", file=sys.stderr)
-  kw = dict(resume=resume, overwrite=overwrite, explicit=explicit, warn=warn)
+  say = lambda text: in_flags(text, cfg if spoken is None else spoken)
+  warn = lambda w: print(f"warning: {say(w)}", file=sys.stderr)
+  kw = dict(resume=resume, overwrite=overwrite, explicit=explicit, warn=warn, spell=say)
   path, m = job_run.main_job(cfg, workdir, **kw)
-  print(f"wrote {path}: {m['verdict_line']}")
+  print(f"wrote {path}: {say(m['verdict_line'])}")
   return m
 
 
@@ -518,19 +523,41 @@ def flag_of(cfg, argument: Optional[str]) -> Optional[str]:
   return f"--config.{min(hits, key=lambda k: (len(k), k))}" if hits else None
 
 
-def error_line(e: BaseException, cfg=None) -> str:
-  """The one line a user sees for the library's error ``e``: the settings it names as data
-  (:meth:`recon_jax.errors.Error.named`) spelled as the user's flags (:func:`flag_of`)."""
+def _speller(cfg, held: bool = False) -> Callable[[str, Optional[str]], Optional[str]]:
+  """``spell(name, value)``: the library's setting ``name`` (with ``value``) as the flag of
+  ``cfg`` that sets it (:func:`flag_of`), None where there is none; ``held``: only a flag
+  that sets a setting ``cfg`` holds (or a program's own flag), not a missing entry of a
+  section (words of free text that merely look like names: ``e.g.``, ``victim.msgpack``)."""
+  known = flatten(cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)) if held else {}
 
   def spell(name: str, value: Optional[str]) -> Optional[str]:
     flag = flag_of(cfg, name)
-    if flag is None or value is None:
+    if flag is None or (held and flag.startswith("--config.") and flag[9:] not in known):
+      return None
+    if value is None:
       return flag
     is_bool = name in FLAGS and FLAGS[name].boolean or name in ("overwrite", "resume")
     return flag if is_bool and value == "True" and "config." not in flag else f"{flag}={value}"
 
+  return spell
+
+
+def in_flags(text: str, cfg) -> str:
+  """``text``, the library's words for a reader (a verdict's line or reasons, a warning),
+  with the settings it names (``attack=cone``, ``threat.theta0``) spelled as the flags of
+  the binary whose config is ``cfg`` (:func:`flag_of`: ``--config.attack=cone``; the
+  audit's ``--config.theta0``); every other word as it is.  metrics.json and the library's
+  own results keep the library's names."""
+  if cfg is None or not (hasattr(cfg, "to_dict") or isinstance(cfg, dict)):
+    return text
+  return spelled(text, _speller(cfg, held=True))
+
+
+def error_line(e: BaseException, cfg=None) -> str:
+  """The one line a user sees for the library's error ``e``: the settings it names as data
+  (:meth:`recon_jax.errors.Error.named`) spelled as the user's flags (:func:`flag_of`)."""
   if isinstance(e, Error):
-    return f"error: {e.named(spell)}"
+    return f"error: {e.named(_speller(cfg))}"
   text = str(e).strip()
   return f"error: {text.splitlines()[0] if text else type(e).__name__}"
 

@@ -36,6 +36,20 @@ def settings_in(message: str) -> tuple[str, ...]:
   return tuple(w for w in words if "=" in w and _is_name(w.split("=", 1)[0]))
 
 
+def spelled(text: str, spell: Callable[[str, Optional[str]], Optional[str]]) -> str:
+  """``text`` (the library's words for a reader: a verdict's reasons, a warning) with each
+  word that names a setting, ``NAME=VALUE`` or a dotted ``NAME`` (``threat.theta0``),
+  spelled ``spell(name, value)`` (value None: the name alone; a None result keeps the
+  library's word, as for any other word)."""
+  words = text.split(" ")
+  for i, word in enumerate(words):
+    lead, core, trail = _split(word)
+    name, eq, value = core.partition("=")
+    if _is_name(name) and (eq or "." in name):
+      words[i] = lead + (spell(name, value if eq else None) or core) + trail
+  return " ".join(words)
+
+
 class Error(Exception):
   """Base of every error recon_jax raises on purpose.
 

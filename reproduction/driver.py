@@ -69,17 +69,13 @@ def jobs(cfg, name: str, programs: Programs) -> list:
 def launch(programs: Programs, binary: str, folder: str, args: list, log: str, resume: bool):
   """Runs one process into ``folder``, its output appended to ``log``.
 
-  With ``resume``, a process that finished with the same arguments is not run again,
-  and one that was interrupted continues (its binary's ``--resume``).  Raises
-  :class:`Failed` with the process's error line.
+  With ``resume``, one that was interrupted with the same arguments continues (its
+  binary's ``--resume``); whether one finished before is :func:`finished`'s to say.
+  Raises :class:`Failed` with the process's error line.
   """
-  env = (workdir.read_json(folder, "config.json") or {}).get("environment", {})
-  same = args == [a for a in env.get("argv", [])[1:] if not a.startswith(RUN_FLAGS)]
-  if resume and same and os.path.isfile(os.path.join(folder, "metrics.json")):
-    return
   mode = []
   if os.path.isdir(folder) and os.listdir(folder):
-    keep = resume and same and os.path.isfile(os.path.join(folder, STATE[binary]))
+    keep = resume and _same(folder, args) and os.path.isfile(os.path.join(folder, STATE[binary]))
     mode = ["--resume" if keep else "--overwrite"]
   cmd = [sys.executable, "-m", programs.module.format(binary)] + args
   cmd += [f"--workdir={folder}"] + mode
@@ -95,6 +91,29 @@ def launch(programs: Programs, binary: str, folder: str, args: list, log: str, r
     err = [line for line in lines if line.startswith("error:")] or lines[-1:]
     code = rc.returncode
     raise Failed(f"{f'killed by signal {-code}' if code < 0 else f'exit code {code}'}: {err[-1]}")
+
+
+def _same(folder: str, args: list) -> bool:
+  """Whether the process run in ``folder`` (its config.json) was run with ``args``."""
+  config = workdir.read_json(folder, "config.json")
+  env = config.get("environment", {}) if isinstance(config, dict) else {}
+  return isinstance(env, dict) and args == [
+    a for a in env.get("argv", [])[1:] if not a.startswith(RUN_FLAGS)
+  ]
+
+
+def finished(binary: str, folder: str, args: list) -> dict | None:
+  """What the claims read of the process that finished before in ``folder`` with ``args``
+  (:func:`_condensed`), or None where it must run: it ran with other arguments, did not
+  finish (no metrics.json), or its metrics.json (or an efficacy run's config.json) cannot be
+  read as a result, said in one warning line naming the file."""
+  if not (os.path.isfile(os.path.join(folder, "metrics.json")) and _same(folder, args)):
+    return None
+  try:
+    return _condensed(binary, folder)
+  except ResultFileError as e:
+    logging.warning("reproduce: %s; running it again", e)
+    return None
 
 
 def _condensed(binary: str, folder: str) -> dict | None:
@@ -191,6 +210,10 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
     out["commands"].append(
       " ".join([f"python -m {programs.module.format(r.binary)}"] + args + [f"--workdir={folder}"])
     )
+    m = finished(r.binary, folder, args) if resume else None
+    if m is not None:  # finished before, and its results read: not run again
+      out["results"].append(m)
+      continue
     try:
       launch(programs, r.binary, folder, args, os.path.join(path, "logs", f"{name}.log"), resume)
     except Failed as e:

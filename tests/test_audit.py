@@ -151,6 +151,19 @@ def test_a_model_fine_tuned_from_known_weights_leaks(files, tmp_path):
       "0.0001",
     ]
   assert "| membership test `change_fit` | AUC" in report
+  # the regime and what the change's span holds, as for a victim trained here (test_finetune)
+  assert m["baseline_heldout_recovered_strict"] == m["baseline_mean_image_recovered_strict"] == 0
+  assert m["selection"]["best_by_loss_recovered_strict"] >= 4
+  regime = m["regime"]
+  assert regime["known_init"] and regime["n_train"] == 6
+  assert regime["span"]["dim"] in (5, 6) and regime["span"]["input_dim"] == 64
+  ceiling = m["span_ceiling"]
+  assert ceiling["span_dim"] == regime["span"]["dim"]
+  assert k <= ceiling["recovered_strict"] + 1
+  assert ceiling["recovered_strict"] + len(ceiling["missing"]) == 6
+  missed = m["identifiability"]["missed"]  # one entry per image not recovered
+  assert len(missed["images"]) == len(missed["weakness_rank"]) == 6 - k
+  assert len(m["identifiability"]["truth_leave_one_out"]) == 6
 
 
 @pytest.mark.parametrize("attack", ["kkt", pytest.param("cone", marks=pytest.mark.slow)])
@@ -211,9 +224,14 @@ def test_a_training_set_of_odd_size_is_audited(files, tmp_path):
   assert m["n_train"] == 7 and m["m"] == 22 and m["verdict"] == "leaks", m["reasons"]
 
 
-def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path):
+def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_path, capsys):
+  """No theta_0 given: the verdict says the audit's --config.theta0 would let the attack fit
+  the change, as printed and in report.md; metrics.json keeps the library's threat.theta0."""
   m = _audit(files, tmp_path, "random", model=str(files / "random.safetensors"))
   assert m["verdict"] in ("no_evidence", "cannot_tell") and m["reasons"]
+  assert "; threat.theta0 would fit theta* - theta_0" in m["verdict_line"], m["verdict_line"]
+  printed = capsys.readouterr().out
+  assert "; --config.theta0 would fit theta* - theta_0" in printed and "threat." not in printed
   k, held = m["recovered_strict"], m["baseline_heldout_recovered_strict"]
   assert k <= max(1, held)
   report = (tmp_path / "random" / "report.md").read_text()
@@ -222,6 +240,7 @@ def test_a_model_with_random_weights_gives_no_evidence_with_a_reason(files, tmp_
   assert f"| {k} of 6 |" in report and f"| held-out baseline | {held} |" in report
   assert f"({k} vs {max(held, m['baseline_mean_image_recovered_strict'])})" in report
   assert "None" not in report and "pooled over 2 restarts" in report
+  assert "; --config.theta0 would fit" in report and "threat.theta0" not in report
   mem = m["membership"]
   assert f"| membership ROC AUC | {mem['auc']:.3f} |" in report
 

@@ -78,7 +78,48 @@ def test_the_audit_names_its_own_flags(wide_model, tmp_path):
   with pytest.raises(ConfigError) as e:
     planning.prepare(audit_job(threat_of(audit), audit.loss, JobConfig(**audit.job)))
   line = cli.error_line(e.value, audit)
-  assert "--config.theta0" in line and "threat." not in line, line
+  assert line.startswith("error: --config.theta0: --config.job.attack=cone reads"), line
+  assert "threat." not in line and "known_init" not in line, line
+
+
+def test_the_verdict_and_the_warnings_name_the_binarys_flags(monkeypatch, capsys):
+  """What the reconstruct binary and the audit print of the job's verdict and warnings names
+  the settings as their flags (--config.threat.theta0; the audit's --config.theta0 and
+  --config.job.attack=none), report.md's too (the spelling handed to the job); the library's
+  words stay in metrics.json.  Words that only look like names are left as they are."""
+  from experiments.configs import audit as audit_configs
+  from recon_jax import cli
+  from recon_jax.job import run as job_run
+
+  said = "threat.theta0 would fit (attack=none, m=4, e.g. victim.msgpack; known_init)"
+  spelled = {}
+
+  def job(cfg, path, *, warn, spell, **kw):
+    warn(said)
+    spelled["report"] = spell(said)
+    return "/w", {"verdict_line": f"no evidence: {said}"}
+
+  monkeypatch.setattr(job_run, "main_job", job)
+  audit = audit_configs.get_config("default")
+  for spoken, theta0, attack, m in [
+    (None, "--config.threat.theta0", "--config.attack=none", "--config.search.m=4"),
+    (audit, "--config.theta0", "--config.job.attack=none", "--config.job.search.m=4"),
+  ]:
+    out = cli.main_job(recon_configs.get_config("tiny"), "w", spoken=spoken)
+    words = f"{theta0} would fit ({attack}, {m}, e.g. victim.msgpack; known_init)"
+    printed = capsys.readouterr()
+    assert printed.err == f"warning: {words}\n" and spelled["report"] == words, printed.err
+    assert printed.out == f"wrote /w: no evidence: {words}\n", printed.out
+    assert out["verdict_line"] == f"no evidence: {said}"  # metrics.json's: the library's
+
+
+def test_report_md_says_the_reasons_and_warnings_as_it_is_told():
+  from recon_jax.job import report
+
+  m = {"n_train": 2, "verdict": "no_evidence", "reasons": ["a threat.theta0"], "warnings": ["b"]}
+  loud = report.report(m, spell=str.upper)
+  assert "\n- A THREAT.THETA0\n" in loud and "\n- B\n" in loud
+  assert "\n- a threat.theta0\n" in report.report(m)
 
 
 class _Clocks:

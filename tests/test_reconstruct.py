@@ -31,13 +31,32 @@ def _tiny(**kw):
   return cfg
 
 
+def _identifying(**kw):
+  cfg = _tiny(**kw)
+  cfg.evaluation.identify = True
+  return cfg
+
+
 def _npz(path):
   with np.load(path) as z:
     return {k: z[k] for k in z.files}
 
 
-def test_main_job_writes_its_report(tmp_path):
-  m = _run(_tiny(identify=True), str(tmp_path))
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """One tiny run, the attacker's own scores on, read by the tests below: (its workdir,
+  metrics, the messages of the DeprecationWarnings for former setting names it raised)."""
+  import warnings
+
+  path = tmp_path_factory.mktemp("tiny")
+  with warnings.catch_warnings(record=True) as said:
+    warnings.filterwarnings("always", message=".* is now ", category=DeprecationWarning)
+    m = _run(_identifying(), str(path))
+  return path, m, [str(w.message) for w in said if " is now " in str(w.message)]
+
+
+def test_main_job_writes_its_report(tiny_run):
+  tmp_path, m, _ = tiny_run
   assert m["identification"]["trusted_score"] == "agreement"
   assert len(m["identification"]["top"]) == 10
   assert os.path.getsize(tmp_path / "trusted.png") > 0
@@ -132,21 +151,23 @@ def test_regression_victim_with_weight_decay_runs(tmp_path):
   assert_round_trip(m, (tmp_path / "metrics.json").read_text())
 
 
-def test_a_workdir_written_before_the_config_files_still_resumes(tmp_path):
+def test_a_workdir_written_before_the_config_files_still_resumes(tiny_run, tmp_path):
   """config.json of the dataclass era: no x64/matmul_precision/save_every/distributed keys,
   unset paths as null. Resuming it must be accepted and change nothing."""
-  cfg = _tiny()
-  assert_round_trip(_run(cfg, str(tmp_path)), (tmp_path / "metrics.json").read_text())
+  import shutil
+
+  tmp_path = tmp_path / "w"
+  shutil.copytree(tiny_run[0], tmp_path)  # the tiny run's workdir, rewritten as of before
   before = _npz(tmp_path / "reconstructions.npz")["candidates"]
   stored = json.loads((tmp_path / "config.json").read_text())
   stored["config"].pop("runtime")  # then x64, matmul_precision, save_every, distributed
   stored["config"]["data_dir"] = None
   stored.update(problem="binary", m=12)
   (tmp_path / "config.json").write_text(json.dumps(stored))
-  _run(_tiny(), str(tmp_path), resume=True)
+  _run(_identifying(), str(tmp_path), resume=True)
   np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["candidates"], before)
   with pytest.raises(ValueError, match="seed"):
-    _run(_tiny(seed=3), str(tmp_path), resume=True)
+    _run(_identifying(seed=3), str(tmp_path), resume=True)
 
 
 def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path):
@@ -241,10 +262,11 @@ def test_the_bilevel_attack_runs_as_the_main_job_on_a_weight_decay_victim(tmp_pa
   assert _npz(tmp_path / "reconstructions.npz")["candidates"].shape == (2, 6, 8, 8, 1)
 
 
-def test_the_library_and_its_presets_use_no_former_setting_name(tmp_path):
+def test_the_library_and_its_presets_use_no_former_setting_name(tiny_run):
   """A former name (``checkpoint``, ``x64``...) still works for a release, with a
   DeprecationWarning; the library's own code, its presets and the efficacy variants use
-  the names of now: a whole tiny run, and every preset and variant planned, say none."""
+  the names of now: a whole tiny run (the module's), and every preset and variant planned,
+  say none."""
   import warnings
 
   from experiments.configs import efficacy as efficacy_configs
@@ -254,7 +276,7 @@ def test_the_library_and_its_presets_use_no_former_setting_name(tmp_path):
 
   with warnings.catch_warnings():
     warnings.filterwarnings("error", message=".* is now ", category=DeprecationWarning)
-    _run(_tiny(), str(tmp_path))
+    assert tiny_run[2] == []
     for preset in configs.PRESETS:
       try:
         planning.prepare(configs.get_config(preset))

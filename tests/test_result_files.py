@@ -348,6 +348,48 @@ def test_a_run_whose_results_cannot_be_read_is_failed_naming_the_file(tmp_path, 
   assert out["status"] == f"FAILED ({folder / 'config.json'}: holds [], not a JSON object)"
 
 
+@pytest.mark.parametrize(
+  "text, why", [("{not json", "unreadable (JSONDecodeError"), ("[]", "holds []"), ("{}", "n_train")]
+)
+def test_a_resume_runs_again_a_finished_run_whose_results_cannot_be_read(
+  tmp_path, monkeypatch, caplog, text, why
+):
+  """reproduce --resume: a finished toy whose metrics.json is readable is not run again; one
+  whose metrics.json cannot be read runs again (not FAILED until the file is removed), said
+  in one warning line naming the file."""
+  import subprocess
+
+  from experiments import reproduce
+  from experiments.configs import reproduce as rconfigs
+
+  cfg = rconfigs.get_config("quick")
+  cfg.seeds = 1
+  calls = []
+
+  def process(cmd, **kw):  # the toy's binary: its config.json, then its metrics.json
+    folder = next(a for a in cmd if a.startswith("--workdir=")).split("=", 1)[1]
+    calls.append(cmd[-1])
+    os.makedirs(folder, exist_ok=True)
+    env = {"environment": {"argv": [cmd[2]] + cmd[3:]}}
+    for name, data in (("config.json", env), ("metrics.json", TOY)):
+      with open(os.path.join(folder, name), "w") as f:
+        json.dump(data, f)
+    return subprocess.CompletedProcess(cmd, 0)
+
+  monkeypatch.setattr(driver.subprocess, "run", process)
+  first = driver.run_one(cfg, str(tmp_path), "toy", reproduce.PROGRAMS)
+  again = driver.run_one(cfg, str(tmp_path), "toy", reproduce.PROGRAMS, resume=True)
+  assert first["status"] == again["status"] == "ok" and len(calls) == 1
+  path = tmp_path / "toy" / "seed_0" / "metrics.json"
+  path.write_text(text)
+  with caplog.at_level(logging.WARNING):
+    out = driver.run_one(cfg, str(tmp_path), "toy", reproduce.PROGRAMS, resume=True)
+  assert out["status"] == "ok" and out["results"] == first["results"] and len(calls) == 2
+  said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+  assert len(said) == 1 and said[0].startswith(f"reproduce: {path}: ") and why in said[0], said
+  assert said[0].endswith("running it again")
+
+
 def test_a_draw_whose_pick_cannot_be_read_is_a_gap_in_the_picks(tmp_path, caplog):
   """A draw's restarts of another type than declared (``best_true_restart`` as a string) say
   nothing of the attacker's pick: that draw is left out of pick_same, in one warning line."""

@@ -12,6 +12,8 @@ from recon_jax.eval import membership
 from recon_jax.eval import weight_tests as wt
 from recon_jax.victims import models
 
+pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
+
 
 def _mlp(widths=(16,), seed=0, d=12, out=1):
   module = models.MLP(widths=tuple(widths), out_dim=out, bias="all")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional
 
+from recon_jax import attacks
 from recon_jax.core import rules
 from recon_jax.errors import ConfigError
 from recon_jax.job.settings import KNOWN_INIT_ATTACK, JobConfig, Threat
@@ -63,7 +64,8 @@ def audit_job(
   ``BLIND_CANDIDATES`` candidates unless ``base.search.m`` says; with ``threat.theta0`` the attacker
   knows theta_0.
 
-  Raises ConfigError naming the threat's setting that is missing; the files themselves are
+  Raises ConfigError naming the threat's setting that is missing (``theta0`` for an attack
+  that reads theta_0: in the audit known_init follows from it); the files themselves are
   read and checked when the job is planned (:func:`recon_jax.job.planning.prepare`).
   """
   if not threat.model:
@@ -78,6 +80,13 @@ def audit_job(
     )
   rules.check_value("victim.loss", loss, rules.Rule("str", choices=LOSSES))
   base = base or JobConfig()
+  if attacks.get(base.attack).reads_init and not threat.theta0:  # known_init follows theta0
+    raise ConfigError(
+      f"threat.theta0: attack={base.attack} reads theta* - theta_0: give the weights the "
+      "model's training started from.",
+      "threat.theta0",
+      (f"attack={base.attack}",),
+    )
   if not threat.train and not base.search.m:
     base = base.replace(**{"search.m": BLIND_CANDIDATES})
   if threat.theta0:

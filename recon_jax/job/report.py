@@ -79,22 +79,25 @@ def _pct(v) -> str:
   return "–" if v is None else f"{v:.0%}"
 
 
-def report(m: Union[Metrics, Mapping], folder: str = "") -> str:
+def report(m: Union[Metrics, Mapping], folder: str = "", spell=None) -> str:
   """The markdown of a reconstruction's report (:class:`recon_jax.eval.metrics_json.Metrics`,
   or metrics.json's dict, read typed); ``folder``: where the figures are (only those that
-  exist are shown)."""
+  exist are shown); ``spell``: ``text -> text``, the verdict's reasons and the warnings as
+  the reader's program says them (a binary's flags for the settings they name; default: the
+  library's names)."""
   m = Metrics.of(m)
+  spell = spell or (lambda text: text)
   n, k = m.n_train, m.recovered_strict
   ident, sel, regime, t = m.identifiability, m.selection, m.regime, m.timing
   span = regime.span
   lines = [
     f"# Does this model leak its training images? **{(m.verdict or '?').replace('_', ' ')}**",
     "",
-    *[f"- {r}" for r in m.reasons or ()],
+    *[f"- {spell(r)}" for r in m.reasons or ()],
     "",
   ]
   if m.warnings:
-    lines += ["## Warnings", "", *[f"- {w}" for w in m.warnings], ""]
+    lines += ["## Warnings", "", *[f"- {spell(w)}" for w in m.warnings], ""]
   restarts = m.num_restarts
   pooled = f"pooled over {restarts} restart{'s' if restarts != 1 else ''}"
   tol = ident.tolerance

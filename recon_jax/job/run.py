@@ -35,7 +35,7 @@ STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable stat
 
 
 def run_reconstruction(
-  plan: planning.Plan, path: str, *, resume: bool = False, overwrite: bool = False
+  plan: planning.Plan, path: str, *, resume: bool = False, overwrite: bool = False, spell=None
 ) -> dict:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
@@ -45,6 +45,7 @@ def run_reconstruction(
   ``overwrite``), when in use by a live process, or, with ``resume``, when its config.json
   is of other settings; with ``resume`` the run continues from ``path``'s state file.
   Returns metrics.json's dict; its ``warnings`` and ``verdict`` say what a reader must know.
+  ``spell``: report.md's words for the settings (:func:`write_reconstruction`).
   """
   if not isinstance(plan, planning.Plan):
     raise ConfigError(
@@ -66,7 +67,7 @@ def run_reconstruction(
         checked=True,
       )
       out = pipeline.run(plan, state_file)
-    return write_reconstruction(path, out)
+    return write_reconstruction(path, out, spell)
 
 
 def open_workdir(cfg: JobConfig, path: str, *, resume: bool, overwrite: bool) -> str:
@@ -78,7 +79,7 @@ def open_workdir(cfg: JobConfig, path: str, *, resume: bool, overwrite: bool) ->
 
 
 def main_job(
-  config, path: str, *, resume=False, overwrite=False, explicit=None, warn=None
+  config, path: str, *, resume=False, overwrite=False, explicit=None, warn=None, spell=None
 ) -> tuple[str, dict]:
   """The main job as its binary runs it: returns (the workdir's absolute path, metrics).
 
@@ -86,8 +87,9 @@ def main_job(
   ``explicit``: the settings the user set, ``{name: value}`` (the victim's as
   ``victim.NAME``).  Everything is checked before the workdir is created or touched, and
   the process's precision set (and a multi-host run initialised).  ``warn`` is called with
-  each warning; a run whose every restart diverged writes its results, then raises
-  :class:`RunFailed` (:func:`check_outcome`).
+  each warning; ``spell`` writes report.md's (:func:`write_reconstruction`).  A run whose
+  every restart diverged writes its results, then raises :class:`RunFailed`
+  (:func:`check_outcome`).
   """
   explicit = dict(explicit or {})
   settings = JobConfig.of(config)  # typed and checked: a bool is a bool before anything starts
@@ -98,7 +100,7 @@ def main_job(
   with pipeline.progress_shown(), progress.watch():
     progress.phase("checking the settings and reading the files")
     plan = planning.prepare(settings, requested, explicit)
-  m = run_reconstruction(plan, path, resume=resume, overwrite=overwrite)
+  m = run_reconstruction(plan, path, resume=resume, overwrite=overwrite, spell=spell)
   path = os.path.abspath(workdir.expand(path))  # the folder run_reconstruction opened
   for w in m["warnings"]:
     if warn and not w.startswith(verdict.ALL_DIVERGED):  # that one ends the run
@@ -106,7 +108,7 @@ def main_job(
   return path, check_outcome(m, path)
 
 
-def write_reconstruction(path: str, out) -> dict:
+def write_reconstruction(path: str, out, spell=None) -> dict:
   """metrics.json, reconstructions.npz, restarts.tsv, report.md and the figures of a
   reconstruction (:func:`recon_jax.job.figures.reconstruction_figures`).
 
@@ -116,7 +118,9 @@ def write_reconstruction(path: str, out) -> dict:
   run (a harness resuming its sub-runs takes one with metrics.json as done).  A key the
   declaration lacks is the library's fault, not the run's: every file is written (metrics.json
   as the pipeline made it), then :class:`~recon_jax.eval.metrics_json.Undeclared` names the
-  key.  Returns the pipeline's metrics, as they were.
+  key.  ``spell``: report.md's reasons and warnings as a binary says them (its flags for the
+  settings they name, :func:`recon_jax.cli.in_flags`); metrics.json keeps the library's
+  names.  Returns the pipeline's metrics, as they were.
   """
   metrics = out.metrics
   made = workdir.jsonable(metrics)
@@ -128,7 +132,7 @@ def write_reconstruction(path: str, out) -> dict:
   margins = out.victim.summary.get("margins")
   t0 = time.time()
   figures.reconstruction_figures(path, typed, out.arrays, out.dataset, out.eval_result, margins)
-  text = report.report(typed, path)  # after the figures: it shows those that exist
+  text = report.report(typed, path, spell)  # after the figures: it shows those that exist
   files_s = time.time() - t0
   for held in (metrics, made):  # metrics.json (and the caller's dict) say what the files took
     if isinstance(held.get("timing"), dict):

@@ -25,7 +25,8 @@ noise.  Each part of :func:`recon_jax.eval.evaluation.evaluate_candidates` and o
   scored, then the permutation test);
 * ``truth_s``: which pooled candidates are real for the attacker's own scores
   (:func:`recon_jax.eval.trusted.candidate_truth`: each candidate's best SSIM with a training
-  image, its held-out maximum by the strict rule's prefilter); ``--exhaustive-truth`` also
+  image, its held-out maximum by the strict rule's prefilter), the last 2n / 5 candidates
+  replaced by copies of n / 5 training and n / 5 held-out images; ``--exhaustive-truth`` also
   times ``truth_exhaustive_s``, the same with every candidate against every held-out image
   (the prefilter off: how it ran before), and checks that both mark the same candidates;
 * ``evaluate_candidates_s``: the whole evaluation in one call (``--no-total``: skipped).
@@ -130,6 +131,10 @@ def parts(ds, cands, weights, final_loss, exhaustive_truth=False):
   thr = images.strict_threshold_for(x_train.shape[1])
   kw = dict(ssim_threshold=thr)
   num = int(min(r * m, len(x_held) // 2))
+  # the truth's pool: the last 2k candidates replaced by exact copies of k training images
+  # (real) and of k held-out ones (not), k = n / 5, so that the held-out reference decides
+  k = max(1, len(x_train) // 5)
+  truth_pool = np.concatenate([np.asarray(pooled)[: -2 * k], x_train[:k], x_held[:k]])
 
   def attack(held):
     return [images.evaluate(c, x_train, held, **kw) for c in sets]
@@ -147,7 +152,7 @@ def parts(ds, cands, weights, final_loss, exhaustive_truth=False):
     "baseline_heldout_s": lambda: images.heldout_baseline(0, x_train, x_held, num, group=m, **kw),
     "selection_s": selection,
     "membership_s": lambda: scoring.membership_report(cands, final_loss, ds, 0),
-    "truth_s": lambda: trusted.candidate_truth(pooled, x_train, x_held, thr),
+    "truth_s": lambda: trusted.candidate_truth(truth_pool, x_train, x_held, thr),
     "evaluate_candidates_s": lambda: evaluation.evaluate_candidates(cands, weights, final_loss, ds),
   }
   if exhaustive_truth:

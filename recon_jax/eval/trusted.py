@@ -44,6 +44,7 @@ TRUST_ORDER = ("agreement", "lambda", "margin")
 DEFAULT_STABILITY_CANDIDATES = 64
 STABILITY_SELECT = ("lambda", "random")
 TOP_K = 10
+LOO_BATCH = 64  # candidates whose parameter-sized terms the leave-one-out score holds at once
 
 
 class CandidateTruth(NamedTuple):
@@ -152,7 +153,7 @@ def _leave_one_out_restarts(apply_fn, problem, target, x, lam, alpha, normalize,
     xr, lr, ar = args
     act = functools.partial(surrogate_relu, alpha=ar) if surrogate else None
     return selection.leave_one_out_score(
-      apply_fn, problem, target, xr, lr, act, normalize=normalize
+      apply_fn, problem, target, xr, lr, act, normalize=normalize, batch_size=LOO_BATCH
     )
 
   return jax.lax.map(one, (x, lam, alpha))

@@ -3,6 +3,7 @@ r"""The scoring of a run's candidates against the truth, part by part, at real s
   python -m benchmarks.scoring                   # n = 20, 100, 500 of mnist5k, R*m = 2,000
   python -m benchmarks.scoring --quick           # n = 8, R*m = 64, 200 held out: seconds
   python -m benchmarks.scoring --sizes=500 --repeats=1 --warmup=0 --no-total
+  python -m benchmarks.scoring --sizes=100,500 --only-truth --exhaustive-truth --repeats=1
 
 The inputs are synthetic but realistic: n training images of ``mnist5k`` (n / 2 odd and
 n / 2 even digits, the training mean subtracted as the main job's data are) and its held-out
@@ -22,6 +23,12 @@ noise.  Each part of :func:`recon_jax.eval.evaluation.evaluate_candidates` and o
   correlation with the attacker's weights);
 * ``membership_s``: the membership report (every training image and up to 500 held-out ones
   scored, then the permutation test);
+* ``truth_s``: which pooled candidates are real for the attacker's own scores
+  (:func:`recon_jax.eval.trusted.candidate_truth`: each candidate's best SSIM with a training
+  image, its held-out maximum by the strict rule's prefilter), the last 2n / 5 candidates
+  replaced by copies of n / 5 training and n / 5 held-out images; ``--exhaustive-truth`` also
+  times ``truth_exhaustive_s``, the same with every candidate against every held-out image
+  (the prefilter off: how it ran before), and checks that both mark the same candidates;
 * ``evaluate_candidates_s``: the whole evaluation in one call (``--no-total``: skipped).
 
 Each record also carries the counts (strict recoveries of the attack and of each baseline,
@@ -56,6 +63,12 @@ def parse_args(argv=None):
     default=True,
     help="also time evaluate_candidates in one call",
   )
+  p.add_argument(
+    "--exhaustive-truth",
+    action="store_true",
+    help="also time candidate_truth without the held-out prefilter (minutes at n = 500)",
+  )
+  p.add_argument("--only-truth", action="store_true", help="time the truth_* parts only")
   args = common.parse(p, argv)
   args.sizes = common.int_list(args.sizes) or ([QUICK] if args.quick else list(SIZES))
   args.restarts = args.restarts or (QUICK_RESTARTS if args.quick else RESTARTS)
@@ -92,9 +105,23 @@ def problem(n: int, restarts: int, m: int, heldout: int, seed: int = 0):
   return ds, pool, weights, final_loss
 
 
-def parts(ds, cands, weights, final_loss):
+def exhaustive(fn):
+  """``fn`` with every SSIM pair of the strict rule's held-out reference computed."""
+  from recon_jax.eval import similarity
+
+  def call():
+    saved, similarity.EXACT_PAIRS = similarity.EXACT_PAIRS, 10**15
+    try:
+      return fn()
+    finally:
+      similarity.EXACT_PAIRS = saved
+
+  return call
+
+
+def parts(ds, cands, weights, final_loss, exhaustive_truth=False):
   """name -> thunk of each part of the scoring, and the thunk that counts (its dict)."""
-  from recon_jax.eval import evaluation, images, scoring, similarity
+  from recon_jax.eval import evaluation, images, scoring, similarity, trusted
 
   r, m = cands.shape[:2]
   px = lambda a: evaluation.pixel_space(a, ds)
@@ -104,6 +131,10 @@ def parts(ds, cands, weights, final_loss):
   thr = images.strict_threshold_for(x_train.shape[1])
   kw = dict(ssim_threshold=thr)
   num = int(min(r * m, len(x_held) // 2))
+  # the truth's pool: the last 2k candidates replaced by exact copies of k training images
+  # (real) and of k held-out ones (not), k = n / 5, so that the held-out reference decides
+  k = max(1, len(x_train) // 5)
+  truth_pool = np.concatenate([np.asarray(pooled)[: -2 * k], x_train[:k], x_held[:k]])
 
   def attack(held):
     return [images.evaluate(c, x_train, held, **kw) for c in sets]
@@ -121,8 +152,11 @@ def parts(ds, cands, weights, final_loss):
     "baseline_heldout_s": lambda: images.heldout_baseline(0, x_train, x_held, num, group=m, **kw),
     "selection_s": selection,
     "membership_s": lambda: scoring.membership_report(cands, final_loss, ds, 0),
+    "truth_s": lambda: trusted.candidate_truth(truth_pool, x_train, x_held, thr),
     "evaluate_candidates_s": lambda: evaluation.evaluate_candidates(cands, weights, final_loss, ds),
   }
+  if exhaustive_truth:
+    thunks["truth_exhaustive_s"] = exhaustive(thunks["truth_s"])
   return thunks
 
 
@@ -130,8 +164,20 @@ def counts(results: dict) -> dict:
   """The numbers each part gave: they must not move when the code gets faster."""
   from recon_jax.eval import images
 
-  att = images.combine(results["attack_s"])
+  truth = results["truth_s"]
   out = {
+    "truth_n_real": int(truth.real.sum()),
+    "truth_n_at_threshold": int((truth.ssim_train >= images.strict_threshold_for(28)).sum()),
+  }
+  if "truth_exhaustive_s" in results:
+    before = results["truth_exhaustive_s"]
+    out["truth_same_as_exhaustive"] = bool(
+      np.array_equal(before.real, truth.real) and np.array_equal(before.train_idx, truth.train_idx)
+    )
+  if "attack_s" not in results:  # --only-truth
+    return out
+  att = images.combine(results["attack_s"])
+  out |= {
     "recovered_strict": int(att.recovered_strict),
     "recovered_strict_pooled": int(results["attack_s"][0].recovered_strict),
     "n_ssim_gt_0.4": int(att.n_ssim_gt_04),
@@ -152,9 +198,11 @@ def counts(results: dict) -> dict:
 def run(args, emit) -> None:
   for n in args.sizes:
     ds, cands, weights, final_loss = problem(n, args.restarts, args.candidates, args.heldout)
-    thunks = parts(ds, cands, weights, final_loss)
+    thunks = parts(ds, cands, weights, final_loss, args.exhaustive_truth)
     if not args.total:
       thunks.pop("evaluate_candidates_s")
+    if args.only_truth:
+      thunks = {k: v for k, v in thunks.items() if k.startswith("truth")}
     seconds, results = {}, {}
     for name, fn in thunks.items():
       for _ in range(args.warmup):
@@ -165,7 +213,8 @@ def run(args, emit) -> None:
         results[name] = common.block(fn())
         times.append(time.perf_counter() - t)
       seconds[name] = min(times)
-    seconds["strict_s"] = max(seconds["attack_s"] - seconds["match_vote_s"], 0.0)
+    if "attack_s" in seconds:
+      seconds["strict_s"] = max(seconds["attack_s"] - seconds["match_vote_s"], 0.0)
     emit(
       {
         "bench": "scoring",

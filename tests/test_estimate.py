@@ -192,3 +192,16 @@ def test_a_cone_whose_one_program_outlasts_its_patience_is_said_to_give_up():
   large = estimate.cone_seconds(dims, 500, 422, 1.0)
   assert large == pytest.approx(2 * (program + cone.FIRST_PATIENCE_S))
   assert large < estimate.CONE_S * (422 / 19) ** estimate.CONE_POWER
+
+
+def test_the_attackers_truth_compares_only_the_undecided_candidates_with_every_held_out():
+  def identification(heldout):
+    e = estimate.estimate(
+      _mlp(), attack="kkt", identify=True, flops=RATE, **{**SEARCH, "heldout": heldout}
+    )
+    return e["phases"]["identification_s"]
+
+  # 5 x 20 candidates: each against the n = 10 training images and 16 correlated held-out
+  # ones, and as many as there are training images against every held-out image
+  per_pair = estimate.TRUTH_SSIM_PIXEL_S * SEARCH["pixels"]
+  assert identification(1020) - identification(20) == pytest.approx(10 * 1000 * per_pair)

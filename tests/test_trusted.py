@@ -13,7 +13,7 @@ from experiments.configs import reconstruct as configs
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import selection, stability
+from recon_jax.eval import selection, similarity, stability
 from recon_jax.eval import trusted as ident
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import JobConfig
@@ -58,6 +58,58 @@ def test_candidate_truth_planted():
   assert not tied.real[0]
   empty = ident.candidate_truth(cands[:0], train, held, 0.8)
   assert empty.real.shape == (0,) and empty.real.dtype == bool
+
+
+def _exhaustive_truth(cands, train, held, thr):
+  """candidate_truth as it was: every candidate's SSIM with every training and held-out image."""
+  c = similarity.stretch(cands)
+  s_train = np.asarray(similarity.ssim_matrix(c, similarity.stretch(train)), np.float64)
+  s_held = np.asarray(similarity.ssim_matrix(c, similarity.stretch(held)), np.float64)
+  idx = s_train.argmax(axis=1)
+  best = s_train[np.arange(len(c)), idx]
+  return (best >= thr) & (best > s_held.max(axis=1)), idx, best, s_held.max(axis=1)
+
+
+def test_candidate_truth_compares_with_every_held_out_image_only_where_it_decides(monkeypatch):
+  ds, train, held = _digits()
+  rng = np.random.default_rng(1)
+  held = np.asarray(held[:300], np.float64)
+  # training images that are noisy copies of held-out ones: a candidate near such a held-out
+  # image passes the threshold and is rejected by the held-out reference
+  twins = held[:12] + rng.normal(0, 0.08, held[:12].shape)
+  train = np.concatenate([np.asarray(train, np.float64), twins])
+  pick = rng.integers(0, len(train), 60)
+  other = rng.integers(0, len(held), 60)
+  mix = rng.uniform(0.0, 0.5, size=(60, 1, 1, 1))  # from a copy to half a held-out digit
+  cands = np.concatenate(
+    [
+      (1 - mix) * train[pick] + mix * held[other] + rng.normal(0, 0.02, train[pick].shape),
+      held[:12] + rng.normal(0, 0.02, held[:12].shape),
+      rng.uniform(size=(20, *train.shape[1:])),  # noise
+    ]
+  )
+  thr = 0.8
+  real, idx, best, held_max = _exhaustive_truth(cands, train, held, thr)
+  assert 5 <= real.sum() <= 55  # some pass the strict rule, some do not
+  assert ((best >= thr) & ~real).sum() >= 3  # some the held-out reference rejects
+  # The prefilter on, with one correlated reference: its first maximum is often not the
+  # exhaustive one, so a candidate it let pass unchecked would pass wrongly.
+  monkeypatch.setattr(similarity, "EXACT_PAIRS", 0)
+  monkeypatch.setattr(similarity, "PREFILTER_K", 1)
+  pairs = []
+  full = similarity.ssim_matrix
+  monkeypatch.setattr(
+    similarity, "ssim_matrix", lambda a, b, *k: pairs.append(len(a) * len(b)) or full(a, b, *k)
+  )
+  fast = ident.candidate_truth(cands, train, held, thr)
+  np.testing.assert_array_equal(fast.real, real)
+  np.testing.assert_array_equal(fast.train_idx, idx)
+  np.testing.assert_allclose(fast.ssim_train, best, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(fast.ssim_heldout[real], held_max[real], rtol=0, atol=1e-12)
+  assert np.all(fast.ssim_heldout <= held_max + 1e-12)  # a lower bound elsewhere
+  # Every candidate against every training image, and only the undecided ones (at most the
+  # candidates at the threshold) against every held-out image.
+  assert sum(pairs) <= len(cands) * len(train) + int((best >= thr).sum()) * len(held)
 
 
 @pytest.mark.parametrize(

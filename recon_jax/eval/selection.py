@@ -348,11 +348,21 @@ def _leave_one_out(
 ):
   norm = tree_sq_norm(fit)
   if not refit:
-    v = per_candidate_terms(apply_fn, problem, theta, x, lam, labels, act, normalize, batch_size)
-    total = jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0), v)
+    # sum_j v_j is the gradient of the weighted sum (one backward pass); each v_i is then
+    # reduced to its two numbers where it is made, so the [m, P] terms are never held.
+    s = _scale(normalize, x.shape[0])
+
+    def weighted(p, xb, lb, yb):
+      return s * jnp.sum(lb * margins(problem, apply_fn(p, xb, act), yb))
+
+    total = jax.grad(weighted)(theta, x, lam, labels)
     r = jax.tree_util.tree_map(jnp.subtract, fit, total)
-    rise = jax.vmap(lambda vi: 2.0 * tree_dot(r, vi) + tree_sq_norm(vi))(v)
-    return rise / norm
+
+    def rise(xi, li, yi):
+      vi = jax.grad(weighted)(theta, xi[None], li[None], yi[None])
+      return 2.0 * tree_dot(r, vi) + tree_sq_norm(vi)
+
+    return batched_map(rise, (x, lam, labels), batch_size) / norm
   jac = margin_jacobian(
     apply_fn, problem, theta, x, labels, act, batch_size=batch_size
   )  # [m, c, P]

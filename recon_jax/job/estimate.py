@@ -34,7 +34,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from recon_jax.eval import identifiability, membership, scoring, weight_tests
+from recon_jax.eval import identifiability, membership, scoring, similarity, weight_tests
 
 SEARCH_EFFICIENCY = 0.45  # the KKT step's share of the matmul rate (measured 0.4-0.9)
 COMPILE_S = 3.0  # compiling the search's chunk, per layer, at REFERENCE_FLOPS
@@ -58,13 +58,19 @@ IDENTIFY_FIXED_S = 3.0  # the identifiability fits compiled
 IDENTIFY_FIT = 100.0  # a fit's FLOPs per P n^2 (the [P, n] matrix of gradients, float64)
 IDENTIFY_FAMILY = 6e-3  # the flat family's program, s per n^2
 IDENTIFY_FAMILY_CAP_S = 70.0  # ... stopped after 60 s (identifiability.LP_TIME_LIMIT_S)
-IDENTIFY_S = 10.0  # the attacker's own scores: compilation and stability re-runs
-# ... whose check of its picks compares every candidate with every training and held-out
-# image, without the evaluation's prefilter: 706 s for 3,200 x 4,900 MNIST pairs, loaded
+# The attacker's own scores: compilation and the stability re-runs (64 candidates x 30 steps
+# of one restart: 21-66 s for m = 300 of a 784-1024-1 victim at 104-116 GFLOP/s measured)
+IDENTIFY_S = 60.0
+# ... whose check of its picks compares every candidate with every training image and its
+# PREFILTER_K most correlated held-out images, then with every held-out image those at the
+# threshold that none of them matches as well (the evaluation's prefilter; counted as one
+# candidate per training image): 14-23 s for 4,800 MNIST candidates, none at the threshold,
+# 36 s for 2,000 with 36 (434 s for their 8 million pairs before the prefilter), loaded
 TRUTH_SSIM_PIXEL_S = 1e-7
-# ... their leave-one-out and margins: FLOPs per candidate, candidate of its restart and
-# parameter (123 s for 16 x 200 candidates of 804,000 parameters at 139 GFLOP/s measured)
-IDENTIFY_PER = 15.0
+# ... their leave-one-out and margins: FLOPs per candidate and parameter (44 s for 16 x 300
+# candidates of 804,000 parameters at 116 GFLOP/s measured; 141 s before each candidate's
+# term was reduced where it is made)
+IDENTIFY_PER = 1400.0
 FILES_S = 3.0  # the figures and report.md, at REFERENCE_FLOPS
 REFERENCE_FLOPS = 80e9  # the 2-core CPU the constants were measured on (float32 matmul)
 # The membership tests read off the weights (recon_jax.eval.weight_tests): their matrix work
@@ -196,8 +202,8 @@ def scoring_phases(
   * the membership report (each given image's best SSIM among the candidates, its nearest
     other given image) and the tests read off the weights (:func:`weights_seconds`);
   * with ``identify``, the attacker's own scores: every candidate's SSIM with every training
-    and held-out image (what tells the attacker's picks right), then leave-one-out and
-    margins through the network."""
+    image and, by the evaluation's prefilter, the held-out ones (what tells the attacker's
+    picks right), then leave-one-out and margins through the network."""
   params_n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))
   cands = sets * m
   fits = IDENTIFY_FIXED_S * slow + (sets + 1) * IDENTIFY_FIT * params_n * n**2 / rate
@@ -215,8 +221,9 @@ def scoring_phases(
   if ceiling:  # each training image's projection on the span, by the strict rule
     out["span_ceiling_s"] = ssim * n * (n + int(heldout))
   if identify:
-    truth = TRUTH_SSIM_PIXEL_S * pixels * slow * cands * (n + int(heldout))
-    out["identification_s"] = IDENTIFY_S * slow + truth + IDENTIFY_PER * cands * m * params_n / rate
+    pairs = cands * (n + similarity.PREFILTER_K) + min(cands, n) * int(heldout)
+    truth = TRUTH_SSIM_PIXEL_S * pixels * slow * pairs
+    out["identification_s"] = IDENTIFY_S * slow + truth + IDENTIFY_PER * cands * params_n / rate
   return out
 
 

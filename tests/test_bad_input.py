@@ -5,9 +5,11 @@ config of a preset (``get_config``) with one setting changed goes through
 ``cli.main_guard(lambda: module.job(cfg, workdir), cfg)``, which must exit 1
 with exactly one stderr line ``error: ...`` naming the setting (or file), and
 leave the workdir uncreated: every case is refused before anything is written
-or trained.  What only the command line can show runs in subprocesses, all
-started together at the beginning (they overlap the in-process cases): flag
-parsing, ``--help`` and Ctrl-C.  Every case is listed in docs/bad_input.md.
+or trained.  What only the command line can show (flag parsing, ``--help`` and Ctrl-C) runs
+through the binary's flag code: one subprocess per binary, all started together at
+the beginning (they overlap the in-process cases), the other command lines
+in-process through ``cli.define_flags`` and ``cli.parse_flags``.  Every case is
+listed in docs/bad_input.md.
 """
 
 import hashlib

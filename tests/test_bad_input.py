@@ -5,9 +5,11 @@ config of a preset (``get_config``) with one setting changed goes through
 ``cli.main_guard(lambda: module.job(cfg, workdir), cfg)``, which must exit 1
 with exactly one stderr line ``error: ...`` naming the setting (or file), and
 leave the workdir uncreated: every case is refused before anything is written
-or trained.  What only the command line can show runs in subprocesses, all
-started together at the beginning (they overlap the in-process cases): flag
-parsing, ``--help`` and Ctrl-C.  Every case is listed in docs/bad_input.md.
+or trained.  What only the command line can show (flag parsing, ``--help`` and Ctrl-C) runs
+through the binary's flag code: one subprocess per binary, all started together at
+the beginning (they overlap the in-process cases), the other command lines
+in-process through ``cli.define_flags`` and ``cli.parse_flags``.  Every case is
+listed in docs/bad_input.md.
 """
 
 import hashlib
@@ -50,12 +52,11 @@ def _env(tmp):
   return env
 
 
+# One true subprocess per binary (each pays JAX's import); the other command lines run
+# in-process through the same code, ``cli.define_flags`` then ``cli.parse_flags`` (IN_PROCESS).
 SUBPROCESSES = {
-  "help_reconstruct": ["experiments.reconstruct", "--help"],
   "help_train_victim": ["experiments.train_victim", "--helpshort"],
   "help_toy_2d": ["experiments.toy_2d", "-?"],
-  "flag_not_an_int": ["experiments.reconstruct", "--config.search.num_restarts=abc"],
-  "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
   "distributed_on_one_host": [
     "experiments.reconstruct",
     "--config=experiments/configs/reconstruct.py:tiny",
@@ -64,7 +65,41 @@ SUBPROCESSES = {
 }
 
 
+IN_PROCESS = {
+  "help_reconstruct": ["experiments.reconstruct", "--help"],
+  "flag_not_an_int": ["experiments.reconstruct", "--config.search.num_restarts=abc"],
+  "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
+}
+# each binary's default config file and preset, as its ``cli.run`` names them
+BINARY_CONFIGS = {
+  "experiments.reconstruct": ("reconstruct", "finetune"),
+  "experiments.train_victim": ("victim", "lfw"),
+}
+
 COMMAND_LINE_TESTS = ("test_help_", "test_command_line_", "test_ctrl_c_")
+
+
+def _in_process(name, tmp, monkeypatch, capsys):
+  """A command line of IN_PROCESS as its binary reads it before any work (``cli.run``'s
+  ``define_flags`` and ``parse_flags``), on fresh flags: (exit code, stdout, stderr, workdir)."""
+  from absl import flags
+
+  from experiments import configs
+
+  module, *args = IN_PROCESS[name]
+  config, preset = BINARY_CONFIGS[module]
+  argv = [module.replace(".", "/") + ".py", *args, f"--workdir={tmp / name}"]
+  monkeypatch.setattr(cli, "FLAGS", flags.FlagValues())
+  monkeypatch.setattr(cli.signals, "install", lambda *a, **k: None)  # pytest keeps its Ctrl-C
+  capsys.readouterr()
+  code = 0
+  try:
+    cli.define_flags(configs.path(config), preset, argv=argv)
+    cli.parse_flags(argv)
+  except SystemExit as e:
+    code = e.code
+  out, err = capsys.readouterr()
+  return code, out, err, tmp / name
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -928,8 +963,11 @@ def _error_lines(err):
     ("help_toy_2d", ["n_train = 20", "lam_filter_frac = 0.1", "quick", "small"]),
   ],
 )
-def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
-  code, out, err, _ = procs(name)
+def test_help_lists_settings_and_presets_and_exits_0(
+  procs, name, must, tmp_path, monkeypatch, capsys
+):
+  run = procs if name in SUBPROCESSES else lambda n: _in_process(n, tmp_path, monkeypatch, capsys)
+  code, out, err, _ = run(name)
   assert code == 0, err[-2000:]
   for s in must:
     assert s in out, (s, out[-3000:])
@@ -961,8 +999,9 @@ def test_help_lists_settings_and_presets_and_exits_0(procs, name, must):
     ),
   ],
 )
-def test_command_line_errors_are_one_line(procs, name, must):
-  code, _, err, workdir = procs(name)
+def test_command_line_errors_are_one_line(procs, name, must, tmp_path, monkeypatch, capsys):
+  run = procs if name in SUBPROCESSES else lambda n: _in_process(n, tmp_path, monkeypatch, capsys)
+  code, _, err, workdir = run(name)
   assert code == 1 and "Traceback" not in err, err[-3000:]
   lines = err.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]

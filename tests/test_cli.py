@@ -331,13 +331,10 @@ def test_settings_a_message_mentions_are_data_and_nothing_else_is_renamed():
       ["--config=experiments/configs/efficacy.py:tiny", "--config.variants.tv.kkt.w_tv=-1"],
       "error: --config.variants.tv.kkt.w_tv must be",
     ),
-    (
-      "reconstruct",
-      ["--config=experiments/configs/reconstruct.py:tiny", "--config.victim.lr=-1"],
-      "error: --config.victim.lr must be",
-    ),
   ],
 )
+# reconstruct's case (--config.victim.lr) runs in-process in test_bad_input
+# (victim_lr_zero_reconstruct, the same job path), and its binary in a subprocess there.
 def test_the_binaries_name_a_nested_setting_in_one_line_and_exit_1(tmp_path, binary, args, want):
   extra = ["--variants=tv", "--draws=1"] if binary == "efficacy" else []
   work = tmp_path / "w"

@@ -340,6 +340,22 @@ def test_the_cone_hands_over_to_the_finetune_kkt_search_keeping_what_the_job_set
   assert planning.prepare(dict(base, attack="kkt")).then is None  # a search hands over to none
 
 
+def test_the_cone_hands_the_users_kkt_settings_to_its_search():
+  from recon_jax.job import planning
+
+  base = dict(attack="cone", threat={"known_init": True}, victim=dataclasses.asdict(LAZY))
+  told = ("kkt.lam_init",)
+  then = planning.prepare(dict(base, kkt={"lam_init": "fit"}), explicit=told).then
+  assert then.config.kkt.lam_init == "fit" and then.options.lam_init == "fit"
+  with pytest.raises(ConfigError) as e:  # no search after the cone: nothing reads it
+    planning.prepare(dict(base, cone_search_minutes=0.0, kkt={"lam_init": "fit"}), explicit=told)
+  assert e.value.argument == "kkt.lam_init" and "does not read it" in str(e.value)
+  mse = dict(base, victim=dict(base["victim"], loss="mse"), kkt={"lam_init": "fit"})
+  with pytest.raises(ConfigError) as e:  # the search cannot take it: said, not dropped
+    planning.prepare(mse, explicit=told)
+  assert e.value.argument == "kkt.lam_init"
+
+
 def _small_cone_job(recipe):
   """The cone on ``recipe``'s victim, and a search of 2 x 200 steps after it, uncached."""
   import recon_jax as rj

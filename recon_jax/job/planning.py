@@ -391,6 +391,8 @@ def handover(plan: Plan, explicit=()) -> Optional[Plan]:
     check_attack(then_spec, then_cfg, setup)
     check_memory(then_cfg, plan.victim, then_spec)
   except ConfigError as e:
+    if e.argument in explicit:  # the user's own setting of that search cannot run here
+      raise
     logging.info("no hand-over to the KKT search: %s", e)
     return None
   hp, stages = sweep.plan(**sweep_settings(then_cfg, then_spec))
@@ -483,9 +485,14 @@ def check_attack(spec, cfg: JobConfig, setup) -> None:
 
 def check_unread_settings(cfg: JobConfig, spec) -> None:
   """Refuses a setting that only another attack reads, away from its default: it would
-  change nothing, and a run that silently ignores it misleads."""
+  change nothing, and a run that silently ignores it misleads.  A direct attack that hands
+  over (:attr:`AttackSpec.hands_over`) reads the KKT search's settings too: its search
+  (:func:`handover`) runs with them."""
+  read = {spec.name}
+  if spec.direct is not None and spec.hands_over(spec.options_of(cfg)) > 0:
+    read.add("kkt")
   for other, cls in settings.ATTACK_SECTIONS.items():
-    if other == spec.name:
+    if other in read:
       continue
     given, defaults = getattr(cfg, other), cls()
     for name in rules.rules_of(cls):

@@ -163,7 +163,7 @@ def check(name, by_bench):
       assert 1 <= r["span_dim"] < r["d"] and (r["h"], r["R"]) == (256, 2)
     own = loop.resolve_batching("auto")  # --quick: the machine's own batching only
     steps = {(r["batching"], r["path"]) for r in sp if r["what"] == "step"}
-    assert steps == {(own, "pixels"), (own, "coefficients")}
+    assert steps == {(own, "pixels"), (own, "coefficients"), (own, "closed")}
     assert [r["batching"] for r in sp if r["what"] == "speedup"] == [own]
     assert all(
       math.isfinite(r[k]) for r in sp for k in ("restart_steps_per_s", "speedup") if k in r

@@ -84,15 +84,21 @@ def _forward(net: OneHidden, params, x, act):
   return out, z, act
 
 
+def _activations(net: OneHidden, params, x, act):
+  """``(act(Z), act'(Z))`` [m, h] of the hidden layer on ``x``: the derivative is the one a
+  backward pass through ``act`` takes (the surrogate's ``sigmoid(alpha z)`` included)."""
+  _, z, act = _forward(net, params, x, act)
+  h, pull = jax.vjp(act, z)
+  return h, pull(jnp.ones_like(z))[0]
+
+
 def one_hidden_sum(net: OneHidden, params, x, w, act, normalize="mean"):
   """``grad_theta (1/m) sum_i w_i Phi(params; x_i)`` of :class:`OneHidden` ``net`` in closed
   form (a pytree shaped like ``params``): ``X^T delta`` and ``sum_i delta_i`` for the first
   layer, ``act(Z)^T w`` and ``sum_i w_i`` for the output, ``delta_i = w_i act'(z_i) * a``,
   ``act'`` the derivative a backward pass through ``act`` takes."""
   p = params["params"]
-  _, z, act = _forward(net, params, x, act)
-  h, pull = jax.vjp(act, z)
-  slope = pull(jnp.ones_like(z))[0]  # act'(z), as autodiff through act takes it
+  h, slope = _activations(net, params, x, act)
   w = w / x.shape[0] if normalize == "mean" else w
   delta = (w[:, None] * slope) * p["layer_1"]["kernel"][None, :, 0]
   first = {"kernel": x.reshape(x.shape[0], -1).T @ delta}
@@ -110,9 +116,7 @@ def one_hidden_gram(net: OneHidden, params, fit, x, labels, act):
   with ``fit``, in closed form (``<c_i delta_i^T, c_j delta_j^T> = (c_i . c_j)(delta_i .
   delta_j)``), so ``||fit - sum_i mu_i v_i||^2 = ||fit||^2 - 2 q.mu + mu^T Q mu``."""
   p, f = params["params"], fit["params"]
-  _, z, act = _forward(net, params, x, act)
-  h, pull = jax.vjp(act, z)
-  slope = pull(jnp.ones_like(z))[0]
+  h, slope = _activations(net, params, x, act)
   flat = x.reshape(x.shape[0], -1)
   s = labels[:, None] * slope * p["layer_1"]["kernel"][None, :, 0]  # y_i act'(z_i) * a
   r = labels[:, None] * h  # y_i act(z_i)
@@ -135,10 +139,12 @@ def fitted_multipliers(
   (nonnegative least squares on :func:`one_hidden_gram`, by accelerated projected gradient
   steps ``iters`` times), in the attack's normalisation (``'mean'``: m times the sum's)."""
   q_mat, q_vec = one_hidden_gram(net, params, fit, x, labels, act)
-  v = jnp.ones_like(q_vec)
-  for _ in range(30):  # power iteration: the largest eigenvalue, the step's Lipschitz bound
+
+  def power(_, v):  # power iteration: the largest eigenvalue, the step's Lipschitz bound
     v = q_mat @ v
-    v = v / jnp.maximum(jnp.linalg.norm(v), jnp.finfo(v.dtype).tiny)
+    return v / jnp.maximum(jnp.linalg.norm(v), jnp.finfo(v.dtype).tiny)
+
+  v = jax.lax.fori_loop(0, 30, power, jnp.ones_like(q_vec))
   lip = 1.1 * jnp.maximum(v @ q_mat @ v, jnp.finfo(v.dtype).tiny)
 
   def body(carry, _):

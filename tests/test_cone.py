@@ -384,6 +384,13 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
     return images[:3], labels[:3], reading._replace(read=3)
 
   monkeypatch.setattr(cone, "cone_images", three)
+  # a machine measured a thousand times slower than the reference (loaded) hands over all
+  # the same: the budget is judged at the reference rate, and the machine is measured once
+  from recon_jax.job import estimate
+
+  probes = []
+  slow = estimate.REFERENCE_FLOPS / 1000
+  monkeypatch.setattr(estimate, "machine_flops", lambda *a, **k: probes.append(1) or slow)
   cfg = _small_cone_job(LAZY)
   out = pipeline.reconstruct(cfg, verbose=False)
   m, handed = out.metrics, out.metrics["handover"]
@@ -400,6 +407,7 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   t = m["timing"]
   assert t["handover_s"] > 0 and t["attack_s"] > 0
   assert t["estimated"]["if_handover.handover_s"] > 0
+  assert len(probes) == 1
   assert_read_typed(m)
   m = pipeline.reconstruct(cfg.replace(cone_search_minutes=1e-4), verbose=False).metrics
   assert "handover" not in m and m["m"] == 3  # estimated over its minutes: the cone alone

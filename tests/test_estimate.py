@@ -144,6 +144,27 @@ def test_the_hand_over_is_counted_where_the_plan_hands_over():
   assert over["total_s"] == pytest.approx(base["total_s"]) and over["handover_s"] == 0.0
 
 
+def test_a_loaded_machine_judges_the_hand_over_budget_as_the_reference_machine():
+  """Whether the cone hands over must not move with the load: a machine measured slower
+  than the reference is judged at the reference rate (the same command once gave 21 or 75
+  strict at 50 + 50 faces as the rate measured 39 or 66 GFLOP/s); the time it says is still
+  the measured rate's, and a machine faster than the reference judges at its own."""
+  ref = estimate.REFERENCE_FLOPS
+  at_ref = estimate.estimate(_mlp(), attack="cone", flops=ref, handover=THEN, **CONE)
+  need = at_ref["if_handover"]["total_s"] - at_ref["attack_s"]
+  for slowdown in (1.0, 3.0, 10.0):
+    e = estimate.estimate(
+      _mlp(), attack="cone", flops=ref / slowdown, handover=THEN, budget_s=1.01 * need, **CONE
+    )
+    assert e["if_handover"] is not None, slowdown
+    assert e["if_handover"]["total_s"] == pytest.approx(slowdown * at_ref["if_handover"]["total_s"])
+    assert estimate.steady_rate(e) == ref
+  kw = dict(attack="cone", handover=THEN, budget_s=0.99 * need, **CONE)
+  assert estimate.estimate(_mlp(), flops=ref / 10, **kw)["if_handover"] is None
+  fast = estimate.estimate(_mlp(), flops=ref * 10, **kw)
+  assert fast["if_handover"] is not None and estimate.steady_rate(fast) == pytest.approx(ref * 10)
+
+
 def test_the_jobs_estimate_counts_the_hand_over_its_plan_makes(monkeypatch):
   """The job's estimate before the cone: with one hidden layer the search it hands over to
   is said beside the total (it runs where the cone reads short); past one hidden layer it

@@ -145,10 +145,11 @@ def job_target(plan: Plan, vic: sources.Victim, ds: data.Dataset, labels) -> Tar
   return target
 
 
-def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
+def _estimate(plan: Plan, vic, ds, seen: dict, flops: Optional[float] = None) -> dict:
   """:func:`recon_jax.job.estimate.estimate` of a plan's attack and scoring on the victim
   ``vic`` and data ``ds`` (``seen``: the regime, whose span the candidates live in where the
-  plan searches in it), with the search it hands over to (``plan.then``) where it may."""
+  plan searches in it), with the search it hands over to (``plan.then``) where it may;
+  ``flops``: the machine's rate (measured now when None)."""
   cfg = plan.config
   dim = (seen.get("span") or {}).get("dim")
   then = plan.then
@@ -177,6 +178,7 @@ def _estimate(plan: Plan, vic, ds, seen: dict) -> dict:
     certain=handover is not None and _always_hands_over(plan),
     budget_s=60.0 * plan.spec.hands_over(plan.options),
     ceiling=bool(cfg.threat.known_init and dim and dim < np.prod(ds.x_train.shape[1:])),
+    flops=flops,
   )
 
 
@@ -395,12 +397,16 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   out = out._replace(regime_s=regime_s, estimating_s=started - t_guess)
   if why is None or plan.then is None:
     return out
-  then_s = _estimate(plan.then, vic, ds, seen)
+  # judged at a rate that does not move with the machine's load (estimate.steady_rate),
+  # said at the rate measured before the attack: the machine is not measured again
+  steady = estimate.steady_rate(guess)
+  judged = _estimate(plan.then, vic, ds, seen, flops=steady)
+  then_s = _estimate(plan.then, vic, ds, seen, flops=guess["gflops"] * 1e9)
   budget = 60.0 * spec.hands_over(plan.options)
-  if then_s["total_s"] > budget:
+  if judged["total_s"] > budget:
     seen["handover_skipped"] = (
-      f"it would take about {then_s['total_s'] / 60:.0f} minutes here, over the "
-      f"{budget / 60:g} of cone_search_minutes"
+      f"it would take about {judged['total_s'] / 60:.0f} minutes at "
+      f"{steady / 1e9:.0f} GFLOP/s, over the {budget / 60:g} of cone_search_minutes"
     )
     logging.info("no hand-over to the KKT search: %s", seen["handover_skipped"])
     return out

@@ -194,6 +194,9 @@ def test_the_jobs_estimate_counts_the_hand_over_its_plan_makes(monkeypatch):
   deep = said(deep_job, (64, 64))
   assert deep["handover_s"] > 0 and deep["if_handover"] is None
   assert deep["total_s"] == pytest.approx(sum(deep["phases"].values()))
+  # under squared error the cone's zeros are soft: it always hands over, as past one layer
+  mse = said(dict(base, victim=dict(base["victim"], loss="mse")), (256,))
+  assert mse["handover_s"] > 0 and mse["if_handover"] is None
   alone = said(dict(base, cone_search_minutes=0.0), (256,))
   assert alone["handover_s"] == 0.0 and alone["if_handover"] is None
 

@@ -280,6 +280,13 @@ SIGNS_LOST = (
 )
 
 
+def unsure_of(mixed: bool, hidden_layers: int) -> Optional[str]:
+  """Why any reading of a network of ``hidden_layers`` hidden layers falls short (:func:`short`)
+  and hands over, whatever it read: :data:`SOFT_FACETS` under squared error (``mixed``),
+  :data:`SIGNS_LOST` past one hidden layer; None where a reading can be exact."""
+  return SOFT_FACETS if mixed else SIGNS_LOST if hidden_layers > 1 else None
+
+
 def short(
   summary: dict, read: int, n: Optional[int], unsure: Optional[str] = None, blends: int = 0
 ) -> Optional[str]:
@@ -684,7 +691,7 @@ def cone_images(
   else:
     out, exact = _read_deep(net_star, net_init, reading, n, scale, rng, starts, held, mixed)
     blends = 0
-  unsure = SOFT_FACETS if mixed else SIGNS_LOST if len(net_star) > 2 else None
+  unsure = unsure_of(mixed, len(net_star) - 1)
   reading = reading._replace(read=exact, unsure=unsure, blends=blends)
   if not out:
     return (*none, reading)
@@ -1220,6 +1227,9 @@ SPEC = register(
     first_order=lambda options: False,
     reads_init=True,
     hands_over=lambda options: float(options.cone_search_minutes),
+    always_hands_over=lambda problem, hidden_layers: (
+      unsure_of(problem == "general", hidden_layers) is not None
+    ),
     reread=_reread,
     doc="the images off the cone of the first layer's change from a known theta_0: "
     "linear programs, no search",

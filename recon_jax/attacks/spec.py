@@ -138,6 +138,10 @@ class AttackSpec(NamedTuple):
       ``short`` entry in what it read of theta*, saying why), the minutes the KKT search in
       the change's span may be estimated to take for the job to run it after it, from its
       candidates (:mod:`recon_jax.job.pipeline`; 0: never).
+    always_hands_over: ``(problem, hidden_layers) -> bool``: for a direct attack that hands
+      over, whether every reading of such a victim falls short, whatever it read (the cone:
+      under squared error, or past one hidden layer): the job's estimate then counts the
+      search in its total.
     reread: for a direct attack that hands over, ``(setup, options, candidates [S,
       *input_shape]) -> images [F, *input_shape]``: what it reads of theta* again from the
       search's candidates (the lowest-loss restart's), scored beside them; None: nothing.
@@ -162,6 +166,7 @@ class AttackSpec(NamedTuple):
   fits_equations: bool = False
   reads_init: bool = False
   hands_over: Callable = lambda options: 0.0
+  always_hands_over: Callable = lambda problem, hidden_layers: False
   reread: Optional[Callable] = None
   doc: str = ""
   examples: Tuple[Example, ...] = (Example(),)

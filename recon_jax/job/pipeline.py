@@ -175,17 +175,12 @@ def _estimate(plan: Plan, vic, ds, seen: dict, flops: Optional[float] = None) ->
     span_dim=dim if (cfg.kkt.subspace or plan.spec.direct is not None) else None,
     identify=cfg.evaluation.identify,
     handover=handover,
-    certain=handover is not None and _always_hands_over(plan),
+    certain=handover is not None
+    and plan.spec.always_hands_over(plan.problem, len(planning._hidden_widths(plan))),
     budget_s=60.0 * plan.spec.hands_over(plan.options),
     ceiling=bool(cfg.threat.known_init and dim and dim < np.prod(ds.x_train.shape[1:])),
     flops=flops,
   )
-
-
-def _always_hands_over(plan: Plan) -> bool:
-  """A direct attack that hands over whatever it reads: the cone past one hidden layer (its
-  facets lose the images' signs) or under squared error (its zeros are soft)."""
-  return plan.problem == "general" or len(planning._hidden_widths(plan)) >= 2
 
 
 def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):

@@ -80,12 +80,33 @@ StepFn = Callable[[Any, HParams, Target], tuple[Any, dict]]
 CandidatesFn = Callable[[Any], tuple[jax.Array, jax.Array]]
 
 
+class Alone(NamedTuple):
+  """One candidate's problem with every other candidate and every multiplier held: what
+  :func:`recon_jax.eval.stability.stability_score` re-runs (default ``free='x'``) at the
+  cost of one candidate instead of the whole state's m.
+
+  ``shared(state, hparams, target) -> total``: what the candidates of ``state`` share (the
+  KKT attack's whole sum), computed once per state.  ``one(state, hparams, target, total,
+  index) -> (state1, target1)``: a state of the one candidate ``index`` (its multipliers
+  and optimiser slots with it) and a target with the held candidates' part folded in, such
+  that ``step`` on them moves that candidate as ``step`` on the whole state does while
+  every other candidate and every multiplier is held (exact up to rounding).
+  """
+
+  shared: Callable
+  one: Callable
+
+
 class Attack(NamedTuple):
   """An attack: pure ``init`` and ``step`` plus a reader for its candidates.
 
   ``prepare`` (optional): ``target -> target`` computed once, before any step (outside
   the compiled loop), e.g. the target in the attack's own coordinates; ``init`` and
   ``step`` then see its result.  :func:`prepared` applies it.
+
+  ``alone`` (optional): an :class:`Alone`, where the candidates interact only through a
+  sum that a held candidate's part of is a constant (None: the stability score re-runs
+  the whole state).
 
   The state is a NamedTuple.  An attack whose candidates can be kicked and re-run (the
   stability score, :mod:`recon_jax.eval.stability`; its spec says so with ``rerunnable``)
@@ -100,6 +121,7 @@ class Attack(NamedTuple):
   candidates: CandidatesFn
   name: str = "attack"
   prepare: Any = None
+  alone: Any = None
 
 
 def prepared(attack: Attack, target: Target) -> Target:

@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from recon_jax.attacks import equations, kkt
+from recon_jax.attacks import equations, kkt, span
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
 from recon_jax.eval import ranking, selection, similarity, stability
-from recon_jax.types import Target
+from recon_jax.types import Target, prepared
+from recon_jax.victims import models
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -373,6 +374,91 @@ def test_stability_batched_equals_single_and_jits():
     batched, [single(state, 0, keys[0]), single(state, 2, keys[1])], rtol=1e-10
   )
   assert np.all(np.isfinite(batched))
+
+
+def _moved_state(attack, hp, target, x0, steps=20):
+  """The attack's state after ``steps`` steps from ``x0``: off any KKT point, its optimiser
+  buffers not zero (what a re-run kept with ``reset_optimizer=False`` starts from)."""
+  t = prepared(attack, target)
+  state = attack.init(jax.random.PRNGKey(0), hp, t, x0)
+  return jax.lax.scan(lambda s, _: (attack.step(s, hp, t)[0], None), state, None, steps)[0]
+
+
+def _one_hidden_span():
+  """A 12-16-1 ReLU network moved in the span of 3 inputs from a known theta_0, and a span
+  attack in its coefficients (the main job's kkt.subspace) with the closed-form sum."""
+  rng = np.random.default_rng(1)
+  module = models.build_model("one_hidden", widths=(16,), init="kaiming")
+  apply_fn = models.make_apply_fn(module)
+  theta0 = models.init_params(module, jax.random.PRNGKey(0), (12,), jnp.float64)
+  star = jax.tree_util.tree_map(lambda a: a + 0.1 * rng.normal(size=a.shape), theta0)
+  x = rng.normal(size=(3, 12))
+  star["params"]["layer_0"]["kernel"] = theta0["params"]["layer_0"]["kernel"] + x.T @ rng.normal(
+    size=(3, 16)
+  )
+  change = jax.tree_util.tree_map(jnp.subtract, star, theta0)
+  labels = jnp.asarray([1.0, -1.0, 1.0, -1.0, 1.0])
+  target = Target(star, labels, jnp.asarray(-5.0), jnp.asarray(5.0), reference=change)
+  basis, _ = span.span_basis(change, n=3)
+  net = equations.one_hidden(apply_fn, star, jax.nn.relu, (12,))
+  assert isinstance(net, equations.OneHidden)
+  attack = kkt.kkt_attack(
+    net, "binary", optimizer="adam", basis=basis, input_shape=(12,), lam_refit_every=7
+  )
+  x0 = jnp.asarray(rng.normal(size=(5, 12)))
+  return attack, target, x0, dict(lr_x=0.05, lr_lam=0.05, alpha=5.0, lam_min=0.1)
+
+
+def _mlp_problem(problem, out_dim, normalize):
+  apply_fn, params = mlp((6, 5), out_dim=out_dim, d=4, std=0.6, bias_shift=0.1)
+  rng = np.random.default_rng(3)
+  labels = {"binary": [1.0, -1.0] * 3, "multiclass": [0, 1, 2, 0, 1, 2], "general": [0.0] * 6}
+  target = Target(params, jnp.asarray(labels[problem]), jnp.asarray(-1.0), jnp.asarray(1.0))
+  attack = kkt.kkt_attack(
+    apply_fn, problem, optimizer="sgd", normalize=normalize, num_outputs=out_dim
+  )
+  x0 = jnp.asarray(rng.normal(size=(6, 4)))
+  return attack, target, x0, dict(lr_x=0.2, lr_lam=0.05, alpha=4.0, lam_min=0.5)
+
+
+@pytest.mark.parametrize(
+  "make, reset",
+  [
+    (_one_hidden_span, True),
+    (_one_hidden_span, False),
+    (functools.partial(_mlp_problem, "binary", 1, "sum"), True),
+    (functools.partial(_mlp_problem, "multiclass", 3, "mean"), False),
+    (functools.partial(_mlp_problem, "general", 2, "mean"), True),
+  ],
+  ids=["span_adam_refit", "span_adam_kept", "binary_sum", "multiclass_kept", "general"],
+)
+def test_stability_of_the_candidate_alone_is_the_whole_reruns(make, reset):
+  """With every other candidate and multiplier held (free='x'), the kicked candidate stepped
+  alone against the others' part of the sum moves as in the re-run of the whole state: the
+  same scores (float64), in pixels and in the span, sum and mean, every problem, with the
+  optimiser reset or kept."""
+  attack, target, x0, hp = make()
+  hp = {k: jnp.asarray(v) for k, v in hp.items()}
+  state = _moved_state(attack, hp, target, x0)
+  assert stability.alone_applies(attack, "x")
+  kw = dict(steps=15, noise_scale=0.3, reset_optimizer=reset)
+  key = jax.random.PRNGKey(5)
+  alone = np.asarray(stability.stability_scores(attack, state, hp, target, key, **kw))
+  whole = np.asarray(
+    stability.stability_scores(attack._replace(alone=None), state, hp, target, key, **kw)
+  )
+  np.testing.assert_allclose(alone, whole, rtol=1e-9, atol=1e-12)
+  assert np.all(np.isfinite(alone)) and np.ptp(alone) > 0.05  # scores that tell apart
+
+
+def test_stability_alone_only_where_the_candidates_meet_in_the_sum():
+  """Tied multipliers share one scale, a split moves two slots, and 'x_lam' or 'all' move
+  more than one candidate: those re-run the whole state."""
+  assert kkt.kkt_attack(linear_apply, "binary", multipliers="tied").alone is None
+  assert kkt.kkt_attack(linear_apply, "binary", split_every=3).alone is None
+  attack = kkt.kkt_attack(linear_apply, "binary")
+  assert stability.alone_applies(attack, "x")
+  assert not stability.alone_applies(attack, "x_lam") and not stability.alone_applies(attack, "all")
 
 
 def test_stability_of_a_diverging_rerun_is_nan_and_the_others_are_not():

@@ -71,7 +71,7 @@ from recon_jax.core.losses import PROBLEMS
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
-from recon_jax.types import Attack, HParams, Target
+from recon_jax.types import Alone, Attack, HParams, Target
 
 LAM_INITS = ("uniform", "fit")  # how a restart's multipliers start (kkt_attack's lam_init)
 
@@ -325,11 +325,45 @@ def kkt_attack(
     x = state.x if basis is None else span.decode(state.x, basis, input_shape)
     return x, w
 
+  def shared(state, hp, target):
+    """The whole KKT sum of ``state``: every candidate's problem subtracts its own term."""
+    return equations.kkt_sum(
+      apply_fn, problem, target.params, state.x, state.lam, target.labels, activation(hp), normalize
+    )
+
+  def one(state, hp, target, total, index):
+    """Candidate ``index`` alone: the held candidates' part of the sum, a constant, moves
+    into the reference, so the one-candidate residual is the whole state's."""
+    m = state.x.shape[0]
+
+    def row(a):
+      return jax.lax.dynamic_slice_in_dim(a, index, 1, axis=0)
+
+    # Its multiplier scaled so that the one-candidate sum (1/1 under 'mean') is its term.
+    lam = row(state.lam) / m if normalize == "mean" else row(state.lam)
+    x, labels = row(state.x), row(target.labels)
+    own = equations.kkt_sum(
+      apply_fn, problem, target.params, x, lam, labels, activation(hp), normalize
+    )
+    held = jax.tree_util.tree_map(lambda f, t, o: f - (t - o), target.fit, total, own)
+    shapes = {state.x.shape, state.lam.shape}
+    opt_state = jax.tree_util.tree_map(
+      lambda a: row(a) if hasattr(a, "shape") and tuple(a.shape) in shapes else a,
+      state.opt_state,
+    )
+    return (
+      state._replace(x=x, lam=lam, opt_state=opt_state),
+      target._replace(labels=labels, reference=held),
+    )
+
   prepare = None
   if basis is not None:
     prepare = functools.partial(span.reduce_target, basis=basis, dual=dual)
   name = f"kkt[{problem}]" if basis is None else f"kkt[{problem}, span {basis.shape[1]}]"
-  return Attack(init, step, candidates, name=name, prepare=prepare)
+  # Free multipliers meet only in the sum; tied ones share their scale, and a split moves
+  # two slots at once: those re-run the whole state.
+  alone = None if multipliers == "tied" or split_every else Alone(shared, one)
+  return Attack(init, step, candidates, name=name, prepare=prepare, alone=alone)
 
 
 # ----------------------------------------------------------------------------- the main job

@@ -33,9 +33,10 @@ import numpy as np
 
 from recon_jax import data
 from recon_jax.core.activations import surrogate_relu
+from recon_jax.core.losses import batched_map
 from recon_jax.errors import ConfigError
 from recon_jax.eval import images, ranking, selection, similarity, stability
-from recon_jax.types import Attack, HParams, Target
+from recon_jax.types import Attack, HParams, Target, prepared
 
 SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
 # The score the attacker trusts, chosen before looking at any result (see
@@ -159,22 +160,43 @@ def _leave_one_out_restarts(apply_fn, problem, target, x, lam, alpha, normalize,
   return jax.lax.map(one, (x, lam, alpha))
 
 
+STABILITY_BATCH = 16  # stability re-runs vmapped at once (each holds a parameter-sized target)
+
+
 @functools.partial(jax.jit, static_argnames=("attack", "steps", "noise_scale"))
 def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, noise_scale):
-  """Stability of candidate ``cols[k]`` of restart ``rows[k]``, one pair at a time.
+  """Stability of candidate ``cols[k]`` of restart ``rows[k]``.
 
   The batched state is indexed inside the map, so it is held once, not once per pair.
+  Where the kicked candidate steps alone (:func:`recon_jax.eval.stability.alone_applies`),
+  what the candidates of a restart share is computed once for each restart of ``inner``
+  and the pairs run :data:`STABILITY_BATCH` at a time (``inner`` holds only the restarts
+  scored); else each pair re-runs its whole restart, one at a time.
   """
+  target = prepared(attack, target)
 
-  def one(args):
-    r, i, k = args
-    state = jax.tree_util.tree_map(lambda a: a[r], inner)
-    hp = {name: v[r] for name, v in hparams.items()}
-    return stability.stability_score(
-      attack, state, hp, target, i, k, steps=steps, noise_scale=noise_scale
-    )
+  def state_of(r):
+    return jax.tree_util.tree_map(lambda a: a[r], inner), {n: v[r] for n, v in hparams.items()}
 
-  return jax.lax.map(one, (rows, cols, keys))
+  if not stability.alone_applies(attack, "x"):
+
+    def whole(args):
+      r, i, k = args
+      state, hp = state_of(r)
+      return stability.rerun(attack, state, hp, target, None, i, k, steps, noise_scale, "x", True)
+
+    return jax.lax.map(whole, (rows, cols, keys))
+  restarts = jax.tree_util.tree_leaves(inner)[0].shape[0]
+  totals = jax.lax.map(
+    lambda r: stability.shared(attack, *state_of(r), target, "x"), jnp.arange(restarts)
+  )
+
+  def one(r, i, k):
+    state, hp = state_of(r)
+    total = jax.tree_util.tree_map(lambda a: a[r], totals)
+    return stability.rerun(attack, state, hp, target, total, i, k, steps, noise_scale, "x", True)
+
+  return batched_map(one, (rows, cols, keys), STABILITY_BATCH)
 
 
 def _as_key(key) -> jax.Array:
@@ -411,14 +433,16 @@ def identification_report(
         select_used = "random"
         pick = np.sort(np.asarray(jax.random.permutation(k_pick, n_pool))[:k])
       keys = jax.random.split(k_kick, k)
+      # only the restarts scored travel (each pair indexes them by its place among them)
+      scored, place = np.unique(rows[pick], return_inverse=True)
       timed(
         "stability",
         lambda: _stability_pairs(
           attack,
-          jax.tree_util.tree_map(jnp.asarray, inner),
-          hp,
+          jax.tree_util.tree_map(lambda a: jnp.asarray(a)[scored], inner),
+          {name: v[scored] for name, v in hp.items()},
           target,
-          jnp.asarray(rows[pick]),
+          jnp.asarray(place.reshape(-1)),
           jnp.asarray(cols[pick]),
           keys,
           int(stability_steps),

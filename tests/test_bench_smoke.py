@@ -92,6 +92,24 @@ EXPECTED = {
     "estimate_s",
     "estimated",
   },
+  "stability": {
+    "n",
+    "m",
+    "h",
+    "R",
+    "span_dim",
+    "pairs",
+    "alone_s",
+    "whole_pair_s",
+    "whole_s",
+    "speedup",
+    "max_abs_diff",
+    "same_order",
+    "report_s",
+    "report_timing",
+    "report_before_s",
+  }
+  | MACHINE,
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
 }
@@ -115,6 +133,7 @@ SCRIPTS = {
   "membership": ({"membership"}, {"membership"}, ()),
   "scoring": ({"scoring"}, {"scoring"}, ()),
   "phases": ({"phases"}, {"phases"}, ()),
+  "stability": ({"stability"}, {"stability"}, ()),
 }
 
 
@@ -155,6 +174,10 @@ def check(name, by_bench):
     # every phase the estimate counted was measured, the hand-over's path apart
     said = {k for k in rec["estimated"] if not k.startswith("if_handover.")}
     assert said and said <= set(rec), (said - set(rec), rec)
+  elif name == "stability":
+    (rec,) = by_bench["stability"]
+    # the kicked candidate alone steps as its whole restart's re-run did (float32 rounding)
+    assert rec["same_order"] and rec["max_abs_diff"] < 1e-3 * max(map(abs, rec["score_range"]))
   elif name == "span":
     sp = by_bench["span"]
     for r in sp:

@@ -160,7 +160,7 @@ def _leave_one_out_restarts(apply_fn, problem, target, x, lam, alpha, normalize,
   return jax.lax.map(one, (x, lam, alpha))
 
 
-STABILITY_BATCH = 16  # stability re-runs vmapped at once (each holds a parameter-sized target)
+STABILITY_BATCH = 4  # stability re-runs vmapped at once (each holds a parameter-sized target)
 
 
 @functools.partial(jax.jit, static_argnames=("attack", "steps", "noise_scale"))
@@ -273,7 +273,9 @@ def identification_report(
     check first; ties by pool order; an attack without multipliers falls back
     to 'random'), 'random' a uniform draw seeded by ``key`` (an unbiased
     sample of the pool).  Its metrics are over that subset (their ``n`` says
-    how many).  The cost is ``K * stability_steps`` attack steps of one restart.
+    how many).  The cost is ``K * stability_steps`` steps of one candidate (each kicked
+    candidate steps alone against its restart's sum, computed once per restart scored,
+    where the attack says how: :class:`recon_jax.types.Alone`), else of one restart.
   * ``margin``: :func:`~recon_jax.eval.selection.margin_score` of the whole pool
     (one gamma); 'general' has no margin and skips it.
 

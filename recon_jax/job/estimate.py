@@ -58,9 +58,12 @@ IDENTIFY_FIXED_S = 3.0  # the identifiability fits compiled
 IDENTIFY_FIT = 100.0  # a fit's FLOPs per P n^2 (the [P, n] matrix of gradients, float64)
 IDENTIFY_FAMILY = 6e-3  # the flat family's program, s per n^2
 IDENTIFY_FAMILY_CAP_S = 70.0  # ... stopped after 60 s (identifiability.LP_TIME_LIMIT_S)
-# The attacker's own scores: compilation and the stability re-runs (64 candidates x 30 steps
-# of one restart: 21-66 s for m = 300 of a 784-1024-1 victim at 104-116 GFLOP/s measured)
-IDENTIFY_S = 60.0
+# The attacker's own scores: compilation, agreement, margins and the stability re-runs (64
+# candidates x 30 steps, each kicked candidate stepped alone against its restart's sum: 5-15 s
+# at m = 100-500 of a 784-2048-1 victim in its span, compilation included, load 5-8 at
+# 105-150 GFLOP/s measured, benchmarks/stability.py; 21-66 s for m = 300 when each re-ran
+# its whole restart)
+IDENTIFY_S = 20.0
 # ... whose check of its picks compares every candidate with every training image and its
 # PREFILTER_K most correlated held-out images, then with every held-out image those at the
 # threshold that none of them matches as well (the evaluation's prefilter; counted as one

@@ -92,6 +92,7 @@ EXPECTED = {
     "estimate_s",
     "estimated",
   },
+  "box": {"workdir", "attack", "n", "outside", "raw", "projected", "gain_pooled"},
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
 }
@@ -115,6 +116,7 @@ SCRIPTS = {
   "membership": ({"membership"}, {"membership"}, ()),
   "scoring": ({"scoring"}, {"scoring"}, ()),
   "phases": ({"phases"}, {"phases"}, ()),
+  "box": ({"box"}, {"run", "box"}, ()),
 }
 
 
@@ -155,6 +157,11 @@ def check(name, by_bench):
     # every phase the estimate counted was measured, the hand-over's path apart
     said = {k for k in rec["estimated"] if not k.startswith("if_handover.")}
     assert said and said <= set(rec), (said - set(rec), rec)
+  elif name == "box":
+    (rec,) = by_bench["box"]
+    for arm in ("raw", "projected"):  # the tiny run's candidates were written in the box
+      assert rec[arm]["pooled"] == rec["stored_pooled"], rec
+    assert rec["outside"] == 0.0 and rec["gain_pooled"] == 0
   elif name == "span":
     sp = by_bench["span"]
     for r in sp:

@@ -110,6 +110,7 @@ EXPECTED = {
     "report_before_s",
   }
   | MACHINE,
+  "box": {"workdir", "attack", "n", "outside", "raw", "projected", "gain_pooled"},
   "summary": {"ceiling_gflops", "util_targets_met", "util_targets_total", "utilisation"},
   "done": {"wall_s", "sections_s"},
 }
@@ -134,6 +135,7 @@ SCRIPTS = {
   "scoring": ({"scoring"}, {"scoring"}, ()),
   "phases": ({"phases"}, {"phases"}, ()),
   "stability": ({"stability"}, {"stability"}, ()),
+  "box": ({"box"}, {"run", "box"}, ()),
 }
 
 
@@ -178,6 +180,11 @@ def check(name, by_bench):
     (rec,) = by_bench["stability"]
     # the kicked candidate alone steps as its whole restart's re-run did (float32 rounding)
     assert rec["same_order"] and rec["max_abs_diff"] < 1e-3 * max(map(abs, rec["score_range"]))
+  elif name == "box":
+    (rec,) = by_bench["box"]
+    for arm in ("raw", "projected"):  # the tiny run's candidates were written in the box
+      assert rec[arm]["pooled"] == rec["stored_pooled"], rec
+    assert rec["outside"] == 0.0 and rec["gain_pooled"] == 0
   elif name == "span":
     sp = by_bench["span"]
     for r in sp:

@@ -92,6 +92,41 @@ def test_main_job_writes_its_report(tiny_run):
   assert (tmp_path / "restarts.tsv").read_text().count("\n") == 3  # header + 2 restarts
 
 
+def test_the_candidates_written_and_scored_are_in_the_pixel_box(tiny_run):
+  tmp_path, m, _ = tiny_run
+  z = _npz(tmp_path / "reconstructions.npz")
+  pixels = z["candidates"] + z["mean"]
+  assert pixels.min() >= 0.0 and pixels.max() <= 1.0
+  assert 0.0 <= m["clipped_to_box"] <= 1.0
+  stored = json.loads((tmp_path / "config.json").read_text())["config"]
+  assert stored["clip_to_box"] is True
+
+
+def test_clipping_to_the_box_turns_a_candidate_with_a_few_bright_pixels_into_a_recovered_one():
+  """A training image with two pixels far above the box: the evaluation stretches it to its
+  own range, so the rest of it greys and it is not recovered; clipped, it is."""
+  from recon_jax import data
+  from recon_jax.attacks import search
+  from recon_jax.eval import evaluation
+  from recon_jax.job import pipeline
+  from recon_jax.victims import targets
+
+  ds = data.load_dataset("digits", n_per_class=5, seed=0, subtract_mean=True)
+  cand = np.array(ds.x_train[:1], np.float32)
+  cand[0, :2, 0, 0] = 4.0  # the box is [0, 1] less the mean: these pixels are 3 above it
+  w, loss = np.ones((1, 1), np.float32), np.zeros(1)
+  before = evaluation.evaluate_candidates(cand[None], w, loss, ds)
+  assert before["attack"]["recovered_strict"] == 0
+  target = targets.make_target({"params": {"w": np.zeros(2)}}, np.ones(1), ds.mean)
+  att = pipeline.Attacked(search.Found(cand[None], w, loss, {}), None, target, {}, {}, True, 0, 0)
+  att, moved = pipeline.on_box(att, 3)
+  assert moved == pytest.approx(2 / 64)
+  pixels = att.found.candidates + np.asarray(ds.mean)
+  assert pixels.min() >= 0.0 and pixels.max() == 1.0
+  after = evaluation.evaluate_candidates(att.found.candidates, w, loss, ds)
+  assert after["attack"]["recovered_strict"] == 1
+
+
 @pytest.mark.slow
 def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
   a, b, c = tmp_path / "refined", tmp_path / "plain", tmp_path / "sharp"

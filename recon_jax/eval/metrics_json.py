@@ -782,6 +782,9 @@ class Metrics(Section):
   assumes_stationary: Optional[bool] = key()  # the attack assumes a stationary victim
   dataset: Optional[str] = key()  # the images' dataset (a user's: their folder)
   heldout_removed: Optional[str] = key()  # held-out blanks and copies left out (absent: none)
+  # the fraction of the candidates' pixels clipped to the pixel box before they were scored
+  # (None: clip_to_box off, or a run before it)
+  clipped_to_box: Optional[float] = key()
   regime: Regime = key(section=Regime)  # what the job read of theta* first
   victim: Victim = key(section=Victim)  # its training summary
   victim_source: Optional[str] = key()  # 'trained', 'cache', or the file it was read from

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 from absl import logging
 import numpy as np
 
-from recon_jax import attacks, data
+from recon_jax import attacks, data, priors
 from recon_jax.attacks import search, span
 from recon_jax.core import progress
 from recon_jax.engine import loop, precision, resume
@@ -429,6 +429,34 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   )
 
 
+def on_box(att: Attacked, input_ndim: int) -> Tuple[Attacked, float]:
+  """``(att, outside)``: the attack's final images projected on the pixel box its target
+  holds (``target.box_lo``, ``box_hi``: part of what the attacker sees), the candidates of
+  its restarts and, after a hand-over, the cone's and what it read again of the search's;
+  ``outside``: the fraction of their pixels the projection moved.  The search's soft box
+  prior leaves pixels outside it, and the evaluation stretches each image to its own range,
+  so a few bright pixels grey an image's background (docs/log/leakage.md)."""
+  box = att.target.box_lo, att.target.box_hi
+
+  def clip(x):
+    x = np.asarray(x)
+    if x.size == 0:
+      return x, 0, 0
+    flat = x.reshape(-1, *x.shape[x.ndim - input_ndim :])
+    out = np.asarray(priors.project_box(flat, *box), x.dtype).reshape(x.shape)
+    return out, int(np.count_nonzero(out != x)), x.size
+
+  found = att.found
+  cands, moved, total = clip(found.candidates)
+  att = att._replace(found=found._replace(candidates=cands))
+  if att.direct is not None:
+    direct, m1, t1 = clip(att.direct.candidates)
+    reread, m2, t2 = clip(att.reread)
+    att = att._replace(direct=att.direct._replace(candidates=direct), reread=reread)
+    moved, total = moved + m1 + m2, total + t1 + t2
+  return att, moved / total if total else 0.0
+
+
 def _head(plan: Plan) -> dict:
   """What the report states of the job before it runs: the attack, the problem, what it
   took as given (:func:`assumptions`) and whether the attack assumes a stationary model."""
@@ -573,6 +601,9 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   ds, vic, setup, victim_s = victim_stage(plan)
   target_s = time.time() - t_start - victim_s
   att = attack_stage(plan, vic, ds, setup, state_file)
+  clipped = None
+  if plan.config.clip_to_box:  # the candidates written and scored are in the box
+    att, clipped = on_box(att, len(setup.input_shape))
   found = att.found
   timing = {
     "victim_s": victim_s,
@@ -587,6 +618,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   if att.direct is not None:
     timing.update(handover_s=att.handover_s, reread_s=att.reread_s)
   head.update(
+    clipped_to_box=clipped,
     regime=att.seen,
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     victim_source=vic.source,

@@ -433,6 +433,12 @@ class _JobSettings:
   w_prior: float = setting(
     1.0, "weight of the pixel-box prior (>= 0)", Rule("float", low=0, high=1e6)
   )
+  clip_to_box: bool = setting(
+    True,
+    "the attack's final candidates clipped to the pixel box the attacker knows before they "
+    "are written and scored (False: as the attack left them)",
+    _B,
+  )
   normalize: str = setting(
     "mean",
     "mean (1/m, the reference code) | sum (the paper's eq. 6)",

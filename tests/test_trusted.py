@@ -318,6 +318,21 @@ def test_report_when_every_restart_diverged(planted):
     (dict(normalize="max"), "normalize"),
     (dict(trust_order=("stability",)), "trust_order"),
     (dict(trust_order=()), "trust_order"),
+    (dict(candidates=np.zeros((2, 3))), "candidates"),
   ):
     with pytest.raises(ConfigError, match=f"^{argument}"):
       ident.identification_report(**kw, **bad)
+
+
+def test_the_truth_is_told_on_the_candidates_the_caller_scores(planted):
+  """The job scores its candidates clipped to the pixel box, not the state's: the report
+  tells real or not on those (``candidates``), its scores still the state's."""
+  kw, rep = planted
+  scored = np.array(kw["run"].candidates)
+  scored[1] = np.random.default_rng(1).uniform(size=scored[1].shape) - kw["ds"].mean
+  told = ident.identification_report(
+    **kw, stability_candidates=0, candidates=scored, with_arrays=True
+  )["_arrays"]
+  m = scored.shape[1]
+  np.testing.assert_array_equal(told["real"], np.repeat([True, False, False], m))
+  np.testing.assert_allclose(told["lambda"], rep["_arrays"]["lambda"])

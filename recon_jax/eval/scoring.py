@@ -357,6 +357,7 @@ def score_run(
       key=seed,
       # The stability score perturbs the candidates and re-runs steps of the attack.
       stability_candidates=stability_candidates,
+      candidates=cands,  # told real as the evaluation tells them (clipped to the box)
     )
     timing["identification_s"] = time.time() - t0
   return Scores(ident, ev, result, ident_report, timing, convergence, member)

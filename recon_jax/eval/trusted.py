@@ -247,6 +247,7 @@ def identification_report(
   key: Any = 0,
   trust_order: Sequence[str] = TRUST_ORDER,
   with_arrays: bool = False,
+  candidates=None,
 ) -> dict:
   """How well each attacker score picks out the real reconstructions of one run.
 
@@ -323,6 +324,9 @@ def identification_report(
     trust_order: the trusted score and its tie-breakers, in order (scores of
       :data:`SCORES`; 'stability' only covers its subset, so it is refused here);
       fix it before looking at the results.
+    candidates: the candidates [R, m, ...] told real or not against the truth, where the
+      caller scores others than the run's state holds (the job's, clipped to the pixel box:
+      ``clip_to_box``); None: ``run.candidates``.  The scores are the state's.
     with_arrays: also return the per-candidate arrays under ``'_arrays'`` (not
       JSON: pop it before writing), ``{'restart', 'index', 'real', 'train_idx',
       'ssim_train', 'ssim_heldout', name: [N] score (NaN where not computed)}``.
@@ -359,7 +363,12 @@ def identification_report(
     )
   normalize = _normalize_for(attack, normalize)
   t_all = time.time()
-  cands = np.asarray(run.candidates)
+  cands = np.asarray(run.candidates if candidates is None else candidates)
+  if cands.shape != np.shape(run.candidates):
+    raise ConfigError(
+      f"candidates must have the run's shape {np.shape(run.candidates)}, got {cands.shape}.",
+      "candidates",
+    )
   num_restarts, m = cands.shape[:2]
   img_shape = cands.shape[2:]
   thr = (

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Optional, Tuple
 from absl import logging
 import numpy as np
 
-from recon_jax import attacks, data, priors
+from recon_jax import attacks, data
 from recon_jax.attacks import search, span
 from recon_jax.core import progress
 from recon_jax.engine import loop, precision, resume
@@ -442,8 +442,10 @@ def on_box(att: Attacked, input_ndim: int) -> Tuple[Attacked, float]:
     x = np.asarray(x)
     if x.size == 0:
       return x, 0, 0
-    flat = x.reshape(-1, *x.shape[x.ndim - input_ndim :])
-    out = np.asarray(priors.project_box(flat, *box), x.dtype).reshape(x.shape)
+    # numpy, in the images' own dtype: a direct attack's are float64 where JAX runs float32
+    one = x.shape[x.ndim - input_ndim :]
+    lo, hi = (np.broadcast_to(np.asarray(b, x.dtype), one) for b in box)
+    out = np.clip(x, lo, hi)
     return out, int(np.count_nonzero(out != x)), x.size
 
   found = att.found

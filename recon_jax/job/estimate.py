@@ -112,13 +112,19 @@ def machine_flops(size: int = 384, repeats: int = 7) -> float:
   return 4.0 * size**3 / max(float(np.median(times)), 1e-9)
 
 
+def steady(rate: float) -> float:
+  """The rate a hand-over's budget is judged at, from the ``rate`` measured before the
+  attack: that rate, or :data:`REFERENCE_FLOPS` where the machine measured slower (a CPU
+  shared with other jobs).  A loaded machine is judged as the idle reference machine, so
+  one command hands over or not whatever the load; only a machine faster than the
+  reference judges at its own rate."""
+  return max(float(rate), REFERENCE_FLOPS)
+
+
 def steady_rate(e: dict) -> float:
-  """The rate a job judges a hand-over's budget at, from the estimate ``e`` it made before
-  the attack: the rate measured then, or :data:`REFERENCE_FLOPS` where the machine measured
-  slower (a CPU shared with other jobs).  A loaded machine is judged as the idle reference
-  machine, so one command hands over or not whatever the load; only a machine faster than
-  the reference judges at its own rate, and the machine is not measured again."""
-  return max(float(e["gflops"]) * 1e9, REFERENCE_FLOPS)
+  """:func:`steady` of the rate the estimate ``e`` measured (the machine is not measured
+  again)."""
+  return steady(float(e["gflops"]) * 1e9)
 
 
 def layers(params) -> list:
@@ -309,8 +315,8 @@ def estimate(
     scored = dict(sets=h["restarts"] + 2, m=h["m"], identify=bool(h.get("identify")))
     other.update(scoring_phases(params, dims, **scored, **kw))
     other["files_s"] = FILES_S * slow
-    # the job skips a search over its budget, judged at the steady rate (steady_rate)
-    if (sum(other.values()) - attack_s) * big / max(big, REFERENCE_FLOPS) > budget_s:
+    # the job skips a search over its budget, judged at the steady rate
+    if (sum(other.values()) - attack_s) * big / steady(big) > budget_s:
       other = None
     elif certain:
       phases, other, work = other, None, then_work

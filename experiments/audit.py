@@ -27,8 +27,8 @@ from recon_jax import cli  # noqa: E402
 FLAGS = flags.FLAGS
 
 
-def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
-  """What the binary does once its flags are parsed; returns metrics.json's dict."""
+def job(cfg, workdir: str, *, resume=False, overwrite=False):
+  """What the binary does once its flags are parsed; returns the report (typed)."""
   from recon_jax.job.audit import audit_job, threat_of
   from recon_jax.job.settings import JobConfig
 

@@ -30,8 +30,8 @@ from recon_jax import cli  # noqa: E402
 FLAGS = flags.FLAGS
 
 
-def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None) -> dict:
-  """:func:`recon_jax.cli.main_job`: the main job, warnings printed; returns metrics."""
+def job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None):
+  """:func:`recon_jax.cli.main_job`: the main job, warnings printed; returns its report."""
   return cli.main_job(cfg, workdir, resume=resume, overwrite=overwrite, explicit=explicit)
 
 

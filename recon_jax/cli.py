@@ -469,14 +469,12 @@ def run(job: Callable[[Any], Any], config: str, preset: Optional[str] = None, **
     _stopped(e, FLAGS.verbose if FLAGS.is_parsed() and "verbose" in FLAGS else False)
 
 
-def main_job(
-  cfg, workdir: str, *, resume=False, overwrite=False, explicit=None, spoken=None
-) -> dict:
+def main_job(cfg, workdir: str, *, resume=False, overwrite=False, explicit=None, spoken=None):
   """The main job (:func:`recon_jax.job.run.main_job`, the same arguments) as a binary runs
   it: its warnings on stderr as they come, the report's path and verdict line on stdout,
   these and report.md's reasons and warnings naming the settings as the flags of
   ``spoken``, the binary's config (:func:`in_flags`; default ``cfg``).  Returns
-  metrics.json's dict (the library's names).  The binaries that run the main job
+  the report metrics.json holds, typed (:class:`recon_jax.eval.metrics_json.Metrics`).  The binaries that run the main job
   (reconstruct, audit) call this, not each other."""
   from recon_jax.job import run as job_run
 
@@ -484,7 +482,7 @@ def main_job(
   warn = lambda w: print(f"warning: {say(w)}", file=sys.stderr)
   kw = dict(resume=resume, overwrite=overwrite, explicit=explicit, warn=warn, spell=say)
   path, m = job_run.main_job(cfg, workdir, **kw)
-  print(f"wrote {path}: {say(m['verdict_line'])}")
+  print(f"wrote {path}: {say(m.verdict_line)}")
   return m
 
 

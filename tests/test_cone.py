@@ -772,7 +772,7 @@ def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp
   monkeypatch.setattr(cone, "solve_facet", counted)
   monkeypatch.setattr(resume, "MEMO_EVERY_S", 0.0)
   plan = planning.prepare(_small_cone_job(LAZY))
-  whole = job_run.run_reconstruction(plan, str(tmp_path / "whole"))
+  whole = job_run.run_reconstruction(plan, str(tmp_path / "whole")).to_dict()
   programs, stop_after[0] = len(solved), 4
   solved.clear()
   stopped = str(tmp_path / "stopped")
@@ -781,7 +781,7 @@ def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp
   assert "run the same command with --resume" in cli.stop_message(signal.SIGINT, stopped)
   solved.clear()
   stop_after[0] = None
-  again = job_run.run_reconstruction(plan, stopped, resume=True)
+  again = job_run.run_reconstruction(plan, stopped, resume=True).to_dict()
   assert len(solved) == programs - 4  # the four saved are not solved again
   assert again["recovered_strict"] == whole["recovered_strict"]
   same = lambda h: {k: v for k, v in h.items() if not k.endswith("_s")}  # noqa: E731 (seconds)

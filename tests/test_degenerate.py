@@ -193,7 +193,7 @@ def test_every_attack_that_finds_no_candidate_is_scored_and_concluded(name, tmp_
     cfg.victim.widths, cfg.threat.known_init = (32,), True
   if name == "bilevel":  # its inner problem needs weight decay
     cfg.victim.weight_decay = 0.01
-  metrics = job_run.run_reconstruction(planning.prepare(cfg), str(tmp_path / "w"))
+  metrics = job_run.run_reconstruction(planning.prepare(cfg), str(tmp_path / "w")).to_dict()
   assert_round_trip(metrics, (tmp_path / "w" / "metrics.json").read_text())
   assert metrics["m"] == 0 and metrics["recovered_strict"] == 0
   # No candidate claims no reconstruction; the weights' membership tests may still tell the

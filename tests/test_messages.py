@@ -89,6 +89,7 @@ def test_the_verdict_and_the_warnings_name_the_binarys_flags(monkeypatch, capsys
   words stay in metrics.json.  Words that only look like names are left as they are."""
   from experiments.configs import audit as audit_configs
   from recon_jax import cli
+  from recon_jax.eval.metrics_json import Metrics
   from recon_jax.job import run as job_run
 
   said = "threat.theta0 would fit (attack=none, m=4, e.g. victim.msgpack; known_init)"
@@ -97,7 +98,7 @@ def test_the_verdict_and_the_warnings_name_the_binarys_flags(monkeypatch, capsys
   def job(cfg, path, *, warn, spell, **kw):
     warn(said)
     spelled["report"] = spell(said)
-    return "/w", {"verdict_line": f"no evidence: {said}"}
+    return "/w", Metrics.stating(verdict_line=f"no evidence: {said}")
 
   monkeypatch.setattr(job_run, "main_job", job)
   audit = audit_configs.get_config("default")
@@ -110,7 +111,7 @@ def test_the_verdict_and_the_warnings_name_the_binarys_flags(monkeypatch, capsys
     printed = capsys.readouterr()
     assert printed.err == f"warning: {words}\n" and spelled["report"] == words, printed.err
     assert printed.out == f"wrote /w: no evidence: {words}\n", printed.out
-    assert out["verdict_line"] == f"no evidence: {said}"  # metrics.json's: the library's
+    assert out.verdict_line == f"no evidence: {said}"  # metrics.json's: the library's
 
 
 def test_report_md_says_the_reasons_and_warnings_as_it_is_told():
@@ -172,7 +173,7 @@ def tiny_run(tmp_path_factory):
       mp.setattr(pipeline, "time", clocks.module())
       mp.setattr(trusted, "time", clocks.module(10.0))
       mp.setattr(scoring, "time", clocks.module(100.0))
-      m = run_reconstruction(planning.prepare(cfg), str(work))
+      m = run_reconstruction(planning.prepare(cfg), str(work)).to_dict()
   finally:
     root.removeHandler(keep)
     root.setLevel(old_level)
@@ -205,18 +206,18 @@ def test_an_imported_models_training_error_is_not_blamed_on_its_training():
   """A model trained elsewhere that misclassifies the images given as its training set is
   told they may not be its training set, not to train it longer."""
   from recon_jax.eval import verdict
-  from recon_jax.eval.metrics_json import Victim
+  from recon_jax.eval.metrics_json import VictimReport
 
   imported = {"format": "safetensors", "arch": {"kind": "mlp"}}
   said = verdict.victim_warning(
-    Victim.of({"loss": 0.4, "train_error": 0.1, "imported": imported}), "logistic", 2
+    VictimReport.of({"loss": 0.4, "train_error": 0.1, "imported": imported}), "logistic", 2
   )
   assert "may not be the images it was trained on" in said and "longer" not in said, said
   said = verdict.victim_warning(
-    Victim.of({"loss": 0.6931, "train_error": 0.5, "imported": imported}), "logistic", 2
+    VictimReport.of({"loss": 0.6931, "train_error": 0.5, "imported": imported}), "logistic", 2
   )
   assert "may not be the images it was trained on" in said and "longer" not in said, said
-  own = verdict.victim_warning(Victim.of({"loss": 0.4, "train_error": 0.1}), "logistic", 2)
+  own = verdict.victim_warning(VictimReport.of({"loss": 0.4, "train_error": 0.1}), "logistic", 2)
   assert "train it longer" in own
 
 
@@ -275,11 +276,11 @@ def test_a_model_the_attack_cannot_read_without_theta0_is_told_theta0_would():
     "victim": {"imported": {"format": "safetensors", "arch": {"kind": "mlp"}}},
   }
   v = verdict.decide(metrics)
-  assert v["verdict"] == "no_evidence" and "threat.theta0 would fit" in v["line"], v["line"]
+  assert v.verdict == "no_evidence" and "threat.theta0 would fit" in v.line, v.line
   v = verdict.decide(dict(metrics, victim={}))
-  assert "threat.known_init=True would fit" in v["line"], v["line"]
+  assert "threat.known_init=True would fit" in v.line, v.line
   v = verdict.decide(dict(metrics, regime={"known_init": True}))
-  assert "would fit" not in v["line"], v["line"]
+  assert "would fit" not in v.line, v.line
 
 
 def test_candidates_are_labelled_by_what_tells_them_apart(tmp_path, monkeypatch):

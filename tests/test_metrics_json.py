@@ -19,7 +19,7 @@ import pytest
 from test_verdict import _cone_read, _metrics, _with_membership
 
 from recon_jax.eval import metrics_json, verdict
-from recon_jax.eval.metrics_json import Cone, Metrics, Restart, Undeclared, Victim
+from recon_jax.eval.metrics_json import Cone, Metrics, Restart, Undeclared, VictimReport
 from recon_jax.io import workdir
 from recon_jax.studies import efficacy
 
@@ -47,11 +47,11 @@ def _file(metrics) -> str:
   return json.dumps(workdir.jsonable(metrics), indent=2, sort_keys=True, allow_nan=False)
 
 
-def assert_round_trip(metrics: dict, written: str = None) -> None:
-  """The job's ``metrics`` (the pipeline's dict, or a metrics.json read back) typed strictly
-  and written back are what they were: the same keys in the same order, the same values (so
-  the same metrics.json text); ``written``: the metrics.json the job wrote from them, which
-  is the text the job wrote before the report was typed."""
+def assert_round_trip(metrics, written: str = None) -> None:
+  """The job's ``metrics`` (its typed report, or a metrics.json read back) typed strictly and
+  written back are what they were: the same keys in the same order, the same values (so the
+  same metrics.json text); ``written``: the metrics.json the job wrote, which is the text of
+  that report."""
   plain = workdir.jsonable(metrics)
   typed = Metrics.from_job(plain)
   back = typed.to_dict()
@@ -67,6 +67,7 @@ def assert_read_typed(metrics: dict) -> None:
   read typed is the one the run wrote; the report typed strictly writes ``metrics`` back as
   it was (:func:`assert_round_trip`); and the same dict without the sections and keys an
   earlier version did not write reads them as absent."""
+  metrics = workdir.jsonable(metrics)  # the report's dict, as metrics.json holds it
   assert_round_trip(metrics)
   r, m = Metrics.from_metrics(metrics), metrics
   for name in ("attack", "n_train", "m", "num_restarts", "recovered_strict", "oracle_residual_rel"):
@@ -78,7 +79,7 @@ def assert_read_typed(metrics: dict) -> None:
   assert r.baseline_heldout_n_ssim_gt_04 == m["baseline_heldout_n_ssim_gt_0.4"]
   assert r.total_s == m["timing"]["total_s"] and r.task_from_loss == m["assumed"]["task_from_loss"]
   assert r.assumes_stationary is m["assumes_stationary"]
-  assert r.victim == Victim.of(m["victim"]) and r.victim.loss == m["victim"]["loss"]
+  assert r.victim == VictimReport.of(m["victim"]) and r.victim.loss == m["victim"]["loss"]
   assert r.victim.train_error == m["victim"]["train_error"]
   regime = m["regime"]
   assert r.regime.known_init is regime["known_init"]
@@ -120,7 +121,7 @@ def assert_read_typed(metrics: dict) -> None:
   }
   assert r.span_ceiling_strict == (m.get("span_ceiling") or {}).get("recovered_strict")
   said = verdict.decide(m)
-  assert said["verdict"] == m["verdict"] and said["reasons"] == m["reasons"]
+  assert said.verdict == m["verdict"] and list(said.reasons) == m["reasons"]
   newer = ("membership", "handover", "regime", "span_ceiling", "identification", "assumed")
   older = {k: v for k, v in m.items() if k not in newer}
   older["selection"] = {"n_diverged": sel["n_diverged"]}
@@ -129,7 +130,7 @@ def assert_read_typed(metrics: dict) -> None:
   assert r.regime.cone.cannot is None and r.regime.span_dim is None and r.cannot is None
   assert r.selection.best_true_restart is None and r.span_ceiling_strict is None
   assert r.task_from_loss == "logistic" and r.recovered_strict == m["recovered_strict"]
-  assert verdict.decide(older)["verdict"] in verdict.VERDICTS
+  assert verdict.decide(older).verdict in verdict.VERDICTS
 
 
 def test_an_older_metrics_json_reads_what_it_lacks_as_absent():
@@ -304,23 +305,64 @@ def test_the_open_parts_keep_what_they_do_not_declare():
   assert json.dumps(typed.to_dict()) == json.dumps(m)
 
 
-def test_an_undeclared_key_is_named_after_every_file_of_the_run_is_written(tmp_path):
-  """write_reconstruction types the report first; a key not declared is the library's fault,
-  not the run's: every file is written (metrics.json as the pipeline made it, key and all),
-  then the error names the key."""
-  from recon_jax.job import run
+def test_a_stage_that_states_an_undeclared_key_is_refused_before_any_file_is_written(tmp_path):
+  """A stage's part of the report is typed where it is made (the job's
+  :func:`recon_jax.job.assembly.typed`): a key not declared is the library's fault, named with
+  its path there, so metrics.json is never written untyped; the report written is the typed
+  one, key for key."""
+  from recon_jax.job import assembly, run
 
   bad = _with(_planted()["handed over"], ("regime", "cone", "foo"), 1)
+  with pytest.raises(Undeclared, match="regime.cone.foo is not declared"):
+    assembly.typed(Metrics, bad)
+  with pytest.raises(Undeclared, match="^metrics.json key regime.cone.foo is not declared"):
+    assembly.typed(metrics_json.Regime, bad["regime"], "regime")
+  good = Metrics.from_job(_planted()["handed over"])
   ds = types.SimpleNamespace(mean=np.zeros((2, 2, 1)), x_train=np.zeros((0, 2, 2, 1)))
   out = types.SimpleNamespace(
-    metrics=bad, arrays={}, dataset=ds, eval_result=None, victim=types.SimpleNamespace(summary={})
+    report=good, arrays={}, dataset=ds, eval_result=None, victim=types.SimpleNamespace(summary={})
   )
-  with pytest.raises(Undeclared, match="regime.cone.foo is not declared.*files were written"):
-    run.write_reconstruction(str(tmp_path), out)
-  assert {"metrics.json", "report.md", "restarts.tsv", "reconstructions.npz"} <= {
-    p.name for p in tmp_path.iterdir()
+  written = run.write_reconstruction(str(tmp_path), out)
+  on_disk = json.loads((tmp_path / "metrics.json").read_text())
+  assert on_disk == written.to_dict() and list(on_disk) == list(written.keys())
+  assert written.timing.files_s is not None and good.timing.files_s is None  # a new report
+  assert {k: v for k, v in on_disk.items() if k != "timing"} == {
+    k: v for k, v in good.to_dict().items() if k != "timing"
   }
-  assert json.loads((tmp_path / "metrics.json").read_text())["regime"]["cone"]["foo"] == 1
+
+
+def test_a_report_is_built_by_stating_its_keys_never_by_editing_it():
+  """A stage states its keys in order (``stating``); a later key is added after them and a
+  key stated again keeps its place (``with_``, ``joined``: as ``{**a, **b}`` of the dicts);
+  each returns a new report and leaves the one it started from as it was; the verdict
+  completes a report the same way."""
+  head = Metrics.stating(attack="kkt", problem="binary", dataset="digits")
+  blind = Metrics.stating(dataset="user:x", n_train=0, blind=True, recovered_strict=None)
+  joined = Metrics.joined(head, blind)
+  assert joined.to_dict() == {"attack": "kkt", "problem": "binary", "dataset": "user:x"} | {
+    "n_train": 0,
+    "blind": True,
+    "recovered_strict": None,
+  }
+  assert list(joined.to_dict()) == ["attack", "problem", "dataset", "n_train", "blind"] + [
+    "recovered_strict"
+  ]
+  assert head.to_dict() == {"attack": "kkt", "problem": "binary", "dataset": "digits"}
+  later = joined.with_(n_ssim_gt_04=3, attack="cone")
+  assert list(later.to_dict())[-1] == "n_ssim_gt_0.4" and later.to_dict()["attack"] == "cone"
+  assert joined.attack == "kkt" and "n_ssim_gt_0.4" not in joined.to_dict()
+  concluded = verdict.conclude(joined, 2)
+  assert list(concluded.to_dict())[-6:] == [
+    "victim_warning",
+    "warnings",
+    "verdict",
+    "reasons",
+    "verdict_line",
+    "wrong_data",
+  ]
+  assert concluded.verdict == verdict.CANNOT_TELL and joined.verdict is None
+  with pytest.raises(TypeError, match="declares no key for the field 'nope'"):
+    Metrics.stating(nope=1)
 
 
 def test_every_field_says_what_it_means():
@@ -417,17 +459,26 @@ def _planted() -> dict:
   return out
 
 
+def _decided(said: verdict.Said) -> dict:
+  """The verdict as the pin holds it (the dict it was: ``membership_only`` only where set)."""
+  out = said._asdict()
+  if not out["membership_only"]:
+    del out["membership_only"]
+  return out
+
+
 def _said(m: dict) -> dict:
   """Everything the verdict and the harness say of ``m``: the verdict and warnings searched or
   read off theta*, and (where ``m`` has the counts) the harness's per-draw numbers."""
   out = {}
+  typed = Metrics.from_metrics(m)
   for searched in (True, False):
-    warned = copy.deepcopy(m)
-    out[f"warnings searched={searched}"] = verdict.run_warnings(warned, 2, searched)
-    out[f"victim_warning searched={searched}"] = warned["victim_warning"]
-    out[f"decide searched={searched}"] = verdict.decide(copy.deepcopy(m), searched)
-  concluded = copy.deepcopy(m)
-  verdict.conclude(concluded, 2)
+    warned = verdict.run_warnings(typed, 2, searched)
+    out[f"warnings searched={searched}"] = warned
+    victim = verdict.victim_warning(typed.victim, typed.task_from_loss, 2)
+    out[f"victim_warning searched={searched}"] = victim
+    out[f"decide searched={searched}"] = _decided(verdict.decide(typed, searched))
+  concluded = verdict.conclude(typed, 2).to_dict()
   out["concluded"] = {k: v for k, v in concluded.items() if k not in m}  # what it added
   if "baseline_mean_image_recovered_strict" in m:  # what the harness needed before
     out["draw"] = efficacy.draw_numbers({**copy.deepcopy(m), **SCORED})

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast
 def _run(settings, path, **kw):
   """The library's run of ``settings`` into ``path``: planned, then run (run_reconstruction
   takes a Plan)."""
-  return run_reconstruction(planning.prepare(settings), path, **kw)
+  return run_reconstruction(planning.prepare(settings), path, **kw).to_dict()
 
 
 def _tiny(**kw):

@@ -31,25 +31,25 @@ def _metrics(k, held=0, ratio=1.5, truth=0.01, flat=False, diverged=0, restarts=
 
 def test_leaks_when_images_are_recovered_and_the_truth_fits_best():
   v = verdict.decide(_metrics(5, held=1, ratio=1.8))
-  assert v["verdict"] == "leaks" and "5 of 6" in v["line"]
+  assert v.verdict == "leaks" and "5 of 6" in v.line
 
 
 def test_the_ground_truth_start_reads_leaks():
   """Started at the training set: 6 of 6 recovered at SSIM 1.0, the attack a hair below the
   truth's residual (ratio 0.9999987): equal within the residuals' precision."""
   v = verdict.decide(_metrics(6, ratio=0.9999987))
-  assert v["verdict"] == "leaks" and "as well as" in v["line"]
+  assert v.verdict == "leaks" and "as well as" in v.line
   # Below the band, but the better fit is the training set itself (its restart recovers 6).
-  assert verdict.decide(_metrics(6, ratio=0.8, best_k=6))["verdict"] == "leaks"
+  assert verdict.decide(_metrics(6, ratio=0.8, best_k=6)).verdict == "leaks"
 
 
 def test_cannot_tell_when_the_objective_prefers_other_images_or_a_flat_family_runs():
   v = verdict.decide(_metrics(3, ratio=0.5, best_k=0))
-  assert v["verdict"] == "cannot_tell" and "other images fit the equations better" in v["line"]
+  assert v.verdict == "cannot_tell" and "other images fit the equations better" in v.line
   v = verdict.decide(_metrics(3, ratio=2.0, flat=True))
-  assert v["verdict"] == "cannot_tell" and "2 of 64" in v["line"]
+  assert v.verdict == "cannot_tell" and "2 of 64" in v.line
   v = verdict.decide(_metrics(0, ratio=1.0004))  # nothing recovered, fits equal
-  assert v["verdict"] == "cannot_tell"
+  assert v.verdict == "cannot_tell"
 
 
 def _with_membership(m, auc, p, testable=True):
@@ -67,13 +67,13 @@ def _with_membership(m, auc, p, testable=True):
 
 def test_leaks_needs_the_membership_test_and_the_count():
   v = verdict.decide(_with_membership(_metrics(5, held=1, ratio=1.8), 0.97, 1e-4))
-  assert v["verdict"] == "leaks" and "AUC 0.97" in v["line"] and "p = 0.0001" in v["line"]
+  assert v.verdict == "leaks" and "AUC 0.97" in v.line and "p = 0.0001" in v.line
   v = verdict.decide(_with_membership(_metrics(5, held=1, ratio=1.8), 0.55, 0.3))
-  assert v["verdict"] == "cannot_tell" and "does not tell the training images" in v["line"]
+  assert v.verdict == "cannot_tell" and "does not tell the training images" in v.line
   v = verdict.decide(_with_membership(_metrics(5, held=1, ratio=1.8), 1.0, 0.05, False))
-  assert v["verdict"] == "cannot_tell" and "more held-out images" in v["line"]
+  assert v.verdict == "cannot_tell" and "more held-out images" in v.line
   v = verdict.decide(_with_membership(_metrics(0, ratio=1.8), 0.8, 1e-3))
-  assert v["verdict"] == "cannot_tell" and "none well enough" in v["line"]
+  assert v.verdict == "cannot_tell" and "none well enough" in v.line
 
 
 @pytest.mark.parametrize("ratio", [0.12, 0.1552, 0.2309])
@@ -83,21 +83,21 @@ def test_a_training_set_that_fits_far_worse_than_the_candidates_is_not_called_le
   m = _with_membership(_metrics(4, held=1, ratio=ratio, best_k=4), 0.6, 0.04)
   m["regime"]["known_init"] = True
   v = verdict.decide(m)
-  assert v["verdict"] == "cannot_tell"
-  assert "may not be the model's training set" in v["line"] and f"{ratio:.4g}" in v["line"]
-  assert "theta* - theta_0" in v["line"] and f"{1 / ratio:.1f} times better" in v["line"]
-  assert verdict.decide(_metrics(0, ratio=ratio))["verdict"] == "cannot_tell"
+  assert v.verdict == "cannot_tell"
+  assert "may not be the model's training set" in v.line and f"{ratio:.4g}" in v.line
+  assert "theta* - theta_0" in v.line and f"{1 / ratio:.1f} times better" in v.line
+  assert verdict.decide(_metrics(0, ratio=ratio)).verdict == "cannot_tell"
 
 
 def test_no_evidence_says_why():
   v = verdict.decide(_metrics(0, ratio=0.5))
-  assert v["verdict"] == "no_evidence" and "cannot test this model" in v["line"]
+  assert v.verdict == "no_evidence" and "cannot test this model" in v.line
   v = verdict.decide(_metrics(0, ratio=1.0, truth=0.97))
-  assert "97%" in v["line"] and v["verdict"] == "no_evidence"
+  assert "97%" in v.line and v.verdict == "no_evidence"
   v = verdict.decide(_metrics(0, ratio=3.0, diverged=2))
-  assert "2 of 4 restarts diverged" in v["line"]
+  assert "2 of 4 restarts diverged" in v.line
   v = verdict.decide(_metrics(1, held=1, ratio=3.0))  # at the baseline: nothing shown
-  assert v["verdict"] == "no_evidence" and "longer search" in v["line"]
+  assert v.verdict == "no_evidence" and "longer search" in v.line
 
 
 @pytest.mark.parametrize("k, held", [(0, 0), (1, 1), (2, 0), (6, 0), (2, 3)])
@@ -105,11 +105,11 @@ def test_no_evidence_says_why():
 @pytest.mark.parametrize("flat", [False, True])
 def test_the_verdict_never_contradicts_the_count(k, held, ratio, flat):
   v = verdict.decide(_metrics(k, held=held, ratio=ratio, flat=flat, best_k=0))
-  if v["verdict"] == "leaks":
+  if v.verdict == "leaks":
     assert k >= 1 and k > held
-  if v["verdict"] == "no_evidence":
+  if v.verdict == "no_evidence":
     assert k <= held
-  assert v["reasons"]
+  assert v.reasons
 
 
 def test_the_band_of_equal_fits_comes_from_the_residuals():
@@ -130,7 +130,7 @@ def test_a_direct_attack_that_cannot_read_the_model_says_why_in_the_verdict_and_
   m.update(attack="cone", m=0, identifiability={}, per_restart=[])
   m["regime"]["cone"] = {"cannot": why, "span_dim": 164, "under_noise_floor": 0}
   v = verdict.decide(m)
-  assert v["verdict"] == "no_evidence" and "this attack cannot test this model: " + why in v["line"]
+  assert v.verdict == "no_evidence" and "this attack cannot test this model: " + why in v.line
   assert f"attack=cone did not run: {why}" in verdict.run_warnings(m, 2, searched=False)
 
 
@@ -194,8 +194,8 @@ def test_a_cone_that_handed_over_says_why_and_what_it_read_alone():
 def test_a_direct_attack_that_read_nothing_is_not_told_a_longer_search_may_help():
   m = _metrics(0, ratio=3.0)
   m.update(attack="cone", m=0)
-  assert "longer search" in verdict.decide(m)["line"]
-  line = verdict.decide(m, searched=False)["line"]
+  assert "longer search" in verdict.decide(m).line
+  line = verdict.decide(m, searched=False).line
   assert "longer search" not in line and "attack=cone read 0 candidates for 6 training" in line
 
 
@@ -210,7 +210,7 @@ def test_a_reading_off_theta_star_that_holds_no_training_image_says_why_in_the_v
   assert w.startswith("attack=cone read 100 candidates off theta*, 100 of them on sharp facets")
   assert "may not be the model's training set" in w
   said = verdict.decide(m, searched=False)
-  assert said["verdict"] == verdict.NO_EVIDENCE and w in said["reasons"], said["line"]
+  assert said.verdict == verdict.NO_EVIDENCE and w in said.reasons, said.line
   summary = {"cannot": None, "span_dim": 99, "under_noise_floor": 1}
   short = cone.short(summary, 0, 100, blends=100)
   m["regime"]["cone"] = dict(summary, read=0, short=short)
@@ -218,11 +218,11 @@ def test_a_reading_off_theta_star_that_holds_no_training_image_says_why_in_the_v
   assert w.startswith("attack=cone read 0 images for 100 training images") and "100 of the" in w
   assert not _warned(m, "none is a training image")
   said = verdict.decide(m, searched=False)
-  assert w in said["reasons"] and short in said["line"], said["line"]
+  assert w in said.reasons and short in said.line, said.line
   for read in (6, 100):  # too few candidates; and no reading of the cone at all
     m.update(m=read)
     m["regime"]["cone"] = {} if read == 100 else dict(summary, read=read, short=None)
-    line = verdict.decide(m, searched=False)["line"]
+    line = verdict.decide(m, searched=False).line
     said = verdict.run_warnings(m, 2, searched=False)
     assert said and said[-1] in line, (line, said)
     assert "warnings say" not in line and "attack=cone read" in line

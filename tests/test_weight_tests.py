@@ -112,15 +112,13 @@ def test_the_weights_alone_give_leaks_only_above_the_loss_baseline_at_a_tenth_of
   from recon_jax.eval import verdict
 
   said = verdict.decide(_with_tests(0.8, 0.01))
-  assert said["verdict"] == "leaks" and said["membership_only"]
-  assert (
-    "told apart by the weight change" in said["line"] and "no image reconstructed" in said["line"]
-  )
-  assert verdict.decide(_with_tests(0.05, 0.05))["verdict"] != "leaks"  # no better than the loss
-  assert verdict.decide(_with_tests(0.8, 0.01, significant=False))["verdict"] != "leaks"
-  assert verdict.decide(_with_tests(None, None))["verdict"] != "leaks"  # too few held-out images
+  assert said.verdict == "leaks" and said.membership_only
+  assert "told apart by the weight change" in said.line and "no image reconstructed" in said.line
+  assert verdict.decide(_with_tests(0.05, 0.05)).verdict != "leaks"  # no better than the loss
+  assert verdict.decide(_with_tests(0.8, 0.01, significant=False)).verdict != "leaks"
+  assert verdict.decide(_with_tests(None, None)).verdict != "leaks"  # too few held-out images
   wrong = _with_tests(0.8, 0.01, identifiability={"ratio": 0.1, "per_restart_residual": [0.1]})
-  assert verdict.decide(wrong)["verdict"] == "cannot_tell"  # the images given may not be its own
+  assert verdict.decide(wrong).verdict == "cannot_tell"  # the images given may not be its own
 
 
 def test_a_membership_only_audit_concludes_on_the_weights_tests_alone():
@@ -128,12 +126,12 @@ def test_a_membership_only_audit_concludes_on_the_weights_tests_alone():
 
   only = dict(membership_only=True, recovered_strict=None, identifiability={"ratio": None})
   said = verdict.decide(_with_tests(0.8, 0.01, **only))
-  assert said["verdict"] == "leaks" and said["membership_only"]
-  assert said["line"].endswith(verdict.NOT_ATTEMPTED), said["line"]
+  assert said.verdict == "leaks" and said.membership_only
+  assert said.line.endswith(verdict.NOT_ATTEMPTED), said.line
   weak = verdict.decide(_with_tests(0.05, 0.05, **only))
-  assert weak["verdict"] == "cannot_tell"
-  assert "no membership test from the weights told the training images apart" in weak["line"]
-  assert "strongest: change_fit (AUC 0.98, TPR 5% at 0.1% FPR)" in weak["line"], weak["line"]
+  assert weak.verdict == "cannot_tell"
+  assert "no membership test from the weights told the training images apart" in weak.line
+  assert "strongest: change_fit (AUC 0.98, TPR 5% at 0.1% FPR)" in weak.line, weak.line
 
 
 def test_attack_none_runs_the_membership_tests_alone_and_reports_them(tmp_path):
@@ -149,7 +147,7 @@ def test_attack_none_runs_the_membership_tests_alone_and_reports_them(tmp_path):
   cfg = configs.get_config("tiny")
   cfg.attack = "none"
   work = tmp_path / "w"
-  m = job_run.run_reconstruction(planning.prepare(cfg), str(work))
+  m = job_run.run_reconstruction(planning.prepare(cfg), str(work)).to_dict()
   assert_round_trip(m, (work / "metrics.json").read_text())
   assert m["m"] == 0 and m["recovered_strict"] is None and "handover" not in m
   tests = m["membership"]["tests"]

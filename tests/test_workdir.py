@@ -140,7 +140,7 @@ def test_the_library_run_opens_its_folder_as_the_binary_does(tmp_path):
 
   job = planning.prepare(JobConfig(**configs.get_config("tiny")).replace(attack="weights"))
   m = run.run_reconstruction(job, str(tmp_path / "new" / "folder"))
-  assert (tmp_path / "new" / "folder" / "metrics.json").is_file() and m["verdict"]
+  assert (tmp_path / "new" / "folder" / "metrics.json").is_file() and m.verdict
   before = (tmp_path / "new" / "folder" / "metrics.json").read_bytes()
   with pytest.raises(ConfigError, match="not empty"):
     run.run_reconstruction(job, str(tmp_path / "new" / "folder"))

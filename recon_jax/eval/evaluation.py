@@ -63,31 +63,7 @@ def evaluate_candidates(
     ``per_restart`` and ``selection`` entries, plus the EvalResult under
     ``_result`` (not serialisable; pop it before writing JSON).
   """
-  img = tuple(np.shape(ds.x_train)[1:])
-  cands = arguments.array(  # no candidate (an attack that found none) recovers nothing
-    "cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False, nonempty=False
-  )
-  r, m = cands.shape[:2]
-  if r == 0:
-    raise ConfigError(f"cands holds no restart (shape {cands.shape}).", "cands")
-  arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False, nonempty=False)
-  arguments.array("final_loss", final_loss, shape=(r,), ndim=1, finite=False)
-  if ssim_threshold is not None:
-    arguments.number("ssim_threshold", ssim_threshold, 0, 1)
-    if ssim_threshold <= 0:
-      raise ConfigError(
-        f"ssim_threshold must be in (0, 1], got {ssim_threshold!r}.", "ssim_threshold"
-      )
-  if filter_size is not None:
-    arguments.count("filter_size", filter_size)
-  arguments.count("seed", seed, low=0)
-  if not isinstance(also, (list, tuple)):
-    raise ConfigError("also must be a sequence of image arrays (one per group).", "also")
-  also = [
-    arguments.array("also", a, shape=(None, *img), ndim=1 + len(img), nonempty=False) for a in also
-  ]
-  if len(ds.x_train) == 0:
-    raise ConfigError("ds has no training images to score the candidates against.", "ds")
+  cands, also = _checked(cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, also)
   cands = np.asarray(cands)
   r, m = cands.shape[:2]
   img_shape = cands.shape[2:]
@@ -99,54 +75,12 @@ def evaluate_candidates(
   ok = np.isfinite(final_loss)
   pooled = pixel_space(cands[ok].reshape(-1, *img_shape), ds)
   kw = dict(ssim_threshold=thr, filter_size=filter_size)
+  res = None
   if len(pooled) == 0:
     # Every restart diverged, or the attack found no candidate (a cone without a facet):
     # nothing to score, and nothing is recovered.
-    res = None
-    out = {
-      "attack": {
-        "n_train": len(x_train),
-        "n_candidates": 0,
-        "recovered_strict": 0,
-        "n_ssim_gt_0.4": 0,
-        "n_ssim_gt_0.5": 0,
-        "n_ssim_gt_0.6": 0,
-        "mean_ssim_top10": None,
-        "mean_ssim_top45": None,
-        "ssim_threshold": thr,
-        "all_restarts_diverged": not ok.any(),
-      },
-      "per_sample": {},
-    }
-  per, own = [], []
-  for i in range(r):  # each restart on its own: the attacker's view, and the pooled count
-    if not ok[i]:
-      per.append({"restart": i, "diverged": True, "final_loss": None})
-      continue
-    if m == 0:  # a restart without candidates recovers nothing
-      per.append(
-        {
-          "restart": i,
-          "diverged": False,
-          "final_loss": float(final_loss[i]),
-          "mean_ssim": None,
-          "recovered_strict": 0,
-          "n_ssim_gt_0.4": 0,
-        }
-      )
-      continue
-    ri = images.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
-    own.append(ri)
-    per.append(
-      {
-        "restart": i,
-        "diverged": False,
-        "final_loss": float(final_loss[i]),
-        "mean_ssim": float(np.mean(ri.ssim)),
-        "recovered_strict": int(ri.recovered_strict),
-        "n_ssim_gt_0.4": int(ri.n_ssim_gt_04),
-      }
-    )
+    out = {"attack": _nothing_scored(len(x_train), thr, ok), "per_sample": {}}
+  per, own = _per_restart(cands, final_loss, ds, x_train, x_held, kw)
   # A training image counts as recovered when the pooled reconstruction, any restart's own
   # or a group of ``also`` passes the strict rule (images.combine): the pool is never below
   # a restart.
@@ -178,6 +112,99 @@ def evaluate_candidates(
     else {"n_candidates": len(a), **{key: g.summary()[key] for key in _GROUP_COUNTS}}
     for a, g in zip(also, groups)
   ]
+  out["selection"] = _selection(per, ok, weights, pooled, x_train, filter_size, res)
+
+  out["_result"] = res
+  return out
+
+
+def _checked(cands, weights, final_loss, ds, ssim_threshold, filter_size, seed, also):
+  """:func:`evaluate_candidates`' arguments checked: ``(cands, also)`` as arrays."""
+  img = tuple(np.shape(ds.x_train)[1:])
+  cands = arguments.array(  # no candidate (an attack that found none) recovers nothing
+    "cands", cands, shape=(None, None, *img), ndim=2 + len(img), finite=False, nonempty=False
+  )
+  r, m = cands.shape[:2]
+  if r == 0:
+    raise ConfigError(f"cands holds no restart (shape {cands.shape}).", "cands")
+  arguments.array("weights", weights, shape=(r, m), min_ndim=2, finite=False, nonempty=False)
+  arguments.array("final_loss", final_loss, shape=(r,), ndim=1, finite=False)
+  if ssim_threshold is not None:
+    arguments.number("ssim_threshold", ssim_threshold, 0, 1)
+    if ssim_threshold <= 0:
+      raise ConfigError(
+        f"ssim_threshold must be in (0, 1], got {ssim_threshold!r}.", "ssim_threshold"
+      )
+  if filter_size is not None:
+    arguments.count("filter_size", filter_size)
+  arguments.count("seed", seed, low=0)
+  if not isinstance(also, (list, tuple)):
+    raise ConfigError("also must be a sequence of image arrays (one per group).", "also")
+  also = [
+    arguments.array("also", a, shape=(None, *img), ndim=1 + len(img), nonempty=False) for a in also
+  ]
+  if len(ds.x_train) == 0:
+    raise ConfigError("ds has no training images to score the candidates against.", "ds")
+  return cands, also
+
+
+def _nothing_scored(n_train: int, thr: float, ok) -> dict:
+  """The pooled evaluation's counts where no candidate is scored."""
+  return {
+    "n_train": n_train,
+    "n_candidates": 0,
+    "recovered_strict": 0,
+    "n_ssim_gt_0.4": 0,
+    "n_ssim_gt_0.5": 0,
+    "n_ssim_gt_0.6": 0,
+    "mean_ssim_top10": None,
+    "mean_ssim_top45": None,
+    "ssim_threshold": thr,
+    "all_restarts_diverged": not ok.any(),
+  }
+
+
+def _per_restart(cands, final_loss, ds, x_train, x_held, kw) -> tuple:
+  """``(per, own)``: each restart's row on its own (the attacker's view, and its count),
+  and the evaluations of those that finished with candidates."""
+  r, m = cands.shape[:2]
+  ok = np.isfinite(final_loss)
+  per, own = [], []
+  for i in range(r):  # each restart on its own: the attacker's view, and the pooled count
+    if not ok[i]:
+      per.append({"restart": i, "diverged": True, "final_loss": None})
+      continue
+    if m == 0:  # a restart without candidates recovers nothing
+      per.append(
+        {
+          "restart": i,
+          "diverged": False,
+          "final_loss": float(final_loss[i]),
+          "mean_ssim": None,
+          "recovered_strict": 0,
+          "n_ssim_gt_0.4": 0,
+        }
+      )
+      continue
+    ri = images.evaluate(pixel_space(cands[i], ds), x_train, x_held, **kw)
+    own.append(ri)
+    per.append(
+      {
+        "restart": i,
+        "diverged": False,
+        "final_loss": float(final_loss[i]),
+        "mean_ssim": float(np.mean(ri.ssim)),
+        "recovered_strict": int(ri.recovered_strict),
+        "n_ssim_gt_0.4": int(ri.n_ssim_gt_04),
+      }
+    )
+  return per, own
+
+
+def _selection(per, ok, weights, pooled, x_train, filter_size, res) -> dict:
+  """The restarts and the attacker's own pick among them, against the truth: does a lower
+  loss mean a better restart, a larger lambda a better candidate?"""
+  r = len(per)
   good = [p for p in per if not p["diverged"]]
   sel = {
     "n_restarts": r,
@@ -187,15 +214,15 @@ def evaluate_candidates(
   if good and res is not None:
     losses = np.array([p["final_loss"] for p in good])
     quality = np.array([p["mean_ssim"] for p in good])
-    best_by_loss = good[int(np.argmin(losses))]
+    picked = good[int(np.argmin(losses))]
     # The truly best restart: the most strict recoveries, ties by mean SSIM.
     best_true = max(good, key=lambda p: (p["recovered_strict"], p["mean_ssim"]))
     sel.update(
       {
         "spearman_neg_loss_vs_mean_ssim": spearman(-losses, quality),
-        "best_by_loss_restart": best_by_loss["restart"],
-        "best_by_loss_mean_ssim": best_by_loss["mean_ssim"],
-        "best_by_loss_recovered_strict": best_by_loss["recovered_strict"],
+        "best_by_loss_restart": picked["restart"],
+        "best_by_loss_mean_ssim": picked["mean_ssim"],
+        "best_by_loss_recovered_strict": picked["recovered_strict"],
         "best_true_restart": best_true["restart"],
         "best_true_mean_ssim": best_true["mean_ssim"],
         "best_true_recovered_strict": best_true["recovered_strict"],
@@ -208,10 +235,7 @@ def evaluate_candidates(
     )
     cand_best = np.asarray(cs).max(axis=1)
     sel["spearman_weight_vs_candidate_ssim"] = spearman(flat_w, cand_best)
-  out["selection"] = sel
-
-  out["_result"] = res
-  return out
+  return sel
 
 
 def span_ceiling(basis, ds: data.Dataset, ssim_threshold: Optional[float] = None) -> dict:
@@ -243,12 +267,20 @@ def span_ceiling(basis, ds: data.Dataset, ssim_threshold: Optional[float] = None
   }
 
 
+def best_by_loss(final_loss) -> Optional[int]:
+  """The restart of the lowest finite final loss, the attacker's own pick (None: every
+  restart diverged)."""
+  loss = np.asarray(final_loss, np.float64)
+  ok = np.isfinite(loss)
+  return int(np.nanargmin(np.where(ok, loss, np.inf))) if ok.any() else None
+
+
 def unscored(final_loss) -> dict:
   """The ``selection`` and ``per_restart`` entries of a run with nothing to score its
   candidates against (a blind attack): each restart's final loss, and the lowest-loss one."""
   loss = np.asarray(final_loss, np.float64)
   ok = np.isfinite(loss)
-  best = int(np.nanargmin(np.where(ok, loss, np.inf))) if ok.any() else None
+  best = best_by_loss(loss)
   return {
     "selection": {
       "n_restarts": int(len(loss)),

@@ -1,35 +1,27 @@
 """metrics.json declared: every key a reconstruction's report holds, one frozen dataclass per
-section, read back typed and written from it.
+section (:mod:`recon_jax.eval.sections`: how a section is declared, read and written).
 
-This module is the declaration of what metrics.json holds.  Each field says which key of its
-section it is with :func:`key` (one declaration per key, with what it means): a nested dict
-is a section (``section=``), a list of dicts a tuple of rows (``rows=``), a dict keyed by a
-dynamic name (a score's) ``{name: section}`` (``named=``); a value that is free-form by
-nature (a dict of seconds per score, the sweep's hyperparameters of a restart) is one field
-that holds it as it is, or a section's open part (``open=True``: the keys it does not
-declare), each saying so.  Adding a number to the report is one line here; the job names a
-key that is not declared (an error, raised once the run's files are written).
+Each field says which key of its section it is with :func:`key` (one declaration per key,
+with what it means); a value that is free-form by nature (a dict of seconds per score, the
+sweep's hyperparameters of a restart) is one field that holds it as it is, or a section's
+open part, each saying so.  Adding a number to the report is one line here; a stage of the
+job that states a key not declared raises :class:`Undeclared` naming its full path.
 
-The job writes metrics.json from this declaration: :func:`recon_jax.job.run.write_reconstruction`
-builds the typed report from the pipeline's dict with :meth:`Metrics.from_job` (strict: a key
-not declared here, or a value not of its declared shape, raises :class:`Undeclared` naming
-its full path, e.g. ``regime.cone.foo``: the job then writes the run's files, metrics.json
-as the pipeline made it, before it raises) and writes :meth:`Section.to_dict`, the inverse of
-:func:`read`: the same keys, values and nesting, in the same order.  A key absent from the
-dict stays absent: each section records which of its keys the dict held (``_keys``, a
-private field that equality ignores), and writes only those.
+The job's stages (:mod:`recon_jax.job.pipeline`, :mod:`recon_jax.job.assembly`) return
+their parts of the report typed, :class:`Metrics` is joined from them and completed by the
+verdict (:func:`recon_jax.eval.verdict.conclude`), and metrics.json is written from it
+(:meth:`Section.to_dict`): each section writes the keys it states, in order.
 
 Readers (the verdict, the efficacy harness, the reproduction, report.md and the figures)
-read by attribute.  :meth:`Metrics.from_metrics` reads the dict of the job, or of a
-metrics.json written by an earlier version, leniently: a key that is absent reads as the
-field's default (None unless stated), never a KeyError; a section that is absent reads as an
-empty one (None where it is ``optional``), so ``report.regime.cone.cannot`` is None on a run
-of another attack; a key it does not declare is left out.  Values are kept as the file
-holds them (a count stays the int, a ratio the float or None it was), so a reader formats
-the same number it read before.  A reader whose arithmetic must not meet a damaged file
-(the efficacy harness and the reproduction, reading finished draws back) passes
-``problems``, a list: a value not of its field's declared type (a count that is a string, a
-section that is a list) then reads as absent too, and ``PATH holds VALUE, not TYPE`` is
+read by attribute.  :meth:`Metrics.from_metrics` reads a metrics.json (of this version or
+an earlier one) leniently: a key that is absent reads as the field's default (None unless
+stated), never a KeyError; a section that is absent reads as an empty one (None where it is
+``optional``), so ``report.regime.cone.cannot`` is None on a run of another attack; a key it
+does not declare is left out.  Values are kept as the file holds them (a count stays the
+int, a ratio the float or None it was), so a reader formats the same number it read
+before.  A reader whose arithmetic must not meet a damaged file (the efficacy harness and
+the reproduction, reading finished draws back) passes ``problems``, a list: a value not of
+its field's declared type then reads as absent too, and ``PATH holds VALUE, not TYPE`` is
 appended there.  A reader's shortcut to a key of a subsection (``Metrics.total_s``:
 ``timing.total_s``) is a property, so that key is still declared once.
 
@@ -39,307 +31,19 @@ nor the evaluation that makes its counts (:mod:`recon_jax.eval.evaluation`).
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
-import functools
-import json
-import numbers
-import typing
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Mapping, Optional, Sequence, Tuple
 
-_ABSENT = object()
-WHERE = "recon_jax.eval.metrics_json"
-
-
-class Undeclared(ValueError):
-  """A key of the job's metrics that this module does not declare, or a value not of its
-  declared shape (a section that is not a dict, rows that are not a list of dicts): the
-  report would hold a number no reader knows of.  Declare it (:func:`key`)."""
-
-
-def key(
-  name: Optional[str] = None,
-  *,
-  default=None,
-  section=None,
-  rows=None,
-  named=None,
-  optional=False,
-  open=False,
-):
-  """A field read from key ``name`` of its section's dict (default: the field's own name).
-
-  ``section``: a dataclass read from the dict found there (an empty one where it is absent;
-  with ``optional``, None); ``rows``: a tuple of that dataclass, one per item of the list
-  found there; ``named``: ``{name: that dataclass}`` of the dict found there; ``open``: the
-  section's open part, ``{key: value}`` of the keys no other field declares (at most one a
-  section).  ``default``: the value where the key is absent (a key that holds None reads as
-  None).
-  """
-  if section is not None:
-    default = None if optional else dataclasses.MISSING
-    factory = dataclasses.MISSING if optional else section
-  elif rows is not None:
-    default, factory = dataclasses.MISSING, tuple
-  elif named is not None or open:
-    default, factory = dataclasses.MISSING, dict
-  else:
-    factory = dataclasses.MISSING
-  return dataclasses.field(
-    default=default,
-    default_factory=factory,
-    metadata={
-      "key": name,
-      "section": section,
-      "rows": rows,
-      "named": named,
-      "optional": optional,
-      "open": open,
-    },
-  )
-
-
-@dataclasses.dataclass(frozen=True)
-class Section:
-  """Base of every section of metrics.json: ``_keys`` records the keys its dict held, in
-  order (None: built directly, not read; it then writes every declared key)."""
-
-  _keys: Optional[Tuple[str, ...]] = dataclasses.field(
-    default=None, compare=False, repr=False, kw_only=True
-  )
-
-  @classmethod
-  def of(cls, d):
-    """``d`` (a dict of this section, or an instance already) read typed, leniently."""
-    return d if isinstance(d, cls) else read(cls, d)
-
-  def to_dict(self) -> dict:
-    """The dict this section was read from (:func:`write`)."""
-    return write(self)
-
-
-@functools.lru_cache(maxsize=None)
-def _declared(cls) -> Tuple[dict, Optional[dataclasses.Field]]:
-  """``({key: field}, the open part's field or None)`` of the section ``cls``."""
-  keys, rest = {}, None
-  for f in dataclasses.fields(cls):
-    if "key" not in f.metadata:
-      continue  # _keys
-    if f.metadata["open"]:
-      rest = f
-    else:
-      keys[f.metadata["key"] or f.name] = f
-  return keys, rest
-
-
-def declared_keys(cls) -> Tuple[str, ...]:
-  """The keys the section ``cls`` declares (not its open part's)."""
-  return tuple(_declared(cls)[0])
-
-
-def _mapping(value) -> Mapping:
-  """``value`` where it is a dict, else an empty one (an absent or None section)."""
-  return value if isinstance(value, Mapping) else {}
-
-
-def _refuse(where: str, what: str):
-  raise Undeclared(f"metrics.json key {where} {what} in {WHERE}")
-
-
-@functools.lru_cache(maxsize=None)
-def _hints(cls) -> dict:
-  """``{field name: its declared type}`` of the section ``cls``."""
-  return typing.get_type_hints(cls)
-
-
-def fits(tp, value) -> bool:
-  """Whether ``value``, read from JSON, is of the declared type ``tp``: None always is (an
-  absent number, or one that was not finite); an integer is a whole number (``3.0`` too), a
-  number any int or float but true or false, a list's items and an object's values each of
-  theirs.  A type this module does not declare (``Any``) takes anything."""
-  if value is None or tp is Any:
-    return True
-  origin, args = typing.get_origin(tp), typing.get_args(tp)
-  if origin is Union:
-    return any(fits(a, value) for a in args if a is not type(None))
-  if tp is bool:
-    return isinstance(value, bool) or (_whole(value) and value in (0, 1))
-  if tp is int:
-    return _whole(value)
-  if tp is float:
-    return _real(value)
-  if tp is str:
-    return isinstance(value, str)
-  if origin in (collections.abc.Sequence, tuple, list):
-    item = args[0] if args else Any
-    return isinstance(value, (list, tuple)) and all(fits(item, v) for v in value)
-  if origin is collections.abc.Mapping:
-    item = args[1] if len(args) == 2 else Any
-    return isinstance(value, Mapping) and all(
-      isinstance(k, str) and fits(item, v) for k, v in value.items()
-    )
-  return True
-
-
-def _real(value) -> bool:
-  """A number a float holds (not true or false, not an integer past a float's range)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Real):
-    return False
-  try:
-    float(value)
-  except OverflowError:
-    return False
-  return True
-
-
-def _whole(value) -> bool:
-  if isinstance(value, bool):
-    return False
-  if isinstance(value, numbers.Integral):
-    return _real(value)
-  return isinstance(value, float) and value.is_integer()
-
-
-def _what(tp, many: bool = False) -> str:
-  """The declared type ``tp`` in words (``many``: of a list's items)."""
-  origin, args = typing.get_origin(tp), typing.get_args(tp)
-  if origin is Union:
-    return " or ".join(_what(a, many) for a in args if a is not type(None))
-  one = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
-  more = {bool: "true or false", int: "whole numbers", float: "numbers", str: "strings"}
-  if tp in one:
-    return (more if many else one)[tp]
-  if origin in (collections.abc.Sequence, tuple, list):
-    item = args[0] if args else Any
-    lists = "lists" if many else "a list"
-    return lists + ("" if item is Any else f" of {_what(item, True)}")
-  if origin is collections.abc.Mapping:
-    return "objects" if many else "an object"
-  return str(tp)
-
-
-def shown(value) -> str:
-  """``value`` as JSON, cut short (to say what a file held)."""
-  try:
-    text = json.dumps(value)
-  except (TypeError, ValueError):
-    text = repr(value)
-  return text if len(text) <= 40 else text[:37] + "..."
-
-
-def read(
-  cls,
-  d: Optional[Mapping],
-  *,
-  strict: bool = False,
-  where: str = "",
-  problems: Optional[list] = None,
-):
-  """An instance of the section ``cls`` (a :class:`Section` of :func:`key` fields) read from
-  ``d``, recording which keys ``d`` held.  Lenient by default (:meth:`Metrics.from_metrics`);
-  ``strict``: every key of ``d`` declared and every value of its declared shape, else
-  :class:`Undeclared` naming the key's full path (``where``: this section's).  ``problems``
-  (a list, lenient): a value not of its field's declared type (a count that is a string, a
-  section that is a list) reads as absent, and ``PATH holds VALUE, not TYPE`` is appended to
-  it; None in place of a value is never one (it reads as absent)."""
-  if strict and not isinstance(d, Mapping):
-    _refuse(where, f"holds {type(d).__name__}, not the section {cls.__name__} declared")
-  d = _mapping(d)
-  keys, rest = _declared(cls)
-  check = problems is not None and not strict
-  values, wrong = {}, set()
-
-  def bad(name: str, at: str, raw, what: str) -> None:
-    problems.append(f"{at} holds {shown(raw)}, not {what}")
-    wrong.add(name)
-
-  for name, f in keys.items():
-    raw = d.get(name, _ABSENT)
-    if raw is _ABSENT:
-      continue  # the field's default
-    meta, at = f.metadata, f"{where}.{name}" if where else name
-    if meta["section"] is not None:
-      if strict and raw is None and meta["optional"]:
-        values[f.name] = None
-      elif strict:
-        values[f.name] = read(meta["section"], raw, strict=True, where=at)
-      elif check and raw is not None and not isinstance(raw, Mapping):
-        bad(name, at, raw, "an object")
-      else:
-        empty = not raw or not isinstance(raw, Mapping)
-        values[f.name] = (
-          None
-          if empty and meta["optional"]
-          else read(meta["section"], raw, where=at, problems=problems)
-        )
-    elif meta["rows"] is not None:
-      if strict and not isinstance(raw, (list, tuple)):
-        _refuse(at, f"holds {type(raw).__name__}, not the rows of {meta['rows'].__name__}")
-      if check and raw is not None and not isinstance(raw, (list, tuple)):
-        bad(name, at, raw, "a list of objects")
-        continue
-      rows = raw if isinstance(raw, (list, tuple)) else ()
-      if check:
-        for i, r in enumerate(rows):
-          if r is not None and not isinstance(r, Mapping):
-            problems.append(f"{at}[{i}] holds {shown(r)}, not an object")
-      values[f.name] = tuple(
-        read(meta["rows"], r, strict=strict, where=f"{at}[{i}]", problems=problems)
-        for i, r in enumerate(rows)
-      )
-    elif meta["named"] is not None:
-      if strict and not isinstance(raw, Mapping):
-        _refuse(at, f"holds {type(raw).__name__}, not {{name: {meta['named'].__name__}}}")
-      if check and raw is not None and not isinstance(raw, Mapping):
-        bad(name, at, raw, "an object")
-        continue
-      named = _mapping(raw)
-      if check:
-        for k, v in named.items():
-          if v is not None and not isinstance(v, Mapping):
-            problems.append(f"{at}.{k} holds {shown(v)}, not an object")
-      values[f.name] = {
-        k: read(meta["named"], v, strict=strict, where=f"{at}.{k}", problems=problems)
-        for k, v in named.items()
-      }
-    elif check and not fits(_hints(cls)[f.name], raw):
-      bad(name, at, raw, _what(_hints(cls)[f.name]))
-    else:
-      values[f.name] = raw
-  others = [k for k in d if k not in keys]
-  if rest is not None:
-    values[rest.name] = {k: d[k] for k in others}
-  elif strict and others:
-    _refuse(f"{where}.{others[0]}" if where else others[0], "is not declared")
-  held = tuple(k for k in d if (k in keys or rest is not None) and k not in wrong)
-  return cls(**values, _keys=held)
-
-
-def write(section: Section) -> dict:
-  """The dict of ``section``, the inverse of :func:`read`: the keys it was read with, in
-  their order (every declared key where it was built directly), each value as it was read;
-  subsections, rows and named sections written the same way."""
-  keys, rest = _declared(type(section))
-  extra = {} if rest is None else getattr(section, rest.name)
-  held = section._keys
-  if held is None:
-    held = (*keys, *extra)
-  out = {}
-  for name in held:
-    f = keys.get(name)
-    if f is None:
-      out[name] = extra[name]
-      continue
-    value, meta = getattr(section, f.name), f.metadata
-    if meta["section"] is not None:
-      out[name] = None if value is None else write(value)
-    elif meta["rows"] is not None:
-      out[name] = [write(row) for row in value]
-    elif meta["named"] is not None:
-      out[name] = {k: write(v) for k, v in value.items()}
-    else:
-      out[name] = value
-  return out
+from recon_jax.eval.sections import (  # noqa: F401 (the machinery, read here by its users)
+  Section,
+  Undeclared,
+  declared_keys,
+  fits,
+  key,
+  read,
+  shown,
+  write,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -385,7 +89,7 @@ class Imported(Section):
 
 
 @dataclasses.dataclass(frozen=True)
-class Victim(Section):
+class VictimReport(Section):
   """``victim``: the victim's training summary (margins and outputs left out).  A victim
   stored by another version of the library (a checkpoint, the cache) carries the summary
   that version wrote: its keys not declared here are kept as they are in ``other``."""
@@ -479,7 +183,7 @@ class Regime(Section):
 # The evaluation against the truth
 # --------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class Evaluation(Section):
+class EvaluationReport(Section):
   """``evaluation`` (the candidates pooled), ``baselines.mean_image`` and
   ``baselines.heldout``: an evaluation's counts
   (:meth:`recon_jax.eval.images.EvalResult.summary`)."""
@@ -506,8 +210,8 @@ class Evaluation(Section):
 class Baselines(Section):
   """``baselines``: what the evaluation gives images that are no reconstructions."""
 
-  mean_image: Evaluation = key(section=Evaluation)  # the training mean
-  heldout: Optional[Evaluation] = key(section=Evaluation, optional=True)  # unseen images
+  mean_image: EvaluationReport = key(section=EvaluationReport)  # the training mean
+  heldout: Optional[EvaluationReport] = key(section=EvaluationReport, optional=True)  # unseen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -786,7 +490,7 @@ class Metrics(Section):
   # (None: clip_to_box off, or a run before it)
   clipped_to_box: Optional[float] = key()
   regime: Regime = key(section=Regime)  # what the job read of theta* first
-  victim: Victim = key(section=Victim)  # its training summary
+  victim: VictimReport = key(section=VictimReport)  # its training summary
   victim_source: Optional[str] = key()  # 'trained', 'cache', or the file it was read from
   n_train: Optional[int] = key()  # 0: a blind attack
   blind: Optional[bool] = key()  # no training images (absent otherwise)
@@ -803,7 +507,7 @@ class Metrics(Section):
   baseline_heldout_n_ssim_gt_04: Optional[int] = key("baseline_heldout_n_ssim_gt_0.4")
   oracle_residual_rel: Optional[float] = key()  # identifiability.truth_residual
   identifiability: Identifiability = key(section=Identifiability)  # the equations' fits
-  evaluation: Evaluation = key(section=Evaluation)  # the pooled candidates' counts
+  evaluation: EvaluationReport = key(section=EvaluationReport)  # the pooled candidates' counts
   baselines: Baselines = key(section=Baselines)  # the baselines' counts
   selection: Selection = key(section=Selection)  # the restarts, and the attacker's pick
   per_restart: Tuple[Restart, ...] = key(rows=Restart)  # each restart on its own

@@ -19,18 +19,20 @@
 
 The verdict never contradicts the count: ``leaks`` needs k >= 1 above the baseline,
 ``no_evidence`` k at or below it.  Beside it stand the warnings a reader must know before
-trusting the numbers (:func:`run_warnings`); :func:`conclude` puts both in a report.  Both
-read the report typed (:class:`recon_jax.eval.metrics_json.Metrics`), never by key.
+trusting the numbers (:func:`run_warnings`); :func:`conclude` returns the report completed
+with both, a new typed report.  All read the report typed
+(:class:`recon_jax.eval.metrics_json.Metrics`, or a metrics.json's dict read so once), never
+by key, and return typed values (:class:`Said`), never editing what they read.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
 from recon_jax.eval import identifiability
-from recon_jax.eval.metrics_json import Identifiability, Membership, Metrics, Victim
+from recon_jax.eval.metrics_json import Identifiability, Membership, Metrics, VictimReport
 
 LEAKS, NO_EVIDENCE, CANNOT_TELL = "leaks", "no_evidence", "cannot_tell"
 VERDICTS = (LEAKS, NO_EVIDENCE, CANNOT_TELL)
@@ -53,14 +55,14 @@ def _as_float(v) -> Optional[float]:
   return v if np.isfinite(v) else None
 
 
-def victim_warning(victim: Victim, loss: str, num_classes: int) -> Optional[str]:
+def victim_warning(victim: VictimReport, loss: str, num_classes: int) -> Optional[str]:
   """Why a victim's parameters are unlikely to hold its training data (None: no reason).
 
   A classifier whose final training loss is within 1% of chance (ln 2 for
   logistic, ln C for ce) did not train; one that misclassifies part of its
   training set is not at a KKT point of margin maximisation, the assumption
   of the KKT attack.  Regression (mse) victims are not judged.  ``victim``: its
-  summary read typed (:meth:`recon_jax.eval.metrics_json.Victim.of`).  An imported model was
+  summary read typed (:meth:`recon_jax.eval.metrics_json.VictimReport.of`).  An imported model was
   not trained here: its loss and errors are on the images given as its training set, which
   may not be the ones it was trained on, and the advice says so.
   """
@@ -96,15 +98,15 @@ def victim_warning(victim: Victim, loss: str, num_classes: int) -> Optional[str]
   return None
 
 
-def run_warnings(metrics: dict, num_classes: int, searched: bool = True) -> list:
-  """What a reader of a reconstruction's metrics must know before trusting them
-  (``searched``: the candidates came from a search, whose restarts may diverge, rather than
-  read off theta*).
+Report = Union[Metrics, Mapping]  # a report typed, or a metrics.json's dict (read typed once)
 
-  Also sets ``metrics["victim_warning"]`` (:func:`victim_warning`).
-  """
-  r = Metrics.from_metrics(metrics)
-  metrics["victim_warning"] = said = victim_warning(r.victim, r.task_from_loss, num_classes)
+
+def run_warnings(report: Report, num_classes: int, searched: bool = True) -> list:
+  """What a reader of a reconstruction's report must know before trusting it (``searched``:
+  the candidates came from a search, whose restarts may diverge, rather than read off
+  theta*): the victim's warning first (:func:`victim_warning`), where it has one."""
+  r = Metrics.of(report)
+  said = victim_warning(r.victim, r.task_from_loss, num_classes)
   return ([said] if said else []) + _warnings(r, searched)
 
 
@@ -243,15 +245,34 @@ def _fits(ident: Identifiability) -> Optional[str]:
   return "equal"
 
 
-def conclude(metrics: dict, num_classes: int, searched: bool = True) -> dict:
-  """``metrics`` completed with what a reader needs first: its ``warnings``
-  (:func:`run_warnings`), ``verdict``, ``reasons`` and ``verdict_line`` (:func:`decide`).
-  Returns :func:`decide`'s dict."""
-  metrics["warnings"] = run_warnings(metrics, num_classes, searched)
-  said = decide(metrics, searched)
-  metrics.update(verdict=said["verdict"], reasons=said["reasons"], verdict_line=said["line"])
-  metrics["wrong_data"] = said["wrong_data"]
-  return said
+class Said(NamedTuple):
+  """The verdict of a report (:func:`decide`)."""
+
+  verdict: str  # LEAKS, NO_EVIDENCE or CANNOT_TELL
+  reasons: Tuple[str, ...]  # why, one sentence each
+  line: str  # both in one line
+  tolerance: float  # the identifiability ratio's band of equal fits (:func:`tolerance`)
+  recovered: Optional[int]  # the strict count it read
+  n_train: Optional[int]  # of the training images
+  wrong_data: bool = False  # the supplied training set fits far worse than the candidates
+  membership_only: bool = False  # it rests on the membership tests from the weights alone
+
+
+def conclude(report: Report, num_classes: int, searched: bool = True) -> Metrics:
+  """The report completed with what a reader needs first, a new typed report (``report`` is
+  not changed): its ``victim_warning`` (:func:`victim_warning`), ``warnings``
+  (:func:`run_warnings`), ``verdict``, ``reasons``, ``verdict_line`` and ``wrong_data``
+  (:func:`decide`), stated in that order after its other keys."""
+  r = Metrics.of(report)
+  said = decide(r, searched)
+  return r.with_(
+    victim_warning=victim_warning(r.victim, r.task_from_loss, num_classes),
+    warnings=run_warnings(r, num_classes, searched),
+    verdict=said.verdict,
+    reasons=list(said.reasons),
+    verdict_line=said.line,
+    wrong_data=said.wrong_data,
+  )
 
 
 def membership_text(mem: Membership) -> str:
@@ -262,11 +283,10 @@ def membership_text(mem: Membership) -> str:
   return f"AUC {mem.auc:.2f}{tpr}, p = {mem.p_value:.2g} at level {mem.level:g}"
 
 
-def decide(metrics: Mapping, searched: bool = True) -> dict:
-  """The verdict of a reconstruction's metrics (metrics.json's dict): ``{"verdict",
-  "reasons", "line", "tolerance", "recovered", "baseline"}`` (``searched``: the candidates
-  came from a search, which a longer one might improve, not read off theta*)."""
-  m = Metrics.from_metrics(metrics)
+def decide(report: Report, searched: bool = True) -> Said:
+  """The verdict of a reconstruction's report (``searched``: the candidates came from a
+  search, which a longer one might improve, not read off theta*)."""
+  m = Metrics.of(report)
   return _by_weights(m, _decide(m, searched))
 
 
@@ -337,12 +357,12 @@ def _or_nan(v) -> float:
   return float("nan") if v is None else float(v)
 
 
-def _by_weights(m: Metrics, said: dict) -> dict:
+def _by_weights(m: Metrics, said: Said) -> Said:
   """``said`` (:func:`_decide`'s) turned to ``leaks`` where the weights alone tell the training
   images apart (:func:`weights_evidence`) and the reconstruction did not show a leak; never
   where the images given fit far worse than the candidates (``wrong_data``).  A membership
   test counts no image as recovered: the line says how many were."""
-  if said["verdict"] == LEAKS or said["wrong_data"]:
+  if said.verdict == LEAKS or said.wrong_data:
     return said
   evidence = weights_evidence(m)
   if evidence is None:
@@ -352,19 +372,52 @@ def _by_weights(m: Metrics, said: dict) -> dict:
   if m.membership_only:  # a membership-only audit: the reasons were the tests'
     reasons = [f"{evidence}; {NOT_ATTEMPTED}"]
   else:
-    reasons = [f"{evidence}; {what}", *(r for r in said["reasons"] if "AUC" not in r)]
+    reasons = [f"{evidence}; {what}", *(r for r in said.reasons if "AUC" not in r)]
   line = f"{LEAKS}: " + "; ".join(reasons)
-  return dict(said, verdict=LEAKS, reasons=reasons, line=line, membership_only=True)
+  return said._replace(verdict=LEAKS, reasons=tuple(reasons), line=line, membership_only=True)
 
 
-def _decide(m: Metrics, searched: bool) -> dict:
+class _Facts(NamedTuple):
+  """What :func:`_decide` reads of a report with training images, and says of it."""
+
+  k: int  # training images recovered strictly
+  base: int  # the held-out baseline (:func:`_baseline`)
+  fits: Optional[str]  # :func:`_fits`
+  tol: float  # :func:`tolerance`
+  rtext: str  # the identifiability ratio in words
+  flat: bool  # a flat family of exact fits was confirmed
+  why_flat: str  # that family in words
+  tested: bool  # the membership test ran
+  told_apart: bool  # and separates the sets at its level
+  mtext: str  # it in words (:func:`membership_text`)
+  what: str  # the strict count in words
+
+
+def _facts(m: Metrics) -> _Facts:
+  ident, family = m.identifiability, m.identifiability.family
+  k, n, base = int(m.recovered_strict or 0), int(m.n_train or 0), _baseline(m)
+  mem = m.membership
+  tested = mem.p_value is not None
+  return _Facts(
+    k,
+    base,
+    _fits(ident),
+    tolerance(ident),
+    f"{ident.ratio:.4g}" if ident.ratio is not None else "not scored",
+    bool(family.confirmed),
+    f"images far from the training set fit the equations exactly as well (the first layer "
+    f"sees {family.first_layer_rank} of {family.input_dim} input directions)",
+    tested,
+    tested and bool(mem.significant),
+    membership_text(mem),
+    f"{k} of {n} training images recovered strictly (held-out baseline {base})",
+  )
+
+
+def _decide(m: Metrics, searched: bool) -> Said:
   """:func:`decide` of the report read typed."""
-  n = int(m.n_train or 0)
-  ident = m.identifiability
-  family = ident.family
-  fits, tol = _fits(ident), tolerance(ident)
-  reasons = []
-  if n == 0:
+  tol = tolerance(m.identifiability)
+  if int(m.n_train or 0) == 0:
     return _out(
       CANNOT_TELL,
       [
@@ -384,23 +437,9 @@ def _decide(m: Metrics, searched: bool) -> dict:
       m,
       tol,
     )
-  k = int(m.recovered_strict or 0)
-  base = max(
-    int(m.baseline_heldout_recovered_strict or 0), int(m.baseline_mean_image_recovered_strict or 0)
-  )
-  ratio = ident.ratio
-  rtext = f"{ratio:.4g}" if ratio is not None else "not scored"
-  flat = bool(family.confirmed)
-  why_flat = (
-    f"images far from the training set fit the equations exactly as well (the first layer "
-    f"sees {family.first_layer_rank} of {family.input_dim} input directions)"
-  )
-  mem = m.membership
-  tested = mem.p_value is not None
-  told_apart = tested and bool(mem.significant)
-  mtext = membership_text(mem)
-  what = f"{k} of {n} training images recovered strictly (held-out baseline {base})"
-  if ratio is not None and np.isfinite(ratio) and ratio < WRONG_DATA_RATIO and not flat:
+  f = _facts(m)
+  ratio = m.identifiability.ratio
+  if ratio is not None and np.isfinite(ratio) and ratio < WRONG_DATA_RATIO and not f.flat:
     known = bool(m.regime.known_init)
     fitted = "theta* - theta_0" if known else "theta*"
     also = "" if known else ", or the equations of theta* alone do not single out the training set"
@@ -409,63 +448,70 @@ def _decide(m: Metrics, searched: bool) -> dict:
       [
         f"the supplied training images may not be the model's training set: the attack's own "
         f"candidates fit {fitted} {1 / max(ratio, 1e-12):.1f} times better than they do "
-        f"(identifiability ratio {rtext}, below {WRONG_DATA_RATIO:g}){also}; compare the "
+        f"(identifiability ratio {f.rtext}, below {WRONG_DATA_RATIO:g}){also}; compare the "
         "candidates (candidates.png) with your data",
-        what,
-        f"membership: {mtext}",
+        f.what,
+        f"membership: {f.mtext}",
       ],
       m,
-      tol,
+      f.tol,
       wrong_data=True,
     )
-  best_restart_real = _best_restart_recovers(m, base)
-  if k > base:
-    if flat:
-      return _out(CANNOT_TELL, [what, why_flat], m, tol)
-    if tested and not told_apart:
-      why = (
-        "the membership score does not tell the training images from the held-out ones"
-        if mem.testable
-        else f"too few images for the membership test to reach its level (at best p = "
-        f"{mem.smallest_p:.2g}; give more held-out images)"
-      )
-      return _out(
-        CANNOT_TELL, [what, f"but {why} ({mtext}): the recoveries are no evidence"], m, tol
-      )
-    if fits in ("truth", "equal", None) or best_restart_real:
-      if tested:
-        reasons.append(f"the training images are told from held-out ones ({mtext})")
-      if fits == "equal":
-        reasons.append(
-          f"the training set fits the equations as well as what the attack found "
-          f"(ratio {rtext}, within {tol:.2g})"
-        )
-      elif fits == "truth":
-        reasons.append(f"the training set fits the equations best (ratio {rtext})")
-      elif fits == "other":
-        reasons.append(
-          f"the better fit (ratio {rtext}) is the training set itself: the "
-          "best-fitting restart recovers training images strictly"
-        )
-      else:
-        skipped = "no ratio" if ident.skipped is None else ident.skipped
-        reasons.append(f"identifiability not scored ({skipped})")
-      return _out(LEAKS, [what, *reasons], m, tol)
-    return _out(
-      CANNOT_TELL,
-      [
-        what,
-        f"but other images fit the equations better (ratio {rtext}, below 1 - {tol:.2g}) and "
-        "the best-fitting restart recovers no training image: the reconstructions are not "
-        "evidence of membership",
-      ],
-      m,
-      tol,
+  if f.k > f.base:
+    return _recovered(m, f)
+  return _nothing_beyond(m, f, searched)
+
+
+def _recovered(m: Metrics, f: _Facts) -> Said:
+  """:func:`_decide` where training images are recovered beyond the baseline."""
+  what, tol, rtext, mem = f.what, f.tol, f.rtext, m.membership
+  if f.flat:
+    return _out(CANNOT_TELL, [what, f.why_flat], m, tol)
+  if f.tested and not f.told_apart:
+    why = (
+      "the membership score does not tell the training images from the held-out ones"
+      if mem.testable
+      else f"too few images for the membership test to reach its level (at best p = "
+      f"{mem.smallest_p:.2g}; give more held-out images)"
     )
-  # Nothing beyond the baseline: can this attack test this model at all?
-  what = f"no training image recovered strictly beyond the held-out baseline ({k} vs {base})"
+    return _out(
+      CANNOT_TELL, [what, f"but {why} ({f.mtext}): the recoveries are no evidence"], m, tol
+    )
+  if f.fits in ("truth", "equal", None) or _best_restart_recovers(m, f.base):
+    reasons = [f"the training images are told from held-out ones ({f.mtext})"] if f.tested else []
+    if f.fits == "equal":
+      reasons.append(
+        f"the training set fits the equations as well as what the attack found "
+        f"(ratio {rtext}, within {tol:.2g})"
+      )
+    elif f.fits == "truth":
+      reasons.append(f"the training set fits the equations best (ratio {rtext})")
+    elif f.fits == "other":
+      reasons.append(
+        f"the better fit (ratio {rtext}) is the training set itself: the "
+        "best-fitting restart recovers training images strictly"
+      )
+    else:
+      skipped = m.identifiability.skipped
+      reasons.append(f"identifiability not scored ({'no ratio' if skipped is None else skipped})")
+    return _out(LEAKS, [what, *reasons], m, tol)
+  return _out(
+    CANNOT_TELL,
+    [
+      what,
+      f"but other images fit the equations better (ratio {rtext}, below 1 - {tol:.2g}) and "
+      "the best-fitting restart recovers no training image: the reconstructions are not "
+      "evidence of membership",
+    ],
+    m,
+    tol,
+  )
+
+
+def _cannot_test(m: Metrics, f: _Facts) -> list:
+  """Why this attack cannot test this model, one clause each (none: it can)."""
   cannot = []
-  truth = ident.truth_residual
+  truth = m.identifiability.truth_residual
   if truth is not None and truth > FAR_FROM_ASSUMPTION:
     # Without theta_0, theta* of a model whose init is large (He's) is mostly theta_0.
     given = "threat.theta0" if m.victim.imported is not None else "threat.known_init=True"
@@ -474,8 +520,8 @@ def _decide(m: Metrics, searched: bool) -> dict:
       f"the training set leaves {truth:.0%} of the fitted parameters unexplained "
       f"(theta* is not of the form the attack assumes{hint})"
     )
-  if flat:
-    cannot.append(why_flat)
+  if f.flat:
+    cannot.append(f.why_flat)
   r, div = int(m.num_restarts or 0), int(m.selection.n_diverged or 0)
   if r and div * 2 >= r:
     cannot.append(f"{div} of {r} restarts diverged")
@@ -483,36 +529,45 @@ def _decide(m: Metrics, searched: bool) -> dict:
     cannot.append("the first layer is not dense (the span and flat-family checks do not apply)")
   if m.cannot:
     cannot.append(m.cannot)
-  if fits == "other":
-    cannot.append(f"other images fit the equations better (ratio {rtext})")
+  if f.fits == "other":
+    cannot.append(f"other images fit the equations better (ratio {f.rtext})")
+  return cannot
+
+
+def _nothing_beyond(m: Metrics, f: _Facts, searched: bool) -> Said:
+  """:func:`_decide` where nothing is recovered beyond the baseline: can this attack test
+  this model at all?"""
+  what = f"no training image recovered strictly beyond the held-out baseline ({f.k} vs {f.base})"
+  tol, ratio = f.tol, m.identifiability.ratio
+  cannot = _cannot_test(m, f)
   if cannot:
     return _out(
       NO_EVIDENCE, [what, "this attack cannot test this model: " + "; ".join(cannot)], m, tol
     )
-  if told_apart:
+  if f.told_apart:
     return _out(
       CANNOT_TELL,
       [
         what,
-        f"yet the membership score tells the training images from held-out ones ({mtext}): "
+        f"yet the membership score tells the training images from held-out ones ({f.mtext}): "
         "they are reconstructed better than unseen images, but none well enough to show",
       ],
       m,
       tol,
     )
-  if fits == "equal":
+  if f.fits == "equal":
     return _out(
       CANNOT_TELL,
       [
         what,
         f"the training set and what the attack found fit the "
-        f"equations equally well (ratio {rtext}, within {tol:.2g})",
+        f"equations equally well (ratio {f.rtext}, within {tol:.2g})",
       ],
       m,
       tol,
     )
   fit = "the training set fits the equations best" + (
-    f" (ratio {rtext})" if ratio is not None else ""
+    f" (ratio {f.rtext})" if ratio is not None else ""
   )
   if searched:
     return _out(NO_EVIDENCE, [what, f"{fit}: a longer search may still reach it"], m, tol)
@@ -532,15 +587,8 @@ def _best_restart_recovers(m: Metrics, base: int) -> bool:
   return row is not None and int(row.recovered_strict or 0) > base
 
 
-def _out(verdict: str, reasons: list, m: Metrics, tol: float, wrong_data=False) -> dict:
+def _out(verdict: str, reasons: list, m: Metrics, tol: float, wrong_data=False) -> Said:
   if m.membership.auc is not None and not any("AUC" in r for r in reasons):
     reasons = [*reasons, f"membership: {membership_text(m.membership)}"]  # every verdict states it
-  return {
-    "verdict": verdict,
-    "reasons": reasons,
-    "line": f"{verdict.replace('_', ' ')}: " + "; ".join(reasons),
-    "tolerance": tol,
-    "recovered": m.recovered_strict,
-    "n_train": m.n_train,
-    "wrong_data": wrong_data,  # the supplied training set fits far worse than the candidates
-  }
+  line = f"{verdict.replace('_', ' ')}: " + "; ".join(reasons)
+  return Said(verdict, tuple(reasons), line, tol, m.recovered_strict, m.n_train, wrong_data)

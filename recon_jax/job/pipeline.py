@@ -2,14 +2,17 @@
 
 data -> victim (trained, cached or imported) -> theta* -> Target ->
 x-initialisation -> attack -> the one batched loop -> candidates ->
-evaluation -> report dict.
+evaluation -> the report, typed (metrics.json's :class:`~recon_jax.eval.metrics_json.Metrics`).
 
 :func:`reconstruct` runs one job (a :class:`~recon_jax.job.planning.Plan`, or its typed
 settings, :class:`recon_jax.job.settings.JobConfig`) in stages, each handing on what the
 next takes: :func:`victim_stage` (the data, the victim and the attacker's target),
 :func:`attack_stage` (the regime, the estimate, the candidates, a hand-over: an
 :class:`Attacked`), the scoring (:func:`recon_jax.eval.scoring.score_run`) and the verdict.
-It returns the report without writing anything but the optional resume file.
+Each stage returns its part of the report typed (:mod:`recon_jax.job.assembly`); the parts
+are joined in metrics.json's order and the verdict completes them
+(:func:`recon_jax.eval.verdict.conclude`), a new report: nothing is edited once made.  It
+returns the report without writing anything but the optional resume file.
 """
 
 from __future__ import annotations
@@ -26,36 +29,12 @@ from recon_jax.attacks import search, span
 from recon_jax.core import progress
 from recon_jax.engine import loop, precision, resume
 from recon_jax.eval import evaluation, scoring, verdict
-from recon_jax.eval.metrics_json import Metrics
-from recon_jax.job import estimate, planning
+from recon_jax.eval.metrics_json import Metrics, Regime
+from recon_jax.job import assembly, estimate, planning
 from recon_jax.job.planning import Plan
 from recon_jax.job.settings import JobConfig
 from recon_jax.types import Attack, HParams, Target, float_dtype  # noqa: F401 (re-exported)
 from recon_jax.victims import recipe, sources, targets
-
-
-def assumptions(cfg: JobConfig, vcfg: recipe.VictimConfig, ds: data.Dataset, foreign: bool) -> dict:
-  """What the report took as given about the victim and its data (stated in metrics.json):
-  a user's own images are named as the dataset (``user:FOLDER``), with no draw of their own."""
-  user = bool(cfg.threat.train or cfg.threat.heldout)
-  out = {
-    "dataset": ds.name if user else vcfg.dataset,
-    "n_per_class": None if user else vcfg.n_per_class,
-    "data_seed": None if user else vcfg.data_seed,
-    "task_from_loss": vcfg.loss,
-    "input_shape": list(ds.x_train.shape[1:]),
-    "pixel_range": [0.0, 1.0],
-    "training_mean_subtracted": bool(np.any(ds.mean != 0)),
-  }
-  if foreign:
-    imp = cfg.threat
-    out.update(
-      input_layout=imp.input_layout,
-      conv_stride=imp.stride,
-      conv_padding=imp.padding,
-      data_mean_file=imp.data_mean or None,
-    )
-  return out
 
 
 def attack_setup(
@@ -108,11 +87,16 @@ def make_attack(
 class Reconstruction(NamedTuple):
   """A reconstruction job's outcome: the report and what the figures and arrays need."""
 
-  metrics: dict  # JSON-able report (metrics.json)
+  report: Metrics  # the report, typed (metrics.json: ``report.to_dict()``)
   arrays: dict  # name -> array (reconstructions.npz)
   eval_result: Any  # metrics.EvalResult of the pooled candidates (or None)
   dataset: data.Dataset
   victim: sources.Victim
+
+  @property
+  def metrics(self) -> dict:
+    """metrics.json's dict of the report (a new dict each time)."""
+    return self.report.to_dict()
 
 
 def load_victim(plan: Plan) -> Tuple[data.Dataset, sources.Victim, np.ndarray, float]:
@@ -145,13 +129,13 @@ def job_target(plan: Plan, vic: sources.Victim, ds: data.Dataset, labels) -> Tar
   return target
 
 
-def _estimate(plan: Plan, vic, ds, seen: dict, flops: Optional[float] = None) -> dict:
+def _estimate(plan: Plan, vic, ds, seen, flops: Optional[float] = None) -> dict:
   """:func:`recon_jax.job.estimate.estimate` of a plan's attack and scoring on the victim
   ``vic`` and data ``ds`` (``seen``: the regime, whose span the candidates live in where the
   plan searches in it), with the search it hands over to (``plan.then``) where it may;
   ``flops``: the machine's rate (measured now when None)."""
   cfg = plan.config
-  dim = (seen.get("span") or {}).get("dim")
+  dim = Regime.of(seen).span_dim
   then = plan.then
   handover = None
   if then is not None:
@@ -225,44 +209,12 @@ def _reread(plan: Plan, setup, found: search.Found) -> np.ndarray:
   (:attr:`AttackSpec.reread`: the cone, past one hidden layer, the first layer's facets its
   candidates lead to); no images where it reads nothing again."""
   cands = found.candidates
-  best = evaluation.unscored(found.final_loss)["selection"]["best_by_loss_restart"]
+  best = evaluation.best_by_loss(found.final_loss)
   if plan.spec.reread is None or best is None:
     return np.zeros((0, *cands.shape[2:]), cands.dtype)
   progress.phase("the cone again, from the search's candidates")
   images = plan.spec.reread(setup, plan.options, cands[best])
   return np.asarray(images, cands.dtype).reshape(-1, *cands.shape[2:])
-
-
-def _handed_over(why: str, then: Plan, groups: list) -> dict:
-  """What the report says of a hand-over: why, to which search, and what the evaluation
-  made of the direct attack's own candidates alone (every restart of the search started
-  from them) and of what it read again from the search's (``groups``: the evaluation's
-  ``also`` of those two, :func:`_reread`)."""
-  direct, again = groups
-  out = {
-    "why": why,
-    "to": then.config.attack,
-    "direct_candidates": direct["n_candidates"],
-    "direct_recovered_strict": direct["recovered_strict"],
-    "direct_n_ssim_gt_0.4": direct["n_ssim_gt_0.4"],
-    "reread_candidates": again["n_candidates"],
-  }
-  if again["n_candidates"]:
-    out["reread_recovered_strict"] = again["recovered_strict"]
-  return out
-
-
-def _span_ceiling(seen: dict, target: Target, ds, ssim_threshold) -> Optional[dict]:
-  """With a known theta_0 and a change confined to a span narrower than the input: how
-  many training images that span holds (:func:`recon_jax.eval.evaluation.span_ceiling`), the
-  most a reader of the first layer's change recovers; None elsewhere."""
-  info = seen.get("span") or {}
-  if not seen.get("known_init") or info.get("rule") == "all":
-    return None
-  if not info.get("dim") or info["dim"] >= info.get("input_dim", 0):
-    return None
-  basis, _ = span.span_basis(target.fit, 0.0, len(ds.x_train))
-  return evaluation.span_ceiling(basis, ds, ssim_threshold)
 
 
 @contextlib.contextmanager
@@ -319,7 +271,7 @@ class Attacked(NamedTuple):
   found: search.Found  # the candidates scored (the search's, after a hand-over)
   ran: Plan  # the plan whose attack found them (the hand-over's, after one)
   target: Target  # what they were found on (with the hand-over's labels, after one)
-  seen: dict  # the regime read of theta* first, with the direct attack's notes
+  regime: Regime  # what the job read of theta* first, with the direct attack's notes
   guess: dict  # the estimate said before the attack (:func:`recon_jax.job.estimate.estimate`)
   searched: bool  # a search ran (not a direct reading alone)
   started: float  # when the attack started (time.time()), what the estimate is of
@@ -359,14 +311,15 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   target = setup.target
   t_regime = time.time()
   seen = span.regime(target, len(ds.x_train), cfg.threat.known_init, cfg.linearize)
+  seen = assembly.typed(Regime, seen, "regime")
   regime_s = time.time() - t_regime
-  if seen.get("span"):
+  if seen.span:
     logging.info(
       "regime: the first layer's %s %d of %d input directions for %d training images",
-      "change spans" if seen["known_init"] else "weights span",
-      seen["span"]["dim"],
-      seen["span"]["input_dim"],
-      seen["n_train"],
+      "change spans" if seen.known_init else "weights span",
+      seen.span.dim,
+      seen.span.input_dim,
+      seen.n_train,
     )
   t_guess = time.time()
   guess = _estimate(plan, vic, ds, seen)
@@ -385,7 +338,7 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
       spec, plan.options, cfg.search, setup, plan.stages, plan.hparams, ds, state_file
     )
   if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
-    seen.update(found.notes)
+    seen = Regime.joined(seen, assembly.typed(Regime, found.notes, "regime"))
   read = [v.get("short") for v in (found.notes or {}).values() if isinstance(v, dict)]
   why = next((f"attack={cfg.attack} {w}" for w in read if w), None)
   out = Attacked(found, plan, target, seen, guess, searched, started, time.time() - started)
@@ -399,12 +352,12 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   then_s = _estimate(plan.then, vic, ds, seen, flops=guess["gflops"] * 1e9)
   budget = 60.0 * spec.hands_over(plan.options)
   if judged["total_s"] > budget:
-    seen["handover_skipped"] = (
+    skipped = (
       f"it would take about {judged['total_s'] / 60:.0f} minutes at "
       f"{steady / 1e9:.0f} GFLOP/s, over the {budget / 60:g} of cone_search_minutes"
     )
-    logging.info("no hand-over to the KKT search: %s", seen["handover_skipped"])
-    return out
+    logging.info("no hand-over to the KKT search: %s", skipped)
+    return out._replace(regime=seen.with_(handover_skipped=skipped))
   logging.info(
     "hand-over: %s; the KKT search in the change's span runs from its %d images. %s",
     why,
@@ -459,155 +412,50 @@ def on_box(att: Attacked, input_ndim: int) -> Tuple[Attacked, float]:
   return att, moved / total if total else 0.0
 
 
-def _head(plan: Plan) -> dict:
-  """What the report states of the job before it runs: the attack, the problem, what it
-  took as given (:func:`assumptions`) and whether the attack assumes a stationary model."""
-  cfg = plan.config
-  head = {
-    "attack": cfg.attack,
-    "problem": plan.problem,
-    "assumed": assumptions(cfg, plan.victim, plan.source.dataset, plan.foreign),
-    "assumes_stationary": plan.spec.assumes_stationary(plan.options),
-  }
-  head["dataset"] = head["assumed"]["dataset"]
-  if plan.source.heldout_removed:
-    head["heldout_removed"] = plan.source.heldout_removed
-  return head
-
-
-def _scored(plan: Plan, att: Attacked, vic, ds: data.Dataset):
-  """``(entries, result, arrays)``: the scoring stage (:func:`recon_jax.eval.scoring.score_run`)
-  of the attack's candidates, with the hand-over's and the span ceiling's entries; the pooled
-  evaluation; the arrays it adds."""
-  cfg, found, ran = plan.config, att.found, att.ran
-  rerun = ran.spec.rerunnable(ran.options)
-  scores = scoring.score_run(
-    vic.apply_fn,
-    vic.num_outputs,
-    plan.problem,
-    att.target,
-    ds,
-    found.candidates,
-    found.weights,
-    found.final_loss,
-    found.run,
-    attack=found.attack,
-    hparams=ran.stages[-1][1] if ran.stages else None,
-    ssim_threshold=cfg.evaluation.ssim_threshold,
-    seed=cfg.search.seed,
-    identify=cfg.evaluation.identify,
-    normalize=cfg.normalize,
-    stability_candidates=cfg.evaluation.identify_stability_candidates if rerun else 0,
-    labels=found.labels,
-    # after a hand-over the direct attack's images are the attacker's too
-    also=() if att.direct is None else (att.direct.candidates[0], att.reread),
-    theta=vic.params,
-    init=vic.init,
-  )
-  entries = {
-    "n_train": len(ds.x_train),
-    "m": int(found.candidates.shape[1]),
-    "num_restarts": ran.config.search.num_restarts if found.run is not None else 1,
-    **scores.entries(),
-  }
-  arrays = {"train_idx": ds.train_idx}
-  if att.direct is not None:
-    handed = _handed_over(att.why, ran, scores.evaluation["also"])
-    entries["handover"] = dict(handed, direct_s=att.direct_s, reread_s=att.reread_s)
-    # the images the direct attack read, and read again from the search's, scored beside
-    # the restarts: the reconstructions a user looks at after a hand-over
-    arrays.update(direct_images=att.direct.candidates[0], reread_images=att.reread)
-  t0 = time.time()
-  ceiling = _span_ceiling(att.seen, att.target, ds, cfg.evaluation.ssim_threshold)
-  if ceiling is not None:
-    entries["span_ceiling"] = ceiling
-    scores.timing["span_ceiling_s"] = time.time() - t0
-  for i, row in enumerate(entries["per_restart"]):
-    row.update({k: float(np.asarray(v)[i]) for k, v in found.hparams.items()})
-  if scores.result is not None:
-    arrays.update(recon=scores.result.recon, ssim=scores.result.ssim)
-  witness = (entries["identifiability"].get("family") or {}).pop("_witness", None)
-  if witness is not None:
-    arrays["family_witness"] = np.asarray(witness, np.float32)
-  return entries, scores, arrays
-
-
-def membership_stage(plan: Plan, vic, ds: data.Dataset, setup) -> dict:
+def membership_stage(plan: Plan, vic, ds: data.Dataset, setup) -> Tuple[Metrics, float]:
   """The membership-only audit (an attack that reconstructs nothing: ``attack=none``): every
   given image scored by the tests read off the weights
-  (:func:`recon_jax.eval.scoring.weight_membership`), as metrics.json's entries after the
-  job's head; nothing is counted as recovered (``recovered_strict`` None)."""
+  (:func:`recon_jax.eval.scoring.weight_membership`), as the report's entries after the
+  job's head (:func:`recon_jax.job.assembly.membership_only`), and the seconds they took."""
   progress.phase("the membership tests from the weights")
   t0 = time.time()
   tests = scoring.weight_membership(
     vic.apply_fn, vic.params, setup.target, ds, plan.config.search.seed, vic.init
   )
-  membership = tests or {"skipped": "no held-out images to compare the training images with"}
-  return {
-    "n_train": len(ds.x_train),
-    "membership_only": True,
-    "m": 0,
-    "num_restarts": 0,
-    "recovered_strict": None,
-    "identifiability": {"skipped": NOT_RECONSTRUCTED, "ratio": None},
-    **evaluation.unscored(np.zeros(0)),
-    "membership": membership,
-    "timing": {"membership_s": time.time() - t0},
-  }
+  return assembly.membership_only(ds, tests), time.time() - t0
 
 
-# Why a membership-only audit scores no reconstruction (metrics.json, report.md).
-NOT_RECONSTRUCTED = "no reconstruction was attempted (attack=none): the membership tests alone"
+NOT_RECONSTRUCTED = assembly.NOT_RECONSTRUCTED
 
 
 def _membership_only(plan: Plan, state_file) -> Reconstruction:
   """:func:`reconstruct` of a job whose attack reconstructs nothing (:func:`membership_stage`)."""
   del state_file  # nothing long enough to save
   t_start = time.time()
-  head = _head(plan)
+  head = assembly.head(plan)
   ds, vic, setup, victim_s = victim_stage(plan)
-  head.update(
-    victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
-    victim_source=vic.source,
-  )
   guess = _estimate(plan, vic, ds, {})
   logging.info("%s", estimate.say(guess))
   started = time.time()
-  entries = membership_stage(plan, vic, ds, setup)
-  entries["timing"] = {
-    "victim_s": victim_s,
-    "estimate_s": guess["total_s"],
-    "estimated": estimate.phases_of(guess),
-    **entries["timing"],
-  }
-  entries["timing"]["since_estimate_s"] = time.time() - started
-  entries["timing"]["total_s"] = time.time() - t_start
-  metrics = {**head, **entries}
-  said = verdict.conclude(metrics, ds.num_classes, searched=False)
+  entries, membership_s = membership_stage(plan, vic, ds, setup)
+  timing = assembly.timing(
+    {"victim_s": victim_s, "estimate_s": guess["total_s"]},
+    {"estimated": estimate.phases_of(guess), "membership_s": membership_s},
+    {"since_estimate_s": time.time() - started, "total_s": time.time() - t_start},
+  )
+  parts = (head, assembly.victim_part(vic), entries, Metrics.stating(timing=timing))
+  report = verdict.conclude(Metrics.joined(*parts), ds.num_classes, searched=False)
   logging.info(
-    "membership from the weights of %d training images; %s", len(ds.x_train), said["line"]
+    "membership from the weights of %d training images; %s", len(ds.x_train), report.verdict_line
   )
   arrays = {"train_idx": ds.train_idx, "mean": ds.mean}
-  return Reconstruction(metrics, arrays, None, ds, vic)
+  return Reconstruction(report, arrays, None, ds, vic)
 
 
-def _reconstruct(plan: Plan, state_file) -> Reconstruction:
-  """:func:`reconstruct` of a resolved job, stage by stage, each handing on what the next
-  takes: what the report states of the job (:func:`_head`), the victim
-  (:func:`victim_stage`), the attack (:func:`attack_stage`), the scores (nothing is scored
-  without training images: a blind attack), then the verdict."""
-  if not plan.spec.reconstructs:
-    return _membership_only(plan, state_file)
-  t_start = time.time()
-  head = _head(plan)
-  ds, vic, setup, victim_s = victim_stage(plan)
-  target_s = time.time() - t_start - victim_s
-  att = attack_stage(plan, vic, ds, setup, state_file)
-  clipped = None
-  if plan.config.clip_to_box:  # the candidates written and scored are in the box
-    att, clipped = on_box(att, len(setup.input_shape))
-  found = att.found
-  timing = {
+def _attack_timing(att: Attacked, victim_s: float, target_s: float) -> dict:
+  """The seconds of the job up to the scoring: the victim, the target, the regime, the
+  estimate (its probes, and what it said), the attack and any hand-over."""
+  out = {
     "victim_s": victim_s,
     "target_s": target_s,
     "regime_s": att.regime_s,
@@ -615,16 +463,55 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     "estimate_s": att.guess["total_s"],
     "estimated": estimate.phases_of(att.guess),
     "attack_s": att.direct_s,
-    **(found.timing or {}),
+    **(att.found.timing or {}),
   }
   if att.direct is not None:
-    timing.update(handover_s=att.handover_s, reread_s=att.reread_s)
-  head.update(
-    clipped_to_box=clipped,
-    regime=att.seen,
-    victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
-    victim_source=vic.source,
+    out.update(handover_s=att.handover_s, reread_s=att.reread_s)
+  return out
+
+
+def _said(report: Metrics, n: int) -> None:
+  """The job's last progress line: what it recovered, or a blind attack's candidates."""
+  if n == 0:
+    logging.info(
+      "blind attack: %d candidates of %d restarts; %s",
+      report.m,
+      report.num_restarts,
+      report.verdict_line,
+    )
+    return
+  logging.info(
+    "recovered strictly %d of %d (strict baselines: held-out %s, mean image %s; the looser "
+    "SSIM > 0.4 count %d); membership %s; total %.1fs",
+    report.recovered_strict,
+    n,
+    report.baseline_heldout_recovered_strict,
+    report.baseline_mean_image_recovered_strict,
+    report.n_ssim_gt_04,
+    verdict.membership_text(report.membership),
+    report.total_s,
   )
+
+
+def _reconstruct(plan: Plan, state_file) -> Reconstruction:
+  """:func:`reconstruct` of a resolved job, stage by stage, each handing on what the next
+  takes and returning its part of the report typed: what the report states of the job
+  (:func:`recon_jax.job.assembly.head`), the victim (:func:`victim_stage`), the attack
+  (:func:`attack_stage`), the scores (:func:`recon_jax.job.assembly.scored`; nothing is
+  scored without training images: a blind attack), then the verdict."""
+  if not plan.spec.reconstructs:
+    return _membership_only(plan, state_file)
+  t_start = time.time()
+  head = assembly.head(plan)
+  ds, vic, setup, victim_s = victim_stage(plan)
+  target_s = time.time() - t_start - victim_s
+  att = attack_stage(plan, vic, ds, setup, state_file)
+  clipped = None
+  if plan.config.clip_to_box:  # the candidates written and scored are in the box
+    att, clipped = on_box(att, len(setup.input_shape))
+  found = att.found
+  before = _attack_timing(att, victim_s, target_s)
+  victim = assembly.victim_part(vic, att.regime, clipped)
   arrays = dict(
     candidates=found.candidates,
     weights=found.weights,
@@ -634,47 +521,21 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   )
   n, result = len(ds.x_train), None
   if n == 0:  # a blind attack: the candidates and the attacker's own view of them
-    timing["total_s"] = time.time() - t_start
-    timing["since_estimate_s"] = time.time() - att.started
-    metrics = {
-      **head,
-      "dataset": ds.name,
-      "n_train": 0,
-      "blind": True,
-      "m": int(found.candidates.shape[1]),
-      "num_restarts": int(len(found.final_loss)),
-      "recovered_strict": None,
-      "identifiability": {"skipped": "no training images (a blind attack)", "ratio": None},
-      **evaluation.unscored(found.final_loss),
-      "timing": timing,
-    }
+    entries, after, scored_timing = assembly.blind(ds, found), Metrics.stating(), {}
   else:
-    entries, scores, more = _scored(plan, att, vic, ds)
-    timing.update(scores.timing)
-    timing["total_s"] = time.time() - t_start  # every phase, the attacker's own scores too
-    timing["since_estimate_s"] = time.time() - att.started  # what the estimate is of
-    after = {k: entries.pop(k) for k in ("handover", "span_ceiling") if k in entries}
-    metrics = {**head, **entries, "timing": timing, **after}  # metrics.json's order as before
-    arrays.update(more)
+    scores = assembly.scored(plan, att, vic, ds)
+    entries, after, scored_timing = scores.entries, scores.after, scores.timing
+    arrays.update(scores.arrays)
     result = scores.result
-  said = verdict.conclude(metrics, ds.num_classes, att.searched)
-  if n == 0:
-    logging.info(
-      "blind attack: %d candidates of %d restarts; %s",
-      metrics["m"],
-      metrics["num_restarts"],
-      said["line"],
-    )
-  else:
-    logging.info(
-      "recovered strictly %d of %d (strict baselines: held-out %s, mean image %s; the looser "
-      "SSIM > 0.4 count %d); membership %s; total %.1fs",
-      metrics["recovered_strict"],
-      n,
-      metrics["baseline_heldout_recovered_strict"],
-      metrics["baseline_mean_image_recovered_strict"],
-      metrics["n_ssim_gt_0.4"],
-      verdict.membership_text(Metrics.from_metrics(metrics).membership),
-      timing["total_s"],
-    )
-  return Reconstruction(metrics, arrays, result, ds, vic)
+  timing = assembly.timing(
+    before,
+    scored_timing,
+    {
+      "total_s": time.time() - t_start,  # every phase, the attacker's own scores too
+      "since_estimate_s": time.time() - att.started,  # what the estimate is of
+    },
+  )
+  joined = Metrics.joined(head, victim, entries, Metrics.stating(timing=timing), after)
+  report = verdict.conclude(joined, ds.num_classes, att.searched)
+  _said(report, n)
+  return Reconstruction(report, arrays, result, ds, vic)

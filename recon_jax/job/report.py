@@ -79,6 +79,56 @@ def _pct(v) -> str:
   return "–" if v is None else f"{v:.0%}"
 
 
+def _scored_rows(m: Metrics, pooled: str) -> list:
+  """report.md's rows of a run whose candidates were scored: the strict count beside its
+  baselines, the membership test, the truth residual and the identifiability ratio."""
+  n, k, sel, ident = m.n_train, m.recovered_strict, m.selection, m.identifiability
+  tol, mem = ident.tolerance, m.membership
+  lines = [
+    f"| training images recovered strictly | {k} of {n} | a reconstruction more similar to "
+    f"its training image than to every held-out image, SSIM >= "
+    f"{_num(m.evaluation.ssim_threshold, '.2g')}; {pooled} |",
+    f"| held-out baseline | {m.baseline_heldout_recovered_strict} | unseen images "
+    "scored as if they were reconstructions, by the same strict rule: what the data "
+    "distribution gives for free |",
+    f"| mean-image baseline | {m.baseline_mean_image_recovered_strict} | the training "
+    "mean scored as a reconstruction, by the same strict rule |",
+    f"| attacker's own pick | {sel.best_by_loss_recovered_strict} of {n} | the "
+    "restart with the lowest loss, chosen without the training set |",
+  ]
+  if mem.auc is not None:
+    tpr = mem.tpr_at_fpr
+    lines += [
+      f"| membership ROC AUC | {mem.auc:.3f} | every given image ({mem.n_members} "
+      f"training, {mem.n_others} held-out) scored by one rule: its best "
+      "reconstruction's SSIM less its SSIM with the nearest other given image (or the "
+      "training mean); 0.5 is chance, 1 every training image above every held-out one |",
+      f"| TPR at 1% / 0.1% FPR | {_pct(tpr.one_pct)} / {_pct(tpr.tenth_pct)} | the "
+      "training images called members where at most that fraction of the held-out images "
+      f"is (the held-out set resolves false-positive rates down to 1/{mem.n_others}) |",
+      f"| membership p-value | {_num(mem.p_value, '.2g')} (level "
+      f"{_num(mem.level, 'g')}) | a permutation test of the AUC over which given "
+      f"images are called training images; the smallest p it can give here is "
+      f"{_num(mem.smallest_p, '.2g')}; `leaks` needs p at or below the level |",
+    ]
+  elif mem.skipped:
+    lines.append(f"| membership test | not run | {mem.skipped} |")
+  lines += _membership_rows(mem)
+  lines += [
+    f"| truth residual | {_num(ident.truth_residual)} | how much of the fitted "
+    "parameters the training set leaves unexplained by the attack's equations |",
+    f"| identifiability ratio | {_num(ident.ratio, '.4g')} (equal within "
+    f"±{_num(tol, '.2g')}) | the attack's best fit over the training set's: above "
+    f"1 + {_num(tol, '.2g')} the training set fits best, below 1 - {_num(tol, '.2g')} what "
+    "the attack found fits better (the training set refined, where that restart recovers "
+    "training images), and below 0.5 the images given are probably not the training set. "
+    "The band: the larger of the residuals' precision (0.001) and the relative spread of "
+    "the attack's four best restarts (how far another run of the search would move its "
+    "best), at most 0.1 |",
+  ]
+  return lines
+
+
 def report(m: Union[Metrics, Mapping], folder: str = "", spell=None) -> str:
   """The markdown of a reconstruction's report (:class:`recon_jax.eval.metrics_json.Metrics`,
   or metrics.json's dict, read typed); ``folder``: where the figures are (only those that
@@ -87,8 +137,7 @@ def report(m: Union[Metrics, Mapping], folder: str = "", spell=None) -> str:
   library's names)."""
   m = Metrics.of(m)
   spell = spell or (lambda text: text)
-  n, k = m.n_train, m.recovered_strict
-  ident, sel, regime, t = m.identifiability, m.selection, m.regime, m.timing
+  n, ident, regime, t = m.n_train, m.identifiability, m.regime, m.timing
   span = regime.span
   lines = [
     f"# Does this model leak its training images? **{(m.verdict or '?').replace('_', ' ')}**",
@@ -100,7 +149,6 @@ def report(m: Union[Metrics, Mapping], folder: str = "", spell=None) -> str:
     lines += ["## Warnings", "", *[f"- {spell(w)}" for w in m.warnings], ""]
   restarts = m.num_restarts
   pooled = f"pooled over {restarts} restart{'s' if restarts != 1 else ''}"
-  tol = ident.tolerance
   lines += ["## The numbers", "", "| number | value | what it means |", "|---|---|---|"]
   if m.blind:
     lines.append(
@@ -115,49 +163,7 @@ def report(m: Union[Metrics, Mapping], folder: str = "", spell=None) -> str:
     )
     lines += _membership_rows(m.membership)
   else:
-    mem = m.membership
-    lines += [
-      f"| training images recovered strictly | {k} of {n} | a reconstruction more similar to "
-      f"its training image than to every held-out image, SSIM >= "
-      f"{_num(m.evaluation.ssim_threshold, '.2g')}; {pooled} |",
-      f"| held-out baseline | {m.baseline_heldout_recovered_strict} | unseen images "
-      "scored as if they were reconstructions, by the same strict rule: what the data "
-      "distribution gives for free |",
-      f"| mean-image baseline | {m.baseline_mean_image_recovered_strict} | the training "
-      "mean scored as a reconstruction, by the same strict rule |",
-      f"| attacker's own pick | {sel.best_by_loss_recovered_strict} of {n} | the "
-      "restart with the lowest loss, chosen without the training set |",
-    ]
-    if mem.auc is not None:
-      tpr = mem.tpr_at_fpr
-      lines += [
-        f"| membership ROC AUC | {mem.auc:.3f} | every given image ({mem.n_members} "
-        f"training, {mem.n_others} held-out) scored by one rule: its best "
-        "reconstruction's SSIM less its SSIM with the nearest other given image (or the "
-        "training mean); 0.5 is chance, 1 every training image above every held-out one |",
-        f"| TPR at 1% / 0.1% FPR | {_pct(tpr.one_pct)} / {_pct(tpr.tenth_pct)} | the "
-        "training images called members where at most that fraction of the held-out images "
-        f"is (the held-out set resolves false-positive rates down to 1/{mem.n_others}) |",
-        f"| membership p-value | {_num(mem.p_value, '.2g')} (level "
-        f"{_num(mem.level, 'g')}) | a permutation test of the AUC over which given "
-        f"images are called training images; the smallest p it can give here is "
-        f"{_num(mem.smallest_p, '.2g')}; `leaks` needs p at or below the level |",
-      ]
-    elif mem.skipped:
-      lines.append(f"| membership test | not run | {mem.skipped} |")
-    lines += _membership_rows(mem)
-    lines += [
-      f"| truth residual | {_num(ident.truth_residual)} | how much of the fitted "
-      "parameters the training set leaves unexplained by the attack's equations |",
-      f"| identifiability ratio | {_num(ident.ratio, '.4g')} (equal within "
-      f"±{_num(tol, '.2g')}) | the attack's best fit over the training set's: above "
-      f"1 + {_num(tol, '.2g')} the training set fits best, below 1 - {_num(tol, '.2g')} what "
-      "the attack found fits better (the training set refined, where that restart recovers "
-      "training images), and below 0.5 the images given are probably not the training set. "
-      "The band: the larger of the residuals' precision (0.001) and the relative spread of "
-      "the attack's four best restarts (how far another run of the search would move its "
-      "best), at most 0.1 |",
-    ]
+    lines += _scored_rows(m, pooled)
   miss = ident.missed
   if miss and miss.images:
     ranks = _ranks_text(sorted(miss.weakness_rank), n)
@@ -191,27 +197,35 @@ def report(m: Union[Metrics, Mapping], folder: str = "", spell=None) -> str:
   if t.identification_s is not None:
     parts += ", the attacker's own scores"
   lines.append(f"| time | {_num(t.total_s, '.0f')} s | {parts}{guess} |")
-  lines += ["", "## Figures", ""]
+  return "\n".join(lines + ["", *_figures(folder), *MEANING])
+
+
+def _figures(folder: str) -> list:
+  """report.md's figures: those that exist in ``folder`` (all where it is empty)."""
+  lines = ["## Figures", ""]
   for name, what in FIGURES:
     if not folder or os.path.isfile(os.path.join(folder, name)):
       lines += [f"![{name}]({name})", "", f"*{what}.*", ""]
-  lines += [
-    "## What the verdict means",
-    "",
-    "*leaks*: the training images are told from held-out ones by the membership test at its "
-    "level, training images were reconstructed strictly, more than unseen images match by "
-    "chance, and the model's parameters single out the training set; or, on membership "
-    "alone, a test read off the weights tells them apart at its level and beats the loss "
-    "baseline's TPR at 0.1% FPR (the line then says how many images were reconstructed: a "
-    "membership test counts none). *no evidence*: nothing "
-    "beyond the baseline; the reasons say whether this attack can test this model at all. "
-    "*cannot tell*: the images given as the training set fit the model far worse than what "
-    "the attack found (they may not be its training set), the membership test does not "
-    "separate the sets, the parameters do not single out the training set, or no training "
-    "images were given: a reconstruction is not evidence of membership either way.",
-    "",
-  ]
-  return "\n".join(lines)
+  return lines
+
+
+# report.md's last section: what each verdict means.
+MEANING = (
+  "## What the verdict means",
+  "",
+  "*leaks*: the training images are told from held-out ones by the membership test at its "
+  "level, training images were reconstructed strictly, more than unseen images match by "
+  "chance, and the model's parameters single out the training set; or, on membership "
+  "alone, a test read off the weights tells them apart at its level and beats the loss "
+  "baseline's TPR at 0.1% FPR (the line then says how many images were reconstructed: a "
+  "membership test counts none). *no evidence*: nothing "
+  "beyond the baseline; the reasons say whether this attack can test this model at all. "
+  "*cannot tell*: the images given as the training set fit the model far worse than what "
+  "the attack found (they may not be its training set), the membership test does not "
+  "separate the sets, the parameters do not single out the training set, or no training "
+  "images were given: a reconstruction is not evidence of membership either way.",
+  "",
+)
 
 
 def _ranks_text(ranks: list, n) -> str:

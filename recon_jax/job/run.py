@@ -13,14 +13,17 @@ import time
 from recon_jax.core import distributed, progress
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, RunFailed
-from recon_jax.eval import metrics_json, verdict
+from recon_jax.eval import verdict
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
 from recon_jax.job.settings import RENAMED, JobConfig
 
 
-def restart_table(rows: list) -> str:
-  """One line per restart (tab-separated): its hyperparameters and its scores."""
+def restart_table(restarts) -> str:
+  """One line per restart (tab-separated): its hyperparameters and its scores
+  (``restarts``: the report's :attr:`~recon_jax.eval.metrics_json.Metrics.per_restart`)."""
+  rows = [r.to_dict() for r in restarts]
   keys = sorted({k for r in rows for k in r} - {"restart"})
 
   def cell(v):
@@ -36,7 +39,7 @@ STATE_FILE = "state.msgpack"  # a reconstruction's (or the toy's) resumable stat
 
 def run_reconstruction(
   plan: planning.Plan, path: str, *, resume: bool = False, overwrite: bool = False, spell=None
-) -> dict:
+) -> Metrics:
   """One reconstruction job in workdir ``path``: config.json, the run (resumable), the report.
 
   ``plan``: the job resolved and checked once (:func:`recon_jax.job.planning.prepare` of its
@@ -44,7 +47,8 @@ def run_reconstruction(
   opens it (:func:`open_workdir`): created if missing, refused when not empty (unless
   ``overwrite``), when in use by a live process, or, with ``resume``, when its config.json
   is of other settings; with ``resume`` the run continues from ``path``'s state file.
-  Returns metrics.json's dict; its ``warnings`` and ``verdict`` say what a reader must know.
+  Returns the report metrics.json was written from (typed); its ``warnings`` and ``verdict``
+  say what a reader must know.
   ``spell``: report.md's words for the settings (:func:`write_reconstruction`).
   """
   if not isinstance(plan, planning.Plan):
@@ -80,8 +84,8 @@ def open_workdir(cfg: JobConfig, path: str, *, resume: bool, overwrite: bool) ->
 
 def main_job(
   config, path: str, *, resume=False, overwrite=False, explicit=None, warn=None, spell=None
-) -> tuple[str, dict]:
-  """The main job as its binary runs it: returns (the workdir's absolute path, metrics).
+) -> tuple[str, Metrics]:
+  """The main job as its binary runs it: returns (the workdir's absolute path, the report).
 
   ``config``: a :class:`~recon_jax.job.settings.JobConfig` or a mapping of its settings;
   ``explicit``: the settings the user set, ``{name: value}`` (the victim's as
@@ -102,60 +106,43 @@ def main_job(
     plan = planning.prepare(settings, requested, explicit)
   m = run_reconstruction(plan, path, resume=resume, overwrite=overwrite, spell=spell)
   path = os.path.abspath(workdir.expand(path))  # the folder run_reconstruction opened
-  for w in m["warnings"]:
+  for w in m.warnings or ():
     if warn and not w.startswith(verdict.ALL_DIVERGED):  # that one ends the run
       warn(w)
   return path, check_outcome(m, path)
 
 
-def write_reconstruction(path: str, out, spell=None) -> dict:
+def write_reconstruction(path: str, out, spell=None) -> Metrics:
   """metrics.json, reconstructions.npz, restarts.tsv, report.md and the figures of a
   reconstruction (:func:`recon_jax.job.figures.reconstruction_figures`).
 
-  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  metrics.json is written from
-  the typed report (:meth:`recon_jax.eval.metrics_json.Metrics.from_job`; report.md and the
-  figures read it too), and last, so a workdir that holds it holds every file of a finished
-  run (a harness resuming its sub-runs takes one with metrics.json as done).  A key the
-  declaration lacks is the library's fault, not the run's: every file is written (metrics.json
-  as the pipeline made it), then :class:`~recon_jax.eval.metrics_json.Undeclared` names the
-  key.  ``spell``: report.md's reasons and warnings as a binary says them (its flags for the
-  settings they name, :func:`recon_jax.cli.in_flags`); metrics.json keeps the library's
-  names.  Returns the pipeline's metrics, as they were.
+  ``out``: :func:`recon_jax.job.pipeline.reconstruct`'s result.  report.md and the figures
+  read its typed report, and metrics.json is written from it (with the seconds the files
+  took), last, so a workdir that holds it holds every file of a finished run (a harness
+  resuming its sub-runs takes one with metrics.json as done).  ``spell``: report.md's
+  reasons and warnings as a binary says them (its flags for the settings they name,
+  :func:`recon_jax.cli.in_flags`); metrics.json keeps the library's names.  Returns the
+  report as written.
   """
-  metrics = out.metrics
-  made = workdir.jsonable(metrics)
-  try:  # metrics.json from its declaration
-    typed, undeclared = metrics_json.Metrics.from_job(made), None
-  except metrics_json.Undeclared as e:  # the library's fault, not the run's: nothing is lost
-    typed, undeclared = metrics_json.Metrics.from_metrics(made), e
-  table = restart_table(metrics["per_restart"])
+  typed = out.report
   margins = out.victim.summary.get("margins")
   t0 = time.time()
   figures.reconstruction_figures(path, typed, out.arrays, out.dataset, out.eval_result, margins)
   text = report.report(typed, path, spell)  # after the figures: it shows those that exist
-  files_s = time.time() - t0
-  for held in (metrics, made):  # metrics.json (and the caller's dict) say what the files took
-    if isinstance(held.get("timing"), dict):
-      held["timing"]["files_s"] = files_s
-  if undeclared is None:
-    typed = metrics_json.Metrics.from_job(made)
+  typed = typed.with_(timing=typed.timing.with_(files_s=time.time() - t0))
   workdir.write_npz(path, "reconstructions.npz", **out.arrays)
-  workdir.write_text(path, "restarts.tsv", table)
+  workdir.write_text(path, "restarts.tsv", restart_table(typed.per_restart))
   workdir.write_text(path, "report.md", text)
-  workdir.write_json(path, "metrics.json", made if undeclared else typed.to_dict())
-  if undeclared is not None:
-    raise metrics_json.Undeclared(
-      f"{undeclared}; the run's files were written, metrics.json as the pipeline made it"
-    ) from undeclared
-  return metrics
+  workdir.write_json(path, "metrics.json", typed.to_dict())
+  return typed
 
 
-def check_outcome(metrics: dict, path: str = "") -> dict:
+def check_outcome(report: Metrics, path: str = "") -> Metrics:
   """Raises :class:`RunFailed` for a run that wrote its results but recovered nothing by failing.
 
   That is: every restart diverged.
   """
-  failed = [w for w in metrics.get("warnings", []) if w.startswith(verdict.ALL_DIVERGED)]
+  failed = [w for w in report.warnings or () if w.startswith(verdict.ALL_DIVERGED)]
   if failed:
     raise RunFailed(f"{failed[0]}{f'; the results are in {path}' if path else ''}")
-  return metrics
+  return report

@@ -256,11 +256,15 @@ def read_draw(folder: str) -> Optional[Draw]:
 
 
 def draw_of(metrics, path: str) -> Draw:
-  """:func:`read_draw` of ``metrics``, the JSON values read from (or written to) ``path``."""
-  if not isinstance(metrics, Mapping):
-    raise ResultFileError(path, f"holds {shown(metrics)}, not a JSON object")
+  """:func:`read_draw` of ``metrics``: the JSON values read from ``path``, or the report the
+  job wrote there (typed already)."""
   problems = []
-  m = Metrics.from_metrics(metrics, problems=problems)
+  if isinstance(metrics, Metrics):
+    m = metrics
+  elif isinstance(metrics, Mapping):
+    m = Metrics.from_metrics(metrics, problems=problems)
+  else:
+    raise ResultFileError(path, f"holds {shown(metrics)}, not a JSON object")
   n = m.n_train
   if n is None or n < 0:
     said = [p for p in problems if p.startswith("n_train ")]

@@ -19,7 +19,7 @@ import numpy as np
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval import verdict
-from recon_jax.eval.metrics_json import Victim, shown
+from recon_jax.eval.metrics_json import VictimReport, shown
 from recon_jax.io import workdir
 from recon_jax.job import planning, settings
 from recon_jax.job.run import STATE_FILE, run_reconstruction
@@ -77,7 +77,7 @@ def write_training(path: str, vcfg, ds, params, history, summary, init=None) -> 
   trained victim; returns the metrics."""
   trained.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
   metrics = {k: v for k, v in summary.items() if k != "outputs"}
-  metrics["warning"] = verdict.victim_warning(Victim.of(summary), vcfg.loss, ds.num_classes)
+  metrics["warning"] = verdict.victim_warning(VictimReport.of(summary), vcfg.loss, ds.num_classes)
   workdir.write_json(path, "metrics.json", metrics)
   workdir.write_json(path, "history.json", history)
   workdir.write_npz(path, "train_idx.npz", train_idx=ds.train_idx, mean=ds.mean)
@@ -227,8 +227,7 @@ def run_efficacy(
         os.makedirs(sub, exist_ok=True)
         plan = planning.prepare(efficacy.draw_config(configs[v], draw))
         m = run_reconstruction(plan, sub, resume=again, overwrite=True)
-        # read as a resume reads its file (the JSON values written)
-        done = efficacy.draw_of(workdir.jsonable(m), os.path.join(sub, "metrics.json"))
+        done = efficacy.draw_of(m, os.path.join(sub, "metrics.json"))  # the report written
       if done.problems:
         logging.warning("efficacy: %s: %s; read as gaps", done.path, "; ".join(done.problems))
       per_draw[v].append(done.numbers)

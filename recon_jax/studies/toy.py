@@ -24,7 +24,7 @@ from recon_jax.core.rules import INT32_MAX, Rule, setting
 from recon_jax.engine import inits, loop, sweep
 from recon_jax.errors import ConfigError
 from recon_jax.eval import diagnostics, points, verdict
-from recon_jax.eval.metrics_json import Victim
+from recon_jax.eval.metrics_json import VictimReport
 from recon_jax.io import plots
 from recon_jax.job import planning
 from recon_jax.types import float_dtype
@@ -327,7 +327,7 @@ def run(
     "kink_fraction": kinks,
     "victim": {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     # the same warning as the main job's: a victim at chance holds nothing to find
-    "victim_warning": verdict.victim_warning(Victim.of(vic.summary), "logistic", 2),
+    "victim_warning": verdict.victim_warning(VictimReport.of(vic.summary), "logistic", 2),
     "victim_source": vic.source,
     "dtype": np.dtype(dtype).name,
     "timing": timing,

@@ -62,14 +62,13 @@ def one_draw(draw: int, args) -> dict:
   t0 = time.time()
   with tempfile.TemporaryDirectory() as work:
     m = job_run.run_reconstruction(plan, f"{work}/w")
-  tests = m["membership"].get("tests", {})
-  out = {"bench": "membership", "draw": draw, "n": m["n_train"], "verdict": m["verdict"]}
+  out = {"bench": "membership", "draw": draw, "n": m.n_train, "verdict": m.verdict}
   out["wall_s"] = time.time() - t0
-  out["tests_s"] = m["timing"]["membership_s"]
-  out["victim_s"] = m["timing"]["victim_s"]
-  for name, t in tests.items():
-    r = t["tpr_at_fpr"]
-    out[name] = {"auc": t["auc"], "tpr_1pct": r["0.01"], "tpr_01pct": r["0.001"]}
+  out["tests_s"] = m.timing.membership_s
+  out["victim_s"] = m.timing.victim_s
+  for name, t in m.membership.tests.items():
+    r = t.tpr_at_fpr
+    out[name] = {"auc": t.auc, "tpr_1pct": r.one_pct, "tpr_01pct": r.tenth_pct}
   return out
 
 

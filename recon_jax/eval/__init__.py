@@ -22,8 +22,9 @@
   the evaluation, the attacker's own scores), as a reconstruction job needs them.
 * :mod:`recon_jax.eval.verdict`: the verdict and the warnings a reader needs first, read
   off :mod:`recon_jax.eval.metrics_json`: the declaration of every key of metrics.json,
-  one frozen dataclass per section, from which the job writes it and its readers (the
-  verdict, the efficacy harness, the reproduction, report.md, the figures) read it typed.
+  one frozen dataclass per section (:mod:`recon_jax.eval.sections`: how a section is
+  declared, read and written), in which the job's stages make the report and its readers
+  (the verdict, the efficacy harness, the reproduction, report.md, the figures) read it.
 * :mod:`recon_jax.eval.points`: point clouds (the 2-D toy).
 * :mod:`recon_jax.eval.nearest`: nearest-neighbour distances to several
   reference sets (the initialisation study).

@@ -539,9 +539,9 @@ class Metrics(Section):
 
   @classmethod
   def from_job(cls, metrics: Mapping[str, Any]) -> "Metrics":
-    """The job's metrics (JSON values: :func:`recon_jax.io.workdir.jsonable` of the
-    pipeline's dict) typed, strictly: :class:`Undeclared` names the first key this module
-    does not declare.  :meth:`to_dict` gives ``metrics`` back."""
+    """A report's JSON values (a stage's part, :func:`recon_jax.job.assembly.typed`, or a
+    metrics.json of this version) typed, strictly: :class:`Undeclared` names the first key
+    this module does not declare.  :meth:`to_dict` gives ``metrics`` back."""
     return read(cls, metrics, strict=True)
 
   @property

@@ -425,9 +425,6 @@ def membership_stage(plan: Plan, vic, ds: data.Dataset, setup) -> Tuple[Metrics,
   return assembly.membership_only(ds, tests), time.time() - t0
 
 
-NOT_RECONSTRUCTED = assembly.NOT_RECONSTRUCTED
-
-
 def _membership_only(plan: Plan, state_file) -> Reconstruction:
   """:func:`reconstruct` of a job whose attack reconstructs nothing (:func:`membership_stage`)."""
   del state_file  # nothing long enough to save

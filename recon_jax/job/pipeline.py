@@ -522,8 +522,7 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
   else:
     scores = assembly.scored(plan, att, vic, ds)
     entries, after, scored_timing = scores.entries, scores.after, scores.timing
-    arrays.update(scores.arrays)
-    result = scores.result
+    arrays, result = {**arrays, **scores.arrays}, scores.result
   timing = assembly.timing(
     before,
     scored_timing,

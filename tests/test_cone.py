@@ -803,3 +803,26 @@ def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp
   saved = [np.load(tmp_path / d / "reconstructions.npz") for d in ("whole", "stopped")]
   np.testing.assert_array_equal(saved[0]["direct_images"], saved[1]["direct_images"])
   assert resume.MEMO in resume.parts(str(tmp_path / "stopped" / "state.msgpack"))  # kept
+
+
+def test_the_cone_parts_import_only_those_above_them_and_stay_small():
+  """The cone is split by what it does, so that the facet search can change without the
+  decoding: each part imports only the parts above it (the order its package's docstring
+  gives), no module passes 600 lines and no function 120."""
+  import ast
+  import pathlib
+  import re
+
+  order = ["handover", "reading", "programs", "facets", "decoding", "signed", "deep", "attack"]
+  folder = pathlib.Path(cone.__file__).parent
+  assert sorted(p.stem for p in folder.glob("*.py")) == sorted(order + ["__init__"])
+  assert re.findall(r":mod:`~\.(\w+)`", cone.__doc__) == order
+  for i, name in enumerate(order):
+    text = (folder / f"{name}.py").read_text()
+    used = set(re.findall(r"^from recon_jax\.attacks\.cone\.(\w+) import", text, re.M))
+    assert used <= set(order[:i]), (name, sorted(used - set(order[:i])))
+    assert "recon_jax.eval" not in text, name
+    assert len(text.splitlines()) <= 600, name
+    for node in ast.walk(ast.parse(text)):
+      if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        assert node.end_lineno - node.lineno < 120, (name, node.name)

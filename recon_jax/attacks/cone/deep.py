@@ -35,12 +35,13 @@ from recon_jax.core import numerics, progress
 # inversion matches (:func:`invert`): the rest are at or near a ReLU's 0, where the map has
 # no slope to invert.  No sweep of it is recorded.
 ACTIVE = 1e-3
-# Gauss-Newton steps of :func:`invert` (one is exact for two hidden layers; three layers
-# settle in a few, and the loop stops once a step changes nothing).
+# Gauss-Newton steps of :func:`invert` at most: one is exact for two hidden layers (no layer
+# between the image and the representation); past that each step takes the patterns of the
+# layers between from the last estimate, and the loop stops once a step changes nothing.
 INVERT_STEPS = 20
 # A first-layer facet's image is a candidate where it agrees with its seed above this
 # normalised cross-correlation: a seed inverted from a representation is its image to a few
-# percent (two hidden layers, draws 10-12: 15 of 20 seeds at ncc > 0.95 alone).
+# percent (two hidden layers, draw 10: 15 of 20 seeds at ncc > 0.95 alone).
 SEED_AGREES = 0.9
 # The unseeded consensus search stops after this many searches in a row found nothing (each
 # of CONSENSUS_TRIALS draws of rows, milliseconds).  No sweep of it is recorded.

@@ -36,8 +36,8 @@ REWEIGHTS = 6
 START_WEIGHT = 0.01
 # A facet holds at least this share of the units: an image's facet holds about half (0.44-0.50
 # at 10 + 10 and 25 + 25 faces, 50 + 50 digits), a program's vertex on no facet about k of
-# them (91 units at 50 + 50 faces); with 0.3 every facet kept on the tuning draws 10-14 was a
-# training image's.
+# them (91 units at 50 + 50 faces); with 0.3 every facet kept on the 10 + 10 face draws the
+# cone was built on was a training image's.
 MIN_ON_FACET = 0.3
 # Decades between a facet's zero and nonzero coefficients (:func:`zero_split`): the facets of
 # exact images show 2.2-8.3, the random starts' vertices on no facet 0.8 (50 + 50 faces).
@@ -49,8 +49,9 @@ CONSENSUS_TRIALS = 200
 # A unit is on a drawn hyperplane below this fraction of the median unit's size on it (the
 # hyperplane through k - 1 rows of one facet holds that facet's other units near 0), and the
 # rounds of refinement on the units it holds (the null vector of their rows, split again).
-# Both set when the consensus was built on two hidden layers (draws 10-12: 16 images of 20 at
-# ncc > 0.95 with consensus and the polish, 15 with the programs alone); no sweep recorded.
+# Both set when the consensus was built on two hidden layers (draws 10-12: 16, 16, 16 images
+# of 20 at ncc > 0.95 with consensus and the polish, 15, 15, 12 with the programs alone); no
+# sweep of either is recorded.
 CONSENSUS_TOL = 1e-2
 CONSENSUS_REFINE = 3
 # Each reweighting round weighs a unit by 1 / (its coefficient's size + this fraction of the

@@ -24,7 +24,7 @@ NEGLIGIBLE = 0.05
 # A facet's coefficients below this many times the median unit's change outside the span
 # (spread over the d - k directions the span leaves) count as 0 (:func:`coefficient_noise`):
 # the floor lifts the exact zeros a program's vertex puts on the facets of the images training
-# weighted least to where their other units sit (10 + 10 faces, draw 10: 3.2e-5 of the median
+# weighted least to where their other units sit (50 + 50 faces, draw 10: 3.2e-5 of the median
 # unit's change; from every fifth image's own pattern 20 of 20 facets then pass, 6 without).
 NOISE_MULTIPLE = 3.0
 

@@ -187,7 +187,8 @@ def measure(args, n: int, emit) -> None:
   rec = {}
   if args.report:  # first: its stability part compiles what the pairs' calls reuse
     t0 = time.perf_counter()
-    rep = trusted.identification_report(attack, run, hp, target, apply_fn, "binary", ds, key=0)
+    ran = trusted.AttackerRun(attack, run, hp, target, apply_fn, "binary")
+    rep = trusted.identification_report(ran, ds, trusted.IdentifyOptions(key=0))
     rec["report_s"] = time.perf_counter() - t0
     rec["report_timing"] = rep["timing_s"]
     rec["n_real"] = rep["truth"]["n_real"]

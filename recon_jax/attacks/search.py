@@ -11,7 +11,7 @@ from typing import NamedTuple, Optional
 import jax
 import numpy as np
 
-from recon_jax import data
+from recon_jax.attacker.view import OracleStarts
 from recon_jax.attacks.spec import AttackSpec, Setup
 from recon_jax.engine import inits, loop
 from recon_jax.types import Attack, float_dtype
@@ -38,18 +38,21 @@ def find_candidates(
   setup: Setup,
   stages: list,
   hparams: dict,
-  ds: data.Dataset,
   state_file: Optional[loop.StateFile] = None,
   starts: Optional[tuple] = None,
+  oracle: Optional[OracleStarts] = None,
 ) -> Found:
   """The candidates of attack ``spec`` on the victim and target of ``setup``: built from its
   ``options`` (its section of the job's settings), its restarts run as ``search`` says (the
   job's search section: its ``init``, ``seed``, ``num_restarts``, ``chunk_steps`` and
   ``batching``), the sweep's ``stages`` (whose per-restart ``hparams`` are drawn) in one
   compiled call, saved to and resumed from ``state_file``; or, without a search, read off
-  theta*.  ``ds``: the images the initialisation may start from; ``starts``: ``(images [F,
-  ...], labels [F])`` another attack read, every restart's first candidates of those labels
-  (:func:`recon_jax.engine.inits.seeded`)."""
+  theta*.  What the initialisation may start from is the attacker's: ``setup.view`` (its
+  public pool and data mean, :class:`recon_jax.attacker.view.AttackerView`); ``starts``:
+  ``(images [F, ...], labels [F])`` another attack read, every restart's first candidates
+  of those labels (:func:`recon_jax.engine.inits.seeded`); ``oracle``: the training images
+  an ``init`` of :data:`recon_jax.attacker.view.ORACLE_INITS` starts from
+  (:func:`recon_jax.attacker.view.oracle_starts`), the one way one reaches a search."""
   target = setup.target
   if spec.direct is not None:  # candidates read off the target, no search
     cands, labels, *notes = spec.direct(setup, options)
@@ -63,13 +66,14 @@ def find_candidates(
       notes=notes[0] if notes else None,
     )
   attack = spec.build(options, setup)
+  view = setup.view
   x_init = inits.make_x_init(
     search.init,
     m=len(target.labels),
     input_shape=setup.input_shape,
-    x_train=ds.x_train,
-    x_part=ds.x_part,
-    offset=ds.mean,
+    oracle=None if oracle is None else oracle.images,
+    x_part=None if view is None else view.partition,
+    offset=0.0 if view is None else view.offset,
     dtype=float_dtype(),
   )
   if starts is not None:

@@ -1,7 +1,7 @@
 """Can the attacker tell which reconstructions are real?  Attacker scores against the truth.
 
 Runkel et al. (2024) argue that an adversary cannot tell whether a
-reconstructed image was part of the training set.  :mod:`recon_jax.eval.selection`
+reconstructed image was part of the training set.  :mod:`recon_jax.attacker.selection`
 computes per-candidate scores from what the attacker has (theta*, the
 candidates, the attack's own state); this module is the measurement: it marks
 every candidate real or not with the ground truth (:func:`candidate_truth`)
@@ -32,10 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
+from recon_jax.attacker import selection, stability
 from recon_jax.core.activations import surrogate_relu
 from recon_jax.core.losses import batched_map
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images, ranking, selection, similarity, stability
+from recon_jax.eval import images, ranking, similarity
 from recon_jax.types import Attack, HParams, Target, prepared
 
 SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
@@ -168,7 +169,7 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
   """Stability of candidate ``cols[k]`` of restart ``rows[k]``.
 
   The batched state is indexed inside the map, so it is held once, not once per pair.
-  Where the kicked candidate steps alone (:func:`recon_jax.eval.stability.alone_applies`),
+  Where the kicked candidate steps alone (:func:`recon_jax.attacker.stability.alone_applies`),
   what the candidates of a restart share is computed once for each restart of ``inner``
   and the pairs run :data:`STABILITY_BATCH` at a time (``inner`` holds only the restarts
   scored); else each pair re-runs its whole restart, one at a time.
@@ -252,20 +253,20 @@ def identification_report(
   """How well each attacker score picks out the real reconstructions of one run.
 
   The candidates of the non-diverged restarts are pooled (N = R' m, restart
-  major) and scored by every applicable score of :mod:`recon_jax.eval.selection`:
+  major) and scored by every applicable score of :mod:`recon_jax.attacker.selection`:
 
-  * ``lambda``: :func:`~recon_jax.eval.selection.lambda_score` (signed lambda;
+  * ``lambda``: :func:`~recon_jax.attacker.selection.lambda_score` (signed lambda;
     ``||lambda_i||`` for 'general'); attacks without multipliers skip it.
-  * ``agreement``: :func:`~recon_jax.eval.selection.agreement_score`, the fraction
+  * ``agreement``: :func:`~recon_jax.attacker.selection.agreement_score`, the fraction
     of the other valid restarts holding a candidate of NCC > ``agreement_threshold``,
     on the candidates in the attack's input space (training mean subtracted:
     the shared mean face would otherwise dominate the NCC); needs >= 2 valid
     restarts.
-  * ``leave_one_out``: :func:`~recon_jax.eval.selection.leave_one_out_score` without
+  * ``leave_one_out``: :func:`~recon_jax.attacker.selection.leave_one_out_score` without
     refit, per restart, with the surrogate ReLU at that restart's final
     ``alpha`` (the residual the attack minimised) and the attack's
     normalisation; needs multipliers.
-  * ``stability``: :func:`~recon_jax.eval.stability.stability_scores` (only the
+  * ``stability``: :func:`~recon_jax.attacker.stability.stability_scores` (only the
     kicked ``x_i`` moves, ``stability_steps`` steps of the attack at the
     restart's final hyperparameters, kick ``N(0, stability_noise^2)`` per
     input entry).  Its cost is capped: it runs on at most
@@ -277,7 +278,7 @@ def identification_report(
     how many).  The cost is ``K * stability_steps`` steps of one candidate (each kicked
     candidate steps alone against its restart's sum, computed once per restart scored,
     where the attack says how: :class:`recon_jax.types.Alone`), else of one restart.
-  * ``margin``: :func:`~recon_jax.eval.selection.margin_score` of the whole pool
+  * ``margin``: :func:`~recon_jax.attacker.selection.margin_score` of the whole pool
     (one gamma); 'general' has no margin and skips it.
 
   Then :func:`recon_jax.eval.ranking.identification_metrics` of each score against

@@ -14,6 +14,7 @@ import numpy as np
 from recon_jax.attacker.view import OracleStarts
 from recon_jax.attacks.spec import AttackSpec, Setup
 from recon_jax.engine import inits, loop
+from recon_jax.errors import ConfigError
 from recon_jax.types import Attack, float_dtype
 
 
@@ -29,6 +30,7 @@ class Found(NamedTuple):
   timing: Optional[dict] = None  # compile and run seconds of the search
   labels: Optional[np.ndarray] = None  # [m]: the candidates' own labels (None: the target's)
   notes: Optional[dict] = None  # what a direct attack read of theta* before its candidates
+  oracle: Optional[str] = None  # the init whose training images it started from (an oracle)
 
 
 def find_candidates(
@@ -67,13 +69,15 @@ def find_candidates(
     )
   attack = spec.build(options, setup)
   view = setup.view
+  if view is None:
+    raise ConfigError("setup.view: a search starts from what the attacker holds; none given.")
   x_init = inits.make_x_init(
     search.init,
     m=len(target.labels),
     input_shape=setup.input_shape,
     oracle=None if oracle is None else oracle.images,
-    x_part=None if view is None else view.partition,
-    offset=0.0 if view is None else view.offset,
+    x_part=view.partition,
+    offset=view.offset,
     dtype=float_dtype(),
   )
   if starts is not None:
@@ -95,4 +99,7 @@ def find_candidates(
     attack_run_s=run.run_s,
     restart_steps_per_s=search.num_restarts * steps / max(run.run_s, 1e-9),
   )
-  return Found(run.candidates, run.weights, run.final_loss, hparams, run, attack, timing)
+  said = None if oracle is None else oracle.init
+  return Found(
+    run.candidates, run.weights, run.final_loss, hparams, run, attack, timing, oracle=said
+  )

@@ -478,8 +478,6 @@ def _head(plan: Plan) -> dict:
   head["dataset"] = head["assumed"]["dataset"]
   if plan.source.heldout_removed:
     head["heldout_removed"] = plan.source.heldout_removed
-  if cfg.search.init in attacker.ORACLE_INITS:  # the search starts from training images
-    head["oracle_starts"] = cfg.search.init
   return head
 
 
@@ -633,6 +631,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     victim_source=vic.source,
   )
+  if found.oracle is not None:  # the search started from training images: an oracle's
+    head["oracle_starts"] = found.oracle
   arrays = dict(
     candidates=found.candidates,
     weights=found.weights,

@@ -1,4 +1,4 @@
-"""Tests for recon_jax.eval.selection: each identification score on a planted case with a known answer."""
+"""Tests for recon_jax.attacker.selection: each identification score on a planted case with a known answer."""
 
 import functools
 
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from recon_jax.attacker import selection, stability
 from recon_jax.attacks import equations, kkt, span
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import ranking, selection, similarity, stability
+from recon_jax.eval import ranking, similarity
 from recon_jax.types import Target, prepared
 from recon_jax.victims import models
 

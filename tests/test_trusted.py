@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
+from recon_jax.attacker import selection, stability
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import selection, similarity, stability
+from recon_jax.eval import similarity
 from recon_jax.eval import trusted as ident
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import JobConfig
@@ -243,7 +244,7 @@ def test_report_planted_candidates_score_high(planted):
 
 
 def test_report_scores_are_the_attacker_functions(planted):
-  """The pooled scores are recon_jax.eval.selection's, restart by restart (with the documented keys)."""
+  """The pooled scores are recon_jax.attacker.selection's, restart by restart (with the documented keys)."""
   kw, rep = planted
   arrays, run, target = rep["_arrays"], kw["run"], kw["target"]
   inner, m = run.state.inner, run.candidates.shape[1]

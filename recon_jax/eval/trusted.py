@@ -1,7 +1,7 @@
 """Can the attacker tell which reconstructions are real?  Attacker scores against the truth.
 
 Runkel et al. (2024) argue that an adversary cannot tell whether a
-reconstructed image was part of the training set.  :mod:`recon_jax.eval.selection`
+reconstructed image was part of the training set.  :mod:`recon_jax.attacker.selection`
 computes per-candidate scores from what the attacker has (theta*, the
 candidates, the attack's own state); this module is the measurement: it marks
 every candidate real or not with the ground truth (:func:`candidate_truth`)
@@ -33,10 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
+from recon_jax.attacker import selection, stability
 from recon_jax.core.activations import surrogate_relu
 from recon_jax.core.losses import batched_map
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images, ranking, selection, similarity, stability
+from recon_jax.eval import images, ranking, similarity
 from recon_jax.types import Attack, HParams, Target, prepared
 
 SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
@@ -169,7 +170,7 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
   """Stability of candidate ``cols[k]`` of restart ``rows[k]``.
 
   The batched state is indexed inside the map, so it is held once, not once per pair.
-  Where the kicked candidate steps alone (:func:`recon_jax.eval.stability.alone_applies`),
+  Where the kicked candidate steps alone (:func:`recon_jax.attacker.stability.alone_applies`),
   what the candidates of a restart share is computed once for each restart of ``inner``
   and the pairs run :data:`STABILITY_BATCH` at a time (``inner`` holds only the restarts
   scored); else each pair re-runs its whole restart, one at a time.
@@ -344,7 +345,7 @@ class _Scoring(NamedTuple):
 
 
 def _lambda_score(c: _Scoring, scores: dict):
-  """``lambda``: :func:`~recon_jax.eval.selection.lambda_score` (signed lambda;
+  """``lambda``: :func:`~recon_jax.attacker.selection.lambda_score` (signed lambda;
   ``||lambda_i||`` for 'general'); attacks without multipliers skip it."""
   if not hasattr(c.ran.run.inner, "lam"):
     return f"the attack {c.ran.attack.name} has no multipliers"
@@ -353,7 +354,7 @@ def _lambda_score(c: _Scoring, scores: dict):
 
 
 def _agreement_score(c: _Scoring, scores: dict):
-  """``agreement``: :func:`~recon_jax.eval.selection.agreement_score`, the fraction of the
+  """``agreement``: :func:`~recon_jax.attacker.selection.agreement_score`, the fraction of the
   other valid restarts holding a candidate of NCC > ``agreement_threshold``, on the
   candidates in the attack's input space (training mean subtracted: the shared mean face
   would otherwise dominate the NCC); needs >= 2 valid restarts."""
@@ -365,7 +366,7 @@ def _agreement_score(c: _Scoring, scores: dict):
 
 
 def _leave_one_out_score(c: _Scoring, scores: dict):
-  """``leave_one_out``: :func:`~recon_jax.eval.selection.leave_one_out_score` without
+  """``leave_one_out``: :func:`~recon_jax.attacker.selection.leave_one_out_score` without
   refit, per restart, with the surrogate ReLU at that restart's final ``alpha`` (the
   residual the attack minimised) and the attack's normalisation; needs multipliers."""
   run, valid = c.ran.run, c.pool.valid
@@ -385,7 +386,7 @@ def _stability_select(options: IdentifyOptions, scores: dict) -> str:
 
 
 def _stability_score(c: _Scoring, scores: dict):
-  """``stability``: :func:`~recon_jax.eval.stability.stability_scores` (only the kicked
+  """``stability``: :func:`~recon_jax.attacker.stability.stability_scores` (only the kicked
   ``x_i`` moves, ``stability_steps`` steps of the attack at the restart's final
   hyperparameters, kick ``N(0, stability_noise^2)`` per input entry), on at most
   ``stability_candidates`` candidates chosen by ``stability_select``
@@ -415,7 +416,7 @@ def _stability_score(c: _Scoring, scores: dict):
 
 
 def _margin_score(c: _Scoring, scores: dict):
-  """``margin``: :func:`~recon_jax.eval.selection.margin_score` of the whole pool (one
+  """``margin``: :func:`~recon_jax.attacker.selection.margin_score` of the whole pool (one
   gamma); 'general' has no margin and skips it."""
   ran, pool = c.ran, c.pool
   if ran.problem == "general":
@@ -500,7 +501,7 @@ def identification_report(
   """How well each attacker score picks out the real reconstructions of one run.
 
   The candidates of the non-diverged restarts of ``ran`` are pooled (N = R' m, restart
-  major) and scored by every applicable score of :mod:`recon_jax.eval.selection`, each
+  major) and scored by every applicable score of :mod:`recon_jax.attacker.selection`, each
   documented where it is computed: ``lambda`` (the multipliers), ``agreement`` (the other
   restarts holding the same image), ``leave_one_out`` (the residual without it),
   ``stability`` (whether a kicked candidate comes back; on a capped subset, whose ``n``

@@ -73,9 +73,9 @@ def run_bilevel(args, dtypes, emit):
   # The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations); --quick: a
   # 5-step GD inner solve (L-BFGS takes seconds to compile).
   inner_kw = (
-    dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5)
+    dict(solver="gd", maxiter=5, tol=0.0, stepsize=0.5)
     if args.quick
-    else dict(inner="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
+    else dict(solver="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
   )
   for dtype, net in itertools.product(dtypes, nets):
     with precision(dtype):
@@ -87,18 +87,9 @@ def run_bilevel(args, dtypes, emit):
       # 1. The attack's outer step (attacks.bilevel, from theta*) against its inner solve
       #    alone: the difference is the Hessian solve, CG vs the quasi-Newton memory.
       for hsolve in ("cg",) if args.quick else ("cg", "lbfgs"):
-        attack = bilevel.bilevel_attack(
-          apply_fn,
-          "logistic",
-          wd=wd,
-          act=act,
-          inner=inner_kw["inner"],
-          inner_maxiter=inner_kw["maxiter"],
-          inner_tol=inner_kw["tol"],
-          inner_stepsize=inner_kw["stepsize"],
-          hessian_solve=hsolve,
-        )
-        solve = implicit.make_inner_solve(energy, hessian_solve=hsolve, **inner_kw)
+        inner = implicit.InnerSolve(hessian_solve=hsolve, **inner_kw)
+        attack = bilevel.bilevel_attack(apply_fn, "logistic", wd=wd, act=act, inner=inner)
+        solve = implicit.make_inner_solve(energy, inner)
         hp = {"lr_x": jnp.asarray(0.01, x.dtype)}
         state = attack.init(jax.random.PRNGKey(0), hp, target, x)
         fwd = jax.jit(lambda xx: solve(target.params, xx, y)).lower(x).compile()
@@ -122,7 +113,7 @@ def run_bilevel(args, dtypes, emit):
             "n": n,
             "width": width if net != "affine" else None,
             "params": n_params,
-            "inner": inner_kw["inner"],
+            "inner": inner_kw["solver"],
             "hessian_solve": hsolve,
             "inner_iters": float(metrics["inner_iters"]),
             "inner_grad_norm": float(metrics["inner_grad_norm"]),
@@ -143,7 +134,7 @@ def run_bilevel(args, dtypes, emit):
       lr_inner = 0.5 if net == "affine" else 0.1
       for T in iters:
         solve = implicit.make_inner_solve(
-          energy, inner="gd", hessian_solve="cg", maxiter=T, tol=0.0, stepsize=lr_inner
+          energy, implicit.InnerSolve(solver="gd", maxiter=T, tol=0.0, stepsize=lr_inner)
         )
 
         def unrolled(theta0, xx, yy, T=T):

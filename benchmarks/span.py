@@ -14,7 +14,7 @@ mean), theta_0, 0.5)``; the span ``span_basis(target.fit, n=n)``: k = n - 1 dire
 the images being centred on their own mean as the library's data are.
 
 The three code paths of ``kkt_attack(apply_fn, 'binary', steps=Steps('adam'))``: in pixels,
-with ``basis=B`` in coefficients (each candidate k numbers instead of d; the attack's
+with ``subspace=Subspace(B, image)`` in coefficients (each candidate k numbers instead of d; the attack's
 ``prepare`` reduces the target to the span inside the compiled programs, once per chunk),
 and the same with the KKT sum in closed form (``closed``: ``apply_fn`` marked by
 ``equations.one_hidden``, what the main job builds for one hidden layer).

@@ -213,3 +213,51 @@ def test_vmap_and_map_batching_agree(batched_runs):
   np.testing.assert_allclose(
     out["vmap"].history[-1]["loss"], out["map"].history[-1]["loss"], rtol=1e-7, atol=1e-12
   )
+
+
+def test_two_loop_is_the_bfgs_inverse_update_of_the_memory():
+  """implicit.two_loop on a circular memory (oldest pair at slot 2, one slot unwritten) of
+  a two-leaf pytree equals the dense BFGS inverse built from gamma I by the stored pairs,
+  oldest first, in float64; and it meets the newest pair's secant equation H y = s."""
+  rng = np.random.default_rng(0)
+  n, h, start, gamma = 7, 5, 2, 0.7
+  a = rng.normal(size=(n, n))
+  hess = a @ a.T + n * np.eye(n)  # SPD: every pair has <s, y> > 0
+  s = rng.normal(size=(h, n))
+  y = s @ hess
+  rho = 1.0 / np.einsum("ij,ij->i", s, y)
+  empty = (start - 1) % h  # the slot the next pair would take: not written yet
+  s[empty], y[empty], rho[empty] = 0.0, 0.0, 0.0
+  dense = gamma * np.eye(n)
+  for j in range(h):
+    i = (start + j) % h
+    if i == empty:
+      continue
+    left = np.eye(n) - rho[i] * np.outer(s[i], y[i])
+    dense = left @ dense @ left.T + rho[i] * np.outer(s[i], s[i])
+
+  def tree(v):  # a pytree of two leaves, [..., 3] and [..., 2, 2]
+    return {
+      "a": jnp.asarray(v[..., :3]),
+      "b": jnp.asarray(v[..., 3:]).reshape(v.shape[:-1] + (2, 2)),
+    }
+
+  def flat(t):
+    return np.concatenate([np.asarray(t["a"]), np.asarray(t["b"]).reshape(-1)])
+
+  v = rng.normal(size=n)
+  two_loop = jax.jit(implicit.two_loop)
+  got = flat(two_loop(tree(v), tree(s), tree(y), jnp.asarray(rho), gamma, jnp.asarray(start)))
+  np.testing.assert_allclose(got, dense @ v, rtol=1e-12)
+  newest = (start - 2) % h
+  secant = two_loop(tree(y[newest]), tree(s), tree(y), jnp.asarray(rho), gamma, start)
+  np.testing.assert_allclose(flat(secant), s[newest], rtol=1e-10)
+
+
+def test_no_private_jaxopt_module_is_imported():
+  """The library uses jaxopt's public API only (its ``_src`` may change in any release)."""
+  import pathlib
+
+  root = pathlib.Path(implicit.__file__).parent
+  private = [str(p) for p in sorted(root.rglob("*.py")) if "jaxopt._src" in p.read_text()]
+  assert not private, private

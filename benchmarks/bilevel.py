@@ -87,9 +87,9 @@ def run_bilevel(args, dtypes, emit):
   # The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations); --quick: a
   # 5-step GD inner solve (L-BFGS takes seconds to compile).
   inner_kw = (
-    dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5)
+    dict(solver="gd", maxiter=5, tol=0.0, stepsize=0.5)
     if args.quick
-    else dict(inner="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
+    else dict(solver="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
   )
   for dtype, net in itertools.product(dtypes, nets):
     with precision(dtype):
@@ -131,18 +131,9 @@ def outer_step(p: Problem, hsolve: str, inner_kw: dict, repeats: int) -> dict:
   from recon_jax.attacks import bilevel
 
   apply_fn, act, target, x, y = p.apply_fn, p.act, p.target, p.x, p.y
-  attack = bilevel.bilevel_attack(
-    apply_fn,
-    "logistic",
-    wd=WD,
-    act=act,
-    inner=inner_kw["inner"],
-    inner_maxiter=inner_kw["maxiter"],
-    inner_tol=inner_kw["tol"],
-    inner_stepsize=inner_kw["stepsize"],
-    hessian_solve=hsolve,
-  )
-  solve = implicit.make_inner_solve(p.energy, hessian_solve=hsolve, **inner_kw)
+  inner = implicit.InnerSolve(hessian_solve=hsolve, **inner_kw)
+  attack = bilevel.bilevel_attack(apply_fn, "logistic", wd=WD, act=act, inner=inner)
+  solve = implicit.make_inner_solve(p.energy, inner)
   hp = {"lr_x": jnp.asarray(0.01, x.dtype)}
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   fwd = jax.jit(lambda xx: solve(target.params, xx, y)).lower(x).compile()
@@ -165,7 +156,7 @@ def outer_step(p: Problem, hsolve: str, inner_kw: dict, repeats: int) -> dict:
     "n": p.n,
     "width": p.width if p.net != "affine" else None,
     "params": p.n_params,
-    "inner": inner_kw["inner"],
+    "inner": inner_kw["solver"],
     "hessian_solve": hsolve,
     "inner_iters": float(metrics["inner_iters"]),
     "inner_grad_norm": float(metrics["inner_grad_norm"]),
@@ -193,7 +184,7 @@ def memory_vs_iters(p: Problem, T: int, kind: str, repeats: int) -> dict:
   lr_inner = 0.5 if p.net == "affine" else 0.1
   if kind == "implicit":
     solve = implicit.make_inner_solve(
-      energy, inner="gd", hessian_solve="cg", maxiter=T, tol=0.0, stepsize=lr_inner
+      energy, implicit.InnerSolve(solver="gd", maxiter=T, tol=0.0, stepsize=lr_inner)
     )
   else:
 

@@ -370,12 +370,16 @@ class Study:
         apply_fn,
         "logistic",
         wd=cfg.bilevel_wd,
-        inner_maxiter=cfg.bilevel_inner_maxiter,
-        inner_tol=cfg.bilevel_inner_tol,
-        hessian_solve=cfg.bilevel_hessian_solve,
-        theta0=cfg.bilevel_theta0,
-        restart_from_target_each_step=cfg.bilevel_restart_from_target,
-        optimizer=cfg.bilevel_optimizer,
+        inner=implicit.InnerSolve(
+          maxiter=cfg.bilevel_inner_maxiter,
+          tol=cfg.bilevel_inner_tol,
+          hessian_solve=cfg.bilevel_hessian_solve,
+        ),
+        start=bilevel.InnerStart(
+          theta0=cfg.bilevel_theta0,
+          restart_from_target_each_step=cfg.bilevel_restart_from_target,
+        ),
+        steps=bilevel.Steps(cfg.bilevel_optimizer),
       )
       target = targets.make_target(params, ds.y_train, dtype=dtype)
       oracle = attacker.oracle_starts(ds, "mix")  # the study's starts: training images

@@ -365,6 +365,21 @@ def test_a_report_is_built_by_stating_its_keys_never_by_editing_it():
     Metrics.stating(nope=1)
 
 
+def test_the_victims_part_states_the_oracle_only_where_one_started_the_search():
+  """The victim's part of the report (the job's :func:`recon_jax.job.assembly.victim_part`):
+  its summary less margins and outputs, then ``oracle_starts`` after it where a search
+  started from an oracle's training images, and no such key elsewhere."""
+  from recon_jax.job import assembly
+
+  vic = types.SimpleNamespace(summary={"loss": 0.1, "margins": [1.0]}, source="cache")
+  regime = metrics_json.Regime.stating(known_init=False)
+  said = assembly.victim_part(vic, regime, 0.0, "mix").to_dict()
+  assert list(said) == ["clipped_to_box", "regime", "victim", "victim_source", "oracle_starts"]
+  assert said["victim"] == {"loss": 0.1} and said["oracle_starts"] == "mix"
+  assert "oracle_starts" not in assembly.victim_part(vic, regime, None).to_dict()
+  assert list(assembly.victim_part(vic).to_dict()) == ["victim", "victim_source"]
+
+
 def test_every_field_says_what_it_means():
   """Each declared key has a comment: on its line, or on the lines just above it (which then
   speak for the fields under them); every section dataclass says where it sits."""

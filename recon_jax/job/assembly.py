@@ -81,15 +81,21 @@ def head(plan: Plan) -> Metrics:
   return typed(Metrics, out)
 
 
-def victim_part(vic, regime: Optional[Regime] = None, clipped: Optional[float] = None) -> Metrics:
+def victim_part(
+  vic, regime: Optional[Regime] = None, clipped: Optional[float] = None, oracle=None
+) -> Metrics:
   """What the report states of the victim (its training summary, less its margins and
   outputs, and where it came from); with the attack's ``regime`` (what it read of theta*
-  first), also that and the fraction of pixels clipped to the box (``clipped``)."""
+  first), also that and the fraction of pixels clipped to the box (``clipped``), and the
+  init whose training images started the search (``oracle``: an oracle's, where one did)."""
   summary = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
   out = typed(Metrics, {"victim": summary, "victim_source": vic.source})
   if regime is None:
     return out
-  return Metrics.joined(Metrics.stating(clipped_to_box=clipped, regime=regime), out)
+  parts = [Metrics.stating(clipped_to_box=clipped, regime=regime), out]
+  if oracle is not None:  # the search started from training images: an oracle's
+    parts.append(Metrics.stating(oracle_starts=oracle))
+  return Metrics.joined(*parts)
 
 
 def handed_over(why: str, then: Plan, groups: list, direct_s: float, reread_s: float) -> dict:

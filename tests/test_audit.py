@@ -103,7 +103,8 @@ def files(tmp_path_factory):
 
 def _audit(files, tmp_path, name, job=(), **settings):
   cfg = configs.get_config("quick")
-  cfg.job.update(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, identify=False)
+  cfg.job.search.update(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4)
+  cfg.job.evaluation.identify = False
   cfg.job.update(dict(job))
   cfg.update(train=str(files / "train"), heldout=str(files / "heldout"))
   cfg.update(data_mean=str(files / "mean.npy"))

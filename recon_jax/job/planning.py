@@ -284,11 +284,6 @@ def prepare_training(cfg) -> recipe.VictimConfig:
   return vcfg
 
 
-def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
-  """:func:`prepare` with its arguments in this order (``explicit`` first)."""
-  return prepare(cfg, requested_victim, explicit)
-
-
 def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   """Raises an error naming the first setting of ``cfg`` (its types checked, its paths
   expanded) that cannot run, before any work; returns the job's

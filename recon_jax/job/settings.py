@@ -97,7 +97,8 @@ SECTIONS = {
 class _JobSettings:
   """The main job's settings, typed: every setting, its default and its meaning.
 
-  The settings every attack shares are declared here, by section; each attack's own options
+  The settings every attack shares are declared by section (:mod:`recon_jax.job.sections`)
+  and, for the few at the top, here; each attack's own options
   are declared with it (its spec's ``options``, e.g. :class:`recon_jax.attacks.kkt.KKTOptions`)
   and held as a section under the attack's name (``kkt.subspace``; :data:`ATTACK_SECTIONS`).
   A binary parses its flags into an ``ml_collections.ConfigDict``

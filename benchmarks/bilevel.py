@@ -18,6 +18,7 @@ float32 cannot reach reliably), else float32.
 from __future__ import annotations
 
 import itertools
+from typing import Any, NamedTuple, Optional
 
 from benchmarks import common
 from benchmarks.common import block, precision
@@ -50,22 +51,35 @@ def bilevel_problem(net: str, d: int, n: int, width: int, seed: int = 0):
   return models.make_apply_fn(module), act, target, x
 
 
+WD = 1e-3  # the victims' weight decay, in the inner energy and the attack
+
+
+class Problem(NamedTuple):
+  """A bilevel problem of :func:`bilevel_problem` at one size and dtype, with what both
+  measurements read of it."""
+
+  net: str
+  dtype: str
+  d: int
+  n: int
+  width: int
+  apply_fn: Any
+  act: Optional[str]
+  target: Any
+  x: Any  # [n, d] candidates
+  y: Any  # their labels, in x's dtype
+  energy: Any  # the inner problem's energy (logistic loss, weight decay WD)
+  n_params: int
+
+
 def run_bilevel(args, dtypes, emit):
   """One outer step against its inner solve, and memory vs inner iterations."""
   try:
-    from recon_jax import implicit
-    from recon_jax.attacks import bilevel
+    from recon_jax import implicit  # noqa: F401
+    from recon_jax.attacks import bilevel  # noqa: F401
   except ImportError as e:
     emit({"bench": "bilevel", "skipped": f"recon_jax.attacks.bilevel / implicit missing ({e})"})
     return
-  import jax
-  import jax.numpy as jnp
-
-  from recon_jax import priors
-  from recon_jax.core import losses
-  from recon_jax.victims import models
-
-  wd = 1e-3
   if args.quick:
     d, n, width, iters, nets = 16, 6, 8, (2, 8), ("affine",)
   else:
@@ -73,113 +87,136 @@ def run_bilevel(args, dtypes, emit):
   # The attack's default inner solver (L-BFGS, tol 1e-7, <= 100 iterations); --quick: a
   # 5-step GD inner solve (L-BFGS takes seconds to compile).
   inner_kw = (
-    dict(inner="gd", maxiter=5, tol=0.0, stepsize=0.5)
+    dict(solver="gd", maxiter=5, tol=0.0, stepsize=0.5)
     if args.quick
-    else dict(inner="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
+    else dict(solver="lbfgs", maxiter=100, tol=1e-7, stepsize=0.0)
   )
   for dtype, net in itertools.product(dtypes, nets):
     with precision(dtype):
-      apply_fn, act, target, x = bilevel_problem(net, d, n, width)
-      y = target.labels.astype(x.dtype)
-      energy = losses.energy(apply_fn, "logistic", wd, act and models.get_activation(act))
-      n_params = sum(a.size for a in jax.tree_util.tree_leaves(target.params))
-
+      p = problem_of(net, dtype, d, n, width)
       # 1. The attack's outer step (attacks.bilevel, from theta*) against its inner solve
       #    alone: the difference is the Hessian solve, CG vs the quasi-Newton memory.
       for hsolve in ("cg",) if args.quick else ("cg", "lbfgs"):
-        attack = bilevel.bilevel_attack(
-          apply_fn,
-          "logistic",
-          wd=wd,
-          act=act,
-          inner=inner_kw["inner"],
-          inner_maxiter=inner_kw["maxiter"],
-          inner_tol=inner_kw["tol"],
-          inner_stepsize=inner_kw["stepsize"],
-          hessian_solve=hsolve,
-        )
-        solve = implicit.make_inner_solve(energy, hessian_solve=hsolve, **inner_kw)
-        hp = {"lr_x": jnp.asarray(0.01, x.dtype)}
-        state = attack.init(jax.random.PRNGKey(0), hp, target, x)
-        fwd = jax.jit(lambda xx: solve(target.params, xx, y)).lower(x).compile()
-        step = jax.jit(attack.step).lower(state, hp, target).compile()
-        inner_fn, outer_fn = (lambda: fwd(x)), (lambda: step(state, hp, target))
-        block(inner_fn())
-        block(outer_fn())
-        ti, to = [], []
-        for _ in range(max(3, args.repeats)):  # interleaved: the same load for both
-          ti.append(common.timed(inner_fn)[0])
-          to.append(common.timed(outer_fn)[0])
-        inner_s, outer_s = min(ti), min(to)
-        _, metrics = outer_fn()
-        emit(
-          {
-            "bench": "bilevel",
-            "what": "outer_step",
-            "net": net,
-            "dtype": dtype,
-            "d": d,
-            "n": n,
-            "width": width if net != "affine" else None,
-            "params": n_params,
-            "inner": inner_kw["inner"],
-            "hessian_solve": hsolve,
-            "inner_iters": float(metrics["inner_iters"]),
-            "inner_grad_norm": float(metrics["inner_grad_norm"]),
-            "inner_solve_s": inner_s,
-            "outer_step_s": outer_s,
-            "hessian_solve_s": max(outer_s - inner_s, 0.0),
-            "outer_over_inner": outer_s / inner_s,
-            "target_ratio": 3.0,
-            "target_met": bool(outer_s / inner_s <= 3.0),
-            "temp_bytes": getattr(step.memory_analysis(), "temp_size_in_bytes", None),
-            "grad_finite": bool(jnp.isfinite(metrics["grad_x_norm"])),
-          }
-        )
-
+        emit(outer_step(p, hsolve, inner_kw, args.repeats))
       # 2. Memory and time vs inner iterations T (fixed-step GD, tol 0: exactly T steps) of
       #    the attack's outer loss: implicit differentiation (custom_root + CG) against
       #    reverse mode through the unrolled loop (the baseline; not in the library).
-      lr_inner = 0.5 if net == "affine" else 0.1
       for T in iters:
-        solve = implicit.make_inner_solve(
-          energy, inner="gd", hessian_solve="cg", maxiter=T, tol=0.0, stepsize=lr_inner
-        )
-
-        def unrolled(theta0, xx, yy, T=T):
-          def body(th, _):
-            g = jax.grad(energy)(th, xx, yy)
-            return jax.tree_util.tree_map(lambda a, b: a - lr_inner * b, th, g), None
-
-          return jax.lax.scan(body, theta0, None, length=T)
-
-        for kind, s in (("implicit", solve), ("unrolled", unrolled)):
-
-          def outer(xx, s=s):
-            theta, _ = s(target.params, xx, y)
-            return losses.tree_sq_dist(theta, target.params) + priors.box_prior(
-              xx, target.box_lo, target.box_hi
-            )
-
-          compiled = jax.jit(jax.value_and_grad(outer)).lower(x).compile()
-          t, _ = common.best_of(lambda: compiled(x), args.repeats)
-          emit(
-            {
-              "bench": "bilevel",
-              "what": "memory_vs_iters",
-              "net": net,
-              "dtype": dtype,
-              "d": d,
-              "n": n,
-              "params": n_params,
-              "inner": "gd",
-              "inner_iters": T,
-              "diff": kind,
-              "outer_step_s": t,
-              "temp_bytes": getattr(compiled.memory_analysis(), "temp_size_in_bytes", None),
-            }
-          )
+        for kind in ("implicit", "unrolled"):
+          emit(memory_vs_iters(p, T, kind, args.repeats))
   _bilevel_summary(emit)
+
+
+def problem_of(net: str, dtype: str, d: int, n: int, width: int) -> Problem:
+  """:func:`bilevel_problem` and its inner energy (logistic loss, weight decay :data:`WD`)."""
+  import jax
+
+  from recon_jax.core import losses
+  from recon_jax.victims import models
+
+  apply_fn, act, target, x = bilevel_problem(net, d, n, width)
+  energy = losses.energy(apply_fn, "logistic", WD, act and models.get_activation(act))
+  n_params = sum(a.size for a in jax.tree_util.tree_leaves(target.params))
+  y = target.labels.astype(x.dtype)
+  return Problem(net, dtype, d, n, width, apply_fn, act, target, x, y, energy, n_params)
+
+
+def outer_step(p: Problem, hsolve: str, inner_kw: dict, repeats: int) -> dict:
+  """The attack's outer step from theta* against its inner solve alone (timed interleaved,
+  under the same load): the ``outer_step`` record."""
+  import jax
+  import jax.numpy as jnp
+
+  from recon_jax import implicit
+  from recon_jax.attacks import bilevel
+
+  apply_fn, act, target, x, y = p.apply_fn, p.act, p.target, p.x, p.y
+  inner = implicit.InnerSolve(hessian_solve=hsolve, **inner_kw)
+  attack = bilevel.bilevel_attack(apply_fn, "logistic", wd=WD, act=act, inner=inner)
+  solve = implicit.make_inner_solve(p.energy, inner)
+  hp = {"lr_x": jnp.asarray(0.01, x.dtype)}
+  state = attack.init(jax.random.PRNGKey(0), hp, target, x)
+  fwd = jax.jit(lambda xx: solve(target.params, xx, y)).lower(x).compile()
+  step = jax.jit(attack.step).lower(state, hp, target).compile()
+  inner_fn, outer_fn = (lambda: fwd(x)), (lambda: step(state, hp, target))
+  block(inner_fn())
+  block(outer_fn())
+  ti, to = [], []
+  for _ in range(max(3, repeats)):  # interleaved: the same load for both
+    ti.append(common.timed(inner_fn)[0])
+    to.append(common.timed(outer_fn)[0])
+  inner_s, outer_s = min(ti), min(to)
+  _, metrics = outer_fn()
+  return {
+    "bench": "bilevel",
+    "what": "outer_step",
+    "net": p.net,
+    "dtype": p.dtype,
+    "d": p.d,
+    "n": p.n,
+    "width": p.width if p.net != "affine" else None,
+    "params": p.n_params,
+    "inner": inner_kw["solver"],
+    "hessian_solve": hsolve,
+    "inner_iters": float(metrics["inner_iters"]),
+    "inner_grad_norm": float(metrics["inner_grad_norm"]),
+    "inner_solve_s": inner_s,
+    "outer_step_s": outer_s,
+    "hessian_solve_s": max(outer_s - inner_s, 0.0),
+    "outer_over_inner": outer_s / inner_s,
+    "target_ratio": 3.0,
+    "target_met": bool(outer_s / inner_s <= 3.0),
+    "temp_bytes": getattr(step.memory_analysis(), "temp_size_in_bytes", None),
+    "grad_finite": bool(jnp.isfinite(metrics["grad_x_norm"])),
+  }
+
+
+def memory_vs_iters(p: Problem, T: int, kind: str, repeats: int) -> dict:
+  """Time and XLA temp bytes of the compiled outer loss's gradient through ``T`` steps of
+  fixed-step GD, differentiated ``kind``: 'implicit' (custom_root + CG) or 'unrolled'
+  (reverse mode through the loop): the ``memory_vs_iters`` record."""
+  import jax
+
+  from recon_jax import implicit, priors
+  from recon_jax.core import losses
+
+  energy, target, y = p.energy, p.target, p.y
+  lr_inner = 0.5 if p.net == "affine" else 0.1
+  if kind == "implicit":
+    solve = implicit.make_inner_solve(
+      energy, implicit.InnerSolve(solver="gd", maxiter=T, tol=0.0, stepsize=lr_inner)
+    )
+  else:
+
+    def solve(theta0, xx, yy):
+      def body(th, _):
+        g = jax.grad(energy)(th, xx, yy)
+        return jax.tree_util.tree_map(lambda a, b: a - lr_inner * b, th, g), None
+
+      return jax.lax.scan(body, theta0, None, length=T)
+
+  def outer(xx):
+    theta, _ = solve(target.params, xx, y)
+    return losses.tree_sq_dist(theta, target.params) + priors.box_prior(
+      xx, target.box_lo, target.box_hi
+    )
+
+  compiled = jax.jit(jax.value_and_grad(outer)).lower(p.x).compile()
+  t, _ = common.best_of(lambda: compiled(p.x), repeats)
+  return {
+    "bench": "bilevel",
+    "what": "memory_vs_iters",
+    "net": p.net,
+    "dtype": p.dtype,
+    "d": p.d,
+    "n": p.n,
+    "params": p.n_params,
+    "inner": "gd",
+    "inner_iters": T,
+    "diff": kind,
+    "outer_step_s": t,
+    "temp_bytes": getattr(compiled.memory_analysis(), "temp_size_in_bytes", None),
+  }
 
 
 def _bilevel_summary(emit):

@@ -13,8 +13,8 @@ small noise.  The attacker's view is ``known_init_target(make_target(theta*, lab
 mean), theta_0, 0.5)``; the span ``span_basis(target.fit, n=n)``: k = n - 1 directions,
 the images being centred on their own mean as the library's data are.
 
-The three code paths of ``kkt_attack(apply_fn, 'binary', optimizer='adam')``: in pixels,
-with ``basis=B`` in coefficients (each candidate k numbers instead of d; the attack's
+The three code paths of ``kkt_attack(apply_fn, 'binary', steps=Steps('adam'))``: in pixels,
+with ``subspace=Subspace(B, image)`` in coefficients (each candidate k numbers instead of d; the attack's
 ``prepare`` reduces the target to the span inside the compiled programs, once per chunk),
 and the same with the KKT sum in closed form (``closed``: ``apply_fn`` marked by
 ``equations.one_hidden``, what the main job builds for one hidden layer).
@@ -130,11 +130,13 @@ def programs(args, h: int, ceiling, dtype: str = "float32") -> tuple:
     marked = equations.one_hidden(apply_fn, target.params, jax.nn.relu, image)
     assert isinstance(marked, equations.OneHidden)
     attacks = {
-      "pixels": kkt.kkt_attack(apply_fn, "binary", optimizer="adam"),
+      "pixels": kkt.kkt_attack(apply_fn, "binary", steps=kkt.Steps("adam")),
       "coefficients": kkt.kkt_attack(
-        apply_fn, "binary", optimizer="adam", basis=basis, input_shape=image
+        apply_fn, "binary", steps=kkt.Steps("adam"), subspace=kkt.Subspace(basis, image)
       ),
-      "closed": kkt.kkt_attack(marked, "binary", optimizer="adam", basis=basis, input_shape=image),
+      "closed": kkt.kkt_attack(
+        marked, "binary", steps=kkt.Steps("adam"), subspace=kkt.Subspace(basis, image)
+      ),
     }
     hp = common.attack_hparams(args.restarts, preset="finetune_kkt")
     x_init = inits.gaussian(args.m, image, dt)

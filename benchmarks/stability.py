@@ -112,7 +112,9 @@ def problem(n: int, h: int, restarts: int, steps: int, heldout: int, seed: int =
   target = targets.known_init_target(target, theta_0, LINEARIZE)
   basis, _ = span.span_basis(target.fit, n=n)
   apply_fn = models.make_apply_fn(module)
-  attack = kkt.kkt_attack(apply_fn, "binary", optimizer="adam", basis=basis, input_shape=IMAGE)
+  attack = kkt.kkt_attack(
+    apply_fn, "binary", steps=kkt.Steps("adam"), subspace=kkt.Subspace(basis, IMAGE)
+  )
   hp = common.attack_hparams(restarts, preset="finetune_kkt")
   planted = jnp.asarray(ds.x_train, jnp.float32)
   half = (jnp.arange(m) < m // 2).reshape(m, 1, 1, 1)
@@ -187,7 +189,8 @@ def measure(args, n: int, emit) -> None:
   rec = {}
   if args.report:  # first: its stability part compiles what the pairs' calls reuse
     t0 = time.perf_counter()
-    rep = trusted.identification_report(attack, run, hp, target, apply_fn, "binary", ds, key=0)
+    ran = trusted.AttackerRun(attack, run, hp, target, apply_fn, "binary")
+    rep = trusted.identification_report(ran, ds, trusted.IdentifyOptions(key=0))
     rec["report_s"] = time.perf_counter() - t0
     rec["report_timing"] = rep["timing_s"]
     rec["n_real"] = rep["truth"]["n_real"]

@@ -30,10 +30,10 @@ FLAGS = flags.FLAGS
 
 
 def job(cfg, workdir: str, *, resume=False, overwrite=False) -> dict:
-  """:func:`recon_jax.studies.runner.train_victim_job` (its arguments); returns metrics."""
-  from recon_jax.studies import runner
+  """:func:`recon_jax.victims.training_run.train_victim_job` (its arguments); returns metrics."""
+  from recon_jax.victims import training_run
 
-  path, m = runner.train_victim_job(cfg, workdir, resume=resume, overwrite=overwrite)
+  path, m = training_run.train_victim_job(cfg, workdir, resume=resume, overwrite=overwrite)
   if m["warning"]:
     print(f"warning: {cli.in_flags(m['warning'], cfg)}", file=sys.stderr)
   print(

@@ -24,28 +24,117 @@ Two ways to apply the inverse Hessian:
   but only an approximation of ``H^{-1}`` (a rank-``2 history_size`` update of
   ``gamma I``), and a poor one when a warm-started inner solve took few iterations.
 
-jaxopt is unmaintained; two modules import it, this one and
-:mod:`recon_jax.attacks.gauss_newton` (Levenberg-Marquardt), so a swap to optimistix or a
-hand-written solver touches those two.
+The two-loop recursion is this module's own (:func:`two_loop`), over the memory that
+jaxopt's public ``LBFGS`` state holds.  jaxopt is unmaintained; two modules import it,
+this one and :mod:`recon_jax.attacks.gauss_newton` (Levenberg-Marquardt), so a swap to
+optimistix or a hand-written solver touches those two.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import jaxopt
 from jaxopt import linear_solve
-from jaxopt._src.lbfgs import inv_hessian_product  # the two-loop recursion
 import numpy as np
 
-from recon_jax.core import losses
+from recon_jax.core import arguments, losses
 from recon_jax.errors import ConfigError
 
 INNER_SOLVERS = ("lbfgs", "gd")
 HESSIAN_SOLVES = ("cg", "lbfgs")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InnerSolve:
+  """How ``theta(x) = argmin E`` is solved and differentiated (:func:`make_inner_solve`)."""
+
+  solver: str = "lbfgs"
+  """'lbfgs' (jaxopt.LBFGS) or 'gd' (jaxopt.GradientDescent)."""
+  maxiter: int = 100
+  """Iterations of each inner solve, at most (>= 1)."""
+  tol: float = 1e-7
+  """The inner solve stops once ``||grad_theta E||`` is below this."""
+  history_size: int = 10
+  """L-BFGS memory: the pairs the quasi-Newton step (and ``hessian_solve='lbfgs'``) uses."""
+  stepsize: float = 0.0
+  """Gradient descent's step size; <= 0: jaxopt's backtracking line search."""
+  hessian_solve: str = "cg"
+  """'cg' (implicit differentiation, conjugate gradients on the Hessian: exact up to the
+  tolerances) or 'lbfgs' (the two-loop recursion over the final inner L-BFGS memory, the
+  paper's quasi-Newton option: no Hessian-vector products, an approximation; needs
+  ``solver='lbfgs'``)."""
+  cg_tol: float = 1e-10
+  """Conjugate gradients' relative tolerance."""
+  cg_maxiter: int = 500
+  """Conjugate gradients' iterations, at most."""
+
+  def __post_init__(self):
+    if self.solver not in INNER_SOLVERS:
+      raise ConfigError(
+        f"inner solver must be one of {INNER_SOLVERS}, got {self.solver!r}.", "solver"
+      )
+    if self.hessian_solve not in HESSIAN_SOLVES:
+      raise ConfigError(
+        f"hessian_solve must be one of {HESSIAN_SOLVES}, got {self.hessian_solve!r}."
+      )
+    if self.hessian_solve == "lbfgs" and self.solver != "lbfgs":
+      raise ConfigError(
+        "hessian_solve='lbfgs' reuses the inner L-BFGS memory; it needs solver='lbfgs'.",
+        "hessian_solve",
+      )
+    if self.maxiter < 1:
+      raise ConfigError(f"inner maxiter must be >= 1, got {self.maxiter}.", "maxiter")
+
+
+def two_loop(v, s_history, y_history, rho_history, gamma, start):
+  """``H v`` for the L-BFGS approximation ``H`` of an inverse Hessian (Nocedal & Wright,
+  Algorithm 7.4).
+
+  ``H`` starts at ``gamma I`` and takes one BFGS update per stored pair, oldest first:
+  ``H <- (I - rho s y^T) H (I - rho y s^T) + rho s s^T`` with ``rho = 1 / <s, y>``.
+
+  Args:
+    v: a pytree.
+    s_history, y_history: pytrees like ``v`` whose leaves have a leading memory axis
+      (``[h, ...]``): the steps ``s`` and the gradient changes ``y`` of the pairs.
+    rho_history: [h], ``1 / <s, y>`` per pair; 0 for a slot not yet written (it then
+      changes nothing).
+    gamma: the scale of the initial ``H``.
+    start: the slot of the oldest pair (the memory is a circular buffer).
+  """
+  h = rho_history.shape[0]
+  leaves = jax.tree_util.tree_leaves
+
+  def pair(j):  # the j-th oldest pair (s, y)
+    i = (start + j) % h
+    take = lambda a: jax.lax.dynamic_index_in_dim(a, i, keepdims=False)  # noqa: E731
+    return (
+      jax.tree_util.tree_map(take, s_history),
+      jax.tree_util.tree_map(take, y_history),
+      rho_history[i],
+    )
+
+  def dot(a, b):
+    return sum(jnp.vdot(p, q).real for p, q in zip(leaves(a), leaves(b)))
+
+  def plus(c, a, b):  # b + c a
+    return jax.tree_util.tree_map(lambda p, q: q + c * p, a, b)
+
+  q, alphas = v, [None] * h
+  for j in reversed(range(h)):  # newest to oldest
+    s, y, rho = pair(j)
+    alphas[j] = rho * dot(s, q)
+    q = plus(-alphas[j], y, q)
+  r = jax.tree_util.tree_map(lambda a: gamma * a, q)
+  for j in range(h):  # oldest to newest
+    s, y, rho = pair(j)
+    r = plus(alphas[j] - rho * dot(y, r), s, r)
+  return r
 
 
 class InnerInfo(NamedTuple):
@@ -60,78 +149,53 @@ def _zero_cotangent(a):
   return np.zeros(a.shape, dtype=jax.dtypes.float0)
 
 
-def _make_solver(energy, inner, maxiter, tol, history_size, stepsize, implicit_diff, solve):
-  if inner == "lbfgs":
+def _make_solver(energy, o: InnerSolve, implicit_diff, solve):
+  if o.solver == "lbfgs":
     return jaxopt.LBFGS(
       fun=energy,
-      maxiter=maxiter,
-      tol=tol,
-      history_size=history_size,
+      maxiter=o.maxiter,
+      tol=o.tol,
+      history_size=o.history_size,
       implicit_diff=implicit_diff,
       implicit_diff_solve=solve,
       jit=True,
     )
-  if inner == "gd":
+  if o.solver == "gd":
     return jaxopt.GradientDescent(
       fun=energy,
-      maxiter=maxiter,
-      tol=tol,
-      stepsize=stepsize,
+      maxiter=o.maxiter,
+      tol=o.tol,
+      stepsize=o.stepsize,
       acceleration=False,
       implicit_diff=implicit_diff,
       implicit_diff_solve=solve,
       jit=True,
     )
-  raise ConfigError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
+  raise ConfigError(f"inner solver must be one of {INNER_SOLVERS}, got {o.solver!r}.")
 
 
-def make_inner_solve(
-  energy: Callable,
-  *,
-  inner: str = "lbfgs",
-  hessian_solve: str = "cg",
-  maxiter: int = 200,
-  tol: float = 1e-7,
-  history_size: int = 10,
-  stepsize: float = 0.0,
-  cg_tol: float = 1e-10,
-  cg_maxiter: int = 500,
-):
+def make_inner_solve(energy: Callable, inner: Optional[InnerSolve] = None):
   """Differentiable ``inner_solve(theta_init, x, y) -> (theta, InnerInfo)``.
 
   Args:
     energy: ``E(theta, x, y)``, a scalar; twice differentiable in theta.
-    inner: 'lbfgs' (default) or 'gd' (jaxopt.GradientDescent).
-    hessian_solve: 'cg' (custom_root + conjugate gradient) or 'lbfgs' (two-loop
-      recursion over the final inner L-BFGS memory; needs ``inner='lbfgs'``).
-    maxiter, tol: inner iteration cap and gradient-norm tolerance.
-    history_size: L-BFGS memory.
-    stepsize: GD step size; <= 0 uses jaxopt's backtracking line search.
-    cg_tol, cg_maxiter: CG relative tolerance and iteration cap.
+    inner: the solver, its tolerances and the Hessian solve (:class:`InnerSolve`; None:
+      its defaults).
 
   Returns:
     ``inner_solve``; ``theta`` carries the implicit derivative in ``x`` (none in
     ``theta_init``, as at an exact minimiser; none in ``y``).
   """
-  if inner not in INNER_SOLVERS:
-    raise ConfigError(f"inner solver must be one of {INNER_SOLVERS}, got {inner!r}.")
-  if hessian_solve not in HESSIAN_SOLVES:
-    raise ConfigError(f"hessian_solve must be one of {HESSIAN_SOLVES}, got {hessian_solve!r}.")
-  if hessian_solve == "lbfgs" and inner != "lbfgs":
-    raise ConfigError(
-      "hessian_solve='lbfgs' reuses the inner L-BFGS memory; it needs inner='lbfgs'."
-    )
-  if maxiter < 1:
-    raise ConfigError(f"inner maxiter must be >= 1, got {maxiter}.")
+  o = arguments.group("inner", inner, InnerSolve)
 
   def info_of(state):
     return InnerInfo(
       jnp.asarray(state.error), jnp.asarray(state.iter_num).astype(jnp.asarray(state.error).dtype)
     )
 
-  if hessian_solve == "cg":
-    solve = functools.partial(linear_solve.solve_cg, tol=cg_tol, maxiter=cg_maxiter)
-    solver = _make_solver(energy, inner, maxiter, tol, history_size, stepsize, True, solve)
+  if o.hessian_solve == "cg":
+    solve = functools.partial(linear_solve.solve_cg, tol=o.cg_tol, maxiter=o.cg_maxiter)
+    solver = _make_solver(energy, o, True, solve)
 
     def inner_solve(theta_init, x, y):
       theta, state = solver.run(theta_init, x, y)
@@ -139,7 +203,8 @@ def make_inner_solve(
 
     return inner_solve
 
-  solver = _make_solver(energy, inner, maxiter, tol, history_size, stepsize, False, None)
+  solver = _make_solver(energy, o, False, None)
+  history_size = o.history_size
 
   @jax.custom_vjp
   def qn_solve(theta_init, x, y):
@@ -156,7 +221,7 @@ def make_inner_solve(
     theta, x, y, theta_init, (s_h, y_h, rho_h, gamma, start) = res
     v, _ = cts
     # p ~= H^{-1} v from the L-BFGS memory (Nocedal & Wright, Alg. 7.4).
-    p = inv_hessian_product(v, s_h, y_h, rho_h, gamma, start)
+    p = two_loop(v, s_h, y_h, rho_h, gamma, start)
     # dl/dx = -d/dx <grad_theta E(theta; x, y), p>
     gx = jax.grad(lambda xx: losses.tree_dot(jax.grad(energy)(theta, xx, y), p))(x)
     return (

@@ -17,6 +17,19 @@ Params = Any  # a flax variable dict {'params': ...}
 PRNGKey = jax.Array
 HParams = Mapping[str, jax.Array]  # per-restart hyperparameters, scalars (vmapped to [R])
 
+# A restart's scores in metrics.json's ``per_restart`` rows, beside its hyperparameters (so an
+# attack may not name a hyperparameter so): the keys :class:`recon_jax.eval.metrics_json.Restart`
+# declares, which a test holds equal to these.
+RESTART_SCORES = (
+  "restart",
+  "diverged",
+  "final_loss",
+  "mean_ssim",
+  "recovered_strict",
+  "n_ssim_gt_0.4",
+  "stat_rel",
+)
+
 
 def float_dtype():
   """float64 when x64 is enabled, else float32: the dtype every array of a run uses."""
@@ -82,7 +95,7 @@ CandidatesFn = Callable[[Any], tuple[jax.Array, jax.Array]]
 
 class Alone(NamedTuple):
   """One candidate's problem with every other candidate and every multiplier held: what
-  :func:`recon_jax.eval.stability.stability_score` re-runs (default ``free='x'``) at the
+  :func:`recon_jax.attacker.stability.stability_score` re-runs (default ``free='x'``) at the
   cost of one candidate instead of the whole state's m.
 
   ``shared(state, hparams, target) -> total``: what the candidates of ``state`` share (the
@@ -109,7 +122,7 @@ class Attack(NamedTuple):
   the whole state).
 
   The state is a NamedTuple.  An attack whose candidates can be kicked and re-run (the
-  stability score, :mod:`recon_jax.eval.stability`; its spec says so with ``rerunnable``)
+  stability score, :mod:`recon_jax.attacker.stability`; its spec says so with ``rerunnable``)
   keeps them in its field ``x`` ([m, *input_shape], what ``candidates`` reads), its
   per-candidate multipliers, where it has them, in ``lam`` ([m] or [m, ...]), and its
   optimiser's state, where it has one, in ``opt_state`` (an optax state: zeros are its

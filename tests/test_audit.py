@@ -263,7 +263,7 @@ def test_bad_files_are_refused_before_any_work_naming_the_setting(files, tmp_pat
 
 
 def test_without_training_images_a_blind_attack_says_it_cannot_tell(files, tmp_path):
-  m = _audit(files, tmp_path, "blind", model=str(files / "model.safetensors"), init="", train="")
+  m = _audit(files, tmp_path, "blind", model=str(files / "model.safetensors"), theta0="", train="")
   assert m["blind"] and m["verdict"] == "cannot_tell" and m["recovered_strict"] is None
   assert "blind" in m["verdict_line"]
   report = (tmp_path / "blind" / "report.md").read_text()

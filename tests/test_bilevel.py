@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from recon_jax import implicit
-from recon_jax.attacks.bilevel import bilevel_attack
+from recon_jax.attacks.bilevel import InnerStart, bilevel_attack
 from recon_jax.core.losses import energy as make_energy
 from recon_jax.core.losses import tree_sq_dist
 from recon_jax.engine import inits, loop
+from recon_jax.optim import Steps
 from recon_jax.types import Target
 from recon_jax.victims.models import Affine, OneHidden, init_params, make_apply_fn
 
@@ -92,7 +93,9 @@ def test_implicit_gradient_matches_fd_and_unrolled(affine_victim):
       fd[i, j] = (unrolled(x + e) - unrolled(x - e)) / (2 * eps)
   assert _rel(g_unr, fd) < 1e-4
 
-  cg = implicit.make_inner_solve(energy, hessian_solve="cg", tol=1e-12, maxiter=500)
+  cg = implicit.make_inner_solve(
+    energy, implicit.InnerSolve(hessian_solve="cg", tol=1e-12, maxiter=500)
+  )
   g_cg = jax.grad(outer(lambda *a: cg(*a)[0]))(x)
   assert _rel(g_cg, fd) < 1e-4
   assert _rel(g_cg, g_unr) < 1e-4
@@ -101,7 +104,9 @@ def test_implicit_gradient_matches_fd_and_unrolled(affine_victim):
   # low-rank update of gamma*I built along the inner trajectory), not an exact
   # solve: here it is measured at ~31% relative error, cosine ~0.97 with the
   # true gradient.  Asserted: a descent-quality direction, not 1e-4 accuracy.
-  qn = implicit.make_inner_solve(energy, hessian_solve="lbfgs", tol=1e-9, maxiter=500)
+  qn = implicit.make_inner_solve(
+    energy, implicit.InnerSolve(hessian_solve="lbfgs", tol=1e-9, maxiter=500)
+  )
   g_qn = np.asarray(jax.grad(outer(lambda *a: qn(*a)[0]))(x))
   cos = float(np.vdot(g_qn, fd) / np.linalg.norm(g_qn) / np.linalg.norm(fd))
   print(f"quasi-Newton rel err {_rel(g_qn, fd):.3g}, cosine {cos:.4f}")
@@ -118,7 +123,7 @@ def batched_runs(affine_victim):
   compiled program each, shared by the two tests below.
   """
   apply_fn, x_train, pstar = affine_victim
-  attack = bilevel_attack(apply_fn, "logistic", wd=WD, inner_tol=1e-10)
+  attack = bilevel_attack(apply_fn, "logistic", wd=WD, inner=implicit.InnerSolve(tol=1e-10))
   x_init = inits.mix(np.asarray(x_train), np.asarray(x_train), N, dtype=jnp.float64)
   keys = jax.random.split(jax.random.PRNGKey(4), 3)
   hp = {
@@ -157,7 +162,12 @@ def test_one_hidden_softplus_decreases_upper_loss():
   assert float(tree_sq_dist(pstar, jax.tree_util.tree_map(jnp.zeros_like, pstar))) > 1.0
   x0 = np.asarray(x_train) + 0.2 * np.asarray(jax.random.normal(jax.random.PRNGKey(3), (N, D)))
   attack = bilevel_attack(
-    apply_fn, "logistic", wd=wd, act="softplus", inner_tol=1e-9, optimizer="adam"
+    apply_fn,
+    "logistic",
+    wd=wd,
+    act="softplus",
+    inner=implicit.InnerSolve(tol=1e-9),
+    steps=Steps("adam"),
   )
   res = loop.run_stages(
     attack,
@@ -182,10 +192,8 @@ def test_unconverged_inner_is_reported_and_zero_wd_refused(affine_victim):
     apply_fn,
     "logistic",
     wd=WD,
-    inner_maxiter=1,
-    theta0="gaussian",
-    warm_start=False,
-    inner_tol=1e-10,
+    inner=implicit.InnerSolve(maxiter=1, tol=1e-10),
+    start=InnerStart(theta0="gaussian", warm_start=False),
   )
   state = attack.init(jax.random.PRNGKey(0), {"lr_x": jnp.array(0.1)}, _target(pstar), _data(7))
   # One compiled step (run eagerly, every op of the solvers would compile on its own).
@@ -205,3 +213,51 @@ def test_vmap_and_map_batching_agree(batched_runs):
   np.testing.assert_allclose(
     out["vmap"].history[-1]["loss"], out["map"].history[-1]["loss"], rtol=1e-7, atol=1e-12
   )
+
+
+def test_two_loop_is_the_bfgs_inverse_update_of_the_memory():
+  """implicit.two_loop on a circular memory (oldest pair at slot 2, one slot unwritten) of
+  a two-leaf pytree equals the dense BFGS inverse built from gamma I by the stored pairs,
+  oldest first, in float64; and it meets the newest pair's secant equation H y = s."""
+  rng = np.random.default_rng(0)
+  n, h, start, gamma = 7, 5, 2, 0.7
+  a = rng.normal(size=(n, n))
+  hess = a @ a.T + n * np.eye(n)  # SPD: every pair has <s, y> > 0
+  s = rng.normal(size=(h, n))
+  y = s @ hess
+  rho = 1.0 / np.einsum("ij,ij->i", s, y)
+  empty = (start - 1) % h  # the slot the next pair would take: not written yet
+  s[empty], y[empty], rho[empty] = 0.0, 0.0, 0.0
+  dense = gamma * np.eye(n)
+  for j in range(h):
+    i = (start + j) % h
+    if i == empty:
+      continue
+    left = np.eye(n) - rho[i] * np.outer(s[i], y[i])
+    dense = left @ dense @ left.T + rho[i] * np.outer(s[i], s[i])
+
+  def tree(v):  # a pytree of two leaves, [..., 3] and [..., 2, 2]
+    return {
+      "a": jnp.asarray(v[..., :3]),
+      "b": jnp.asarray(v[..., 3:]).reshape(v.shape[:-1] + (2, 2)),
+    }
+
+  def flat(t):
+    return np.concatenate([np.asarray(t["a"]), np.asarray(t["b"]).reshape(-1)])
+
+  v = rng.normal(size=n)
+  two_loop = jax.jit(implicit.two_loop)
+  got = flat(two_loop(tree(v), tree(s), tree(y), jnp.asarray(rho), gamma, jnp.asarray(start)))
+  np.testing.assert_allclose(got, dense @ v, rtol=1e-12)
+  newest = (start - 2) % h
+  secant = two_loop(tree(y[newest]), tree(s), tree(y), jnp.asarray(rho), gamma, start)
+  np.testing.assert_allclose(flat(secant), s[newest], rtol=1e-10)
+
+
+def test_no_private_jaxopt_module_is_imported():
+  """The library uses jaxopt's public API only (its ``_src`` may change in any release)."""
+  import pathlib
+
+  root = pathlib.Path(implicit.__file__).parent
+  private = [str(p) for p in sorted(root.rglob("*.py")) if "jaxopt._src" in p.read_text()]
+  assert not private, private

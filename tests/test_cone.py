@@ -12,6 +12,15 @@ from test_metrics_json import assert_read_typed, assert_round_trip
 
 from experiments.configs.victim import PRESETS
 from recon_jax.attacks import cone, span
+from recon_jax.attacks.cone import attack as cone_attack
+from recon_jax.attacks.cone import decoding as cone_decoding
+from recon_jax.attacks.cone import deep as cone_deep
+from recon_jax.attacks.cone import facets as cone_facets
+from recon_jax.attacks.cone import handover as cone_handover
+from recon_jax.attacks.cone import programs as cone_programs
+from recon_jax.attacks.cone import reading as cone_reading
+from recon_jax.attacks.cone import signed as cone_signed
+from recon_jax.attacks.spec import Setup
 from recon_jax.errors import ConfigError
 from recon_jax.victims import recipe, targets, trained
 
@@ -43,8 +52,8 @@ def planted(lazy):
     fitted.init["params"]["layer_0"]["kernel"]
   )
   basis, _ = span.span_basis({"params": {"layer_0": {"kernel": change}}}, n=len(x))
-  rows, _ = cone.signed_rows(
-    cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init), basis
+  rows, _ = cone_reading.signed_rows(
+    cone_reading.hidden_layer(fitted.params), cone_reading.hidden_layer(fitted.init), basis
   )
   return rows, np.concatenate([(y[:, None] * x) @ basis, y[:, None]], axis=1)
 
@@ -91,7 +100,7 @@ def test_starts_from_images_the_attacker_holds_find_the_facets_random_starts_mis
   training images) land on more, and the images they give are training images (the
   reading of the images the others leave switched off, to see the starts alone)."""
   ds, fitted = lazy
-  monkeypatch.setattr(cone, "one_image_seeds", lambda *args, **kwargs: [])
+  monkeypatch.setattr(cone_signed, "one_image_seeds", lambda *args, **kwargs: [])
   args = (fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean)
   alone, _, _ = cone.cone_images(*args, n=8, starts=1)
   images, _, _ = cone.cone_images(*args, n=8, starts=1, public=ds.x_test[:40])
@@ -101,7 +110,7 @@ def test_starts_from_images_the_attacker_holds_find_the_facets_random_starts_mis
 
 def test_one_start_and_the_units_active_on_one_image_left_read_every_image(lazy):
   """From the one facet a single random start finds, the images the others leave are read
-  round after round (:func:`cone.one_image_seeds`): all eight, each a training image."""
+  round after round (:func:`cone_decoding.one_image_seeds`): all eight, each a training image."""
   ds, fitted = lazy
   args = (fitted.params, fitted.init, ds.x_train.shape[1:], -ds.mean, 1 - ds.mean)
   images, _, _ = cone.cone_images(*args, n=8, starts=1)
@@ -134,7 +143,7 @@ def test_the_cone_reads_theta_star_and_theta0_back_from_a_decay_corrected_target
     star["params"]["layer_0"]["kernel"] - 0.8 * init["params"]["layer_0"]["kernel"],
   )
   common = types.SimpleNamespace(linearize=0.5)
-  got_star, got_init = cone._theta_pair(cone.Setup("binary", None, target=target, common=common))
+  got_star, got_init = cone_attack._theta_pair(Setup("binary", None, target=target, common=common))
   for got, want in ((got_star, star), (got_init, init)):
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-12), got, want)
 
@@ -173,17 +182,20 @@ def test_squared_error_and_depth_hand_every_reading_over_to_the_search():
   that agreed with its seed may still give a blend): a full reading still hands over, and
   says why, where one hidden layer under the logistic loss does not."""
   summary = {"cannot": None, "span_dim": 19, "under_noise_floor": 1}
-  assert cone.short(summary, 19, 20) is None
-  for unsure, said in ((cone.SOFT_FACETS, "squared error"), (cone.SIGNS_LOST, "hidden layers")):
-    why = cone.short(summary, 19, 20, unsure)
+  assert cone_handover.short(summary, 19, 20) is None
+  for unsure, said in (
+    (cone_handover.SOFT_FACETS, "squared error"),
+    (cone_handover.SIGNS_LOST, "hidden layers"),
+  ):
+    why = cone_handover.short(summary, 19, 20, unsure)
     assert why.startswith("read 19 images for 20 training images") and said in why
-    assert cone.short(dict(summary, cannot="no cone"), 19, 20, unsure) is None
+    assert cone_handover.short(dict(summary, cannot="no cone"), 19, 20, unsure) is None
   info = span.SpanInfo(19, 625, np.ones(19), 0.0, "noise")
-  reading = cone.Reading(1.0, np.zeros((625, 19)), info, 20, None, read=19)
+  reading = cone_reading.Reading(1.0, np.zeros((625, 19)), info, 20, None, read=19)
   assert reading.summary()["short"] is None
-  assert reading._replace(unsure=cone.SOFT_FACETS).summary()["short"] == cone.short(
-    summary, 19, 20, cone.SOFT_FACETS
-  )
+  assert reading._replace(unsure=cone_handover.SOFT_FACETS).summary()[
+    "short"
+  ] == cone_handover.short(summary, 19, 20, cone_handover.SOFT_FACETS)
 
 
 def test_an_adam_victim_is_not_searched_and_the_reason_is_one_sentence():
@@ -210,10 +222,10 @@ def test_peel_finds_the_facet_of_the_one_image_the_others_leave_out(planted):
   rng = np.random.default_rng(0)
   for q in (0, 5):
     others = np.delete(generators, q, axis=0)
-    normals, coefs = cone.peel(rows, np.zeros((0, rows.shape[1])), [], others, 10, rng, 1)
+    normals, coefs = cone_facets.peel(rows, np.zeros((0, rows.shape[1])), [], others, 10, rng, 1)
     assert normals.shape == (1, rows.shape[1])
     np.testing.assert_allclose(others @ normals[0], 0.0, atol=1e-6)  # orthogonal to the rest
-    on, _ = cone.zero_split(coefs[0])
+    on, _ = cone_programs.zero_split(coefs[0])
     assert (on == absent[:, q]).mean() > 0.97, (on == absent[:, q]).mean()
 
 
@@ -249,7 +261,7 @@ def test_two_hidden_layers_are_read_through_the_last_layers_cone_and_the_first_l
   assert _recovered(ds, images, 0.999) == 8
   # what it read exactly is the first layer's facets, not its seeds beside them
   assert reading.read == 8 and reading.summary()["read"] == 8
-  assert reading.unsure == cone.SIGNS_LOST  # so the search checks it
+  assert reading.unsure == cone_handover.SIGNS_LOST  # so the search checks it
   assert set(np.unique(labels)) <= {-1.0, 1.0}
 
 
@@ -261,11 +273,11 @@ def test_rough_copies_of_the_images_lead_to_the_first_layers_facets_and_exact_im
   rng = np.random.default_rng(0)
   rough = ds.x_train + 0.15 * rng.normal(size=ds.x_train.shape) * ds.x_train.std()
   assert _recovered(ds, rough, 0.999) == 0
-  images = cone.first_layer_images(fitted.params, fitted.init, rough, n=8, bound=8.0)
+  images = cone_deep.first_layer_images(fitted.params, fitted.init, rough, n=8, bound=8.0)
   assert images.shape[1:] == ds.x_train.shape[1:] and len(images) <= 8
   assert _recovered(ds, images, 0.999) >= 7
   one_ds, one = lazy
-  assert len(cone.first_layer_images(one.params, one.init, one_ds.x_train, n=8)) == 0
+  assert len(cone_deep.first_layer_images(one.params, one.init, one_ds.x_train, n=8)) == 0
 
 
 def test_invert_finds_the_span_image_behind_a_representation():
@@ -280,7 +292,7 @@ def test_invert_finds_the_span_image_behind_a_representation():
     a = basis @ c
     for kernel, bias in layers:
       a = np.maximum(a @ kernel + bias, 0.0)
-    np.testing.assert_allclose(cone.invert(a, layers, basis), c, atol=1e-6)
+    np.testing.assert_allclose(cone_deep.invert(a, layers, basis), c, atol=1e-6)
 
 
 def test_a_seeded_facet_holds_the_units_inactive_on_its_image_whatever_their_signs(planted):
@@ -291,8 +303,8 @@ def test_a_seeded_facet_holds_the_units_inactive_on_its_image_whatever_their_sig
   rng = np.random.default_rng(0)
   mixed = rows * rng.choice([-1.0, 1.0], size=(len(rows), 1))
   for q in (0, 3, 6):
-    h = cone.seeded_facet(mixed, absent[:, q], generators[q])
-    on, gap = cone.zero_split(np.abs(mixed @ h))
+    h = cone_programs.seeded_facet(mixed, absent[:, q], generators[q])
+    on, gap = cone_programs.zero_split(np.abs(mixed @ h))
     assert (on == absent[:, q]).mean() > 0.97 and gap > 2, ((on == absent[:, q]).mean(), gap)
 
 
@@ -383,7 +395,7 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
     images, labels, reading = real(*args, **kwargs)
     return images[:3], labels[:3], reading._replace(read=3)
 
-  monkeypatch.setattr(cone, "cone_images", three)
+  monkeypatch.setattr(cone_attack, "cone_images", three)
   # a machine measured a thousand times slower than the reference (loaded) hands over all
   # the same: the budget is judged at the reference rate, and the machine is measured once
   from recon_jax.job import estimate
@@ -511,15 +523,15 @@ def test_an_imported_one_hidden_layer_model_hands_over_with_the_full_search_budg
 
 def test_the_facet_search_gives_up_after_its_starts_or_its_seconds(monkeypatch):
   """Large n: a start's programs can take a minute, so the search also counts seconds."""
-  p = cone._Patience()
-  for _ in range(cone.FIRST_PATIENCE - 1):
+  p = cone_facets._Patience()
+  for _ in range(cone_facets.FIRST_PATIENCE - 1):
     p.update(False)
   assert not p.over(False)
   p.update(False)
   assert p.over(False) and not p.over(True)  # ten idle starts end a search with no facet
   p.update(True)
   assert p.idle == 0 and not p.over(True)
-  monkeypatch.setattr(cone, "PATIENCE_S", 0.0)
+  monkeypatch.setattr(cone_facets, "PATIENCE_S", 0.0)
   assert p.over(True)  # no new facet for longer than PATIENCE_S
 
 
@@ -536,11 +548,11 @@ def test_a_mixed_program_lands_on_the_facet_of_an_image_whose_coefficients_mix_s
     moved = np.flatnonzero(~absent[:, q])
     flip = rng.choice(moved, len(moved) // 5, replace=False)
     flipped[flip, q] *= -1.0
-    h = cone.facet(flipped @ generators, absent[:, q], mixed=True)
-    on, gap = cone.zero_split(np.abs(flipped @ generators @ h))
+    h = cone_programs.facet(flipped @ generators, absent[:, q], mixed=True)
+    on, gap = cone_programs.zero_split(np.abs(flipped @ generators @ h))
     assert (on == absent[:, q]).mean() > 0.97 and gap > 2, ((on == absent[:, q]).mean(), gap)
-    strict = cone.facet(flipped @ generators, absent[:, q])  # the cone's own: elsewhere
-    on, _ = cone.zero_split(np.abs(flipped @ generators @ strict))
+    strict = cone_programs.facet(flipped @ generators, absent[:, q])  # the cone's own: elsewhere
+    on, _ = cone_programs.zero_split(np.abs(flipped @ generators @ strict))
     assert (on == absent[:, q]).mean() < 0.9
 
 
@@ -554,8 +566,8 @@ def test_consensus_finds_a_facet_from_a_pattern_that_is_partly_wrong(planted):
     pool = absent[:, q].copy()
     wrong = rng.choice(np.flatnonzero(~pool), pool.sum() // 10, replace=False)
     pool[wrong] = True  # about a tenth of the pool is not on the facet
-    h = cone.consensus_facet(rows, pool, rng)
-    on, gap = cone.zero_split(np.abs(rows @ h))
+    h = cone_programs.consensus_facet(rows, pool, rng)
+    on, gap = cone_programs.zero_split(np.abs(rows @ h))
     assert (on == absent[:, q]).mean() > 0.97 and gap > 2, ((on == absent[:, q]).mean(), gap)
 
 
@@ -567,17 +579,17 @@ def test_the_images_the_agreed_ones_leave_are_read_off_the_units_active_on_one_o
   every image left, while no seed points at a known image."""
   ds, fitted = lazy
   x = _flat(ds)
-  star, init = cone.hidden_layer(fitted.params), cone.hidden_layer(fitted.init)
-  basis = cone.read(star, init, len(x)).basis
-  rows, units = cone.signed_rows(star, init, basis)
+  star, init = cone_reading.hidden_layer(fitted.params), cone_reading.hidden_layer(fitted.init)
+  basis = cone_reading.read(star, init, len(x)).basis
+  rows, units = cone_reading.signed_rows(star, init, basis)
   rows = rows * np.random.default_rng(0).choice([-1.0, 1.0], size=(len(rows), 1))
-  layers = cone.Layers.of(star, init, basis, units)
+  layers = cone_reading.Layers.of(star, init, basis, units)
   known = [0, 1, 2, 3, 4]
   for _ in range(3):
     if len(known) == len(x):
       break
-    seeds = cone.one_image_seeds(rows, layers, list(x[known] @ basis))
-    match = [max((cone._ncc(basis @ c, x[q]), q) for q in range(len(x))) for c in seeds]
+    seeds = cone_decoding.one_image_seeds(rows, layers, list(x[known] @ basis))
+    match = [max((cone_deep._ncc(basis @ c, x[q]), q) for q in range(len(x))) for c in seeds]
     assert match and max(match)[0] > 0.999 and not {q for _, q in match} & set(known), match
     known += sorted({q for r, q in match if r > 0.999})
   assert sorted(known) == list(range(8)), known
@@ -593,12 +605,12 @@ def test_the_noise_outside_the_span_is_measured_per_direction_of_a_facet():
   k1 = k0 + basis @ rng.normal(size=(k, u)) + sigma * rng.normal(size=(d, u))
   b1 = b0.copy()
   units = np.arange(u)
-  got = cone.coefficient_noise((k1, b1, None), (k0, b0, None), basis, units)
+  got = cone_reading.coefficient_noise((k1, b1, None), (k0, b0, None), basis, units)
   scale = np.median(np.linalg.norm(basis.T @ (k1 - k0), axis=0))
-  expected = cone.NOISE_MULTIPLE * sigma / scale
+  expected = cone_reading.NOISE_MULTIPLE * sigma / scale
   assert abs(got / expected - 1) < 0.1, (got, expected)
   exact = (k0 + basis @ rng.normal(size=(k, u)), b1, None)
-  assert cone.coefficient_noise(exact, (k0, b0, None), basis, units) < 1e-12
+  assert cone_reading.coefficient_noise(exact, (k0, b0, None), basis, units) < 1e-12
 
 
 def test_a_facet_whose_units_sit_at_the_noise_is_kept_whole_not_split_at_its_exact_zeros():
@@ -614,11 +626,11 @@ def test_a_facet_whose_units_sit_at_the_noise_is_kept_whole_not_split_at_its_exa
   rows[:, 0] = coef
   h = np.array([1.0, 0.0, 0.0])
   normals, coefs = [], []
-  cone._add(rows, h, normals, coefs)
+  cone_facets.add_facet(rows, h, normals, coefs)
   assert not normals  # split at the 6 % exact zeros: too few units on it
-  cone._add(rows, h, normals, coefs, noise=3e-5)
+  cone_facets.add_facet(rows, h, normals, coefs, noise=3e-5)
   assert len(normals) == 1
-  on = cone.zero_split(coefs[0])[0]
+  on = cone_programs.zero_split(coefs[0])[0]
   np.testing.assert_array_equal(on, np.arange(u) < 500)
 
 
@@ -627,11 +639,11 @@ def test_held_images_start_the_search_with_their_mirror_images_after_them():
   inputs (the toy's points) are left alone."""
   images = np.arange(12.0).reshape(2, 2, 3, 1)
   flat = images.reshape(2, -1)
-  out = cone.with_mirrors(flat, (2, 3, 1))
+  out = cone_facets.with_mirrors(flat, (2, 3, 1))
   np.testing.assert_array_equal(out[:2], flat)
   np.testing.assert_array_equal(out[2:].reshape(2, 2, 3, 1), images[:, :, ::-1, :])
   points = np.ones((5, 2))
-  assert cone.with_mirrors(points, (2,)) is points
+  assert cone_facets.with_mirrors(points, (2,)) is points
 
 
 def _planted_cone(consistent, n=6, d=20, u=96, seed=0):
@@ -691,17 +703,19 @@ def test_blends_fall_short_where_the_number_of_training_images_is_unknown():
 def test_sharpness_is_the_share_of_an_images_inactive_units_its_facet_holds():
   kernel = np.zeros((2, 20))
   kernel[0, 15:] = -1.0  # units 15-19 active on c = (-1, 0): 15 inactive at theta_0 and theta*
-  layers = cone.Layers((kernel, kernel), (np.zeros(20), np.zeros(20)))
+  layers = cone_reading.Layers((kernel, kernel), (np.zeros(20), np.zeros(20)))
   c = np.array([-1.0, 0.0])
   assert layers.inactive(c).sum() == 15
   coef = np.r_[1e-9 * np.ones(12), np.ones(8)]  # the facet holds units 0-11 at 0
-  assert cone.sharpness(layers, c, coef) == pytest.approx(12 / 15)
-  assert cone.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == 1.0
+  assert cone_decoding.sharpness(layers, c, coef) == pytest.approx(12 / 15)
+  assert cone_decoding.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == 1.0
   # The other way: a facet holding units the image leaves active is not the image's either
   # (a blend fixed by the other facets, with no freedom left to leave the facet's units off).
   kernel[0, 5:15] = -1.0  # units 5-19 active on c: 5 inactive, all of them among the 15 held
   assert layers.inactive(c).sum() == 5
-  assert cone.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == pytest.approx(5 / 15)
+  assert cone_decoding.sharpness(layers, c, np.r_[1e-9 * np.ones(15), np.ones(5)]) == pytest.approx(
+    5 / 15
+  )
 
 
 def test_a_cone_run_stopped_between_facet_programs_resumes_without_solving_them_again(
@@ -715,7 +729,7 @@ def test_a_cone_run_stopped_between_facet_programs_resumes_without_solving_them_
 
   x, star, init = _planted_cone(consistent=True)
   args = (star, init, (20,), -1.0, 1.0)
-  real, solved = cone.solve_facet, []
+  real, solved = cone_programs.solve_facet, []
 
   def counted(*a, **k):
     if len(solved) == stop_after:
@@ -723,7 +737,7 @@ def test_a_cone_run_stopped_between_facet_programs_resumes_without_solving_them_
     solved.append(1)
     return real(*a, **k)
 
-  monkeypatch.setattr(cone, "solve_facet", counted)
+  monkeypatch.setattr(cone_programs, "solve_facet", counted)
   stop_after = -1  # never
   whole, labels, _ = cone.cone_images(*args, n=len(x), starts=30)
   programs = len(solved)
@@ -762,8 +776,8 @@ def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp
     images, labels, reading = real(*args, **kwargs)
     return images[:3], labels[:3], reading._replace(read=3)
 
-  monkeypatch.setattr(cone, "cone_images", three)
-  solve, stop_after = cone.solve_facet, [None]
+  monkeypatch.setattr(cone_attack, "cone_images", three)
+  solve, stop_after = cone_programs.solve_facet, [None]
 
   def counted(*a, **k):
     if len(solved) == stop_after[0]:
@@ -771,7 +785,7 @@ def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp
     solved.append(1)
     return solve(*a, **k)
 
-  monkeypatch.setattr(cone, "solve_facet", counted)
+  monkeypatch.setattr(cone_programs, "solve_facet", counted)
   monkeypatch.setattr(resume, "MEMO_EVERY_S", 0.0)
   plan = planning.prepare(_small_cone_job(LAZY))
   whole = job_run.run_reconstruction(plan, str(tmp_path / "whole"))
@@ -791,3 +805,26 @@ def test_the_job_stopped_in_the_cone_says_resume_continues_and_resumes_there(tmp
   saved = [np.load(tmp_path / d / "reconstructions.npz") for d in ("whole", "stopped")]
   np.testing.assert_array_equal(saved[0]["direct_images"], saved[1]["direct_images"])
   assert resume.MEMO in resume.parts(str(tmp_path / "stopped" / "state.msgpack"))  # kept
+
+
+def test_the_cone_parts_import_only_those_above_them_and_stay_small():
+  """The cone is split by what it does, so that the facet search can change without the
+  decoding: each part imports only the parts above it (the order its package's docstring
+  gives), no module passes 600 lines and no function 120."""
+  import ast
+  import pathlib
+  import re
+
+  order = ["handover", "reading", "programs", "facets", "decoding", "signed", "deep", "attack"]
+  folder = pathlib.Path(cone.__file__).parent
+  assert sorted(p.stem for p in folder.glob("*.py")) == sorted(order + ["__init__"])
+  assert re.findall(r":mod:`~\.(\w+)`", cone.__doc__) == order
+  for i, name in enumerate(order):
+    text = (folder / f"{name}.py").read_text()
+    used = set(re.findall(r"^from recon_jax\.attacks\.cone\.(\w+) import", text, re.M))
+    assert used <= set(order[:i]), (name, sorted(used - set(order[:i])))
+    assert "recon_jax.eval" not in text, name
+    assert len(text.splitlines()) <= 600, name
+    for node in ast.walk(ast.parse(text)):
+      if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        assert node.end_lineno - node.lineno < 120, (name, node.name)

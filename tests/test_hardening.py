@@ -359,8 +359,8 @@ def test_the_public_functions_name_a_bad_argument(small):
   _names(lambda: rj.make_x_init("gaussian", m=0, input_shape=img), "m")
   _names(lambda: rj.make_x_init("gaussian", m=2, input_shape=(8, 0, 1)), "input_shape")
   _names(
-    lambda: rj.make_x_init("ground_truth", m=2, input_shape=img, x_train=np.zeros((3, 4, 4, 1))),
-    "x_train",
+    lambda: rj.make_x_init("ground_truth", m=2, input_shape=img, oracle=np.zeros((3, 4, 4, 1))),
+    "oracle",
   )
   _names(lambda: rj.random_search(0, 0, {"lr_x": (0.1, 1.0, "log")}), "num")
   _names(lambda: rj.random_search(0, 2, {"lr_x": (float("nan"), 1.0, "log")}), "lr_x")

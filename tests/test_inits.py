@@ -70,7 +70,7 @@ def test_mix_grid_has_no_duplicate_noise_starts():
 def test_make_x_init_by_name_and_what_each_needs():
   x = np.zeros((2, *SHAPE))
   for scheme in inits.INIT_SCHEMES:
-    init = inits.make_x_init(scheme, m=4, input_shape=SHAPE, x_train=x, x_part=x + 1)
+    init = inits.make_x_init(scheme, m=4, input_shape=SHAPE, oracle=x, x_part=x + 1)
     hp = {"sigma_x": jnp.asarray(0.1), "mix_l1": jnp.asarray(1.0), "mix_l2": jnp.asarray(1.0)}
     assert init(KEY, hp).shape == (4, *SHAPE), scheme
   for scheme in ("ground_truth", "partition", "mix"):

@@ -181,7 +181,7 @@ def _attack_setup(apply_fn, params, m, d, seed=7):
     "alpha": jnp.asarray(ALPHA),
     "lam_min": jnp.asarray(0.0),
   }
-  attack = kkt.kkt_attack(apply_fn, "binary", optimizer="sgd", momentum=0.0)
+  attack = kkt.kkt_attack(apply_fn, "binary", steps=kkt.Steps("sgd", momentum=0.0))
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   return attack, state._replace(lam=lam), hp, target
 
@@ -261,7 +261,9 @@ def test_attack_penalties_enter_the_loss():
 
 def test_general_attack_state_and_candidates():
   apply_fn, params = _mlp(out_dim=2, widths=(4,), d=3)
-  attack = kkt.kkt_attack(apply_fn, "general", num_outputs=2, optimizer="adam")
+  attack = kkt.kkt_attack(
+    apply_fn, "general", multipliers=kkt.Multipliers(outputs=2), steps=kkt.Steps("adam")
+  )
   target = Target(params, jnp.zeros(5), jnp.asarray(-1.0), jnp.asarray(1.0))
   hp = {
     "lr_x": jnp.asarray(0.01),
@@ -280,13 +282,14 @@ def test_general_attack_state_and_candidates():
 
 
 def test_attack_rejects_bad_options():
-  for kw, match in [
-    (dict(problem="ranking"), "problem"),
-    (dict(normalize="max"), "normalize"),
-    (dict(optimizer="lbfgs"), "optimizer"),
+  for make, match in [
+    (lambda: kkt.kkt_attack(linear_apply, problem="ranking"), "problem"),
+    (lambda: kkt.Objective(normalize="max"), "normalize"),
+    (lambda: kkt.Steps("lbfgs"), "optimizer"),
+    (lambda: kkt.kkt_attack(linear_apply, multipliers="tied"), "Multipliers"),
   ]:
     with pytest.raises(ValueError, match=match):
-      kkt.kkt_attack(linear_apply, **kw)
+      make()
 
 
 # ---------------------------------------------------------------- end to end

@@ -109,7 +109,12 @@ def _run(attack, x0, target, steps=300, lr=0.02):
 
 def test_tied_attack_lowers_its_objective(stationary):
   apply_fn, params, x, y = stationary
-  attack = kkt.kkt_attack(apply_fn, "binary", derivative="exact", multipliers="tied")
+  attack = kkt.kkt_attack(
+    apply_fn,
+    "binary",
+    objective=kkt.Objective(derivative="exact"),
+    multipliers=kkt.Multipliers(kind="tied"),
+  )
   x0 = x + 0.3 * jnp.asarray(np.random.default_rng(2).normal(size=x.shape))
   res = _run(attack, x0, _target(params, y), lr=0.05)
   norm = float(sum(jnp.sum(a**2) for a in jax.tree_util.tree_leaves(params)))
@@ -131,12 +136,14 @@ def test_exact_derivative_is_the_networks_own(stationary):
   hp = {
     k: jnp.asarray(v) for k, v in {"lr_x": 1.0, "lr_lam": 1.0, "alpha": 5.0, "lam_min": 0.0}.items()
   }
-  exact = kkt.kkt_attack(apply_fn, "binary", derivative="exact", w_lam=0.0, w_prior=0.0)
+  exact = kkt.kkt_attack(
+    apply_fn, "binary", objective=kkt.Objective(derivative="exact", w_lam=0.0, w_prior=0.0)
+  )
   state = exact.init(jax.random.PRNGKey(0), hp, target, x)._replace(lam=lam)
   _, metrics = exact.step(state, hp, target)
   want = equations.stationarity(apply_fn, "binary", params, x, lam, y, None)
   np.testing.assert_allclose(float(metrics["stat"]), float(want), rtol=1e-12)
-  surrogate = kkt.kkt_attack(apply_fn, "binary", w_lam=0.0, w_prior=0.0)
+  surrogate = kkt.kkt_attack(apply_fn, "binary", objective=kkt.Objective(w_lam=0.0, w_prior=0.0))
   _, m2 = surrogate.step(state, hp, target)
   assert abs(float(m2["stat"]) - float(want)) > 1e-6 * float(want)  # softplus is not ReLU
 
@@ -157,7 +164,7 @@ def test_first_layer_basis_spans_the_data_and_the_attack_stays_in_it():
   net = models.init_params(module, jax.random.PRNGKey(1), (d,), jnp.float64)
   net["params"]["layer_0"]["kernel"] = jnp.asarray(kernel)
   y = jnp.asarray([1.0, -1.0, 1.0, -1.0])
-  attack = kkt.kkt_attack(apply_fn, "binary", basis=basis, input_shape=(d,))
+  attack = kkt.kkt_attack(apply_fn, "binary", subspace=kkt.Subspace(basis, (d,)))
   x0 = jnp.asarray(rng.normal(size=(4, d)))
   res = _run(attack, x0, _target(net, y), steps=40, lr=0.01)
   assert res.state.inner.x.shape[-1] == n  # the attack moves n coefficients, not d inputs
@@ -171,9 +178,9 @@ def test_first_layer_basis_spans_the_data_and_the_attack_stays_in_it():
 
 def test_bad_lever_options_are_refused():
   with pytest.raises(ConfigError, match="derivative"):
-    kkt.kkt_attack(lambda p, x, a=None: x, "binary", derivative="fd")
+    kkt.Objective(derivative="fd")
   with pytest.raises(ConfigError, match="tied"):
-    kkt.kkt_attack(lambda p, x, a=None: x, "multiclass", multipliers="tied")
+    kkt.kkt_attack(lambda p, x, a=None: x, "multiclass", multipliers=kkt.Multipliers(kind="tied"))
   assert activations.resolve_derivative("auto", "softplus") == "exact"
   assert activations.resolve_derivative("auto", "relu") == "surrogate"
   assert activations.resolve_derivative("surrogate", "softplus") == "surrogate"
@@ -266,7 +273,7 @@ def test_tv_prior_lowers_its_objective_and_smooths_the_candidates():
   x_init = lambda key, h: start[jax.random.randint(key, (), 0, 2)]
   tv = {}
   for w in (0.0, 1.0):
-    attack = kkt.kkt_attack(apply_fn, "binary", w_tv=w)
+    attack = kkt.kkt_attack(apply_fn, "binary", objective=kkt.Objective(w_tv=w))
     run = loop.run_stages(attack, x_init, keys, [(60, hp)], target, chunk_steps=30, log=False)
     first, last = run.history[0]["loss"], run.history[-1]["loss"]
     assert np.all(last < first), (w, first, last)

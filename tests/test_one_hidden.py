@@ -104,7 +104,7 @@ def test_in_the_spans_coordinates_the_attacks_loss_and_step_are_autodiffs():
   out = []
   for fn in (apply_fn, marked):
     attack = kkt.kkt_attack(
-      fn, "binary", optimizer="adam", basis=basis, dual=dual, input_shape=(D,)
+      fn, "binary", steps=kkt.Steps("adam"), subspace=kkt.Subspace(basis, (D,), dual)
     )
     t = attack.prepare(target)
     state = attack.init(jax.random.PRNGKey(0), hp, t, x)
@@ -216,14 +216,16 @@ def test_fitted_multipliers_are_the_nonnegative_least_squares_fit():
   }
   stat = []
   for how in ("uniform", "fit"):
-    attack = kkt.kkt_attack(marked, "binary", optimizer="adam", lam_init=how)
+    attack = kkt.kkt_attack(
+      marked, "binary", steps=kkt.Steps("adam"), multipliers=kkt.Multipliers(init=how)
+    )
     state = attack.init(jax.random.PRNGKey(0), hp, target, x)
     stat.append(float(attack.step(state, hp, target)[1]["stat"]))
   best = float(jnp.sum((fit - rows.T @ jnp.asarray(want)) ** 2))
   np.testing.assert_allclose(stat[1], best, rtol=1e-6)
   assert stat[0] > stat[1]
-  with pytest.raises(ConfigError, match="lam_init"):
-    kkt.kkt_attack(apply_fn, "binary", lam_init="fit")  # not marked: no closed form
+  with pytest.raises(ConfigError, match="init='fit'"):  # not marked: no closed form
+    kkt.kkt_attack(apply_fn, "binary", multipliers=kkt.Multipliers(init="fit"))
 
 
 def test_refitted_multipliers_follow_the_candidates():
@@ -235,7 +237,12 @@ def test_refitted_multipliers_follow_the_candidates():
     k: jnp.asarray(v)
     for k, v in {"lr_x": 0.05, "lr_lam": 0.05, "alpha": 4.0, "lam_min": 0.0}.items()
   }
-  attack = kkt.kkt_attack(marked, "binary", optimizer="adam", lam_init="fit", lam_refit_every=2)
+  attack = kkt.kkt_attack(
+    marked,
+    "binary",
+    steps=kkt.Steps("adam"),
+    multipliers=kkt.Multipliers(init="fit", refit_every=2),
+  )
   state = attack.init(jax.random.PRNGKey(0), hp, target, x)
   fit = lambda s: equations.fitted_multipliers(
     marked, target.params, target.fit, s.x, target.labels, act, "mean"
@@ -245,7 +252,7 @@ def test_refitted_multipliers_follow_the_candidates():
   state = attack.step(state, hp, target)[0]
   np.testing.assert_allclose(state.lam, fit(state), rtol=1e-10, atol=1e-12)
   for bad in (-1, 1.5):
-    with pytest.raises(ConfigError, match="lam_refit_every"):
-      kkt.kkt_attack(marked, "binary", lam_refit_every=bad)
-  with pytest.raises(ConfigError, match="lam_refit_every"):
-    kkt.kkt_attack(marked, "binary", multipliers="tied", lam_refit_every=5)
+    with pytest.raises(ConfigError, match="refit_every"):
+      kkt.Multipliers(refit_every=bad)
+  with pytest.raises(ConfigError, match="refit_every"):
+    kkt.kkt_attack(marked, "binary", multipliers=kkt.Multipliers(kind="tied", refit_every=5))

@@ -247,7 +247,7 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   """MNIST and Fashion-MNIST share file names: the data fingerprint tells them apart."""
   from experiments.configs import victim as victim_configs
   from recon_jax import data
-  from recon_jax.studies import runner
+  from recon_jax.victims import training_run
 
   for name, seed in (("a", 0), ("b", 1)):
     rng = np.random.default_rng(seed)
@@ -261,7 +261,7 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   vcfg = victim_configs.get_config("tiny")
   vcfg.victim.dataset, vcfg.data_dir, vcfg.victim.epochs = "mnist", str(tmp_path / "a"), 50
   (tmp_path / "victim").mkdir()
-  runner.run_training(vcfg, str(tmp_path / "victim"))
+  training_run.run_training(vcfg, str(tmp_path / "victim"))
   cfg = _tiny(
     threat=dict(model=str(tmp_path / "victim" / "victim.msgpack")),
     search=dict(steps=4, chunk_steps=4),

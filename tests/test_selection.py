@@ -1,4 +1,4 @@
-"""Tests for recon_jax.eval.selection: each identification score on a planted case with a known answer."""
+"""Tests for recon_jax.attacker.selection: each identification score on a planted case with a known answer."""
 
 import functools
 
@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
+from recon_jax.attacker import selection, stability
 from recon_jax.attacks import equations, kkt, span
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import ranking, selection, similarity, stability
+from recon_jax.eval import ranking, similarity
 from recon_jax.types import Target, prepared
 from recon_jax.victims import models
 
@@ -304,7 +305,7 @@ def test_leave_one_out_bad_input():
 
 
 def _linear_attack_state(target, x, lam):
-  attack = kkt.kkt_attack(linear_apply, "binary", optimizer="sgd", momentum=0.0)
+  attack = kkt.kkt_attack(linear_apply, "binary", steps=kkt.Steps("sgd", momentum=0.0))
   # x_i-only Hessian of the stationarity is 2 (lam_i / m)^2 I, 0.125..0.28 for lam in [1, 1.5]
   # and m = 4: one step at lr 4 multiplies the error by 1 - 4 H, between -0.125 and 0.5.
   hp = {
@@ -355,7 +356,7 @@ def test_stability_batched_equals_single_and_jits():
   target = Target(
     params, jnp.asarray([1.0, -1.0, 1.0, -1.0]), jnp.asarray(-10.0), jnp.asarray(10.0)
   )
-  attack = kkt.kkt_attack(apply_fn, "binary", optimizer="adam")
+  attack = kkt.kkt_attack(apply_fn, "binary", steps=kkt.Steps("adam"))
   hp = {
     "lr_x": jnp.asarray(0.01),
     "lr_lam": jnp.asarray(0.01),
@@ -403,7 +404,11 @@ def _one_hidden_span():
   net = equations.one_hidden(apply_fn, star, jax.nn.relu, (12,))
   assert isinstance(net, equations.OneHidden)
   attack = kkt.kkt_attack(
-    net, "binary", optimizer="adam", basis=basis, input_shape=(12,), lam_refit_every=7
+    net,
+    "binary",
+    steps=kkt.Steps("adam"),
+    subspace=kkt.Subspace(basis, (12,)),
+    multipliers=kkt.Multipliers(refit_every=7),
   )
   x0 = jnp.asarray(rng.normal(size=(5, 12)))
   return attack, target, x0, dict(lr_x=0.05, lr_lam=0.05, alpha=5.0, lam_min=0.1)
@@ -415,7 +420,11 @@ def _mlp_problem(problem, out_dim, normalize):
   labels = {"binary": [1.0, -1.0] * 3, "multiclass": [0, 1, 2, 0, 1, 2], "general": [0.0] * 6}
   target = Target(params, jnp.asarray(labels[problem]), jnp.asarray(-1.0), jnp.asarray(1.0))
   attack = kkt.kkt_attack(
-    apply_fn, problem, optimizer="sgd", normalize=normalize, num_outputs=out_dim
+    apply_fn,
+    problem,
+    objective=kkt.Objective(normalize=normalize),
+    multipliers=kkt.Multipliers(outputs=out_dim),
+    steps=kkt.Steps("sgd"),
   )
   x0 = jnp.asarray(rng.normal(size=(6, 4)))
   return attack, target, x0, dict(lr_x=0.2, lr_lam=0.05, alpha=4.0, lam_min=0.5)
@@ -454,8 +463,9 @@ def test_stability_of_the_candidate_alone_is_the_whole_reruns(make, reset):
 def test_stability_alone_only_where_the_candidates_meet_in_the_sum():
   """Tied multipliers share one scale, a split moves two slots, and 'x_lam' or 'all' move
   more than one candidate: those re-run the whole state."""
-  assert kkt.kkt_attack(linear_apply, "binary", multipliers="tied").alone is None
-  assert kkt.kkt_attack(linear_apply, "binary", split_every=3).alone is None
+  tied = kkt.Multipliers(kind="tied")
+  assert kkt.kkt_attack(linear_apply, "binary", multipliers=tied).alone is None
+  assert kkt.kkt_attack(linear_apply, "binary", splitting=kkt.Splitting(every=3)).alone is None
   attack = kkt.kkt_attack(linear_apply, "binary")
   assert stability.alone_applies(attack, "x")
   assert not stability.alone_applies(attack, "x_lam") and not stability.alone_applies(attack, "all")

@@ -160,7 +160,9 @@ def test_adam_on_the_coefficients_keeps_the_candidates_in_the_span(net):
   apply_fn, star, theta0, x, y = net
   change = jax.tree_util.tree_map(jnp.subtract, star, theta0)
   basis, _ = span.span_basis(change, n=3)
-  attack = kkt.kkt_attack(apply_fn, "binary", optimizer="adam", basis=basis, input_shape=(12,))
+  attack = kkt.kkt_attack(
+    apply_fn, "binary", steps=kkt.Steps("adam"), subspace=kkt.Subspace(basis, (12,))
+  )
   target = Target(star, jnp.asarray([1.0, -1.0, 1.0, -1.0]), jnp.asarray(-5.0), jnp.asarray(5.0))
   target = target._replace(reference=change)
   hp = {
@@ -185,5 +187,5 @@ def test_adam_on_the_coefficients_keeps_the_candidates_in_the_span(net):
   np.testing.assert_allclose(flat, flat @ basis @ basis.T, atol=1e-10)
   assert np.all(res.history[-1]["stat_rel"] < res.history[0]["stat_rel"])
   assert prepared(attack, target).span is not None
-  with pytest.raises(ConfigError, match="input_shape"):
-    kkt.kkt_attack(apply_fn, "binary", basis=basis)
+  with pytest.raises(TypeError, match="input_shape"):
+    kkt.Subspace(basis)

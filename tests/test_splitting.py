@@ -101,14 +101,14 @@ def test_the_attack_splits_where_descent_has_stalled(case):
     "lam_min": jnp.asarray(0.0),
   }
   live = target._replace(labels=y[:6])
-  kw = dict(w_prior=0.0, derivative="exact")  # the lam >= 0 hinge on
+  kw = dict(objective=kkt.Objective(w_prior=0.0, derivative="exact"))  # the lam >= 0 hinge on
   plain = kkt.kkt_attack(apply_fn, "binary", **kw)
   state = plain.init(jax.random.PRNGKey(0), hp, live, x[:6])._replace(lam=lam[:6])
   step = jax.jit(plain.step)
   for _ in range(1000):
     state, m = step(state, hp, live)
   plain_next = float(step(state, hp, live)[1]["stat"])
-  split = kkt.kkt_attack(apply_fn, "binary", split_every=1, split_eps=0.2, **kw)
+  split = kkt.kkt_attack(apply_fn, "binary", splitting=kkt.Splitting(every=1, eps=0.2), **kw)
   s = split.init(jax.random.PRNGKey(0), hp, target, x)
   # normalize='mean' divides the sum by m: the multipliers scale by 8/6 for the same sum.
   s = s._replace(x=s.x.at[:6].set(state.x), lam=jnp.zeros(8).at[:6].set(state.lam * 8 / 6))
@@ -123,9 +123,14 @@ def test_the_attack_splits_where_descent_has_stalled(case):
 
 def test_bad_split_options_are_refused():
   apply_fn, _ = mlp((4,), d=3)
-  with pytest.raises(ConfigError, match="split_every"):
-    kkt.kkt_attack(apply_fn, "binary", split_every=-1)
+  with pytest.raises(ConfigError, match="every"):
+    kkt.Splitting(every=-1)
   with pytest.raises(ConfigError, match="free multipliers"):
-    kkt.kkt_attack(apply_fn, "binary", split_every=10, multipliers="tied")
-  with pytest.raises(ConfigError, match="split_eps"):
-    kkt.kkt_attack(apply_fn, "binary", split_every=10, split_eps=0.0)
+    kkt.kkt_attack(
+      apply_fn,
+      "binary",
+      splitting=kkt.Splitting(every=10),
+      multipliers=kkt.Multipliers(kind="tied"),
+    )
+  with pytest.raises(ConfigError, match="eps"):
+    kkt.Splitting(every=10, eps=0.0)

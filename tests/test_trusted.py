@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from experiments.configs import reconstruct as configs
+from recon_jax.attacker import selection, stability
 from recon_jax.core import activations
 from recon_jax.engine import loop
 from recon_jax.errors import ConfigError
-from recon_jax.eval import selection, similarity, stability
+from recon_jax.eval import similarity
 from recon_jax.eval import trusted as ident
 from recon_jax.job import pipeline, planning
 from recon_jax.job.settings import JobConfig
@@ -195,9 +196,14 @@ def planted():
     problem="binary",
     ds=ds,
   )
-  return kw, ident.identification_report(
-    **kw, stability_steps=30, stability_candidates=30, key=3, with_arrays=True
-  )
+  options = ident.IdentifyOptions(stability_steps=30, stability_candidates=30, key=3)
+  return kw, _report(kw, options, with_arrays=True)
+
+
+def _report(kw, options=None, **extra):
+  """The report of the planted run ``kw`` (its dict, with ``run`` replaced as a test needs)."""
+  ran = ident.AttackerRun(*(kw[name] for name in ident.AttackerRun._fields))
+  return ident.identification_report(ran, kw["ds"], options, **extra)
 
 
 def test_report_planted_candidates_score_high(planted):
@@ -238,7 +244,7 @@ def test_report_planted_candidates_score_high(planted):
 
 
 def test_report_scores_are_the_attacker_functions(planted):
-  """The pooled scores are recon_jax.eval.selection's, restart by restart (with the documented keys)."""
+  """The pooled scores are recon_jax.attacker.selection's, restart by restart (with the documented keys)."""
   kw, rep = planted
   arrays, run, target = rep["_arrays"], kw["run"], kw["target"]
   inner, m = run.state.inner, run.candidates.shape[1]
@@ -306,22 +312,22 @@ def test_report_when_every_restart_diverged(planted):
   kw, _ = planted
   r = kw["run"].candidates.shape[0]
   dead = kw["run"]._replace(diverged=np.ones(r, bool), final_loss=np.full(r, np.nan))
-  rep = ident.identification_report(**dict(kw, run=dead))
+  rep = _report(dict(kw, run=dead))
   assert rep["scores"] == {} and rep["top"] == [] and rep["trusted_score"] is None
   assert set(rep["skipped"]) == set(ident.SCORES) and rep["truth"]["n_candidates"] == 0
-  assert ident.identification_report(**dict(kw, run=dead), trust_order=("lambda", "margin"))[
-    "settings"
-  ]["trust_order"] == ["lambda", "margin"]
+  told = _report(dict(kw, run=dead), ident.IdentifyOptions(trust_order=("lambda", "margin")))
+  assert told["settings"]["trust_order"] == ["lambda", "margin"]
   for bad, argument in (
     (dict(stability_select="best"), "stability_select"),
     (dict(stability_candidates=-1), "stability_candidates"),
     (dict(normalize="max"), "normalize"),
     (dict(trust_order=("stability",)), "trust_order"),
     (dict(trust_order=()), "trust_order"),
-    (dict(candidates=np.zeros((2, 3))), "candidates"),
   ):
     with pytest.raises(ConfigError, match=f"^{argument}"):
-      ident.identification_report(**kw, **bad)
+      ident.IdentifyOptions(**bad)
+  with pytest.raises(ConfigError, match="^candidates"):
+    _report(kw, candidates=np.zeros((2, 3)))
 
 
 def test_the_truth_is_told_on_the_candidates_the_caller_scores(planted):
@@ -330,8 +336,8 @@ def test_the_truth_is_told_on_the_candidates_the_caller_scores(planted):
   kw, rep = planted
   scored = np.array(kw["run"].candidates)
   scored[1] = np.random.default_rng(1).uniform(size=scored[1].shape) - kw["ds"].mean
-  told = ident.identification_report(
-    **kw, stability_candidates=0, candidates=scored, with_arrays=True
+  told = _report(
+    kw, ident.IdentifyOptions(stability_candidates=0), candidates=scored, with_arrays=True
   )["_arrays"]
   m = scored.shape[1]
   np.testing.assert_array_equal(told["real"], np.repeat([True, False, False], m))

@@ -31,7 +31,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -47,10 +47,11 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
-from recon_jax.core import losses
+from recon_jax.core import arguments, losses
 from recon_jax.core.activations import get_activation
 from recon_jax.core.rules import MAX_INNER_ITERATIONS, Rule
 from recon_jax.errors import ConfigError
+from recon_jax.optim import Steps
 from recon_jax.types import Attack, HParams, Target
 from recon_jax.victims.recipe import final_weight_decay
 
@@ -80,26 +81,47 @@ def _theta0(kind: str, key, params, scale: float):
   return jax.tree_util.tree_unflatten(treedef, out)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class InnerStart:
+  """Where each inner solve of :func:`bilevel_attack` starts."""
+
+  theta0: str = "target"
+  """Where the first inner solve starts: 'target' (theta*, known to the attacker),
+  'uniform' (U(0, 1), the paper) or 'gaussian' (N(0, 1/fan_in) kernels, zero biases)."""
+  theta0_scale: float = 1.0
+  """The multiplier of the 'gaussian' theta0."""
+  warm_start: bool = True
+  """Start each inner solve from the previous step's theta(x) (the paper's eq. 7);
+  otherwise from theta0 every step."""
+  restart_from_target_each_step: bool = False
+  """Start every inner solve from theta* (over ``warm_start``)."""
+
+  def __post_init__(self):
+    if self.theta0 not in THETA0:
+      raise ConfigError(f"theta0 must be one of {THETA0}, got {self.theta0!r}.", "theta0")
+
+
+def _refuse(loss: str, wd: float, allow_zero_wd: bool) -> None:
+  """ConfigError where :func:`bilevel_attack`'s training problem has no minimiser."""
+  losses.check_loss(loss)
+  if wd < 0 or (wd == 0 and loss != "mse" and not allow_zero_wd):
+    raise ConfigError(
+      f"wd must be > 0 for loss {loss!r}, got {wd}: with separable data and no weight "
+      "decay the training problem has no minimiser (Runkel et al. 2024, footnote 1) and "
+      "its Hessian degenerates, so theta(x) and its implicit gradient are undefined. "
+      "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3."
+    )
+
+
 def bilevel_attack(
   apply_fn,
   loss: str = "logistic",
   *,
   wd: float,
   act: Union[None, str, Any] = None,
-  inner: str = "lbfgs",
-  inner_maxiter: int = 100,
-  inner_tol: float = 1e-7,
-  history_size: int = 10,
-  inner_stepsize: float = 0.0,
-  hessian_solve: str = "cg",
-  cg_tol: float = 1e-10,
-  cg_maxiter: int = 500,
-  theta0: str = "target",
-  theta0_scale: float = 1.0,
-  warm_start: bool = True,
-  restart_from_target_each_step: bool = False,
-  optimizer: str = "sgd",
-  momentum: float = 0.9,
+  inner: Optional[implicit.InnerSolve] = None,
+  start: Optional[InnerStart] = None,
+  steps: Optional[Steps] = None,
   w_prior: float = 1.0,
   project_box: bool = False,
   allow_zero_wd: bool = False,
@@ -111,18 +133,11 @@ def bilevel_attack(
     loss: inner loss: 'logistic' (labels +-1), 'ce' (class ids), 'mse' (targets).
     wd: weight decay of the inner energy; must equal the victim's.
     act: activation for ``apply_fn`` (name or callable); None keeps the model's.
-    inner: 'lbfgs' or 'gd' (jaxopt).
-    inner_maxiter, inner_tol, history_size, inner_stepsize: inner solver settings.
-    hessian_solve: 'cg' or 'lbfgs' (quasi-Newton, reuses the inner memory).
-    cg_tol, cg_maxiter: CG settings.
-    theta0: 'target', 'uniform' or 'gaussian': where the first inner solve starts.
-    theta0_scale: multiplier of the 'gaussian' theta0.
-    warm_start: start each inner solve from the previous theta(x) (eq. 7);
-      otherwise from theta0 every step.
-    restart_from_target_each_step: start every inner solve from theta*.
-    optimizer: 'sgd' (momentum) or 'adam', run at rate 1 and scaled per restart
-      by ``hparams['lr_x']``.
-    momentum: SGD momentum.
+    inner: the inner solve and its implicit derivative (:class:`recon_jax.implicit.InnerSolve`;
+      None: its defaults, L-BFGS and conjugate gradients; as for each group).
+    start: where the inner solves start (:class:`InnerStart`).
+    steps: the optimiser of x (:class:`recon_jax.optim.Steps`), run at rate 1 and scaled
+      per restart by ``hparams['lr_x']``.
     w_prior: weight of the box prior.
     project_box: project x onto the box after each step (instead of, or with,
       the prior).
@@ -137,30 +152,12 @@ def bilevel_attack(
     ValueError: on wd <= 0 with 'logistic'/'ce' (unless ``allow_zero_wd``), or
       an unknown option.
   """
-  losses.check_loss(loss)
-  if wd < 0 or (wd == 0 and loss != "mse" and not allow_zero_wd):
-    raise ConfigError(
-      f"wd must be > 0 for loss {loss!r}, got {wd}: with separable data and no weight "
-      "decay the training problem has no minimiser (Runkel et al. 2024, footnote 1) and "
-      "its Hessian degenerates, so theta(x) and its implicit gradient are undefined. "
-      "Use wd > 0 (the victim's own weight decay), e.g. wd=1e-3."
-    )
-  if theta0 not in THETA0:
-    raise ConfigError(f"theta0 must be one of {THETA0}, got {theta0!r}.")
-  base = optim.base_optimizer(optimizer, momentum)
+  _refuse(loss, wd, allow_zero_wd)
+  inner = arguments.group("inner", inner, implicit.InnerSolve)
+  start = arguments.group("start", start, InnerStart)
+  base = arguments.group("steps", steps, Steps).base()
   act_fn = get_activation(act) if isinstance(act, str) else act
-  energy = losses.energy(apply_fn, loss, wd, act_fn)
-  solve = implicit.make_inner_solve(
-    energy,
-    inner=inner,
-    hessian_solve=hessian_solve,
-    maxiter=inner_maxiter,
-    tol=inner_tol,
-    history_size=history_size,
-    stepsize=inner_stepsize,
-    cg_tol=cg_tol,
-    cg_maxiter=cg_maxiter,
-  )
+  solve = implicit.make_inner_solve(losses.energy(apply_fn, loss, wd, act_fn), inner)
 
   def outer_loss(x, theta_start, target: Target):
     y = target.labels.astype(x.dtype)
@@ -171,22 +168,22 @@ def bilevel_attack(
 
   def init(key, hp: HParams, target: Target, x0):
     del hp
-    if theta0 == "target":
+    if start.theta0 == "target":
       th0 = target.params
     else:
-      th0 = _theta0(theta0, key, target.params, theta0_scale)
+      th0 = _theta0(start.theta0, key, target.params, start.theta0_scale)
     zero = jnp.zeros((), x0.dtype)
     return BilevelState(x0, th0, th0, base.init(x0), zero + jnp.inf, zero)
 
   def step(state: BilevelState, hp: HParams, target: Target):
-    if restart_from_target_each_step:
-      start = target.params
-    elif warm_start:
-      start = state.theta
+    if start.restart_from_target_each_step:
+      theta_start = target.params
+    elif start.warm_start:
+      theta_start = state.theta
     else:
-      start = state.theta0
+      theta_start = state.theta0
     (val, (theta, info, dist, prior)), gx = jax.value_and_grad(outer_loss, has_aux=True)(
-      state.x, start, target
+      state.x, theta_start, target
     )
     updates, opt_state = base.update(gx, state.opt_state, state.x)
     x = optim.scaled(state.x, updates, hp["lr_x"])
@@ -205,7 +202,7 @@ def bilevel_attack(
   def candidates(state: BilevelState):
     return state.x, jnp.ones(state.x.shape[:1], state.x.dtype)
 
-  return Attack(init, step, candidates, name=f"bilevel[{loss},{hessian_solve}]")
+  return Attack(init, step, candidates, name=f"bilevel[{loss},{inner.hessian_solve}]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,8 +256,8 @@ def _build(o: BilevelOptions, setup: Setup) -> Attack:
     setup.apply_fn,
     setup.victim.loss,
     wd=final_weight_decay(setup.victim),
-    inner_maxiter=o.bilevel_inner_maxiter,
-    optimizer=setup.common.optimizer,
+    inner=implicit.InnerSolve(maxiter=o.bilevel_inner_maxiter),
+    steps=Steps(setup.common.optimizer),
     w_prior=setup.common.w_prior,
   )
 

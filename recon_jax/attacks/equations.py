@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax.core.losses import margins, tree_dot, tree_sq_norm
-from recon_jax.types import Target
+from recon_jax.types import Alone, Target
 
 
 class OneHidden:
@@ -247,3 +247,40 @@ def tied_stationarity(apply_fn, target: Target, x, act, normalize="mean"):
   """``||tied_residual||^2`` and the multipliers (see :func:`tied_residual`)."""
   r, lam = tied_residual(apply_fn, target, x, act, normalize)
   return tree_sq_norm(r), lam
+
+
+def alone(apply_fn, problem, normalize, activation) -> Alone:
+  """One candidate's problem of a KKT attack with free multipliers
+  (:class:`recon_jax.types.Alone`): its state is ``x``, ``lam`` and ``opt_state``, its
+  activation ``activation(hparams)``."""
+
+  def shared(state, hp, target):
+    """The whole KKT sum of ``state``: every candidate's problem subtracts its own term."""
+    return kkt_sum(
+      apply_fn, problem, target.params, state.x, state.lam, target.labels, activation(hp), normalize
+    )
+
+  def one(state, hp, target, total, index):
+    """Candidate ``index`` alone: the held candidates' part of the sum, a constant, moves
+    into the reference, so the one-candidate residual is the whole state's."""
+    m = state.x.shape[0]
+
+    def row(a):
+      return jax.lax.dynamic_slice_in_dim(a, index, 1, axis=0)
+
+    # Its multiplier scaled so that the one-candidate sum (1/1 under 'mean') is its term.
+    lam = row(state.lam) / m if normalize == "mean" else row(state.lam)
+    x, labels = row(state.x), row(target.labels)
+    own = kkt_sum(apply_fn, problem, target.params, x, lam, labels, activation(hp), normalize)
+    held = jax.tree_util.tree_map(lambda f, t, o: f - (t - o), target.fit, total, own)
+    shapes = {state.x.shape, state.lam.shape}
+    opt_state = jax.tree_util.tree_map(
+      lambda a: row(a) if hasattr(a, "shape") and tuple(a.shape) in shapes else a,
+      state.opt_state,
+    )
+    return (
+      state._replace(x=x, lam=lam, opt_state=opt_state),
+      target._replace(labels=labels, reference=held),
+    )
+
+  return Alone(shared, one)

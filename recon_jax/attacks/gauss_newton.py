@@ -48,6 +48,21 @@ class LMState(NamedTuple):
   solver: Any  # jaxopt's LevenbergMarquardtState
 
 
+def _refuse(basis, derivative: str, multipliers: str, cg_maxiter) -> None:
+  """ConfigError naming the first argument :func:`lm_attack` cannot run with."""
+  if basis is None:
+    raise ConfigError(
+      "the Levenberg-Marquardt search runs in the first layer's span: it needs a basis (subspace).",
+      "subspace",
+    )
+  if derivative not in DERIVATIVES:
+    raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
+  if multipliers not in equations.MULTIPLIERS:
+    raise ConfigError(f"multipliers must be one of {equations.MULTIPLIERS}, got {multipliers!r}.")
+  if not (isinstance(cg_maxiter, int) and not isinstance(cg_maxiter, bool) and cg_maxiter >= 1):
+    raise ConfigError(f"cg_maxiter must be an integer >= 1, got {cg_maxiter!r}.")
+
+
 def lm_attack(
   apply_fn,
   basis,
@@ -77,7 +92,7 @@ def lm_attack(
       (ReLU with derivative sigmoid(alpha x), alpha from the restart's hyperparameters).
     w_prior: weight of the pixel-box residuals.
     w_lam: weight of the ``lam_min`` hinge residuals (free multipliers).
-    normalize: as :func:`recon_jax.attacks.kkt.kkt_attack`.
+    normalize: as :class:`recon_jax.attacks.kkt_parts.Objective`.
     cg_maxiter: conjugate-gradient iterations per step.
     damping: jaxopt's initial damping parameter (times the largest diagonal of J^T J).
 
@@ -89,17 +104,7 @@ def lm_attack(
     An :class:`Attack` with the metrics of :func:`recon_jax.attacks.kkt.kkt_attack`
     (``loss``, ``stat``, ``stat_rel``, ``prior``).
   """
-  if basis is None:
-    raise ConfigError(
-      "the Levenberg-Marquardt search runs in the first layer's span: it needs a basis (subspace).",
-      "subspace",
-    )
-  if derivative not in DERIVATIVES:
-    raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
-  if multipliers not in equations.MULTIPLIERS:
-    raise ConfigError(f"multipliers must be one of {equations.MULTIPLIERS}, got {multipliers!r}.")
-  if not (isinstance(cg_maxiter, int) and not isinstance(cg_maxiter, bool) and cg_maxiter >= 1):
-    raise ConfigError(f"cg_maxiter must be an integer >= 1, got {cg_maxiter!r}.")
+  _refuse(basis, derivative, multipliers, cg_maxiter)
   shape = tuple(input_shape)
   b = span.check_basis(basis, shape)
   k = b.shape[1]

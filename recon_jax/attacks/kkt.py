@@ -26,11 +26,17 @@ derivative sigmoid(alpha x)).  The margins ``g_i``:
   ``theta = -(1/wd) sum_i dl/dPhi_i grad Phi_i``, the same residual with lambda
   standing for the loss derivatives.
 
-Normalisation: the sum is scaled by ``1/m`` (``normalize='mean'``, default),
+Normalisation: the sum is scaled by ``1/m`` (``Objective.normalize='mean'``, default),
 as the public PyTorch implementation of Haim et al. does, so that its
 published learning-rate and lambda_min ranges transfer; the multipliers then
 absorb a factor m (``lambda = m * lambda_KKT``).  ``normalize='sum'`` gives the
 paper's eq. (6) literally.
+
+The factory takes its options in small frozen groups, each with its defaults and checks
+(:mod:`recon_jax.attacks.kkt_parts`), all importable from here: :class:`Objective`,
+:class:`Multipliers`, :class:`Steps`, :class:`Subspace` and :class:`Splitting`; the main
+job's flat settings of the same meanings (:class:`KKTOptions`, ``--config.kkt.*``) are
+mapped onto them by the spec's build.
 
 References:
   Haim, Vardi, Yehudai, Shamir, Irani. Reconstructing Training Data from
@@ -43,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from absl import logging
 import jax
@@ -51,7 +57,8 @@ import jax.numpy as jnp
 import optax
 
 from recon_jax import optim, priors
-from recon_jax.attacks import equations, gauss_newton, span, splitting
+from recon_jax.attacks import equations, gauss_newton, span
+from recon_jax.attacks.kkt_parts import LAM_INITS, Multipliers, Objective, Subspace
 from recon_jax.attacks.spec import (
   AttackSpec,
   Example,
@@ -61,6 +68,8 @@ from recon_jax.attacks.spec import (
   register,
   require,
 )
+from recon_jax.attacks.splitting import Splitting, split_step
+from recon_jax.core import arguments
 from recon_jax.core.activations import (
   DERIVATIVES,
   get_activation,
@@ -71,9 +80,8 @@ from recon_jax.core.losses import PROBLEMS
 from recon_jax.core.rules import INT32_MAX, Rule
 from recon_jax.data.dataset import INPUT_SHAPES
 from recon_jax.errors import ConfigError
-from recon_jax.types import Alone, Attack, HParams, Target
-
-LAM_INITS = ("uniform", "fit")  # how a restart's multipliers start (kkt_attack's lam_init)
+from recon_jax.optim import Steps
+from recon_jax.types import Attack, HParams, Target
 
 
 class KKTState(NamedTuple):
@@ -88,30 +96,97 @@ class SplitKKTState(NamedTuple):
   x: jax.Array
   lam: jax.Array
   opt_state: optax.OptState
-  count: jax.Array  # steps taken; a split every ``split_every`` of them
+  count: jax.Array  # steps taken; a split every ``Splitting.every`` of them
+
+
+def _refuse(apply_fn, problem, objective, multipliers, steps, subspace, split):
+  """``(objective, multipliers, steps)`` of :func:`kkt_attack`'s arguments (None: the
+  defaults), or a ConfigError naming the first it cannot run with or combine."""
+  objective = arguments.group("objective", objective, Objective)
+  multipliers = arguments.group("multipliers", multipliers, Multipliers)
+  steps = arguments.group("steps", steps, Steps)
+  for value, cls, name in ((subspace, Subspace, "subspace"), (split, Splitting, "splitting")):
+    if value is not None:
+      arguments.group(name, value, cls)
+  if problem not in PROBLEMS:
+    raise ConfigError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
+  kind = multipliers.kind
+  if kind == "tied" and problem != "binary":
+    raise ConfigError(
+      f"multipliers kind='tied' is defined for binary (logistic) victims, not problem={problem!r}.",
+      "multipliers",
+    )
+  if split is not None and (kind != "free" or problem == "general"):
+    raise ConfigError(
+      "splitting needs free multipliers on a binary or multiclass victim.", "splitting"
+    )
+  fits = multipliers.init == "fit" or multipliers.refit_every
+  if fits and not (
+    isinstance(apply_fn, equations.OneHidden) and problem == "binary" and kind == "free"
+  ):
+    raise ConfigError(
+      "Multipliers init='fit' and refit_every fit the multipliers in closed form: they need "
+      "a binary network of one dense hidden layer (equations.one_hidden) and free "
+      "multipliers.",
+      "multipliers",
+    )
+  return objective, multipliers, steps
+
+
+def _activation_of(derivative: str):
+  """``hparams -> act``: None (the network's own) or the surrogate ReLU at the restart's
+  ``alpha``."""
+
+  def activation(hp):
+    if derivative == "exact":
+      return None
+    return functools.partial(surrogate_relu, alpha=hp["alpha"])
+
+  return activation
+
+
+def _loss_fn(apply_fn, problem, obj: Objective, tied: bool, subspace: Optional[Subspace]):
+  """The objective of eq. (8), ``loss((x, lam), hparams, target) -> (loss, aux)``; with
+  ``tied`` multipliers ``aux['lam']`` holds their value at ``x``."""
+  activation = _activation_of(obj.derivative)
+
+  def loss_fn(xl, hp: HParams, target: Target):
+    x, lam = xl  # x: the network's inputs (coefficients where the attack has a span)
+    act, norm = activation(hp), obj.normalize
+    if tied:
+      stat, lam = equations.tied_stationarity(apply_fn, target, x, act, norm)
+      lam_pen = jnp.zeros((), stat.dtype)
+    else:
+      stat = equations.stationarity(
+        apply_fn, problem, target.params, x, lam, target.labels, act, norm, target.reference
+      )
+      lam_pen = (
+        priors.lambda_prior(lam, hp["lam_min"])
+        if problem != "general"
+        else jnp.zeros((), stat.dtype)
+      )
+    # the candidates as inputs: decoded from coefficients where the attack has a span
+    pixels = x if target.span is None else span.decode(x, target.span.basis, subspace.input_shape)
+    prior = priors.box_prior(pixels, target.box_lo, target.box_hi)
+    loss = obj.w_stat * stat + obj.w_lam * lam_pen + obj.w_prior * prior
+    aux = {"stat": stat, "lam_pen": lam_pen, "prior": prior, "lam": lam}
+    if obj.w_tv:
+      aux["tv"] = priors.tv_prior(pixels)
+      loss = loss + obj.w_tv * aux["tv"]
+    return loss, aux
+
+  return loss_fn
 
 
 def kkt_attack(
   apply_fn,
   problem: str = "binary",
   *,
-  optimizer: str = "sgd",
-  momentum: float = 0.9,
-  w_stat: float = 1.0,
-  w_lam: float = 1.0,
-  w_prior: float = 1.0,
-  w_tv: float = 0.0,
-  normalize: str = "mean",
-  num_outputs: int = 1,
-  derivative: str = "surrogate",
-  multipliers: str = "free",
-  basis=None,
-  dual=None,
-  input_shape=None,
-  split_every: int = 0,
-  split_eps: float = 0.05,
-  lam_init: str = "uniform",
-  lam_refit_every: int = 0,
+  objective: Optional[Objective] = None,
+  multipliers: Optional[Multipliers] = None,
+  steps: Optional[Steps] = None,
+  subspace: Optional[Subspace] = None,
+  splitting: Optional[Splitting] = None,
 ) -> Attack:
   """The KKT (binary/multiclass) and DecoReco (general) attack.
 
@@ -119,172 +194,52 @@ def kkt_attack(
     apply_fn: ``apply_fn(params, x, act) -> [m, C]``, the victim network with a
       pluggable activation (see :func:`recon_jax.victims.models.make_apply_fn`).
     problem: 'binary', 'multiclass' or 'general'.
-    optimizer: 'sgd' (momentum SGD, as the reference) or 'adam'.
-    momentum: SGD momentum.
-    w_stat, w_lam, w_prior: weights alpha_1..3 of eq. (8).
-    w_tv: weight of a total-variation prior on image candidates
-      (:func:`recon_jax.priors.tv_prior`; 0: off), a natural-image prior that the
-      stationarity equations lack (Refael et al. 2025: without a prior, no leakage).
-    normalize: 'mean' (1/m, reference code) or 'sum' (paper eq. 6).
-    num_outputs: C, the width of lambda for 'general'.
-    derivative: 'surrogate' (ReLU with derivative sigmoid(alpha x), Haim et al.)
-      or 'exact' (the network's own activation: for a smooth victim, softplus or
-      GELU, whose derivative is already informative; ``alpha`` is then unused).
-    multipliers: 'free' (lambda optimised, with the lambda >= lam_min hinge) or
-      'tied' (binary only): lambda_i = c sigma(-y_i Phi(x_i)), what stationarity
-      of a logistic loss with weight decay gives (c = 1/(n wd) there), with the
-      one scale c >= 0 eliminated in closed form at every step, so lambda is a
-      function of the candidates, not m free variables.
-    basis: optional [d, k] orthonormal columns (:func:`recon_jax.attacks.span.span_basis`):
-      the attack searches each candidate's k coefficients in this basis instead of
-      its d inputs (:mod:`recon_jax.attacks.span`; the optimiser, Adam included, acts
-      on the coefficients, so the candidates never leave the span); needs a dense
-      first layer and ``input_shape``.
-    dual: optional [d, k], with ``basis``: the matrix that encodes inputs as
-      coefficients and that the reference's first layer is read with (see
-      :func:`recon_jax.attacks.span.whitened`; None: ``basis``, orthonormal).
-    input_shape: the shape of one candidate (needed with ``basis``).
-    split_every: every this many steps, split the candidate whose split lowers the
-      objective most into two, in the slot of the smallest multiplier, kept only if the
-      objective fell (:mod:`recon_jax.attacks.splitting`; binary or multiclass, free
-      multipliers; 0: off).  The split is a ``lax.cond`` on the step count: free on the
-      steps between splits under ``lax.map`` (the CPU default), but evaluated on every
-      step when restarts are vmapped (a batched predicate runs both branches).
-    split_eps: the distance of the two copies from the split candidate (input units).
-    lam_init: 'uniform' (each multiplier drawn in [0, 1)) or 'fit' (the multipliers that fit
-      the reference best with the starting candidates held:
-      :func:`recon_jax.attacks.equations.fitted_multipliers`; binary, free multipliers, and
-      ``apply_fn`` a :class:`~recon_jax.attacks.equations.OneHidden`).  A start near a
-      training image drifts off it under random multipliers, and stays with fitted ones.
-    lam_refit_every: every this many steps, set the multipliers to that fit at the current
-      candidates (what 'fit' needs; 0: never).
+    objective: the terms minimised and their weights (:class:`Objective`; None: its
+      defaults, as for each group).
+    multipliers: free or tied, their start and refits
+      (:class:`~recon_jax.attacks.equations.Multipliers`).
+    steps: the optimiser (:class:`recon_jax.optim.Steps`: momentum SGD by default).
+    subspace: search each candidate's k coefficients in a span (:class:`Subspace`;
+      None: its inputs).
+    splitting: split candidates in two every so many steps (:class:`Splitting`, after
+      Shen et al. 2026; None: never).
 
   Per-restart hyperparameters (``hparams``): ``lr_x``, ``lr_lam``, ``alpha``
   (surrogate sharpness), ``lam_min``; the x-initialisation may read ``sigma_x``.
 
   Returns:
     An :class:`Attack`; metrics per step: ``loss``, ``stat`` (stationarity),
-    ``stat_rel`` (stationarity / ||theta*||^2), ``lam_pen``, ``prior``.
+    ``stat_rel`` (stationarity / ||theta*||^2), ``lam_pen``, ``prior`` (and ``tv``,
+    ``split`` where those are on).
   """
-  if problem not in PROBLEMS:
-    raise ConfigError(f"problem must be one of {PROBLEMS}, got {problem!r}.")
-  if normalize not in ("mean", "sum"):
-    raise ConfigError(f"normalize must be 'mean' or 'sum', got {normalize!r}.")
-  if derivative not in DERIVATIVES:
-    raise ConfigError(f"derivative must be one of {DERIVATIVES}, got {derivative!r}.")
-  if multipliers not in equations.MULTIPLIERS:
-    raise ConfigError(f"multipliers must be one of {equations.MULTIPLIERS}, got {multipliers!r}.")
-  if multipliers == "tied" and problem != "binary":
-    raise ConfigError(
-      f"multipliers='tied' is defined for binary (logistic) victims, not problem={problem!r}."
-    )
-  if not (isinstance(split_every, int) and split_every >= 0):
-    raise ConfigError(f"split_every must be an integer >= 0, got {split_every!r}.")
-  if split_every and (multipliers != "free" or problem == "general"):
-    raise ConfigError("split_every needs free multipliers on a binary or multiclass victim.")
-  if split_every and not split_eps > 0:
-    raise ConfigError(f"split_eps must be > 0, got {split_eps!r}.")
-  if lam_init not in LAM_INITS:
-    raise ConfigError(f"lam_init must be one of {LAM_INITS}, got {lam_init!r}.", "lam_init")
-  if not (isinstance(lam_refit_every, int) and lam_refit_every >= 0):
-    raise ConfigError(
-      f"lam_refit_every must be an integer >= 0, got {lam_refit_every!r}.", "lam_refit_every"
-    )
-  if (lam_init == "fit" or lam_refit_every) and not (
-    isinstance(apply_fn, equations.OneHidden) and problem == "binary" and multipliers == "free"
-  ):
-    raise ConfigError(
-      "lam_init='fit' and lam_refit_every fit the multipliers in closed form: they need a "
-      "binary network of one dense hidden layer (equations.one_hidden) and free multipliers.",
-      "lam_init" if lam_init == "fit" else "lam_refit_every",
-    )
-  counted = bool(split_every or lam_refit_every)  # the state keeps a step count
-  base = optim.base_optimizer(optimizer, momentum)
-  if basis is not None:
-    if input_shape is None:
-      raise ConfigError("kkt_attack with a basis needs input_shape.", "input_shape")
-    basis = span.check_basis(basis, input_shape)
-    dual = span.check_basis(dual, input_shape)
+  obj, lams, steps = _refuse(apply_fn, problem, objective, multipliers, steps, subspace, splitting)
+  base = steps.base()
+  tied, refit = lams.kind == "tied", lams.refit_every
+  counted = bool(splitting or refit)  # the state keeps a step count
 
-  def images(c, target: Target):
-    """The candidates as inputs: decoded from coefficients where the attack has a span."""
-    return c if target.span is None else span.decode(c, target.span.basis, input_shape)
+  activation = _activation_of(obj.derivative)
+  loss_fn = _loss_fn(apply_fn, problem, obj, tied, subspace)
 
-  def activation(hp):
-    if derivative == "exact":
-      return None  # the network's own
-    return functools.partial(surrogate_relu, alpha=hp["alpha"])
-
-  def loss_fn(xl, hp: HParams, target: Target):
-    x, lam = xl  # x: the network's inputs (coefficients where the attack has a span)
-    act = activation(hp)
-    if multipliers == "tied":
-      stat, lam = equations.tied_stationarity(apply_fn, target, x, act, normalize)
-      lam_pen = jnp.zeros((), stat.dtype)
-    else:
-      stat = equations.stationarity(
-        apply_fn, problem, target.params, x, lam, target.labels, act, normalize, target.reference
-      )
-      lam_pen = (
-        priors.lambda_prior(lam, hp["lam_min"])
-        if problem != "general"
-        else jnp.zeros((), stat.dtype)
-      )
-    pixels = images(x, target)
-    prior = priors.box_prior(pixels, target.box_lo, target.box_hi)
-    loss = w_stat * stat + w_lam * lam_pen + w_prior * prior
-    aux = {"stat": stat, "lam_pen": lam_pen, "prior": prior, "lam": lam}
-    if w_tv:
-      aux["tv"] = priors.tv_prior(pixels)
-      loss = loss + w_tv * aux["tv"]
-    return loss, aux
+  def fitted(x, hp, target):
+    """The multipliers that fit the reference best with the candidates ``x`` held."""
+    lam = equations.fitted_multipliers(
+      apply_fn, target.params, target.fit, x, target.labels, activation(hp), obj.normalize
+    )
+    return lam.astype(x.dtype)
 
   def init(key, hp, target, x0):
     m = target.labels.shape[0]
     if target.span is not None:
       x0 = span.encode(x0, target.span.encoder())
     if problem == "general":
-      lam = jax.random.uniform(key, (m, num_outputs), x0.dtype, -1.0, 1.0)
-    elif lam_init == "fit":
+      lam = jax.random.uniform(key, (m, lams.outputs), x0.dtype, -1.0, 1.0)
+    elif lams.init == "fit":
       lam = fitted(x0, hp, target)
     else:
       lam = jax.random.uniform(key, (m,), x0.dtype)
     if counted:
       return SplitKKTState(x0, lam, base.init((x0, lam)), jnp.zeros((), jnp.int32))
     return KKTState(x0, lam, base.init((x0, lam)))
-
-  def fitted(x, hp, target):
-    """The multipliers that fit the reference best with the candidates ``x`` held."""
-    lam = equations.fitted_multipliers(
-      apply_fn, target.params, target.fit, x, target.labels, activation(hp), normalize
-    )
-    return lam.astype(x.dtype)
-
-  def split_step(state, hp, target):
-    """The split of :mod:`recon_jax.attacks.splitting` at the current candidates."""
-    act = activation(hp)
-    grads = equations.kkt_sum(
-      apply_fn, problem, target.params, state.x, state.lam, target.labels, act, normalize
-    )
-    residual = jax.tree_util.tree_map(jnp.subtract, target.fit, grads)
-    mu, v = splitting.split_scores(
-      apply_fn,
-      problem,
-      target.params,
-      residual,
-      state.x,
-      state.lam,
-      target.labels,
-      act,
-    )
-    x, lam, moved = splitting.split(state.x, state.lam, target.labels, mu, v, split_eps)
-    # The freed slot's own term leaves the sum at first order: keep the split only where
-    # the whole objective fell.
-    better = loss_fn((x, lam), hp, target)[0] < loss_fn((state.x, state.lam), hp, target)[0]
-    moved = moved & better
-    x, lam = jnp.where(better, x, state.x), jnp.where(better, lam, state.lam)
-    opt_state = splitting.reset_rows(state.opt_state, moved, {x.shape, lam.shape})
-    return state._replace(x=x, lam=lam, opt_state=opt_state), jnp.any(moved)
 
   def step(state: KKTState, hp, target):
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)((state.x, state.lam), hp, target)
@@ -296,73 +251,47 @@ def kkt_attack(
     # Tied multipliers are a function of the candidates: the state keeps their value at
     # this step's candidates (one step behind the updated x; no second evaluation).
     tied_lam = aux.pop("lam")
-    lam = tied_lam if multipliers == "tied" else optim.scaled(state.lam, ul, hp["lr_lam"])
+    lam = tied_lam if tied else optim.scaled(state.lam, ul, hp["lr_lam"])
     metrics = {"loss": loss, "stat_rel": equations.relative(aux["stat"], target), **aux}
     new = state._replace(x=x, lam=lam, opt_state=opt_state)
     if counted:
       new = new._replace(count=state.count + 1)
-    if lam_refit_every:
-      new = new._replace(
-        lam=jax.lax.cond(
-          new.count % lam_refit_every == 0,
-          lambda s: fitted(s.x, hp, target),
-          lambda s: s.lam,
-          new,
-        )
+    if refit:
+      refitted = jax.lax.cond(
+        new.count % refit == 0, lambda s: fitted(s.x, hp, target), lambda s: s.lam, new
       )
-    if split_every:
+      new = new._replace(lam=refitted)
+    if splitting:
       new, did = jax.lax.cond(
-        new.count % split_every == 0,
-        lambda s: split_step(s, hp, target),
+        new.count % splitting.every == 0,
+        lambda s: splitting_step(s, hp, target),
         lambda s: (s, jnp.zeros((), bool)),
         new,
       )
       metrics["split"] = did.astype(loss.dtype)
     return new, metrics
 
+  def splitting_step(state, hp, target):
+    objective_at = lambda xl: loss_fn(xl, hp, target)[0]  # noqa: E731
+    return split_step(
+      state, splitting.eps, objective_at, apply_fn, problem, target, activation(hp), obj.normalize
+    )
+
   def candidates(state: KKTState):
     w = state.lam if state.lam.ndim == 1 else jnp.linalg.norm(state.lam, axis=-1)
-    x = state.x if basis is None else span.decode(state.x, basis, input_shape)
-    return x, w
+    if subspace is None:
+      return state.x, w
+    return span.decode(state.x, subspace.basis, subspace.input_shape), w
 
-  def shared(state, hp, target):
-    """The whole KKT sum of ``state``: every candidate's problem subtracts its own term."""
-    return equations.kkt_sum(
-      apply_fn, problem, target.params, state.x, state.lam, target.labels, activation(hp), normalize
-    )
-
-  def one(state, hp, target, total, index):
-    """Candidate ``index`` alone: the held candidates' part of the sum, a constant, moves
-    into the reference, so the one-candidate residual is the whole state's."""
-    m = state.x.shape[0]
-
-    def row(a):
-      return jax.lax.dynamic_slice_in_dim(a, index, 1, axis=0)
-
-    # Its multiplier scaled so that the one-candidate sum (1/1 under 'mean') is its term.
-    lam = row(state.lam) / m if normalize == "mean" else row(state.lam)
-    x, labels = row(state.x), row(target.labels)
-    own = equations.kkt_sum(
-      apply_fn, problem, target.params, x, lam, labels, activation(hp), normalize
-    )
-    held = jax.tree_util.tree_map(lambda f, t, o: f - (t - o), target.fit, total, own)
-    shapes = {state.x.shape, state.lam.shape}
-    opt_state = jax.tree_util.tree_map(
-      lambda a: row(a) if hasattr(a, "shape") and tuple(a.shape) in shapes else a,
-      state.opt_state,
-    )
-    return (
-      state._replace(x=x, lam=lam, opt_state=opt_state),
-      target._replace(labels=labels, reference=held),
-    )
-
-  prepare = None
-  if basis is not None:
-    prepare = functools.partial(span.reduce_target, basis=basis, dual=dual)
-  name = f"kkt[{problem}]" if basis is None else f"kkt[{problem}, span {basis.shape[1]}]"
+  prepare, name = None, f"kkt[{problem}]"
+  if subspace is not None:
+    prepare = functools.partial(span.reduce_target, basis=subspace.basis, dual=subspace.dual)
+    name = f"kkt[{problem}, span {subspace.basis.shape[1]}]"
   # Free multipliers meet only in the sum; tied ones share their scale, and a split moves
   # two slots at once: those re-run the whole state.
-  alone = None if multipliers == "tied" or split_every else Alone(shared, one)
+  alone = (
+    None if tied or splitting else equations.alone(apply_fn, problem, obj.normalize, activation)
+  )
   return Attack(init, step, candidates, name=name, prepare=prepare, alone=alone)
 
 
@@ -581,21 +510,24 @@ def _build(o: KKTOptions, setup: Setup) -> Attack:
   return kkt_attack(
     apply_fn,
     setup.problem,
-    optimizer=common.optimizer,
-    w_lam=o.w_lam,
-    w_prior=common.w_prior,
-    w_tv=float(o.w_tv),
-    normalize=common.normalize,
-    num_outputs=setup.num_outputs,
-    derivative=derivative,
-    multipliers=o.multipliers,
-    basis=basis,
-    dual=dual,
-    input_shape=setup.input_shape,
-    split_every=int(o.split_every),
-    split_eps=float(o.split_eps),
-    lam_init=o.lam_init,
-    lam_refit_every=int(o.lam_refit_every),
+    objective=Objective(
+      w_lam=o.w_lam,
+      w_prior=common.w_prior,
+      w_tv=float(o.w_tv),
+      normalize=common.normalize,
+      derivative=derivative,
+    ),
+    multipliers=Multipliers(
+      kind=o.multipliers,
+      init=o.lam_init,
+      refit_every=int(o.lam_refit_every),
+      outputs=setup.num_outputs,
+    ),
+    steps=Steps(common.optimizer),
+    subspace=None if basis is None else Subspace(basis, setup.input_shape, dual),
+    splitting=Splitting(every=int(o.split_every), eps=float(o.split_eps))
+    if o.split_every
+    else None,
   )
 
 

@@ -40,8 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.core import numerics
 from recon_jax.errors import ConfigError
-from recon_jax.eval import diagnostics
 from recon_jax.types import Span, Target
 
 # A singular value counts as data when it exceeds this many times the median singular
@@ -103,7 +103,7 @@ def first_layer_kernel(params) -> np.ndarray:
   return kernel
 
 
-@diagnostics.one_blas_thread
+@numerics.one_blas_thread
 def span_basis(params, rel_tol: float = 0.0, n: Optional[int] = None):
   """Orthonormal [d, k] basis of the span of the first layer's weight vectors, and how.
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 from recon_jax.core import rules
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
-from recon_jax.eval import metrics_json
+from recon_jax.types import RESTART_SCORES
 
 # A field of an attack's options: its default, its meaning (``--help``) and what it may hold
 # (its rule, checked with the job's other settings), declared once as every setting is.
@@ -88,6 +88,9 @@ class Setup(NamedTuple):
   # Images the attacker holds that are not training images ([N, *input_shape], minus the
   # data mean): the public pool, else the held-out images (a direct attack may start there).
   public: Any = None
+  # What the attacker holds (recon_jax.attacker.view.AttackerView), built once by the job;
+  # input_shape, n, target and public above are its (a hand-over's target: its own labels).
+  view: Any = None
 
 
 class Example(NamedTuple):
@@ -203,7 +206,7 @@ def register(spec: AttackSpec) -> AttackSpec:
   if missing:
     raise ValueError(f"attack {spec.name!r}: its range options {missing} are not in hparams.")
   # a restart's row in metrics.json holds its scores and its draw side by side
-  taken = [n for n in spec.hparams if n in metrics_json.declared_keys(metrics_json.Restart)]
+  taken = [n for n in spec.hparams if n in RESTART_SCORES]
   if taken:
     raise ValueError(
       f"attack {spec.name!r}: its hyperparameters {taken} are named as a restart's scores "

@@ -24,19 +24,47 @@ smallest multiplier (one the KKT sum hardly uses), and only when that multiplier
 below a quarter of the split candidate's, so a split never removes a candidate the
 sum relies on.  :func:`split_scores` finds each candidate's top eigenpair by a Krylov
 (Lanczos) subspace of Hessian-vector products (no d x d matrix); :func:`split` moves the
-candidates.  :func:`recon_jax.attacks.kkt.kkt_attack` applies it every
-``split_every`` steps.
+candidates; :func:`split_step` keeps the move where the objective fell.
+:func:`recon_jax.attacks.kkt.kkt_attack` applies it every :attr:`Splitting.every` steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 
+from recon_jax.attacks import equations
 from recon_jax.core.losses import margins, tree_dot
 from recon_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Splitting:
+  """When and how far :func:`recon_jax.attacks.kkt.kkt_attack` splits a candidate in two
+  (binary or multiclass victims, free multipliers)."""
+
+  every: int
+  """Split every this many steps (>= 1): the candidate whose split lowers the objective most,
+  in the slot of the smallest multiplier of its label.  The split is a ``lax.cond`` on the
+  step count: free on the steps between splits under ``lax.map`` (the CPU default), but
+  evaluated on every step when restarts are vmapped (a batched predicate runs both
+  branches)."""
+  eps: float = 0.05
+  """The distance of the two copies from the split candidate (input units, > 0)."""
+
+  def __post_init__(self):
+    if not (isinstance(self.every, int) and self.every >= 1):
+      raise ConfigError(
+        f"Splitting.every must be an integer >= 1 (no splitting: splitting=None), got "
+        f"{self.every!r}.",
+        "every",
+      )
+    if not self.eps > 0:
+      raise ConfigError(f"Splitting.eps must be > 0, got {self.eps!r}.", "eps")
+
 
 # A split takes the slot of the smallest multiplier only when it is below this fraction of
 # the split candidate's multiplier.
@@ -162,3 +190,27 @@ def reset_rows(opt_state, moved, shapes):
     return leaf
 
   return jax.tree_util.tree_map(reset, opt_state)
+
+
+def split_step(state, eps, objective, apply_fn, problem, target, act, normalize):
+  """The split of ``state`` (a KKT attack's state: ``x``, ``lam``, ``opt_state``) at its
+  candidates, kept only where ``objective((x, lam))`` fell.
+
+  Returns:
+    ``(state, whether a candidate was split)``; the moved slots' optimiser rows are zeroed.
+  """
+  grads = equations.kkt_sum(
+    apply_fn, problem, target.params, state.x, state.lam, target.labels, act, normalize
+  )
+  residual = jax.tree_util.tree_map(jnp.subtract, target.fit, grads)
+  mu, v = split_scores(
+    apply_fn, problem, target.params, residual, state.x, state.lam, target.labels, act
+  )
+  x, lam, moved = split(state.x, state.lam, target.labels, mu, v, eps)
+  # The freed slot's own term leaves the sum at first order: keep the split only where
+  # the whole objective fell.
+  better = objective((x, lam)) < objective((state.x, state.lam))
+  moved = moved & better
+  x, lam = jnp.where(better, x, state.x), jnp.where(better, lam, state.lam)
+  opt_state = reset_rows(state.opt_state, moved, {x.shape, lam.shape})
+  return state._replace(x=x, lam=lam, opt_state=opt_state), jnp.any(moved)

@@ -22,6 +22,16 @@ def count(name: str, value, low: int = 1) -> int:
   return int(value)
 
 
+def group(name: str, value, cls):
+  """``value``, an options group of type ``cls`` (None: ``cls()``, its defaults); refused
+  unless a ``cls`` (the string of a former keyword argument, say)."""
+  if value is None:
+    return cls()
+  if not isinstance(value, cls):
+    raise ConfigError(f"{name} must be a {cls.__module__}.{cls.__qualname__}, got {value!r}.", name)
+  return value
+
+
 def number(name: str, value, low: Optional[float] = None, high: Optional[float] = None) -> float:
   """``value`` as a float, refused unless a finite number within [low, high]."""
   if not is_number(value) or not np.isfinite(float(value)):

@@ -12,6 +12,9 @@ One place for what the victim's training and every attack agree on:
   is minimised by :mod:`recon_jax.victims.descent` (gradient descent),
   :mod:`recon_jax.implicit` (L-BFGS to convergence) and the inner problem of
   the bilevel attack.
+
+And :func:`unit_centred`, the rows whose dot product is their normalised cross-correlation
+(the evaluation's NCC and the attacker's agreement score both read it).
 """
 
 from __future__ import annotations
@@ -165,3 +168,11 @@ def error_rate(loss: str, out: jax.Array, y: jax.Array) -> jax.Array:
   if loss == "mse":
     return jnp.mean((out[:, 0] - y) ** 2)
   return jnp.mean(predictions(loss, out) != y)
+
+
+def unit_centred(flat: jax.Array) -> jax.Array:
+  """Rows (the last axis) centred and scaled to unit norm: NCC is their dot product."""
+  centred = flat - jnp.mean(flat, axis=-1, keepdims=True)
+  norm = jnp.linalg.norm(centred, axis=-1, keepdims=True)
+  # Constant rows have zero norm: leave them as zero vectors so their NCC is 0.
+  return jnp.where(norm > 0, centred / jnp.where(norm > 0, norm, jnp.ones_like(norm)), 0.0)

@@ -4,7 +4,7 @@
 whose loss or state turns non-finite leaves the state at its last finite value and flags the
 restart ``diverged`` (the step it happened at is kept), so a diverging restart never spoils
 the numbers it had.  The engine's loop (:mod:`recon_jax.engine.loop`) batches it over
-restarts and chunks; the stability score (:mod:`recon_jax.eval.stability`) re-runs an
+restarts and chunks; the stability score (:mod:`recon_jax.attacker.stability`) re-runs an
 attack's candidates through it.  It lives here, below both, so that each uses the same step.
 """
 

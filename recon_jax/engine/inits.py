@@ -112,16 +112,19 @@ def mix_grid(values: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0)):
 
 
 def make_x_init(
-  scheme: str, *, m: int, input_shape, x_train=None, x_part=None, offset=0.0, dtype=jnp.float32
+  scheme: str, *, m: int, input_shape, oracle=None, x_part=None, offset=0.0, dtype=jnp.float32
 ):
   """x-initialisation by name (see module docstring); ConfigError naming a bad argument
-  (the scheme, ``m``, ``input_shape``, or images of another shape)."""
+  (the scheme, ``m``, ``input_shape``, or images of another shape).  ``oracle``: the
+  training images ``ground_truth`` and ``mix`` start from, which no attacker holds (the job
+  and the init study hand them in from :func:`recon_jax.attacker.view.oracle_starts`, and
+  say so); ``x_part``: the public pool ``partition`` and ``mix`` start from."""
   if scheme not in INIT_SCHEMES:
     raise ConfigError(f"init must be one of {INIT_SCHEMES}, got {scheme!r}.", "init")
   m = arguments.count("m", m)
   input_shape = arguments.shape_of("input_shape", input_shape)
-  uses = {"ground_truth": ("x_train",), "partition": ("x_part",), "mix": ("x_train", "x_part")}
-  for name, x in (("x_train", x_train), ("x_part", x_part)):
+  uses = {"ground_truth": ("oracle",), "partition": ("x_part",), "mix": ("oracle", "x_part")}
+  for name, x in (("oracle", oracle), ("x_part", x_part)):
     if x is not None:  # empty only where the scheme does not read it (a blind attack's)
       needed = name in uses.get(scheme, ())
       arguments.array(
@@ -133,15 +136,15 @@ def make_x_init(
   if scheme == "uniform":
     return uniform(m, input_shape, offset, dtype)
   if scheme == "ground_truth":
-    if x_train is None:
-      raise ConfigError("init=ground_truth needs the training images.")
-    return fixed(x_train, m, dtype)
+    if oracle is None:
+      raise ConfigError("init=ground_truth needs the training images (oracle).", "oracle")
+    return fixed(oracle, m, dtype)
   if scheme == "partition":
     if x_part is None:
       raise ConfigError("init=partition needs the disjoint partition images.")
     return fixed(x_part, m, dtype)
   if scheme == "mix":
-    if x_train is None or x_part is None:
-      raise ConfigError("init=mix needs the training and the partition images.")
-    return mix(x_train, x_part, m, offset, dtype)
+    if oracle is None or x_part is None:
+      raise ConfigError("init=mix needs the training images (oracle) and the partition images.")
+    return mix(oracle, x_part, m, offset, dtype)
   raise ConfigError(f"init must be one of {INIT_SCHEMES}, got {scheme!r}.")

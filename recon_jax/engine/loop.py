@@ -134,6 +134,44 @@ class RunResult(NamedTuple):
   run_s: float  # wall time of running all chunks (compilation excluded)
 
 
+def _check_stages(stages, chunk_steps) -> None:
+  """ConfigError unless :func:`run_stages` has stages of > 0 steps and chunks of > 0."""
+  if not stages:
+    raise ConfigError("run_stages needs at least one stage.")
+  if any(steps <= 0 for steps, _ in stages):
+    raise ConfigError(f"every stage needs > 0 steps, got {[steps for steps, _ in stages]}.")
+  if chunk_steps <= 0:
+    raise ConfigError(f"chunk_steps must be > 0, got {chunk_steps}.")
+
+
+def _placed(sharding, keys, stage_hps, target):
+  """``keys`` and every stage's hparams split over the restarts' devices, ``target``
+  (theta*) replicated on each."""
+  replicated = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+  return (
+    jax.device_put(keys, sharding),
+    [jax.device_put(hp, sharding) for hp in stage_hps],
+    jax.device_put(target, replicated),
+  )
+
+
+def _log_chunk(name: str, loss: np.ndarray, rec: dict, total: int, left_s: float) -> None:
+  """One log line after a chunk: the restarts' losses, how many diverged, the time."""
+  fin = loss[np.isfinite(loss)]
+  logging.info(
+    "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs (about %.0fs left)",
+    name,
+    rec["step"],
+    total,
+    fin.min() if fin.size else np.nan,
+    np.median(fin) if fin.size else np.nan,
+    int(rec["diverged"].sum()),
+    len(loss),
+    rec["time_s"],
+    left_s,
+  )
+
+
 def run_stages(
   attack: Attack,
   x_init: XInitFn,
@@ -185,19 +223,15 @@ def run_stages(
   Returns:
     RunResult with the chunks of all stages.
   """
-  if not stages:
-    raise ConfigError("run_stages needs at least one stage.")
-  if any(steps <= 0 for steps, _ in stages):
-    raise ConfigError(f"every stage needs > 0 steps, got {[steps for steps, _ in stages]}.")
-  if chunk_steps <= 0:
-    raise ConfigError(f"chunk_steps must be > 0, got {chunk_steps}.")
+  _check_stages(stages, chunk_steps)
   num_restarts = int(np.shape(keys)[0])
+  total = sum(steps for steps, _ in stages)
   if log:
     logging.info(
       "%s: %d restarts x %d steps in chunks of %d (the first chunk compiles)",
       attack.name,
       num_restarts,
-      sum(steps for steps, _ in stages),
+      total,
       chunk_steps,
     )
   stage_hps = [{k: jnp.asarray(v) for k, v in hp.items()} for _, hp in stages]
@@ -209,11 +243,7 @@ def run_stages(
     num_shards=len(sharding.mesh.devices.ravel()) if sharding is not None else 1,
   )
   if sharding is not None:
-    keys = jax.device_put(keys, sharding)
-    stage_hps = [jax.device_put(hp, sharding) for hp in stage_hps]
-    target = jax.device_put(
-      target, jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
-    )  # theta* replicated
+    keys, stage_hps, target = _placed(sharding, keys, stage_hps, target)
   t0 = time.time()
   if state is None:
     state = init_fn(keys, stage_hps[0], target)
@@ -224,7 +254,6 @@ def run_stages(
     state = jax.device_put(state, sharding)
   # restarts.gather: np.asarray in one process; an allgather when the restarts span hosts.
   done = int(np.max(restarts.gather(state.step))) if num_restarts else 0
-  total = sum(steps for steps, _ in stages)
   history, compiled = [], {}
   compile_s, run_s, end = 0.0, 0.0, 0
   rate = None  # restart-steps per second of the chunks run so far (compilation excluded)
@@ -252,19 +281,8 @@ def run_stages(
       }
       history.append(rec)
       if log:
-        loss = restarts.gather(state.loss)
-        fin = loss[np.isfinite(loss)]
-        logging.info(
-          "%s step %d/%d  loss min %.4g median %.4g  diverged %d/%d  %.1fs (about %.0fs left)",
-          attack.name,
-          done,
-          total,
-          fin.min() if fin.size else np.nan,
-          np.median(fin) if fin.size else np.nan,
-          int(rec["diverged"].sum()),
-          num_restarts,
-          rec["time_s"],
-          (total - done) / max(rate, 1e-9),
+        _log_chunk(
+          attack.name, restarts.gather(state.loss), rec, total, (total - done) / max(rate, 1e-9)
         )
       if checkpoint is not None:
         checkpoint.chunks.append(resume.chunk_record(rec))

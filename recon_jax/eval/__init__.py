@@ -1,15 +1,14 @@
-"""Scoring reconstructions against the truth; only this package reads the training set.
+"""Scoring reconstructions against the truth; only this package reads the training set (a
+search starts from it only through the named oracle, :mod:`recon_jax.attacker.view`).
 
 * :mod:`recon_jax.eval.similarity`: stretch to [0, 1], normalised
   cross-correlation, SSIM (dm-pix) and its filter sizes.
 * :mod:`recon_jax.eval.images`: matching with voting, strict recovery and its
   thresholds, the mean-image and held-out baselines.
-* :mod:`recon_jax.eval.selection`: the attacker's per-candidate scores (lambda,
-  agreement, leave-one-out, margin); :mod:`recon_jax.eval.stability`: the
-  stability score (re-runs the attack); :mod:`recon_jax.eval.ranking`: ROC AUC
-  and precision@k of a score against the truth.
-* :mod:`recon_jax.eval.trusted`: whether those scores tell the real reconstructions, measured
-  against the truth (ROC AUC, precision@k; the candidates a fixed score trusts most).
+* :mod:`recon_jax.eval.ranking`: ROC AUC and precision@k of a score against the truth.
+* :mod:`recon_jax.eval.trusted`: whether the attacker's own scores
+  (:mod:`recon_jax.attacker`, which reads no training image) tell the real reconstructions,
+  measured against the truth (ROC AUC, precision@k; the candidates a fixed score trusts most).
 * :mod:`recon_jax.eval.identifiability`: whether the training set fits the attack's
   equations best, against the candidates and a family of other exact fits.
 * :mod:`recon_jax.eval.evaluation`: the one evaluation every attack's candidates

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Optional, Sequence
 
 import jax
@@ -23,24 +22,10 @@ import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
-from threadpoolctl import threadpool_limits
 
 from recon_jax.core import numerics
 from recon_jax.core.losses import margin_jacobian
-
-
-def one_blas_thread(fn):
-  """``fn`` run with one BLAS thread.  The host's linear algebra here (Gram matrices of a
-  few dozen gradient rows, their factorisations, SVDs of a first layer) runs beside XLA's
-  CPU threads, and the two thread pools spin against each other: a 0.15 s fit took 13-25 s
-  on a 2-core machine (measured).  These problems are small enough for one thread."""
-
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    with threadpool_limits(1, user_api="blas"):
-      return fn(*args, **kwargs)
-
-  return wrapped
+from recon_jax.core.numerics import one_blas_thread
 
 
 def gradient_matrix(apply_fn, problem: str, params):

@@ -782,6 +782,9 @@ class Metrics(Section):
   assumes_stationary: Optional[bool] = key()  # the attack assumes a stationary victim
   dataset: Optional[str] = key()  # the images' dataset (a user's: their folder)
   heldout_removed: Optional[str] = key()  # held-out blanks and copies left out (absent: none)
+  # the init that started the search from training images, an oracle no attacker has
+  # (recon_jax.attacker.view.oracle_starts: 'ground_truth' or 'mix'; absent: none did)
+  oracle_starts: Optional[str] = key()
   # the fraction of the candidates' pixels clipped to the pixel box before they were scored
   # (None: clip_to_box off, or a run before it)
   clipped_to_box: Optional[float] = key()

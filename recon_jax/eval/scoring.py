@@ -345,18 +345,15 @@ def score_run(
     t0 = time.time()
     progress.phase("the attacker's own scores")
     ident_report = trusted.identification_report(
-      attack,
-      run,
-      hparams,
-      target,
-      apply_fn,
-      problem,
+      trusted.AttackerRun(attack, run, hparams, target, apply_fn, problem),
       ds,
-      ssim_threshold=ssim_threshold,
-      normalize=normalize,
-      key=seed,
-      # The stability score perturbs the candidates and re-runs steps of the attack.
-      stability_candidates=stability_candidates,
+      trusted.IdentifyOptions(
+        ssim_threshold=ssim_threshold,
+        normalize=normalize,
+        key=seed,
+        # The stability score perturbs the candidates and re-runs steps of the attack.
+        stability_candidates=stability_candidates,
+      ),
       candidates=cands,  # told real as the evaluation tells them (clipped to the box)
     )
     timing["identification_s"] = time.time() - t0

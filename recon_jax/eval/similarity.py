@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from recon_jax.core.losses import unit_centred  # noqa: F401 (similarity.unit_centred)
 from recon_jax.errors import ConfigError
 
 Array = Any
@@ -122,14 +123,6 @@ def stretch(x: Array) -> jax.Array:
   if x.ndim < 2:
     raise ConfigError(f"stretch expects a batch [N, ...], got shape {tuple(x.shape)}")
   return stretch_raw(x)
-
-
-def unit_centred(flat: jax.Array) -> jax.Array:
-  """Rows (the last axis) centred and scaled to unit norm: NCC is their dot product."""
-  centred = flat - jnp.mean(flat, axis=-1, keepdims=True)
-  norm = jnp.linalg.norm(centred, axis=-1, keepdims=True)
-  # Constant rows have zero norm: leave them as zero vectors so their NCC is 0.
-  return jnp.where(norm > 0, centred / jnp.where(norm > 0, norm, jnp.ones_like(norm)), 0.0)
 
 
 @jax.jit

@@ -1,7 +1,7 @@
 """Can the attacker tell which reconstructions are real?  Attacker scores against the truth.
 
 Runkel et al. (2024) argue that an adversary cannot tell whether a
-reconstructed image was part of the training set.  :mod:`recon_jax.eval.selection`
+reconstructed image was part of the training set.  :mod:`recon_jax.attacker.selection`
 computes per-candidate scores from what the attacker has (theta*, the
 candidates, the attack's own state); this module is the measurement: it marks
 every candidate real or not with the ground truth (:func:`candidate_truth`)
@@ -22,9 +22,10 @@ the scores themselves never do.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from absl import logging
 import jax
@@ -32,10 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data
+from recon_jax.attacker import selection, stability
 from recon_jax.core.activations import surrogate_relu
 from recon_jax.core.losses import batched_map
 from recon_jax.errors import ConfigError
-from recon_jax.eval import images, ranking, selection, similarity, stability
+from recon_jax.eval import images, ranking, similarity
 from recon_jax.types import Attack, HParams, Target, prepared
 
 SCORES = ("lambda", "agreement", "leave_one_out", "stability", "margin")
@@ -168,7 +170,7 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
   """Stability of candidate ``cols[k]`` of restart ``rows[k]``.
 
   The batched state is indexed inside the map, so it is held once, not once per pair.
-  Where the kicked candidate steps alone (:func:`recon_jax.eval.stability.alone_applies`),
+  Where the kicked candidate steps alone (:func:`recon_jax.attacker.stability.alone_applies`),
   what the candidates of a restart share is computed once for each restart of ``inner``
   and the pairs run :data:`STABILITY_BATCH` at a time (``inner`` holds only the restarts
   scored); else each pair re-runs its whole restart, one at a time.
@@ -199,21 +201,6 @@ def _stability_pairs(attack, inner, hparams, target, rows, cols, keys, steps, no
   return batched_map(one, (rows, cols, keys), STABILITY_BATCH)
 
 
-def _as_key(key) -> jax.Array:
-  if isinstance(key, (int, np.integer)):
-    return jax.random.PRNGKey(int(key))
-  return key
-
-
-def _normalize_for(attack: Attack, normalize: Optional[str]) -> str:
-  """The stationarity scaling of ``attack``: closed_form uses the paper's sum, kkt the mean."""
-  if normalize is not None:
-    if normalize not in ("mean", "sum"):
-      raise ConfigError(f"normalize must be 'mean', 'sum' or None, got {normalize!r}.")
-    return normalize
-  return "sum" if attack.name.startswith("closed_form") else "mean"
-
-
 def _order(primary: np.ndarray, *tie_breaks: np.ndarray) -> np.ndarray:
   """Indices by descending ``primary``, ties by descending ``tie_breaks``, then by index.
 
@@ -226,104 +213,320 @@ def _order(primary: np.ndarray, *tie_breaks: np.ndarray) -> np.ndarray:
   return np.lexsort(keys)
 
 
+# --------------------------------------------------------------------------
+# The report: what it reads, each score, and how they are compared
+# --------------------------------------------------------------------------
+class AttackerRun(NamedTuple):
+  """One run as the attacker holds it: everything the scores read (never the training set)."""
+
+  attack: Attack  # the attack that ran (recon_jax.job.pipeline.make_attack)
+  run: Any  # its recon_jax.engine.loop.AttackRun (the final state of every process's restarts)
+  # the per-restart hyperparameters {name: [R]} the run ended with (the last stage's:
+  # planning.sweep_for(cfg, spec)[1][-1][1])
+  hparams: HParams
+  target: Target  # what the attack saw (theta*, labels, box)
+  apply_fn: Callable  # apply_fn(params, x, act) -> [m, C], the victim
+  problem: str  # 'binary', 'multiclass' or 'general'
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentifyOptions:
+  """How :func:`identification_report` scores a run; each setting is checked when the
+  options are built (a ConfigError naming it).  Fix them before looking at the results."""
+
+  ssim_threshold: Optional[float] = None  # strict SSIM threshold (None: by image height)
+  k_list: Sequence[int] = (5, 10)  # the k of precision@k
+  stability_steps: int = 30  # attack steps of each stability re-run
+  # cap on the candidates scored for stability (None: DEFAULT_STABILITY_CANDIDATES)
+  stability_candidates: Optional[int] = None
+  # which candidates the stability score runs on: 'lambda' the largest lambda (those an
+  # attacker would check first; ties by pool order; an attack without multipliers falls
+  # back to 'random'), 'random' a uniform draw seeded by key (an unbiased sample)
+  stability_select: str = "lambda"
+  stability_noise: float = 0.05  # per-entry std of the stability kick (attack input space)
+  # NCC above which two candidates are the same image
+  agreement_threshold: float = selection.DEFAULT_NCC_THRESHOLD
+  # the stationarity scaling of the leave-one-out score (None: 'sum' for closed_form, else
+  # 'mean'; pass cfg.normalize for kkt)
+  normalize: Optional[str] = None
+  filter_size: Optional[int] = None  # SSIM window (None: by image size)
+  # int seed or PRNG key: k_pick, k_kick = jax.random.split(key); the random selection is
+  # jax.random.permutation(k_pick, N)[:K] (sorted), and the k-th selected candidate (pool
+  # order) is kicked with jax.random.split(k_kick, K)[k]
+  key: Any = 0
+  # the trusted score and its tie-breakers, in order (scores of SCORES; 'stability' only
+  # covers its subset, so it is refused here)
+  trust_order: Sequence[str] = TRUST_ORDER
+
+  def __post_init__(self):
+    if self.stability_select not in STABILITY_SELECT:
+      raise ConfigError(
+        f"stability_select must be one of {STABILITY_SELECT}, got {self.stability_select!r}."
+      )
+    cap = self.stability_cap
+    if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0:
+      raise ConfigError(
+        f"stability_candidates must be an integer >= 0 or None, got {self.stability_candidates!r}."
+      )
+    object.__setattr__(self, "trust_order", tuple(self.trust_order))
+    bad = [s for s in self.trust_order if s not in SCORES or s == "stability"]
+    if not self.trust_order or bad:
+      raise ConfigError(
+        f"trust_order must name scores of {SCORES} other than 'stability', got "
+        f"{list(self.trust_order)}."
+      )
+    if self.normalize not in (None, "mean", "sum"):
+      raise ConfigError(f"normalize must be 'mean', 'sum' or None, got {self.normalize!r}.")
+
+  @property
+  def stability_cap(self):
+    """The most candidates the stability score runs on."""
+    given = self.stability_candidates
+    return DEFAULT_STABILITY_CANDIDATES if given is None else given
+
+
+def _normalize_for(attack: Attack, normalize: Optional[str]) -> str:
+  """The stationarity scaling of ``attack``: closed_form uses the paper's sum, kkt the mean."""
+  return normalize or ("sum" if attack.name.startswith("closed_form") else "mean")
+
+
+class _Pool(NamedTuple):
+  """The candidates of the non-diverged restarts, pooled restart-major (N = R' m)."""
+
+  cands: np.ndarray  # [R, m, ...] every restart's candidates, as the truth tells them
+  ok: np.ndarray  # [R] bool: the restart did not diverge and its loss is finite
+  valid: np.ndarray  # [R'] the indices of those restarts
+  rows: np.ndarray  # [N] the restart of each pooled candidate
+  cols: np.ndarray  # [N] its index within its restart
+
+  n = property(lambda self: len(self.rows))
+  img_shape = property(lambda self: self.cands.shape[2:])
+
+
+def _pool_of(run, candidates) -> _Pool:
+  """The pool of ``run``'s valid restarts, of ``candidates`` (None: the run's own)."""
+  cands = np.asarray(run.candidates if candidates is None else candidates)
+  if cands.shape != np.shape(run.candidates):
+    raise ConfigError(
+      f"candidates must have the run's shape {np.shape(run.candidates)}, got {cands.shape}.",
+      "candidates",
+    )
+  m = cands.shape[1]
+  ok = ~np.asarray(run.diverged, bool) & np.isfinite(np.asarray(run.final_loss, np.float64))
+  valid = np.flatnonzero(ok)
+  return _Pool(cands, ok, valid, np.repeat(valid, m), np.tile(np.arange(m), len(valid)))
+
+
+def _truth_of(pool: _Pool, ds: data.Dataset, thr: float, filter_size) -> CandidateTruth:
+  """:func:`candidate_truth` of the pool in pixel space (the training mean added), against
+  the training images and the test split as the held-out reference."""
+  mean = np.asarray(ds.mean, np.float32)
+  pixel = pool.cands[pool.ok].reshape(-1, *pool.img_shape).astype(np.float32) + mean
+  return candidate_truth(
+    pixel,
+    np.asarray(ds.x_train, np.float32) + mean,
+    np.asarray(ds.x_test, np.float32) + mean if len(ds.x_test) else None,
+    thr,
+    filter_size=filter_size,
+  )
+
+
+class _Scoring(NamedTuple):
+  """What every score reads: the run, its pool, its hyperparameters as arrays, the options."""
+
+  ran: AttackerRun
+  pool: _Pool
+  hp: dict
+  options: IdentifyOptions
+  normalize: str  # the leave-one-out's, resolved for the attack
+
+
+# Each score returns why it is skipped, or its computation and the pool indices it covers.
+
+
+def _lambda_score(c: _Scoring, scores: dict):
+  """``lambda``: :func:`~recon_jax.attacker.selection.lambda_score` (signed lambda;
+  ``||lambda_i||`` for 'general'); attacks without multipliers skip it."""
+  if not hasattr(c.ran.run.inner, "lam"):
+    return f"the attack {c.ran.attack.name} has no multipliers"
+  lam = jnp.asarray(c.ran.run.inner.lam)[c.pool.valid]
+  return (lambda: jax.vmap(selection.lambda_score)(lam)), None
+
+
+def _agreement_score(c: _Scoring, scores: dict):
+  """``agreement``: :func:`~recon_jax.attacker.selection.agreement_score`, the fraction of the
+  other valid restarts holding a candidate of NCC > ``agreement_threshold``, on the
+  candidates in the attack's input space (training mean subtracted: the shared mean face
+  would otherwise dominate the NCC); needs >= 2 valid restarts."""
+  valid = c.pool.valid
+  if len(valid) < 2:
+    return f"needs >= 2 valid restarts, got {len(valid)}"
+  threshold = c.options.agreement_threshold
+  return (lambda: selection.agreement_score(c.pool.cands, threshold, valid=c.pool.ok)[valid]), None
+
+
+def _leave_one_out_score(c: _Scoring, scores: dict):
+  """``leave_one_out``: :func:`~recon_jax.attacker.selection.leave_one_out_score` without
+  refit, per restart, with the surrogate ReLU at that restart's final ``alpha`` (the
+  residual the attack minimised) and the attack's normalisation; needs multipliers."""
+  run, valid = c.ran.run, c.pool.valid
+  if not hasattr(run.inner, "lam"):
+    return f"the attack {c.ran.attack.name} has no multipliers"
+  surrogate = "alpha" in c.hp
+  alpha = c.hp["alpha"][valid] if surrogate else jnp.zeros(len(valid))
+  args = (jnp.asarray(c.pool.cands)[valid], jnp.asarray(run.inner.lam)[valid], alpha)
+  ran = c.ran
+  victim = (ran.apply_fn, ran.problem, ran.target)
+  return (lambda: _leave_one_out_restarts(*victim, *args, c.normalize, surrogate)), None
+
+
+def _stability_select(options: IdentifyOptions, scores: dict) -> str:
+  """How the stability score picks its candidates: by lambda where asked and computed."""
+  return "lambda" if options.stability_select == "lambda" and "lambda" in scores else "random"
+
+
+def _stability_score(c: _Scoring, scores: dict):
+  """``stability``: :func:`~recon_jax.attacker.stability.stability_scores` (only the kicked
+  ``x_i`` moves, ``stability_steps`` steps of the attack at the restart's final
+  hyperparameters, kick ``N(0, stability_noise^2)`` per input entry), on at most
+  ``stability_candidates`` candidates chosen by ``stability_select``
+  (:class:`IdentifyOptions`).  Its cost is ``K * stability_steps`` steps of one candidate
+  (each kicked candidate steps alone against its restart's sum, computed once per restart
+  scored, where the attack says how: :class:`recon_jax.types.Alone`), else of one restart."""
+  o, pool = c.options, c.pool
+  k = int(min(o.stability_cap, pool.n))
+  if k == 0:
+    return "stability_candidates = 0"
+  key = jax.random.PRNGKey(int(o.key)) if isinstance(o.key, (int, np.integer)) else o.key
+  k_pick, k_kick = jax.random.split(key)
+  if _stability_select(o, scores) == "lambda":
+    pick = np.sort(_order(scores["lambda"])[:k])
+  else:
+    pick = np.sort(np.asarray(jax.random.permutation(k_pick, pool.n))[:k])
+  keys = jax.random.split(k_kick, k)
+  # only the restarts scored travel (each pair indexes them by its place among them)
+  scored, place = np.unique(pool.rows[pick], return_inverse=True)
+  inner = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[scored], c.ran.run.inner)
+  hp = {name: v[scored] for name, v in c.hp.items()}
+  pairs = (jnp.asarray(place.reshape(-1)), jnp.asarray(pool.cols[pick]), keys)
+  steps, noise = int(o.stability_steps), float(o.stability_noise)
+  return (
+    lambda: _stability_pairs(c.ran.attack, inner, hp, c.ran.target, *pairs, steps, noise)
+  ), pick
+
+
+def _margin_score(c: _Scoring, scores: dict):
+  """``margin``: :func:`~recon_jax.attacker.selection.margin_score` of the whole pool (one
+  gamma); 'general' has no margin and skips it."""
+  ran, pool = c.ran, c.pool
+  if ran.problem == "general":
+    return "problem 'general' has no margin"
+  labels = jnp.tile(jnp.asarray(ran.target.labels), len(pool.valid))
+  x = jnp.asarray(pool.cands)[pool.valid].reshape(pool.n, *pool.img_shape)
+  return (lambda: selection.margin_score(ran.apply_fn, ran.problem, ran.target, x, labels)), None
+
+
+_SCORERS = {
+  "lambda": _lambda_score,
+  "agreement": _agreement_score,
+  "leave_one_out": _leave_one_out_score,
+  "stability": _stability_score,
+  "margin": _margin_score,
+}
+
+
+def _attacker_scores(c: _Scoring, timing: dict, t_all: float):
+  """Every applicable score of the pool, in :data:`SCORES` order, each timed into
+  ``timing``: ``({name: [N] or [K] float64}, {name: why skipped}, {name: the K pool indices
+  of a score run on a subset})``."""
+  scores, skipped, subsets = {}, {}, {}
+  if c.pool.n == 0:
+    return scores, {name: "every restart diverged" for name in SCORES}, subsets
+  for name in SCORES:
+    planned = _SCORERS[name](c, scores)
+    if isinstance(planned, str):
+      skipped[name] = planned
+      continue
+    fn, subset = planned
+    t = time.time()
+    scores[name] = np.asarray(fn(), np.float64).reshape(-1)
+    timing[name] = time.time() - t
+    so_far = time.time() - t_all  # this score's time included
+    logging.info("attacker's scores: %s in %.0fs (%.0fs so far)", name, timing[name], so_far)
+    if subset is not None:
+      subsets[name] = subset
+  return scores, skipped, subsets
+
+
+def _trusted_top(scores: dict, trust_order, pool: _Pool, truth: CandidateTruth):
+  """The trusted score (the first of ``trust_order`` computed; None: none is) and the
+  :data:`TOP_K` candidates it ranks highest, ties broken by the later scores of the order."""
+  trusted = next((s for s in trust_order if s in scores), None)
+  if trusted is None:
+    return None, []
+  ties = [scores[s] for s in trust_order[trust_order.index(trusted) + 1 :] if s in scores]
+  return trusted, [
+    {
+      "rank": rank,
+      "restart": int(pool.rows[j]),
+      "index": int(pool.cols[j]),
+      "score": float(scores[trusted][j]),
+      "lambda": float(scores["lambda"][j]) if "lambda" in scores else None,
+      "recovered_strict": bool(truth.real[j]),
+      "train_idx": int(truth.train_idx[j]),
+      "ssim": float(truth.ssim_train[j]),
+    }
+    for rank, j in enumerate(_order(scores[trusted], *ties)[:TOP_K])
+  ]
+
+
+def _candidate_arrays(pool: _Pool, truth: CandidateTruth, scores: dict, subsets: dict) -> dict:
+  """The per-candidate arrays [N] of the report (a score NaN where not computed)."""
+  arrays = {"restart": pool.rows, "index": pool.cols, **truth._asdict()}
+  for name, v in scores.items():
+    full = np.full(pool.n, np.nan)
+    full[subsets.get(name, slice(None))] = v
+    arrays[name] = full
+  return arrays
+
+
 def identification_report(
-  attack: Attack,
-  run,
-  hparams: HParams,
-  target: Target,
-  apply_fn,
-  problem: str,
+  ran: AttackerRun,
   ds: data.Dataset,
+  options: Optional[IdentifyOptions] = None,
   *,
-  ssim_threshold: Optional[float] = None,
-  k_list: Sequence[int] = (5, 10),
-  stability_steps: int = 30,
-  stability_candidates: Optional[int] = None,
-  stability_select: str = "lambda",
-  stability_noise: float = 0.05,
-  agreement_threshold: float = selection.DEFAULT_NCC_THRESHOLD,
-  normalize: Optional[str] = None,
-  filter_size: Optional[int] = None,
-  key: Any = 0,
-  trust_order: Sequence[str] = TRUST_ORDER,
-  with_arrays: bool = False,
   candidates=None,
+  with_arrays: bool = False,
 ) -> dict:
   """How well each attacker score picks out the real reconstructions of one run.
 
-  The candidates of the non-diverged restarts are pooled (N = R' m, restart
-  major) and scored by every applicable score of :mod:`recon_jax.eval.selection`:
-
-  * ``lambda``: :func:`~recon_jax.eval.selection.lambda_score` (signed lambda;
-    ``||lambda_i||`` for 'general'); attacks without multipliers skip it.
-  * ``agreement``: :func:`~recon_jax.eval.selection.agreement_score`, the fraction
-    of the other valid restarts holding a candidate of NCC > ``agreement_threshold``,
-    on the candidates in the attack's input space (training mean subtracted:
-    the shared mean face would otherwise dominate the NCC); needs >= 2 valid
-    restarts.
-  * ``leave_one_out``: :func:`~recon_jax.eval.selection.leave_one_out_score` without
-    refit, per restart, with the surrogate ReLU at that restart's final
-    ``alpha`` (the residual the attack minimised) and the attack's
-    normalisation; needs multipliers.
-  * ``stability``: :func:`~recon_jax.eval.stability.stability_scores` (only the
-    kicked ``x_i`` moves, ``stability_steps`` steps of the attack at the
-    restart's final hyperparameters, kick ``N(0, stability_noise^2)`` per
-    input entry).  Its cost is capped: it runs on at most
-    ``stability_candidates`` candidates (None: 64), chosen by
-    ``stability_select``: 'lambda' the largest lambda (those an attacker would
-    check first; ties by pool order; an attack without multipliers falls back
-    to 'random'), 'random' a uniform draw seeded by ``key`` (an unbiased
-    sample of the pool).  Its metrics are over that subset (their ``n`` says
-    how many).  The cost is ``K * stability_steps`` steps of one candidate (each kicked
-    candidate steps alone against its restart's sum, computed once per restart scored,
-    where the attack says how: :class:`recon_jax.types.Alone`), else of one restart.
-  * ``margin``: :func:`~recon_jax.eval.selection.margin_score` of the whole pool
-    (one gamma); 'general' has no margin and skips it.
-
-  Then :func:`recon_jax.eval.ranking.identification_metrics` of each score against
+  The candidates of the non-diverged restarts of ``ran`` are pooled (N = R' m, restart
+  major) and scored by every applicable score of :mod:`recon_jax.attacker.selection`, each
+  documented where it is computed: ``lambda`` (the multipliers), ``agreement`` (the other
+  restarts holding the same image), ``leave_one_out`` (the residual without it),
+  ``stability`` (whether a kicked candidate comes back; on a capped subset, whose ``n``
+  its metrics say) and ``margin`` (the victim's margin at it).  Then
+  :func:`recon_jax.eval.ranking.identification_metrics` of each score against
   :func:`candidate_truth`.
 
-  The trusted score is fixed a priori, not chosen by its AUC on this run
-  (which the attacker cannot know): ``agreement``, ties (it takes only R' values)
-  broken by ``lambda``, then by ``margin`` (:data:`TRUST_ORDER`; a skipped score is
-  passed over).  Why agreement: a training sample the attack can recover is
-  a solution that independent restarts from different starting points
-  converge to, while a spurious stationary point depends on its start; it
-  needs no scale of lambda or of the margin, which vary with the victim.  Its
-  blind spots: a deterministic initialisation shared by all restarts
-  ('partition', 'ground_truth'), where candidates that stay near a common start
-  agree whether or not they are real; and class prototypes (smooth, mean-like
-  images) that many restarts converge to, which agree more readily than noisy
-  reconstructions of one training image.  The report measures how much these
-  matter; pass ``trust_order`` to fix another choice (before looking).  ``top``
-  lists the ``TOP_K`` = 10 candidates it ranks highest.
+  The trusted score is fixed a priori, not chosen by its AUC on this run (which the
+  attacker cannot know): ``agreement``, ties (it takes only R' values) broken by
+  ``lambda``, then by ``margin`` (:data:`TRUST_ORDER`; a skipped score is passed over).
+  Why agreement: a training sample the attack can recover is a solution that independent
+  restarts from different starting points converge to, while a spurious stationary point
+  depends on its start; it needs no scale of lambda or of the margin, which vary with the
+  victim.  Its blind spots: a deterministic initialisation shared by all restarts
+  ('partition', 'ground_truth'), where candidates that stay near a common start agree
+  whether or not they are real; and class prototypes (smooth, mean-like images) that many
+  restarts converge to, which agree more readily than noisy reconstructions of one
+  training image.  The report measures how much these matter; set
+  ``options.trust_order`` to fix another choice (before looking).  ``top`` lists the
+  ``TOP_K`` = 10 candidates it ranks highest.
 
   Args:
-    attack: the attack that ran (:func:`recon_jax.job.pipeline.make_attack`).
-    run: its :class:`recon_jax.engine.loop.AttackRun`.
-    hparams: the per-restart hyperparameters ``{name: [R]}`` the run ended with
-      (the last stage's: ``planning.sweep_for(cfg, spec)[1][-1][1]``).
-    target: what the attack saw (theta*, labels, box).
-    apply_fn: ``apply_fn(params, x, act) -> [m, C]``, the victim.
-    problem: 'binary', 'multiclass' or 'general'.
+    ran: the run as the attacker holds it (:class:`AttackerRun`).
     ds: the dataset (ground truth: x_train, x_test as the held-out reference, mean).
-    ssim_threshold: strict SSIM threshold (None: by image height, as the evaluation).
-    k_list: the k of precision@k.
-    stability_steps: attack steps of each stability re-run.
-    stability_candidates: cap on the candidates scored for stability (None: 64).
-    stability_select: 'lambda' or 'random' (see above).
-    stability_noise: per-entry std of the stability kick (attack input space).
-    agreement_threshold: NCC above which two candidates are the same image.
-    normalize: the stationarity scaling of the leave-one-out score (None: 'sum'
-      for closed_form, else 'mean'; pass ``cfg.normalize`` for kkt).
-    filter_size: SSIM window (default by image size).
-    key: int seed or PRNG key: ``k_pick, k_kick = jax.random.split(key)``; the
-      random selection is ``jax.random.permutation(k_pick, N)[:K]`` (sorted) and
-      the k-th selected candidate (pool order) is kicked with
-      ``jax.random.split(k_kick, K)[k]``.
-    trust_order: the trusted score and its tie-breakers, in order (scores of
-      :data:`SCORES`; 'stability' only covers its subset, so it is refused here);
-      fix it before looking at the results.
+    options: how to score (:class:`IdentifyOptions`; None: its defaults).
     candidates: the candidates [R, m, ...] told real or not against the truth, where the
       caller scores others than the run's state holds (the job's, clipped to the pixel box:
       ``clip_to_box``); None: ``run.candidates``.  The scores are the state's.
@@ -332,7 +535,8 @@ def identification_report(
       'ssim_train', 'ssim_heldout', name: [N] score (NaN where not computed)}``.
 
   Returns:
-    JSON-able dict (NaN where undefined, e.g. the AUC without a real candidate)::
+    JSON-able dict (NaN where undefined, e.g. the AUC without a real candidate; the
+    ``precision@k`` keys follow ``options.k_list``)::
 
       {"scores": {name: {"auc", "precision@k"..., "n", "n_recovered", "base_rate"}},
        "skipped": {name: why}, "trusted_score": name,
@@ -341,160 +545,29 @@ def identification_report(
        "top_distinct_recovered": distinct training images strictly recovered in top,
        "truth": {"n_candidates", "n_real", "n_distinct_real", "ssim_threshold"},
        "settings": {...}, "timing_s": {name: seconds}}
-
-    The ``precision@k`` keys follow ``k_list``.
-    The restarts' final state is the run's own, gathered from every process
-    (:attr:`recon_jax.engine.loop.AttackRun.inner`).
   """
-  if stability_select not in STABILITY_SELECT:
-    raise ConfigError(
-      f"stability_select must be one of {STABILITY_SELECT}, got {stability_select!r}."
-    )
-  cap = DEFAULT_STABILITY_CANDIDATES if stability_candidates is None else stability_candidates
-  if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 0:
-    raise ConfigError(
-      f"stability_candidates must be an integer >= 0 or None, got {stability_candidates!r}."
-    )
-  trust_order = tuple(trust_order)
-  bad = [s for s in trust_order if s not in SCORES or s == "stability"]
-  if not trust_order or bad:
-    raise ConfigError(
-      f"trust_order must name scores of {SCORES} other than 'stability', got {list(trust_order)}."
-    )
-  normalize = _normalize_for(attack, normalize)
+  o = IdentifyOptions() if options is None else options
+  normalize = _normalize_for(ran.attack, o.normalize)
   t_all = time.time()
-  cands = np.asarray(run.candidates if candidates is None else candidates)
-  if cands.shape != np.shape(run.candidates):
-    raise ConfigError(
-      f"candidates must have the run's shape {np.shape(run.candidates)}, got {cands.shape}.",
-      "candidates",
-    )
-  num_restarts, m = cands.shape[:2]
-  img_shape = cands.shape[2:]
+  pool = _pool_of(ran.run, candidates)
   thr = (
-    float(ssim_threshold)
-    if ssim_threshold is not None
-    else images.strict_threshold_for(img_shape[0])
+    float(o.ssim_threshold)
+    if o.ssim_threshold is not None
+    else images.strict_threshold_for(pool.img_shape[0])
   )
-  ok = ~np.asarray(run.diverged, bool) & np.isfinite(np.asarray(run.final_loss, np.float64))
-  valid = np.flatnonzero(ok)
-  rows = np.repeat(valid, m)
-  cols = np.tile(np.arange(m), len(valid))
-  n_pool = len(rows)
-  mean = np.asarray(ds.mean, np.float32)
-  pixel = cands[ok].reshape(-1, *img_shape).astype(np.float32) + mean
-  timing = {}
-
   t0 = time.time()
-  truth = candidate_truth(
-    pixel,
-    np.asarray(ds.x_train, np.float32) + mean,
-    np.asarray(ds.x_test, np.float32) + mean if len(ds.x_test) else None,
-    thr,
-    filter_size=filter_size,
-  )
-  timing["truth"] = time.time() - t0
-
-  inner = run.inner
-  has_lam = hasattr(inner, "lam")
-  hp = {k: jnp.asarray(v) for k, v in hparams.items()}
-  scores, skipped, subsets = {}, {}, {}
-  select_used = stability_select
-
-  def timed(name, fn):
-    t = time.time()
-    scores[name] = np.asarray(fn(), np.float64).reshape(-1)
-    timing[name] = time.time() - t
-    so_far = time.time() - t_all  # this score's time included
-    logging.info("attacker's scores: %s in %.0fs (%.0fs so far)", name, timing[name], so_far)
-
-  if n_pool == 0:
-    skipped.update({name: "every restart diverged" for name in SCORES})
-  else:
-    if has_lam:
-      lam = jnp.asarray(inner.lam)[valid]
-      timed("lambda", lambda: jax.vmap(selection.lambda_score)(lam))
-    else:
-      skipped["lambda"] = f"the attack {attack.name} has no multipliers"
-    if len(valid) >= 2:
-      timed(
-        "agreement", lambda: selection.agreement_score(cands, agreement_threshold, valid=ok)[valid]
-      )
-    else:
-      skipped["agreement"] = f"needs >= 2 valid restarts, got {len(valid)}"
-    if has_lam:
-      surrogate = "alpha" in hp
-      alpha = hp["alpha"][valid] if surrogate else jnp.zeros(len(valid))
-      timed(
-        "leave_one_out",
-        lambda: _leave_one_out_restarts(
-          apply_fn, problem, target, jnp.asarray(cands)[valid], lam, alpha, normalize, surrogate
-        ),
-      )
-    else:
-      skipped["leave_one_out"] = f"the attack {attack.name} has no multipliers"
-    k = int(min(cap, n_pool))
-    if k == 0:
-      skipped["stability"] = "stability_candidates = 0"
-    else:
-      k_pick, k_kick = jax.random.split(_as_key(key))
-      if stability_select == "lambda" and "lambda" in scores:
-        pick = np.sort(_order(scores["lambda"])[:k])
-      else:
-        select_used = "random"
-        pick = np.sort(np.asarray(jax.random.permutation(k_pick, n_pool))[:k])
-      keys = jax.random.split(k_kick, k)
-      # only the restarts scored travel (each pair indexes them by its place among them)
-      scored, place = np.unique(rows[pick], return_inverse=True)
-      timed(
-        "stability",
-        lambda: _stability_pairs(
-          attack,
-          jax.tree_util.tree_map(lambda a: jnp.asarray(a)[scored], inner),
-          {name: v[scored] for name, v in hp.items()},
-          target,
-          jnp.asarray(place.reshape(-1)),
-          jnp.asarray(cols[pick]),
-          keys,
-          int(stability_steps),
-          float(stability_noise),
-        ),
-      )
-      subsets["stability"] = pick
-    if problem != "general":
-      labels = jnp.tile(jnp.asarray(target.labels), len(valid))
-      timed(
-        "margin",
-        lambda: selection.margin_score(
-          apply_fn, problem, target, jnp.asarray(cands)[valid].reshape(n_pool, *img_shape), labels
-        ),
-      )
-    else:
-      skipped["margin"] = "problem 'general' has no margin"
-
-  results = {}
-  for name in SCORES:
-    if name in scores:
-      sub = subsets.get(name, slice(None))
-      results[name] = ranking.identification_metrics(scores[name], truth.real[sub], k_list)
-
-  trusted = next((s for s in trust_order if s in scores), None)
-  top = []
-  if trusted is not None:
-    ties = [scores[s] for s in trust_order[trust_order.index(trusted) + 1 :] if s in scores]
-    for rank, j in enumerate(_order(scores[trusted], *ties)[:TOP_K]):
-      top.append(
-        {
-          "rank": rank,
-          "restart": int(rows[j]),
-          "index": int(cols[j]),
-          "score": float(scores[trusted][j]),
-          "lambda": float(scores["lambda"][j]) if "lambda" in scores else None,
-          "recovered_strict": bool(truth.real[j]),
-          "train_idx": int(truth.train_idx[j]),
-          "ssim": float(truth.ssim_train[j]),
-        }
-      )
+  truth = _truth_of(pool, ds, thr, o.filter_size)
+  timing = {"truth": time.time() - t0}
+  hp = {k: jnp.asarray(v) for k, v in ran.hparams.items()}
+  scores, skipped, subsets = _attacker_scores(_Scoring(ran, pool, hp, o, normalize), timing, t_all)
+  results = {
+    name: ranking.identification_metrics(
+      scores[name], truth.real[subsets.get(name, slice(None))], o.k_list
+    )
+    for name in SCORES
+    if name in scores
+  }
+  trusted, top = _trusted_top(scores, o.trust_order, pool, truth)
   timing["total"] = time.time() - t_all
   out = {
     "scores": results,
@@ -503,35 +576,25 @@ def identification_report(
     "top": top,
     "top_distinct_recovered": len({t["train_idx"] for t in top if t["recovered_strict"]}),
     "truth": {
-      "n_candidates": int(n_pool),
+      "n_candidates": int(pool.n),
       "n_real": int(truth.real.sum()),
       "n_distinct_real": int(len(np.unique(truth.train_idx[truth.real]))),
-      "n_restarts_valid": int(len(valid)),
+      "n_restarts_valid": int(len(pool.valid)),
       "ssim_threshold": thr,
     },
     "settings": {
-      "stability_steps": int(stability_steps),
+      "stability_steps": int(o.stability_steps),
       "stability_candidates": int(len(subsets.get("stability", ()))),
-      "stability_select": select_used,
-      "stability_noise": float(stability_noise),
-      "agreement_threshold": float(agreement_threshold),
+      "stability_select": (
+        _stability_select(o, scores) if "stability" in subsets else o.stability_select
+      ),
+      "stability_noise": float(o.stability_noise),
+      "agreement_threshold": float(o.agreement_threshold),
       "leave_one_out_normalize": normalize,
-      "trust_order": list(trust_order),
+      "trust_order": list(o.trust_order),
     },
     "timing_s": timing,
   }
   if with_arrays:
-    arrays = {
-      "restart": rows,
-      "index": cols,
-      "real": truth.real,
-      "train_idx": truth.train_idx,
-      "ssim_train": truth.ssim_train,
-      "ssim_heldout": truth.ssim_heldout,
-    }
-    for name, v in scores.items():
-      full = np.full(n_pool, np.nan)
-      full[subsets.get(name, slice(None))] = v
-      arrays[name] = full
-    out["_arrays"] = arrays
+    out["_arrays"] = _candidate_arrays(pool, truth, scores, subsets)
   return out

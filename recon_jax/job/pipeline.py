@@ -22,6 +22,7 @@ from absl import logging
 import numpy as np
 
 from recon_jax import attacks, data
+from recon_jax.attacker import view as attacker
 from recon_jax.attacks import search, span
 from recon_jax.core import progress
 from recon_jax.engine import loop, precision, resume
@@ -203,9 +204,9 @@ def _hand_over(then: Plan, direct: search.Found, setup, ds, state_file):
     setup,
     then.stages,
     then.hparams,
-    ds,
     state_file,
     starts=starts,
+    oracle=attacker.oracle_starts(ds, then.config.search.init),
   )
   return found._replace(notes=direct.notes), target
 
@@ -335,17 +336,21 @@ class Attacked(NamedTuple):
 
 def victim_stage(plan: Plan):
   """``(ds, vic, setup, seconds)``: the job's data, its victim, the attack's setup completed
-  with what the run knows now (the victim and the attacker's target, :func:`job_target`),
-  and the seconds the victim took."""
+  with what the run knows now (the victim and the attacker's view, built once:
+  :func:`recon_jax.attacker.view.view_of` of the target, :func:`job_target`), and the
+  seconds the victim took."""
   progress.phase("loading the victim (or training it, the first time)")
   ds, vic, labels, victim_s = load_victim(plan)
+  known = vic.init if plan.config.threat.known_init else None
+  view = attacker.view_of(ds, job_target(plan, vic, ds, labels), known)
   setup = plan.setup._replace(
     apply_fn=vic.apply_fn,
     num_outputs=vic.num_outputs,
-    input_shape=tuple(ds.x_train.shape[1:]),
-    n=len(ds.x_train),
-    target=job_target(plan, vic, ds, labels),
-    public=ds.x_part if len(ds.x_part) else ds.x_test,
+    input_shape=view.input_shape,
+    n=view.n,
+    target=view.target,
+    public=view.public,
+    view=view,
   )
   return ds, vic, setup, victim_s
 
@@ -381,8 +386,9 @@ def attack_stage(plan: Plan, vic, ds: data.Dataset, setup, state_file) -> Attack
   # run stopped in them resumes where it was (resume.Memo); the search after a hand-over
   # keeps them in each of its saves.
   with resume.memo_of(state_file if not searched else None) as memo:
+    oracle = attacker.oracle_starts(ds, cfg.search.init)
     found = search.find_candidates(
-      spec, plan.options, cfg.search, setup, plan.stages, plan.hparams, ds, state_file
+      spec, plan.options, cfg.search, setup, plan.stages, plan.hparams, state_file, oracle=oracle
     )
   if found.notes:  # what a direct attack read of theta* (the cone: weight decay, its gate)
     seen.update(found.notes)
@@ -625,6 +631,8 @@ def _reconstruct(plan: Plan, state_file) -> Reconstruction:
     victim={k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")},
     victim_source=vic.source,
   )
+  if found.oracle is not None:  # the search started from training images: an oracle's
+    head["oracle_starts"] = found.oracle
   arrays = dict(
     candidates=found.candidates,
     weights=found.weights,

@@ -1,11 +1,11 @@
 """A reconstruction job resolved before any work: its settings read into a :class:`Plan` and
 everything it can fail on checked (settings, files' headers, memory).
 
-:func:`prepare` (a reconstruction) and :func:`prepare_training` (a victim) read the
-settings, expand their paths, and raise an error naming the first setting (or file)
-that cannot run; nothing is written or trained here.  Each attack adds its own checks
-through its spec (:mod:`recon_jax.attacks`).  The run itself
-(:mod:`recon_jax.job.pipeline`) takes the Plan as it is.
+:func:`prepare` reads a reconstruction's settings, expands their paths, and raises an error
+naming the first setting (or file) that cannot run; nothing is written or trained here (a
+victim's training is checked by :func:`recon_jax.victims.training_run.prepare_training`).
+Each attack adds its own checks through its spec (:mod:`recon_jax.attacks`).  The run
+itself (:mod:`recon_jax.job.pipeline`) takes the Plan as it is.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from recon_jax.errors import ConfigError
 from recon_jax.io.workdir import expand
 from recon_jax.job import settings
 from recon_jax.job.settings import RULES, JobConfig
-from recon_jax.victims import recipe, sources, state_dicts, trained
+from recon_jax.victims import recipe, sources, state_dicts
+from recon_jax.victims.training_run import check_data_dir
 
 RANGE_NAMES = sweep.RANGE_NAMES
 
@@ -266,22 +267,6 @@ def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   """``job`` as a :class:`~recon_jax.job.planning.Plan`: a Plan taken as it is (resolved
   once, by the caller), settings resolved by :func:`prepare`."""
   return job if isinstance(job, Plan) else prepare(job, requested_victim, explicit)
-
-
-def prepare_training(cfg) -> recipe.VictimConfig:
-  """The victim of a training run (``cfg.victim``, ``data_dir``, ``chunk_epochs``,
-  ``save_every``), every setting checked and ``data_dir`` expanded; nothing is written."""
-  cfg.data_dir = expand(cfg.data_dir)
-  for name, low in (("chunk_epochs", 1), ("save_every", 0)):
-    if not rules.is_int(cfg[name]) or cfg[name] < low:
-      never = " (0: never)" if low == 0 else ""
-      raise ConfigError(f"{name} must be an integer >= {low}{never}, got {cfg[name]!r}.", name)
-  check_widths(cfg)
-  vcfg = recipe.VictimConfig(**{**cfg.victim, "widths": tuple(int(w) for w in cfg.victim.widths)})
-  recipe.validate(vcfg)
-  check_data_dir(vcfg, cfg.data_dir)
-  check_data_files(vcfg, cfg.data_dir)
-  return vcfg
 
 
 def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
@@ -595,26 +580,3 @@ def check_change(cfg: JobConfig, source: sources.Source) -> None:
       "theta_0 the attack reads is zero: give the weights training started from.",
       "threat.theta0",
     )
-
-
-def check_widths(cfg) -> None:
-  """Refuses a ``victim.widths`` setting that is not a list of integers >= 1 (e.g. ``64,abc``)."""
-  rules.check_value("victim.widths", cfg.victim.widths, recipe.RULES["widths"])
-
-
-def check_data_dir(v: recipe.VictimConfig, data_dir: Optional[str]) -> None:
-  """Refuses a file dataset (mnist, cifar10, cifar100) without an existing ``data_dir``.
-
-  Only the folder is checked (cheap); its files are read, and checked, with the data.
-  """
-  name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
-  if name in data.FILE_DATASETS:
-    data.files.require_dir(name, data_dir or None, data.dataset.SOURCES[name].files)
-
-
-def check_data_files(v: recipe.VictimConfig, data_dir: Optional[str]) -> None:
-  """Reads a file dataset (MNIST, CIFAR) as the run will, so that a truncated, corrupt or
-  foreign file is refused before the workdir is touched (the error names the file)."""
-  name = v.dataset.strip().lower() if isinstance(v.dataset, str) else v.dataset
-  if name in data.FILE_DATASETS:
-    trained.load_data(v, data_dir or None)

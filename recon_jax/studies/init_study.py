@@ -9,6 +9,9 @@ ground truth, ``l2`` from uniform noise to that blend.  The three §4.3
 settings are corners of it (:data:`SETTINGS`); the grid (:func:`mix_points`)
 adds the 5 x 5 lattice of §4.5 without duplicates (at ``l2 = 0`` the start is
 noise whatever ``l1`` is, so that row is one point).
+The ground truth ``x_GT`` is the victim's training images: an oracle no attacker has, taken
+through :func:`recon_jax.attacker.view.oracle_starts` and named in each part's entry
+(``oracle_starts``).
 
 This module holds what the study adds to the library: its parts, one attack
 run each, and their victims (:func:`sub_runs`, :func:`bilevel_victim`,
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from recon_jax import data, implicit
+from recon_jax.attacker import view as attacker
 from recon_jax.attacks import bilevel, kkt
 from recon_jax.core import losses
 from recon_jax.engine import inits, loop, sweep
@@ -366,15 +370,20 @@ class Study:
         apply_fn,
         "logistic",
         wd=cfg.bilevel_wd,
-        inner_maxiter=cfg.bilevel_inner_maxiter,
-        inner_tol=cfg.bilevel_inner_tol,
-        hessian_solve=cfg.bilevel_hessian_solve,
-        theta0=cfg.bilevel_theta0,
-        restart_from_target_each_step=cfg.bilevel_restart_from_target,
-        optimizer=cfg.bilevel_optimizer,
+        inner=implicit.InnerSolve(
+          maxiter=cfg.bilevel_inner_maxiter,
+          tol=cfg.bilevel_inner_tol,
+          hessian_solve=cfg.bilevel_hessian_solve,
+        ),
+        start=bilevel.InnerStart(
+          theta0=cfg.bilevel_theta0,
+          restart_from_target_each_step=cfg.bilevel_restart_from_target,
+        ),
+        steps=bilevel.Steps(cfg.bilevel_optimizer),
       )
       target = targets.make_target(params, ds.y_train, dtype=dtype)
-      x_init = inits.mix(ds.x_train, ds.x_part, n, dtype=dtype)
+      oracle = attacker.oracle_starts(ds, "mix")  # the study's starts: training images
+      x_init = inits.mix(oracle.images, ds.x_part, n, dtype=dtype)
       hp["lr_x"] = jnp.asarray(np.full(len(sel), cfg.bilevel_lr_x), dtype)
       steps, offset, draws = cfg.bilevel_steps, 0.0, {}
       metric_keys = ("param_dist", "inner_grad_norm", "inner_iters")
@@ -385,12 +394,14 @@ class Study:
       vsum = {k: v for k, v in vic.summary.items() if k not in ("margins", "outputs")}
       attack = kkt.kkt_attack(vic.apply_fn, "binary")
       target = targets.make_target(params, dsc.y_train, dsc.mean, dtype=dtype)
-      x_init = inits.mix(dsc.x_train, dsc.x_part, n, offset=dsc.mean, dtype=dtype)
+      oracle = attacker.oracle_starts(dsc, "mix")  # the study's starts: training images
+      x_init = inits.mix(oracle.images, dsc.x_part, n, offset=dsc.mean, dtype=dtype)
       draws = kkt_hparams(cfg, len(sel))
       hp.update({k: jnp.asarray(v, dtype) for k, v in draws.items()})
       steps, offset = cfg.kkt_steps, np.asarray(dsc.mean, np.float64)
       metric_keys = ("stat_rel",)
     entry["victim"] = vsum
+    entry["oracle_starts"] = oracle.init  # said, as the main job's metrics.json says it
     entry["theta_star_sq_norm"] = float(losses.tree_sq_norm(target.params))
     entry["victim_s"] = time.time() - t0
     keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(sub.seed), 1), len(sel))

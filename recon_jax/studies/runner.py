@@ -1,9 +1,10 @@
-"""The studies run in their workdirs and their outcomes written there: a victim's training,
-the 2-D toy, the efficacy harness over draws (and its leakage map), the initialisation
-study.  Each ``run_*`` runs a whole study resumably, so a binary, a notebook and a test
-produce the same folder; each ``*_job`` is what a binary runs: the settings checked, the
-process's precision set, the workdir opened (:func:`recon_jax.io.workdir.open_run`), then the
-study.  The main job's own run is :mod:`recon_jax.job.run`.
+"""The studies run in their workdirs and their outcomes written there: the 2-D toy, the
+efficacy harness over draws (and its leakage map), the initialisation study.  Each
+``run_*`` runs a whole study resumably, so a binary, a notebook and a test produce the same
+folder; each ``*_job`` is what a binary runs: the settings checked, the process's precision
+set, the workdir opened (:func:`recon_jax.io.workdir.open_run`), then the study.  The main
+job's own run is :mod:`recon_jax.job.run`; a victim's training in its workdir is
+:mod:`recon_jax.victims.training_run`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import numpy as np
 
 from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, ResultFileError
-from recon_jax.eval import verdict
-from recon_jax.eval.metrics_json import Victim, shown
+from recon_jax.eval.metrics_json import shown
 from recon_jax.io import workdir
 from recon_jax.job import planning
 from recon_jax.job.run import STATE_FILE, run_reconstruction
@@ -31,57 +31,6 @@ from recon_jax.studies import (
   leakage_map,
   toy,
 )
-from recon_jax.victims import trained
-
-TRAIN_STATE_FILE = "train_state.msgpack"  # a victim's resumable training in its workdir
-# What a victim's training writes (write_training, and the last finite parameters).
-TRAINING_RESULTS = (
-  "victim.msgpack",
-  "metrics.json",
-  "history.json",
-  "train_idx.npz",
-  "victim_last_finite.msgpack",
-  TRAIN_STATE_FILE,
-)
-
-
-def run_training(cfg, path: str, *, resume: bool = False) -> dict:
-  """Trains ``cfg.victim`` in workdir ``path``: config.json, the resumable training, the report.
-
-  A victim that did not learn its training set is still written; its metrics
-  say so (``warning``).  Returns metrics.json's dict.
-  """
-  vcfg = planning.prepare_training(cfg)
-  if resume:
-    workdir.check_resumable(cfg, path, TRAIN_STATE_FILE, "train_victim")
-  ds = trained.load_data(vcfg, cfg.data_dir or None)
-  if not resume:
-    # A new run's config.json must not sit beside an earlier run's victim: its results go.
-    workdir.remove(path, TRAINING_RESULTS)
-    workdir.write_config(path, cfg, study="train_victim")
-  params, history, summary, init = trained.fit_resumable(
-    vcfg,
-    ds,
-    workdir.inside(path, TRAIN_STATE_FILE),
-    chunk=cfg.chunk_epochs,
-    save_every=cfg.save_every,
-    resume=resume,
-    last_finite_path=workdir.inside(path, "victim_last_finite.msgpack"),
-  )
-  return write_training(path, vcfg, ds, params, history, summary, init)
-
-
-def write_training(path: str, vcfg, ds, params, history, summary, init=None) -> dict:
-  """victim.msgpack (with theta_0, where its training started), metrics.json (with a
-  ``warning`` if the victim did not learn its data), history.json and train_idx.npz of a
-  trained victim; returns the metrics."""
-  trained.save(workdir.inside(path, "victim.msgpack"), vcfg, ds, params, summary, init=init)
-  metrics = {k: v for k, v in summary.items() if k != "outputs"}
-  metrics["warning"] = verdict.victim_warning(Victim.of(summary), vcfg.loss, ds.num_classes)
-  workdir.write_json(path, "metrics.json", metrics)
-  workdir.write_json(path, "history.json", history)
-  workdir.write_npz(path, "train_idx.npz", train_idx=ds.train_idx, mean=ds.mean)
-  return metrics
 
 
 def run_toy(cfg, path: str, *, resume: bool = False) -> dict:
@@ -348,16 +297,6 @@ def run_init_study(cfg, path: str, *, resume: bool = False) -> dict:
 
 # What the binaries run: everything checked before the workdir is created or touched; each
 # returns (the workdir's absolute path, the study's metrics).
-
-
-def train_victim_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict]:
-  """A victim's training (train_victim's config) into workdir ``path``."""
-  precision.set_precision(cfg.x64)
-  planning.prepare_training(cfg)
-  path = workdir.open_run(
-    cfg, path, TRAIN_STATE_FILE, resume=resume, overwrite=overwrite, study="train_victim"
-  )
-  return path, run_training(cfg, path, resume=resume)
 
 
 def toy_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict]:

@@ -297,7 +297,9 @@ def run(
     scale = cfg.theta_norm / jnp.sqrt(losses.tree_sq_norm(params))
     params = jax.tree_util.tree_map(lambda a: a * scale, params)
   target = targets.make_target(params, labels, ds.mean, box=None, dtype=dtype)
-  attack = kkt.kkt_attack(vic.apply_fn, "binary", w_prior=0.0)  # no prior (Haim §4)
+  attack = kkt.kkt_attack(
+    vic.apply_fn, "binary", objective=kkt.Objective(w_prior=0.0)
+  )  # no prior (Haim §4)
   x_init = inits.gaussian(cfg.m, (2,), dtype)
   keys = jax.random.split(jax.random.PRNGKey(cfg.seed), cfg.num_restarts)
   hp_arrays = {k: jnp.asarray(v) for k, v in hp.items()}

@@ -6,6 +6,8 @@
 * :mod:`.descent`: the gradient-descent training loop;
 * :mod:`.trained`: a recipe trained into a victim (build, fit, converge) and its checkpoint
   with provenance (:mod:`recon_jax.io.checkpoint` is the file format);
+* :mod:`.training_run`: a victim trained in its own workdir (the ``train_victim`` binary's
+  job: settings checked, resumable training, its files);
 * :mod:`.cache`: trained victims kept on disk under a key of their recipe and data;
 * :mod:`.state_dicts`: a foreign (PyTorch or safetensors) file read into a state dict;
 * :mod:`.foreign`: a foreign state dict mapped onto a flax network;

@@ -270,6 +270,34 @@ def from_state_dict(
     )
   sd = {k: np.asarray(v) for k, v in state_dict.items()}
   layers = _collect_layers(sd, source)
+  _check_values(sd, layers, source)
+  order = _ordered(layers, sd, layer_order, source)
+  n_conv = _count_convs(sd, layers, order, source)
+  if input_shape is not None:
+    input_shape = tuple(int(s) for s in input_shape)
+    if not input_shape or any(s <= 0 for s in input_shape):
+      raise ConfigError(
+        f"input_shape must be positive sizes, got {input_shape}.", argument="input_shape"
+      )
+  cast = lambda a: np.ascontiguousarray(a, dtype)  # noqa: E731
+  convs = _Convs({}, [], [], [], input_shape)
+  if n_conv:
+    convs = _map_convs(sd, layers, order[:n_conv], input_shape, stride, padding, source, cast)
+    flat_from = f"the conv stack (output H, W, C = {convs.out_shape}; stride, padding or pooling?)"
+  else:
+    flat_from = f"input_shape {input_shape}"
+  dense = _map_linears(
+    sd, layers, order[n_conv:], convs.out_shape, flat_from, input_layout, source, cast
+  )
+  arch, module = _arch_and_module(
+    input_shape or dense.flat_shape, input_layout, order[n_conv:], convs, dense
+  )
+  params = {"params": {**convs.params, **dense.params}}
+  return Imported(params, module, format, arch, tuple(convs.names + dense.names))
+
+
+def _check_values(sd: dict, layers: dict, source: str) -> None:
+  """Refuses a tensor holding NaN/Inf, and a state dict whose weights are all zero."""
   for name, a in sd.items():
     if not np.all(np.isfinite(a)):
       raise CheckpointError(f"{source}: tensor {name!r} holds NaN/Inf.")
@@ -277,7 +305,11 @@ def from_state_dict(
     raise CheckpointError(
       f"{source}: every weight is zero (an empty or untrained model); there is nothing to attack."
     )
-  order = _ordered(layers, sd, layer_order, source)
+
+
+def _count_convs(sd: dict, layers: dict, order: list, source: str) -> int:
+  """How many of the layers in ``order`` are convolutions, refusing a convolution after a
+  Linear layer and a network without a Linear layer at its end."""
   kinds = [np.ndim(sd[layers[p][0]]) for p in order]
   n_conv = sum(1 for k in kinds if k == 4)
   if kinds != [4] * n_conv + [2] * (len(kinds) - n_conv):
@@ -291,97 +323,110 @@ def from_state_dict(
       f"{source}: the state dict has convolutions but no Linear layer "
       f"after them; the network must end in a Linear layer."
     )
-  if input_shape is not None:
-    input_shape = tuple(int(s) for s in input_shape)
-    if not input_shape or any(s <= 0 for s in input_shape):
-      raise ConfigError(
-        f"input_shape must be positive sizes, got {input_shape}.", argument="input_shape"
-      )
-  cast = lambda a: np.ascontiguousarray(a, dtype)  # noqa: E731
-  params, names = {}, []
-  convs_spec, convs_arch = [], []
+  return n_conv
 
-  # Convolutions: OIHW -> HWIO, shapes chained through input_shape.
-  if n_conv:
-    if input_shape is None or len(input_shape) != 3:
-      raise CheckpointError(
-        f"{source}: input_shape (H, W, C) is required for convolutional networks, "
-        f"got {input_shape}."
-      )
-    h, w, c = input_shape
-    strides = _per_layer(stride, n_conv, "stride", source)
-    pads = _per_layer(padding, n_conv, "padding", source)
-    for i, prefix in enumerate(order[:n_conv]):
-      wname, bname = layers[prefix]
-      o, ci, kh, kw = _shape(sd, wname)
-      if ci != c:
-        what = "input_shape" if i == 0 else f"conv layer {order[i - 1]!r}"
-        raise CheckpointError(
-          f"{source}: tensor {wname!r} has shape {(o, ci, kh, kw)}, expecting {ci} input "
-          f"channels, but {what} gives {c} channels (feature map H, W, C = {(h, w, c)})."
-        )
-      _check_bias(sd, wname, bname, o, source)
-      s = _pair(strides[i], "stride", i, source)
-      if s[0] <= 0 or s[1] <= 0:
-        raise ConfigError(
-          f"stride for conv layer {i} must be >= 1, got {strides[i]!r} ({source}).",
-          argument="stride",
-        )
-      pad = _conv_padding(pads[i], (kh, kw), s, i, source)
-      ho = (h + sum(pad[0]) - kh) // s[0] + 1
-      wo = (w + sum(pad[1]) - kw) // s[1] + 1
-      if ho <= 0 or wo <= 0:
-        raise CheckpointError(
-          f"{source}: tensor {wname!r} has a {kh}x{kw} kernel, larger than its padded input "
-          f"{(h + sum(pad[0]), w + sum(pad[1]))}; check input_shape and padding."
-        )
-      p = {"kernel": cast(sd[wname].transpose(2, 3, 1, 0))}
-      if bname is not None:
-        p["bias"] = cast(sd[bname])
-      params[f"conv_{i}"] = p
-      names += [wname] + ([bname] if bname else [])
-      convs_spec.append((o, (kh, kw), s, pad, bname is not None))
-      convs_arch.append(
-        {
-          "features": o,
-          "in_channels": ci,
-          "kernel_size": [kh, kw],
-          "stride": list(s),
-          "padding": [list(pad[0]), list(pad[1])],
-          "bias": bname is not None,
-          "out_shape": [ho, wo, o],
-          "name": prefix,
-        }
-      )
-      h, w, c = ho, wo, o
-    flat_shape = (h, w, c)
-    flat_from = f"the conv stack (output H, W, C = {flat_shape}; stride, padding or pooling?)"
-  else:
-    flat_shape = input_shape
-    flat_from = f"input_shape {input_shape}"
 
-  # Linear layers: [out, in] -> [in, out]; the first one's columns follow the flatten.
-  dense_prefixes = order[n_conv:]
-  widths, flags = [], []
-  prev_out, prev_name = None, None
-  for j, prefix in enumerate(dense_prefixes):
+class _Convs(NamedTuple):
+  """The conv layers mapped: flax parameters, the tensors used, ImportedCNN's spec, the
+  arch's description, and the feature map they output (H, W, C; None: no conv, no shape)."""
+
+  params: dict
+  names: list
+  spec: list
+  arch: list
+  out_shape: Optional[tuple]
+
+
+def _map_convs(sd, layers, prefixes, input_shape, stride, padding, source, cast) -> _Convs:
+  """The conv layers ``prefixes``: OIHW -> HWIO, shapes chained through ``input_shape``."""
+  if input_shape is None or len(input_shape) != 3:
+    raise CheckpointError(
+      f"{source}: input_shape (H, W, C) is required for convolutional networks, got {input_shape}."
+    )
+  h, w, c = input_shape
+  strides = _per_layer(stride, len(prefixes), "stride", source)
+  pads = _per_layer(padding, len(prefixes), "padding", source)
+  out = _Convs({}, [], [], [], None)
+  for i, prefix in enumerate(prefixes):
     wname, bname = layers[prefix]
-    out, fan_in = _shape(sd, wname)
+    o, ci, kh, kw = _shape(sd, wname)
+    if ci != c:
+      what = "input_shape" if i == 0 else f"conv layer {prefixes[i - 1]!r}"
+      raise CheckpointError(
+        f"{source}: tensor {wname!r} has shape {(o, ci, kh, kw)}, expecting {ci} input "
+        f"channels, but {what} gives {c} channels (feature map H, W, C = {(h, w, c)})."
+      )
+    _check_bias(sd, wname, bname, o, source)
+    s = _pair(strides[i], "stride", i, source)
+    if s[0] <= 0 or s[1] <= 0:
+      raise ConfigError(
+        f"stride for conv layer {i} must be >= 1, got {strides[i]!r} ({source}).",
+        argument="stride",
+      )
+    pad = _conv_padding(pads[i], (kh, kw), s, i, source)
+    ho = (h + sum(pad[0]) - kh) // s[0] + 1
+    wo = (w + sum(pad[1]) - kw) // s[1] + 1
+    if ho <= 0 or wo <= 0:
+      raise CheckpointError(
+        f"{source}: tensor {wname!r} has a {kh}x{kw} kernel, larger than its padded input "
+        f"{(h + sum(pad[0]), w + sum(pad[1]))}; check input_shape and padding."
+      )
+    p = {"kernel": cast(sd[wname].transpose(2, 3, 1, 0))}
+    if bname is not None:
+      p["bias"] = cast(sd[bname])
+    out.params[f"conv_{i}"] = p
+    out.names.extend([wname] + ([bname] if bname else []))
+    out.spec.append((o, (kh, kw), s, pad, bname is not None))
+    out.arch.append(
+      {
+        "features": o,
+        "in_channels": ci,
+        "kernel_size": [kh, kw],
+        "stride": list(s),
+        "padding": [list(pad[0]), list(pad[1])],
+        "bias": bname is not None,
+        "out_shape": [ho, wo, o],
+        "name": prefix,
+      }
+    )
+    h, w, c = ho, wo, o
+  return out._replace(out_shape=(h, w, c))
+
+
+class _Dense(NamedTuple):
+  """The Linear layers mapped: flax parameters, the tensors used, each layer's width and
+  whether it has a bias, and the features the first one takes (H, W, C or (d,))."""
+
+  params: dict
+  names: list
+  widths: list
+  flags: list
+  flat_shape: tuple
+
+
+def _map_linears(sd, layers, prefixes, flat_shape, flat_from, input_layout, source, cast):
+  """The Linear layers ``prefixes``: [out, in] -> [in, out], chained from ``flat_shape``
+  (None: the first layer's in-features); the first one's columns follow the flatten."""
+  out = _Dense({}, [], [], [], flat_shape)
+  prev_out, prev_name = None, None
+  for j, prefix in enumerate(prefixes):
+    wname, bname = layers[prefix]
+    width, fan_in = _shape(sd, wname)
     if j == 0:
       if flat_shape is None:
         flat_shape = (fan_in,)
       elif math.prod(flat_shape) != fan_in:
         raise CheckpointError(
-          f"{source}: tensor {wname!r} has shape {(out, fan_in)}, {fan_in} in-features, but "
+          f"{source}: tensor {wname!r} has shape {(width, fan_in)}, {fan_in} in-features, but "
           f"{flat_from} gives {math.prod(flat_shape)} features."
         )
     elif fan_in != prev_out:
       raise CheckpointError(
-        f"{source}: layers do not chain: tensor {wname!r} has shape {(out, fan_in)} "
+        f"{source}: layers do not chain: tensor {wname!r} has shape {(width, fan_in)} "
         f"({fan_in} in-features), but the previous layer {prev_name!r} has shape "
         f"{_shape(sd, prev_name)} ({prev_out} outputs)."
       )
-    _check_bias(sd, wname, bname, out, source)
+    _check_bias(sd, wname, bname, width, source)
     weight = sd[wname]
     if j == 0 and input_layout == "nchw" and len(flat_shape) == 3:
       kernel = _nchw_columns_to_nhwc(weight, flat_shape[2], flat_shape[0], flat_shape[1])
@@ -390,19 +435,24 @@ def from_state_dict(
     p = {"kernel": cast(kernel)}
     if bname is not None:
       p["bias"] = cast(sd[bname])
-    params[f"layer_{j}"] = p
-    names += [wname] + ([bname] if bname else [])
-    widths.append(out)
-    flags.append(bname is not None)
-    prev_out, prev_name = out, wname
+    out.params[f"layer_{j}"] = p
+    out.names.extend([wname] + ([bname] if bname else []))
+    out.widths.append(width)
+    out.flags.append(bname is not None)
+    prev_out, prev_name = width, wname
+  return out._replace(flat_shape=flat_shape)
 
+
+def _arch_and_module(input_shape, input_layout, dense_prefixes, convs: _Convs, dense: _Dense):
+  """The JSON-able description of what was inferred and assumed, and the flax module: an
+  :class:`~recon_jax.victims.models.ImportedCNN` after convolutions, else an
+  :class:`~recon_jax.victims.models.MLP`."""
+  flat_shape, widths, flags = dense.flat_shape, dense.widths, dense.flags
   layout = _bias_layout(flags)
   out_dim = widths[-1]
-  if input_shape is None:
-    input_shape = flat_shape
   permuted = input_layout == "nchw" and len(flat_shape) == 3 and flat_shape[2] > 1
   arch = {
-    "kind": "cnn" if n_conv else "mlp",
+    "kind": "cnn" if convs.spec else "mlp",
     "input_shape": list(input_shape),
     "input_layout": input_layout,
     "first_linear_permuted": bool(permuted),
@@ -412,16 +462,16 @@ def from_state_dict(
     "layer_bias": flags,
     "layer_names": list(dense_prefixes),
   }
-  if n_conv:
-    arch["convs"] = convs_arch
-    module = models.ImportedCNN(convs=tuple(convs_spec), dense=tuple(zip(widths, flags)))
+  if convs.spec:
+    arch["convs"] = convs.arch
+    module = models.ImportedCNN(convs=tuple(convs.spec), dense=tuple(zip(widths, flags)))
     arch["module"] = "recon_jax.victims.models.ImportedCNN"
   else:  # a bias layout of its own keeps one flag per layer
     bias = layout if layout in models.BIAS_MODES else tuple(bool(f) for f in flags)
     module = models.MLP(widths=tuple(widths[:-1]), out_dim=out_dim, bias=bias)
     arch["module"] = "recon_jax.victims.models.MLP"
   json.dumps(arch)  # arch must stay JSON-able
-  return Imported({"params": params}, module, format, arch, tuple(names))
+  return arch, module
 
 
 def load_foreign(

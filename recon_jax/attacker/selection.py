@@ -20,7 +20,7 @@ margin_score        ``-|g_i - gamma| / gamma``, ``gamma`` the median of the smal
                     positive margins
 ==================  =============================================================
 
-The stability score, which re-runs the attack, is in :mod:`recon_jax.eval.stability`;
+The stability score, which re-runs the attack, is in :mod:`recon_jax.attacker.stability`;
 how well a score ranks the real candidates first (ROC AUC, precision@k, with the
 ground truth) is measured in :mod:`recon_jax.eval.ranking`.  Nothing here reads the
 training set.
@@ -47,9 +47,9 @@ from recon_jax.core.losses import (
   margins,
   tree_dot,
   tree_sq_norm,
+  unit_centred,
 )
 from recon_jax.errors import ConfigError
-from recon_jax.eval import similarity
 from recon_jax.types import Target
 
 # Default NCC above which two candidates count as the same image (see agreement_score).
@@ -95,7 +95,7 @@ def _agreement(
   """[R, m] scores from the flattened candidates [R, m, D]."""
   num_restarts = flat.shape[0]
   if metric == "ncc":
-    flat = similarity.unit_centred(flat)  # NCC = dot product of these features
+    flat = unit_centred(flat)  # NCC = dot product of these features
 
     def one_restart(fr):  # [m, D] -> [m, R]
       sim = jnp.einsum("id,sjd->isj", fr, flat, precision=jax.lax.Precision.HIGHEST)

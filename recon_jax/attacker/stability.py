@@ -2,7 +2,7 @@
 
 ``1 - ||x_i(T) - x_i|| / ||x_i(0) - x_i||`` with ``x_i(0) = x_i + eps``: a real training
 sample is a point the attack's dynamics return to.  An attacker-side score (no ground
-truth), beside the others of :mod:`recon_jax.eval.selection`.
+truth), beside the others of :mod:`recon_jax.attacker.selection`.
 """
 
 from __future__ import annotations

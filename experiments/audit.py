@@ -8,8 +8,8 @@ r"""Audit a model you have, on the data you have: does it leak its training imag
 The model: a PyTorch state dict or safetensors file of Linear/Conv2d layers, weights [out,
 in]; the images: an ImageFolder folder (one subfolder per class, the second in sorted order
 the positive one), an .npz with x and y, or MNIST/CIFAR files.  With --config.theta0 (the
-weights training started from; formerly --config.init) the known-weights attack runs, else
-Haim et al.'s on theta* alone.  These settings are the main job's threat section
+weights training started from) the known-weights attack runs, else Haim et al.'s on theta*
+alone.  These settings are the main job's threat section
 (recon_jax.job.settings.Threat) and the model's loss; --config.job.* are the job's others.
 Writes what the main job writes (report.md first); the last line is the verdict with its
 reason.  Exit codes as experiments.reconstruct.

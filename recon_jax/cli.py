@@ -33,7 +33,7 @@ import signal
 import sys
 import textwrap
 import traceback
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from absl import app, flags
 import ml_collections
@@ -249,6 +249,11 @@ def help_text(
   return "\n".join(parts).strip() + "\n"
 
 
+# Where an unknown setting's user finds the names: every one now, and those that moved before
+# the first release (a former name is refused as any unknown one).
+_ALL_SETTINGS = "--help lists them all; CHANGELOG.md, 0.2.0, lists the names that moved"
+
+
 def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> None:
   """Refuses ``--config.NAME`` settings the config lacks, naming the closest ones."""
   _, cfg = load_config(path, preset)
@@ -267,50 +272,7 @@ def check_overrides(argv: Sequence[str], path: str, preset: Optional[str]) -> No
           by_leaf[n] for n in difflib.get_close_matches(name.rsplit(".", 1)[-1], by_leaf, n=2)
         ]
       hint = f"; did you mean {' or '.join('--config.' + k for k in near)}?" if near else ""
-      raise UserError(f"--config.{name}: no such setting{hint} (--help lists them all)")
-
-
-def rename_flags(argv: list, renamed: Mapping[str, str]) -> list:
-  """Rewrites, in ``argv``, each ``--config.OLD`` whose setting moved (``renamed``: a config
-  file's ``RENAMED``, ``{former dotted name: its name now}``) as ``--config.NEW``; returns
-  the notices, one per flag (``--config.checkpoint is now --config.threat.model``).  A
-  setting given two values, by its former name and its name now (or two former names), is
-  refused naming both (UserError)."""
-  notices, given = [], {}  # given: {setting: [(the name given, its value), ...]}
-  for i, a in enumerate(argv):
-    if not _is_config_flag(a, dotted=True):
-      continue
-    dashes = a[: len(a) - len(a.lstrip("-"))]
-    name, eq, value = a[len(dashes) :].partition("=")
-    no = "no" if name.startswith("noconfig.") else ""
-    old = name.removeprefix(no).removeprefix("config.")
-    new = renamed.get(old, old)
-    shown = _flag_value(argv, i, no, eq, value)
-    for first, before in given.get(new, ()):  # the same name twice: the last one, as always
-      if first != old and before != shown:
-        formerly = [f"--config.{n}" for n in (first, old) if n != new]
-        what = "the former name" if len(formerly) == 1 else "former names"
-        raise UserError(
-          f"--config.{first}={before} and --config.{old}={shown} are the same setting "
-          f"({' and '.join(formerly)}: {what} of --config.{new}), given two values; give it "
-          "once."
-        )
-    given.setdefault(new, []).append((old, shown))
-    if old in renamed:
-      argv[i] = f"{dashes}{no}config.{new}{eq}{value}"
-      notices.append(f"--config.{old} is now --config.{new}")
-  return notices
-
-
-def _flag_value(argv: Sequence[str], i: int, no: str, eq: str, value: str) -> str:
-  """The value the config flag ``argv[i]`` gives, as text (a bare flag: true or false)."""
-  if eq:
-    text = value
-  elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-    text = argv[i + 1]
-  else:
-    text = "False" if no else "True"
-  return text.capitalize() if text.lower() in ("true", "false") else text
+      raise UserError(f"--config.{name}: no such setting{hint} ({_ALL_SETTINGS})")
 
 
 def _reorder(argv: list, i: int) -> None:
@@ -355,9 +317,6 @@ def define_flags(
   cpath, cpreset = _split_config(value) if value else (config, preset)
   define = lambda fv, args=None: _define(default, config, preset, resume, workdir, fv, args)
   try:
-    module, _ = load_config(cpath, cpreset)
-    for notice in rename_flags(argv, getattr(module, "RENAMED", {})):
-      print(f"warning: {notice} (the former name is read for a release)", file=sys.stderr)
     check_overrides(argv, cpath, cpreset)
     define(FLAGS)
     if any(a in HELP_ARGS for a in argv[1:]):

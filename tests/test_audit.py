@@ -103,7 +103,8 @@ def files(tmp_path_factory):
 
 def _audit(files, tmp_path, name, job=(), **settings):
   cfg = configs.get_config("quick")
-  cfg.job.update(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4, identify=False)
+  cfg.job.search.update(num_restarts=2, steps=240, chunk_steps=240, anneal_stages=4)
+  cfg.job.evaluation.identify = False
   cfg.job.update(dict(job))
   cfg.update(train=str(files / "train"), heldout=str(files / "heldout"))
   cfg.update(data_mean=str(files / "mean.npy"))
@@ -262,7 +263,7 @@ def test_bad_files_are_refused_before_any_work_naming_the_setting(files, tmp_pat
 
 
 def test_without_training_images_a_blind_attack_says_it_cannot_tell(files, tmp_path):
-  m = _audit(files, tmp_path, "blind", model=str(files / "model.safetensors"), init="", train="")
+  m = _audit(files, tmp_path, "blind", model=str(files / "model.safetensors"), theta0="", train="")
   assert m["blind"] and m["verdict"] == "cannot_tell" and m["recovered_strict"] is None
   assert "blind" in m["verdict_line"]
   report = (tmp_path / "blind" / "report.md").read_text()

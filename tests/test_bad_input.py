@@ -69,11 +69,15 @@ IN_PROCESS = {
   "help_reconstruct": ["experiments.reconstruct", "--help"],
   "flag_not_an_int": ["experiments.reconstruct", "--config.search.num_restarts=abc"],
   "flag_unknown_setting": ["experiments.train_victim", "--config.victim.widht=3"],
+  # names from before 0.2.0, read then with a notice: refused as any unknown setting
+  "former_flag": ["experiments.reconstruct", "--config.checkpoint=m.pt"],
+  "former_flag_audit": ["experiments.audit", "--config.model=m.pt", "--config.job.steps=3"],
 }
 # each binary's default config file and preset, as its ``cli.run`` names them
 BINARY_CONFIGS = {
   "experiments.reconstruct": ("reconstruct", "finetune"),
   "experiments.train_victim": ("victim", "lfw"),
+  "experiments.audit": ("audit", "default"),
 }
 
 COMMAND_LINE_TESTS = ("test_help_", "test_command_line_", "test_ctrl_c_")
@@ -764,7 +768,7 @@ def float32_run(tmp_path):
 @pytest.mark.parametrize(
   "mode, settings, must",
   [
-    ("resume", {"x64": True}, ["--resume", "differs", "x64"]),
+    ("resume", {"runtime.x64": True}, ["--resume", "differs", "runtime.x64"]),
     ("resume", {"victim.epochs": 401}, ["--resume", "victim.epochs"]),
     ("overwrite", {"search.optimizer": "rmsprop"}, ["--config.search.optimizer"]),
     ("overwrite", {"victim.lr": -1.0}, ["--config.victim.lr"]),
@@ -987,6 +991,14 @@ def test_help_lists_settings_and_presets_and_exits_0(
     (
       "flag_unknown_setting",
       ["--config.victim.widht", "no such setting", "did you mean --config.victim.widths"],
+    ),
+    (
+      "former_flag",
+      ["error: --config.checkpoint: no such setting", "CHANGELOG.md, 0.2.0, lists the names"],
+    ),
+    (
+      "former_flag_audit",
+      ["error: --config.job.steps: no such setting", "CHANGELOG.md, 0.2.0, lists the names"],
     ),
     (  # was jax's ValueError "coordinator_address should be defined." and a traceback
       "distributed_on_one_host",

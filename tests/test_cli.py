@@ -215,80 +215,32 @@ def test_a_nested_setting_is_named_by_the_errors_argument_not_by_its_message():
   assert cli.flag_of(eff, "variants.tv.kkt.w_tv") == "--config.variants.tv.kkt.w_tv"
 
 
-def test_a_former_flag_is_read_as_the_setting_it_became():
-  """``--config.checkpoint`` (before the threat section) is rewritten as
-  ``--config.threat.model``, with a notice; a flag that did not move is left as it is."""
-  argv = [
-    "prog",
-    "--config.checkpoint=m.pt",
-    "--noconfig.known_init",
-    "--config.foreign.stride",
-    "2",
-    "--config.steps=3",
-    "--config.search=lm",
-    "--config.victim.lr=0.1",
-  ]
-  notices = cli.rename_flags(argv, recon_configs.RENAMED)
-  assert argv == [
-    "prog",
-    "--config.threat.model=m.pt",
-    "--noconfig.threat.known_init",
-    "--config.threat.stride",
-    "2",
-    "--config.search.steps=3",
-    "--config.kkt.solver=lm",  # kkt's former search option; --config.search.* is the section
-    "--config.victim.lr=0.1",
-  ]
-  assert notices[0] == "--config.checkpoint is now --config.threat.model" and len(notices) == 5
-
-
-def test_the_audit_reads_a_former_name_of_its_threat_settings_as_its_own_flag():
-  """``--config.job.checkpoint`` in the audit (the job's former name of the model, which
-  the audit holds at its top) was answered "did you mean --config.job.search.init?"."""
-  from experiments.configs import audit as audit_configs
-
-  path = configs.path("audit")
-  argv = ["prog", "--config.job.checkpoint=m.pt", "--config.train_data=t/", "--config.job.steps=3"]
-  notices = cli.rename_flags(argv, audit_configs.RENAMED)
-  assert argv == ["prog", "--config.model=m.pt", "--config.train=t/", "--config.job.search.steps=3"]
-  assert notices == [
-    "--config.job.checkpoint is now --config.model",
-    "--config.train_data is now --config.train",
-    "--config.job.steps is now --config.job.search.steps",
-  ]
-  cli.check_overrides(argv, path, "default")  # each a setting of the audit's
-
-
 @pytest.mark.parametrize(
-  "renamed, argv, says",
+  "config, argv",
   [
-    (
-      recon_configs.RENAMED,
-      ["--config.steps=5", "--config.search.steps=7"],
-      "--config.steps=5 and --config.search.steps=7 are the same setting (--config.steps: the "
-      "former name of --config.search.steps), given two values; give it once.",
-    ),
-    (
-      recon_configs.RENAMED,
-      ["--config.threat.model", "b.pt", "--config.checkpoint=a.pt"],
-      "--config.threat.model=b.pt and --config.checkpoint=a.pt are the same setting "
-      "(--config.checkpoint: the former name of --config.threat.model), given two values; "
-      "give it once.",
-    ),
+    ("reconstruct", ["--config.checkpoint=m.pt"]),
+    ("reconstruct", ["--noconfig.known_init"]),
+    ("reconstruct", ["--config.foreign.stride", "2"]),
+    ("reconstruct", ["--config.steps=3", "--config.search.steps=3"]),
+    ("reconstruct", ["--config.subspace=True"]),
+    ("audit", ["--config.job.checkpoint=m.pt"]),
+    ("audit", ["--config.init=t.pt"]),
+    ("audit", ["--config.train_data=t/"]),
+    ("efficacy", ["--config.base.num_restarts=2"]),
   ],
-  ids=["steps", "checkpoint"],
 )
-def test_a_setting_given_two_values_by_its_former_flag_is_refused_naming_both(renamed, argv, says):
-  """The former flag was rewritten as the new one and the last of the two taken silently."""
+def test_a_flag_from_before_0_2_0_is_refused_as_any_unknown_setting(config, argv):
+  """Before 0.2.0 these were rewritten as the name now (``--config.checkpoint`` as
+  ``--config.threat.model``) with a notice; the refusal points at CHANGELOG.md's table."""
+  preset = "default" if config == "audit" else "tiny"
+  name = argv[0].split("=")[0].replace("--noconfig.", "--config.")
   with pytest.raises(cli.UserError) as e:
-    cli.rename_flags(["prog", *argv], renamed)
-  assert str(e.value) == says
-  # the same value twice, or one flag given twice (the last one, as always), is no clash
-  cli.rename_flags(["prog", "--config.steps=5", "--config.search.steps=5"], renamed)
-  cli.rename_flags(["prog", "--config.search.steps=5", "--config.search.steps=7"], renamed)
-  cli.rename_flags(["prog", "--config.x64", "--config.runtime.x64=true"], renamed)
-  with pytest.raises(cli.UserError, match="^--config.x64=True and --config.runtime.x64=False "):
-    cli.rename_flags(["prog", "--config.x64", "--noconfig.runtime.x64"], renamed)
+    cli.check_overrides(["prog", *argv], configs.path(config), preset)
+  assert str(e.value).startswith(f"{name}: no such setting"), str(e.value)
+  assert str(e.value).endswith(
+    "(--help lists them all; CHANGELOG.md, 0.2.0, lists the names that moved)"
+  )
+  assert "\n" not in str(e.value)
 
 
 def test_the_audit_names_the_threat_settings_by_its_own_flags():
@@ -402,9 +354,9 @@ def test_a_users_own_script_gets_the_flags_help_and_one_line_errors(tmp_path):
 
 
 @pytest.mark.slow  # a subprocess: the slow tier
-def test_a_former_flag_still_runs_the_binary_with_a_notice(tmp_path):
-  """``--config.checkpoint`` (now ``--config.threat.model``) reaches the same setting: the
-  absent file is refused naming it, after one line saying the flag's name now."""
+def test_a_former_flag_is_refused_by_the_binary_in_one_line(tmp_path):
+  """``--config.checkpoint`` (``--config.threat.model`` since before 0.2.0) ran the binary
+  with a notice; now it is one line, exit code 1, and no workdir."""
   work = tmp_path / "w"
   cmd = [sys.executable, "-m", "experiments.reconstruct"]
   cmd += ["--config=experiments/configs/reconstruct.py:tiny", f"--workdir={work}"]
@@ -412,7 +364,6 @@ def test_a_former_flag_still_runs_the_binary_with_a_notice(tmp_path):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300)
   lines = p.stderr.splitlines()
-  assert p.returncode == 1 and len(lines) == 2, p.stderr[-2000:]
-  assert lines[0].startswith("warning: --config.checkpoint is now --config.threat.model")
-  assert lines[1].startswith("error: ") and "absent.msgpack" in lines[1], lines
+  assert p.returncode == 1 and len(lines) == 1, p.stderr[-2000:]
+  assert lines[0].startswith("error: --config.checkpoint: no such setting"), lines
   assert not work.exists()

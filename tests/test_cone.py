@@ -317,7 +317,7 @@ def test_the_job_refuses_the_cone_without_theta_0_or_on_a_deeper_victim():
   assert e.value.argument == "threat.known_init"
   deeper = dict(base["victim"], widths=[64, 64], bias="first")
   with pytest.raises(ConfigError) as e:
-    planning.prepare(dict(base, known_init=True, victim=deeper))
+    planning.prepare(dict(base, threat={"known_init": True}, victim=deeper))
   assert e.value.argument == "attack" and "bias=first leaves out" in str(e.value)
 
 
@@ -348,7 +348,7 @@ def test_the_cone_hands_over_to_the_finetune_kkt_search_keeping_what_the_job_set
     dict(base, search={"m_per_sample": 2}), explicit=("search.m_per_sample",)
   )
   assert named.then.config.search.m_per_sample == 2  # the default, but the user named it
-  assert planning.prepare(dict(base, cone_search_minutes=0.0)).then is None
+  assert planning.prepare(dict(base, cone={"cone_search_minutes": 0.0})).then is None
   assert planning.prepare(dict(base, attack="kkt")).then is None  # a search hands over to none
 
 
@@ -360,7 +360,9 @@ def test_the_cone_hands_the_users_kkt_settings_to_its_search():
   then = planning.prepare(dict(base, kkt={"lam_init": "fit"}), explicit=told).then
   assert then.config.kkt.lam_init == "fit" and then.options.lam_init == "fit"
   with pytest.raises(ConfigError) as e:  # no search after the cone: nothing reads it
-    planning.prepare(dict(base, cone_search_minutes=0.0, kkt={"lam_init": "fit"}), explicit=told)
+    planning.prepare(
+      dict(base, cone={"cone_search_minutes": 0.0}, kkt={"lam_init": "fit"}), explicit=told
+    )
   assert e.value.argument == "kkt.lam_init" and "does not read it" in str(e.value)
   mse = dict(base, victim=dict(base["victim"], loss="mse"), kkt={"lam_init": "fit"})
   with pytest.raises(ConfigError) as e:  # the search cannot take it: said, not dropped
@@ -375,10 +377,8 @@ def _small_cone_job(recipe):
   return rj.JobConfig(
     victim=dataclasses.asdict(recipe),
     attack="cone",
-    known_init=True,
-    num_restarts=2,
-    steps=200,
-    chunk_steps=100,
+    threat={"known_init": True},
+    search={"num_restarts": 2, "steps": 200, "chunk_steps": 100},
     use_cache=False,
   )
 
@@ -421,7 +421,7 @@ def test_a_cone_that_read_too_little_hands_over_and_the_search_reads_the_rest(mo
   assert t["estimated"]["if_handover.handover_s"] > 0
   assert len(probes) == 1
   assert_read_typed(m)
-  m = pipeline.reconstruct(cfg.replace(cone_search_minutes=1e-4), verbose=False).metrics
+  m = pipeline.reconstruct(cfg.replace(**{"cone.cone_search_minutes": 1e-4}), verbose=False).metrics
   assert "handover" not in m and m["m"] == 3  # estimated over its minutes: the cone alone
   assert "would take about" in m["regime"]["handover_skipped"]
   assert any("did not run after the cone" in w for w in m["warnings"]), m["warnings"]
@@ -465,10 +465,12 @@ def _imported_cone_job(lazy, tmp_path) -> dict:
   save_file(_torch_layout(fitted.init), str(tmp_path / "init.safetensors"))
   return dict(
     victim=dict(dataset="digits", n_per_class=4),
-    checkpoint=str(tmp_path / "model.safetensors"),
-    init_checkpoint=str(tmp_path / "init.safetensors"),
-    foreign=dict(data_mean=str(tmp_path / "mean.npy")),
-    known_init=True,
+    threat=dict(
+      model=str(tmp_path / "model.safetensors"),
+      theta0=str(tmp_path / "init.safetensors"),
+      data_mean=str(tmp_path / "mean.npy"),
+      known_init=True,
+    ),
     attack="cone",
   )
 
@@ -481,7 +483,7 @@ def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp
   import recon_jax as rj
   from recon_jax.job import pipeline
 
-  cfg = rj.JobConfig(**_imported_cone_job(lazy, tmp_path), cone_starts=60)
+  cfg = rj.JobConfig(**_imported_cone_job(lazy, tmp_path), cone={"cone_starts": 60})
   m = pipeline.reconstruct(cfg, verbose=False).metrics
   assert_round_trip(m)
   assert m["recovered_strict"] >= 7, m["recovered_strict"]
@@ -492,18 +494,18 @@ def test_an_imported_model_and_its_theta0_file_are_read_off_their_cone(lazy, tmp
 
 
 def test_an_audit_with_theta0_runs_the_attack_the_job_names(lazy, tmp_path):
-  """``--config.job.attack=cone`` with ``--config.init`` (theta0's former name): theta_0
-  known, no kkt setting carried over (the known-init search's settings are kkt's)."""
+  """``--config.job.attack=cone`` with ``--config.theta0``: theta_0 known, no kkt setting
+  carried over (the known-init search's settings are kkt's)."""
   import recon_jax as rj
   from recon_jax.job import audit
 
   _, fitted = lazy
   save_file(_torch_layout(fitted.params), str(tmp_path / "model.safetensors"))
-  files = audit.threat_of(dict(model=str(tmp_path / "model.safetensors"), heldout="h", init="i"))
+  files = audit.threat_of(dict(model=str(tmp_path / "model.safetensors"), heldout="h", theta0="i"))
   job = audit.audit_job(files, base=rj.JobConfig(attack="cone"))
   assert job.threat.known_init and job.threat.theta0 == "i" and job.attack == "cone"
-  assert job.subspace == rj.JobConfig().subspace and job.linearize == rj.JobConfig().linearize
-  assert audit.audit_job(files).subspace  # the default attack: the known-init search
+  assert job.kkt == rj.JobConfig().kkt and job.linearize == rj.JobConfig().linearize
+  assert audit.audit_job(files).kkt.subspace  # the default attack: the known-init search
 
 
 def test_an_imported_one_hidden_layer_model_hands_over_with_the_full_search_budget(lazy, tmp_path):
@@ -515,8 +517,8 @@ def test_an_imported_one_hidden_layer_model_hands_over_with_the_full_search_budg
   cfg = _imported_cone_job(lazy, tmp_path)
   assert len(rj.JobConfig().victim.widths) == 2
   then = planning.prepare(cfg).then
-  assert then.config.num_restarts == rj.JobConfig().num_restarts
-  assert then.config.steps == rj.JobConfig().steps
+  assert then.config.search.num_restarts == rj.JobConfig().search.num_restarts
+  assert then.config.search.steps == rj.JobConfig().search.steps
 
 
 def test_the_facet_search_gives_up_after_its_starts_or_its_seconds(monkeypatch):

@@ -34,14 +34,15 @@ def test_a_wrong_setting_is_refused_where_the_config_is_built(settings, name, sa
 
 
 def test_replace_checks_the_changed_field_again():
-  job = JobConfig(steps=7)
-  with pytest.raises(ConfigError, match="num_restarts must be an integer >= 1, got 0"):
-    job.replace(num_restarts=0)
-  with pytest.raises(ConfigError, match="x64 must be True or False"):
-    dataclasses.replace(job, x64=1)
+  job = JobConfig(search={"steps": 7})
+  with pytest.raises(ConfigError, match="search.num_restarts must be an integer >= 1, got 0"):
+    job.replace(**{"search.num_restarts": 0})
+  with pytest.raises(ConfigError, match="runtime.x64 must be True or False"):
+    dataclasses.replace(job, **{"runtime.x64": 1})
   with pytest.raises(ConfigError, match="threat.padding"):
     Threat(padding=-1)
-  assert job.replace(num_restarts=3).num_restarts == 3 and job.steps == 7
+  changed = job.replace(**{"search.num_restarts": 3})
+  assert changed.search.num_restarts == 3 and changed.search.steps == 7
 
 
 @pytest.mark.parametrize("preset", list(configs.PRESETS))
@@ -53,7 +54,7 @@ def test_every_preset_builds_and_takes_field_by_field_overrides(preset):
 
 @pytest.mark.parametrize("preset", list(audit_configs.PRESETS))
 def test_the_audit_presets_build(preset):
-  assert JobConfig(**audit_configs.get_config(preset).job).num_restarts >= 1
+  assert JobConfig(**audit_configs.get_config(preset).job).search.num_restarts >= 1
 
 
 def test_a_binary_names_the_flag_of_a_setting_refused_when_built(tmp_path, capsys):
@@ -73,8 +74,8 @@ def test_a_binary_names_the_flag_of_a_setting_refused_when_built(tmp_path, capsy
 
 
 def test_the_library_entry_point_refuses_before_running():
-  with pytest.raises(ConfigError, match="x64"):
-    rj.reconstruct(dict(configs.get_config("tiny"), x64="False"))
+  with pytest.raises(ConfigError, match="runtime.x64 must be True or False"):
+    rj.reconstruct(dict(configs.get_config("tiny"), **{"runtime.x64": "False"}))
 
 
 @pytest.mark.parametrize(

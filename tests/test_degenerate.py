@@ -227,7 +227,7 @@ def test_a_model_whose_outputs_overflow_float32_is_refused_before_any_work(tmp_p
   path = tmp_path / "huge.safetensors"
   save_file(model, str(path))
   cfg = configs.get_config("tiny")
-  cfg.checkpoint = str(path)
+  cfg.threat.model = str(path)
   cfg.victim.widths = (16,)
   work = tmp_path / "w"
   capsys.readouterr()

@@ -285,6 +285,53 @@ def flag_problems(text: str) -> list:
   return out
 
 
+@functools.lru_cache(maxsize=None)
+def settings_anywhere() -> frozenset:
+  """Every setting and section of every binary's config, at its default preset and at each
+  ``experiments/configs/X.py:PRESET`` a document names (a preset may add settings)."""
+  keys = set(all_settings())
+  for name in DOCUMENTS:
+    for config, preset in set(re.findall(r"experiments/configs/(\w+)\.py:(\w+)", _read(name))):
+      try:
+        keys |= config_keys(config, preset)
+      except (KeyError, ModuleNotFoundError):
+        pass  # flag_problems names a preset that does not exist
+  return frozenset(keys)
+
+
+def _placeholder(name: str) -> bool:
+  return bool(set(re.split(r"[.=]", name)) & PLACEHOLDERS)
+
+
+def setting_problems(text: str) -> list:
+  """The ``--config.X`` flags of a document that are no setting of today: in a command, of
+  its binary's config at the command's preset (its default where that preset is gone); in
+  the prose, of any binary's config."""
+  out = []
+  for module, args in commands(text):
+    if not module.startswith("experiments.") or not module_exists(module):
+      continue
+    config, preset = binary_config(module.split(".", 1)[1]), ""
+    for a in args:
+      m = re.match(r"^--?config=(?:[\w./~-]*/)?(\w+)\.py(?::(\w+))?$", a)
+      if m and m.group(1) == config:
+        preset = m.group(2) or ""
+    try:
+      keys = config_keys(config, preset)
+    except KeyError:
+      keys = config_keys(config)
+    for a in args:
+      m = re.match(r"^--?(?:no)?config\.([\w.]+?)\.?(?:=.*)?$", a)
+      if m and not _placeholder(m.group(1)) and m.group(1) not in keys:
+        out.append(f"{module}: --config.{m.group(1)}: not a setting of {config}.py")
+  for name in sorted(set(FLAG.findall(text))):
+    name = name.rstrip(".").split("=")[0]
+    if name.startswith(("config.", "noconfig.")) and not _placeholder(name):
+      if name.split(".", 1)[1] not in settings_anywhere():
+        out.append(f"--{name}: not a setting of any binary")
+  return out
+
+
 def source_problems(text: str) -> list:
   """Source paths and dotted names that do not resolve."""
   out = []
@@ -341,6 +388,46 @@ FLAG_DOCUMENTS = [README, "BUILD.md", "RESULTS.md"] + [
 def test_flags_presets_and_api_exist(name):
   problems = flag_problems(_read(name))
   assert not problems, f"{name}:\n" + "\n".join(problems)
+
+
+# Documents whose --config.X flags must be settings of today (setting_problems), so that a
+# reader can run their commands: the reference pages and the dated logs (written with the
+# names of 0.2.0), not docs/bad_input.md (bad flags on purpose) nor CHANGELOG.md (the names
+# that moved).
+SETTING_DOCUMENTS = [
+  name for name in DOCUMENTS if name not in ("CHANGELOG.md", "docs/bad_input.md")
+]
+
+
+@pytest.mark.parametrize("name", SETTING_DOCUMENTS)
+def test_every_config_flag_a_document_names_is_a_setting_of_today(name):
+  """docs/log/ and docs/log/findings.md's commands named settings by their names before
+  0.2.0 (``--config.init_checkpoint``, ``--config.w_tv``), which 0.2.0 refuses."""
+  problems = setting_problems(_read(name))
+  assert not problems, f"{name}:\n" + "\n".join(problems)
+
+
+def test_the_setting_check_catches_former_names():
+  good = (
+    "```bash\npython -m experiments.reconstruct --config=experiments/configs/reconstruct.py:"
+    "lfw --config.kkt.w_tv=0.1 --noconfig.runtime.x64 --config.search.steps=10\n```\n"
+    "Set `--config.victim.FIELD=VALUE`; the audit's `--config.theta0`, `--config.search.*`."
+  )
+  assert setting_problems(good) == []
+  planted = {
+    "python -m experiments.reconstruct --config.w_tv=0.1": "not a setting of reconstruct.py",
+    "python -m experiments.reconstruct --config.init_checkpoint=t.pt": "not a setting",
+    "python -m experiments.efficacy --config.base.steps=9": "not a setting of efficacy.py",
+    "python -m experiments.audit --config.init=t.pt": "not a setting of audit.py",
+    # the init study has a num_restarts of its own; the main job's is search.num_restarts
+    "python -m experiments.reconstruct --config.num_restarts=2": "not a setting",
+  }
+  for line, want in planted.items():
+    found = setting_problems(f"```bash\n{line}\n```\n")
+    assert any(want in p for p in found), (line, found)
+  assert setting_problems("we ran `--config.init_checkpoint=t.pt` then") == [
+    "--config.init_checkpoint: not a setting of any binary"
+  ]
 
 
 @pytest.mark.parametrize(

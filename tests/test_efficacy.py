@@ -68,7 +68,7 @@ def test_anneal_rises_geometrically_to_the_end_value():
 @pytest.mark.slow
 def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg = configs.get_config("tiny")
-  cfg.base.identify = False  # covered by test_identification; slow at this size
+  cfg.base.evaluation.identify = False  # covered by test_identification; slow at this size
   cfg.variants["other_sweep"] = {"search": {"seed": 1}}  # another restart sweep: same programs
   out = runner.run_efficacy(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
   assert out["draws"] == [3, 4]

@@ -197,7 +197,7 @@ def test_the_jobs_estimate_counts_the_hand_over_its_plan_makes(monkeypatch):
   # under squared error the cone's zeros are soft: it always hands over, as past one layer
   mse = said(dict(base, victim=dict(base["victim"], loss="mse")), (256,))
   assert mse["handover_s"] > 0 and mse["if_handover"] is None
-  alone = said(dict(base, cone_search_minutes=0.0), (256,))
+  alone = said(dict(base, **{"cone.cone_search_minutes": 0.0}), (256,))
   assert alone["handover_s"] == 0.0 and alone["if_handover"] is None
 
 

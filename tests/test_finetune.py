@@ -142,14 +142,15 @@ def test_a_job_reads_each_file_of_its_victim_once(saved, tmp_path, monkeypatch):
     real = module.read
     monkeypatch.setattr(module, "read", lambda p, real=real: reads.append(str(p)) or real(p))
 
-  job = rj.JobConfig(victim=dict(dataset="digits", n_per_class=3), known_init=True)
-  plan = planning.prepare(job.replace(checkpoint=str(model), init_checkpoint=str(init)))
+  job = rj.JobConfig(victim=dict(dataset="digits", n_per_class=3), threat={"known_init": True})
+  plan = planning.prepare(job.replace(**{"threat.model": str(model), "threat.theta0": str(init)}))
   vic = pipeline.load_victim(plan)[1]
   assert sorted(reads) == sorted([str(model), str(init)])
   assert vic.init is not None
 
   reads.clear()
-  vic = pipeline.load_victim(planning.prepare(rj.JobConfig(checkpoint=own, known_init=True)))[1]
+  own_job = rj.JobConfig(threat={"model": own, "known_init": True})
+  vic = pipeline.load_victim(planning.prepare(own_job))[1]
   assert reads == [own]
   for a, b in zip(jax.tree_util.tree_leaves(vic.init), jax.tree_util.tree_leaves(fitted.init)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # theta_0 stored with it
@@ -164,18 +165,20 @@ def test_the_attack_recovers_a_model_fine_tuned_from_known_weights():
   tuned from known weights and imported (test_audit)."""
   cfg = rj.JobConfig(
     victim=LAZY,
-    known_init=True,
+    threat={"known_init": True},
     linearize=0.5,
-    subspace=True,
-    optimizer="adam",
-    lr_x="3e-3:1e-1:log",
-    lr_lam="3e-3:1e-1:log",
-    anneal_alpha=200.0,
-    anneal_stages=4,
-    num_restarts=2,
-    steps=240,
-    chunk_steps=240,
-    identify=False,
+    kkt={"subspace": True},
+    search=dict(
+      optimizer="adam",
+      lr_x="3e-3:1e-1:log",
+      lr_lam="3e-3:1e-1:log",
+      anneal_alpha=200.0,
+      anneal_stages=4,
+      num_restarts=2,
+      steps=240,
+      chunk_steps=240,
+    ),
+    evaluation={"identify": False},
   )
   m = pipeline.reconstruct(cfg).metrics
   assert m["recovered_strict"] >= 5, m["recovered_strict"]

@@ -224,8 +224,8 @@ def test_the_binary_names_the_flag_of_a_refused_setting(tmp_path, capsys):
   from experiments import reconstruct
 
   cfg = configs.get_config("tiny")
-  cfg.split_eps = float("inf")
-  cfg.split_every = 5
+  cfg.kkt.split_eps = float("inf")
+  cfg.kkt.split_every = 5
   with pytest.raises(SystemExit):
     cli.main_guard(lambda: reconstruct.job(cfg, str(tmp_path / "w")), cfg)
   line = capsys.readouterr().err.strip()

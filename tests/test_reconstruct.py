@@ -45,18 +45,13 @@ def _npz(path):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
   """One tiny run, the attacker's own scores on, read by the tests below: (its workdir,
-  metrics, the messages of the DeprecationWarnings for former setting names it raised)."""
-  import warnings
-
+  metrics)."""
   path = tmp_path_factory.mktemp("tiny")
-  with warnings.catch_warnings(record=True) as said:
-    warnings.filterwarnings("always", message=".* is now ", category=DeprecationWarning)
-    m = _run(_identifying(), str(path))
-  return path, m, [str(w.message) for w in said if " is now " in str(w.message)]
+  return path, _run(_identifying(), str(path))
 
 
 def test_main_job_writes_its_report(tiny_run):
-  tmp_path, m, _ = tiny_run
+  tmp_path, m = tiny_run
   assert m["identification"]["trusted_score"] == "agreement"
   assert len(m["identification"]["top"]) == 10
   assert os.path.getsize(tmp_path / "trusted.png") > 0
@@ -93,7 +88,7 @@ def test_main_job_writes_its_report(tiny_run):
 
 
 def test_the_candidates_written_and_scored_are_in_the_pixel_box(tiny_run):
-  tmp_path, m, _ = tiny_run
+  tmp_path, m = tiny_run
   z = _npz(tmp_path / "reconstructions.npz")
   pixels = z["candidates"] + z["mean"]
   assert pixels.min() >= 0.0 and pixels.max() <= 1.0
@@ -133,14 +128,16 @@ def test_refinement_stage_runs_after_the_main_steps_and_resumes(tmp_path):
   for d in (a, b, c):
     d.mkdir()
   # A refinement stage that changes nothing (same alpha, rates x 1) is 10 more plain steps.
-  _run(_tiny(alpha="25", refine_steps=10, refine_alpha=25.0, refine_lr_scale=1.0), str(a))
-  _run(_tiny(alpha="25", steps=30), str(b))
+  _run(
+    _tiny(search=dict(alpha="25", refine_steps=10, refine_alpha=25.0, refine_lr_scale=1.0)), str(a)
+  )
+  _run(_tiny(search=dict(alpha="25", steps=30)), str(b))
   plain = _npz(b / "reconstructions.npz")["candidates"]
   np.testing.assert_allclose(
     _npz(a / "reconstructions.npz")["candidates"], plain, rtol=1e-6, atol=1e-7
   )
   # A sharper alpha at a lower rate does change the result.
-  cfg = _tiny(alpha="25", refine_steps=10, refine_alpha=150.0)
+  cfg = _tiny(search=dict(alpha="25", refine_steps=10, refine_alpha=150.0))
   m = _run(cfg, str(c))
   sharp = _npz(c / "reconstructions.npz")["candidates"]
   assert not np.allclose(sharp, plain)
@@ -160,7 +157,7 @@ def test_baseline_attacks_go_through_the_same_evaluation(tmp_path, attack):
 
 @pytest.mark.slow
 def test_multiclass_victim_runs_with_decoreco_margins(tmp_path):
-  m = _run(_tiny(victim=dict(loss="ce"), m=20, steps=10), str(tmp_path))
+  m = _run(_tiny(victim=dict(loss="ce"), search=dict(m=20, steps=10)), str(tmp_path))
   assert m["problem"] == "multiclass" and m["m"] == 20
   assert_round_trip(m, (tmp_path / "metrics.json").read_text())
 
@@ -172,7 +169,9 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
   An earlier version derived the width from the problem (1 unless multiclass),
   so lambda was [m, 1] and broadcast silently against the 10 outputs.
   """
-  m = _run(_tiny(victim=dict(loss="ce"), problem="general", m=20, steps=10), str(tmp_path))
+  m = _run(
+    _tiny(victim=dict(loss="ce"), problem="general", search=dict(m=20, steps=10)), str(tmp_path)
+  )
   assert m["problem"] == "general"
   with open(tmp_path / "state.msgpack", "rb") as f:
     blob = serialization.msgpack_restore(f.read())
@@ -181,7 +180,7 @@ def test_general_problem_on_a_multiclass_victim_has_one_multiplier_per_output(tm
 
 @pytest.mark.slow
 def test_regression_victim_with_weight_decay_runs(tmp_path):
-  m = _run(_tiny(victim=dict(loss="mse", weight_decay=1e-3), steps=10), str(tmp_path))
+  m = _run(_tiny(victim=dict(loss="mse", weight_decay=1e-3), search=dict(steps=10)), str(tmp_path))
   assert m["problem"] == "general"
   assert_round_trip(m, (tmp_path / "metrics.json").read_text())
 
@@ -202,14 +201,14 @@ def test_a_workdir_written_before_the_config_files_still_resumes(tiny_run, tmp_p
   _run(_identifying(), str(tmp_path), resume=True)
   np.testing.assert_array_equal(_npz(tmp_path / "reconstructions.npz")["candidates"], before)
   with pytest.raises(ValueError, match="seed"):
-    _run(_identifying(seed=3), str(tmp_path), resume=True)
+    _run(_identifying(search=dict(seed=3)), str(tmp_path), resume=True)
 
 
 def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path):
   tensors = reference_layout_safetensors(tmp_path / "model.safetensors", d=64)
   mean = np.full((8, 8, 1), 0.25, np.float32)
   np.save(tmp_path / "mean.npy", mean)
-  cfg = _tiny(steps=10)
+  cfg = _tiny(search=dict(steps=10))
   cfg.threat.model = str(tmp_path / "model.safetensors")
   cfg.threat.data_mean = str(tmp_path / "mean.npy")
   work = tmp_path / "work"
@@ -240,7 +239,7 @@ def test_a_safetensors_victim_is_attacked_and_the_assumptions_reported(tmp_path)
 def test_a_foreign_victim_of_the_wrong_width_is_refused(tmp_path):
   reference_layout_safetensors(tmp_path / "model.safetensors", d=48)
   with pytest.raises(ValueError, match="model.safetensors"):
-    _run(_tiny(checkpoint=str(tmp_path / "model.safetensors")), str(tmp_path))
+    _run(_tiny(threat=dict(model=str(tmp_path / "model.safetensors"))), str(tmp_path))
 
 
 @pytest.mark.slow
@@ -264,16 +263,15 @@ def test_a_checkpoint_trained_on_other_data_is_refused(tmp_path):
   (tmp_path / "victim").mkdir()
   training_run.run_training(vcfg, str(tmp_path / "victim"))
   cfg = _tiny(
-    checkpoint=str(tmp_path / "victim" / "victim.msgpack"),
-    steps=4,
-    chunk_steps=4,
+    threat=dict(model=str(tmp_path / "victim" / "victim.msgpack")),
+    search=dict(steps=4, chunk_steps=4),
     data_dir=str(tmp_path / "b"),
     victim=dict(dataset="mnist"),
   )
   with pytest.raises(ValueError, match="trained on other data"):
     _run(cfg, str(tmp_path / "w1"))
   assert not (tmp_path / "w1" / "metrics.json").exists()
-  cfg.allow_data_mismatch = True
+  cfg.threat.allow_data_mismatch = True
   assert _run(cfg, str(tmp_path / "w1"))["n_train"] == 6
 
 
@@ -283,10 +281,8 @@ def test_the_bilevel_attack_runs_as_the_main_job_on_a_weight_decay_victim(tmp_pa
   victim's own loss and weight decay) and runs it through the same loop and evaluation."""
   cfg = _tiny(
     attack="bilevel",
-    m_per_sample=1,
-    steps=4,
-    chunk_steps=2,
-    bilevel_inner_maxiter=10,
+    search=dict(m_per_sample=1, steps=4, chunk_steps=2),
+    bilevel=dict(bilevel_inner_maxiter=10),
     victim=dict(activation="softplus", weight_decay=1e-2),
   )
   with fast_compile():  # compile-bound: 4 steps of a nested L-BFGS
@@ -297,26 +293,22 @@ def test_the_bilevel_attack_runs_as_the_main_job_on_a_weight_decay_victim(tmp_pa
   assert _npz(tmp_path / "reconstructions.npz")["candidates"].shape == (2, 6, 8, 8, 1)
 
 
-def test_the_library_and_its_presets_use_no_former_setting_name(tiny_run):
-  """A former name (``checkpoint``, ``x64``...) still works for a release, with a
-  DeprecationWarning; the library's own code, its presets and the efficacy variants use
-  the names of now: a whole tiny run (the module's), and every preset and variant planned,
-  say none."""
-  import warnings
-
+def test_every_preset_and_variant_is_planned_under_the_names_of_today():
+  """The presets, the efficacy variants and the audit's presets name settings as they are
+  since 0.2.0, which reads no former name (the audit's quick preset gave ``steps``)."""
+  from experiments.configs import audit as audit_configs
   from experiments.configs import efficacy as efficacy_configs
   from recon_jax.data import DataError
   from recon_jax.job import planning
+  from recon_jax.job.settings import JobConfig
   from recon_jax.studies import efficacy
 
-  with warnings.catch_warnings():
-    warnings.filterwarnings("error", message=".* is now ", category=DeprecationWarning)
-    assert tiny_run[2] == []
-    for preset in configs.PRESETS:
-      try:
-        planning.prepare(configs.get_config(preset))
-      except DataError as e:  # the paper presets' files are not here
-        assert "data_dir" in str(e), (preset, str(e))
-    eff = efficacy_configs.get_config("finetune_kkt")
-    for name in eff.variants:
-      planning.prepare(efficacy.variant_config(eff, name))
+  for preset in configs.PRESETS:
+    try:
+      planning.prepare(configs.get_config(preset))
+    except DataError as e:  # the paper presets' files are not here
+      assert "data_dir" in str(e), (preset, str(e))
+  eff = efficacy_configs.get_config("finetune_kkt")
+  for name in eff.variants:
+    planning.prepare(efficacy.variant_config(eff, name))
+  assert JobConfig(**audit_configs.get_config("quick").job).search.steps == 1000

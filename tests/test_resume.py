@@ -31,9 +31,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Many short chunks, a state file after each: the kill lands between two saves.
 FLAGS = [
   "--config=experiments/configs/reconstruct.py:tiny",
-  "--config.steps=2000",
-  "--config.chunk_steps=10",
-  "--config.save_every=1",
+  "--config.search.steps=2000",
+  "--config.search.chunk_steps=10",
+  "--config.runtime.save_every=1",
 ]
 
 
@@ -72,7 +72,9 @@ def uninterrupted(tmp_path_factory):
   """An uninterrupted run that never saves its state (save_every=0)."""
   tmp = tmp_path_factory.mktemp("resume")
   cache = tmp / "cache"
-  _run(tmp / "full", cache, "--config.save_every=0")  # also trains and caches the tiny victim
+  _run(
+    tmp / "full", cache, "--config.runtime.save_every=0"
+  )  # also trains and caches the tiny victim
   assert not (tmp / "full" / "state.msgpack").exists()
   return tmp, cache
 
@@ -113,7 +115,7 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
     cli.main_guard(lambda: reconstruct.job(cfg, str(work)), cfg)
   assert e.value.code == 1 and state.exists()
 
-  res = _run(work, cache, "--resume", "--config.save_every=0")  # need not save again
+  res = _run(work, cache, "--resume", "--config.runtime.save_every=0")  # need not save again
   assert f"resuming from {state} at step {killed_at}" in res.stderr
   full, resumed = _arrays(tmp / "full"), _arrays(work)
   _assert_same(full, resumed)
@@ -129,7 +131,7 @@ def test_kill_and_resume_is_bitwise_equal(uninterrupted):
 def test_resume_refuses_other_config(uninterrupted, capsys):
   tmp, cache = uninterrupted
   (tmp / "full" / "state.msgpack").write_bytes(b"")  # a resume checks the config first
-  cfg = cli_config(configs, FLAGS + ["--config.seed=5"])
+  cfg = cli_config(configs, FLAGS + ["--config.search.seed=5"])
   with pytest.raises(SystemExit) as e:
     cli.main_guard(lambda: reconstruct.job(cfg, str(tmp / "full"), resume=True), cfg)
   (tmp / "full" / "state.msgpack").unlink()

@@ -97,11 +97,11 @@ def test_configs_do_not_share_their_unset_fields():
 
 def test_typed_settings_read_a_config_and_write_the_same_config_json(tmp_path):
   c = rj.reconstruct_config(
-    steps=7, victim={"n_per_class": 3, "widths": [8, 4]}, threat={"stride": 2}
+    search={"steps": 7}, victim={"n_per_class": 3, "widths": [8, 4]}, threat={"stride": 2}
   )
   job = rj.JobConfig(**c)
-  assert (job.steps, job.victim.n_per_class, job.victim.widths) == (7, 3, (8, 4))
-  assert (job.threat.stride, job.threat.padding, job.ssim_threshold) == (2, 0, None)
+  assert (job.search.steps, job.victim.n_per_class, job.victim.widths) == (7, 3, (8, 4))
+  assert (job.threat.stride, job.threat.padding, job.evaluation.ssim_threshold) == (2, 0, None)
   assert rj.JobConfig().to_dict() == rj.reconstruct_config().to_dict()  # one home for defaults
   # config.json is unchanged, so a workdir written from the ConfigDict resumes under the type
   assert workdir.jsonable(job) == workdir.jsonable(c)
@@ -109,13 +109,15 @@ def test_typed_settings_read_a_config_and_write_the_same_config_json(tmp_path):
   (tmp_path / "state.msgpack").write_bytes(b"")
   workdir.check_resumable(job, str(tmp_path), "state.msgpack", "reconstruct")
   with pytest.raises(ConfigError, match="steps"):
-    workdir.check_resumable(job.replace(steps=8), str(tmp_path), "state.msgpack", "reconstruct")
+    workdir.check_resumable(
+      job.replace(**{"search.steps": 8}), str(tmp_path), "state.msgpack", "reconstruct"
+    )
 
 
 def test_typed_settings_refuse_unknown_names():
   assert rj.JobConfig.of(rj.JobConfig()) == rj.JobConfig()
   with pytest.raises(ConfigError, match="stepz") as e:
-    rj.JobConfig.of({"steps": 1, "stepz": 7})
+    rj.JobConfig.of({"search": {"steps": 1}, "stepz": 7})
   assert e.value.argument == "stepz"
   with pytest.raises(ConfigError, match="widthz") as e:
     rj.JobConfig(victim={"widthz": (8,)})
@@ -144,30 +146,39 @@ def test_a_victim_recipe_refuses_a_field_that_breaks_its_rule_where_it_is_built(
   assert e.value.argument == "kkt_width"
 
 
-def test_a_former_name_is_read_as_the_setting_it_became():
-  """The threat model's settings moved into ``threat`` (2026-11-28): the former names still
-  build the same config, from Python, a ConfigDict, ``replace`` and an attribute, with a
-  DeprecationWarning naming the new one; the key map is read off the declarations."""
-  from recon_jax.job import settings
-
-  assert settings.RENAMED["checkpoint"] == "threat.model"
-  assert settings.RENAMED["foreign.stride"] == "threat.stride"
-  assert settings.RENAMED["init_checkpoint"] == "threat.theta0"
-  new = rj.JobConfig(threat={"model": "m.pt", "theta0": "t.pt", "known_init": True, "stride": 2})
-  with pytest.warns(DeprecationWarning, match="checkpoint is now threat.model"):
-    old = rj.JobConfig(
-      checkpoint="m.pt", init_checkpoint="t.pt", known_init=True, foreign={"stride": 2}
-    )
-  assert old == new
-  with pytest.warns(DeprecationWarning):
-    assert rj.JobConfig.of(rj.reconstruct_config(checkpoint="m.pt")).threat.model == "m.pt"
-    assert new.replace(train_data="x").threat == dataclasses.replace(new.threat, train="x")
-    assert (new.checkpoint, new.foreign.stride) == ("m.pt", 2)
-  with pytest.raises(ConfigError) as e, pytest.warns(DeprecationWarning):
-    rj.JobConfig(foreign={"stride": "2"})
-  assert e.value.argument == "threat.stride"  # the error names the setting as it is now
-  with pytest.raises(AttributeError):
-    rj.JobConfig().chekpoint
+def test_a_name_from_before_0_2_0_is_refused_in_one_line():
+  """The names settings had before they moved into sections (``checkpoint``, ``steps``, the
+  ``foreign`` section) were read with a DeprecationWarning; 0.2.0 refuses them as any name
+  it does not know, in one line naming it, from Python, ``replace``, a ConfigDict and an
+  attribute (CHANGELOG.md, 0.2.0, lists where each one moved)."""
+  built = {
+    "JobConfig": lambda given: rj.JobConfig(**given),
+    "replace": lambda given: rj.JobConfig().replace(**given),
+    "dataclasses.replace": lambda given: dataclasses.replace(rj.JobConfig(), **given),
+  }
+  for given, name in [
+    (dict(checkpoint="m.pt"), "checkpoint"),
+    (dict(init_checkpoint="t.pt"), "init_checkpoint"),
+    (dict(steps=5), "steps"),
+    (dict(x64=True), "x64"),
+    (dict(foreign={"stride": 2}), "foreign"),
+    (dict(subspace=True), "subspace"),
+  ]:
+    for how, build in built.items():
+      with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # refused, not read with a notice
+        with pytest.raises(ConfigError) as e:
+          build(given)
+      assert str(e.value) == (
+        f"{name} is not a setting; the settings are the fields of JobConfig."
+      ), how
+      assert e.value.argument == name
+  with pytest.raises(KeyError, match="unknown settings \\['checkpoint'\\]"):
+    rj.reconstruct_config(checkpoint="m.pt")
+  for name in ("checkpoint", "foreign", "steps"):
+    assert not hasattr(rj.JobConfig(), name)
+  with pytest.raises(ConfigError, match=r"^kkt\.search is not a setting"):
+    rj.JobConfig(kkt={"search": "lm"})  # kkt's solver, named search before 0.2.0
 
 
 def test_a_dotted_name_sets_a_setting_of_every_section_the_victims_too():
@@ -191,21 +202,6 @@ def test_a_dotted_name_sets_a_setting_of_every_section_the_victims_too():
   "given, says",
   [
     (
-      dict(checkpoint="a.pt", threat={"model": "b.pt"}),
-      "checkpoint='a.pt' and threat={'model': 'b.pt'} are the same setting (checkpoint: the "
-      "former name of threat.model), given two values; give it once.",
-    ),
-    (
-      dict(steps=5, search={"steps": 7}),
-      "steps=5 and search={'steps': 7} are the same setting (steps: the former name of "
-      "search.steps), given two values; give it once.",
-    ),
-    (
-      {"checkpoint": "a.pt", "threat.model": "b.pt"},
-      "threat.model='b.pt' and checkpoint='a.pt' are the same setting (checkpoint: the former "
-      "name of threat.model), given two values; give it once.",
-    ),
-    (
       {"search.steps": 3, "search": {"steps": 7}},
       "search.steps=3 and search={'steps': 7} are the same setting, given two values; give it "
       "once.",
@@ -215,30 +211,27 @@ def test_a_dotted_name_sets_a_setting_of_every_section_the_victims_too():
       "victim.lr=0.5 and victim={'lr': 0.1} are the same setting, given two values; give it once.",
     ),
   ],
-  ids=["former_and_section", "former_and_section_steps", "former_and_dotted", "dotted", "victim"],
+  ids=["dotted", "victim"],
 )
 def test_one_setting_given_two_values_is_refused_naming_both(given, says):
-  """A former name and its new name given different values took one of them silently
-  (``checkpoint`` over ``threat.model``, ``steps`` over ``search.steps``)."""
-  new = says.split("(")[-1].split("former name of ")[-1].split(")")[0] if "former" in says else None
+  """A dotted name and its section given different values took one of them silently."""
   for build in (lambda: rj.JobConfig(**given), lambda: rj.JobConfig().replace(**given)):
-    with pytest.raises(ConfigError) as e, warnings.catch_warnings():
-      warnings.simplefilter("ignore", DeprecationWarning)  # the former name's own
+    with pytest.raises(ConfigError) as e:
       build()
     assert str(e.value) == says
-    assert e.value.argument == (new or says.split("=")[0])
-  with pytest.raises(ConfigError, match=r"^steps=5 and search=\{'steps': 7\} are the same"):
-    rj.JobConfig(steps=5, search=ml_collections.ConfigDict({"steps": 7}))
+    assert e.value.argument == says.split("=")[0]
+  with pytest.raises(ConfigError, match=r"^search\.steps=5 and search=\{'steps': 7\} are the same"):
+    rj.JobConfig(**{"search.steps": 5}, search=ml_collections.ConfigDict({"steps": 7}))
   # The same value twice is one setting given once; a section given as its object is the
-  # base a former name changes (what dataclasses.replace passes).
-  with pytest.warns(DeprecationWarning):
-    assert rj.JobConfig(checkpoint="a.pt", threat={"model": "a.pt"}).threat.model == "a.pt"
-    assert rj.JobConfig(search={"steps": 9}).replace(steps=5).search.steps == 5
-    assert dataclasses.replace(rj.JobConfig(search={"steps": 9}), steps=5).search.steps == 5
-    # a mapping of every setting of the section (a ConfigDict of the job's) is a base too
-    cfg = rj.reconstruct_config()
-    cfg.search.steps = 9
-    assert rj.JobConfig(**cfg, steps=5).search.steps == 5
+  # base a dotted name changes (what dataclasses.replace passes).
+  assert rj.JobConfig(**{"threat.model": "a.pt"}, threat={"model": "a.pt"}).threat.model == "a.pt"
+  assert rj.JobConfig(search={"steps": 9}).replace(**{"search.steps": 5}).search.steps == 5
+  changed = dataclasses.replace(rj.JobConfig(search={"steps": 9}), **{"search.steps": 5})
+  assert changed.search.steps == 5
+  # a mapping of every setting of the section (a ConfigDict of the job's) is a base too
+  cfg = rj.reconstruct_config()
+  cfg.search.steps = 9
+  assert rj.JobConfig(**cfg, **{"search.steps": 5}).search.steps == 5
 
 
 def test_a_victim_recipe_refuses_an_unknown_name_and_holds_its_widths_as_a_tuple():
@@ -303,13 +296,15 @@ def test_the_task_follows_the_loss_and_a_recipe_keeps_its_cache_key(tmp_path):
 
 def test_the_checks_take_the_typed_settings_and_expand_their_paths(monkeypatch, tmp_path):
   monkeypatch.setenv("HOME", str(tmp_path))
-  job = rj.JobConfig(steps=7, data_dir="~/data", victim={"dataset": "digits", "n_per_class": 3})
+  job = rj.JobConfig(
+    search={"steps": 7}, data_dir="~/data", victim={"dataset": "digits", "n_per_class": 3}
+  )
   plan = planning.prepare(job)
   assert plan.config == job.replace(data_dir=f"{tmp_path}/data")
   assert (plan.problem, plan.foreign, plan.stages[0][0]) == ("binary", False, 7)
   assert planning.prepare(plan.config.to_dict()).config == plan.config  # a plain dict too
   with pytest.raises(ConfigError, match="steps"):
-    planning.prepare(job.replace(steps=0))
+    planning.prepare(job.replace(**{"search.steps": 0}))
 
 
 # ----------------------------------------------------------------------------- attack options
@@ -351,11 +346,9 @@ def test_each_attacks_options_are_a_section_of_the_job_under_its_name():
       assert getattr(rj.JobConfig(), name) == spec.options()  # its defaults
       assert f.default == flags[dotted], dotted
       assert settings.HELP[dotted] == f.metadata["help"] and f.metadata["help"].strip()
-      assert settings.RENAMED[f.name] == dotted  # its former name, still read
       owned.setdefault(name, set()).add(f.name)
   assert owned == ATTACK_SETTINGS
   assert settings.ATTACK_SECTIONS == {n: attacks.get(n).options for n in ATTACK_SETTINGS}
-  assert settings.RENAMED["search"] == "kkt.solver"  # kkt's former search option
 
 
 def test_an_attack_gets_its_typed_options_and_the_shared_settings():

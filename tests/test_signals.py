@@ -26,8 +26,8 @@ from recon_jax.io import workdir
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = [
   "--config=experiments/configs/reconstruct.py:tiny",
-  "--config.steps=2000",
-  "--config.chunk_steps=10",
+  "--config.search.steps=2000",
+  "--config.search.chunk_steps=10",
 ]
 # Within this many seconds of a signal the process must be gone (the bound).
 STOP_S = 10.0
@@ -248,7 +248,13 @@ def test_sigterm_after_a_save_then_resume_ends_as_an_uninterrupted_run(tmp_path)
     timeout=300,
   )
   log_path = tmp_path / "stderr"
-  args = ["-m", "experiments.reconstruct", *TINY, "--config.save_every=1", f"--workdir={work}"]
+  args = [
+    "-m",
+    "experiments.reconstruct",
+    *TINY,
+    "--config.runtime.save_every=1",
+    f"--workdir={work}",
+  ]
   with open(log_path, "w") as log:
     proc = _start(args, cache, log)
     code, took, err = _stop_when(

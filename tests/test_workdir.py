@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import stat
 
 import numpy as np
@@ -63,31 +64,40 @@ def test_check_resumable_names_the_settings_that_differ(tmp_path):
   assert e.value.argument == "resume"
 
 
-def test_a_config_json_of_former_setting_names_resumes_under_the_names_now(tmp_path):
-  """A workdir written before a setting moved (``checkpoint`` -> ``threat.model``) resumes
-  under the same settings and is refused under others, the setting named as it is now."""
-  renamed = {"checkpoint": "threat.model", "foreign.stride": "threat.stride"}
-  wd.write_config(str(tmp_path), {"seed": 0, "checkpoint": "m.pt", "foreign": {"stride": 2}})
-  (tmp_path / "state.msgpack").write_bytes(b"x")
-  now = {"seed": 0, "threat": {"model": "m.pt", "stride": 2}}
-  wd.check_resumable(now, str(tmp_path), "state.msgpack", renamed=renamed)
-  with pytest.raises(ConfigError, match="differs .* in threat.model"):
-    wd.check_resumable(
-      {"seed": 0, "threat": {"model": "other.pt", "stride": 2}},
-      str(tmp_path),
-      "state.msgpack",
-      renamed=renamed,
-    )
-  nested = {"base": now}  # a harness's config holds the job under a section
-  wd.write_config(str(tmp_path), {"base": {"seed": 0, "checkpoint": "m.pt"}})
-  with pytest.raises(ConfigError, match="in base.threat.model"):
-    wd.check_resumable(
-      {"base": {"seed": 0, "threat": {"model": "x.pt"}}},
-      str(tmp_path),
-      "state.msgpack",
-      renamed={f"base.{k}": f"base.{v}" for k, v in renamed.items()},
-    )
-  wd.check_resumable(nested, str(tmp_path), "state.msgpack", renamed=renamed)
+def _files(folder):
+  return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_a_config_json_of_names_from_before_0_2_0_is_refused_untouched(tmp_path):
+  """A workdir written before the settings moved into sections (``checkpoint``, the
+  ``foreign`` section, ``steps`` at the top) resumed under the names now; 0.2.0 refuses it in
+  one line naming the CHANGELOG's table, and leaves every file as it was."""
+  now = {"seed": 0, "threat": {"model": "m.pt", "stride": 2}, "search": {"steps": 5}}
+  before = {"seed": 0, "checkpoint": "m.pt", "foreign": {"stride": 2}, "steps": 5}
+  for cfg, stored in [(now, before), ({"base": now}, {"base": before})]:  # a harness's too
+    (tmp_path / "config.json").write_text(json.dumps({"config": stored, "environment": {}}))
+    (tmp_path / "state.msgpack").write_bytes(b"x")
+    files = _files(tmp_path)
+    with pytest.raises(ConfigError) as e:
+      wd.check_resumable(cfg, str(tmp_path), "state.msgpack")
+    says = str(e.value)
+    assert "\n" not in says and e.value.argument == "resume"
+    prefix = "base." if "base" in cfg else ""
+    assert says.startswith(
+      f"resume: {tmp_path / 'config.json'} holds settings this version does not have "
+      f"({prefix}checkpoint, {prefix}foreign.stride, {prefix}steps): it was written before "
+      "0.2.0, whose names it uses (see CHANGELOG.md, 0.2.0, 'Names that moved before 0.2.0')"
+    ), says
+    assert _files(tmp_path) == files
+  # a config.json of today records the version that wrote it, and names only today's settings
+  wd.write_config(str(tmp_path), now)
+  wd.check_resumable(now, str(tmp_path), "state.msgpack")
+  stored = json.loads((tmp_path / "config.json").read_text())
+  assert "recon_jax" in stored["environment"]["versions"]
+  stored["config"]["gone"] = 1  # a setting a later version dropped: not called pre-0.2.0
+  (tmp_path / "config.json").write_text(json.dumps(stored))
+  with pytest.raises(ConfigError, match=r"\(gone\): it was written by recon_jax "):
+    wd.check_resumable(now, str(tmp_path), "state.msgpack")
 
 
 def test_a_resume_is_refused_on_another_studys_workdir(tmp_path):
@@ -162,3 +172,61 @@ def test_the_library_run_takes_a_plan_and_says_so_otherwise(tmp_path):
   with pytest.raises(ConfigError, match=r"plan must be a Plan \(recon_jax.job.planning.prepare"):
     run.run_reconstruction(JobConfig(), str(tmp_path / "w"))
   assert not (tmp_path / "w").exists()
+
+
+def moved_names() -> dict:
+  """CHANGELOG.md's table of the names that moved before 0.2.0: ``{former: name now}``."""
+  with open(os.path.join(os.path.dirname(__file__), "..", "CHANGELOG.md")) as f:
+    text = f.read()
+  table = text.split("### Names that moved before 0.2.0", 1)[1].split("\n### ", 1)[0]
+  return dict(re.findall(r"^\| `([\w.]+)`[^|]* \| `([\w.]+)` \|$", table, re.M))
+
+
+def _as_before_0_2_0(config: dict) -> dict:
+  """A job's config.json ``config`` as the versions before 0.2.0 wrote it: each setting of
+  :func:`moved_names` under its former name."""
+  flat, out = wd.flatten(config), {}
+  former = {now: old for old, now in moved_names().items()}
+  for key, value in flat.items():
+    name = former.get(key, key)
+    head, _, leaf = name.partition(".")
+    if leaf:
+      out.setdefault(head, {})[leaf] = value
+    else:
+      out[name] = value
+  return out
+
+
+def test_changelog_lists_each_former_name_with_a_setting_of_today():
+  import recon_jax as rj
+
+  moved = moved_names()
+  assert len(moved) == 57 and moved["checkpoint"] == "threat.model"
+  flat = wd.flatten(rj.JobConfig().to_dict())
+  for old, now in moved.items():
+    assert now in flat and old not in flat, (old, now)
+
+
+def test_the_binary_refuses_to_resume_a_workdir_from_before_0_2_0(tmp_path, capsys):
+  """``--resume`` of a workdir whose config.json holds the former names: one line, exit 1,
+  every file of the workdir as it was (it resumed under the names now)."""
+  from experiments import reconstruct
+  from experiments.configs import reconstruct as configs
+  from recon_jax import cli
+  from recon_jax.job.settings import JobConfig
+
+  cfg = configs.get_config("tiny")
+  stored = _as_before_0_2_0(JobConfig(**cfg).to_dict())
+  assert stored["checkpoint"] == "" and stored["steps"] == 20 and "search" not in stored
+  work = tmp_path / "w"
+  work.mkdir()
+  (work / "config.json").write_text(json.dumps({"config": stored, "study": "reconstruct"}))
+  (work / "state.msgpack").write_bytes(b"state")
+  files = _files(work)
+  with pytest.raises(SystemExit) as e:
+    cli.main_guard(lambda: reconstruct.job(cfg, str(work), resume=True), cfg)
+  err = capsys.readouterr().err
+  assert e.value.code == 1 and err.count("\n") == 1, err
+  assert err.startswith(f"error: --resume: {work / 'config.json'} holds settings"), err
+  assert "written before 0.2.0" in err and "CHANGELOG.md, 0.2.0, 'Names that moved" in err
+  assert _files(work) == files

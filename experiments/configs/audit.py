@@ -9,10 +9,9 @@ Presets (``--config=experiments/configs/audit.py:PRESET``):
 import ml_collections
 
 from recon_jax.core import rules
-from recon_jax.job.audit import FIRST, NOT_LISTED, audit_renamed  # noqa: F401 (--help's)
+from recon_jax.job.audit import FIRST, NOT_LISTED  # noqa: F401 (--help's)
 from recon_jax.job.audit import HELP as AUDIT_HELP
 from recon_jax.job.settings import HELP as JOB_HELP
-from recon_jax.job.settings import RENAMED as RENAMED_IN_JOB
 from recon_jax.job.settings import Threat, reconstruct_config
 
 # The job's settings an audit holds at its top (the threat, the victim's loss) are not its job's.
@@ -21,19 +20,18 @@ HELP = {
   **AUDIT_HELP,
   **{f"job.{k}": v for k, v in JOB_HELP.items() if not k.startswith(_OWN)},
 }
-HIDDEN = NOT_LISTED  # the former name of theta0, and the job's settings an audit does not read
-RENAMED = audit_renamed(
-  RENAMED_IN_JOB, _OWN
-)  # former names: --config.job.steps, --config.checkpoint
+HIDDEN = NOT_LISTED  # the job's settings an audit does not read
 
-PRESETS = {"default": {}, "quick": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250}}
+PRESETS = {
+  "default": {},
+  "quick": {"search": {"num_restarts": 4, "steps": 1000, "chunk_steps": 250}},
+}
 
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   if preset not in PRESETS:
     raise KeyError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
   c = ml_collections.ConfigDict(rules.defaults_of(Threat))
-  c.init = ""
   c.loss = "logistic"
   job = reconstruct_config(**PRESETS[preset])
   del job["threat"], job["victim"]  # the audit's own, at its top

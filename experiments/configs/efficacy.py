@@ -14,7 +14,6 @@ from recon_jax.job.settings import nested
 from recon_jax.studies.leakage_map import BASE, RECIPES, map_config
 
 HELP = {f"base.{k}": v for k, v in reconstruct.HELP.items()}  # --help's text of each setting
-RENAMED = {f"base.{k}": f"base.{v}" for k, v in reconstruct.RENAMED.items()}  # former flags
 
 VARIANTS = {
   "default": {},

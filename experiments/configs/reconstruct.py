@@ -28,10 +28,9 @@ and meanings are the library's (``recon_jax.job.settings``); a preset overrides 
 import ml_collections
 
 from experiments.configs.victim import PRESETS as victim_presets
-from recon_jax.job.settings import (  # noqa: F401 (HELP: --help; RENAMED: former flags)
+from recon_jax.job.settings import (  # noqa: F401 (HELP: --help)
   HELP,
   KNOWN_INIT_ATTACK,
-  RENAMED,
   reconstruct_config,
 )
 

@@ -354,7 +354,6 @@ class KKTOptions:
     "first_order",
     "first_order (optimizer) | lm (Levenberg-Marquardt in the span; needs subspace)",
     Rule("str", choices=SOLVERS),
-    formerly="search",
   )
   lm_cg_maxiter: int = option(
     20,

@@ -225,18 +225,16 @@ def check_features(
 _UNSET_TYPE = {"int": int, "float": float, "str": str, "path": str, "range": str}
 
 
-def setting(default, meaning: str, rule: Rule, *, added: bool = False, formerly: str = ""):
+def setting(default, meaning: str, rule: Rule, *, added: bool = False):
   """One setting of a config dataclass: its ``default``, its ``meaning`` (what ``--help``
   says), its ``rule`` (what it may hold; ``rule.optional`` for one that may be unset, None),
   ``added``: declared after a cache key was first written from this class, so that at its
-  default it stays out of the key (older victims keep theirs), and ``formerly``: the dotted
-  name it had in the config that holds this class before it moved here (``checkpoint`` for
-  the job's ``threat.model``), still read for a release (:func:`renamed_of`)."""
+  default it stays out of the key (older victims keep theirs)."""
   if isinstance(default, (list, dict, set)):
     raise ValueError(f"a setting's default must be immutable, got {default!r}.")
   return dataclasses.field(
     default=default,
-    metadata={"help": meaning, "rule": rule, "added": added, "formerly": formerly},
+    metadata={"help": meaning, "rule": rule, "added": added},
   )
 
 
@@ -267,12 +265,6 @@ def unset_types(cls) -> dict:
 def added_defaults(cls) -> dict:
   """``{name: default}`` of the settings of ``cls`` declared ``added``."""
   return {f.name: f.default for f in _declared(cls) if f.metadata["added"]}
-
-
-def renamed_of(cls, prefix: str = "") -> dict:
-  """``{former name: prefix + name}`` of the settings of ``cls`` declared with ``formerly``
-  (``prefix``: where the holding config keeps ``cls``, e.g. ``threat.``)."""
-  return {f.metadata["formerly"]: prefix + f.name for f in _declared(cls) if f.metadata["formerly"]}
 
 
 def defaults_of(cls) -> dict:

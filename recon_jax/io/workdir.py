@@ -19,7 +19,7 @@ import os
 import platform
 import socket
 import sys
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -31,25 +31,15 @@ from recon_jax.io import checkpoint
 NOT_COMPARED = ("use_cache", "save_every", "distributed", "verbose", "max_memory_gb")
 # Settings whose default changed: {name: (former default, new default)}.  A config.json
 # written before the change holds the former default; it resumes under the new one.
-FORMER_DEFAULTS = {"subspace_tol": (0.001, 0.0), "task": ("binary", None)}
+FORMER_DEFAULTS = {"task": ("binary", None)}
+# Where a config.json of settings this version does not have, written before the version was
+# recorded in it, finds the names of now (0.2.0 reads no former name).
+BEFORE_0_2_0 = "CHANGELOG.md, 0.2.0, 'Names that moved before 0.2.0'"
 
 
 def _renamed_default(key: str, want, have) -> bool:
   former = FORMER_DEFAULTS.get(key.split(".")[-1])
   return former is not None and have == former[0] and want == former[1]
-
-
-def _name_now(key: str, want, renamed: Mapping[str, str]) -> str:
-  """``key`` of a config.json, or the name it has now in ``want`` where ``renamed`` says it
-  moved (``checkpoint`` -> ``threat.model``; ``base.checkpoint`` -> ``base.threat.model``)."""
-  if key in want:
-    return key
-  for old, new in renamed.items():
-    if key == old or key.endswith("." + old):
-      now = key[: len(key) - len(old)] + new
-      if now in want:
-        return now
-  return key
 
 
 def expand(path: str) -> str:
@@ -89,20 +79,19 @@ def open_run(
   resume: bool,
   overwrite: bool,
   study: Optional[str] = None,
-  renamed: Mapping[str, str] = {},
 ) -> str:
   """The workdir of a run about to start: checked resumable (``resume``: the same ``study``
-  and settings; ``renamed``: see :func:`check_resumable`) or writable, then created and
-  locked for this process (:func:`lock`)."""
+  and settings, :func:`check_resumable`) or writable, then created and locked for this
+  process (:func:`lock`)."""
   if resume:  # before prepare, which would create a missing folder
-    check_resumable(cfg, workdir, state_file, study, renamed)
+    check_resumable(cfg, workdir, state_file, study)
   path = prepare(workdir, overwrite or resume)
   lock(path)
-  OPENED[path] = (cfg, state_file, study, renamed)
+  OPENED[path] = (cfg, state_file, study)
   return path
 
 
-# The workdirs this process locked: {absolute path: (cfg, state file, study, renamed) of open_run,
+# The workdirs this process locked: {absolute path: (cfg, state file, study) of open_run,
 # or None when it only locked the folder}.  What an interrupted run can resume (:func:`saved`).
 OPENED: dict = {}
 
@@ -117,9 +106,9 @@ def saved(workdir: str) -> Optional[bool]:
     return None
   if OPENED[path] is None:
     return os.path.isfile(os.path.join(path, "config.json"))
-  cfg, state_file, study, renamed = OPENED[path]
+  cfg, state_file, study = OPENED[path]
   try:
-    check_resumable(cfg, path, state_file, study, renamed)
+    check_resumable(cfg, path, state_file, study)
   except Error:
     return False
   return True
@@ -297,7 +286,17 @@ def environment() -> dict:
   import jax
 
   vers = {}
-  for pkg in ("jax", "jaxlib", "jaxopt", "flax", "optax", "dm-pix", "numpy", "ml_collections"):
+  for pkg in (
+    "recon_jax",
+    "jax",
+    "jaxlib",
+    "jaxopt",
+    "flax",
+    "optax",
+    "dm-pix",
+    "numpy",
+    "ml_collections",
+  ):
     try:
       vers[pkg] = md.version(pkg)
     except md.PackageNotFoundError:
@@ -343,7 +342,6 @@ def begin(
   study: str,
   every: int,
   checked: bool = False,
-  renamed: Mapping[str, str] = {},
   **config_extra,
 ) -> StateFile:
   """A run starting in its opened ``workdir``: config.json written (``config_extra`` added),
@@ -352,7 +350,7 @@ def begin(
   the config stored beside it."""
   if resume:
     if not checked:
-      check_resumable(cfg, workdir, state_file, study, renamed)
+      check_resumable(cfg, workdir, state_file, study)
   else:
     write_config(workdir, cfg, study=study, **config_extra)
   return StateFile(inside(workdir, state_file), every, resume, {"config": jsonable(cfg)})
@@ -373,20 +371,38 @@ def _same(v):
   return "" if v is None else v  # an unset path was null in older config.json files
 
 
+def _refuse_unknown(unknown: list, cfg_path: str, environment) -> None:
+  """ConfigError where the config.json ``cfg_path`` holds settings this version does not
+  have (``unknown``): a name from before 0.2.0 where it records no recon_jax version
+  (``environment``), else one the version that wrote it had."""
+  if not unknown:
+    return
+  names = ", ".join(unknown[:5]) + (", ..." if unknown[5:] else "")
+  versions = environment.get("versions") if isinstance(environment, dict) else None
+  if isinstance(versions, dict) and "recon_jax" in versions:  # recorded since 0.2.0
+    why = f"it was written by recon_jax {versions['recon_jax'] or '(not installed)'}"
+  else:
+    why = f"it was written before 0.2.0, whose names it uses (see {BEFORE_0_2_0})"
+  raise ConfigError(
+    f"resume: {cfg_path} holds settings this version does not have ({names}): {why}; "
+    "start the run again in another workdir.",
+    "resume",
+  )
+
+
 def check_resumable(
   cfg,
   workdir: str,
   state_file: str,
   study: Optional[str] = None,
-  renamed: Mapping[str, str] = {},
 ) -> None:
   """Refuses a resume unless ``workdir`` holds ``state_file`` and a config.json of ``cfg``
   written by the same ``study`` (when given; a config.json that names none passes).
 
-  Settings a config.json written by an older version lacks count as their
-  defaults (so an older run still resumes), a setting it holds under a former name
-  (``renamed``: ``{former dotted name: name now}``, also under a section, ``base.``) is
-  compared as its name now; :data:`NOT_COMPARED` may differ.
+  Settings a config.json written by an older version lacks count as their defaults (so an
+  older run still resumes); one that holds a setting this version does not have (a name
+  from before 0.2.0, :data:`BEFORE_0_2_0`) is refused, nothing in the workdir touched;
+  :data:`NOT_COMPARED` may differ.
   """
   workdir = os.path.abspath(expand(workdir))
   if not os.path.isdir(workdir):
@@ -414,7 +430,7 @@ def check_resumable(
     )
   want = flatten(json.loads(json.dumps(jsonable(cfg))))
   have = flatten(stored) if isinstance(stored, dict) else {}
-  have = {_name_now(k, want, renamed): v for k, v in have.items()}
+  _refuse_unknown(sorted(set(have) - set(want)), cfg_path, whole.get("environment"))
   diff = [
     k
     for k in sorted(want)

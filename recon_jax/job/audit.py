@@ -26,34 +26,24 @@ from recon_jax.victims import foreign
 
 # Candidates per restart of a blind attack (no training images, so no n to scale with).
 BLIND_CANDIDATES = 40
-# The audit's settings beside the threat's: how the model was trained (the job's victim.loss)
-# and theta0's former name, still read.
+# The audit's setting beside the threat's: how the model was trained (the job's victim.loss).
 LOSSES = ("logistic", "ce")
 HELP = {
   **rules.meanings_of(Threat),
   "loss": "how it was trained: logistic (one output) | ce (one output per class)",
-  "init": "the former name of theta0 (still read)",
 }
 # Listed first by the audit's --help: the files a user gives (the job's settings follow).
 FIRST = ("model", "train", "heldout", "theta0", "loss")
-# Not listed by the audit's --help: theta0's former name, and the main job's settings that do
-# not apply to an imported model.
-NOT_LISTED = ("init", "job.data_dir", "job.use_cache")
+# Not listed by the audit's --help: the main job's settings that do not apply to an imported
+# model.
+NOT_LISTED = ("job.data_dir", "job.use_cache")
 
 
 def threat_of(settings: Mapping) -> Threat:
-  """The threat section of the audit's ``settings`` (its top level): theta0 given as
-  ``theta0`` or as ``init``, its former name (ConfigError when the two name different
-  files)."""
-  theta0, init = settings.get("theta0", ""), settings.get("init", "")
-  if theta0 and init and theta0 != init:
-    raise ConfigError(
-      f"threat.theta0={theta0!r} and init={init!r} (the former name of theta0) name "
-      "different files: give theta_0 once, as theta0.",
-      "threat.theta0",
-    )
-  given = {f.name: settings[f.name] for f in dataclasses.fields(Threat) if f.name in settings}
-  return Threat(**dict(given, theta0=theta0 or init))
+  """The threat section of the audit's ``settings`` (its top level)."""
+  return Threat(
+    **{f.name: settings[f.name] for f in dataclasses.fields(Threat) if f.name in settings}
+  )
 
 
 def audit_job(
@@ -100,20 +90,3 @@ def audit_job(
 def _dense_first_layer(path: str) -> bool:
   """Whether the model's first layer is dense (its candidates can live in the span)."""
   return foreign.first_layer_input(path)[0] == "dense"
-
-
-def audit_renamed(renamed_in_job: dict, own: tuple) -> dict:
-  """The audit's former flags, ``{former: now}``: the job's settings that moved into a
-  section, under ``job.`` (``job.steps`` -> ``job.search.steps``), except those the audit
-  holds at its top (``own`` prefixes); and those that moved into the threat section, which
-  are the audit's own at its top, read under their former names with or without ``job.``
-  (``job.checkpoint`` and ``checkpoint`` -> ``model``)."""
-  out = {
-    f"job.{old}": f"job.{new}" for old, new in renamed_in_job.items() if not new.startswith(own)
-  }
-  for old, new in renamed_in_job.items():
-    if new.startswith("threat."):
-      for where in ("job.", ""):
-        if f"{where}{old}" != new.removeprefix("threat."):
-          out[f"{where}{old}"] = new.removeprefix("threat.")
-  return out

@@ -269,11 +269,6 @@ def resolve(job, requested_victim: Optional[dict] = None, explicit=()) -> Plan:
   return job if isinstance(job, Plan) else prepare(job, requested_victim, explicit)
 
 
-def validate(cfg, explicit=(), requested_victim: Optional[dict] = None) -> Plan:
-  """:func:`prepare` with its arguments in this order (``explicit`` first)."""
-  return prepare(cfg, requested_victim, explicit)
-
-
 def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   """Raises an error naming the first setting of ``cfg`` (its types checked, its paths
   expanded) that cannot run, before any work; returns the job's

@@ -17,7 +17,7 @@ from recon_jax.eval import verdict
 from recon_jax.eval.metrics_json import Metrics
 from recon_jax.io import workdir
 from recon_jax.job import figures, pipeline, planning, report
-from recon_jax.job.settings import RENAMED, JobConfig
+from recon_jax.job.settings import JobConfig
 
 
 def restart_table(restarts) -> str:
@@ -75,10 +75,9 @@ def run_reconstruction(
 
 
 def open_workdir(cfg: JobConfig, path: str, *, resume: bool, overwrite: bool) -> str:
-  """The main job's workdir opened (:func:`recon_jax.io.workdir.open_run`): a config.json
-  of the settings' former names (:data:`~recon_jax.job.settings.RENAMED`) resumes."""
+  """The main job's workdir opened (:func:`recon_jax.io.workdir.open_run`)."""
   return workdir.open_run(
-    cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct", renamed=RENAMED
+    cfg, path, STATE_FILE, resume=resume, overwrite=overwrite, study="reconstruct"
   )
 
 

@@ -5,22 +5,23 @@ the library reads.  :func:`reconstruct_config` is the same settings as an
 ``ml_collections.ConfigDict`` (what a binary's flags override; ``JobConfig(**config)``
 turns it into the type); :data:`HELP` says what every setting means (the binaries'
 ``--help`` shows it).  The binaries' config files (``experiments/configs/``) only add
-presets on top.
+presets on top.  The sections every attack shares (:class:`Threat`, :class:`Search`,
+:class:`Evaluation`, :class:`Runtime`) are declared in :mod:`recon_jax.job.sections`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Mapping, Optional
-import warnings
+from typing import Mapping
 
 import ml_collections
 from ml_collections import config_dict
 
 from recon_jax.core import rules
-from recon_jax.core.rules import INT32_MAX, Rule, setting
+from recon_jax.core.rules import Rule, setting
 from recon_jax.errors import ConfigError
+from recon_jax.job.sections import Evaluation, Runtime, Search, Threat, _refuse_unknown
 from recon_jax.victims.recipe import HELP as VICTIM_HELP
 from recon_jax.victims.recipe import OPTIONAL as _OPTIONAL
 from recon_jax.victims.recipe import VictimConfig
@@ -50,17 +51,6 @@ KNOWN_INIT_ATTACK = {
 DEEP_HANDOVER_SEARCH = {**KNOWN_INIT_ATTACK, "search.num_restarts": 4, "search.steps": 2000}
 
 
-def _choices(module: str, name: str):
-  """The valid values of a setting, read from the module that defines them when checked."""
-
-  def get():
-    import importlib
-
-    return tuple(getattr(importlib.import_module(module), name))
-
-  return get
-
-
 def _attack_names():
   from recon_jax import attacks
 
@@ -68,297 +58,6 @@ def _attack_names():
 
 
 _B, _P = Rule("bool"), Rule("path")
-
-
-class _Section:
-  """A section of the main job's settings: a name it has no field for, or a value that
-  breaks a field's rule, is refused where the section is built, named as the job names it
-  (``prefix``)."""
-
-  prefix = ""
-
-  def __new__(cls, *args, **given):
-    _refuse_unknown(cls, given, cls.prefix)
-    return super().__new__(cls)
-
-  def __post_init__(self):
-    rules.check_declared(self, type(self), self.prefix)
-
-
-@dataclasses.dataclass(frozen=True)
-class Threat(_Section):
-  """What the attacker knows (the main job's ``threat`` section): the model (theta*, a file,
-  or '' for the victim trained here), theta_0 and where it comes from, the images the model
-  was trained on and held-out ones, and how a PyTorch or safetensors model reads its input.
-  The audit's settings are these, at its top.  ``formerly``: each one's name before it moved
-  here (still read for a release: :data:`RENAMED`)."""
-
-  prefix = "threat."  # where the job holds it (its errors' names)
-
-  model: str = setting(
-    "",
-    "attack this model instead of training one: recon_jax's victim.msgpack, a PyTorch state "
-    "dict (.pt/.pth) or safetensors, weights [out, in]",
-    _P,
-    formerly="checkpoint",
-  )
-  known_init: bool = setting(
-    False,
-    "the attacker knows theta_0, the weights training started from (a public checkpoint or "
-    "seed), and fits theta* - theta_0",
-    Rule("bool", feature="known_init_attack"),
-    formerly="known_init",
-  )
-  theta0: str = setting(
-    "",
-    "known_init: theta_0 from this file (the model's formats; '' the victim's own: stored "
-    "with it, or re-created from its recipe); not init, where the search's candidates start",
-    Rule("path", feature="known_init"),
-    formerly="init_checkpoint",
-  )
-  train: str = setting(
-    "",
-    "the model's own training images: an ImageFolder folder (one subfolder per class), an "
-    ".npz (x, y) or MNIST/CIFAR files ('' the victim's dataset draw)",
-    _P,
-    formerly="train_data",
-  )
-  heldout: str = setting(
-    "",
-    "held-out images of the same distribution, same formats (needed with train)",
-    _P,
-    formerly="heldout_data",
-  )
-  image_size: str = setting(
-    "",
-    "HxW: resize the train/heldout images to this ('' as they are)",
-    Rule("str", feature="user_data"),
-    formerly="image_size",
-  )
-  allow_data_mismatch: bool = setting(
-    False,
-    "attack a recon_jax model trained on other images (warns)",
-    Rule("bool", feature="own_checkpoint"),
-    formerly="allow_data_mismatch",
-  )
-  data_mean: str = setting(
-    "",
-    ".npy per-pixel mean a PyTorch/safetensors model was trained with ('' none)",
-    Rule("path", feature="foreign"),
-    formerly="foreign.data_mean",
-  )
-  input_layout: str = setting(
-    "nchw",
-    "how a PyTorch/safetensors model flattened conv features (PyTorch: nchw)",
-    Rule("str", choices=("nchw", "nhwc"), feature="foreign"),
-    formerly="foreign.input_layout",
-  )
-  stride: int = setting(
-    1,
-    "a PyTorch/safetensors model's conv stride (PyTorch's default)",
-    Rule("int", low=1, high=1024, feature="foreign"),
-    formerly="foreign.stride",
-  )
-  padding: int = setting(
-    0,
-    "a PyTorch/safetensors model's conv padding (PyTorch's default)",
-    Rule("int", low=0, high=1024, feature="foreign"),
-    formerly="foreign.padding",
-  )
-
-
-@dataclasses.dataclass(frozen=True)
-class Search(_Section):
-  """How the candidates are searched for (the main job's ``search`` section): the restarts
-  and their steps, the candidates and where they start, the hyperparameters' ranges (one
-  draw per restart), the refinement and annealing stages, the seed, the batching."""
-
-  prefix = "search."  # where the job holds it (its errors' names)
-
-  seed: int = setting(
-    0,
-    "seed of the hyperparameter draws and starting points",
-    Rule("int", low=0, high=2**32 - 1),
-    formerly="seed",
-  )
-  num_restarts: int = setting(
-    16,
-    "restarts R, batched in one compiled program",
-    Rule("int", low=1, feature="search", explicit_only=True),
-    formerly="num_restarts",
-  )
-  steps: int = setting(
-    4000,
-    "optimisation steps per restart",
-    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-    formerly="steps",
-  )
-  chunk_steps: int = setting(
-    1000,
-    "steps per compiled chunk, between progress lines and saves",
-    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-    formerly="chunk_steps",
-  )
-  m: int = setting(
-    0,
-    "candidates per restart (0: m_per_sample x n)",
-    Rule("int", low=0, high=INT32_MAX, note="0: m_per_sample x n"),
-    formerly="m",
-  )
-  m_per_sample: int = setting(
-    2,
-    "candidates per training sample when m = 0 (Haim et al.: 2)",
-    Rule("int", low=1, high=INT32_MAX, feature="search", explicit_only=True),
-    formerly="m_per_sample",
-  )
-  init: str = setting(
-    "gaussian",
-    "x-init: gaussian | uniform | ground_truth | partition | mix",
-    Rule(
-      "str",
-      choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),
-      feature="search",
-      explicit_only=True,
-    ),
-    formerly="init",
-  )
-  sweep: str = setting(
-    "random",
-    "random (the ranges below) | paper (Haim et al. App. B ranges)",
-    Rule("str", choices=("random", "paper"), feature="search", explicit_only=True),
-    formerly="sweep",
-  )
-  lr_x: str = setting(
-    "0.03:0.6:log",
-    "candidates' learning rate (range: one draw per restart)",
-    Rule("range", feature="first_order"),
-    formerly="lr_x",
-  )
-  lr_lam: str = setting(
-    "1e-4:1e-2:log",
-    "multipliers' (lambda) learning rate",
-    Rule("range", feature="lr_lam"),
-    formerly="lr_lam",
-  )
-  sigma_x: str = setting(
-    "1e-4:1e-2:log",
-    "std of the candidates' Gaussian starting points",
-    Rule("range", feature="search"),
-    formerly="sigma_x",
-  )
-  alpha: str = setting(
-    "10:40:lin", "surrogate ReLU sharpness", Rule("range", feature="alpha"), formerly="alpha"
-  )
-  lam_min: str = setting(
-    "0.2:0.7:lin",
-    "lambda below this is penalised (the KKT lambda >= 0 term)",
-    Rule("range", feature="lam_min"),
-    formerly="lam_min",
-  )
-  optimizer: str = setting(
-    "sgd",
-    "sgd (momentum 0.9) | adam",
-    Rule("str", choices=_choices("recon_jax.optim", "OPTIMIZERS"), feature="first_order"),
-    formerly="optimizer",
-  )
-  refine_steps: int = setting(
-    0,
-    "a sharp-alpha refinement stage after `steps` (0: off)",
-    Rule("int", low=0, high=INT32_MAX, note="0: off"),
-    formerly="refine_steps",
-  )
-  refine_alpha: float = setting(
-    200.0,
-    "the refinement stage's alpha (sharper: closer to ReLU)",
-    Rule("float", low=0, high=1e6, low_open=True, feature="refine"),
-    formerly="refine_alpha",
-  )
-  refine_lr_scale: float = setting(
-    0.1,
-    "the refinement stage's learning rates, times this",
-    Rule("float", low=0, high=1e3, low_open=True, feature="refine"),
-    formerly="refine_lr_scale",
-  )
-  anneal_alpha: float = setting(
-    0.0,
-    "> 0: alpha rises geometrically to this over `steps` (0: fixed)",
-    Rule("float", low=0, high=1e6, note="0: fixed", feature="alpha"),
-    formerly="anneal_alpha",
-  )
-  anneal_stages: int = setting(
-    8,
-    "how many steps of that rise (each a stage of steps/anneal_stages)",
-    Rule("int", low=2, high=INT32_MAX, feature="anneal", explicit_only=True),
-    formerly="anneal_stages",
-  )
-  batching: str = setting(
-    "auto",
-    "auto (map on CPU, vmap on GPU/TPU) | vmap | map",
-    Rule("str", choices=_choices("recon_jax.engine.loop", "BATCHINGS")),
-    formerly="batching",
-  )
-
-
-@dataclasses.dataclass(frozen=True)
-class Evaluation(_Section):
-  """How the candidates are scored (the main job's ``evaluation`` section)."""
-
-  prefix = "evaluation."  # where the job holds it (its errors' names)
-
-  identify: bool = setting(
-    True,
-    "attacker-side scores: which candidates would an attacker trust?",
-    _B,
-    formerly="identify",
-  )
-  identify_stability_candidates: int = setting(
-    64,
-    "candidates re-run for the stability score (0: none)",
-    Rule("int", low=0, high=INT32_MAX, note="0: no stability score", feature="identify"),
-    formerly="identify_stability_candidates",
-  )
-  ssim_threshold: Optional[float] = setting(
-    None,
-    "strict recovery; default by image size",
-    Rule("float", low=0, high=1, low_open=True, optional=True),
-    formerly="ssim_threshold",
-  )
-
-
-@dataclasses.dataclass(frozen=True)
-class Runtime(_Section):
-  """How the run uses this machine: precision, memory, saves, hosts (the main job's
-  ``runtime`` section)."""
-
-  prefix = "runtime."  # where the job holds it (its errors' names)
-
-  x64: bool = setting(
-    False, "float64 everywhere (slower; for the stationarity floor)", _B, formerly="x64"
-  )
-  matmul_precision: str = setting(
-    "default",
-    "default | high | highest",
-    Rule("str", choices=_choices("recon_jax.engine.precision", "MATMUL_PRECISIONS")),
-    formerly="matmul_precision",
-  )
-  max_memory_gb: float = setting(
-    0.0,
-    "refuse a sweep whose restart state needs more (0: free memory)",
-    Rule("float", low=0, high=1e9, note="0: this machine's memory"),
-    formerly="max_memory_gb",
-  )
-  save_every: int = setting(
-    1,
-    "save state.msgpack every N chunks (0: never)",
-    Rule("int", low=0, high=INT32_MAX, note="0: never"),
-    formerly="save_every",
-  )
-  distributed: bool = setting(
-    False,
-    "jax.distributed.initialize() first (multi-host sweeps)",
-    _B,
-    formerly="distributed",
-  )
 
 
 def _attack_sections() -> dict:
@@ -398,14 +97,14 @@ SECTIONS = {
 class _JobSettings:
   """The main job's settings, typed: every setting, its default and its meaning.
 
-  The settings every attack shares are declared here, by section; each attack's own options
+  The settings every attack shares are declared by section (:mod:`recon_jax.job.sections`)
+  and, for the few at the top, here; each attack's own options
   are declared with it (its spec's ``options``, e.g. :class:`recon_jax.attacks.kkt.KKTOptions`)
   and held as a section under the attack's name (``kkt.subspace``; :data:`ATTACK_SECTIONS`).
   A binary parses its flags into an ``ml_collections.ConfigDict``
   (:func:`reconstruct_config`) and hands the library ``JobConfig(**config)``; the
   library reads this and nothing else.  ``victim`` and every section may be given as a
-  mapping (a setting's name before it moved to a section, :data:`RENAMED`, is read as its
-  new one for a release); unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
+  mapping, and a section's setting by its dotted name (``"search.steps"``); unset ranges (``lr_x``...) are ``VALUE`` or ``LO:HI[:log|lin]``.
   Each setting is checked against its rule when the config is built (and again by
   ``dataclasses.replace``): a :class:`~recon_jax.errors.ConfigError` naming the first
   that breaks its type or range (:func:`check_types`), raised on the line that built it.
@@ -450,13 +149,6 @@ class _JobSettings:
     Rule("bool", feature="trains"),
   )
 
-  def __getattr__(self, name):  # a setting's former name, read for a release (RENAMED)
-    if name not in _FORMER_ATTRIBUTES:
-      raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
-    new = _FORMER_ATTRIBUTES[name]
-    warnings.warn(f"JobConfig.{name} is now JobConfig.{new}", DeprecationWarning, stacklevel=2)
-    return functools.reduce(getattr, new.split("."), self)
-
   def __post_init__(self):
     v = self.victim
     if not isinstance(v, VictimConfig):
@@ -484,10 +176,10 @@ class _JobSettings:
     return config if isinstance(config, cls) else cls(**dict(config))
 
   def replace(self, **changes) -> "_JobSettings":
-    """A copy with ``changes``: a setting's former name is read as its new one, a dotted
-    name (``"victim.lr"``, ``"search.steps"``) changes that setting of this config's section,
-    and one setting given two values is refused (:func:`renamed`)."""
-    return dataclasses.replace(self, **renamed(changes, base=self))
+    """A copy with ``changes``: a dotted name (``"victim.lr"``, ``"search.steps"``) changes
+    that setting of this config's section, and one setting given two values is refused
+    (:func:`into_sections`)."""
+    return dataclasses.replace(self, **into_sections(changes, base=self))
 
   def to_dict(self) -> dict:
     """The settings as nested plain values (config.json's ``config``)."""
@@ -516,13 +208,13 @@ def value_of(cfg: JobConfig, name: str):
   return functools.reduce(getattr, name.split("."), cfg)
 
 
-def _reading_former_names(init):
-  """``init`` taking a setting's former name as its new one (:func:`renamed`), and refusing
-  an unknown name in one line naming it, not a TypeError."""
+def _reading_dotted_names(init):
+  """``init`` taking a section's setting by its dotted name (:func:`into_sections`), and
+  refusing an unknown name in one line naming it, not a TypeError."""
 
   @functools.wraps(init)
   def __init__(self, *args, **given):
-    given = renamed(given)
+    given = into_sections(given)
     _refuse_unknown(type(self), given)
     init(self, *args, **given)
 
@@ -549,7 +241,7 @@ JobConfig = dataclasses.make_dataclass(
   frozen=True,
 )
 JobConfig.__module__, JobConfig.__doc__ = __name__, _JobSettings.__doc__
-JobConfig.__init__ = _reading_former_names(JobConfig.__init__)
+JobConfig.__init__ = _reading_dotted_names(JobConfig.__init__)
 
 
 def _whole(name: str, section) -> bool:
@@ -581,104 +273,35 @@ def _entries(section, name: str) -> dict:
   return dict(_section(section, name, typename.get(name, "Threat")))
 
 
-def _refuse_unknown(cls, given, prefix: str = "") -> None:
-  """Raises ConfigError naming the first of ``given``'s names that ``cls`` has no field for."""
-  unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
-  if unknown:
-    more = f" (nor {', '.join(prefix + u for u in unknown[1:])})" if unknown[1:] else ""
-    raise ConfigError(
-      f"{prefix + unknown[0]} is not a setting{more}; the settings are the fields of "
-      f"{cls.__name__}.",
-      prefix + unknown[0],
-    )
-
-
-# Every setting's former name and where it lives now ({"checkpoint": "threat.model",
-# "foreign.stride": "threat.stride", ...}), read off the declarations' ``formerly``: a
-# config, a flag or a config.json that uses a former name still works for a release.
-RENAMED = {
-  # each attack's options were settings at the top, of the same names, before they moved
-  # into the attack's section
-  **{
-    leaf: f"{name}.{leaf}" for name, cls in ATTACK_SECTIONS.items() for leaf in rules.rules_of(cls)
-  },
-  **{
-    old: new
-    for name, cls in SECTIONS.items()
-    for old, new in rules.renamed_of(cls, f"{name}.").items()
-  },
-}
-# The former attributes of a JobConfig: each moved setting, and the foreign section (now
-# part of threat).
-_FORMER_ATTRIBUTES = {
-  **{old: new for old, new in RENAMED.items() if "." not in old and old not in SECTIONS},
-  "foreign": "threat",
-}
-
-
-def is_former(name: str, value=None) -> bool:
-  """Whether ``name`` (given ``value``) is a setting's former name: kkt's former ``search``
-  (a string) is, the ``search`` section is not."""
-  return name in RENAMED and not (name in SECTIONS and not isinstance(value, str))
-
-
-def renamed(given, base=None) -> dict:
-  """``given`` (settings of the main job by name) with each former name (:data:`RENAMED`;
-  a ``foreign`` section's entries too; a DeprecationWarning names each) and each dotted
-  name of a section's setting (``"runtime.x64"``, ``"victim.lr"``) moved into its section.
+def into_sections(given, base=None) -> dict:
+  """``given`` (settings of the main job by name) with each dotted name of a section's
+  setting (``"runtime.x64"``, ``"victim.lr"``) moved into its section.
 
   A section given in part (a mapping of some of its settings) holds the user's own values: a
-  former or dotted name that gives one of them another value is refused naming both
-  (ConfigError), as are two names of one setting with different values.  A section given
-  whole, as its object (what ``dataclasses.replace`` passes) or a mapping of all its settings
-  (a ConfigDict of :func:`reconstruct_config`), is the base those names change; without the
-  section, ``base``'s (a JobConfig: :meth:`JobConfig.replace`) or the defaults are.
+  dotted name that gives one of them another value is refused naming both (ConfigError).  A
+  section given whole, as its object (what ``dataclasses.replace`` passes) or a mapping of
+  all its settings (a ConfigDict of :func:`reconstruct_config`), is the base those names
+  change; without the section, ``base``'s (a JobConfig: :meth:`JobConfig.replace`) or the
+  defaults are.
   """
   given = dict(given)
   own = {k: v for k, v in given.items() if _is_mapping(v) and not _whole(k, v)}  # the user's
-  moved = {}
-  for key in list(given):
-    if key == "foreign":  # the former section itself: each of its entries
-      moved.update({f"foreign.{k}": v for k, v in _entries(given.pop(key), key).items()})
-    elif is_former(key, given[key]) or ("." in key and key.partition(".")[0] in _DOTTED):
-      moved[key] = given.pop(key)
-  by: dict = {}  # each setting moved, by its name now: (the name it was given as, the value)
-  for key, value in moved.items():
-    new = RENAMED.get(key, key)
-    if new.startswith("foreign."):  # an entry the former section did not have either
-      new = "threat." + new.partition(".")[2]
-    section, _, leaf = new.partition(".")
-    if new in by and not rules.same(by[new][1], value):
-      _refuse_twice(new, (by[new][0], f"{by[new][0]}={by[new][1]!r}"), (key, f"{key}={value!r}"))
-    if leaf and section in own and leaf in own[section]:
-      if not rules.same(own[section][leaf], value):
-        held = f"{section}={{{leaf!r}: {own[section][leaf]!r}}}"
-        _refuse_twice(new, (new, held), (key, f"{key}={value!r}"))
-    by[new] = key, value
-  for key, value in moved.items():
-    new = RENAMED.get(key, key)
-    if new.startswith("foreign."):
-      new = "threat." + new.partition(".")[2]
-    if new != key:
-      warnings.warn(f"the setting {key} is now {new}", DeprecationWarning, stacklevel=3)
-    section, _, leaf = new.partition(".")
-    if not leaf:  # a setting at the top renamed
-      given[section] = value
-      continue
+  dotted = [k for k in given if "." in k and k.partition(".")[0] in _DOTTED]
+  for key, value in [(k, given.pop(k)) for k in dotted]:
+    section, _, leaf = key.partition(".")
+    if section in own and leaf in own[section] and not rules.same(own[section][leaf], value):
+      held = f"{section}={{{leaf!r}: {own[section][leaf]!r}}}"
+      _refuse_twice(key, held, f"{key}={value!r}")
     held = given.get(section, getattr(base, section, None) if base is not None else {})
     given[section] = {**_entries(held if held is not None else {}, section), leaf: value}
   return given
 
 
-def _refuse_twice(new: str, *given: tuple) -> None:
-  """ConfigError: the setting ``new`` given two values, ``given``: ``(the name it was given
-  as, how it was given)`` each (``steps=5``; ``search={'steps': 7}``)."""
-  formerly = [name for name, _ in given if name != new]
-  why = f" ({' and '.join(formerly)}: the former name of {new})" if formerly else ""
+def _refuse_twice(name: str, first: str, second: str) -> None:
+  """ConfigError: the setting ``name`` given two values, as ``first`` and as ``second``
+  (``search={'steps': 7}``; ``search.steps=5``)."""
   raise ConfigError(
-    f"{given[1][1]} and {given[0][1]} are the same setting{why}, given two values; give it once.",
-    new,
-    (),
+    f"{second} and {first} are the same setting, given two values; give it once.", name, ()
   )
 
 
@@ -752,8 +375,8 @@ def reconstruct_config(victim=None, **overrides) -> ml_collections.ConfigDict:
   """The main job's config: every setting at its default, then ``victim`` and ``overrides``.
 
   ``victim`` is a dict of victim settings; ``overrides`` are top-level settings and
-  sections (``threat`` a dict; a setting's former name is read as its new one,
-  :data:`RENAMED`).  Raises KeyError naming an unknown setting.
+  sections (``threat`` a dict, or a section's setting by its dotted name, ``"search.steps"``).
+  Raises KeyError naming an unknown setting.
   """
   c = ml_collections.ConfigDict()
   c.victim = victim_section(**dict(victim or {}))
@@ -765,7 +388,7 @@ def reconstruct_config(victim=None, **overrides) -> ml_collections.ConfigDict:
     if name in _UNSET:  # a typed placeholder of its own per config, then the default
       node[leaf] = config_dict.placeholder(_UNSET[name])
     node[leaf] = default
-  overrides = renamed(overrides)
+  overrides = into_sections(overrides)
   unknown = sorted(set(overrides) - {n.partition(".")[0] for n, _, _ in SETTINGS})
   if unknown:
     raise KeyError(f"unknown settings {unknown}")

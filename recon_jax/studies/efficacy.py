@@ -29,7 +29,6 @@ from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval import identifiability
 from recon_jax.eval.metrics_json import Metrics, Selection, fits, shown
 from recon_jax.io import plots
-from recon_jax.job import settings
 
 
 class Number(NamedTuple):
@@ -446,7 +445,6 @@ def variant_config(cfg, name: str):
     )
   out = copy.deepcopy(cfg.base)
   for key, value in _flat(cfg.variants[name]).items():
-    key = settings.RENAMED.get(key, key)  # a setting's former name (for a release)
     target, leaf = out, key
     while "." in leaf:
       head, leaf = leaf.split(".", 1)

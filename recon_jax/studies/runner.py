@@ -21,7 +21,7 @@ from recon_jax.engine import precision
 from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval.metrics_json import shown
 from recon_jax.io import workdir
-from recon_jax.job import planning, settings
+from recon_jax.job import planning
 from recon_jax.job.run import STATE_FILE, run_reconstruction
 from recon_jax.studies import (
   efficacy,
@@ -157,9 +157,8 @@ def run_efficacy(
     configs = check_efficacy(cfg, variants, draws, first_draw)
   if resume:
     check_variants_resumable(path, variants)
-  renamed = {f"base.{old}": f"base.{new}" for old, new in settings.RENAMED.items()}
   path = workdir.open_run(
-    cfg, path, "config.json", resume=resume, overwrite=overwrite, study="efficacy", renamed=renamed
+    cfg, path, "config.json", resume=resume, overwrite=overwrite, study="efficacy"
   )
   workdir.write_config(
     path, cfg, study="efficacy", variants=list(variants), draws=draws, first_draw=first_draw

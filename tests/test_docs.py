@@ -461,10 +461,10 @@ def layout_problems(text: str) -> list:
   out += [f"layout: recon_jax/{p.name}/ is not named" for p in sorted(subpackages - set(named))]
   order = [p.name for p in named if p.parent.name == "recon_jax" and p.is_dir()]
   for i, pkg in enumerate(order):
-    for path in sorted((ROOT / "recon_jax" / pkg).glob("*.py")):
+    for path in sorted((ROOT / "recon_jax" / pkg).rglob("*.py")):
       used = re.findall(r"^\s*(?:from|import) recon_jax\.(\w+)", path.read_text(), re.M)
       out += [
-        f"layout: recon_jax/{pkg}/{path.name} imports recon_jax.{other}, listed below it"
+        f"layout: {path.relative_to(ROOT)} imports recon_jax.{other}, listed below it"
         for other in sorted(set(used) & set(order[i + 1 :]))
       ]
   return out

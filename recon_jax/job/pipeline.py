@@ -394,7 +394,8 @@ def on_box(att: Attacked, input_ndim: int) -> Tuple[Attacked, float]:
   its restarts and, after a hand-over, the cone's and what it read again of the search's;
   ``outside``: the fraction of their pixels the projection moved.  The search's soft box
   prior leaves pixels outside it, and the evaluation stretches each image to its own range,
-  so a few bright pixels grey an image's background (docs/log/leakage.md)."""
+  so a few bright pixels grey an image's background: on MNIST 50 + 50 the clipped search
+  read 84 strictly where the same candidates unclipped read 35; faces moved by none."""
   box = att.target.box_lo, att.target.box_hi
 
   def clip(x):

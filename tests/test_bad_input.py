@@ -329,6 +329,14 @@ CASES = [
   ("unknown_arch", T, "tiny", {"victim.arch": "resnet"}, ["--config.victim.arch", "resnet"]),
   ("unknown_loss", T, "tiny", {"victim.loss": "hinge"}, ["--config.victim.loss", "hinge"]),
   ("unknown_init", R, "tiny", {"search.init": "zeros"}, ["--config.search.init ", "zeros"]),
+  # Runkel et al.'s mixed start needs the weights only the init study draws
+  (
+    "init_mix_outside_the_study",
+    R,
+    "tiny",
+    {"search.init": "mix"},
+    ["--config.search.init", "mix"],
+  ),
   ("unknown_victim_init", R, "tiny", {"victim.init": "zeros"}, ["--config.victim.init", "zeros"]),
   (
     "unknown_optimizer",

@@ -329,6 +329,13 @@ def _plan(cfg: JobConfig, explicit, requested_victim: Optional[dict]) -> Plan:
   check_unread_settings(cfg, spec)
   check_features(cfg, spec, foreign, own, explicit)
   check_known_init(cfg, foreign)
+  if cfg.search.init == "mix":  # its weights l1, l2 are drawn by the init study alone
+    raise ConfigError(
+      "init=mix: its mixing weights (Runkel et al. eq. 10) are the init study's axes "
+      "(recon_jax.studies.init_study); a reconstruction starts from gaussian, uniform, "
+      "ground_truth or partition.",
+      "search.init",
+    )
   if threat.train or threat.heldout:
     check_user_data(cfg, foreign)
   check_data_dir(vcfg, cfg.data_dir)

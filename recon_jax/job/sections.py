@@ -168,7 +168,7 @@ class Search(_Section):
   )
   init: str = setting(
     "gaussian",
-    "x-init: gaussian | uniform | ground_truth | partition | mix",
+    "x-init: gaussian | uniform | ground_truth | partition (mix: the init study only)",
     Rule(
       "str",
       choices=_choices("recon_jax.engine.inits", "INIT_SCHEMES"),

@@ -131,7 +131,7 @@ def _condensed(binary: str, folder: str):
     return run_results.toy_of(m, path)
   if binary != "efficacy":
     return run_results.init_study_of(m, path)
-  results = efficacy_results.results_of(m, path)
+  results = efficacy_results.results_of(m, path, has="default")
   # + the data set, and per draw whether the attacker's pick was the truly best restart
   config = os.path.join(folder, "config.json")
   dataset = _dataset(efficacy_results.read_object(config), config)

@@ -198,3 +198,35 @@ def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
   row = results_md.table_rows("r", run)[0].split(" | ")
   assert len(row) == len(results_md.heads()["efficacy"].split(" | "))
   assert row[-1].startswith("2.33") and results_md.heads()["efficacy"].endswith("spread of it")
+
+
+def test_the_harness_report_reads_back_as_written_and_a_damaged_one_in_one_line(tmp_path):
+  """metrics.json is written from the typed report and read back into it once, checked:
+  the same numbers (NaN: a number no draw had), each paired difference with its verdict;
+  a paired block or a variant's n of another shape is refused naming the key."""
+  from recon_jax.errors import ResultFileError
+  from recon_jax.studies import efficacy_results
+
+  a = [{"strict_pooled": x, "time_s": 2.0} for x in (3, 4, 5)]
+  b = [{"strict_pooled": x, "time_s": 1.0} for x in (1, 1, 2)]
+  out = runner._results([0, 1, 2], {"x": a, "y": b}, {"x": 6, "y": 6}, ["x", "y"], 0.95)
+  path = workdir.write_json(str(tmp_path), "metrics.json", out.to_dict())
+  back = efficacy_results.read_results(path)
+  assert back.reference == "x" and back.draws == (0, 1, 2) and back.n_train_of == {"x": 6, "y": 6}
+  assert back.paired["y"]["strict_pooled"].verdict == "worse"
+  assert back.variants["x"]["strict_pooled"].per_draw == (3.0, 4.0, 5.0)
+  assert np.isnan(back.variants["x"]["ssim_gt_0.4"].mean)  # no draw had it
+  written = json.loads((tmp_path / "metrics.json").read_text())
+  assert json.loads(json.dumps(workdir.jsonable(back.to_dict()))) == written
+  assert efficacy.efficacy_table(back, ["x", "y"]) == efficacy.efficacy_table(out, ["x", "y"])
+  for key, value, said in (
+    (
+      "paired_vs_x",
+      {"y": {"strict_pooled": dict(written["variants"]["x"]["strict_pooled"], verdict=3)}},
+      "paired_vs_x.y.strict_pooled.verdict holds 3, not a string",
+    ),
+    ("n_train_of", {"x": -1}, 'n_train_of holds {"x": -1}, not an object of counts'),
+  ):
+    with pytest.raises(ResultFileError) as e:
+      efficacy_results.results_of(dict(written, **{key: value}), path)
+    assert str(e.value) == f"{path}: {said}"

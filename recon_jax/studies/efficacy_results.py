@@ -115,24 +115,24 @@ def refuse(path: str, where: str, value, what: str):
   raise ResultFileError(path, f"{where} holds {held}, not {what}")
 
 
-def read_results(path: str) -> Optional[Results]:
+def read_results(path: str, has: Optional[str] = None) -> Optional[Results]:
   """The harness's report in file ``path`` (:func:`results_of`); None where there is none."""
   out = read_object(path)
-  return None if out is None else results_of(out, path)
+  return None if out is None else results_of(out, path, has)
 
 
 def _count(v) -> bool:
   return v is not None and fits(int, v) and v >= 0
 
 
-def results_of(out: Any, path: str) -> Results:
+def results_of(out: Any, path: str, has: Optional[str] = None) -> Results:
   """``out``, the harness's metrics.json read from ``path``, as :class:`Results`, where it
-  holds what the reproduction reads of it: its draws, n, and each variant's intervals (each
-  number's ``{mean, ci_low, ci_high, per_draw, n}``, the mean a number over at least one
-  draw, the bounds over two); else raises :class:`~recon_jax.errors.ResultFileError` naming
-  the file and the first key at fault.  A number a variant lacks is no fault (a claim that
-  reads it says so); the paired differences and the variants' n, where the file has them,
-  are checked alike."""
+  holds its draws, n, at least one variant (``has``: that one among them; the reproduction
+  reads ``default``) and each variant's intervals (each number's ``{mean, ci_low, ci_high,
+  per_draw, n}``, the mean a number over at least one draw, the bounds over two); else
+  raises :class:`~recon_jax.errors.ResultFileError` naming the file and the first key at
+  fault.  A number a variant lacks is no fault (a claim that reads it says so); the paired
+  differences and the variants' n, where the file has them, are checked alike."""
   if not isinstance(out, Mapping):
     raise ResultFileError(path, f"holds {shown(out)}, not a JSON object")
 
@@ -143,8 +143,10 @@ def results_of(out: Any, path: str) -> Results:
   draws, n, variants = (out.get(k, ABSENT) for k in ("draws", "n_train", "variants"))
   need(isinstance(draws, list) and all(map(_count, draws)), "draws", draws, "a list of draws")
   need(_count(n), "n_train", n, "a count of training images")
-  ok = isinstance(variants, Mapping) and isinstance(variants.get("default"), Mapping)
-  need(ok, "variants", variants, "an object with the variant default")
+  ok = isinstance(variants, Mapping) and bool(variants)
+  ok = ok and (has is None or isinstance(variants.get(has), Mapping))
+  what = "an object of variants" if has is None else f"an object with the variant {has}"
+  need(ok, "variants", variants, what)
   n_of = out.get("n_train_of")
   ok = n_of is None or (isinstance(n_of, Mapping) and all(map(_count, n_of.values())))
   need(ok, "n_train_of", n_of, "an object of counts")

@@ -185,9 +185,7 @@ def run_efficacy(
       logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])
   out = _results(list(numbers), per_draw, n_of, variants, cfg.confidence)
   if "map" in cfg:
-    written = out.to_dict()
-    leakage_map.write(path, written, cfg.map, n_of)  # (it reads the written form)
-    out = out._replace(map=written["map"])
+    out = leakage_map.write(path, out, cfg.map, n_of)
   text = efficacy.efficacy_table(out, variants)
   efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   workdir.write_text(path, "results.md", text)

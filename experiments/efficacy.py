@@ -37,7 +37,7 @@ def job(cfg, workdir, **kwargs):
   from recon_jax.studies import efficacy, runner
 
   path, out = runner.efficacy_job(cfg, workdir, **kwargs)
-  print(efficacy.efficacy_table(out, list(out["variants"])))
+  print(efficacy.efficacy_table(out, list(out.variants)))
   print(f"wrote {path}")
 
 

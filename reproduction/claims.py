@@ -1,10 +1,10 @@
 """Claims over the efficacy harness's numbers: verdicts from intervals.
 
-Everything here is a pure function of metrics dicts (as the binaries write them
-to metrics.json): :func:`evaluate` turns one claim's runs into its rows and
-verdict by a criterion fixed before any run (:data:`CRITERIA`), :func:`claims`
-does so for a list of claims, :func:`condense` keeps what the claims read of a
-run's metrics (:mod:`.results_md` writes them as Markdown).  :data:`SECTIONS` and :data:`CLAIMS` are the papers' claims that
+Everything here is a pure function of the runs' results, read typed
+(:mod:`.run_results`: an efficacy run's :class:`~.run_results.Harness`, a toy's or an init
+study's seeds): :func:`evaluate` turns one claim's runs into its rows and verdict by a
+criterion fixed before any run (:data:`CRITERIA`), :func:`claims` does so for a list of
+claims (:mod:`.results_md` writes them as Markdown).  :data:`SECTIONS` and :data:`CLAIMS` are the papers' claims that
 ``experiments/reproduce.py`` checks, each with its criterion.
 """
 
@@ -13,9 +13,10 @@ from __future__ import annotations
 import statistics
 from typing import Mapping, Sequence
 
-from recon_jax.eval.metrics_json import Selection
 from recon_jax.studies import efficacy
 from recon_jax.studies.efficacy import fmt
+from recon_jax.studies.efficacy_results import Interval
+from reproduction.run_results import Harness, InitStudy
 
 NEW = "n/a (new measurement)"
 CRITERIA = {
@@ -245,24 +246,24 @@ LEAKS = {
 }
 
 
-def interval(values: Sequence[float], conf: float = 0.95, bounds=None) -> dict:
+def interval(values: Sequence[float], conf: float = 0.95, bounds=None) -> Interval:
   """:func:`recon_jax.studies.efficacy.interval` of ``values`` (clipped to ``bounds``)."""
-  return efficacy.interval(values, conf, bounds)
+  return Interval.of(efficacy.interval(values, conf, bounds))
 
 
 def _yes(*above) -> str:
   """'yes' if every interval lies above 0 (or every check passed), 'too few draws' for n < 2."""
-  oks = [a if isinstance(a, bool) else (None if a["n"] < 2 else a["ci_low"] > 0) for a in above]
+  oks = [a if isinstance(a, bool) else (None if a.n < 2 else a.ci_low > 0) for a in above]
   return "too few draws" if None in oks else ("yes" if all(oks) else "no")
 
 
-def per_draw(m: Mapping, key: str, per_n: bool = False) -> list:
+def per_draw(m: Harness, key: str, per_n: bool = False) -> list:
   """The default variant's per-draw ``key`` (None as NaN), divided by n with ``per_n``."""
-  v = [float("nan") if x is None else x for x in m["variants"]["default"][key]["per_draw"]]
-  return [x / m["n_train"] for x in v] if per_n else v
+  v = [float("nan") if x is None else x for x in m.results.variants["default"][key].per_draw]
+  return [x / m.results.n_train for x in v] if per_n else v
 
 
-def best_baseline(m: Mapping, what: str = "strict") -> list:
+def best_baseline(m: Harness, what: str = "strict") -> list:
   """Per draw, the stronger baseline: held-out images or the mean image (as reconstructions)."""
   return [
     b if h != h else max(h, b)
@@ -270,16 +271,16 @@ def best_baseline(m: Mapping, what: str = "strict") -> list:
   ]
 
 
-def paired(a: Sequence[float], b: Sequence[float], conf: float, n=None) -> dict:
+def paired(a: Sequence[float], b: Sequence[float], conf: float, n=None) -> Interval:
   """The interval of the per-draw differences ``a - b`` (the lists paired draw by draw);
   with ``n``, differences of counts of n images, clipped to [-n, n]."""
   return interval([x - y for x, y in zip(a, b)], conf, None if n is None else (-n, n))
 
 
-def _leak(m: Mapping, conf: float, key: str = "strict_pooled", share: float = 0.0) -> dict:
+def _leak(m: Harness, conf: float, key: str = "strict_pooled", share: float = 0.0) -> dict:
   """Leak: the count ``key`` above the best baseline per draw; with ``share``, its mean also
   at least ``share`` x n."""
-  n = m["n_train"]
+  n = m.results.n_train
   d = paired(per_draw(m, key), best_baseline(m), conf, n)
   a = interval(per_draw(m, key), conf, (0, n))
   base = lambda k: fmt(interval(per_draw(m, f"baseline_{k}_strict"), conf, (0, n)))
@@ -287,23 +288,23 @@ def _leak(m: Mapping, conf: float, key: str = "strict_pooled", share: float = 0.
     attack=f"{key.replace('_', ' ')} {fmt(a)} of {n}",
     baselines=f"held-out {base('heldout')}, mean image {base('mean')}",
     statistic=f"minus best baseline {fmt(d)}" + (f"; {share:g} n = {share * n:g}" if share else ""),
-    verdict=_yes(d, *([bool(a["mean"] >= share * n)] if share else [])),
+    verdict=_yes(d, *([bool(a.mean >= share * n)] if share else [])),
   )
 
 
-def _findings(seeds: Sequence[Mapping], row) -> list:
+def _findings(seeds: Sequence[InitStudy], row) -> list:
   """One row per (sub-run, finding) of the init study, over seeds."""
   rows = []
-  for sub, r in seeds[0]["sub_runs"].items():
-    for name, f in r["findings"].items():
-      held = [m["sub_runs"][sub]["findings"][name]["reproduced"] for m in seeds]
+  for sub, found in seeds[0].findings.items():
+    for name, f in found.items():
+      held = [m.findings[sub][name].reproduced for m in seeds]
       held = [h for h in held if h is not None]
       verdict = (
         "not run (no grid)" if not held else "too few seeds" if len(held) < 3 else _yes(all(held))
       )
       rows += row(
         attack=f"holds in {sum(held)}/{len(held)} seeds" if held else "-",
-        statistic=f"seed 0: {f['evidence']}",
+        statistic=f"seed 0: {f.evidence}",
         verdict=verdict,
         claim=f"{sub}: {name.replace('_', ' ')}",
       )
@@ -313,22 +314,23 @@ def _findings(seeds: Sequence[Mapping], row) -> list:
 def evaluate(kind: str, rs: list, conf: float) -> list:
   """The rows of one claim, ``[{attack, baselines, statistic, verdict}]``, from its runs.
 
-  ``rs``: per run of the claim, an efficacy metrics dict, or (toy, init study)
-  the list of its seeds' metrics dicts.  Raises ValueError for an unknown
+  ``rs``: per run of the claim, an efficacy run (:class:`~.run_results.Harness`), or
+  (toy, init study) the list of its seeds' results (:mod:`.run_results`).  Raises ValueError for an unknown
   ``kind`` or paired runs on different draws.
   """
   e = lambda **k: [dict(dict(attack="-", baselines="-", statistic="-"), **k)]
   pooled = lambda m, per_n=False: per_draw(m, "strict_pooled", per_n)
   if (
     kind in ("fewer", "partition", "known_theta0", "lower_with_signal")
-    and rs[0]["draws"] != rs[1]["draws"]
+    and rs[0].results.draws != rs[1].results.draws
   ):
-    raise ValueError(f"paired runs on different draws: {rs[0]['draws']} vs {rs[1]['draws']}")
+    a, b = (list(r.results.draws) for r in rs[:2])
+    raise ValueError(f"paired runs on different draws: {a} vs {b}")
   if kind == "toy":
-    n, med = rs[0][0]["n_train"], lambda k: statistics.median(m[k] for m in rs[0])
-    at_init = interval([(m["at_init"] or {}).get("recovered", 0) for m in rs[0]], conf, (0, n))
+    n, med = rs[0][0].n_train, lambda k: statistics.median(getattr(m, k) for m in rs[0])
+    at_init = interval([m.at_init for m in rs[0]], conf, (0, n))
     return e(
-      attack=f"{fmt(interval([m['recovered'] for m in rs[0]], conf, (0, n)))} of {n} (median "
+      attack=f"{fmt(interval([m.recovered for m in rs[0]], conf, (0, n)))} of {n} (median "
       f"{med('recovered'):g}; best restart {med('recovered_best_restart'):g}, "
       f"pooled {med('recovered_pooled'):g})",
       baselines=f"its starting points {fmt(at_init)}",
@@ -345,9 +347,9 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       verdict=_yes(*[{"yes": True, "no": False}.get(r["verdict"]) for r in rows]),
     )
   if kind == "n_trend":
-    rs = sorted(rs, key=lambda m: m["n_train"])
+    rs = sorted(rs, key=lambda m: m.results.n_train)
     per_n = lambda key: "; ".join(
-      f"n={m['n_train']}: {fmt(interval(per_draw(m, key, True), conf, (0, 1)), 2)}" for m in rs
+      f"n={m.results.n_train}: {fmt(interval(per_draw(m, key, True), conf, (0, 1)), 2)}" for m in rs
     )
     d = paired(pooled(rs[0], True), pooled(rs[-1], True), conf)
     return e(
@@ -357,8 +359,8 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       verdict=_yes(d),
     )
   if kind in ("fewer", "partition", "known_theta0"):
-    d = paired(pooled(rs[0]), pooled(rs[1]), conf, rs[0]["n_train"])
-    a, b = (fmt(interval(pooled(m), conf, (0, m["n_train"]))) for m in rs)
+    d = paired(pooled(rs[0]), pooled(rs[1]), conf, rs[0].results.n_train)
+    a, b = (fmt(interval(pooled(m), conf, (0, m.results.n_train))) for m in rs)
     if kind == "partition":
       return e(
         attack=f"from the partition {a}",
@@ -376,7 +378,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
     return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=_yes(d))
   if kind == "lower_with_signal":
     (base, kai), s = rs, "ssim_gt_0.4"
-    counts = lambda v, m: fmt(interval(v, conf, (0, m["n_train"])))  # noqa: E731
+    counts = lambda v, m: fmt(interval(v, conf, (0, m.results.n_train)))  # noqa: E731
     lower = paired(per_draw(base, s), per_draw(kai, s), conf)
     sig = paired(per_draw(kai, s), best_baseline(kai, s), conf)
     return e(
@@ -389,7 +391,8 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
   if kind == "identifiable":
     m = rs[0]
     ratios = per_draw(m, "identifiability_ratio")
-    flat = per_draw(m, "truth_not_unique") if "truth_not_unique" in m["variants"]["default"] else []
+    has_flat = "truth_not_unique" in m.results.variants["default"]
+    flat = per_draw(m, "truth_not_unique") if has_flat else []
     flat = flat or [float("nan")] * len(ratios)
     best = [r >= 1 and f != 1 for r, f in zip(ratios, flat) if r == r]
     logs = interval(per_draw(m, "log10_identifiability_ratio"), conf)
@@ -400,7 +403,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       verdict="too few draws" if len(best) < 2 else _yes(all(best)),
     )
   if kind == "pick_rate":
-    same = [s for m in rs for s in m["pick_same"]]
+    same = [s for m in rs for s in m.pick_same]
     return e(attack=f"the same restart in {sum(same)}/{len(same)} draws", verdict=NEW)
   if kind != "findings":
     raise ValueError(f"no criterion {kind!r}")
@@ -411,7 +414,8 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
   """Every claim of ``sections``, its runs' numbers and its verdict.
 
   ``specs``: ``(section, criterion, run names, claim text, paper's statement)``
-  per claim; ``results``: per run, ``{binary, status, results: [metrics]}``.
+  per claim; ``results``: per run, ``{binary, status, results: [its results]}`` (each read
+  typed, :mod:`.run_results`).
   """
   out = []
   for sec, kind, names, text, paper in specs:
@@ -427,8 +431,8 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
       statistic="-",
     )
     bad = [n for n in names if results.get(n, {}).get("status") != "ok"]
-    first = (results.get(names[0]) or {}).get("results") or [{}]
-    row["claim"] = text.format(ds=first[0].get("dataset", names[0])) or kind
+    first = (results.get(names[0]) or {}).get("results") or [None]
+    row["claim"] = text.format(ds=getattr(first[0], "dataset", names[0])) or kind
     if bad:
       why = ", ".join(f"{n} {'FAILED' if n in results else 'not in the sections'}" for n in bad)
       out.append(dict(row, verdict=f"not run ({why})"))
@@ -439,23 +443,6 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
     ]
     try:
       out += [dict(row, **r) for r in evaluate(kind, rs, conf)]
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as e:
       out.append(dict(row, verdict=f"not run (unreadable results: {type(e).__name__}: {e})"))
   return out
-
-
-def condense(binary: str, m: dict, dataset: str = "", selections: Sequence[Selection] = ()) -> dict:
-  """What the claims and the report read of one process's metrics.json.
-
-  The toy drops its per-restart rows and victim, the init study keeps its
-  findings (not every eq. (10) point); an efficacy run gains its ``dataset``
-  and, per draw whose restarts were scored, whether the attacker's pick was the truly best
-  restart (``selections``: each draw's report's :attr:`Metrics.selection
-  <recon_jax.eval.metrics_json.Metrics.selection>`).
-  """
-  if binary == "toy_2d":
-    return {k: v for k, v in m.items() if k not in ("per_restart", "victim")}
-  if binary == "init_study":
-    return dict(m, sub_runs={k: {"findings": x["findings"]} for k, x in m["sub_runs"].items()})
-  picks = (s.picked_best for s in selections)
-  return dict(m, dataset=dataset, pick_same=[p for p in picks if p is not None])

@@ -2,8 +2,8 @@
 
 A run is one or more processes of a binary (efficacy over draws; the toy or the init
 study once per seed), each with its own precision, so one run's x64 or compiler
-settings never leak into the next.  Their metrics are condensed
-(:func:`reproduction.claims.condense`), every claim is judged by its criterion over the
+settings never leak into the next.  Their metrics are read typed
+(:mod:`reproduction.run_results`), every claim is judged by its criterion over the
 draws (:func:`reproduction.claims.claims`), and RESULTS.md and results.json are
 rewritten after each section, so an interrupted reproduction still has a report.
 
@@ -23,11 +23,10 @@ from typing import NamedTuple
 from absl import logging
 
 from recon_jax.errors import ConfigError, ResultFileError
-from recon_jax.eval.metrics_json import fits
 from recon_jax.io import workdir
 from recon_jax.job import run as job_run
-from recon_jax.studies import efficacy
-from reproduction import claims, results_md
+from recon_jax.studies import efficacy, efficacy_results
+from reproduction import claims, results_md, run_results
 
 # The file in a run's folder from which its binary's resume continues an interrupted run.
 STATE = {"efficacy": "config.json", "toy_2d": job_run.STATE_FILE, "init_study": "config.json"}
@@ -102,9 +101,9 @@ def _same(folder: str, args: list) -> bool:
   ]
 
 
-def finished(binary: str, folder: str, args: list) -> dict | None:
+def finished(binary: str, folder: str, args: list):
   """What the claims read of the process that finished before in ``folder`` with ``args``
-  (:func:`_condensed`), or None where it must run: it ran with other arguments, did not
+  (:func:`_condensed`, typed), or None where it must run: it ran with other arguments, did not
   finish (no metrics.json), or its metrics.json (or an efficacy run's config.json) cannot be
   read as a result, said in one warning line naming the file."""
   if not (os.path.isfile(os.path.join(folder, "metrics.json")) and _same(folder, args)):
@@ -116,22 +115,28 @@ def finished(binary: str, folder: str, args: list) -> dict | None:
     return None
 
 
-def _condensed(binary: str, folder: str) -> dict | None:
-  """What the claims read of a finished process's folder (None: no metrics.json).
+def _condensed(binary: str, folder: str):
+  """What the claims read of a finished process's folder, typed (:mod:`.run_results`; None:
+  no metrics.json).
 
   Raises :class:`~recon_jax.errors.ResultFileError` (one line naming the file) where the
   run's metrics.json, or an efficacy run's config.json, cannot be read as what the claims
   read.  A draw's report that cannot be read is a gap in the picks, said in one warning line.
   """
-  m = efficacy.read_object(os.path.join(folder, "metrics.json"))
-  if m is None or binary != "efficacy":
-    return m if m is None else claims.condense(binary, _checked(binary, m, folder))
-  efficacy.check_results(m, os.path.join(folder, "metrics.json"))
+  path = os.path.join(folder, "metrics.json")
+  m = efficacy_results.read_object(path)
+  if m is None:
+    return None
+  if binary == "toy_2d":
+    return run_results.toy_of(m, path)
+  if binary != "efficacy":
+    return run_results.init_study_of(m, path)
+  results = efficacy_results.results_of(m, path, has="default")
   # + the data set, and per draw whether the attacker's pick was the truly best restart
   config = os.path.join(folder, "config.json")
-  dataset = _dataset(efficacy.read_object(config), config)
+  dataset = _dataset(efficacy_results.read_object(config), config)
   picks = []
-  for d in m["draws"]:
+  for d in results.draws:
     sub = os.path.join(folder, "default", f"draw_{d}")
     try:
       draw = efficacy.read_draw(sub)
@@ -144,49 +149,7 @@ def _condensed(binary: str, folder: str) -> dict | None:
     if draw.problems:
       logging.warning("reproduce: %s: %s; read as gaps", draw.path, "; ".join(draw.problems))
     picks.append(draw.selection)
-  return claims.condense(binary, m, dataset, picks)
-
-
-def _checked(binary: str, m: dict, folder: str) -> dict:
-  """``m``, a toy's or an init study's metrics.json (in ``folder``), where it holds what the
-  claims and the report read of it; else raises :class:`ResultFileError` naming the file and
-  the first key at fault."""
-  path = os.path.join(folder, "metrics.json")
-
-  def need(ok: bool, where: str, value, what: str) -> None:
-    if not ok:
-      efficacy.refuse(path, where, value, what)
-
-  def count(v) -> bool:
-    return v is not None and fits(int, v) and v >= 0
-
-  numbers = ("oracle_residual_rel", "kink_fraction") if binary == "toy_2d" else ("wall_s",)
-  counts = ("n_train",)
-  if binary == "toy_2d":
-    counts += ("recovered", "recovered_best_restart", "recovered_pooled")
-  for k in counts:
-    need(count(m.get(k, efficacy.ABSENT)), k, m.get(k, efficacy.ABSENT), "a count")
-  for k in numbers:
-    value = m.get(k, efficacy.ABSENT)
-    need(value is not None and fits(float, value), k, value, "a number")
-  if binary == "toy_2d":
-    at = m.get("at_init")
-    ok = at is None or (isinstance(at, dict) and count(at.get("recovered", 0)))
-    need(ok, "at_init", at, "an object with a count recovered")
-    return m
-  need(isinstance(m.get("dataset"), str), "dataset", m.get("dataset", efficacy.ABSENT), "a string")
-  runs = m.get("sub_runs", efficacy.ABSENT)
-  need(isinstance(runs, dict) and bool(runs), "sub_runs", runs, "an object of sub-runs")
-  for name, r in runs.items():
-    found = r.get("findings", efficacy.ABSENT) if isinstance(r, dict) else r
-    need(isinstance(found, dict), f"sub_runs.{name}.findings", found, "an object")
-    for k, f in found.items():
-      at = f"sub_runs.{name}.findings.{k}"
-      need(isinstance(f, dict), at, f, "an object")
-      held = f.get("reproduced", efficacy.ABSENT)
-      need(held is None or isinstance(held, bool), f"{at}.reproduced", held, "true or false")
-      need(isinstance(f.get("evidence", ""), str), f"{at}.evidence", f.get("evidence"), "a string")
-  return m
+  return run_results.harness_of(results, dataset, picks)
 
 
 def _dataset(config, path: str) -> str:

@@ -1,7 +1,7 @@
 """The Markdown the harness and the reproduction write: RESULTS.md (the claims' table, the
 criteria, each section's runs) and the efficacy harness's results.md (its variants over
-draws, and the paired differences against the first).  Pure functions of the metrics
-the binaries write; the verdicts come from :mod:`.claims`."""
+draws, and the paired differences against the first).  Pure functions of the runs' results
+read typed (:mod:`.run_results`); the verdicts come from :mod:`.claims`."""
 
 from __future__ import annotations
 
@@ -43,29 +43,28 @@ def heads() -> dict:
 
 
 def table_rows(name: str, r: Mapping) -> list:
-  """The rows of one run in its section's table (:func:`heads`)."""
+  """The rows of one run in its section's table (:func:`heads`); its results read typed
+  (:mod:`.run_results`)."""
   if r["binary"] == "efficacy":
     m = r["results"][0]
-    a = [fmt_or_dash(m["variants"]["default"].get(n.key), n.digits) for n in _summary()]
-    return [" | ".join([name, m["dataset"], str(m["n_train"]), str(len(m["draws"]))] + a)]
+    res = m.results
+    a = [fmt_or_dash(res.variants["default"].get(n.key), n.digits) for n in _summary()]
+    return [" | ".join([name, m.dataset, str(res.n_train), str(len(res.draws))] + a)]
   if r["binary"] == "toy_2d":
     return [
-      f"{name} seed {s} | {m['recovered']} / {m['n_train']} | {m['recovered_best_restart']}"
-      f" | {m['recovered_pooled']} | {(m['at_init'] or {}).get('recovered', 0)} | "
-      f"{m['oracle_residual_rel']:.3f} | {m['kink_fraction']:.2f}"
+      f"{name} seed {s} | {m.recovered} / {m.n_train} | {m.recovered_best_restart}"
+      f" | {m.recovered_pooled} | {m.at_init} | "
+      f"{m.oracle_residual_rel:.3f} | {m.kink_fraction:.2f}"
       for s, m in enumerate(r["results"])
     ]
   out = []
   for s, m in enumerate(r["results"]):
     held = [
-      f["reproduced"]
-      for x in m["sub_runs"].values()
-      for f in x["findings"].values()
-      if f["reproduced"] is not None
+      f.reproduced for x in m.findings.values() for f in x.values() if f.reproduced is not None
     ]
     out.append(
-      f"{name} | {s} | {m['n_train']} {m['dataset']} | {sum(held)} of {len(held)} | "
-      f"{m['wall_s']:.0f} | [summary.md]({name}/seed_{s}/summary.md)"
+      f"{name} | {s} | {m.n_train} {m.dataset} | {sum(held)} of {len(held)} | "
+      f"{m.wall_s:.0f} | [summary.md]({name}/seed_{s}/summary.md)"
     )
   return out
 

@@ -10,7 +10,9 @@ import scipy.stats
 from experiments.configs import efficacy as configs
 from recon_jax.engine import sweep
 from recon_jax.errors import ConfigError
+from recon_jax.io import workdir
 from recon_jax.studies import efficacy, runner
+from recon_jax.studies.efficacy_results import Interval, Results
 
 
 def test_interval_by_hand():
@@ -29,9 +31,9 @@ def test_paired_differences_and_verdicts():
   b = [{"strict_pooled": x, "strict_selected": 0, "ssim_gt_0.4": 0} for x in (1, 1, 2, 1, 2)]
   d = efficacy.paired(a, b)
   assert d["strict_pooled"]["per_draw"] == [2, 3, 3, 3, 2]
-  assert efficacy.verdict(d["strict_pooled"]) == "better"
-  assert efficacy.verdict(efficacy.paired(b, a)["strict_pooled"]) == "worse"
-  assert efficacy.verdict(d["strict_selected"]) == "no difference shown"  # all zero
+  assert efficacy.verdict(Interval.of(d["strict_pooled"])) == "better"
+  assert efficacy.verdict(Interval.of(efficacy.paired(b, a)["strict_pooled"])) == "worse"
+  assert efficacy.verdict(Interval.of(d["strict_selected"])) == "no difference shown"  # all 0
   with pytest.raises(ValueError, match="same draws"):
     efficacy.paired(a, b[:2])
 
@@ -71,7 +73,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
   cfg.base.evaluation.identify = False  # covered by test_identification; slow at this size
   cfg.variants["other_sweep"] = {"search": {"seed": 1}}  # another restart sweep: same programs
   out = runner.run_efficacy(cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3)
-  assert out["draws"] == [3, 4]
+  assert out.draws == (3, 4)
   for v in ("default", "other_sweep"):
     per = []
     for draw in (3, 4):
@@ -79,19 +81,23 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
       stored = json.loads((tmp_path / v / f"draw_{draw}" / "config.json").read_text())["config"]
       assert stored["victim"]["data_seed"] == draw and stored["victim"]["seed"] == draw
       per.append(m)
-    agg = out["variants"][v]
-    assert agg["strict_pooled"]["per_draw"] == [m["recovered_strict"] for m in per]
-    assert agg["strict_selected"]["per_draw"] == [
+    agg = out.variants[v]
+    assert list(agg["strict_pooled"].per_draw) == [m["recovered_strict"] for m in per]
+    assert list(agg["strict_selected"].per_draw) == [
       m["selection"]["best_by_loss_recovered_strict"] for m in per
     ]
     n = per[0]["n_train"]
     want = efficacy.interval([m["n_ssim_gt_0.4"] for m in per], bounds=(0, n))
-    assert agg["ssim_gt_0.4"] == want
+    assert agg["ssim_gt_0.4"] == Interval.of(want)
     for key in ("strict_pooled", "ssim_gt_0.4"):  # a count's interval stays in [0, n]
-      assert 0 <= agg[key]["ci_low"] <= agg[key]["ci_high"] <= n
+      assert 0 <= agg[key].ci_low <= agg[key].ci_high <= n
+  # metrics.json is the report written from its type, and reads back into it
+  written = json.loads((tmp_path / "metrics.json").read_text())
+  assert written == json.loads(json.dumps(workdir.jsonable(out.to_dict())))
+  assert written["paired_vs_default"]["other_sweep"]["strict_pooled"]["verdict"]
   other = json.loads((tmp_path / "other_sweep" / "draw_3" / "config.json").read_text())
   assert other["config"]["search"]["seed"] == 1
-  assert "other_sweep" in out["paired_vs_default"]
+  assert "other_sweep" in out.paired
   assert "| default |" in (tmp_path / "results.md").read_text()
   assert (tmp_path / "efficacy.png").stat().st_size > 0
   # --resume keeps the finished draws (same numbers, nothing re-run).
@@ -99,7 +105,7 @@ def test_harness_over_two_draws_aggregates_what_each_draw_reported(tmp_path):
     cfg, str(tmp_path), ["default", "other_sweep"], draws=2, first_draw=3, resume=True
   )
   same = lambda a: json.dumps(a, sort_keys=True)  # noqa: E731  (NaN, a number no draw had, too)
-  assert same(again["variants"]) == same(out["variants"])
+  assert same(again.to_dict()["variants"]) == same(out.to_dict()["variants"])
   # ... but not with other settings: the finished draws were computed with the old ones.
   before = (tmp_path / "config.json").read_bytes()
   cfg.base.search.seed = 7
@@ -156,7 +162,7 @@ def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
   """One row of efficacy.NUMBERS (here of a number the typed report reads and the harness
   did not): the per-draw numbers, the intervals, the paired differences, results.md and
   RESULTS.md's table all carry it, with no other edit."""
-  from reproduction import results_md
+  from reproduction import results_md, run_results
 
   extra = efficacy.Number(
     "spread", lambda m: m.victim.grad_norm_rel, "spread of it", digits=2, paired=True, summary=True
@@ -177,18 +183,50 @@ def test_a_number_added_to_the_table_reaches_every_output(monkeypatch):
   assert [d["truth_fits_best"] for d in a] == [1.0] * 3
   agg = {"x": efficacy.aggregate(a), "y": efficacy.aggregate(b)}
   np.testing.assert_allclose(agg["x"]["spread"]["mean"], 7 / 3)
-  diff = {k: dict(d, verdict=efficacy.verdict(d)) for k, d in efficacy.paired(a, b).items()}
-  assert diff["spread"]["per_draw"] == [0.5, 1.5, 3.5]
-  out = {"n_train": 20, "draws": [0, 1, 2], "variants": agg, "paired_vs_x": {"y": diff}}
+  diff = {k: Interval.of(d) for k, d in efficacy.paired(a, b).items()}
+  diff = {k: iv._replace(verdict=efficacy.verdict(iv)) for k, iv in diff.items()}
+  assert diff["spread"].per_draw == (0.5, 1.5, 3.5)
+  typed = {v: {k: Interval.of(iv) for k, iv in of_v.items()} for v, of_v in agg.items()}
+  out = Results((0, 1, 2), 20, typed, paired={"y": diff})
   md = efficacy.efficacy_table(out, ["x", "y"])
   assert "| spread of it |" in md and "| 2.33 [" in md
   head = md.splitlines()[2].strip("| ").split(" | ")
   assert head.index("spread of it") > head.index("strict pooled")
   assert "draws where the truth fits best" in md and "| 3 of 3 |" in md
-  run = {
-    "binary": "efficacy",
-    "results": [dict(out, dataset="lfw", variants={"default": agg["x"]})],
-  }
+  default = out._replace(variants={"default": typed["x"]}, paired=None)
+  run = {"binary": "efficacy", "results": [run_results.Harness(default, "lfw")]}
   row = results_md.table_rows("r", run)[0].split(" | ")
   assert len(row) == len(results_md.heads()["efficacy"].split(" | "))
   assert row[-1].startswith("2.33") and results_md.heads()["efficacy"].endswith("spread of it")
+
+
+def test_the_harness_report_reads_back_as_written_and_a_damaged_one_in_one_line(tmp_path):
+  """metrics.json is written from the typed report and read back into it once, checked:
+  the same numbers (NaN: a number no draw had), each paired difference with its verdict;
+  a paired block or a variant's n of another shape is refused naming the key."""
+  from recon_jax.errors import ResultFileError
+  from recon_jax.studies import efficacy_results
+
+  a = [{"strict_pooled": x, "time_s": 2.0} for x in (3, 4, 5)]
+  b = [{"strict_pooled": x, "time_s": 1.0} for x in (1, 1, 2)]
+  out = runner._results([0, 1, 2], {"x": a, "y": b}, {"x": 6, "y": 6}, ["x", "y"], 0.95)
+  path = workdir.write_json(str(tmp_path), "metrics.json", out.to_dict())
+  back = efficacy_results.read_results(path)
+  assert back.reference == "x" and back.draws == (0, 1, 2) and back.n_train_of == {"x": 6, "y": 6}
+  assert back.paired["y"]["strict_pooled"].verdict == "worse"
+  assert back.variants["x"]["strict_pooled"].per_draw == (3.0, 4.0, 5.0)
+  assert np.isnan(back.variants["x"]["ssim_gt_0.4"].mean)  # no draw had it
+  written = json.loads((tmp_path / "metrics.json").read_text())
+  assert json.loads(json.dumps(workdir.jsonable(back.to_dict()))) == written
+  assert efficacy.efficacy_table(back, ["x", "y"]) == efficacy.efficacy_table(out, ["x", "y"])
+  for key, value, said in (
+    (
+      "paired_vs_x",
+      {"y": {"strict_pooled": dict(written["variants"]["x"]["strict_pooled"], verdict=3)}},
+      "paired_vs_x.y.strict_pooled.verdict holds 3, not a string",
+    ),
+    ("n_train_of", {"x": -1}, 'n_train_of holds {"x": -1}, not an object of counts'),
+  ):
+    with pytest.raises(ResultFileError) as e:
+      efficacy_results.results_of(dict(written, **{key: value}), path)
+    assert str(e.value) == f"{path}: {said}"

@@ -8,6 +8,7 @@ from experiments import efficacy as binary
 from experiments.configs import efficacy as configs
 from recon_jax.errors import ConfigError
 from recon_jax.studies import leakage_map, runner
+from recon_jax.studies.efficacy_results import Interval, Results
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
 
@@ -48,10 +49,10 @@ def test_cells_with_different_draw_counts_say_how_many_each_has():
       )
       for p, f in zip(pooled, fits)
     ]
-    return efficacy.aggregate(draws, 0.95, 20)
+    return {k: Interval.of(iv) for k, iv in efficacy.aggregate(draws, 0.95, 20).items()}
 
-  out = {"draws": [0, 1, 2], "variants": {"default": agg([17, 16, 18], [1, 1, 1])}}
-  out["variants"]["wide"] = agg([19, 18], [1, 0])
+  variants = {"default": agg([17, 16, 18], [1, 1, 1]), "wide": agg([19, 18], [1, 0])}
+  out = Results((0, 1, 2), 20, variants)
   spec = (("width", (("2048", "default"), ("4096", "wide"))),)
   table = leakage_map.table(out, spec, {"default": 20, "wide": 20})
   assert "| width | 2048 | 20 | 3 | 17.0 [" in table
@@ -78,7 +79,9 @@ def test_a_cell_the_attack_declined_says_so_not_that_the_truth_fits_best():
   assert draw["declined"] == 1.0 and draw["identifiability_ratio"] is None
   assert draw["truth_fits_best"] is None
   agg = efficacy.aggregate([draw, draw], 0.95, 20)
-  assert leakage_map._verdict(agg) == "attack declined on 2/2"
+  assert leakage_map._verdict({k: Interval.of(iv) for k, iv in agg.items()}) == (
+    "attack declined on 2/2"
+  )
 
 
 def test_the_cone_map_changes_one_recipe_at_a_time_and_every_cell_is_a_valid_job():

@@ -12,15 +12,17 @@ from experiments.configs import reproduce as configs
 from recon_jax import cli
 from recon_jax.errors import ConfigError
 from recon_jax.eval.metrics_json import Metrics
-from recon_jax.studies import efficacy
-from reproduction import claims, results_md
+from recon_jax.io import workdir
+from recon_jax.studies import efficacy, efficacy_results
+from reproduction import claims, results_md, run_results
 from reproduction import driver as reproduction
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
 
 
 def eff(strict, heldout=None, mean=None, n=20, dataset="lfw", **per_draw):
-  """An efficacy metrics.json with these per-draw counts (other numbers: zeros)."""
+  """An efficacy run whose metrics.json has these per-draw counts (other numbers: zeros),
+  read as the reproduction reads it."""
   k = len(strict)
   keys = dict(
     strict_pooled=strict,
@@ -30,14 +32,10 @@ def eff(strict, heldout=None, mean=None, n=20, dataset="lfw", **per_draw):
   )
   default = {key: {"per_draw": list(keys.get(key, [0] * k))} for key in efficacy.DRAW_KEYS}
   for v in default.values():
-    v.update(claims.interval(v["per_draw"]))
-  return {
-    "draws": list(range(k)),
-    "n_train": n,
-    "variants": {"default": default},
-    "dataset": dataset,
-    "pick_same": [True, False] * (k // 2),
-  }
+    v.update(claims.interval(v["per_draw"]).to_dict())
+  m = {"draws": list(range(k)), "n_train": n, "variants": {"default": default}}
+  results = efficacy_results.results_of(json.loads(json.dumps(m).replace("NaN", "null")), "m")
+  return run_results.Harness(results, dataset, (True, False) * (k // 2))
 
 
 def one(kind, *runs):
@@ -129,14 +127,12 @@ def test_identifiable_needs_the_truth_best_and_no_flat_family_on_every_draw():
 
 def test_toy_and_init_study_verdicts_over_seeds():
   def toy(*got):
+    numbers = {"oracle_residual_rel": 0.01, "kink_fraction": 0.0, "at_init": {"recovered": 0}}
     return [
-      {
-        "n_train": 20,
-        "recovered": g,
-        "recovered_best_restart": g,
-        "recovered_pooled": 20,
-        "at_init": {"recovered": 0},
-      }
+      run_results.toy_of(
+        dict(numbers, n_train=20, recovered=g, recovered_best_restart=g, recovered_pooled=20),
+        "toy.json",
+      )
       for g in got
     ]
 
@@ -146,16 +142,22 @@ def test_toy_and_init_study_verdicts_over_seeds():
 
   def study(*held):
     return [
-      {
-        "sub_runs": {
-          "kkt": {
-            "findings": {
-              "ground_truth_recovered": {"reproduced": h, "evidence": f"e{i}"},
-              "grid": {"reproduced": None, "evidence": "no grid"},
+      run_results.init_study_of(
+        {
+          "dataset": "digits",
+          "n_train": 10,
+          "wall_s": 1.0,
+          "sub_runs": {
+            "kkt": {
+              "findings": {
+                "ground_truth_recovered": {"reproduced": h, "evidence": f"e{i}"},
+                "grid": {"reproduced": None, "evidence": "no grid"},
+              }
             }
-          }
-        }
-      }
+          },
+        },
+        "study.json",
+      )
       for i, h in enumerate(held)
     ]
 
@@ -179,8 +181,11 @@ def test_an_efficacy_run_is_condensed_with_each_scored_draws_pick():
     None,  # no metrics.json
   ]
   picks = [Metrics.from_metrics(d).selection for d in draws]
-  m = claims.condense("efficacy", eff([1, 2, 3, 4]), "lfw", picks)
-  assert m["pick_same"] == [True, False] and m["dataset"] == "lfw"
+  m = run_results.harness_of(eff([1, 2, 3, 4]).results, "lfw", picks)
+  assert m.pick_same == (True, False) and m.dataset == "lfw"
+  # results.json keeps the run as its metrics.json held it, with the data set and the picks
+  held = json.loads(json.dumps(m.results.to_dict()).replace("NaN", "null"))
+  assert workdir.jsonable(m.to_dict()) == dict(held, dataset="lfw", pick_same=[True, False])
   assert claims.evaluate("pick_rate", [m], 0.95)[0]["attack"] == "the same restart in 1/2 draws"
 
 
@@ -254,7 +259,9 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
     f"--config.seed=0 --workdir={w}/toy/seed_0"
   ]
   m = json.loads((tmp_path / "w" / "toy" / "seed_0" / "metrics.json").read_text())
-  assert toy["results"][0]["recovered"] == m["recovered"] and m["dtype"] == "float64"
+  assert toy["results"][0].recovered == m["recovered"] and m["dtype"] == "float64"
+  written = json.loads((tmp_path / "w" / "results.json").read_text())["runs"]["toy"]["results"]
+  assert written[0] == {k: v for k, v in m.items() if k not in ("per_restart", "victim")}
   failed = out["runs"]["multiclass_ce"]["status"]
   assert failed.startswith("FAILED (exit code 1: error: --config.base.nope: no such setting")
   verdicts = {r["runs"][0]: r["verdict"] for r in out["claims"]}

@@ -131,7 +131,7 @@ def test_any_draw_file_reads_as_a_result_a_gap_or_one_line(tmp_path_factory, tex
     efficacy.paired(per, per[::-1], n_train=6)
   _plant_harness(folder, [good.numbers] + ([draw.numbers] if draw else []))
   m = driver._condensed("efficacy", folder)  # a draw's file never fails the run
-  assert m["dataset"] == "lfw" and len(m["pick_same"]) <= 2
+  assert m.dataset == "lfw" and len(m.pick_same) <= 2
   results = {"main_faces": {"binary": "efficacy", "status": "ok", "results": [m]}}
   rows = claims.claims(claims.CLAIMS, results, ["main", "attacker"], 0.95)
   assert rows and results_md.table_rows("main_faces", results["main_faces"])
@@ -259,7 +259,7 @@ def test_a_draw_file_the_harness_cannot_read_is_run_again_on_resume(
   said = [r.getMessage() for r in caplog.records if "running that draw again" in r.getMessage()]
   path = str(tmp_path / "default" / "draw_0" / "metrics.json")
   assert len(said) == 1 and said[0].startswith(f"efficacy: {path}: ") and why in said[0]
-  assert out["n_train"] == 6 and out["variants"]["default"]["strict_pooled"]["per_draw"] == [2, 2]
+  assert out.n_train == 6 and out.variants["default"]["strict_pooled"].per_draw == (2, 2)
 
 
 @pytest.mark.parametrize(
@@ -287,9 +287,9 @@ def test_a_value_of_another_type_is_a_gap_said_in_one_line(
   with caplog.at_level(logging.WARNING):
     out, calls = _resumed(tmp_path, monkeypatch, change)
   assert calls == []
-  iv = out["variants"]["default"][key]
-  assert iv["per_draw"][0] is None and iv["per_draw"][1] is not None and iv["n"] == 1
-  assert out["variants"]["default"]["ssim_gt_0.4"]["per_draw"] == [3, 3]
+  iv = out.variants["default"][key]
+  assert iv.per_draw[0] is None and iv.per_draw[1] is not None and iv.n == 1
+  assert out.variants["default"]["ssim_gt_0.4"].per_draw == (3, 3)
   said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
   path = str(tmp_path / "default" / "draw_0" / "metrics.json")
   assert len(said) == 1 and said[0].startswith(f"efficacy: {path}: ") and why in said[0]
@@ -316,7 +316,7 @@ def test_a_harness_without_draws_or_its_data_set_is_refused_in_one_line(tmp_path
   for d in (0, 1):
     _write_draw(str(tmp_path), d, json.dumps(DRAW))
   _plant_harness(str(tmp_path), [efficacy.draw_numbers(DRAW)] * 2)
-  assert driver._condensed("efficacy", str(tmp_path))["pick_same"] == [True, True]
+  assert driver._condensed("efficacy", str(tmp_path)).pick_same == (True, True)
   top = json.loads((tmp_path / "metrics.json").read_text())
   (tmp_path / "metrics.json").write_text(json.dumps({k: v for k, v in top.items() if k != "draws"}))
   with pytest.raises(ResultFileError) as e:
@@ -401,7 +401,7 @@ def test_a_draw_whose_pick_cannot_be_read_is_a_gap_in_the_picks(tmp_path, caplog
   _plant_harness(str(tmp_path), [efficacy.draw_numbers(DRAW)] * 2)
   with caplog.at_level(logging.WARNING):
     m = driver._condensed("efficacy", str(tmp_path))
-  assert m["pick_same"] == [True]
+  assert m.pick_same == (True,)
   said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
   assert len(said) == 1 and "draw_1/metrics.json: selection.best_true_restart holds" in said[0]
 

@@ -17,7 +17,6 @@ is the interval of the per-draw differences.
 from __future__ import annotations
 
 import copy
-import json
 import numbers
 import os
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
@@ -27,8 +26,9 @@ import scipy.stats
 
 from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.eval import identifiability
-from recon_jax.eval.metrics_json import Metrics, Selection, fits, shown
+from recon_jax.eval.metrics_json import Metrics, Selection, shown
 from recon_jax.io import plots
+from recon_jax.studies.efficacy_results import Interval, Results, read_object
 
 
 class Number(NamedTuple):
@@ -272,70 +272,6 @@ def draw_of(metrics, path: str) -> Draw:
   return Draw(path, int(n), _numbers(m), m.selection, tuple(problems))
 
 
-def read_object(path: str) -> Optional[dict]:
-  """The JSON object in file ``path``; None where there is no such file.  Raises
-  :class:`~recon_jax.errors.ResultFileError` naming it where it cannot be read, is not JSON
-  or holds something else than an object."""
-  if not os.path.lexists(path):
-    return None
-  try:
-    with open(path) as f:
-      out = json.load(f)
-  except (OSError, ValueError) as e:  # (a UnicodeDecodeError and a JSON error are ValueErrors)
-    raise ResultFileError(path, f"unreadable ({type(e).__name__}: {e})") from None
-  if not isinstance(out, dict):
-    raise ResultFileError(path, f"holds {shown(out)}, not a JSON object")
-  return out
-
-
-ABSENT = object()  # a key a file lacks (:func:`refuse`)
-
-
-def refuse(path: str, where: str, value, what: str):
-  """Raises :class:`~recon_jax.errors.ResultFileError`: the file ``path``'s key ``where``
-  holds ``value`` (:data:`ABSENT`: nothing), not ``what``."""
-  held = "nothing" if value is ABSENT else shown(value)
-  raise ResultFileError(path, f"{where} holds {held}, not {what}")
-
-
-def check_results(out, path: str) -> dict:
-  """``out``, the harness's metrics.json read from ``path``, where it holds what the
-  reproduction reads of it: its draws, n, and each variant's intervals (each number's
-  ``{mean, ci_low, ci_high, per_draw, n}``, the mean a number over at least one draw, the
-  bounds over two); else raises :class:`~recon_jax.errors.ResultFileError` naming the file
-  and the first key at fault.  A number a variant lacks is no fault (a claim that reads it
-  says so)."""
-  if not isinstance(out, Mapping):
-    raise ResultFileError(path, f"holds {shown(out)}, not a JSON object")
-
-  def need(ok: bool, where: str, value, what: str) -> None:
-    if not ok:
-      refuse(path, where, value, what)
-
-  def count(v) -> bool:
-    return v is not None and fits(int, v) and v >= 0
-
-  draws, n, variants = (out.get(k, ABSENT) for k in ("draws", "n_train", "variants"))
-  need(isinstance(draws, list) and all(map(count, draws)), "draws", draws, "a list of draws")
-  need(count(n), "n_train", n, "a count of training images")
-  ok = isinstance(variants, Mapping) and isinstance(variants.get("default"), Mapping)
-  need(ok, "variants", variants, "an object with the variant default")
-  for v, of_v in variants.items():
-    need(isinstance(of_v, Mapping), f"variants.{v}", of_v, "an object")
-    for k, iv in of_v.items():
-      at = f"variants.{v}.{k}"
-      need(isinstance(iv, Mapping), at, iv, "an interval")
-      per, k_draws = iv.get("per_draw", ABSENT), iv.get("n", ABSENT)
-      ok = isinstance(per, list) and all(fits(float, x) for x in per)
-      need(ok, f"{at}.per_draw", per, "a list of numbers")
-      need(count(k_draws), f"{at}.n", k_draws, "a count of draws")
-      for part, least in (("mean", 1), ("ci_low", 2), ("ci_high", 2)):
-        value = iv.get(part, ABSENT)
-        ok = value is not ABSENT and fits(float, value) and (value is not None or k_draws < least)
-        need(ok, f"{at}.{part}", value, "a number")
-  return out
-
-
 def check_confidence(confidence) -> None:
   """Refuses a ``confidence`` of the intervals that is not a number in (0, 1)."""
   real = isinstance(confidence, numbers.Real) and not isinstance(confidence, (bool, np.bool_))
@@ -424,13 +360,13 @@ def _minus(x, y):
   return None if x is None or y is None else x - y
 
 
-def verdict(diff: Mapping) -> str:
+def verdict(diff: Interval) -> str:
   """'better' / 'worse' when the paired interval excludes 0, else 'no difference shown'."""
-  if not np.isfinite(diff["ci_low"]):
+  if not np.isfinite(diff.ci_low):
     return "not enough draws"
-  if diff["ci_low"] > 0:
+  if diff.ci_low > 0:
     return "better"
-  if diff["ci_high"] < 0:
+  if diff.ci_high < 0:
     return "worse"
   return "no difference shown"
 
@@ -481,12 +417,10 @@ def _flat(overrides, prefix: str = "") -> dict:
   return out
 
 
-def efficacy_figure(
-  path: Union[str, os.PathLike], out: Mapping[str, Any], variants: Sequence[str]
-) -> None:
+def efficacy_figure(path: Union[str, os.PathLike], out: Results, variants: Sequence[str]) -> None:
   """Per-draw strict counts of each variant next to its baselines, with the mean and interval.
 
-  ``out`` is the efficacy harness's report (:func:`recon_jax.studies.efficacy.aggregate` per variant).
+  ``out`` is the efficacy harness's report.
   """
   series = [
     ("strict_pooled", "attack: strict, all restarts pooled", "tab:red", "o"),
@@ -494,24 +428,24 @@ def efficacy_figure(
     ("baseline_heldout_strict", "baseline: unseen images scored as candidates", "tab:gray", "^"),
     ("baseline_mean_strict", "baseline: the training-mean image", "k", "x"),
   ]
-  n = out["n_train"]
+  n = out.n_train
   fig, ax = plots.plt.subplots(figsize=(2.2 + 2.0 * len(variants), 4.2))
   width = 0.8 / len(series)
   for i, v in enumerate(variants):
-    agg = out["variants"][v]
+    agg = out.variants[v]
     for j, (key, label, colour, marker) in enumerate(series):
       x0 = i + (j - (len(series) - 1) / 2) * width
-      vals = np.asarray([np.nan if y is None else y for y in agg[key]["per_draw"]], float)
+      vals = np.asarray([np.nan if y is None else y for y in agg[key].per_draw], float)
       jitter = np.linspace(-0.25, 0.25, len(vals)) * width if len(vals) > 1 else np.zeros(1)
       ax.scatter(
         x0 + jitter, vals, s=14, c=colour, marker=marker, alpha=0.6, label=label if i == 0 else None
       )
       iv = agg[key]
-      if np.isfinite(iv["ci_low"]):
+      if np.isfinite(iv.ci_low):
         ax.errorbar(
           [x0],
-          [iv["mean"]],
-          yerr=[[iv["mean"] - iv["ci_low"]], [iv["ci_high"] - iv["mean"]]],
+          [iv.mean],
+          yerr=[[iv.mean - iv.ci_low], [iv.ci_high - iv.mean]],
           fmt="_",
           c=colour,
           capsize=4,
@@ -523,7 +457,7 @@ def efficacy_figure(
   ax.set_ylabel(f"training images strictly recovered (of {n})")
   ax.set_ylim(-0.5, n + 0.5)
   ax.set_title(
-    f"Strict recoveries per data draw ({len(out['draws'])} draws); bars: mean and 95% t interval",
+    f"Strict recoveries per data draw ({len(out.draws)} draws); bars: mean and 95% t interval",
     fontsize=9,
   )
   ax.legend(fontsize=7, loc="upper right")
@@ -534,43 +468,42 @@ def efficacy_figure(
 # ----------------------------------------------------------------------------- results.md
 
 
-def fmt(iv: Mapping, digits: int = 1) -> str:
+def fmt(iv: Interval, digits: int = 1) -> str:
   """``mean [low, high]`` of an interval (just the mean for a single value)."""
-  lo_hi = f" [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]" if iv["n"] > 1 else ""
-  return f"{iv['mean']:.{digits}f}{lo_hi}"
+  lo_hi = f" [{iv.ci_low:.{digits}f}, {iv.ci_high:.{digits}f}]" if iv.n > 1 else ""
+  return f"{iv.mean:.{digits}f}{lo_hi}"
 
 
-def fmt_or_dash(iv, digits: int) -> str:
-  return "–" if not iv or not iv["n"] else fmt(iv, digits)
+def fmt_or_dash(iv: Optional[Interval], digits: int) -> str:
+  return "–" if iv is None or not iv.n else fmt(iv, digits)
 
 
-def _count(iv) -> str:
+def _count(iv: Optional[Interval]) -> str:
   """``k of K``: draws whose 0/1 number is 1."""
-  v = [x for x in (iv or {}).get("per_draw", []) if x is not None]
+  v = [x for x in (() if iv is None else iv.per_draw) if x is not None]
   return f"{int(sum(v))} of {len(v)}" if v else "–"
 
 
-def _cell(number, iv) -> str:
+def _cell(number, iv: Optional[Interval]) -> str:
   return _count(iv) if number.count else fmt_or_dash(iv, number.digits)
 
 
-def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
+def efficacy_table(out: Results, variants: Sequence[str]) -> str:
   """results.md of the efficacy harness: means and 95% intervals over draws, attack next to
   its baselines, then the paired differences against the first variant."""
-  n = out["n_train"]
+  n = out.n_train
   shown = [x for x in NUMBERS if x.column]
   lines = [
-    f"Draws {out['draws'][0]}..{out['draws'][-1]} ({len(out['draws'])}), n = {n}; "
+    f"Draws {out.draws[0]}..{out.draws[-1]} ({len(out.draws)}), n = {n}; "
     "mean [95% t interval] over draws.",
     "",
     "| " + " | ".join(["variant"] + [x.column for x in shown]) + " |",
     "|" + "---|" * (len(shown) + 1),
   ]
   for v in variants:
-    a = out["variants"][v]
+    a = out.variants[v]
     lines.append("| " + " | ".join([v] + [_cell(x, a.get(x.key)) for x in shown]) + " |")
-  paired_ = out.get("paired_vs_" + variants[0], {})
-  if paired_:
+  if out.paired and out.reference == variants[0]:
     both = [x for x in NUMBERS if x.paired]
     lines += [
       "",
@@ -581,7 +514,7 @@ def efficacy_table(out: Mapping, variants: Sequence[str]) -> str:
       + f" | verdict ({both[0].column}) |",
       "|" + "---|" * (len(both) + 2),
     ]
-    for v, d in paired_.items():
+    for v, d in out.paired.items():
       cells = [fmt(d[x.key]) if x.key in d else "–" for x in both]
-      lines.append("| " + " | ".join([v, *cells, d[both[0].key]["verdict"]]) + " |")
+      lines.append("| " + " | ".join([v, *cells, d[both[0].key].verdict]) + " |")
   return "\n".join(lines) + "\n"

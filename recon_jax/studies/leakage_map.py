@@ -12,13 +12,14 @@ equations at least as well as what the attack found.
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from recon_jax.errors import ConfigError
 from recon_jax.io import workdir
 from recon_jax.job import settings
+from recon_jax.studies.efficacy_results import Interval, Results
 
 BASE = "base"  # a map cell that is the base config itself (the variant ``default``)
 
@@ -85,13 +86,18 @@ def variants_of(spec) -> list:
   return out
 
 
-def _verdict(agg: Mapping) -> str:
-  """The identifiability reading of a cell over its draws."""
-  declined = [d for d in agg.get("declined", {}).get("per_draw", []) if d]
+def _per_draw(agg: Mapping[str, Interval], key: str) -> tuple:
+  iv = agg.get(key)
+  return () if iv is None else iv.per_draw
+
+
+def _verdict(agg: Mapping[str, Interval]) -> str:
+  """The identifiability reading of a cell over its draws (``agg``: a variant's numbers)."""
+  declined = [d for d in _per_draw(agg, "declined") if d]
   if declined:
-    return f"attack declined on {len(declined)}/{len(agg['declined']['per_draw'])}"
-  best = agg.get("truth_fits_best", {}).get("per_draw", [])
-  flat = agg.get("truth_not_unique", {}).get("per_draw", [])
+    return f"attack declined on {len(declined)}/{len(_per_draw(agg, 'declined'))}"
+  best = _per_draw(agg, "truth_fits_best")
+  flat = _per_draw(agg, "truth_not_unique")
   k = len([b for b in best if b is not None])
   if not k:
     return "not scored"
@@ -101,33 +107,36 @@ def _verdict(agg: Mapping) -> str:
   return f"truth fits best {fits}/{k}"
 
 
-def cells(out: Mapping, spec) -> list:
-  """One record per cell: axis, label, variant, the numbers with intervals, the verdict."""
+def cells(out: Results, spec) -> list:
+  """One record per cell, as metrics.json's ``map`` holds it: axis, label, variant, the
+  numbers with intervals (``{mean, ci_low, ci_high, per_draw, n}``), the verdict."""
   rec = []
   for axis, row in _rows(spec):
     for label, var in row:
-      agg = out["variants"][var]
+      agg = out.variants[var]
+      written = lambda iv: None if iv is None else iv.to_dict()  # noqa: E731
       rec.append(
         {
           "axis": axis,
           "label": label,
           "variant": var,
-          "strict_pooled": agg["strict_pooled"],
-          "strict_selected": agg["strict_selected"],
-          "log10_identifiability_ratio": agg["log10_identifiability_ratio"],
-          **{k: agg.get(k) for k in MEMBERSHIP},
+          **{k: written(agg[k]) for k in SHOWN},
+          **{k: written(agg.get(k)) for k in MEMBERSHIP},
           "verdict": _verdict(agg),
         }
       )
   return rec
 
 
-def _fmt(iv: Mapping, digits: int = 1) -> str:
-  if iv["mean"] != iv["mean"]:  # NaN
+SHOWN = ("strict_pooled", "strict_selected", "log10_identifiability_ratio")  # in every cell
+
+
+def _fmt(iv: Interval, digits: int = 1) -> str:
+  if iv.mean != iv.mean:  # NaN
     return "-"
-  if iv["n"] < 2 or iv["ci_low"] != iv["ci_low"]:
-    return f"{iv['mean']:.{digits}f}"
-  return f"{iv['mean']:.{digits}f} [{iv['ci_low']:.{digits}f}, {iv['ci_high']:.{digits}f}]"
+  if iv.n < 2 or iv.ci_low != iv.ci_low:
+    return f"{iv.mean:.{digits}f}"
+  return f"{iv.mean:.{digits}f} [{iv.ci_low:.{digits}f}, {iv.ci_high:.{digits}f}]"
 
 
 # The membership columns of a cell (recon_jax.studies.efficacy.NUMBERS): the best test read
@@ -135,11 +144,11 @@ def _fmt(iv: Mapping, digits: int = 1) -> str:
 MEMBERSHIP = ("membership_weights_auc", "membership_weights_tpr", "membership_loss_tpr")
 
 
-def _fmt_or_dash(iv, digits: int) -> str:
-  return "-" if not iv else _fmt(iv, digits)
+def _fmt_or_dash(iv: Optional[Interval], digits: int) -> str:
+  return "-" if iv is None else _fmt(iv, digits)
 
 
-def table(out: Mapping, spec, n_of: Mapping) -> str:
+def table(out: Results, spec, n_of: Mapping) -> str:
   """The map as a markdown table (one line per cell; ``n_of``: ``{variant: n_train}``), with
   membership from the weights beside the reconstruction (``-``: not measured in that run)."""
   lines = [
@@ -147,24 +156,26 @@ def table(out: Mapping, spec, n_of: Mapping) -> str:
     "ratio | membership AUC (weights) | TPR at 0.1% FPR: weights / loss | verdict |",
     "|---|---|---|---|---|---|---|---|---|---|",
   ]
-  for c in cells(out, spec):
-    auc, tpr, loss = (c[k] for k in MEMBERSHIP)
-    lines.append(
-      f"| {c['axis']} | {c['label']} | {n_of.get(c['variant'], '?')} | "
-      f"{c['strict_pooled']['n']} | {_fmt(c['strict_pooled'])} | {_fmt(c['strict_selected'])} | "
-      f"{_fmt(c['log10_identifiability_ratio'], 2)} | {_fmt_or_dash(auc, 3)} | "
-      f"{_fmt_or_dash(tpr, 2)} / {_fmt_or_dash(loss, 2)} | {c['verdict']} |"
-    )
+  for axis, row in _rows(spec):
+    for label, var in row:
+      agg = out.variants[var]
+      pooled, auc, tpr, loss = (agg.get(k) for k in ("strict_pooled", *MEMBERSHIP))
+      lines.append(
+        f"| {axis} | {label} | {n_of.get(var, '?')} | {pooled.n} | {_fmt(pooled)} | "
+        f"{_fmt(agg['strict_selected'])} | {_fmt(agg['log10_identifiability_ratio'], 2)} | "
+        f"{_fmt_or_dash(auc, 3)} | {_fmt_or_dash(tpr, 2)} / {_fmt_or_dash(loss, 2)} | "
+        f"{_verdict(agg)} |"
+      )
   return "\n".join(lines) + "\n"
 
 
-def _draws(out: Mapping) -> str:
+def _draws(out: Results) -> str:
   """How many draws the cells' means are over: 'K draws', or 'K-L draws' where cells differ."""
-  ks = sorted({int(agg["strict_pooled"]["n"]) for agg in out["variants"].values()})
+  ks = sorted({int(agg["strict_pooled"].n) for agg in out.variants.values()})
   return f"{ks[0]} draws" if len(ks) == 1 else f"{ks[0]}-{ks[-1]} draws (the verdict counts each)"
 
 
-def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> None:
+def figure(path: Union[str, os.PathLike], out: Results, spec, n_of: Mapping) -> None:
   """``leakage_map.png``: one row per axis, one cell per value, coloured by the strict pooled
   fraction of the training set, with the numbers and the verdict written in the cell.
 
@@ -180,14 +191,14 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
   ax.set_ylim(len(rows), 0)
   for r, (axis, row) in enumerate(rows):
     for j, (label, var) in enumerate(row):
-      agg = out["variants"][var]
-      frac = agg["strict_pooled"]["mean"] / max(n_of.get(var, 1), 1)
+      agg = out.variants[var]
+      frac = agg["strict_pooled"].mean / max(n_of.get(var, 1), 1)
       colour = cmap(frac) if frac == frac else (0.85, 0.85, 0.85, 1.0)
       ax.add_patch(plots.plt.Rectangle((j, r), 1, 1, color=colour, ec="white", lw=2))
       light = frac == frac and frac < 0.55
       text = (
-        f"{label}\n{agg['strict_pooled']['mean']:.1f} / {n_of.get(var, '?')} pooled, "
-        f"{agg['strict_selected']['mean']:.1f} picked\n{_verdict(agg)}"
+        f"{label}\n{agg['strict_pooled'].mean:.1f} / {n_of.get(var, '?')} pooled, "
+        f"{agg['strict_selected'].mean:.1f} picked\n{_verdict(agg)}"
       )
       ax.text(
         j + 0.5,
@@ -213,12 +224,14 @@ def figure(path: Union[str, os.PathLike], out: Mapping, spec, n_of: Mapping) -> 
   plots.save(fig, path)
 
 
-def write(path: str, out: dict, spec, n_of: Mapping) -> None:
-  """leakage_map.png and leakage_map.md in workdir ``path``; ``out['map']`` gains the cells."""
-  out["map"] = cells(out, spec)
+def write(path: str, out: Results, spec, n_of: Mapping) -> Results:
+  """leakage_map.png and leakage_map.md in workdir ``path``; returns ``out`` with its
+  :attr:`~recon_jax.studies.efficacy_results.Results.map` (:func:`cells`)."""
+  out = out._replace(map=cells(out, spec))
   text = table(out, spec, n_of)
   figure(workdir.inside(path, "leakage_map.png"), out, spec, n_of)
   workdir.write_text(path, "leakage_map.md", text)
+  return out
 
 
 def check(spec, variants: Sequence[str]) -> None:

@@ -25,6 +25,7 @@ from recon_jax.job import planning
 from recon_jax.job.run import STATE_FILE, run_reconstruction
 from recon_jax.studies import (
   efficacy,
+  efficacy_results,
   init_study,
   init_study_figures,
   init_study_settings,
@@ -139,13 +140,14 @@ def run_efficacy(
   resume=False,
   overwrite=False,
   configs=None,
-) -> dict:
+) -> efficacy_results.Results:
   """Every variant of efficacy config ``cfg`` on draws ``first_draw .. first_draw + draws - 1``, into workdir ``path``.
 
   Each (variant, draw) is a reconstruction workdir ``path/VARIANT/draw_D``; with
   ``resume`` finished ones are read back and an interrupted one continues.
   Writes config.json, metrics.json (intervals, and paired differences against
-  the first variant), results.md and efficacy.png; returns the metrics.  Each run takes
+  the first variant), results.md and efficacy.png; returns the metrics
+  (:class:`~recon_jax.studies.efficacy_results.Results`).  Each run takes
   its own precision (:func:`run_reconstruction`; no variant changes ``x64``).  ``configs``:
   :func:`check_efficacy`'s result when the caller checked the settings already, as the
   binary does.  The workdir is opened as the main job's is
@@ -181,29 +183,40 @@ def run_efficacy(
       per_draw[v].append(done.numbers)
       n_of[v] = done.n_train
       logging.info("efficacy: %s draw %d: %s", v, draw, per_draw[v][-1])
-  base = per_draw[variants[0]]
-  out = {
-    "draws": list(numbers),
-    "n_train": n_of[variants[0]],
-    "n_train_of": n_of,
-    "variants": {v: efficacy.aggregate(per_draw[v], cfg.confidence, n_of[v]) for v in variants},
-    "paired_vs_" + variants[0]: {
-      v: {
-        k: dict(d, verdict=efficacy.verdict(d))
-        for k, d in efficacy.paired(
-          per_draw[v], base, confidence=cfg.confidence, n_train=max(n_of[v], n_of[variants[0]])
-        ).items()
-      }
-      for v in variants[1:]
-    },
-  }
+  out = _results(list(numbers), per_draw, n_of, variants, cfg.confidence)
   if "map" in cfg:
-    leakage_map.write(path, out, cfg.map, n_of)
+    out = leakage_map.write(path, out, cfg.map, n_of)
   text = efficacy.efficacy_table(out, variants)
   efficacy.efficacy_figure(workdir.inside(path, "efficacy.png"), out, variants)
   workdir.write_text(path, "results.md", text)
-  workdir.write_json(path, "metrics.json", out)  # last: a workdir with it is finished
+  workdir.write_json(path, "metrics.json", out.to_dict())  # last: a workdir with it is finished
   return out
+
+
+def _results(draws, per_draw, n_of, variants, confidence) -> efficacy_results.Results:
+  """The harness's report: each variant's intervals over ``draws`` (its numbers per draw,
+  ``per_draw``; its training images, ``n_of``), and the paired differences of the others
+  against the first, each with its verdict."""
+  base, first = per_draw[variants[0]], variants[0]
+  paired = {}
+  for v in variants[1:]:
+    n = max(n_of[v], n_of[first])
+    diffs = efficacy.paired(per_draw[v], base, confidence=confidence, n_train=n)
+    ivs = {k: efficacy_results.Interval.of(d) for k, d in diffs.items()}
+    paired[v] = {k: iv._replace(verdict=efficacy.verdict(iv)) for k, iv in ivs.items()}
+  return efficacy_results.Results(
+    draws=tuple(draws),
+    n_train=n_of[first],
+    variants={
+      v: {
+        k: efficacy_results.Interval.of(d)
+        for k, d in efficacy.aggregate(per_draw[v], confidence, n_of[v]).items()
+      }
+      for v in variants
+    },
+    n_train_of=dict(n_of),
+    paired=paired,
+  )
 
 
 def _finished_draw(folder: str):
@@ -308,7 +321,7 @@ def toy_job(cfg, path: str, *, resume=False, overwrite=False) -> tuple[str, dict
 
 def efficacy_job(
   cfg, path: str, *, variants="", draws=5, first_draw=0, resume=False, overwrite=False
-) -> tuple[str, dict]:
+) -> tuple[str, efficacy_results.Results]:
   """The harness (efficacy's config) over ``draws`` data draws into workdir ``path``.
 
   ``variants``: comma-separated names of the config's variants; '' every cell of the

@@ -41,43 +41,53 @@ CRITERIA = {
   "as well as the attack's best restart (identifiability ratio >= 1) and no flat family of "
   "exact solutions runs through it (recon_jax.eval.identifiability)",
 }
-# section: (title, its runs)
+# section: (title, its runs), in the order they run and are reported
 SECTIONS = {
   "toy": ("1. Haim et al. §4, Fig. 2: the 2-D toy", ("toy",)),
-  "main": ("2. Haim et al. §5.2-5.3, Figs 3-4: the main attack", ("main_faces", "main_digits")),
+  "main": (
+    "2. Haim et al. §5.2-5.3, Figs 3-4: their MNIST setting (odd vs even, d-1000-1000-1)",
+    ("main_mnist50", "main_mnist100"),
+  ),
+  "supplement": (
+    "3. The small-image supplement: LFW faces and scikit-learn digits",
+    ("main_faces", "main_digits"),
+  ),
   "ablations": (
-    "3. Haim et al. §5.3 / App. C: n, width/depth, init, training length, biases",
+    "4. Haim et al. §5.3 / App. C on their MNIST setting: n, width/depth, init, training "
+    "length, biases, mini-batch SGD",
     (
-      "abl_base",
       "abl_n_small",
-      "abl_n_large",
+      "main_mnist50",
+      "main_mnist100",
       "abl_width",
       "abl_depth",
       "abl_kaiming",
-      "abl_short",
+      "abl_long",
       "abl_bias_all",
+      "abl_sgd",
     ),
   ),
   "baselines": (
-    "4. Haim et al. §5.4: model inversion and first-layer weights",
-    ("main_faces", "inversion", "weights"),
+    "5. Haim et al. §5.4: model inversion and first-layer weights",
+    ("main_mnist50", "inversion", "weights"),
   ),
   "decoreco": (
-    "5. Buzaglo et al. (DecoReco): multiclass and regression with weight decay",
+    "6. Buzaglo et al. (DecoReco): multiclass and regression with weight decay",
     ("multiclass_ce", "regression_mse_wd"),
   ),
-  "init_study": ("6. Runkel et al. §4.3-4.5: the initialisation study", ("init_study",)),
+  "init_study": ("7. Runkel et al. §4.3-4.5: the initialisation study", ("init_study",)),
   "attacker": (
-    "7. The attacker's side: restart selection without ground truth",
-    ("main_faces", "main_digits", "partition_init"),
+    "8. The attacker's side: restart selection without ground truth",
+    ("main_mnist50", "main_mnist100", "main_faces", "partition_init"),
   ),
   "identifiability": (
-    "8. Identifiability: does the stationarity objective single out the training set?",
-    ("main_faces", "main_faces_wd"),
+    "9. Identifiability: does the stationarity objective single out the training set?",
+    ("main_mnist50", "main_faces", "main_faces_wd"),
   ),
   "leakage": (
-    "9. Leakage with a known theta_0: a model fine-tuned from weights the attacker knows",
-    ("finetune", "finetune_blind"),
+    "10. Leakage with a known theta_0: a model fine-tuned from weights the attacker knows, "
+    "and the leakage map",
+    ("finetune", "finetune_blind", "leakage_map"),
   ),
 }
 # The papers' claims, fixed before any run: (section, criterion (CRITERIA), the runs it

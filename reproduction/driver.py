@@ -163,11 +163,62 @@ def _dataset(config, path: str) -> str:
   return value
 
 
+def commit_of(cwd: str) -> str:
+  """The checkout's commit (``+ changes`` where the tree differs from it), or 'unknown'."""
+  try:
+    head = subprocess.run(
+      ["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True
+    )
+    dirty = subprocess.run(
+      ["git", "status", "--porcelain", "--untracked-files=no"],
+      cwd=cwd,
+      capture_output=True,
+      text=True,
+    )
+  except OSError:
+    return "unknown"
+  if head.returncode:
+    return "unknown"
+  return head.stdout.strip() + (" + changes" if dirty.stdout.strip() else "")
+
+
+def ledger(path: str, name: str) -> dict:
+  """What ran of the run ``name`` and when, kept across resumed sessions
+  (``logs/<name>.json``): ``{args, wall_s, sessions: [{date, commit, wall_s}]}``."""
+  try:
+    with open(os.path.join(path, "logs", f"{name}.json")) as fh:
+      got = json.load(fh)
+  except (OSError, ValueError):
+    return {}
+  return got if isinstance(got, dict) and isinstance(got.get("wall_s"), (int, float)) else {}
+
+
+def _record(path: str, name: str, args: list, wall_s: float, commit: str) -> dict:
+  """Adds ``wall_s`` seconds run at ``commit`` today to the run's :func:`ledger` (started
+  afresh where its arguments changed); returns it."""
+  old = ledger(path, name)
+  old = old if old.get("args") == args else {}
+  session = dict(date=time.strftime("%Y-%m-%d"), commit=commit, wall_s=round(wall_s, 1))
+  new = dict(
+    args=args,
+    wall_s=round(old.get("wall_s", 0.0) + wall_s, 1),
+    sessions=list(old.get("sessions", [])) + [session],
+  )
+  workdir.write_json(os.path.join(path, "logs"), f"{name}.json", new)
+  return new
+
+
 def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False) -> dict:
-  """The run ``name``'s processes -> ``{binary, commands, status, results, wall_s}``."""
+  """The run ``name``'s processes -> ``{binary, commands, status, results, wall_s, ran}``.
+
+  ``wall_s`` is the time its processes took over every session that ran them (its
+  :func:`ledger`); ``ran``: those sessions, each ``{date, commit, wall_s}``.
+  """
   r, t0 = cfg.runs[name], time.time()
   out = {"binary": r.binary, "commands": [], "results": [], "status": "ok"}
   os.makedirs(os.path.join(path, "logs"), exist_ok=True)
+  every = [a for _, a in jobs(cfg, name, programs)]
+  launched = False
   for rel, args in jobs(cfg, name, programs):
     folder = os.path.join(path, rel)
     out["commands"].append(
@@ -177,6 +228,7 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
     if m is not None:  # finished before, and its results read: not run again
       out["results"].append(m)
       continue
+    launched = True
     try:
       launch(programs, r.binary, folder, args, os.path.join(path, "logs", f"{name}.log"), resume)
     except Failed as e:
@@ -191,7 +243,10 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
       out["status"] = f"FAILED ({rel}/metrics.json unreadable after the run)"
       break
     out["results"].append(m)
-  out["wall_s"] = time.time() - t0
+  kept = ledger(path, name)
+  if launched or kept.get("args") != every:
+    kept = _record(path, name, every, time.time() - t0, commit_of(programs.cwd))
+  out["wall_s"], out["ran"] = kept["wall_s"], kept["sessions"]
   return out
 
 

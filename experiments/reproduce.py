@@ -12,11 +12,14 @@ over data draws (seeds for the toy and the init study) by a criterion fixed befo
       --config.data_dir=~/data --workdir=/tmp/repro_paper               # on a GPU
   python -m experiments.reproduce --only=toy,baselines --workdir=/tmp/repro_some
   python -m experiments.reproduce --workdir=/tmp/repro --resume         # after an interruption
+  python -m experiments.reproduce --workdir=/tmp/repro --resume --publish=.  # into the checkout
 
 Writes RESULTS.md and results.json (the sections this command ran), a folder per run
 (<run>/, seeds in <run>/seed_<s>/) and logs/<run>.log.  --resume keeps the finished runs (runs
 again one whose metrics.json cannot be read) and continues an interrupted one with its binary's
 --resume.  A run that fails is FAILED in its section, the others go on, and the exit code is 2.
+--publish=CHECKOUT then copies RESULTS.md to that checkout's root and the files it links to its
+docs/results/ (replaced), the links rewritten (``reproduction.publish``).
 """
 
 from experiments import starting
@@ -30,8 +33,9 @@ from absl import flags  # noqa: E402
 
 from experiments import configs  # noqa: E402
 from recon_jax import cli  # noqa: E402
-from recon_jax.errors import RunFailed  # noqa: E402
-from reproduction import driver  # noqa: E402
+from recon_jax.errors import ConfigError, RunFailed  # noqa: E402
+from recon_jax.io.workdir import expand as workdir_path  # noqa: E402
+from reproduction import driver, publish  # noqa: E402
 from reproduction.claims import SECTIONS  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -39,13 +43,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checko
 PROGRAMS = driver.Programs("experiments.{}", "experiments/configs/{}.py:{}", ROOT)
 
 
-def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=()):
-  """Checks -> the runs -> one line of results.  ``argv``: the command line, for RESULTS.md."""
+def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=(), publish_to=""):
+  """Checks -> the runs -> one line of results (-> the report in checkout ``publish_to``).
+  ``argv``: the command line, for RESULTS.md."""
   sections = driver.sections_to_run(cfg, only)
+  if publish_to and not os.path.isfile(os.path.join(workdir_path(publish_to), "README.md")):
+    raise ConfigError(f"publish: {publish_to} is not a checkout (no README.md there).", "publish")
   workdir = driver.open_run(cfg, workdir, resume=resume, overwrite=overwrite)
   command = " ".join(
     ["python -m experiments.reproduce"]
-    + [a for a in argv if not a.startswith(("--resume", "--overwrite"))]
+    + [a for a in argv if not a.startswith(("--resume", "--overwrite", "--publish"))]
   )
   out = driver.run(cfg, workdir, sections, programs=PROGRAMS, resume=resume, command=command)
   n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
@@ -53,6 +60,9 @@ def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=()):
     f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
     f"reproduced ({out['total_s']:.0f} s)"
   )
+  if publish_to:
+    files = publish.publish(workdir, publish_to)
+    print(f"published RESULTS.md and {len(files)} files it links into {publish_to}")
   failed = [n for n, r in out["runs"].items() if r["status"] != "ok"]
   if failed:
     raise RunFailed(f"runs FAILED: {', '.join(failed)} (see RESULTS.md and logs/)")
@@ -60,11 +70,15 @@ def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=()):
 
 def main(cfg):
   kw = dict(resume=FLAGS.resume, overwrite=FLAGS.overwrite, argv=sys.argv[1:])
+  kw["publish_to"] = FLAGS.publish
   job(cfg, FLAGS.workdir, only=FLAGS.only, **kw)
 
 
 if __name__ == "__main__":
   flags.DEFINE_string(  # before the shared flags, so that --help lists it
     "only", "", "Comma-separated sections to run (default: all): " + ", ".join(SECTIONS) + "."
+  )
+  flags.DEFINE_string(
+    "publish", "", "A checkout to copy the finished RESULTS.md and its figures into."
   )
   cli.run(main, configs.path("reproduce"), "default")

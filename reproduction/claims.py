@@ -13,10 +13,10 @@ from __future__ import annotations
 import statistics
 from typing import Mapping, Sequence
 
-from recon_jax.studies import efficacy
 from recon_jax.studies.efficacy import fmt
-from recon_jax.studies.efficacy_results import Interval
+from reproduction import readings
 from reproduction.run_results import Harness, InitStudy
+from reproduction.stats import LEAKS, best_baseline, interval, paired, per_draw, within, yes
 
 NEW = "n/a (new measurement)"
 CRITERIA = {
@@ -34,6 +34,8 @@ CRITERIA = {
   "lower_with_signal": "the intervals of (base - Kaiming) SSIM > 0.4 counts and of (Kaiming "
   "SSIM > 0.4 - its best baseline's) per draw both lie above 0",
   "fewer": "the interval of (KKT - baseline attack) strict pooled per draw lies above 0",
+  "similar": "the interval of (the longer-trained - the base victim's) strict pooled per draw "
+  "lies within [-0.1 n, 0.1 n]",
   "known_theta0": "the interval of (strict pooled with theta_0 known - with theta* alone) per "
   "draw lies above 0, on the same victims",
   "findings": "the init study's own criterion holds in every one of >= 3 seeds",
@@ -104,40 +106,62 @@ CLAIMS = (
   (
     "main",
     "leak_quarter",
+    ("main_mnist50",),
+    "MNIST odd/even, n = 50: a substantial fraction of the training images is reconstructed, "
+    "above the baselines (Figs 3-4)",
+    "large portion (their n = 50 is shown on CIFAR-10, Fig. 1)",
+  ),
+  (
+    "main",
+    "leak_quarter",
+    ("main_mnist100",),
+    "MNIST odd/even, n = 100: as above",
+    "large portion (their n = 100: CIFAR-10, Fig. 6)",
+  ),
+  (
+    "main",
+    "leak_quarter",
+    ("main_mnist500",),
+    "MNIST odd/even, n = 500, their whole sweep (100 restarts x 50,000 steps): as above",
+    "large portion (MNIST n = 500, Fig. 3)",
+  ),
+  (
+    "supplement",
+    "leak_quarter",
     ("main_faces",),
-    "{ds}: a substantial fraction of the training "
-    "images is reconstructed, above the baselines (Figs 3-4)",
+    "{ds} (small-image supplement): as above",
     "large portion, n = 500",
   ),
-  ("main", "leak_quarter", ("main_digits",), "{ds}: as above", "large portion, n = 500"),
+  ("supplement", "leak_quarter", ("main_digits",), "{ds} (supplement): as above", "large portion"),
   (
     "ablations",
     "n_trend",
-    ("abl_n_small", "abl_base", "abl_n_large"),
+    ("abl_n_small", "main_mnist50", "main_mnist100"),
     "larger n makes reconstruction harder (Fig. 4 top)",
     "fewer good reconstructions as n grows",
   ),
   (
     "ablations",
     "all_leak",
-    ("abl_base", "abl_width", "abl_depth"),
-    "reconstruction works across widths and depths (Fig. 4 bottom)",
+    ("main_mnist50", "abl_width", "abl_depth"),
+    "reconstruction works across widths and depths (Fig. 4 bottom: 1000-1000, 100-100, "
+    "1000-500-100)",
     "good reconstructions for each",
   ),
   (
     "ablations",
     "lower_with_signal",
-    ("abl_base", "abl_kaiming"),
+    ("main_mnist50", "abl_kaiming"),
     "Kaiming init in all "
-    "layers: lower quality than a 1e-4 first layer, some signal left (App. C, Figs 17-18)",
+    "layers: lower quality than a 1e-4 first layer, some signal left (App. C.3.1, Figs 17-18)",
     "lower quality, some correlation",
   ),
   (
     "ablations",
-    "leak",
-    ("abl_short",),
-    "shorter training still reconstructs (App. C, Fig. 16)",
-    "reconstructions remain",
+    "similar",
+    ("main_mnist50", "abl_long"),
+    "10^4 epochs of training reconstruct about as well as 10^5 (App. C.3.2, Fig. 20)",
+    "very similar quality",
   ),
   (
     "ablations",
@@ -147,16 +171,23 @@ CLAIMS = (
     "high-quality reconstructions",
   ),
   (
+    "ablations",
+    "leak",
+    ("abl_sgd",),
+    "mini-batch SGD (batch 50) still reconstructs (App. C.3.3, Fig. 21)",
+    "reconstructions",
+  ),
+  (
     "baselines",
     "fewer",
-    ("main_faces", "inversion"),
+    ("main_mnist50", "inversion"),
     "model inversion recovers fewer training images than the KKT attack (§5.4, Fig. 5)",
     "class representatives",
   ),
   (
     "baselines",
     "fewer",
-    ("main_faces", "weights"),
+    ("main_mnist50", "weights"),
     "first-layer weights recover fewer training images than the KKT attack (§5.4)",
     "not training samples",
   ),
@@ -179,31 +210,18 @@ CLAIMS = (
   (
     "attacker",
     "selected_leak",
-    ("main_faces",),
-    "{ds}: the attacker's own pick (lowest-loss restart, no ground truth) beats the baselines",
+    ("main_mnist50",),
+    "MNIST n = 50: the attacker's own pick (lowest-loss restart, no ground truth) beats the "
+    "baselines",
     "not reported",
   ),
-  ("attacker", "selected_leak", ("main_digits",), "{ds}: as above", "not reported"),
+  ("attacker", "selected_leak", ("main_mnist100",), "MNIST n = 100: as above", "not reported"),
   (
     "attacker",
     "pick_rate",
-    ("main_faces", "main_digits"),
+    ("main_mnist50", "main_mnist100", "main_faces"),
     "the lowest-loss restart is the truly best one",
     "not reported",
-  ),
-  (
-    "identifiability",
-    "identifiable",
-    ("main_faces",),
-    "{ds}, trained without weight decay: the training set is what fits the equations best",
-    "assumed (§3: theta* is near a KKT point of its training set)",
-  ),
-  (
-    "identifiability",
-    "identifiable",
-    ("main_faces_wd",),
-    "{ds}, softplus victim at a stationary point of a weight-decay-regularised loss: as above",
-    "weight decay helps (Buzaglo et al.)",
   ),
   (
     "attacker",
@@ -211,6 +229,27 @@ CLAIMS = (
     ("partition_init", "main_faces"),
     "{ds}: the KKT attack started from disjoint partition images (Runkel's setting) vs from noise",
     "argued, no number",
+  ),
+  (
+    "identifiability",
+    "identifiable",
+    ("main_mnist50",),
+    "MNIST n = 50, Haim et al.'s setting: the training set is what fits the equations best",
+    "assumed (§3: theta* is near a KKT point of its training set)",
+  ),
+  (
+    "identifiability",
+    "identifiable",
+    ("main_faces",),
+    "{ds}, trained without weight decay: as above",
+    "assumed",
+  ),
+  (
+    "identifiability",
+    "identifiable",
+    ("main_faces_wd",),
+    "{ds}, softplus victim at a stationary point of a weight-decay-regularised loss: as above",
+    "weight decay helps (Buzaglo et al.)",
   ),
   # Fixed in the leakage issue before its runs: a fine-tuned model whose theta_0 is known.
   (
@@ -244,47 +283,13 @@ CLAIMS = (
     "argued, no number",
   ),
 )
-
-
-# The leak criteria: (the count they read, the share of n its mean must reach (0: none)).
-LEAKS = {
-  "leak": ("strict_pooled", 0.0),
-  "leak_quarter": ("strict_pooled", 0.25),
-  "leak_most": ("strict_pooled", 0.9),
-  "selected_leak": ("strict_selected", 0.0),
-  "selected_most": ("strict_selected", 0.75),
+# A claim's run that a scale does not have: why, and what stands in for it.
+UNRUN = {
+  "main_mnist500": "needs a GPU (the paper scale runs it: 100 x 50,000 restart-steps, about 14 "
+  "min on one H200, about 31 h on 2 CPU cores); the partial GPU run of 2026-11-27 (50 x 26,400, "
+  "draw 0, 10^5 epochs): 0 of 500 strict against 163 held-out, 234 SSIM > 0.4, membership AUC "
+  "0.56, verdict cannot tell (docs/log/leakage.md)",
 }
-
-
-def interval(values: Sequence[float], conf: float = 0.95, bounds=None) -> Interval:
-  """:func:`recon_jax.studies.efficacy.interval` of ``values`` (clipped to ``bounds``)."""
-  return Interval.of(efficacy.interval(values, conf, bounds))
-
-
-def _yes(*above) -> str:
-  """'yes' if every interval lies above 0 (or every check passed), 'too few draws' for n < 2."""
-  oks = [a if isinstance(a, bool) else (None if a.n < 2 else a.ci_low > 0) for a in above]
-  return "too few draws" if None in oks else ("yes" if all(oks) else "no")
-
-
-def per_draw(m: Harness, key: str, per_n: bool = False) -> list:
-  """The default variant's per-draw ``key`` (None as NaN), divided by n with ``per_n``."""
-  v = [float("nan") if x is None else x for x in m.results.variants["default"][key].per_draw]
-  return [x / m.results.n_train for x in v] if per_n else v
-
-
-def best_baseline(m: Harness, what: str = "strict") -> list:
-  """Per draw, the stronger baseline: held-out images or the mean image (as reconstructions)."""
-  return [
-    b if h != h else max(h, b)
-    for h, b in zip(per_draw(m, f"baseline_heldout_{what}"), per_draw(m, f"baseline_mean_{what}"))
-  ]
-
-
-def paired(a: Sequence[float], b: Sequence[float], conf: float, n=None) -> Interval:
-  """The interval of the per-draw differences ``a - b`` (the lists paired draw by draw);
-  with ``n``, differences of counts of n images, clipped to [-n, n]."""
-  return interval([x - y for x, y in zip(a, b)], conf, None if n is None else (-n, n))
 
 
 def _leak(m: Harness, conf: float, key: str = "strict_pooled", share: float = 0.0) -> dict:
@@ -298,7 +303,7 @@ def _leak(m: Harness, conf: float, key: str = "strict_pooled", share: float = 0.
     attack=f"{key.replace('_', ' ')} {fmt(a)} of {n}",
     baselines=f"held-out {base('heldout')}, mean image {base('mean')}",
     statistic=f"minus best baseline {fmt(d)}" + (f"; {share:g} n = {share * n:g}" if share else ""),
-    verdict=_yes(d, *([bool(a.mean >= share * n)] if share else [])),
+    verdict=yes(d, *([bool(a.mean >= share * n)] if share else [])),
   )
 
 
@@ -310,7 +315,7 @@ def _findings(seeds: Sequence[InitStudy], row) -> list:
       held = [m.findings[sub][name].reproduced for m in seeds]
       held = [h for h in held if h is not None]
       verdict = (
-        "not run (no grid)" if not held else "too few seeds" if len(held) < 3 else _yes(all(held))
+        "not run (no grid)" if not held else "too few seeds" if len(held) < 3 else yes(all(held))
       )
       rows += row(
         attack=f"holds in {sum(held)}/{len(held)} seeds" if held else "-",
@@ -331,7 +336,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
   e = lambda **k: [dict(dict(attack="-", baselines="-", statistic="-"), **k)]
   pooled = lambda m, per_n=False: per_draw(m, "strict_pooled", per_n)
   if (
-    kind in ("fewer", "partition", "known_theta0", "lower_with_signal")
+    kind in ("fewer", "partition", "known_theta0", "lower_with_signal", "similar")
     and rs[0].results.draws != rs[1].results.draws
   ):
     a, b = (list(r.results.draws) for r in rs[:2])
@@ -345,7 +350,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       f"pooled {med('recovered_pooled'):g})",
       baselines=f"its starting points {fmt(at_init)}",
       statistic=f"median {med('recovered'):g}; 0.9 n = {0.9 * n:g}",
-      verdict="too few seeds" if len(rs[0]) < 3 else _yes(med("recovered") >= 0.9 * n),
+      verdict="too few seeds" if len(rs[0]) < 3 else yes(med("recovered") >= 0.9 * n),
     )
   if kind in LEAKS:
     key, share = LEAKS[kind]
@@ -354,7 +359,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
     rows = [_leak(m, conf) for m in rs]
     return e(
       **{k: "; ".join(r[k] for r in rows) for k in ("attack", "baselines", "statistic")},
-      verdict=_yes(*[{"yes": True, "no": False}.get(r["verdict"]) for r in rows]),
+      verdict=yes(*[{"yes": True, "no": False}.get(r["verdict"]) for r in rows]),
     )
   if kind == "n_trend":
     rs = sorted(rs, key=lambda m: m.results.n_train)
@@ -366,7 +371,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       attack="strict fraction " + per_n("strict_pooled"),
       baselines="held-out " + per_n("baseline_heldout_strict"),
       statistic=f"smallest - largest n: {fmt(d, 2)}",
-      verdict=_yes(d),
+      verdict=yes(d),
     )
   if kind in ("fewer", "partition", "known_theta0"):
     d = paired(pooled(rs[0]), pooled(rs[1]), conf, rs[0].results.n_train)
@@ -383,9 +388,18 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
         attack=f"theta_0 known {a}",
         baselines=f"theta* alone {b}",
         statistic=f"known - theta* alone {fmt(d)}",
-        verdict=_yes(d),
+        verdict=yes(d),
       )
-    return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=_yes(d))
+    return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=yes(d))
+  if kind == "similar":
+    n = rs[0].results.n_train
+    d = paired(pooled(rs[1]), pooled(rs[0]), conf, n)
+    return e(
+      attack=f"longer {fmt(interval(pooled(rs[1]), conf, (0, n)))}",
+      baselines=f"base {fmt(interval(pooled(rs[0]), conf, (0, n)))}",
+      statistic=f"longer - base {fmt(d)}; 0.1 n = {0.1 * n:g}",
+      verdict=within(d, 0.1 * n),
+    )
   if kind == "lower_with_signal":
     (base, kai), s = rs, "ssim_gt_0.4"
     counts = lambda v, m: fmt(interval(v, conf, (0, m.results.n_train)))  # noqa: E731
@@ -396,7 +410,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       f"{counts(per_draw(base, s), base)}",
       baselines=f"Kaiming's best baseline {counts(best_baseline(kai, s), kai)}",
       statistic=f"base - Kaiming {fmt(lower)}; Kaiming - baseline {fmt(sig)}",
-      verdict=_yes(lower, sig),
+      verdict=yes(lower, sig),
     )
   if kind == "identifiable":
     m = rs[0]
@@ -410,7 +424,7 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
       attack=f"the training set fits best on {sum(best)} of {len(best)} draws; other images "
       f"fit exactly as well on {int(sum(f for f in flat if f == f))}",
       statistic=f"log10 identifiability ratio {fmt(logs, 2)}",
-      verdict="too few draws" if len(best) < 2 else _yes(all(best)),
+      verdict="too few draws" if len(best) < 2 else yes(all(best)),
     )
   if kind == "pick_rate":
     same = [s for m in rs for s in m.pick_same]
@@ -443,6 +457,10 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
     bad = [n for n in names if results.get(n, {}).get("status") != "ok"]
     first = (results.get(names[0]) or {}).get("results") or [None]
     row["claim"] = text.format(ds=getattr(first[0], "dataset", names[0])) or kind
+    unrun = [UNRUN[n] for n in bad if n not in results and n in UNRUN]
+    if unrun:
+      out.append(dict(row, verdict="not run: " + "; ".join(unrun), paper_verdict="not run"))
+      continue
     if bad:
       why = ", ".join(f"{n} {'FAILED' if n in results else 'not in the sections'}" for n in bad)
       out.append(dict(row, verdict=f"not run ({why})"))
@@ -452,7 +470,10 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
       for n in names
     ]
     try:
-      out += [dict(row, **r) for r in evaluate(kind, rs, conf)]
+      out += [
+        {**row, **r, **readings.columns(names, rs, conf), **readings.verdicts(kind, rs, conf, r)}
+        for r in evaluate(kind, rs, conf)
+      ]
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as e:
       out.append(dict(row, verdict=f"not run (unreadable results: {type(e).__name__}: {e})"))
   return out

@@ -163,23 +163,24 @@ def _dataset(config, path: str) -> str:
   return value
 
 
-def commit_of(cwd: str) -> str:
-  """The checkout's commit (``+ changes`` where the tree differs from it), or 'unknown'."""
+def _git(cwd: str, *args: str) -> str:
+  """``git args`` in ``cwd``: its output, or None where git fails or is missing."""
   try:
-    head = subprocess.run(
-      ["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-      ["git", "status", "--porcelain", "--untracked-files=no"],
-      cwd=cwd,
-      capture_output=True,
-      text=True,
-    )
+    with subprocess.Popen(
+      ["git", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    ) as p:
+      out, _ = p.communicate()
   except OSError:
+    return None
+  return None if p.returncode else out.strip()
+
+
+def commit_of(cwd: str) -> str:
+  """The checkout's commit (``+ changes`` where tracked files differ from it), or 'unknown'."""
+  head = _git(cwd, "rev-parse", "--short=12", "HEAD")
+  if not head:
     return "unknown"
-  if head.returncode:
-    return "unknown"
-  return head.stdout.strip() + (" + changes" if dirty.stdout.strip() else "")
+  return head + (" + changes" if _git(cwd, "status", "--porcelain", "--untracked-files=no") else "")
 
 
 def ledger(path: str, name: str) -> dict:

@@ -5,11 +5,13 @@ read typed (:mod:`.run_results`); the verdicts come from :mod:`.claims`."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Mapping, Sequence
 
 from recon_jax.studies import efficacy
 from recon_jax.studies.efficacy import fmt_or_dash
+from reproduction import readings
 from reproduction.claims import CRITERIA
 
 
@@ -86,10 +88,11 @@ def report(
   seeds, sections); ``titles``: per section, ``(title, ...)``; figures are
   linked once, when they exist under ``workdir``.
   """
+  ran = [x for r in results.values() if "alias" not in r for x in r.get("ran", ())]
   lines = [
     f"# Reproduction report (scale: {cfg.scale})",
     "",
-    f"Regenerate with `{command}` ({total_s / 60:.1f} min). Each run is its own process "
+    f"Regenerate with `{command}`. {_provenance(ran)} Each run is its own process "
     "(commands below, settings in its config.json). Numbers are mean "
     f"[{cfg.confidence:.0%} t interval] over {cfg.draws} data draws (from draw "
     f"{cfg.first_draw}; each re-draws the training images and the victim), for the toy "
@@ -101,18 +104,10 @@ def report(
     lines += ["**Partial: the run is still going (or was stopped).**", ""]
   if cfg.scale == "quick":
     lines += ["**Quick scale: a wiring check; its numbers say nothing about the papers.**", ""]
-  lines += [
-    "## Claims",
-    "",
-    "| # | claim | paper | attack | baselines | criterion's statistic | reproduced |",
-    "|---|---|---|---|---|---|---|",
-  ]
-  lines += [
-    f"| {titles[r['section']][0].split('.')[0]} | {r['claim']} | {r['paper']} | "
-    f"{r['attack']} | {r['baselines']} | {r['statistic']} | **{r['verdict']}** |"
-    for r in rows
-  ]
-  lines += ["", "Criteria (fixed before any run):", ""]
+  lines += [GUIDE, ""] + section_times(cfg, results, sections, titles, total_s)
+  lines += claims_table(rows, titles)
+  lines += ["", "Verdicts (fixed before any run):", "", f"- {readings.PAPER_SENSE}"]
+  lines += [f"- {readings.EVIDENCE}", "", "Criteria:", ""]
   lines += [
     f"- {c}: {CRITERIA[c]}" for c in dict.fromkeys(r["criterion"] for r in rows) if c in CRITERIA
   ]
@@ -132,6 +127,7 @@ def report(
       lines.append(
         f"- `{n}`"
         + (f" (the same run as `{where}`)" if where != n else "")
+        + _budget(workdir, where, r["binary"])
         + ": "
         + "; ".join(f"`{c}`" for c in r["commands"])
       )
@@ -140,5 +136,135 @@ def report(
         for f in FIGURES[r["binary"]]
         if where not in shown and os.path.isfile(os.path.join(workdir, where, f))
       ]
+      if where not in shown and r["status"] == "ok":
+        lines += map_lines(r["results"][0], where)
       shown.add(where)
   return "\n".join(lines) + "\n"
+
+
+def _provenance(ran: Sequence[Mapping]) -> str:
+  """'Run on DATE(S) at commit C (...)': the sessions that ran the runs' processes."""
+  if not ran:
+    return ""
+  dates = sorted({x["date"] for x in ran})
+  commits = list(dict.fromkeys(x["commit"] for x in ran))
+  when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+  at = f"commit {commits[0]}" if len(commits) == 1 else "commits " + ", ".join(commits)
+  hours = sum(x["wall_s"] for x in ran) / 3600
+  return f"Run {when} at {at} ({hours:.1f} h of its runs' processes)."
+
+
+def section_times(cfg, results: Mapping, sections, titles: Mapping, total_s: float) -> list:
+  """The time each section's runs took (a run shared by sections counts where it first ran)."""
+  lines = ["| section | runs | minutes |", "|---|---|---|"]
+  counted = set()
+  for sec in sections:
+    names = [n for n in cfg.sections[sec] if n in results]
+    own = [results[n].get("alias", n) for n in names]
+    own = [n for n in dict.fromkeys(own) if n not in counted]
+    counted.update(own)
+    minutes = sum(results[n].get("wall_s", 0.0) for n in own) / 60
+    lines.append(f"| {titles[sec][0]} | {len(own)} | {minutes:.0f} |")
+  return lines + [f"| this command | | {total_s / 60:.0f} |", ""]
+
+
+CLAIM_COLUMNS = (
+  ("ssim", "paper's count: SSIM > 0.4"),
+  ("heldout_ssim", "held-out images at SSIM > 0.4"),
+  ("strict", "strict pooled"),
+  ("heldout_strict", "held-out strict"),
+  ("membership", "membership (weights): AUC; TPR at 0.1% FPR"),
+)
+
+
+def claims_table(rows: Sequence[Mapping], titles: Mapping) -> list:
+  """The claims, each with the paper's count beside the strict one, and both verdicts."""
+  head = ["#", "claim", "paper"] + [h for _, h in CLAIM_COLUMNS]
+  head += ["criterion's statistic", "in the paper's sense", "as evidence of membership"]
+  lines = ["## Claims", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    cells = [r.get(k, readings.DASH) for k, _ in CLAIM_COLUMNS]
+    stat = r["statistic"]
+    if cells[0] == readings.DASH and r["attack"] != "-":  # the toy, the init study, the picks
+      stat = f"{r['attack']}; {stat}" if stat != "-" else r["attack"]
+    number = titles[r["section"]][0].split(".")[0]
+    lines.append(
+      "| "
+      + " | ".join([number, r["claim"], r["paper"], *cells, stat])
+      + f" | **{r.get('paper_verdict', readings.DASH)}** | **{r['verdict']}** |"
+    )
+  return lines
+
+
+def map_lines(m, where: str) -> list:
+  """A leakage map's cells (an efficacy run with a map): each cell's strict counts, what the
+  change's span holds, the held-out baseline, membership and time, over its draws."""
+  res = m.results
+  if not res.map:
+    return []
+  n_of = res.n_train_of or {}
+  keys = ("strict_pooled", "strict_selected", "span_ceiling", "baseline_heldout_strict")
+  keys += ("membership_weights_auc", "membership_weights_tpr", "membership_loss_tpr", "time_s")
+  digits = dict(membership_weights_auc=3, membership_weights_tpr=2, membership_loss_tpr=2)
+  digits["time_s"] = 0
+  lines = [
+    "",
+    f"The leakage map (`{where}`): one thing changed at a time from the base model.",
+    "",
+    "| axis | value | n | strict pooled | attacker's pick | the span holds | held-out strict | "
+    "membership AUC (weights) | TPR at 0.1% FPR: weights / loss | s a draw |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+  ]
+  for cell in res.map:
+    agg = res.variants.get(cell["variant"], {})
+    v = {k: fmt_or_dash(agg.get(k), digits.get(k, 1)) for k in keys}
+    lines.append(
+      f"| {cell['axis']} | {cell['label']} | {n_of.get(cell['variant'], '?')} | "
+      f"{v['strict_pooled']} | {v['strict_selected']} | {v['span_ceiling']} | "
+      f"{v['baseline_heldout_strict']} | {v['membership_weights_auc']} | "
+      f"{v['membership_weights_tpr']} / {v['membership_loss_tpr']} | {v['time_s']} |"
+    )
+  return lines + [f"  ![{where}/leakage_map.png]({where}/leakage_map.png)", ""]
+
+
+GUIDE = (
+  "What the numbers say is in [docs/findings.md](docs/findings.md) and, for models fine-tuned "
+  "from weights the attacker knows, [docs/leakage.md](docs/leakage.md); how a recovery is "
+  "counted in [docs/evaluation.md](docs/evaluation.md), how membership is tested in "
+  "[docs/membership.md](docs/membership.md)."
+)
+
+
+def _budget(workdir: str, where: str, binary: str) -> str:
+  """' (R restarts x S steps a draw)' of an efficacy run's KKT search (its config.json), or ''."""
+  if binary != "efficacy":
+    return ""
+  try:
+    with open(os.path.join(workdir, where, "config.json")) as fh:
+      base = json.load(fh)["config"]["base"]
+    search, attack = base["search"], base["attack"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return ""
+  trained = _victims(os.path.join(workdir, where, "default"))
+  if attack not in ("kkt", "closed_form", "inversion"):
+    return f" ({attack}{trained})"
+  steps = f"{search['num_restarts']} restarts x {search['steps']:,} steps a draw"
+  return f" ({attack}: {steps}{trained})"
+
+
+def _victims(folder: str) -> str:
+  """'; victims: train loss LO-HI, test accuracy LO-HI' over the draws' metrics.json."""
+  got = []
+  for d in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+    try:
+      with open(os.path.join(folder, d, "metrics.json")) as fh:
+        v = json.load(fh)["victim"]
+      got.append((float(v["loss"]), float(v["test_accuracy"])))
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+  if not got:
+    return ""
+  span = lambda xs, f: f"{f(min(xs))} to {f(max(xs))}" if min(xs) != max(xs) else f(xs[0])  # noqa: E731
+  loss = span([g[0] for g in got], lambda x: f"{x:.1e}")
+  acc = span([g[1] for g in got], lambda x: f"{x:.2f}")
+  return f"; victims: train loss {loss}, test accuracy {acc}"

@@ -14,7 +14,7 @@ from recon_jax.errors import ConfigError
 from recon_jax.eval.metrics_json import Metrics
 from recon_jax.io import workdir
 from recon_jax.studies import efficacy, efficacy_results
-from reproduction import claims, results_md, run_results
+from reproduction import claims, publish, readings, results_md, run_results
 from reproduction import driver as reproduction
 
 T4 = 2.7764451051977987  # Student-t 0.975 quantile, 4 degrees of freedom
@@ -192,7 +192,9 @@ def test_an_efficacy_run_is_condensed_with_each_scored_draws_pick():
 def _results():
   ok = lambda m: {"binary": "efficacy", "status": "ok", "results": [m], "commands": ["cmd"]}
   return {
-    "main_faces": ok(eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1])),
+    "main_faces": ok(
+      eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1], membership_weights_auc=[0.9] * 5)
+    ),
     "main_digits": {
       "binary": "efficacy",
       "status": "FAILED (exit code 1: error: boom)",
@@ -206,14 +208,21 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   cfg = configs.get_config("default")
   results = _results()
   results["partition_init"] = dict(results["main_faces"], alias="main_faces")
-  rows = claims.claims(claims.CLAIMS, results, ["main", "attacker"], cfg.confidence)
+  secs = ["main", "supplement", "attacker"]
+  rows = claims.claims(claims.CLAIMS, results, secs, cfg.confidence)
   by = {(r["criterion"], r["runs"][0]): r for r in rows}
   assert by["leak_quarter", "main_faces"]["verdict"] == "yes"
-  assert by["leak_quarter", "main_faces"]["claim"].startswith("lfw: a substantial")
+  assert by["leak_quarter", "main_faces"]["claim"].startswith("lfw (small-image supplement)")
   assert by["leak_quarter", "main_digits"]["verdict"] == "not run (main_digits FAILED)"
   assert by["partition", "partition_init"]["verdict"] == claims.NEW
+  # a run this scale does not have says why, and what stands in for it
+  assert by["leak_quarter", "main_mnist500"]["verdict"].startswith("not run: needs a GPU")
+  assert "2026-11-27" in by["leak_quarter", "main_mnist500"]["verdict"]
+  assert (
+    by["leak_quarter", "main_mnist50"]["verdict"] == "not run (main_mnist50 not in the sections)"
+  )
   rows = claims.claims(
-    claims.CLAIMS, {"main_faces": results["main_faces"]}, ["main"], cfg.confidence
+    claims.CLAIMS, {"main_faces": results["main_faces"]}, ["supplement"], cfg.confidence
   )
   assert rows[1]["verdict"] == "not run (main_digits not in the sections)"
 
@@ -223,17 +232,18 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
     cfg,
     str(tmp_path),
     results,
-    claims.claims(claims.CLAIMS, results, ["main", "attacker"], cfg.confidence),
-    ["main", "attacker"],
+    claims.claims(claims.CLAIMS, results, secs, cfg.confidence),
+    secs,
     claims.SECTIONS,
     90.0,
     "python -m x",
     False,
   )
-  assert "Regenerate with `python -m x` (1.5 min)" in md and "Partial" not in md
+  assert "Regenerate with `python -m x`." in md and "Partial" not in md
+  assert "| this command | | 2 |" in md  # 90 s, in minutes
   assert (
-    "| 2 | lfw: a substantial fraction of the training images is reconstructed, above the "
-    "baselines (Figs 3-4) | large portion, n = 500 | strict pooled 6.4 ["
+    "| 3 | lfw (small-image supplement): as above | large portion, n = 500 | 0.0 [0.0, 0.0] of "
+    "20 | 0.0 [0.0, 0.0] of 20 | 6.4 ["
   ) in md
   assert "| **yes** |" in md and "**not run (main_digits FAILED)**" in md
   assert "**FAILED**: `main_digits`: FAILED (exit code 1: error: boom)" in md
@@ -241,7 +251,81 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   assert md.count("![main_faces/efficacy.png](main_faces/efficacy.png)") == 1  # figures once
   assert "| main_faces | lfw | 20 | 5 | 6.4 [" in md
   assert "- leak_quarter: leak, and the mean strict pooled count >= n/4" in md
-  assert md.index("## 2. Haim") < md.index("## 7. The attacker")
+  assert md.index("## 3. The small-image") < md.index("## 8. The attacker")
+  assert "| AUC 0.900 [0.900, 0.900]; TPR 0.00 [0.00, 0.00] |" in md
+
+
+def test_each_claim_is_read_in_the_papers_sense_and_as_evidence_of_membership():
+  """The paper's count (SSIM > 0.4, no baseline) and the strict count with membership are two
+  verdicts: look-alikes pass the first alone, and a strict count the weights do not back
+  (membership AUC's interval not above 0.5) is no evidence."""
+  ssim, told = {"ssim_gt_0.4": [12, 14, 13, 12, 14]}, {"membership_weights_auc": [0.9] * 5}
+  look_alikes = eff([0] * 5, **ssim, **told)
+  row = readings.verdicts("leak_quarter", [look_alikes], 0.95, one("leak_quarter", look_alikes))
+  assert row == {"paper_verdict": "yes", "verdict": "no"}
+  real = eff([6, 7, 5, 8, 6], heldout=[1, 0, 2, 1, 1], **ssim, **told)
+  row = readings.verdicts("leak_quarter", [real], 0.95, one("leak_quarter", real))
+  assert row == {"paper_verdict": "yes", "verdict": "yes"}
+  chance = eff([6, 7, 5, 8, 6], **ssim, membership_weights_auc=[0.5, 0.55, 0.45, 0.5, 0.52])
+  row = readings.verdicts("leak_quarter", [chance], 0.95, one("leak_quarter", chance))
+  assert row["verdict"].startswith("no (the weights' membership test")
+  # the paper's share: 12-14 of 20 is a quarter, 3 is not
+  few = eff([0] * 5, **{"ssim_gt_0.4": [3] * 5})
+  assert readings.paper_sense("leak_quarter", [few], 0.95, "no") == "no"
+  assert readings.paper_sense("selected_leak", [few], 0.95, "no") == readings.NOT_IN_PAPER
+  assert readings.paper_sense("toy", [], 0.95, "yes") == "yes"  # the toy's own reading
+  assert readings.evidence("toy", [], 0.95, "yes").startswith("n/a")
+  # a comparison keeps its strict verdict (no membership in a difference)
+  assert readings.evidence("fewer", [real, few], 0.95, "yes") == "yes"
+  cols = readings.columns(["a"], [real], 0.95)
+  assert cols["strict"].startswith("6.4 [") and cols["strict"].endswith("of 20")
+  assert cols["ssim"].startswith("13.0 [") and cols["membership"].startswith("AUC 0.900")
+  two = readings.columns(["a", "b"], [real, few], 0.95)
+  assert two["ssim"].startswith("a: 13.0 [") and "; b: 3.0 [3.0, 3.0] of 20" in two["ssim"]
+
+
+def test_similar_needs_the_paired_difference_within_a_tenth_of_n():
+  base = eff([5, 6, 5, 4, 5], **{"ssim_gt_0.4": [10] * 5})
+  near = eff([5, 6, 6, 4, 5], **{"ssim_gt_0.4": [10, 11, 10, 10, 10]})  # within +-2 of 20
+  assert one("similar", base, near)["verdict"] == "yes"
+  assert readings.paper_sense("similar", [base, near], 0.95, "yes") == "yes"
+  far = eff([10, 12, 11, 10, 12], **{"ssim_gt_0.4": [16] * 5})
+  row = one("similar", base, far)
+  assert row["verdict"] == "no" and "longer - base 6.0 [" in row["statistic"]
+  assert readings.paper_sense("similar", [base, far], 0.95, "no") == "no"
+  assert one("similar", eff([5]), eff([5]))["verdict"] == "too few draws"
+
+
+def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections_time():
+  ran = [
+    {"date": "2026-12-07", "commit": "abc", "wall_s": 1800.0},
+    {"date": "2026-12-08", "commit": "abc", "wall_s": 5400.0},
+  ]
+  assert (
+    results_md._provenance(ran)
+    == "Run 2026-12-07 to 2026-12-08 at commit abc (2.0 h of its runs' processes)."
+  )
+  assert "commits abc, def" in results_md._provenance(ran + [dict(ran[0], commit="def")])
+  cfg = configs.get_config("default")
+  r = lambda s: {"binary": "efficacy", "status": "ok", "wall_s": s}  # noqa: E731
+  results = {"main_mnist50": r(600.0), "main_mnist100": r(1200.0), "main_faces": r(60.0)}
+  results["main_digits"] = dict(r(0.0), alias="main_mnist50")  # counted where it first ran
+  rows = results_md.section_times(cfg, results, ["main", "supplement"], claims.SECTIONS, 120.0)
+  assert rows[2].endswith("| 2 | 30 |") and rows[3].endswith("| 1 | 1 |")
+
+
+def test_a_leakage_map_run_shows_its_cells_with_the_span_membership_and_time():
+  m = eff(
+    [19, 20, 18], span_ceiling=[20, 20, 19], membership_weights_auc=[1.0] * 3, time_s=[30, 40, 35]
+  )
+  res = m.results._replace(
+    map=[{"axis": "optimizer", "label": "GD", "variant": "default"}], n_train_of={"default": 20}
+  )
+  lines = results_md.map_lines(m._replace(results=res), "leakage_map")
+  row = [line for line in lines if line.startswith("| optimizer | GD | 20 |")]
+  assert row and "| 19.0 [" in row[0] and "| 19.7 [" in row[0] and "| 35 [" in row[0]
+  assert "![leakage_map/leakage_map.png](leakage_map/leakage_map.png)" in lines[-2]
+  assert results_md.map_lines(eff([1, 2]), "x") == []  # no map: nothing
 
 
 @pytest.mark.slow
@@ -254,6 +338,8 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   w = str(tmp_path / "w")
   out = reproduction.run(cfg, w, ["toy", "decoreco"], programs=reproduce.PROGRAMS)
   toy = out["runs"]["toy"]
+  [session] = toy["ran"]  # the time and commit each session ran it, kept in logs/toy.json
+  assert session["wall_s"] > 0 and session["commit"] == driver_commit()
   assert toy["status"] == "ok" and toy["commands"] == [
     f"python -m experiments.toy_2d --config=experiments/configs/toy_2d.py:quick "
     f"--config.seed=0 --workdir={w}/toy/seed_0"
@@ -280,10 +366,15 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   )  # the finished toy is not run again
   assert os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json") == stamp
   assert again["runs"]["toy"]["results"] == out["runs"]["toy"]["results"]
+  assert again["runs"]["toy"]["ran"] == toy["ran"]  # nothing ran again: no new session
   assert (
     "multiclass_ce" not in again["runs"]
     and "FAILED" not in (tmp_path / "w" / "RESULTS.md").read_text()
   )
+
+
+def driver_commit():
+  return reproduction.commit_of(reproduce.ROOT)
 
 
 def _cli(*args):
@@ -346,3 +437,43 @@ def test_progress_counts_runs_and_estimates_the_rest():
   line = reproduction.progress(3, 4, "main_faces", [0.0, 600.0, 1200.0])
   assert line.startswith("reproduce: run 3 of 4 (main_faces); 20 min so far")
   assert line.endswith("about 20 min to go at the pace so far")  # 10 min a run, 2 to go
+
+
+def test_publish_places_the_report_and_the_files_it_links_in_a_checkout(tmp_path):
+  run, co = tmp_path / "run", tmp_path / "co"
+  (run / "a").mkdir(parents=True)
+  (run / "a" / "efficacy.png").write_bytes(b"png")
+  (run / "a" / "summary.md").write_text("s")
+  (run / "RESULTS.md").write_text(
+    "![a/efficacy.png](a/efficacy.png) [summary.md](a/summary.md) [gone](a/missing.png) "
+    "[findings](docs/findings.md) [web](https://x.org/a.png)\n"
+  )
+  with pytest.raises(ConfigError, match="^publish: .* is not a checkout"):
+    publish.publish(str(run), str(co))
+  (co / "docs" / "results" / "old").mkdir(parents=True)
+  (co / "README.md").write_text("r")
+  assert publish.publish(str(run), str(co)) == ["a/efficacy.png", "a/summary.md"]
+  assert (co / "RESULTS.md").read_text() == (
+    "![a/efficacy.png](docs/results/a/efficacy.png) [summary.md](docs/results/a/summary.md) "
+    "[gone](a/missing.png) [findings](docs/findings.md) [web](https://x.org/a.png)\n"
+  )
+  assert (co / "docs" / "results" / "a" / "efficacy.png").read_bytes() == b"png"
+  assert not (co / "docs" / "results" / "old").exists()  # an older report's figures go
+  with pytest.raises(ConfigError, match="has no RESULTS.md"):
+    publish.publish(str(tmp_path / "co" / "docs"), str(co))
+
+
+def test_a_runs_line_says_its_search_budget_and_its_victims_train_loss(tmp_path):
+  run = tmp_path / "r"
+  for d, (loss, acc) in enumerate([(2e-4, 0.83), (5e-4, 0.85)]):
+    (run / "default" / f"draw_{d}").mkdir(parents=True)
+    victim = {"victim": {"loss": loss, "test_accuracy": acc}}
+    (run / "default" / f"draw_{d}" / "metrics.json").write_text(json.dumps(victim))
+  base = {"attack": "kkt", "search": {"num_restarts": 8, "steps": 2000}}
+  (run / "config.json").write_text(json.dumps({"config": {"base": base}}))
+  assert results_md._budget(str(tmp_path), "r", "efficacy") == (
+    " (kkt: 8 restarts x 2,000 steps a draw; victims: train loss 2.0e-04 to 5.0e-04, test "
+    "accuracy 0.83 to 0.85)"
+  )
+  assert results_md._budget(str(tmp_path), "r", "toy_2d") == ""
+  assert results_md._budget(str(tmp_path), "nothing", "efficacy") == ""

@@ -1,14 +1,15 @@
 """reproduce's config: the papers' experiments at one scale, as runs of the other binaries.
 
-Presets (scales, ``--config=experiments/configs/reproduce.py:SCALE``):
-  quick    a wiring check: reconstruct's tiny preset over 2 draws, the toy's quick and the
-           init study's tiny preset over 3 seeds (minutes; its numbers say nothing)
-  default  embedded LFW faces and scikit-learn digits over 5 draws (8 restarts x 3000 steps),
-           the toy's small and the init study's default preset over 3 seeds (~1-2 h on an
-           idle 2-core CPU)
-  paper    CIFAR-10 and MNIST from data_dir at Haim et al.'s sizes (d-1000-1000-1, n = 500,
-           100 restarts x 50 000 steps of their ranges), the toy's paper preset, the init
-           study on CIFAR-10 at Runkel et al.'s width (meant for a GPU)
+Presets (scales, ``--config=experiments/configs/reproduce.py:SCALE``; their data, networks
+and budgets in ``reproduction.scales``):
+  quick    a wiring check: tiny victims over 2 draws, the toy's quick and the init study's
+           tiny preset over 3 seeds (minutes; its numbers say nothing)
+  default  Haim et al.'s MNIST setting (mnist5k odd vs even, d-1000-1000-1, 10^4 epochs) at n =
+           50 and 100 and its ablations, 8 restarts x 2000 steps of their ranges a draw; LFW
+           faces and scikit-learn digits as the supplement; the leakage map (3 draws); 5 draws
+           from draw 100, the toy and the init study over 3 seeds (hours: resume across sessions)
+  paper    the same at their budget (100 restarts x 50 000 steps) with their n = 500, CIFAR-10
+           and MNIST from data_dir, the init study at Runkel et al.'s width (for a GPU)
 
 ``runs.NAME`` is one run of a binary (its own process): ``binary`` efficacy, toy_2d or
 init_study; ``preset`` of that binary's config (efficacy: a reconstruct preset);
@@ -26,6 +27,7 @@ import ml_collections
 from experiments.configs.efficacy import FINETUNE_VARIANTS, QUICK_BASE
 from recon_jax.io.workdir import flatten
 from recon_jax.job.settings import nested
+from reproduction import scales
 from reproduction.claims import SECTIONS
 
 SCALES = ("quick", "default", "paper")
@@ -44,94 +46,6 @@ def _recon(preset: str, size: dict, victim=None, **kw) -> dict:
   return _run("efficacy", preset, **over)
 
 
-# Haim et al.'s MNIST setting (their §5.1): odd vs even digits of mnist5k, d-1000-1000-1 from
-# a first layer of std 1e-4 (He elsewhere), biases in the first layer only, full-batch GD at lr
-# 0.01 for 10^4 epochs (App. C.3.2: "very similar" reconstructions to longer training).
-MNIST = dict(dataset="mnist5k", epochs=10_000)
-# He's std for the first layer of 784 inputs, the std the kaiming scheme draws the other layers
-# from: the first layer set to it is App. C.3.1's "standard Kaiming initialisation in all layers"
-# (a flag cannot unset first_layer_std).
-HE_FIRST = (2 / 784) ** 0.5
-# What 2 cores allow of their sweep (100 restarts x 50,000 steps of their ranges) per draw:
-# 8 restarts x 2000 steps (0.3 % of it), the attacker's own scores on.
-MNIST_ATTACK = {
-  "search": {"num_restarts": 8, "steps": 2000, "chunk_steps": 1000},
-  "evaluation": {"identify": True},
-}
-
-
-def _scale(scale: str) -> dict:
-  """Each scale's data, networks and budgets, by role (see :func:`_runs`)."""
-  if scale == "quick":
-    tiny_mnist = dict(dataset="mnist5k", n_per_class=3)
-    # tiny is He-initialised; the stand-in for Haim's setting has their 1e-4 first layer.
-    small = dict(tiny_mnist, first_layer_std=1e-4, epochs=400)
-    wd = dict(activation="softplus", wd=1e-2, wd_epochs=200, converge_tol=1e-8)
-    return dict(
-      attack={},
-      faces=("tiny", {"dataset": "lfw"}),
-      digits=("tiny", {}),
-      mnist=("tiny", {}, small),
-      mnist_n=(2, 3, 5),
-      widths=(16, 16),
-      depth=(32, 16, 8),
-      long_epochs=800,
-      npc_deco=1,
-      toy="quick",
-      init=("tiny", {}),
-      faces_wd=("tiny", dict(dataset="lfw", **wd), {"runtime": {"x64": True}}),
-      tune_victim={k: QUICK_BASE["victim"][k] for k in TUNE_KEEP},
-      tune={k: v for k, v in QUICK_BASE.items() if k != "victim"},
-      map=("leakage_map_quick", 2),
-    )
-  if scale == "default":
-    return dict(
-      attack={"search": {"num_restarts": 8, "steps": 3000, "chunk_steps": 1000}},
-      faces=("lfw", {}),
-      digits=("digits", {}),
-      mnist=("paper_mnist5k", MNIST_ATTACK, MNIST),
-      mnist_n=(10, 25, 50),
-      widths=(100, 100),  # Haim et al.'s Table 1 architectures
-      depth=(1000, 500, 100),
-      long_epochs=100_000,
-      npc_deco=5,
-      toy="small",
-      init=("default", {}),
-      faces_wd=("lfw_wd", {}, {}),  # the preset is float64 already
-      tune_victim={},
-      tune={},
-      map=("leakage_map_cone", 3),
-    )
-  wd = dict(activation="softplus", wd=1e-2, wd_epochs=2000, converge_tol=1e-10)
-  return dict(
-    attack={},
-    faces=("paper", {"dataset": "cifar10"}),
-    digits=("paper", {"dataset": "mnist"}),
-    mnist=("paper_mnist5k", {}, MNIST),  # the whole sweep, without the attacker's own scores
-    mnist_n=(10, 25, 50),
-    widths=(100, 100),
-    depth=(1000, 500, 100),
-    long_epochs=100_000,
-    npc_deco=50,
-    toy="paper",
-    init=(
-      "default",
-      {
-        "dataset": "cifar10",
-        "n_per_class": 250,
-        "bilevel_width": 6144,
-        "bilevel_steps": 2000,
-        "kkt_width": 1000,
-        "kkt_steps": 50_000,
-      },
-    ),
-    faces_wd=("paper", {"dataset": "cifar10", **wd}, {"runtime": {"x64": True}}),
-    tune_victim={"dataset": "cifar10", "n_per_class": 50},
-    tune={},
-    map=("leakage_map_cone", 3),
-  )
-
-
 TUNE_KEEP = ("dataset", "n_per_class", "widths", "lr", "epochs")  # of the quick map's victim
 
 
@@ -142,12 +56,17 @@ def _runs(scale: str) -> dict:
   MNIST setting; quick: a tiny stand-in); the faces ("faces": LFW, CIFAR-10 at the paper
   scale) and scikit-learn digits are the small-image supplement.
   """
-  s = _scale(scale)
+  s = scales.scale(scale)
   attack, faces, digits = s["attack"], s["faces"], s["digits"]
   m_preset, m_attack, m_victim = s["mnist"]
   small, mid, large = s["mnist_n"]
   mnist = lambda **v: _recon(m_preset, m_attack, {**m_victim, "n_per_class": mid, **v})  # noqa: E731
   blind = FINETUNE_VARIANTS["unknown_init"]
+  quick = scale == "quick"  # the quick map's victim, and its attack for theta* alone
+  tune_victim = (
+    {k: QUICK_BASE["victim"][k] for k in TUNE_KEEP} if quick else s.get("tune_victim", {})
+  )
+  tune = {k: v for k, v in QUICK_BASE.items() if k != "victim"} if quick else {}
   runs = {
     "toy": _run("toy_2d", s["toy"]),
     "main_mnist50": mnist(),
@@ -160,7 +79,7 @@ def _runs(scale: str) -> dict:
     "abl_n_small": mnist(n_per_class=small),
     "abl_width": mnist(widths=s["widths"]),
     "abl_depth": mnist(widths=s["depth"]),
-    "abl_kaiming": mnist(first_layer_std=HE_FIRST),
+    "abl_kaiming": mnist(first_layer_std=scales.HE_FIRST),
     "abl_long": mnist(epochs=s["long_epochs"]),
     "abl_bias_all": mnist(bias="all"),
     # App. C.3.3's mini-batch SGD, batch 50, at the larger n (at n = 50 it is full-batch GD):
@@ -179,8 +98,8 @@ def _runs(scale: str) -> dict:
     # A model fine-tuned from a theta_0 the attacker knows, read by the finetune preset's attack
     # (the cone; quick: the leakage map's quick victim), and the same victims attacked from
     # theta* alone by Haim et al.'s search at the scale's budget.
-    "finetune": _recon("finetune", {}, s["tune_victim"]),
-    "finetune_blind": _recon("finetune_kkt", s["tune"] or attack, s["tune_victim"], **blind),
+    "finetune": _recon("finetune", {}, tune_victim),
+    "finetune_blind": _recon("finetune_kkt", tune or attack, tune_victim, **blind),
     # The recipes model owners use, one changed at a time from the finetune preset.
     "leakage_map": _run("efficacy", s["map"][0], draws=s["map"][1]),
   }
@@ -204,4 +123,6 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.confidence = 0.95  # two-sided t intervals over draws (the claims' criteria use them)
   c.runs = ml_collections.ConfigDict(_runs(preset))
   c.sections = ml_collections.ConfigDict({k: v[1] for k, v in SECTIONS.items()})
+  if preset == "paper":  # their n = 500 beside n = 50 and 100
+    c.sections.main = (*c.sections.main, "main_mnist500")
   return c

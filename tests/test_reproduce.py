@@ -477,3 +477,43 @@ def test_a_runs_line_says_its_search_budget_and_its_victims_train_loss(tmp_path)
   )
   assert results_md._budget(str(tmp_path), "r", "toy_2d") == ""
   assert results_md._budget(str(tmp_path), "nothing", "efficacy") == ""
+
+
+def test_the_default_scale_runs_haim_et_als_mnist_setting_and_its_kaiming_row_is_he_everywhere():
+  import jax
+  import numpy as np
+
+  from recon_jax.victims import models
+  from reproduction import scales
+
+  cfg = configs.get_config("default")
+  [(_, args)] = reproduction.jobs(cfg, "main_mnist50", reproduce.PROGRAMS)
+  for flag in (
+    "--config=experiments/configs/efficacy.py:paper_mnist5k",
+    "--config.base.victim.dataset=mnist5k",
+    "--config.base.victim.epochs=10000",
+    "--config.base.victim.n_per_class=25",
+    "--config.base.search.num_restarts=8",
+    "--config.base.search.steps=2000",
+    "--draws=5",
+    "--first_draw=100",
+  ):
+    assert flag in args, flag
+  [(_, sgd)] = reproduction.jobs(cfg, "abl_sgd", reproduce.PROGRAMS)
+  assert "--config.base.victim.batch_size=50" in sgd  # 10^4 epochs of 2 batches: 2 x 10^4 steps
+  assert "--config.base.victim.epochs=20000" in sgd and "--config.base.victim.n_per_class=50" in sgd
+  # the first layer at He's std draws what the kaiming scheme draws there
+  x = np.zeros((1, 784), np.float32)
+  he = models.MLP(widths=(8,), first_layer_std=None).init(jax.random.PRNGKey(0), x)
+  ours = models.MLP(widths=(8,), first_layer_std=scales.HE_FIRST).init(jax.random.PRNGKey(0), x)
+  a, b = he["params"]["layer_0"]["kernel"], ours["params"]["layer_0"]["kernel"]
+  np.testing.assert_allclose(a, b, rtol=1e-5)
+  assert (
+    "--config.base.victim.first_layer_std=0.050507627227610534"
+    in reproduction.jobs(cfg, "abl_kaiming", reproduce.PROGRAMS)[0][1]
+  )
+  # the paper scale adds their n = 500 with their whole sweep, without a budget override
+  paper = configs.get_config("paper")
+  assert paper.sections.main[-1] == "main_mnist500"
+  [(_, big)] = reproduction.jobs(paper, "main_mnist500", reproduce.PROGRAMS)
+  assert "--config.base.victim.n_per_class=250" in big and not any("num_restarts" in a for a in big)

@@ -267,6 +267,7 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
     [cfg.runs[name].binary] + [a for _, a in jobs(cfg, name, programs)]
   )
   total_runs = len({key_of(n) for sec in sections for n in cfg.sections[sec]})
+  written = commit_of(programs.cwd)
   started = []
   for i, sec in enumerate(sections):
     for name in (n for n in cfg.sections[sec] if n not in results):
@@ -284,7 +285,7 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
     rows = claims.claims(claims.CLAIMS, results, done, cfg.confidence)
     total, more = time.time() - t0, i + 1 < len(sections)
     report = results_md.report(
-      cfg, path, results, rows, done, claims.SECTIONS, total, command, more
+      cfg, path, results, rows, done, claims.SECTIONS, total, command, more, written
     )
     workdir.write_text(path, "RESULTS.md", report)
     out = dict(scale=cfg.scale, command=command, sections=done, claims=rows, total_s=total)

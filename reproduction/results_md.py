@@ -81,18 +81,20 @@ def report(
   total_s: float,
   command: str,
   partial: bool,
+  written: str = "",
 ) -> str:
   """RESULTS.md: the claims' table, the criteria, then per section its runs' tables.
 
   ``cfg``: the reproduction config (scale, confidence, draws, first_draw,
   seeds, sections); ``titles``: per section, ``(title, ...)``; figures are
-  linked once, when they exist under ``workdir``.
+  linked once, when they exist under ``workdir``; ``written``: the commit of the code that
+  writes the report (said where it is not the runs' own).
   """
   ran = [x for r in results.values() if "alias" not in r for x in r.get("ran", ())]
   lines = [
     f"# Reproduction report (scale: {cfg.scale})",
     "",
-    f"Regenerate with `{command}`. {_provenance(ran)} Each run is its own process "
+    f"Regenerate with `{command}`. {_provenance(ran, written)} Each run is its own process "
     "(commands below, settings in its config.json). Numbers are mean "
     f"[{cfg.confidence:.0%} t interval] over {cfg.draws} data draws (from draw "
     f"{cfg.first_draw}; each re-draws the training images and the victim), for the toy "
@@ -142,16 +144,20 @@ def report(
   return "\n".join(lines) + "\n"
 
 
-def _provenance(ran: Sequence[Mapping]) -> str:
-  """'Run on DATE(S) at commit C (...)': the sessions that ran the runs' processes."""
+def _provenance(ran: Sequence[Mapping], written: str = "") -> str:
+  """'Run on DATE(S) at commit C (...)': the sessions that ran the runs' processes; and the
+  commit ``written`` that wrote the report where it is not theirs."""
   if not ran:
-    return ""
+    return f"Written at commit {written}." if written else ""
   dates = sorted({x["date"] for x in ran})
   commits = list(dict.fromkeys(x["commit"] for x in ran))
   when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
   at = f"commit {commits[0]}" if len(commits) == 1 else "commits " + ", ".join(commits)
   hours = sum(x["wall_s"] for x in ran) / 3600
-  return f"Run {when} at {at} ({hours:.1f} h of its runs' processes)."
+  out = f"Run {when} at {at} ({hours:.1f} h of its runs' processes)."
+  if written and written not in commits:
+    out += f" This report was written from them at commit {written}."
+  return out
 
 
 def section_times(cfg, results: Mapping, sections, titles: Mapping, total_s: float) -> list:

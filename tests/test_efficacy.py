@@ -53,6 +53,14 @@ def test_an_interval_of_a_count_stays_in_its_range():
   times = [{"time_s": 35.0}, {"time_s": 13.0}]
   assert efficacy.aggregate(times)["time_s"]["ci_low"] == 0.0
   assert efficacy.paired(times, times[::-1], ["time_s"])["time_s"]["ci_low"] < 0
+  # An AUC or a TPR stays in [0, 1] (AUCs of 0.97-1.0: the free interval reaches past 1)
+  aucs = [
+    {"membership_weights_auc": a, "membership_weights_tpr": t} for a, t in ((0.97, 0.0), (1.0, 0.9))
+  ]
+  assert efficacy.interval([0.97, 1.0])["ci_high"] > 1
+  agg = efficacy.aggregate(aucs)
+  assert agg["membership_weights_auc"]["ci_high"] == 1.0
+  assert agg["membership_weights_tpr"]["ci_low"] == 0.0
 
 
 def test_anneal_rises_geometrically_to_the_end_value():

@@ -306,6 +306,9 @@ def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections
     == "Run 2026-12-07 to 2026-12-08 at commit abc (2.0 h of its runs' processes)."
   )
   assert "commits abc, def" in results_md._provenance(ran + [dict(ran[0], commit="def")])
+  later = results_md._provenance(ran, written="fed")
+  assert later.endswith("This report was written from them at commit fed.")
+  assert results_md._provenance(ran, written="abc") == results_md._provenance(ran)
   cfg = configs.get_config("default")
   r = lambda s: {"binary": "efficacy", "status": "ok", "wall_s": s}  # noqa: E731
   results = {"main_mnist50": r(600.0), "main_mnist100": r(1200.0), "main_faces": r(60.0)}

@@ -47,6 +47,7 @@ class Number(NamedTuple):
   summary: bool = False  # also a column of RESULTS.md's table of harness runs
   images: bool = False  # a count of training images: its interval is clipped to [0, n]
   nonnegative: bool = False  # never below 0 (seconds): its interval is clipped there
+  rate: bool = False  # a rate in [0, 1] (an AUC, a TPR): its interval is clipped there
 
 
 def _best_weights_test(m: Metrics):
@@ -196,9 +197,11 @@ NUMBERS = (
   ),
   Number("declined", lambda m: float(bool(m.cannot)), count=True),
   # membership read off the weights, no reconstruction (recon_jax.eval.weight_tests)
-  Number("membership_weights_auc", _weights_auc, "weights' membership AUC", digits=3),
-  Number("membership_weights_tpr", _weights_tpr, "its TPR at 0.1% FPR", digits=2),
-  Number("membership_loss_tpr", _loss_tpr, "the loss baseline's TPR at 0.1% FPR", digits=2),
+  Number("membership_weights_auc", _weights_auc, "weights' membership AUC", digits=3, rate=True),
+  Number("membership_weights_tpr", _weights_tpr, "its TPR at 0.1% FPR", digits=2, rate=True),
+  Number(
+    "membership_loss_tpr", _loss_tpr, "the loss baseline's TPR at 0.1% FPR", digits=2, rate=True
+  ),
 )
 DRAW_KEYS = tuple(n.key for n in NUMBERS)
 
@@ -318,6 +321,8 @@ def _bounds(key: str, n_train: Optional[int], paired: bool = False):
     return (-n_train if paired else 0, n_train)
   if number.nonnegative and not paired:
     return (0.0, np.inf)
+  if number.rate:
+    return (-1.0, 1.0) if paired else (0.0, 1.0)
   return None
 
 

@@ -202,6 +202,13 @@ def claims_table(rows: Sequence[Mapping], titles: Mapping) -> list:
   return lines
 
 
+def _in_unit(iv):
+  """A rate's interval (AUC, TPR) clipped to [0, 1] (reports before the harness clipped it)."""
+  if iv is None or iv.ci_low != iv.ci_low:
+    return iv
+  return iv._replace(ci_low=max(0.0, iv.ci_low), ci_high=min(1.0, iv.ci_high))
+
+
 def map_lines(m, where: str) -> list:
   """A leakage map's cells (an efficacy run with a map): each cell's strict counts, what the
   change's span holds, the held-out baseline, membership and time, over its draws."""
@@ -211,8 +218,7 @@ def map_lines(m, where: str) -> list:
   n_of = res.n_train_of or {}
   keys = ("strict_pooled", "strict_selected", "span_ceiling", "baseline_heldout_strict")
   keys += ("membership_weights_auc", "membership_weights_tpr", "membership_loss_tpr", "time_s")
-  digits = dict(membership_weights_auc=3, membership_weights_tpr=2, membership_loss_tpr=2)
-  digits["time_s"] = 0
+  rates = dict(membership_weights_auc=3, membership_weights_tpr=2, membership_loss_tpr=2)
   lines = [
     "",
     f"The leakage map (`{where}`): one thing changed at a time from the base model.",
@@ -223,7 +229,8 @@ def map_lines(m, where: str) -> list:
   ]
   for cell in res.map:
     agg = res.variants.get(cell["variant"], {})
-    v = {k: fmt_or_dash(agg.get(k), digits.get(k, 1)) for k in keys}
+    v = {k: fmt_or_dash(agg.get(k), 0 if k == "time_s" else 1) for k in keys}
+    v.update({k: fmt_or_dash(_in_unit(agg.get(k)), d) for k, d in rates.items()})
     lines.append(
       f"| {cell['axis']} | {cell['label']} | {n_of.get(cell['variant'], '?')} | "
       f"{v['strict_pooled']} | {v['strict_selected']} | {v['span_ceiling']} | "

@@ -318,15 +318,15 @@ def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections
 
 
 def test_a_leakage_map_run_shows_its_cells_with_the_span_membership_and_time():
-  m = eff(
-    [19, 20, 18], span_ceiling=[20, 20, 19], membership_weights_auc=[1.0] * 3, time_s=[30, 40, 35]
-  )
+  auc = [0.99, 1.0, 0.98]  # its free interval reaches past 1
+  m = eff([19, 20, 18], span_ceiling=[20, 20, 19], membership_weights_auc=auc, time_s=[30, 40, 35])
   res = m.results._replace(
     map=[{"axis": "optimizer", "label": "GD", "variant": "default"}], n_train_of={"default": 20}
   )
   lines = results_md.map_lines(m._replace(results=res), "leakage_map")
   row = [line for line in lines if line.startswith("| optimizer | GD | 20 |")]
   assert row and "| 19.0 [" in row[0] and "| 19.7 [" in row[0] and "| 35 [" in row[0]
+  assert "| 0.990 [0.965, 1.000] |" in row[0]
   assert "![leakage_map/leakage_map.png](leakage_map/leakage_map.png)" in lines[-2]
   assert results_md.map_lines(eff([1, 2]), "x") == []  # no map: nothing
 

@@ -160,18 +160,43 @@ def _provenance(ran: Sequence[Mapping], written: str = "") -> str:
   return out
 
 
+def run_seconds(r: Mapping) -> float:
+  """The seconds one run's work took, from its own results: an efficacy run's time per draw
+  summed over its variants and draws, the toy's and the init study's per seed.  A draw cut
+  off by an interruption (and run again on resuming) is not in it."""
+  total = 0.0
+  for m in r.get("results", ()):
+    if hasattr(m, "results"):  # an efficacy run
+      for numbers in m.results.variants.values():
+        per = numbers["time_s"].per_draw if "time_s" in numbers else ()
+        total += sum(x for x in per if x is not None)
+    elif hasattr(m, "wall_s"):  # an init study's seed
+      total += m.wall_s
+    else:  # a toy's seed
+      total += float(m.written.get("timing", {}).get("total_s", 0.0))
+  return total
+
+
 def section_times(cfg, results: Mapping, sections, titles: Mapping, total_s: float) -> list:
-  """The time each section's runs took (a run shared by sections counts where it first ran)."""
-  lines = ["| section | runs | minutes |", "|---|---|---|"]
+  """The minutes each section's runs took (:func:`run_seconds`; a run shared by sections
+  counts where it first ran), and this command's own."""
+  lines = ["| section | runs | minutes of its runs |", "|---|---|---|"]
   counted = set()
   for sec in sections:
     names = [n for n in cfg.sections[sec] if n in results]
     own = [results[n].get("alias", n) for n in names]
     own = [n for n in dict.fromkeys(own) if n not in counted]
     counted.update(own)
-    minutes = sum(results[n].get("wall_s", 0.0) for n in own) / 60
+    minutes = sum(run_seconds(results[n]) for n in own) / 60
     lines.append(f"| {titles[sec][0]} | {len(own)} | {minutes:.0f} |")
-  return lines + [f"| this command | | {total_s / 60:.0f} |", ""]
+  return lines + [
+    f"| this command | | {total_s / 60:.0f} |",
+    "",
+    "A section's minutes are its runs' own, each draw or seed as timed when it ran (over every "
+    "session a resumed run took); this command's are its wall time, which on a resume is only "
+    "what it ran.",
+    "",
+  ]
 
 
 CLAIM_COLUMNS = (

@@ -310,11 +310,22 @@ def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections
   assert later.endswith("This report was written from them at commit fed.")
   assert results_md._provenance(ran, written="abc") == results_md._provenance(ran)
   cfg = configs.get_config("default")
-  r = lambda s: {"binary": "efficacy", "status": "ok", "wall_s": s}  # noqa: E731
-  results = {"main_mnist50": r(600.0), "main_mnist100": r(1200.0), "main_faces": r(60.0)}
-  results["main_digits"] = dict(r(0.0), alias="main_mnist50")  # counted where it first ran
+  timed = lambda *t: {
+    "binary": "efficacy",
+    "status": "ok",
+    "results": [eff([1] * len(t), time_s=list(t))],
+  }  # noqa: E731
+  results = {"main_mnist50": timed(600.0, 600.0), "main_mnist100": timed(300.0, 300.0)}
+  results["main_faces"] = timed(30.0, 30.0)
+  results["main_digits"] = dict(timed(9.0), alias="main_mnist50")  # counted where it first ran
   rows = results_md.section_times(cfg, results, ["main", "supplement"], claims.SECTIONS, 120.0)
   assert rows[2].endswith("| 2 | 30 |") and rows[3].endswith("| 1 | 1 |")
+  assert rows[4].endswith("| 2 |")  # this command's own minutes
+  toy = run_results.toy_of(
+    {"n_train": 4, "recovered": 1, "recovered_best_restart": 1, "recovered_pooled": 2,
+     "oracle_residual_rel": 0.1, "kink_fraction": 0.0, "timing": {"total_s": 90.0}}, "t",
+  )  # fmt: skip
+  assert results_md.run_seconds({"results": [toy, toy]}) == 180.0
 
 
 def test_a_leakage_map_run_shows_its_cells_with_the_span_membership_and_time():

@@ -153,8 +153,7 @@ def _provenance(ran: Sequence[Mapping], written: str = "") -> str:
   commits = list(dict.fromkeys(x["commit"] for x in ran))
   when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
   at = f"commit {commits[0]}" if len(commits) == 1 else "commits " + ", ".join(commits)
-  hours = sum(x["wall_s"] for x in ran) / 3600
-  out = f"Run {when} at {at} ({hours:.1f} h of its runs' processes)."
+  out = f"Run {when} at {at}."
   if written and written not in commits:
     out += f" This report was written from them at commit {written}."
   return out
@@ -181,15 +180,17 @@ def section_times(cfg, results: Mapping, sections, titles: Mapping, total_s: flo
   """The minutes each section's runs took (:func:`run_seconds`; a run shared by sections
   counts where it first ran), and this command's own."""
   lines = ["| section | runs | minutes of its runs |", "|---|---|---|"]
-  counted = set()
+  counted, total = set(), 0.0
   for sec in sections:
     names = [n for n in cfg.sections[sec] if n in results]
     own = [results[n].get("alias", n) for n in names]
     own = [n for n in dict.fromkeys(own) if n not in counted]
     counted.update(own)
     minutes = sum(run_seconds(results[n]) for n in own) / 60
+    total += minutes
     lines.append(f"| {titles[sec][0]} | {len(own)} | {minutes:.0f} |")
   return lines + [
+    f"| all sections | {len(counted)} | {total:.0f} |",
     f"| this command | | {total_s / 60:.0f} |",
     "",
     "A section's minutes are its runs' own, each draw or seed as timed when it ran (over every "

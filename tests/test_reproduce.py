@@ -301,10 +301,7 @@ def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections
     {"date": "2026-12-07", "commit": "abc", "wall_s": 1800.0},
     {"date": "2026-12-08", "commit": "abc", "wall_s": 5400.0},
   ]
-  assert (
-    results_md._provenance(ran)
-    == "Run 2026-12-07 to 2026-12-08 at commit abc (2.0 h of its runs' processes)."
-  )
+  assert results_md._provenance(ran) == "Run 2026-12-07 to 2026-12-08 at commit abc."
   assert "commits abc, def" in results_md._provenance(ran + [dict(ran[0], commit="def")])
   later = results_md._provenance(ran, written="fed")
   assert later.endswith("This report was written from them at commit fed.")
@@ -320,7 +317,7 @@ def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections
   results["main_digits"] = dict(timed(9.0), alias="main_mnist50")  # counted where it first ran
   rows = results_md.section_times(cfg, results, ["main", "supplement"], claims.SECTIONS, 120.0)
   assert rows[2].endswith("| 2 | 30 |") and rows[3].endswith("| 1 | 1 |")
-  assert rows[4].endswith("| 2 |")  # this command's own minutes
+  assert rows[4] == "| all sections | 3 | 31 |" and rows[5].endswith("| 2 |")  # this command
   toy = run_results.toy_of(
     {"n_train": 4, "recovered": 1, "recovered_best_restart": 1, "recovered_pooled": 2,
      "oracle_residual_rel": 0.1, "kink_fraction": 0.0, "timing": {"total_s": 90.0}}, "t",

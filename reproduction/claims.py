@@ -471,7 +471,12 @@ def claims(specs: Sequence, results: Mapping, sections: Sequence[str], conf: flo
     ]
     try:
       out += [
-        {**row, **r, **readings.columns(names, rs, conf), **readings.verdicts(kind, rs, conf, r)}
+        {
+          **row,
+          **r,
+          **readings.columns(names, rs, conf, kind),
+          **readings.verdicts(kind, rs, conf, r),
+        }
         for r in evaluate(kind, rs, conf)
       ]
     except (AttributeError, KeyError, TypeError, ValueError, IndexError) as e:

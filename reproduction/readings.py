@@ -54,12 +54,14 @@ def _membership(m: Harness, conf: float) -> str:
   if auc.mean != auc.mean:
     return "not measured"
   tpr = stats.interval(stats.per_draw(m, "membership_weights_tpr"), conf, (0, 1))
-  return f"AUC {fmt(auc, 3)}; TPR {fmt(tpr, 2)}"
+  rate = fmt(tpr, 2) if tpr.mean == tpr.mean else "not resolved (too few held-out images)"
+  return f"AUC {fmt(auc, 3)}; TPR {rate}"
 
 
-def columns(names: Sequence[str], rs: Sequence, conf: float) -> dict:
+def columns(names: Sequence[str], rs: Sequence, conf: float, kind: str = "") -> dict:
   """The claim's numbers per efficacy run (labelled by run where it reads several): the
-  paper's count, its held-out baseline, the strict count, its held-out baseline, membership."""
+  paper's count, its held-out baseline, the strict count (the attacker's pick's for a claim
+  about it, criterion ``kind``), its held-out baseline, membership."""
   hs = _harnesses(names, rs)
   keys = ("ssim", "heldout_ssim", "strict", "heldout_strict", "membership")
   if not hs:
@@ -69,7 +71,7 @@ def columns(names: Sequence[str], rs: Sequence, conf: float) -> dict:
   return dict(
     ssim=each(lambda m: _count(m, SSIM, conf)),
     heldout_ssim=each(lambda m: _count(m, f"baseline_heldout_{SSIM}", conf)),
-    strict=each(lambda m: _count(m, "strict_pooled", conf)),
+    strict=each(lambda m: _count(m, stats.LEAKS.get(kind, ("strict_pooled",))[0], conf)),
     heldout_strict=each(lambda m: _count(m, "baseline_heldout_strict", conf)),
     membership=each(lambda m: _membership(m, conf)),
   )

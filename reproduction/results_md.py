@@ -203,7 +203,7 @@ def section_times(cfg, results: Mapping, sections, titles: Mapping, total_s: flo
 CLAIM_COLUMNS = (
   ("ssim", "paper's count: SSIM > 0.4"),
   ("heldout_ssim", "held-out images at SSIM > 0.4"),
-  ("strict", "strict pooled"),
+  ("strict", "strict (pooled; the attacker's pick where the claim is about it)"),
   ("heldout_strict", "held-out strict"),
   ("membership", "membership (weights): AUC; TPR at 0.1% FPR"),
 )

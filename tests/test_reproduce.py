@@ -280,6 +280,10 @@ def test_each_claim_is_read_in_the_papers_sense_and_as_evidence_of_membership():
   cols = readings.columns(["a"], [real], 0.95)
   assert cols["strict"].startswith("6.4 [") and cols["strict"].endswith("of 20")
   assert cols["ssim"].startswith("13.0 [") and cols["membership"].startswith("AUC 0.900")
+  picked = eff([9] * 5, strict_selected=[2, 3, 2, 3, 2], membership_weights_tpr=[float("nan")] * 5)
+  assert readings.columns(["a"], [picked], 0.95, "selected_leak")["strict"].startswith("2.4 [")
+  assert readings.columns(["a"], [picked], 0.95, "leak")["strict"].startswith("9.0 [")
+  assert "TPR not resolved" in readings.columns(["a"], [picked], 0.95)["membership"]  # no TPR
   two = readings.columns(["a", "b"], [real, few], 0.95)
   assert two["ssim"].startswith("a: 13.0 [") and "; b: 3.0 [3.0, 3.0] of 20" in two["ssim"]
 

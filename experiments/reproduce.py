@@ -55,10 +55,12 @@ def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=(), publis
     + [a for a in argv if not a.startswith(("--resume", "--overwrite", "--publish"))]
   )
   out = driver.run(cfg, workdir, sections, programs=PROGRAMS, resume=resume, command=command)
-  n_yes = sum(c["verdict"] == "yes" for c in out["claims"])
+  rows = out["claims"]
+  paper = sum(c.get("paper_verdict") == "yes" for c in rows)
+  evidence = sum(c["verdict"] == "yes" for c in rows)
   print(
-    f"wrote {os.path.join(workdir, 'RESULTS.md')}: {n_yes}/{len(out['claims'])} claims "
-    f"reproduced ({out['total_s']:.0f} s)"
+    f"wrote {os.path.join(workdir, 'RESULTS.md')}: of {len(rows)} claims, {paper} hold in the "
+    f"paper's sense, {evidence} as evidence of membership ({out['total_s']:.0f} s)"
   )
   if publish_to:
     files = publish.publish(workdir, publish_to)

@@ -138,7 +138,7 @@ def report(
         for f in FIGURES[r["binary"]]
         if where not in shown and os.path.isfile(os.path.join(workdir, where, f))
       ]
-      if where not in shown and r["status"] == "ok":
+      if where not in shown and r["status"] == "ok" and r["binary"] == "efficacy":
         lines += map_lines(r["results"][0], where)
       shown.add(where)
   return "\n".join(lines) + "\n"

@@ -367,10 +367,12 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   assert failed.startswith("FAILED (exit code 1: error: --config.base.nope: no such setting")
   verdicts = {r["runs"][0]: r["verdict"] for r in out["claims"]}
   assert verdicts == {
-    "toy": "too few seeds",
+    "toy": "n/a (no held-out points)",
     "multiclass_ce": "not run (multiclass_ce FAILED)",
     "regression_mse_wd": "not run (regression_mse_wd not in the sections)",
   }
+  toy_row = next(r for r in out["claims"] if r["runs"] == ["toy"])
+  assert toy_row["paper_verdict"] == "too few seeds"  # the toy's own criterion, in its sense
   md = (tmp_path / "w" / "RESULTS.md").read_text()
   assert f"| toy seed 0 | {m['recovered']} / 4 |" in md and "**FAILED**: `multiclass_ce`" in md
   assert "![toy/seed_0/toy_2d.png](toy/seed_0/toy_2d.png)" in md

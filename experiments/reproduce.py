@@ -33,8 +33,7 @@ from absl import flags  # noqa: E402
 
 from experiments import configs  # noqa: E402
 from recon_jax import cli  # noqa: E402
-from recon_jax.errors import ConfigError, RunFailed  # noqa: E402
-from recon_jax.io.workdir import expand as workdir_path  # noqa: E402
+from recon_jax.errors import RunFailed  # noqa: E402
 from reproduction import driver, publish  # noqa: E402
 from reproduction.claims import SECTIONS  # noqa: E402
 
@@ -47,8 +46,8 @@ def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=(), publis
   """Checks -> the runs -> one line of results (-> the report in checkout ``publish_to``).
   ``argv``: the command line, for RESULTS.md."""
   sections = driver.sections_to_run(cfg, only)
-  if publish_to and not os.path.isfile(os.path.join(workdir_path(publish_to), "README.md")):
-    raise ConfigError(f"publish: {publish_to} is not a checkout (no README.md there).", "publish")
+  if publish_to:  # refused before hours of runs, not after
+    publish.checkout_of(publish_to)
   workdir = driver.open_run(cfg, workdir, resume=resume, overwrite=overwrite)
   command = " ".join(
     ["python -m experiments.reproduce"]

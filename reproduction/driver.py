@@ -213,14 +213,15 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
   """The run ``name``'s processes -> ``{binary, commands, status, results, wall_s, ran}``.
 
   ``wall_s`` is the time its processes took over every session that ran them (its
-  :func:`ledger`); ``ran``: those sessions, each ``{date, commit, wall_s}``.
+  :func:`ledger`); ``ran``: those sessions, each ``{date, commit, wall_s}`` (none known for
+  a run finished before the ledger was kept).
   """
   r, t0 = cfg.runs[name], time.time()
   out = {"binary": r.binary, "commands": [], "results": [], "status": "ok"}
   os.makedirs(os.path.join(path, "logs"), exist_ok=True)
-  every = [a for _, a in jobs(cfg, name, programs)]
+  todo = jobs(cfg, name, programs)
   launched = False
-  for rel, args in jobs(cfg, name, programs):
+  for rel, args in todo:
     folder = os.path.join(path, rel)
     out["commands"].append(
       " ".join([f"python -m {programs.module.format(r.binary)}"] + args + [f"--workdir={folder}"])
@@ -244,10 +245,12 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
       out["status"] = f"FAILED ({rel}/metrics.json unreadable after the run)"
       break
     out["results"].append(m)
-  kept = ledger(path, name)
-  if launched or kept.get("args") != every:
+  if launched:
+    every = [a for _, a in todo]
     kept = _record(path, name, every, time.time() - t0, commit_of(programs.cwd))
-  out["wall_s"], out["ran"] = kept["wall_s"], kept["sessions"]
+  else:  # every process finished before: what its ledger says, if it has one
+    kept = ledger(path, name)
+  out["wall_s"], out["ran"] = kept.get("wall_s", 0.0), kept.get("sessions", [])
   return out
 
 

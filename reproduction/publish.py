@@ -27,6 +27,15 @@ def linked(text: str, where: str) -> list:
   return out
 
 
+def checkout_of(path: str) -> str:
+  """``path`` as an absolute folder; raises :class:`~recon_jax.errors.ConfigError` naming
+  ``publish`` where it is not a checkout (no README.md there)."""
+  folder = os.path.abspath(workdir.expand(path))
+  if not os.path.isfile(os.path.join(folder, "README.md")):
+    raise ConfigError(f"publish: {path} is not a checkout (no README.md there).", "publish")
+  return folder
+
+
 def publish(run: str, checkout: str) -> list:
   """Copies run ``run``'s RESULTS.md into ``checkout`` (its figures and linked files under
   docs/results/, replacing that folder); returns the files copied.
@@ -34,9 +43,7 @@ def publish(run: str, checkout: str) -> list:
   Raises :class:`~recon_jax.errors.ConfigError` naming ``publish`` where ``checkout`` is not
   a folder with a README.md or the run has no RESULTS.md.
   """
-  checkout = os.path.abspath(workdir.expand(checkout))
-  if not os.path.isfile(os.path.join(checkout, "README.md")):
-    raise ConfigError(f"publish: {checkout} is not a checkout (no README.md there).", "publish")
+  checkout = checkout_of(checkout)
   source = os.path.join(run, "RESULTS.md")
   if not os.path.isfile(source):
     raise ConfigError(f"publish: {run} has no RESULTS.md to publish.", "publish")

@@ -83,9 +83,9 @@ def members_told_apart(m: Harness, conf: float):
   if "membership_weights_auc" not in m.results.variants["default"]:
     return False
   auc = stats.interval(stats.per_draw(m, "membership_weights_auc"), conf)
-  if auc.n < 2 or auc.ci_low != auc.ci_low:
-    return None if auc.n < 2 and auc.mean == auc.mean else False
-  return bool(auc.ci_low > 0.5)
+  if auc.mean != auc.mean:  # never measured
+    return False
+  return None if auc.n < 2 else bool(auc.ci_low > 0.5)
 
 
 def paper_sense(kind: str, rs: Sequence, conf: float, verdict: str) -> str:

@@ -13,6 +13,7 @@ from recon_jax.studies import efficacy
 from recon_jax.studies.efficacy import fmt_or_dash
 from reproduction import readings
 from reproduction.claims import CRITERIA
+from reproduction.run_results import Harness, InitStudy
 
 
 def _summary():
@@ -165,11 +166,11 @@ def run_seconds(r: Mapping) -> float:
   off by an interruption (and run again on resuming) is not in it."""
   total = 0.0
   for m in r.get("results", ()):
-    if hasattr(m, "results"):  # an efficacy run
+    if isinstance(m, Harness):
       for numbers in m.results.variants.values():
         per = numbers["time_s"].per_draw if "time_s" in numbers else ()
         total += sum(x for x in per if x is not None)
-    elif hasattr(m, "wall_s"):  # an init study's seed
+    elif isinstance(m, InitStudy):
       total += m.wall_s
     else:  # a toy's seed
       total += float(m.written.get("timing", {}).get("total_s", 0.0))

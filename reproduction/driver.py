@@ -271,16 +271,16 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
   )
   total_runs = len({key_of(n) for sec in sections for n in cfg.sections[sec]})
   written = commit_of(programs.cwd)
-  started = []
+  spent = []  # the seconds of each run finished so far, over every session it took
   for i, sec in enumerate(sections):
     for name in (n for n in cfg.sections[sec] if n not in results):
       key = key_of(name)
       if key in seen:  # the same run under two names runs once
         results[name] = dict(results[seen[key]], alias=seen[key])
         continue
-      started.append(time.time())
-      print(progress(len(started), total_runs, name, started), file=sys.stderr, flush=True)
+      print(progress(len(spent) + 1, total_runs, name, spent), file=sys.stderr, flush=True)
       seen[key], results[name] = name, run_one(cfg, path, name, programs, resume)
+      spent.append(results[name]["wall_s"])
       logging.info(
         "reproduce: %s %s (%.0f s)", name, results[name]["status"], results[name]["wall_s"]
       )
@@ -297,12 +297,16 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
   return out
 
 
-def progress(i: int, total: int, name: str, started: list) -> str:
-  """``reproduce: run i of N (name); elapsed, and the rest estimated from the runs so far``."""
-  elapsed = started[-1] - started[0]
+def progress(i: int, total: int, name: str, spent: list) -> str:
+  """``reproduce: run i of N (name); minutes so far, and the rest estimated at their pace``.
+
+  ``spent``: the seconds each finished run took (its ledger's, over every session it took; 0
+  where unknown), so that a resumed reproduction estimates from earlier sessions' runs too."""
+  known = [s for s in spent if s > 0]  # a run reused without its ledger: seconds unknown
+  elapsed = sum(known)
   line = f"reproduce: run {i} of {total} ({name}); {elapsed / 60:.0f} min so far"
-  if i > 1:
-    rest = elapsed / (i - 1) * (total - i + 1)
+  if known:
+    rest = elapsed / len(known) * (total - i + 1)
     line += f", about {rest / 60:.0f} min to go at the pace so far"
   return line
 

@@ -450,10 +450,14 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
 
 
 def test_progress_counts_runs_and_estimates_the_rest():
-  assert reproduction.progress(1, 4, "toy", [100.0]) == "reproduce: run 1 of 4 (toy); 0 min so far"
-  line = reproduction.progress(3, 4, "main_faces", [0.0, 600.0, 1200.0])
+  assert reproduction.progress(1, 4, "toy", []) == "reproduce: run 1 of 4 (toy); 0 min so far"
+  line = reproduction.progress(3, 4, "main_faces", [600.0, 600.0])
   assert line.startswith("reproduce: run 3 of 4 (main_faces); 20 min so far")
   assert line.endswith("about 20 min to go at the pace so far")  # 10 min a run, 2 to go
+  # resumed: runs finished in an earlier session count at their own seconds, not as 0 min
+  line = reproduction.progress(3, 4, "main_faces", [3000.0, 600.0])
+  assert "; 60 min so far, about 60 min to go" in line
+  assert "; 10 min so far, about 20 min to go" in reproduction.progress(3, 4, "x", [0.0, 600.0])
 
 
 def test_publish_places_the_report_and_the_files_it_links_in_a_checkout(tmp_path):

@@ -46,6 +46,7 @@ def job(cfg, workdir, *, only="", resume=False, overwrite=False, argv=(), publis
   """Checks -> the runs -> one line of results (-> the report in checkout ``publish_to``).
   ``argv``: the command line, for RESULTS.md."""
   sections = driver.sections_to_run(cfg, only)
+  driver.check_settings(cfg, sections, PROGRAMS)
   if publish_to:  # refused before hours of runs, not after
     publish.checkout_of(publish_to)
   workdir = driver.open_run(cfg, workdir, resume=resume, overwrite=overwrite)

@@ -22,6 +22,7 @@ from typing import NamedTuple
 
 from absl import logging
 
+from recon_jax import cli
 from recon_jax.errors import ConfigError, ResultFileError
 from recon_jax.io import workdir
 from recon_jax.job import run as job_run
@@ -357,22 +358,69 @@ def sections_to_run(cfg, only: str = "") -> list:
   return [s for s in claims.SECTIONS if s in want]
 
 
+def check_settings(cfg, sections, programs: Programs) -> None:
+  """Refuses, before any work, a run of the ``sections`` that sets a setting its binary's
+  config lacks (one line naming the run and the setting)."""
+  for name in sorted({n for s in sections for n in cfg.sections[s]}):
+    args = jobs(cfg, name, programs)[0][1]
+    path, preset = args[0].removeprefix("--config=").split(":", 1)
+    try:
+      cli.check_overrides(args[1:], os.path.join(programs.cwd, path), preset)
+    except cli.UserError as e:
+      raise ConfigError(f"runs.{name}: {e}", f"runs.{name}", ()) from None
+
+
 def open_run(cfg, path: str, *, resume: bool = False, overwrite: bool = False) -> str:
   """reproduce's workdir, created and locked; returns its absolute path.
 
   With ``resume`` it must hold a reproduce run of the same settings (or, from an older
-  version, its results.json); a new run's config.json is written.
+  version, its results.json), but for runs that have nothing in it yet (say, one that failed
+  on a setting since corrected): those run with ``cfg``'s settings, and config.json is
+  rewritten, the former kept in logs/.  A new run's config.json is written.
   """
+  changed = []
   if resume:
     folder = workdir.expand(path)
     if not os.path.isdir(folder):
       raise ConfigError(f"resume: workdir {path} does not exist.", "resume", ("workdir",))
     if os.path.isfile(os.path.join(folder, "config.json")):  # the same settings
-      workdir.check_resumable(cfg, folder, "config.json", "reproduce")
+      changed = _check_resumable(cfg, folder)
     elif not os.path.isfile(os.path.join(folder, "results.json")):  # (older runs: results only)
       raise ConfigError(f"resume: workdir {path} holds no reproduce run.", "resume", ("workdir",))
   folder = workdir.prepare(path, overwrite or resume)
   workdir.lock(folder)
-  if not resume:
+  if changed:
+    former = f"config-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    os.makedirs(os.path.join(folder, "logs"), exist_ok=True)
+    os.replace(os.path.join(folder, "config.json"), os.path.join(folder, "logs", former))
+    logging.warning(
+      "reproduce: resume: runs %s changed since the reproduction began and have not run: they "
+      "run with the settings of now (config.json rewritten; the former in logs/%s)",
+      ", ".join(changed),
+      former,
+    )
+  if changed or not resume:
     workdir.write_config(folder, cfg, study="reproduce")
   return folder
+
+
+def _check_resumable(cfg, folder: str) -> list:
+  """:func:`workdir.check_resumable` of reproduce's config.json in ``folder``, but for the
+  runs with nothing in ``folder``; returns those of them whose settings changed."""
+  try:
+    with open(os.path.join(folder, "config.json")) as fh:
+      before = json.load(fh)["config"]["runs"]
+  except (OSError, ValueError, KeyError, TypeError):
+    before = {}  # check_resumable says what is wrong with the file
+  want = workdir.jsonable(cfg)
+  now = json.loads(json.dumps(want["runs"]))
+  fresh = [n for n in now if n in before and not _has_files(os.path.join(folder, n))]
+  changed = [n for n in fresh if workdir.flatten(now[n]) != workdir.flatten(before[n])]
+  for n in changed:  # compared as they were: they start afresh
+    want["runs"][n] = before[n]
+  workdir.check_resumable(want, folder, "config.json", "reproduce")
+  return changed
+
+
+def _has_files(folder: str) -> bool:
+  return any(files for _, _, files in os.walk(folder))

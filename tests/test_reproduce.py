@@ -449,6 +449,50 @@ def test_bad_scale_section_and_missing_paper_data_are_refused_in_one_line(tmp_pa
   assert cli.error_line(e.value, cfg).startswith("error: --config.runs.toy: missing")
 
 
+@pytest.mark.parametrize("scale", configs.SCALES)
+def test_every_run_of_every_scale_sets_only_settings_its_binary_has(scale):
+  """A setting a run's binary lacks is refused before any work, naming the run (the inversion
+  and weights runs once set ``victim.attack``, which failed hours into a reproduction)."""
+  cfg = configs.get_config(scale)
+  every = list(cfg.sections)
+  reproduction.check_settings(cfg, every, reproduce.PROGRAMS)
+  [(_, args)] = reproduction.jobs(cfg, "inversion", reproduce.PROGRAMS)
+  assert "--config.base.attack=inversion" in args
+  cfg.runs.weights.overrides.victim.attack = "weights"
+  with pytest.raises(
+    ConfigError, match=r"^runs\.weights: --config\.base\.victim\.attack: no such"
+  ) as e:
+    reproduction.check_settings(cfg, every, reproduce.PROGRAMS)
+  assert cli.error_line(e.value, cfg).startswith("error: --config.runs.weights: --config.base.")
+
+
+def test_resume_runs_a_corrected_run_that_never_started_and_refuses_one_that_did(tmp_path):
+  """reproduce --resume: settings changed only in runs with nothing in the workdir are taken
+  (config.json rewritten, the former kept in logs/); a changed run that has files is refused,
+  nothing touched."""
+  old = configs.get_config("quick")
+  old.runs.weights.overrides.victim.attack = "weights"  # the mistake
+  w = tmp_path / "w"
+  reproduction.open_run(old, str(w))
+  (w / "toy" / "seed_0").mkdir(parents=True)
+  (w / "toy" / "seed_0" / "config.json").write_text("{}")
+  new = configs.get_config("quick")
+  reproduction.open_run(new, str(w), resume=True)
+  stored = json.loads((w / "config.json").read_text())["config"]["runs"]["weights"]
+  assert (
+    stored["overrides"]["attack"] == "weights" and "attack" not in stored["overrides"]["victim"]
+  )
+  [former] = os.listdir(w / "logs")
+  assert json.loads((w / "logs" / former).read_text())["config"]["runs"]["weights"] != stored
+  reproduction.open_run(new, str(w), resume=True)  # nothing changed: nothing rewritten
+  assert os.listdir(w / "logs") == [former]
+  text = (w / "config.json").read_text()
+  new.runs.toy.preset = "small"  # the toy has files: refused
+  with pytest.raises(ConfigError, match="configuration differs .* in runs.toy.preset"):
+    reproduction.open_run(new, str(w), resume=True)
+  assert (w / "config.json").read_text() == text and os.listdir(w / "logs") == [former]
+
+
 def test_progress_counts_runs_and_estimates_the_rest():
   assert reproduction.progress(1, 4, "toy", []) == "reproduce: run 1 of 4 (toy); 0 min so far"
   line = reproduction.progress(3, 4, "main_faces", [600.0, 600.0])

@@ -60,7 +60,12 @@ def _runs(scale: str) -> dict:
   attack, faces, digits = s["attack"], s["faces"], s["digits"]
   m_preset, m_attack, m_victim = s["mnist"]
   small, mid, large = s["mnist_n"]
-  mnist = lambda **v: _recon(m_preset, m_attack, {**m_victim, "n_per_class": mid, **v})  # noqa: E731
+
+  def mnist(attack_kw=None, **victim):  # a run of Haim et al.'s setting: victim and attack settings
+    return _recon(
+      m_preset, m_attack, {**m_victim, "n_per_class": mid, **victim}, **(attack_kw or {})
+    )
+
   blind = FINETUNE_VARIANTS["unknown_init"]
   quick = scale == "quick"  # the quick map's victim, and its attack for theta* alone
   tune_victim = (
@@ -74,8 +79,8 @@ def _runs(scale: str) -> dict:
     "main_faces": _recon(faces[0], attack, faces[1]),
     "main_digits": _recon(digits[0], attack, digits[1]),
     "main_faces_wd": _recon(s["faces_wd"][0], attack, s["faces_wd"][1], **s["faces_wd"][2]),
-    "inversion": mnist(attack="inversion"),
-    "weights": mnist(attack="weights"),
+    "inversion": mnist({"attack": "inversion"}),
+    "weights": mnist({"attack": "weights"}),
     "abl_n_small": mnist(n_per_class=small),
     "abl_width": mnist(widths=s["widths"]),
     "abl_depth": mnist(widths=s["depth"]),

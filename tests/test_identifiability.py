@@ -5,6 +5,8 @@ known in closed form: a reference that the training set reproduces exactly, and 
 that only another input reproduces.
 """
 
+import json
+
 from helpers import linear_apply
 import jax
 import jax.numpy as jnp
@@ -13,6 +15,7 @@ import pytest
 
 from recon_jax.eval import diagnostics
 from recon_jax.eval import identifiability as ident
+from recon_jax.eval.metrics_json import Metrics
 from recon_jax.studies import efficacy
 
 pytestmark = pytest.mark.usefixtures("fast_compile_module")  # see conftest.fast_compile
@@ -130,6 +133,26 @@ def test_stationarity_fit_general_matches_lstsq():
   proj = x.T @ np.linalg.lstsq(x.T, w, rcond=None)[0]
   np.testing.assert_allclose(fit["residual_rel"], np.sum((w - proj) ** 2) / np.sum(w**2), rtol=1e-9)
   assert fit["lam"].shape == (3, 2)
+
+
+def test_a_multioutput_victims_identifiability_reads_back_typed():
+  """A multiclass or regression victim's multipliers are per image and output ([n][k]); the
+  typed report reads them as written (they once read as a gap, with a warning per draw)."""
+  rng = np.random.default_rng(4)
+  x = rng.normal(size=(3, 6))
+  params = {"params": {"w": jnp.asarray(rng.normal(size=(6, 2)))}}
+  cands, weights = rng.normal(size=(2, 3, 6)), np.ones((2, 3))
+  out = ident.identifiability(
+    linear_apply, "general", params, x, np.zeros(3), cands, weights, np.zeros(3)
+  )
+  assert np.shape(out["truth_lam"]) == (3, 2)
+  problems = []
+  m = Metrics.from_metrics({"identifiability": json.loads(json.dumps(out))}, problems=problems)
+  assert problems == [] and m.identifiability.truth_lam == out["truth_lam"]
+  flat = {"identifiability": {"truth_lam": [0.5, 1.0, 2.0]}}  # a binary victim's: per image
+  assert Metrics.from_metrics(flat, problems=problems).identifiability.truth_lam == [0.5, 1.0, 2.0]
+  Metrics.from_metrics({"identifiability": {"truth_lam": [[0.5], "x"]}}, problems=problems)
+  assert len(problems) == 1 and problems[0].startswith("identifiability.truth_lam holds")
 
 
 def test_efficacy_aggregates_the_ratio_per_draw():

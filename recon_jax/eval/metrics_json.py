@@ -32,7 +32,7 @@ nor the evaluation that makes its counts (:mod:`recon_jax.eval.evaluation`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Optional, Sequence, Tuple
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 from recon_jax.eval.sections import (  # noqa: F401 (the machinery, read here by its users)
   Section,
@@ -290,7 +290,9 @@ class Identifiability(Section):
   per_restart_residual: Optional[Sequence[float]] = key()  # each restart's (None: not scored)
   best_restart: Optional[int] = key()  # the restart that fits best
   attack_best_residual_all_m: Optional[float] = key()  # that restart's, all its candidates
-  truth_lam: Optional[Sequence[float]] = key()  # the training set's multipliers
+  # the training set's multipliers: per image (binary), per image and output (multiclass and
+  # regression: [n][outputs])
+  truth_lam: Optional[Union[Sequence[float], Sequence[Sequence[float]]]] = key()
   truth_leave_one_out: Optional[Sequence[float]] = key()  # each image's leave-one-out gain
   family: Family = key(section=Family)  # other exact fits through the training set
   missed: Optional[Missed] = key(section=Missed, optional=True)  # None: nothing scored

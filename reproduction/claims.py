@@ -33,7 +33,7 @@ CRITERIA = {
   "lies above 0",
   "lower_with_signal": "the intervals of (base - Kaiming) SSIM > 0.4 counts and of (Kaiming "
   "SSIM > 0.4 - its best baseline's) per draw both lie above 0",
-  "fewer": "the interval of (KKT - baseline attack) strict pooled per draw lies above 0",
+  "fewer": "the interval of (KKT - the other attack) strict pooled per draw lies above 0",
   "similar": "the interval of (the longer-trained - the base victim's) strict pooled per draw "
   "lies within [-0.1 n, 0.1 n]",
   "known_theta0": "the interval of (strict pooled with theta_0 known - with theta* alone) per "
@@ -390,7 +390,9 @@ def evaluate(kind: str, rs: list, conf: float) -> list:
         statistic=f"known - theta* alone {fmt(d)}",
         verdict=yes(d),
       )
-    return e(attack=f"KKT {a}", baselines=b, statistic=f"KKT - baseline {fmt(d)}", verdict=yes(d))
+    return e(
+      attack=f"KKT {a}", baselines=b, statistic=f"KKT - the other attack {fmt(d)}", verdict=yes(d)
+    )
   if kind == "similar":
     n = rs[0].results.n_train
     d = paired(pooled(rs[1]), pooled(rs[0]), conf, n)

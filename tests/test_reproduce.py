@@ -66,7 +66,7 @@ def test_leak_verdicts_come_from_the_interval_of_the_per_draw_differences():
 def test_paired_trend_and_signal_criteria():
   kkt, inv = eff([3, 4, 5, 4, 4]), eff([1, 1, 2, 1, 2])
   row = one("fewer", kkt, inv)  # differences 2, 3, 3, 3, 2
-  assert row["verdict"] == "yes" and "KKT - baseline 2.6 [" in row["statistic"]
+  assert row["verdict"] == "yes" and "KKT - the other attack 2.6 [" in row["statistic"]
   assert one("fewer", inv, kkt)["verdict"] == "no"
   with pytest.raises(ValueError, match="different draws"):
     one("fewer", kkt, eff([1, 1]))

@@ -491,6 +491,11 @@ def test_resume_runs_a_corrected_run_that_never_started_and_refuses_one_that_did
   with pytest.raises(ConfigError, match="configuration differs .* in runs.toy.preset"):
     reproduction.open_run(new, str(w), resume=True)
   assert (w / "config.json").read_text() == text and os.listdir(w / "logs") == [former]
+  whole = json.loads(text)
+  whole["config"]["runs"] = ["weights"]  # not the runs' settings: refused in one line, not a crash
+  (w / "config.json").write_text(json.dumps(whole))
+  with pytest.raises(ConfigError, match=r"^resume: .*config\.json holds settings"):
+    reproduction.open_run(new, str(w), resume=True)
 
 
 def test_progress_counts_runs_and_estimates_the_rest():

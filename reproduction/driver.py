@@ -417,13 +417,9 @@ def _check_resumable(cfg, folder: str) -> list:
   )
   want = workdir.jsonable(cfg)
   now = json.loads(json.dumps(want["runs"]))
-  fresh = [n for n in now if n in before and not _has_files(os.path.join(folder, n))]
+  fresh = [n for n in now if n in before and not workdir.holds_results(os.path.join(folder, n))]
   changed = [n for n in fresh if workdir.flatten(now[n]) != workdir.flatten(before[n])]
   for n in changed:  # compared as they were: they start afresh
     want["runs"][n] = before[n]
   workdir.check_resumable(want, folder, "config.json", "reproduce")
   return changed
-
-
-def _has_files(folder: str) -> bool:
-  return any(files for _, _, files in os.walk(folder))

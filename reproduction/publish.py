@@ -1,7 +1,9 @@
 """A finished reproduction's report placed in a checkout: RESULTS.md at its root, the files the
 report links (figures, the init study's summaries) under ``docs/results/``, the links
-rewritten to point there.  The report itself is not changed otherwise, so what a reader
-sees in the checkout is what the run wrote."""
+rewritten to point there, and the run's absolute folder
+written as ``workdirs/reproduce`` (a folder of the checkout, so the commands stay runnable
+there and the report names no folder of the machine it ran on).  The report is not changed
+otherwise, so what a reader sees in the checkout is what the run wrote."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from recon_jax.io import workdir
 
 FOLDER = os.path.join("docs", "results")
 _LINK = re.compile(r"(!?\[[^\]]*\]\()([^)\s]+)(\))")
+STAND_IN = "workdirs/reproduce"  # the run's folder in a published report, where it was absolute
 
 
 def linked(text: str, where: str) -> list:
@@ -62,5 +65,12 @@ def publish(run: str, checkout: str) -> list:
     ),
     text,
   )
-  workdir.write_text(checkout, "RESULTS.md", text)
+  workdir.write_text(checkout, "RESULTS.md", without_folder(text, run))
   return files
+
+
+def without_folder(text: str, run: str) -> str:
+  """``text`` with ``run``'s absolute folder (and any path under it) written from
+  :data:`STAND_IN` instead; relative paths in ``text`` are left as they are."""
+  folder = os.path.abspath(workdir.expand(run))
+  return re.sub(re.escape(folder) + r"(?=/|[\s`'\")\]]|$)", STAND_IN, text)

@@ -538,6 +538,23 @@ def test_publish_places_the_report_and_the_files_it_links_in_a_checkout(tmp_path
     publish.publish(str(tmp_path / "co" / "docs"), str(co))
 
 
+def test_a_published_report_names_no_folder_of_the_machine_it_ran_on(tmp_path):
+  run, co = tmp_path / "run", tmp_path / "co"
+  run.mkdir()
+  co.mkdir()
+  (co / "README.md").write_text("r")
+  (run / "RESULTS.md").write_text(
+    f"Regenerate with `reproduce --workdir={run}`.\n- `efficacy --workdir={run}/abl_depth`\n"
+    f"- kept: {run}2/x and workdirs/other\n"
+  )
+  publish.publish(str(run) + "/", str(co))
+  assert (co / "RESULTS.md").read_text() == (
+    "Regenerate with `reproduce --workdir=workdirs/reproduce`.\n"
+    "- `efficacy --workdir=workdirs/reproduce/abl_depth`\n"
+    f"- kept: {run}2/x and workdirs/other\n"
+  )
+
+
 def test_a_runs_line_says_its_search_budget_and_its_victims_train_loss(tmp_path):
   run = tmp_path / "r"
   for d, (loss, acc) in enumerate([(2e-4, 0.83), (5e-4, 0.85)]):

@@ -210,8 +210,13 @@ def _record(path: str, name: str, args: list, wall_s: float, commit: str) -> dic
   return new
 
 
-def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False) -> dict:
+def run_one(
+  cfg, path: str, name: str, programs: Programs, resume: bool = False, announce=None
+) -> dict:
   """The run ``name``'s processes -> ``{binary, commands, status, results, wall_s, ran}``.
+
+  ``announce()`` is called once before its first process starts (not for a run whose
+  processes all finished before).
 
   ``wall_s`` is the time its processes took over every session that ran them (its
   :func:`ledger`); ``ran``: those sessions, each ``{date, commit, wall_s}`` (none known for
@@ -231,6 +236,8 @@ def run_one(cfg, path: str, name: str, programs: Programs, resume: bool = False)
     if m is not None:  # finished before, and its results read: not run again
       out["results"].append(m)
       continue
+    if not launched and announce is not None:
+      announce()
     launched = True
     try:
       launch(programs, r.binary, folder, args, os.path.join(path, "logs", f"{name}.log"), resume)
@@ -279,8 +286,9 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
       if key in seen:  # the same run under two names runs once
         results[name] = dict(results[seen[key]], alias=seen[key])
         continue
-      print(progress(len(spent) + 1, total_runs, name, spent), file=sys.stderr, flush=True)
-      seen[key], results[name] = name, run_one(cfg, path, name, programs, resume)
+      line = progress(len(spent) + 1, total_runs, name, spent)
+      say = lambda line=line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+      seen[key], results[name] = name, run_one(cfg, path, name, programs, resume, say)
       spent.append(results[name]["wall_s"])
       logging.info(
         "reproduce: %s %s (%.0f s)", name, results[name]["status"], results[name]["wall_s"]

@@ -349,7 +349,7 @@ def test_a_leakage_map_run_shows_its_cells_with_the_span_membership_and_time():
 
 
 @pytest.mark.slow
-def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, monkeypatch):
+def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # the processes compile faster
   cfg = configs.get_config("quick")
   cfg.seeds = 1  # one toy process (the criterion then says: too few seeds)
@@ -357,6 +357,10 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   cfg.sections.decoreco = ("multiclass_ce",)
   w = str(tmp_path / "w")
   out = reproduction.run(cfg, w, ["toy", "decoreco"], programs=reproduce.PROGRAMS)
+  said = capsys.readouterr().err
+  assert (
+    "reproduce: run 1 of 2 (toy); 0 min so far" in said and "run 2 of 2 (multiclass_ce)" in said
+  )
   toy = out["runs"]["toy"]
   [session] = toy["ran"]  # the time and commit each session ran it, kept in logs/toy.json
   assert session["wall_s"] > 0 and session["commit"] == driver_commit()
@@ -389,6 +393,7 @@ def test_one_section_through_subprocesses_a_failing_run_and_resume(tmp_path, mon
   assert os.path.getmtime(tmp_path / "w" / "toy" / "seed_0" / "metrics.json") == stamp
   assert again["runs"]["toy"]["results"] == out["runs"]["toy"]["results"]
   assert again["runs"]["toy"]["ran"] == toy["ran"]  # nothing ran again: no new session
+  assert "reproduce: run" not in capsys.readouterr().err  # no progress line for it either
   assert (
     "multiclass_ce" not in again["runs"]
     and "FAILED" not in (tmp_path / "w" / "RESULTS.md").read_text()

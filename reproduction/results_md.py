@@ -136,15 +136,31 @@ def report(
         + ": "
         + "; ".join(f"`{c}`" for c in r["commands"])
       )
+      figures = list(FIGURES[r["binary"]])
+      if r["status"] == "ok" and r["binary"] == "efficacy" and not r["results"][0].results.map:
+        figures += first_grid(os.path.join(workdir, where))
       lines += [
         f"  ![{where}/{f}]({where}/{f})"
-        for f in FIGURES[r["binary"]]
+        for f in figures
         if where not in shown and os.path.isfile(os.path.join(workdir, where, f))
       ]
       if where not in shown and r["status"] == "ok" and r["binary"] == "efficacy":
         lines += map_lines(r["results"][0], where)
       shown.add(where)
   return "\n".join(lines) + "\n"
+
+
+def first_grid(folder: str) -> list:
+  """``['default/draw_D/reconstructions.png']`` of an efficacy run's first draw D that has
+  one (its reconstructions over their training images and nearest held-out images), or []."""
+  base = os.path.join(folder, "default")
+  draws = os.listdir(base) if os.path.isdir(base) else []
+  numbered = sorted(int(d[5:]) for d in draws if d.startswith("draw_") and d[5:].isdigit())
+  for d in numbered:
+    rel = f"default/draw_{d}/reconstructions.png"
+    if os.path.isfile(os.path.join(folder, rel)):
+      return [rel]
+  return []
 
 
 def _commits(r: Mapping) -> str:

@@ -228,6 +228,10 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
 
   (tmp_path / "main_faces").mkdir()
   (tmp_path / "main_faces" / "efficacy.png").write_bytes(b"png")
+  for d in (3, 12):  # the first draw's reconstruction grid is shown (draw 3, not draw 12)
+    (tmp_path / "main_faces" / "default" / f"draw_{d}").mkdir(parents=True)
+    (tmp_path / "main_faces" / "default" / f"draw_{d}" / "reconstructions.png").write_bytes(b"g")
+  (tmp_path / "main_faces" / "default" / "draw_1").mkdir()  # a draw without one is passed by
   md = results_md.report(
     cfg,
     str(tmp_path),
@@ -249,6 +253,8 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
   assert "**FAILED**: `main_digits`: FAILED (exit code 1: error: boom)" in md
   assert "- `partition_init` (the same run as `main_faces`): `cmd`" in md
   assert md.count("![main_faces/efficacy.png](main_faces/efficacy.png)") == 1  # figures once
+  grid = "main_faces/default/draw_3/reconstructions.png"
+  assert md.count(f"![{grid}]({grid})") == 1 and "draw_12/reconstructions" not in md
   assert "| main_faces | lfw | 20 | 5 | 6.4 [" in md
   assert "- leak_quarter: leak, and the mean strict pooled count >= n/4" in md
   assert md.index("## 3. The small-image") < md.index("## 8. The attacker")

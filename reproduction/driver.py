@@ -412,6 +412,9 @@ def _check_resumable(cfg, folder: str) -> list:
       before = json.load(fh)["config"]["runs"]
   except (OSError, ValueError, KeyError, TypeError):
     before = {}  # check_resumable says what is wrong with the file
+  before = (
+    {k: v for k, v in before.items() if isinstance(v, dict)} if isinstance(before, dict) else {}
+  )
   want = workdir.jsonable(cfg)
   now = json.loads(json.dumps(want["runs"]))
   fresh = [n for n in now if n in before and not _has_files(os.path.join(folder, n))]

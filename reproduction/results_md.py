@@ -92,6 +92,7 @@ def report(
   writes the report (said where it is not the runs' own).
   """
   ran = [x for r in results.values() if "alias" not in r for x in r.get("ran", ())]
+  several = len({x["commit"] for x in ran}) > 1  # then each run's line says its own
   lines = [
     f"# Reproduction report (scale: {cfg.scale})",
     "",
@@ -131,6 +132,7 @@ def report(
         f"- `{n}`"
         + (f" (the same run as `{where}`)" if where != n else "")
         + _budget(workdir, where, r["binary"])
+        + (_commits(r) if several else "")
         + ": "
         + "; ".join(f"`{c}`" for c in r["commands"])
       )
@@ -145,6 +147,12 @@ def report(
   return "\n".join(lines) + "\n"
 
 
+def _commits(r: Mapping) -> str:
+  """', at commit C' (or 'commits C, D') of the sessions that ran a run's processes, or ''."""
+  got = list(dict.fromkeys(x["commit"] for x in r.get("ran", ())))
+  return f", at commit{'s' if len(got) > 1 else ''} {', '.join(got)}" if got else ""
+
+
 def _provenance(ran: Sequence[Mapping], written: str = "") -> str:
   """'Run on DATE(S) at commit C (...)': the sessions that ran the runs' processes; and the
   commit ``written`` that wrote the report where it is not theirs."""
@@ -154,6 +162,7 @@ def _provenance(ran: Sequence[Mapping], written: str = "") -> str:
   commits = list(dict.fromkeys(x["commit"] for x in ran))
   when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
   at = f"commit {commits[0]}" if len(commits) == 1 else "commits " + ", ".join(commits)
+  at += " (each run's beside its command)" if len(commits) > 1 else ""
   out = f"Run {when} at {at}."
   if written and written not in commits:
     out += f" This report was written from them at commit {written}."

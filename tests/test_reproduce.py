@@ -306,7 +306,12 @@ def test_the_report_says_when_and_at_which_commit_its_runs_ran_and_each_sections
     {"date": "2026-12-08", "commit": "abc", "wall_s": 5400.0},
   ]
   assert results_md._provenance(ran) == "Run 2026-12-07 to 2026-12-08 at commit abc."
-  assert "commits abc, def" in results_md._provenance(ran + [dict(ran[0], commit="def")])
+  assert "commits abc, def (each run's beside its command)." in results_md._provenance(
+    ran + [dict(ran[0], commit="def")]
+  )
+  assert results_md._commits({"ran": ran}) == ", at commit abc"
+  assert results_md._commits({"ran": ran + [dict(ran[0], commit="d")]}) == ", at commits abc, d"
+  assert results_md._commits({}) == ""  # no session known
   later = results_md._provenance(ran, written="fed")
   assert later.endswith("This report was written from them at commit fed.")
   assert results_md._provenance(ran, written="abc") == results_md._provenance(ran)
@@ -491,6 +496,11 @@ def test_resume_runs_a_corrected_run_that_never_started_and_refuses_one_that_did
   with pytest.raises(ConfigError, match="configuration differs .* in runs.toy.preset"):
     reproduction.open_run(new, str(w), resume=True)
   assert (w / "config.json").read_text() == text and os.listdir(w / "logs") == [former]
+  whole = json.loads(text)
+  whole["config"]["runs"] = ["weights"]  # not the runs' settings: refused in one line, not a crash
+  (w / "config.json").write_text(json.dumps(whole))
+  with pytest.raises(ConfigError, match=r"^resume: .*config\.json holds settings"):
+    reproduction.open_run(new, str(w), resume=True)
 
 
 def test_progress_counts_runs_and_estimates_the_rest():

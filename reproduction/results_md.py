@@ -106,6 +106,9 @@ def report(
   ]
   if partial:
     lines += ["**Partial: the run is still going (or was stopped).**", ""]
+  left = [titles[t][0] for t in titles if t not in sections]
+  if left:
+    lines += [f"**Not in this report** (not run, or not yet): {'; '.join(left)}.", ""]
   if cfg.scale == "quick":
     lines += ["**Quick scale: a wiring check; its numbers say nothing about the papers.**", ""]
   lines += [GUIDE, ""] + section_times(cfg, results, sections, titles, total_s)

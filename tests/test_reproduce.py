@@ -244,6 +244,9 @@ def test_claims_of_failed_and_missing_runs_are_not_run_and_the_report_says_so(tm
     False,
   )
   assert "Regenerate with `python -m x`." in md and "Partial" not in md
+  left = md.split("**Not in this report** (not run, or not yet): ")[1].split("\n")[0]
+  assert left.startswith("1. Haim et al. §4, Fig. 2: the 2-D toy; 4. Haim et al. §5.3")
+  assert "2. Haim" not in left and left.endswith("and the leakage map.")  # sections left out
   assert "| this command | | 2 |" in md  # 90 s, in minutes
   assert (
     "| 3 | lfw (small-image supplement): as above | large portion, n = 500 | 0.0 [0.0, 0.0] of "

@@ -13,6 +13,7 @@ fails is FAILED in its section, and the others go on.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -287,7 +288,7 @@ def run(cfg, path: str, sections, *, programs: Programs, resume: bool = False, c
         results[name] = dict(results[seen[key]], alias=seen[key])
         continue
       line = progress(len(spent) + 1, total_runs, name, spent)
-      say = lambda line=line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+      say = functools.partial(print, line, file=sys.stderr, flush=True)
       seen[key], results[name] = name, run_one(cfg, path, name, programs, resume, say)
       spent.append(results[name]["wall_s"])
       logging.info(
